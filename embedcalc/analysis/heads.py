@@ -1,0 +1,68 @@
+"""Head-shape arithmetic: which ``num_heads`` divide an ``embed_dim``, and the nearest valid alternatives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Head counts seen in published models; `embedcalc heads` marks them as the usual choices.
+USUAL_HEAD_DIMS = (64, 128)
+# FlashAttention-2 supports head dimensions up to 256 (Dao 2023, README "head dimensions up to 256").
+FLASH_ATTENTION_MAX_HEAD_DIM = 256
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n`` in increasing order, in O(sqrt(n))."""
+    small: list[int] = []
+    large: list[int] = []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+def nearest_valid_heads(embed_dim: int, num_heads: int, count: int = 2) -> list[int]:
+    """The ``count`` divisors of ``embed_dim`` closest to ``num_heads`` (ties go to the larger head_dim)."""
+    candidates = [h for h in divisors(embed_dim) if h != num_heads]
+    candidates.sort(key=lambda h: (abs(h - num_heads), h))
+    return candidates[:count]
+
+
+def nearest_divisible(value: int, divisor: int) -> tuple[int, int]:
+    """The multiples of ``divisor`` just below and just above ``value`` (below is omitted as 0 if none > 0)."""
+    below = value - value % divisor
+    above = below + divisor
+    return below, above
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    """One way to split ``embed_dim`` into heads."""
+
+    num_heads: int
+    head_dim: int
+    multiple_of_8: bool
+    multiple_of_64: bool
+    flash_ok: bool
+    usual: bool
+
+
+def head_choices(embed_dim: int) -> list[HeadChoice]:
+    """Every valid ``num_heads`` for ``embed_dim`` with its ``head_dim`` and alignment facts."""
+    out = []
+    for h in divisors(embed_dim):
+        hd = embed_dim // h
+        out.append(
+            HeadChoice(
+                num_heads=h,
+                head_dim=hd,
+                multiple_of_8=hd % 8 == 0,
+                multiple_of_64=hd % 64 == 0,
+                flash_ok=hd <= FLASH_ATTENTION_MAX_HEAD_DIM,
+                usual=hd in USUAL_HEAD_DIMS,
+            )
+        )
+    return out

@@ -1,0 +1,45 @@
+"""The workload an estimate is for: batch, sequence lengths, dtype, mode, attention implementation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Dtype = Literal["float32", "bfloat16", "float16", "int8", "int4"]
+Mode = Literal["inference", "training"]
+AttentionImpl = Literal["sdpa", "eager"]
+Recompute = Literal["none", "selective", "full"]
+
+# Bytes per element. int8/int4 are weight-only formats: activations and KV cache then use float16.
+DTYPE_BYTES: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
+WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One forward (inference) or training step: ``batch_size`` sequences of ``seq_len`` tokens.
+
+    For an encoder-decoder, ``seq_len`` is the source (encoder) length and ``tgt_len`` the target (decoder) length,
+    default ``seq_len``. ``attention`` only changes memory: eager keeps the batch x heads x n x n score matrix,
+    sdpa (flash / memory-efficient kernels) does not.
+    """
+
+    batch_size: int = 1
+    seq_len: int = 128
+    tgt_len: int | None = None
+    dtype: Dtype = "float32"
+    mode: Mode = "inference"
+    attention: AttentionImpl = "sdpa"
+    recompute: Recompute = "none"
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element: the dtype, or float16 for weight-only int formats."""
+        return 2 if self.dtype in WEIGHT_ONLY_DTYPES else int(DTYPE_BYTES[self.dtype])
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

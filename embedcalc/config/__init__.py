@@ -1,0 +1,1 @@
+"""Config schema (pydantic), loading of files, presets and ``--set`` overrides, and validation messages."""

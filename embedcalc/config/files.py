@@ -1,0 +1,105 @@
+"""Reading config files safely: size, encoding, YAML/JSON syntax, anchors and duplicate keys.
+
+Every failure becomes a :class:`~embedcalc.errors.ConfigError` naming the file; nothing here raises a bare
+exception for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from embedcalc.errors import ConfigError, Problem
+
+MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors/aliases (alias bombs) and duplicate keys (silently dropped values)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.MarkedYAMLError(
+                problem="YAML aliases (*name) are not accepted in model configs; write the value out",
+                problem_mark=event.start_mark,
+            )
+        event = self.peek_event()
+        if getattr(event, "anchor", None):
+            raise yaml.MarkedYAMLError(
+                problem="YAML anchors (&name) are not accepted in model configs; write the value out",
+                problem_mark=event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise yaml.MarkedYAMLError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _fail(path: Path, message: str, code: str) -> ConfigError:
+    return ConfigError(f"{path}: {message}", [Problem(str(path), message, code)], code)
+
+
+def read_text(path: Path) -> str:
+    """The file's text, or a ConfigError for a missing file, a directory, a binary or oversized file."""
+    if not path.exists():
+        raise _fail(path, "no such file (and not a preset name; see `embedcalc presets`)", "file_missing")
+    if path.is_dir():
+        raise _fail(path, "is a directory, not a config file", "file_is_directory")
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise _fail(path, f"is {size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}", "file_too_big")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _fail(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable") from exc
+    if b"\x00" in data:
+        raise _fail(path, "is a binary file, not YAML or JSON text", "file_binary")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _fail(path, f"is not UTF-8 text (byte {exc.start}); expected YAML or JSON", "file_binary") from exc
+    if not text.strip():
+        raise _fail(path, "is empty; expected a mapping of config keys (see `embedcalc presets show bert-base`)",
+                    "file_empty")
+    return text
+
+
+def parse_mapping(text: str, path: Path) -> dict[str, Any]:
+    """Parse YAML (or JSON, by suffix) into a mapping; syntax errors give the line and column."""
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _fail(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                        "malformed_json") from exc
+    else:
+        try:
+            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise _fail(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
+        except yaml.YAMLError as exc:
+            raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a single {type(data).__name__} value"
+        raise _fail(path, f"holds {kind}; expected a mapping of config keys such as `embed_dim: 768`",
+                    "not_a_mapping")
+    return data
+
+
+def load_mapping(path: Path) -> dict[str, Any]:
+    """Read and parse a config file into a mapping."""
+    return parse_mapping(read_text(path), path)

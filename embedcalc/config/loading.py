@@ -1,0 +1,148 @@
+"""Resolve a TARGET (preset name or config file) plus ``--set`` overrides into a validated :class:`ModelConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
+from embedcalc.config.files import load_mapping
+from embedcalc.config.presets import preset_names, preset_path
+from embedcalc.config.problems import did_you_mean, problems_from_validation
+from embedcalc.config.schema import FIELD_NAMES, ModelConfig
+from embedcalc.errors import ConfigError, Problem
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config and where it came from."""
+
+    target: str
+    config: ModelConfig
+    source: str  # "preset", "file" or "hf"
+    user_keys: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _looks_like_path(target: str) -> bool:
+    return "/" in target or "\\" in target or target.endswith((".yaml", ".yml", ".json")) or Path(target).exists()
+
+
+def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
+    """The raw mapping for a preset name or a file path, with its kind and path."""
+    if _looks_like_path(target):
+        path = Path(target)
+        return load_mapping(path), "file", path
+    path_or_none = preset_path(target)
+    if path_or_none is None:
+        names = preset_names()
+        message = (
+            f"unknown preset {target!r}{did_you_mean(target, names)}; presets: {', '.join(names)}. "
+            "A config file path works too (YAML or JSON)."
+        )
+        raise ConfigError(message, [Problem(target, message, "unknown_preset")], "unknown_preset")
+    return load_mapping(path_or_none), "preset", path_or_none
+
+
+def normalise_keys(raw: dict[Any, Any], where: str = "") -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
+    """Map aliases onto canonical field names; report unknown and doubly given keys.
+
+    Returns the canonical mapping, canonical -> key-as-written, and the problems found.
+    """
+    data: dict[str, Any] = {}
+    user_keys: dict[str, str] = {}
+    problems: list[Problem] = []
+    known = list(FIELD_NAMES) + list(ALIAS_TO_FIELD)
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            problems.append(Problem(f"{where}{key!r}", f"key {key!r} is not a string", "key_not_string"))
+            continue
+        name = canonical_key(key)
+        if name not in FIELD_NAMES:
+            problems.append(
+                Problem(f"{where}{key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
+            )
+            continue
+        if name in data:
+            problems.append(
+                Problem(
+                    f"{where}{key}",
+                    f"{key!r} and {user_keys[name]!r} both set {name}; keep one",
+                    "duplicate_key",
+                )
+            )
+            continue
+        data[name] = value
+        user_keys[name] = key
+    return data, user_keys, problems
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` -> (key, value), the value read as a YAML scalar (``16`` is an int, ``true`` a bool)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(
+            f"--set {text!r}: expected key=value, e.g. --set num_heads=16",
+            [Problem(f"--set {text}", "expected key=value", "bad_override")],
+            "bad_override",
+        )
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    if isinstance(parsed, dict | list):
+        parsed = value  # a scalar was meant; let validation report the type
+    return key, parsed
+
+
+def apply_overrides(
+    data: dict[str, Any], user_keys: dict[str, str], overrides: list[str]
+) -> list[Problem]:
+    """Apply ``--set`` overrides in order (in place); an override's key is reported as ``--set key``."""
+    problems: list[Problem] = []
+    known = list(FIELD_NAMES) + list(ALIAS_TO_FIELD)
+    for text in overrides:
+        key, value = parse_override(text)
+        name = canonical_key(key)
+        if name not in FIELD_NAMES:
+            problems.append(
+                Problem(f"--set {key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
+            )
+            continue
+        data[name] = value
+        user_keys[name] = f"--set {key}"
+    return problems
+
+
+def validate_config(
+    data: dict[str, Any], user_keys: dict[str, str], problems: list[Problem], origin: str
+) -> ModelConfig:
+    """Validate the canonical mapping; raise one ConfigError carrying every problem found."""
+    try:
+        config = ModelConfig.model_validate(data, context={"keys": user_keys})
+    except ValidationError as exc:
+        problems = problems + problems_from_validation(exc, user_keys)
+        config = None
+    if problems or config is None:
+        lines = "\n".join(f"  {p.path}: {p.message}" if not p.message.startswith(p.path) else f"  {p.message}"
+                          for p in problems)
+        noun = "problem" if len(problems) == 1 else "problems"
+        raise ConfigError(f"{origin}: {len(problems)} {noun}\n{lines}", problems)
+    return config
+
+
+def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
+    """Load, override and validate TARGET (a preset name or a YAML/JSON config file)."""
+    raw, source, path = resolve_target(target)
+    origin = target if source == "preset" else str(path)
+    data, user_keys, problems = normalise_keys(raw)
+    problems += apply_overrides(data, user_keys, overrides or [])
+    if source == "preset" and "name" not in data:
+        data["name"] = target
+    config = validate_config(data, user_keys, problems, origin)
+    return LoadedConfig(target=target, config=config, source=source, user_keys=user_keys)

@@ -1,0 +1,26 @@
+"""The shipped presets: ``presets/*.yaml`` in a checkout, ``embedcalc/presets/*.yaml`` inside a wheel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def presets_dir() -> Path:
+    """Where the preset YAML files are: inside the installed package, else the source checkout's ``presets/``."""
+    packaged = _PACKAGE_DIR / "presets"
+    if packaged.is_dir():
+        return packaged
+    return _PACKAGE_DIR.parent / "presets"
+
+
+def preset_names() -> list[str]:
+    """Names of all shipped presets, sorted."""
+    return sorted(p.stem for p in presets_dir().glob("*.yaml"))
+
+
+def preset_path(name: str) -> Path | None:
+    """The preset file for ``name``, or None if there is no such preset."""
+    path = presets_dir() / f"{name}.yaml"
+    return path if path.is_file() else None

@@ -1,0 +1,99 @@
+"""Turn pydantic validation errors into :class:`~embedcalc.errors.Problem` records that name the user's key.
+
+pydantic's own wording ("Input should be a valid integer") is replaced by messages that say what was given, what
+is expected and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from embedcalc.errors import Problem
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"{value!r} (a boolean)"
+    if isinstance(value, str):
+        return f"{value!r} (a string)"
+    if isinstance(value, float):
+        return f"{value!r} (a float)"
+    if value is None:
+        return "null"
+    if isinstance(value, list | dict):
+        return f"a {type(value).__name__}"
+    return repr(value)
+
+
+def _integer_hint(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"; write {int(value)} without the decimal point"
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return f"; write {value.strip()} without quotes"
+    if isinstance(value, bool):
+        return "; booleans are not sizes"
+    return ""
+
+
+def _message(error: Mapping[str, Any], key: str) -> str:
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"{key} must be a positive integer, got {_describe(value)}{_integer_hint(value)}"
+    if kind in ("greater_than", "greater_than_equal"):
+        bound = ctx.get("gt", ctx.get("ge"))
+        word = "greater than" if kind == "greater_than" else "at least"
+        return f"{key} must be {word} {bound}, got {_describe(value)}"
+    if kind in ("less_than", "less_than_equal"):
+        bound = ctx.get("lt", ctx.get("le"))
+        word = "less than" if kind == "less_than" else "at most"
+        return f"{key} must be {word} {bound}, got {_describe(value)}"
+    if kind == "bool_type":
+        return f"{key} must be true or false, got {_describe(value)}"
+    if kind in ("float_type", "float_parsing"):
+        return f"{key} must be a number, got {_describe(value)}"
+    if kind in ("string_type",):
+        return f"{key} must be a string, got {_describe(value)}"
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        choices = [c.strip().strip("'") for c in str(expected).replace(" or ", ",").split(",") if c.strip()]
+        close = difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"{key} must be one of {', '.join(choices)}, got {_describe(value)}{hint}"
+    if kind == "missing":
+        return f"{key} is required"
+    return f"{key}: {error['msg']}"
+
+
+def problems_from_validation(
+    exc: ValidationError, user_keys: Mapping[str, str], prefix: str = ""
+) -> list[Problem]:
+    """One :class:`Problem` per pydantic error; ``path`` is the key the user wrote (``n_head``, not ``num_heads``)."""
+    out = []
+    for error in exc.errors():
+        loc = error["loc"]
+        field = str(loc[0]) if loc else ""
+        key = user_keys.get(field, field)
+        path = prefix + key if key else prefix.rstrip(".") or "(config)"
+        text = error["msg"] if error["type"] not in _STANDARD_TYPES else _message(error, key)
+        out.append(Problem(path=path, message=text, code=str(error["type"])))
+    return out
+
+
+_STANDARD_TYPES = frozenset(
+    {
+        "int_type", "int_parsing", "int_from_float", "greater_than", "greater_than_equal", "less_than",
+        "less_than_equal", "bool_type", "float_type", "float_parsing", "string_type", "literal_error", "missing",
+    }
+)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,292 @@
+"""The config schema (DESIGN.md §3): one frozen pydantic model for encoders, decoders and encoder-decoders.
+
+Per-field bounds live on the fields; rules that span fields are field validators on the field at fault, so the
+error path names it. Fields are declared in the order those validators need (a validator sees only fields declared
+before its own). Defaults that depend on the architecture are ``None`` here and resolved by the ``resolved_*``
+properties, so a config round-trips exactly as written.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from embedcalc.analysis.heads import divisors, nearest_divisible, nearest_valid_heads
+
+Architecture = Literal["encoder", "decoder", "encoder-decoder"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
+Norm = Literal["layernorm", "rmsnorm"]
+NormPlacement = Literal["post", "pre"]
+Position = Literal["learned", "sinusoidal", "rope", "relative", "none"]
+
+GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
+
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+def _key(info: ValidationInfo, field: str) -> str:
+    """The key the user wrote for ``field`` (an alias such as ``n_head``), from the validation context."""
+    keys = (info.context or {}).get("keys", {})
+    return str(keys.get(field, field))
+
+
+def _fmt_list(values: list[int]) -> str:
+    return " or ".join(str(v) for v in values)
+
+
+class ModelConfig(BaseModel):
+    """A Transformer's shape: everything that decides its parameters, FLOPs and memory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    name: str | None = Field(default=None, description="A label for tables and JSON output.")
+    architecture: Architecture = Field(
+        description="encoder (BERT), decoder (GPT, causal) or encoder-decoder (the original Transformer, T5)."
+    )
+    vocab_size: PositiveInt = Field(description="Number of tokens in the vocabulary (rows of the token embedding).")
+    max_seq_len: PositiveInt = Field(
+        description="Context the model is built for; the size of the learned position table when position=learned."
+    )
+    embed_dim: PositiveInt = Field(description="Width of every token vector (d_model, hidden_size, n_embd).")
+    num_layers: PositiveInt = Field(
+        description="Transformer blocks in the stack; for encoder-decoder, the encoder's blocks."
+    )
+    num_decoder_layers: PositiveInt | None = Field(
+        default=None, description="Decoder blocks of an encoder-decoder; default num_layers. Encoder-decoder only."
+    )
+    position: Position = Field(
+        default="learned",
+        description=(
+            "Position encoding: learned table (BERT, GPT-2), fixed sinusoidal (Vaswani 2017), rope (rotary, "
+            "LLaMA), relative (T5 bucketed bias, first layer of each stack) or none."
+        ),
+    )
+    head_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Width of one attention head; default embed_dim / num_heads. When given, num_heads * head_dim may "
+            "differ from embed_dim (T5-style)."
+        ),
+    )
+    num_heads: PositiveInt = Field(description="Query heads per attention layer (nhead, num_attention_heads).")
+    num_kv_heads: PositiveInt | None = Field(
+        default=None,
+        description="Key/value heads; default num_heads. Fewer is grouped-query attention (GQA), 1 is multi-query.",
+    )
+    ffn_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Inner width of the feed-forward block; default 4 * embed_dim. Gated activations (swiglu, geglu) use "
+            "three embed_dim x ffn_dim matrices."
+        ),
+    )
+    activation: Activation = Field(default="gelu", description="FFN activation; swiglu and geglu are gated.")
+    norm: Norm = Field(default="layernorm", description="layernorm (weight and bias) or rmsnorm (weight only).")
+    norm_placement: NormPlacement | None = Field(
+        default=None,
+        description=(
+            "post: norm after each residual add (original Transformer, BERT). pre: norm before each sublayer and a "
+            "final norm at the end of each stack (GPT-2, LLaMA). Default post, pre for decoders."
+        ),
+    )
+    embedding_norm: bool | None = Field(
+        default=None,
+        description="A norm right after the embeddings (BERT has one). Default true for encoders, else false.",
+    )
+    type_vocab_size: NonNegativeInt = Field(
+        default=0, description="Rows of the segment (token type) embedding, BERT uses 2; 0 for none."
+    )
+    bias: bool = Field(default=True, description="Biases in the linear layers (attention, FFN, pooler).")
+    tie_embeddings: bool = Field(
+        default=True,
+        description=(
+            "The LM head reuses the token embedding (no extra parameters). Encoder-decoders always share one "
+            "token table between encoder and decoder."
+        ),
+    )
+    pooler: bool | None = Field(
+        default=None,
+        description="BERT pooler (dense + tanh on the first token). Encoder only; default true for encoders.",
+    )
+    lm_head: bool | None = Field(
+        default=None,
+        description="Output projection to the vocabulary on every position. Default false for encoders, else true.",
+    )
+    relative_attention_num_buckets: PositiveInt = Field(
+        default=32,
+        description="Buckets of the relative position bias (position=relative): buckets x num_heads parameters.",
+    )
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")
+
+    # --- cross-field rules, each on the field at fault ---------------------------------------------------------
+
+    @field_validator("num_decoder_layers")
+    @classmethod
+    def _decoder_layers_need_encoder_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
+        arch = info.data.get("architecture")
+        if value is not None and arch is not None and arch != "encoder-decoder":
+            raise PydanticCustomError(
+                "decoder_layers_need_encoder_decoder",
+                "{key} ({value}) only applies to architecture encoder-decoder, not {arch}; use {layers} instead",
+                {"key": _key(info, "num_decoder_layers"), "value": value, "arch": arch,
+                 "layers": _key(info, "num_layers")},
+            )
+        return value
+
+    @field_validator("head_dim")
+    @classmethod
+    def _head_dim_even_for_rope(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value % 2 and info.data.get("position") == "rope":
+            raise PydanticCustomError(
+                "rope_head_dim_odd",
+                "{key} ({value}) must be even for position rope, which rotates channel pairs; use {lo} or {hi}",
+                {"key": _key(info, "head_dim"), "value": value, "lo": value - 1, "hi": value + 1},
+            )
+        return value
+
+    @field_validator("num_heads")
+    @classmethod
+    def _heads_divide_embed_dim(cls, value: int, info: ValidationInfo) -> int:
+        embed_dim = info.data.get("embed_dim")
+        if embed_dim is None or "head_dim" not in info.data:
+            return value  # embed_dim or head_dim is itself invalid and reported on its own
+        if info.data["head_dim"] is not None:
+            return value
+        if embed_dim % value:
+            below, above = nearest_divisible(embed_dim, value)
+            dims = [d for d in (below, above) if d > 0]
+            heads = nearest_valid_heads(embed_dim, value)
+            raise PydanticCustomError(
+                "heads_indivisible",
+                "{key} ({value}) must divide {dim_key} ({dim}): head_dim would be {hd}. Use {key} {heads} "
+                "(head_dim {hds}), or {dim_key} {dims} to keep {value} heads, or set head_dim explicitly",
+                {
+                    "key": _key(info, "num_heads"), "value": value, "dim_key": _key(info, "embed_dim"),
+                    "dim": embed_dim, "hd": f"{embed_dim / value:.2f}", "heads": _fmt_list(heads),
+                    "hds": _fmt_list([embed_dim // h for h in heads]), "dims": _fmt_list(dims),
+                    "nearest_heads": heads, "nearest_embed_dims": dims,
+                },
+            )
+        head_dim = embed_dim // value
+        if head_dim % 2 and info.data.get("position") == "rope":
+            raise PydanticCustomError(
+                "rope_head_dim_odd",
+                "head_dim = {dim_key} / {key} = {dim} / {value} = {hd} must be even for position rope, which "
+                "rotates channel pairs; choose {key} so that the quotient is even, or set head_dim explicitly",
+                {"key": _key(info, "num_heads"), "value": value, "dim_key": _key(info, "embed_dim"),
+                 "dim": embed_dim, "hd": head_dim},
+            )
+        return value
+
+    @field_validator("num_kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, value: int | None, info: ValidationInfo) -> int | None:
+        heads = info.data.get("num_heads")
+        if value is None or heads is None:
+            return value
+        if heads % value:
+            valid = divisors(heads)
+            nearest = sorted((v for v in valid if v != value), key=lambda v: (abs(v - value), v))[:2]
+            raise PydanticCustomError(
+                "kv_heads_indivisible",
+                "{key} ({value}) must divide {heads_key} ({heads}) so that each key/value head serves a whole "
+                "group of query heads; use {key} {nearest} (valid: {valid})",
+                {"key": _key(info, "num_kv_heads"), "value": value, "heads_key": _key(info, "num_heads"),
+                 "heads": heads, "nearest": _fmt_list(nearest), "valid": ", ".join(map(str, valid))},
+            )
+        return value
+
+    @field_validator("pooler")
+    @classmethod
+    def _pooler_needs_encoder(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        arch = info.data.get("architecture")
+        if value and arch is not None and arch != "encoder":
+            raise PydanticCustomError(
+                "pooler_needs_encoder",
+                "{key} is only built for architecture encoder (BERT), not {arch}; set {key}: false",
+                {"key": _key(info, "pooler"), "arch": arch},
+            )
+        return value
+
+    # --- resolved values ----------------------------------------------------------------------------------------
+
+    @property
+    def resolved_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.embed_dim // self.num_heads
+
+    @property
+    def resolved_kv_heads(self) -> int:
+        return self.num_kv_heads if self.num_kv_heads is not None else self.num_heads
+
+    @property
+    def resolved_ffn_dim(self) -> int:
+        return self.ffn_dim if self.ffn_dim is not None else 4 * self.embed_dim
+
+    @property
+    def resolved_decoder_layers(self) -> int:
+        if self.architecture != "encoder-decoder":
+            return 0
+        return self.num_decoder_layers if self.num_decoder_layers is not None else self.num_layers
+
+    @property
+    def resolved_norm_placement(self) -> NormPlacement:
+        if self.norm_placement is not None:
+            return self.norm_placement
+        return "pre" if self.architecture == "decoder" else "post"
+
+    @property
+    def resolved_embedding_norm(self) -> bool:
+        if self.embedding_norm is not None:
+            return self.embedding_norm
+        return self.architecture == "encoder"
+
+    @property
+    def resolved_pooler(self) -> bool:
+        if self.pooler is not None:
+            return self.pooler
+        return self.architecture == "encoder"
+
+    @property
+    def resolved_lm_head(self) -> bool:
+        if self.lm_head is not None:
+            return self.lm_head
+        return self.architecture != "encoder"
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the concatenated query heads (num_heads * head_dim)."""
+        return self.num_heads * self.resolved_head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the concatenated key (or value) heads (num_kv_heads * head_dim)."""
+        return self.resolved_kv_heads * self.resolved_head_dim
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.architecture}-d{self.embed_dim}-L{self.num_layers}"
+
+    def derived(self) -> dict[str, Any]:
+        """Values that follow from the config, shown by ``check`` and in JSON ``derived``."""
+        return {
+            "head_dim": self.resolved_head_dim,
+            "num_kv_heads": self.resolved_kv_heads,
+            "kv_groups": self.num_heads // self.resolved_kv_heads,
+            "ffn_dim": self.resolved_ffn_dim,
+            "ffn_ratio": round(self.resolved_ffn_dim / self.embed_dim, 4),
+            "num_decoder_layers": self.resolved_decoder_layers or None,
+            "norm_placement": self.resolved_norm_placement,
+            "embedding_norm": self.resolved_embedding_norm,
+            "pooler": self.resolved_pooler,
+            "lm_head": self.resolved_lm_head,
+        }
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(ModelConfig.model_fields)

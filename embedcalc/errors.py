@@ -1,0 +1,64 @@
+"""The package's exit codes, its one error class and the problem records errors carry.
+
+Library code raises :class:`EmbedcalcError`; only ``cli/`` turns it into a message on stderr and an exit code
+(DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, DESIGN.md §6."""
+
+    OK = 0
+    RUNTIME = 1
+    USAGE = 2
+    INVALID_CONFIG = 3
+    ENVIRONMENT = 4
+    OVER_BUDGET = 5
+    INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where (``path``), what and how to fix it (``message``), a stable ``code``."""
+
+    path: str
+    message: str
+    code: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message, "code": self.code}
+
+
+@dataclass
+class EmbedcalcError(Exception):
+    """An error the user can act on; ``exit_code`` says which kind (DESIGN.md §6)."""
+
+    message: str
+    exit_code: ExitCode = ExitCode.RUNTIME
+    problems: list[Problem] = field(default_factory=list)
+    code: str = "error"
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(EmbedcalcError):
+    """The config (file, preset or ``--set`` override) is invalid: exit 3."""
+
+    def __init__(self, message: str, problems: list[Problem] | None = None, code: str = "invalid_config"):
+        super().__init__(message, ExitCode.INVALID_CONFIG, problems or [], code)
+
+
+class UnsupportedEnvironmentError(EmbedcalcError):
+    """The environment cannot do what was asked (no torch, no CUDA, not enough memory): exit 4."""
+
+    def __init__(self, message: str, code: str = "environment"):
+        super().__init__(message, ExitCode.ENVIRONMENT, [], code)
