@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Head counts seen in published models; `embedcalc heads` marks them as the usual choices.
+# head_dim values of published models (BERT, GPT-2/3, LLaMA: 64 or 128); `embedcalc heads` marks them.
 USUAL_HEAD_DIMS = (64, 128)
 # FlashAttention-2 supports head dimensions up to 256 (Dao 2023, README "head dimensions up to 256").
 FLASH_ATTENTION_MAX_HEAD_DIM = 256
@@ -45,6 +45,7 @@ class HeadChoice:
     num_heads: int
     head_dim: int
     multiple_of_8: bool
+    multiple_of_16: bool
     multiple_of_64: bool
     flash_ok: bool
     usual: bool
@@ -60,6 +61,7 @@ def head_choices(embed_dim: int) -> list[HeadChoice]:
                 num_heads=h,
                 head_dim=hd,
                 multiple_of_8=hd % 8 == 0,
+                multiple_of_16=hd % 16 == 0,
                 multiple_of_64=hd % 64 == 0,
                 flash_ok=hd <= FLASH_ATTENTION_MAX_HEAD_DIM,
                 usual=hd in USUAL_HEAD_DIMS,

@@ -1,0 +1,65 @@
+"""One config's full cost for one workload: the result object the CLI renders (tables or DESIGN.md §5 JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.crossover import crossover_seq_len
+from embedcalc.analysis.flops import FlopsEstimate, forward_flops
+from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.schema import ModelConfig
+from embedcalc.errors import Problem
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Params, FLOPs and memory of ``config`` on ``workload``."""
+
+    target: str
+    config: ModelConfig
+    workload: Workload
+    params: Breakdown
+    flops: FlopsEstimate
+    memory: MemoryEstimate
+    crossover_seq_len: int | float
+    warnings: list[Problem] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of DESIGN.md §5."""
+        return {
+            "target": self.target,
+            "config": self.config.model_dump(mode="json"),
+            "derived": self.config.derived(),
+            "params": {"total": self.params.total, "breakdown": self.params.as_dict()},
+            "flops": {
+                "forward": self.flops.forward,
+                "forward_causal": self.flops.forward_causal,
+                "training_step": self.flops.training_step,
+                "attention_scores": self.flops.attention_score_flops,
+                "attention_score_share": self.flops.attention_score_share,
+                "breakdown": self.flops.breakdown.as_dict(),
+                "elementwise_estimate": self.flops.elementwise.as_dict(),
+            },
+            "memory": {**self.memory.as_dict(), "activations_breakdown": self.memory.activations.as_dict()},
+            "crossover_seq_len": self.crossover_seq_len,
+            "warnings": [w.as_dict() for w in self.warnings],
+        }
+
+
+def analyze(target: str, config: ModelConfig, workload: Workload, warnings: list[Problem] | None = None) -> Analysis:
+    """Count everything for one config and workload."""
+    params = count_params(config)
+    return Analysis(
+        target=target,
+        config=config,
+        workload=workload,
+        params=params,
+        flops=forward_flops(config, workload),
+        memory=estimate_memory(config, workload, params.total),
+        crossover_seq_len=crossover_seq_len(config),
+        warnings=list(warnings or []),
+    )

@@ -1,0 +1,63 @@
+"""``embedcalc presets`` lists the shipped presets; ``embedcalc presets show NAME`` prints one as YAML."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from embedcalc.analysis.params import count_params
+from embedcalc.cli import output
+from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors, load
+from embedcalc.config.presets import preset_names, preset_path
+from embedcalc.config.problems import did_you_mean
+from embedcalc.errors import ConfigError, Problem
+
+app = typer.Typer(help="List the shipped presets, or show one.", no_args_is_help=False)
+
+
+@app.callback(invoke_without_command=True)
+@handle_errors("presets")
+def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) -> None:
+    """List the shipped presets with their size."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rows = []
+    for name in preset_names():
+        config = load(name, None).config
+        rows.append({"name": name, "architecture": config.architecture, "params": count_params(config).total,
+                     "embed_dim": config.embed_dim, "num_heads": config.num_heads,
+                     "num_layers": config.num_layers + config.resolved_decoder_layers})
+    if format is OutputFormat.json:
+        output.emit_json("presets", rows)
+        return
+    from rich.table import Table
+
+    from embedcalc.render import units
+
+    table = Table(title="Presets", title_justify="left", caption="`embedcalc presets show NAME` prints one")
+    for col in ("name", "architecture", "params", "", "embed_dim", "num_heads", "num_layers"):
+        table.add_column(col, justify="left" if col in ("name", "architecture") else "right")
+    for r in rows:
+        table.add_row(str(r["name"]), str(r["architecture"]), units.count(int(r["params"])),
+                      units.si(int(r["params"])), str(r["embed_dim"]), str(r["num_heads"]), str(r["num_layers"]))
+    output.stdout.print(table)
+
+
+@app.command("show")
+@handle_errors("presets show")
+def show_preset(
+    name: Annotated[str, typer.Argument(help="Preset name.")],
+    format: FormatOption = OutputFormat.table,
+) -> None:
+    """Print one preset as YAML (with its sources), or as JSON with --format json."""
+    path = preset_path(name)
+    if path is None:
+        names = preset_names()
+        message = f"unknown preset {name!r}{did_you_mean(name, names)}; presets: {', '.join(names)}"
+        raise ConfigError(message, [Problem(name, message, "unknown_preset")], "unknown_preset")
+    if format is OutputFormat.json:
+        output.emit_json("presets show", [{"name": name, "config": load(name, None).config.model_dump(mode="json")}])
+        return
+    sys.stdout.write(path.read_text(encoding="utf-8"))

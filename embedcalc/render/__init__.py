@@ -1,0 +1,1 @@
+"""Presentation: units, rich tables, CSV/Markdown. The only package that imports rich."""

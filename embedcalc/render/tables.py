@@ -1,0 +1,177 @@
+"""Rich tables for analysis results: right-aligned numbers, units, subtotals, totals, the convention in the caption."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.heads import HeadChoice
+from embedcalc.analysis.report import Analysis
+from embedcalc.render import units
+
+PARAMS_CAPTION = "Trainable parameters; tied weights counted once; fixed buffers (sinusoidal tables) excluded."
+FLOPS_CAPTION = (
+    "FLOPs = 2 per multiply-accumulate, matmuls only (what torch's FlopCounterMode counts); full n×n scores; "
+    "training step = 3 × forward. ★ marks the O(n²·d) attention-score terms."
+)
+
+
+def _group_rows(table: Table, breakdown: Breakdown, fmt: type[str] | object, score_marker: bool = False) -> None:
+    total = breakdown.total or 1
+    current = None
+    groups = breakdown.group(1)
+    for key, value in breakdown.items():
+        group = key.split("/")[0]
+        if group != current and "/" in key:
+            current = group
+            table.add_row(f"[bold]{group}[/]", f"[bold]{units.count(groups[group])}[/]",
+                          f"[bold]{units.percent(groups[group] / total)}[/]", style="")
+        elif "/" not in key:
+            current = group
+        label = key if "/" not in key else "  " + key.split("/", 1)[1]
+        if score_marker and key.rsplit("/", 1)[-1] in ("scores", "context"):
+            label += " ★"
+        table.add_row(label, units.count(value), units.percent(value / total))
+
+
+def params_table(a: Analysis) -> Table:
+    table = Table(title=f"Parameters — {a.target}", caption=PARAMS_CAPTION, title_justify="left")
+    table.add_column("component")
+    table.add_column("params", justify="right")
+    table.add_column("share", justify="right")
+    _group_rows(table, a.params, str)
+    table.add_section()
+    table.add_row("[bold]total[/]", f"[bold]{units.count(a.params.total)}[/]",
+                  f"[bold]{units.si(a.params.total)}[/]")
+    return table
+
+
+def flops_table(a: Analysis) -> Table:
+    w = a.workload
+    tgt = f", tgt_len {w.tgt_len}" if w.tgt_len is not None else ""
+    table = Table(title=f"Forward FLOPs — {a.target} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
+                  caption=FLOPS_CAPTION, title_justify="left")
+    table.add_column("component")
+    table.add_column("FLOPs", justify="right")
+    table.add_column("share", justify="right")
+    _group_rows(table, a.flops.breakdown, str, score_marker=True)
+    table.add_section()
+    f = a.flops
+    table.add_row("[bold]forward[/]", f"[bold]{units.count(f.forward)}[/]", f"[bold]{units.flops(f.forward)}[/]")
+    table.add_row("attention scores ★ (n²)", units.count(f.attention_score_flops),
+                  units.percent(f.attention_score_share))
+    if f.forward_causal is not None:
+        table.add_row("forward, causal half of scores", units.count(f.forward_causal), units.flops(f.forward_causal))
+    table.add_row("training step (3 × forward)", units.count(f.training_step), units.flops(f.training_step))
+    elementwise = f.elementwise.total
+    table.add_row("[dim]element-wise estimate (not in total)[/]", f"[dim]{units.count(elementwise)}[/]",
+                  f"[dim]{units.flops(elementwise)}[/]")
+    table.add_row("attention crossover n*", str(a.crossover_seq_len), "tokens")
+    return table
+
+
+def memory_table(a: Analysis) -> Table:
+    w = a.workload
+    table = Table(title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}", title_justify="left",
+                  caption=_memory_caption(a))
+    table.add_column("kind")
+    table.add_column("bytes", justify="right")
+    table.add_column("size", justify="right")
+    memory = a.memory.as_dict()
+    for key, value in memory.items():
+        if key == "total_bytes":
+            continue
+        if value or key in ("weights_bytes", "activations_bytes"):
+            table.add_row(key.removesuffix("_bytes").replace("_", " "), units.count(value), units.binary_bytes(value))
+    for key, value in a.memory.activations.items():
+        table.add_row(f"  [dim]activations: {key}[/]", f"[dim]{units.count(value)}[/]",
+                      f"[dim]{units.binary_bytes(value)}[/]")
+    table.add_section()
+    total = memory["total_bytes"]
+    table.add_row("[bold]total[/]", f"[bold]{units.count(total)}[/]", f"[bold]{units.binary_bytes(total)}[/]")
+    return table
+
+
+def _memory_caption(a: Analysis) -> str:
+    if a.workload.mode == "training":
+        recipe = "fp32: 4+4+8 B/param" if a.workload.dtype == "float32" else "mixed precision: 2+2+12 B/param"
+        return (f"Weights + gradients + AdamW ({recipe}) + saved activations (Korthikanti et al. 2022, "
+                f"recompute {a.workload.recompute}).")
+    return "Weights + KV cache + peak activations of one forward pass (estimate; see `embedcalc analyze --help`)."
+
+
+def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], list[int | float | str | None]]]:
+    """(label, formatted cells, raw values) per row; shared by the table, CSV and Markdown renderings."""
+    rows: list[tuple[str, list[str], list[int | float | str | None]]] = []
+
+    def row(label: str, values: list[int | float | str | None], fmt: object = units.count) -> None:
+        cells = ["—" if v is None else (fmt(v) if callable(fmt) and not isinstance(v, str) else str(v))
+                 for v in values]
+        rows.append((label, cells, values))
+
+    row("architecture", [a.config.architecture for a in analyses])
+    row("embed_dim", [a.config.embed_dim for a in analyses])
+    row("num_heads / head_dim", [f"{a.config.num_heads} / {a.config.resolved_head_dim}" for a in analyses])
+    row("num_kv_heads", [a.config.resolved_kv_heads for a in analyses])
+    row("layers", [a.config.num_layers + a.config.resolved_decoder_layers for a in analyses])
+    row("ffn_dim", [a.config.resolved_ffn_dim for a in analyses])
+    row("vocab_size", [a.config.vocab_size for a in analyses])
+    row("params", [a.params.total for a in analyses])
+    groups = []
+    for a in analyses:
+        for g in a.params.group(1):
+            if g not in groups:
+                groups.append(g)
+    for g in groups:
+        row(f"  params: {g}", [a.params.group(1).get(g, 0) for a in analyses])
+    row("forward FLOPs", [a.flops.forward for a in analyses])
+    row("  attention scores (n²)", [a.flops.attention_score_flops for a in analyses])
+    row("  attention score share", [a.flops.attention_score_share for a in analyses], units.percent)
+    row("forward FLOPs, causal", [a.flops.forward_causal for a in analyses])
+    row("training step FLOPs", [a.flops.training_step for a in analyses])
+    row("crossover seq_len n*", [a.crossover_seq_len for a in analyses], str)
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+                "total_bytes"):
+        row(key, [a.memory.as_dict()[key] for a in analyses], units.binary_bytes)
+    return rows
+
+
+def compare_table(analyses: Sequence[Analysis]) -> Table:
+    w = analyses[0].workload
+    table = Table(title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.dtype}, {w.mode}",
+                  caption=PARAMS_CAPTION + " " + FLOPS_CAPTION, title_justify="left")
+    table.add_column("")
+    for a in analyses:
+        table.add_column(a.target, justify="right")
+    for label, cells, _ in compare_rows(analyses):
+        table.add_row(label, *cells)
+    return table
+
+
+def check_table(target: str, derived: dict[str, object], params: int) -> Table:
+    table = Table(title=f"{target}: valid", title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for key, value in derived.items():
+        if value is not None:
+            table.add_row(key, str(value))
+    table.add_row("params", f"{units.count(params)} ({units.si(params)})")
+    return table
+
+
+def heads_table(embed_dim: int, choices: Sequence[HeadChoice]) -> Table:
+    table = Table(title=f"Valid num_heads for embed_dim {embed_dim}", title_justify="left",
+                  caption="✓ usual: head_dim 64 or 128 · ×8/×16/×64: tensor-core alignment · "
+                          "flash: head_dim ≤ 256 (FlashAttention-2)")
+    for name in ("num_heads", "head_dim"):
+        table.add_column(name, justify="right")
+    for name in ("×8", "×16", "×64", "flash", "usual"):
+        table.add_column(name, justify="center")
+    mark = {True: "✓", False: ""}
+    for c in choices:
+        table.add_row(str(c.num_heads), str(c.head_dim), mark[c.multiple_of_8], mark[c.multiple_of_16],
+                      mark[c.multiple_of_64], mark[c.flash_ok], mark[c.usual],
+                      style="bold" if c.usual else None)
+    return table
