@@ -63,8 +63,11 @@ class MemoryEstimate:
     @property
     def total_bytes(self) -> int:
         return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.kv_cache_bytes
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.kv_cache_bytes
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -108,7 +111,13 @@ def _attention_saved(
     config: ModelConfig, workload: Workload, b: int, n: int, n_kv: int, keys: tuple[str, str]
 ) -> list[tuple[str, int]]:
     """Saved bytes of one attention sublayer (queries on n tokens, keys/values on n_kv tokens)."""
-    e, d, q, kv, h = workload.activation_bytes, config.embed_dim, config.q_dim, config.kv_dim, config.num_heads
+    e, d, q, kv, h = (
+        workload.activation_bytes,
+        config.embed_dim,
+        config.q_dim,
+        config.kv_dim,
+        config.num_heads,
+    )
     dropout = config.dropout > 0
     linear_key, score_key = keys
     linear = e * b * n * d + e * b * n * q + e * b * n_kv * 2 * kv + e * b * n * q
@@ -134,7 +143,9 @@ def _layer_saved(config: ModelConfig, workload: Workload, stack: Stack) -> list[
     terms = _attention_saved(config, workload, b, n, n, ("attention/linear", "attention/scores"))
     norms = 2
     if stack.cross_attention:
-        terms += _attention_saved(config, workload, b, n, n_mem, ("cross_attention/linear", "cross_attention/scores"))
+        terms += _attention_saved(
+            config, workload, b, n, n_mem, ("cross_attention/linear", "cross_attention/scores")
+        )
         norms = 3
     ffn = e * t * d + e * t * f * (4 if config.gated else 2)
     if config.dropout > 0:

@@ -62,7 +62,10 @@ def count_params(config: ModelConfig) -> Breakdown:
         out.add("embedding/norm", len(all_stacks) * norm_params(config))
     for stack in all_stacks:
         if config.position == "relative":
-            out.add(f"{stack.name}/attention/relative_bias", config.relative_attention_num_buckets * config.num_heads)
+            out.add(
+                f"{stack.name}/attention/relative_bias",
+                config.relative_attention_num_buckets * config.num_heads,
+            )
         for key, count in _block_params(config, stack):
             out.add(f"{stack.name}/{key}", stack.num_layers * count)
         if config.resolved_norm_placement == "pre":

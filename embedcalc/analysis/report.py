@@ -50,7 +50,9 @@ class Analysis:
         }
 
 
-def analyze(target: str, config: ModelConfig, workload: Workload, warnings: list[Problem] | None = None) -> Analysis:
+def analyze(
+    target: str, config: ModelConfig, workload: Workload, warnings: list[Problem] | None = None
+) -> Analysis:
     """Count everything for one config and workload."""
     params = count_params(config)
     return Analysis(

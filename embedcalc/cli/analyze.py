@@ -10,8 +10,21 @@ from embedcalc.analysis.report import Analysis, analyze
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
-    AttentionChoice, AttentionOption, BatchOption, DtypeChoice, DtypeOption, FormatOption, ModeChoice, ModeOption,
-    OutputFormat, SeqOption, SetOption, TgtOption, handle_errors, load, make_workload,
+    AttentionChoice,
+    AttentionOption,
+    BatchOption,
+    DtypeChoice,
+    DtypeOption,
+    FormatOption,
+    ModeChoice,
+    ModeOption,
+    OutputFormat,
+    SeqOption,
+    SetOption,
+    TgtOption,
+    handle_errors,
+    load,
+    make_workload,
 )
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.errors import ConfigError

@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -29,9 +30,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
-    version: Annotated[bool | None, typer.Option("--version", callback=_version, is_eager=True,
-                                                 help="Print the version and exit.")] = None,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")
+    ] = False,
+    version: Annotated[
+        bool | None,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = None,
 ) -> None:
     """embedcalc: Transformer shapes, costs and benchmarks."""
     DEBUG["enabled"] = debug
@@ -47,4 +52,4 @@ app.command("schema")(schema.schema_command)
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    app(prog_name="embedcalc")

@@ -28,16 +28,24 @@ def check_command(
         except ConfigError as exc:
             output.report_error(exc)
             problems += [Problem(f"{target}: {p.path}", p.message, p.code) for p in exc.problems]
-            results.append({"target": target, "valid": False,
-                            "problems": [p.as_dict() for p in exc.problems]})
+            results.append(
+                {"target": target, "valid": False, "problems": [p.as_dict() for p in exc.problems]}
+            )
             continue
         warnings = config_warnings(loaded.config, loaded.user_keys)
         output.warn(warnings, target)
         params = count_params(loaded.config).total
         derived = loaded.config.derived()
-        results.append({"target": target, "valid": True, "config": loaded.config.model_dump(mode="json"),
-                        "derived": derived, "params": {"total": params},
-                        "warnings": [w.as_dict() for w in warnings]})
+        results.append(
+            {
+                "target": target,
+                "valid": True,
+                "config": loaded.config.model_dump(mode="json"),
+                "derived": derived,
+                "params": {"total": params},
+                "warnings": [w.as_dict() for w in warnings],
+            }
+        )
         if format is OutputFormat.table:
             from embedcalc.render.tables import check_table
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -20,19 +20,19 @@ R = TypeVar("R")
 DEBUG = {"enabled": False}
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
 
 
-class CompareFormat(str, Enum):
+class CompareFormat(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
     markdown = "markdown"
 
 
-class DtypeChoice(str, Enum):
+class DtypeChoice(StrEnum):
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -40,41 +40,71 @@ class DtypeChoice(str, Enum):
     int4 = "int4"
 
 
-class ModeChoice(str, Enum):
+class ModeChoice(StrEnum):
     inference = "inference"
     training = "training"
 
 
-class AttentionChoice(str, Enum):
+class AttentionChoice(StrEnum):
     sdpa = "sdpa"
     eager = "eager"
 
 
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override a config field, e.g. --set num_heads=16 "
-                 "(repeatable; aliases such as n_head work)."),
+    typer.Option(
+        "--set",
+        "-s",
+        metavar="KEY=VALUE",
+        help="Override a config field, e.g. --set num_heads=16 (repeatable; aliases such as n_head work).",
+    ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
 BatchOption = Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Sequences per batch.")]
 SeqOption = Annotated[int, typer.Option("--seq-len", "-n", min=1, help="Tokens per sequence (encoder side).")]
 TgtOption = Annotated[
-    int | None, typer.Option("--tgt-len", min=1, help="Decoder tokens of an encoder-decoder (default --seq-len).")
+    int | None,
+    typer.Option("--tgt-len", min=1, help="Decoder tokens of an encoder-decoder (default --seq-len)."),
 ]
-DtypeOption = Annotated[DtypeChoice, typer.Option("--dtype", help="Weights/activations dtype; int8/int4 are "
-                                                  "weight-only (activations float16), inference only.")]
-ModeOption = Annotated[ModeChoice, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")]
-AttentionOption = Annotated[AttentionChoice, typer.Option(
-    "--attention", help="Memory model of attention: eager keeps batch×heads×n² scores, sdpa does not.")]
+DtypeOption = Annotated[
+    DtypeChoice,
+    typer.Option(
+        "--dtype",
+        help="Weights/activations dtype; int8/int4 are weight-only (activations float16), inference only.",
+    ),
+]
+ModeOption = Annotated[
+    ModeChoice, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")
+]
+AttentionOption = Annotated[
+    AttentionChoice,
+    typer.Option(
+        "--attention", help="Memory model of attention: eager keeps batch×heads×n² scores, sdpa does not."
+    ),
+]
 
 
-def make_workload(batch_size: int, seq_len: int, tgt_len: int | None, dtype: DtypeChoice, mode: ModeChoice,
-                  attention: AttentionChoice) -> Workload:
+def make_workload(
+    batch_size: int,
+    seq_len: int,
+    tgt_len: int | None,
+    dtype: DtypeChoice,
+    mode: ModeChoice,
+    attention: AttentionChoice,
+) -> Workload:
     if mode is ModeChoice.training and dtype.value in ("int8", "int4"):
-        raise typer.BadParameter(f"{dtype.value} is a weight-only inference format; train in float32, bfloat16 "
-                                 "or float16", param_hint="'--dtype'")
-    return Workload(batch_size=batch_size, seq_len=seq_len, tgt_len=tgt_len, dtype=dtype.value,  # type: ignore[arg-type]
-                    mode=mode.value, attention=attention.value)  # type: ignore[arg-type]
+        raise typer.BadParameter(
+            f"{dtype.value} is a weight-only inference format; train in float32, bfloat16 or float16",
+            param_hint="'--dtype'",
+        )
+    return Workload(
+        batch_size=batch_size,
+        seq_len=seq_len,
+        tgt_len=tgt_len,
+        dtype=dtype.value,
+        mode=mode.value,
+        attention=attention.value,
+    )
 
 
 def load(target: str, overrides: list[str] | None) -> LoadedConfig:

@@ -12,8 +12,19 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
-    AttentionChoice, AttentionOption, BatchOption, CompareFormat, DtypeChoice, DtypeOption, ModeChoice, ModeOption,
-    SeqOption, SetOption, TgtOption, handle_errors, make_workload,
+    AttentionChoice,
+    AttentionOption,
+    BatchOption,
+    CompareFormat,
+    DtypeChoice,
+    DtypeOption,
+    ModeChoice,
+    ModeOption,
+    SeqOption,
+    SetOption,
+    TgtOption,
+    handle_errors,
+    make_workload,
 )
 from embedcalc.errors import ConfigError, Problem
 
@@ -28,7 +39,9 @@ def compare_command(
     mode: ModeOption = ModeChoice.inference,
     attention: AttentionOption = AttentionChoice.sdpa,
     overrides: SetOption = None,
-    format: Annotated[CompareFormat, typer.Option("--format", "-f", help="Output format.")] = CompareFormat.table,
+    format: Annotated[
+        CompareFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CompareFormat.table,
 ) -> None:
     """Params, FLOPs and memory of several configs side by side (--set applies to every target)."""
     workload = make_workload(batch_size, seq_len, tgt_len, dtype, mode, attention)

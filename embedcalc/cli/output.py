@@ -14,12 +14,19 @@ from embedcalc.errors import EmbedcalcError, Problem
 SCHEMA_VERSION = 1
 
 _width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else None
-stdout = Console(width=_width, soft_wrap=False)
+# Piped output gets a wide console so that tables are never truncated to rich's 80-column default.
+stdout = Console(width=_width or (None if sys.stdout.isatty() else 200), soft_wrap=False)
 stderr = Console(stderr=True, width=_width, highlight=False)
 
 
-def emit_json(command: str, results: list[dict[str, Any]], workload: dict[str, Any] | None = None,
-              problems: list[Problem] | None = None, status: str = "ok", **extra: Any) -> None:
+def emit_json(
+    command: str,
+    results: list[dict[str, Any]],
+    workload: dict[str, Any] | None = None,
+    problems: list[Problem] | None = None,
+    status: str = "ok",
+    **extra: Any,
+) -> None:
     """Write one DESIGN.md §5 envelope to stdout."""
     envelope: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -38,7 +45,9 @@ def warn(problems: list[Problem], target: str | None = None) -> None:
     """Warnings go to stderr, one line each."""
     where = f"{target}: " if target else ""
     for p in problems:
-        stderr.print(f"[yellow]embedcalc: warning:[/] {where}{p.path}: {p.message}", markup=True, soft_wrap=True)
+        stderr.print(
+            f"[yellow]embedcalc: warning:[/] {where}{p.path}: {p.message}", markup=True, soft_wrap=True
+        )
 
 
 def report_error(error: EmbedcalcError) -> None:

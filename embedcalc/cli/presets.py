@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,26 +23,25 @@ def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) 
     """List the shipped presets with their size."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in preset_names():
         config = load(name, None).config
-        rows.append({"name": name, "architecture": config.architecture, "params": count_params(config).total,
-                     "embed_dim": config.embed_dim, "num_heads": config.num_heads,
-                     "num_layers": config.num_layers + config.resolved_decoder_layers})
+        rows.append(
+            {
+                "name": name,
+                "architecture": config.architecture,
+                "params": count_params(config).total,
+                "embed_dim": config.embed_dim,
+                "num_heads": config.num_heads,
+                "num_layers": config.num_layers + config.resolved_decoder_layers,
+            }
+        )
     if format is OutputFormat.json:
         output.emit_json("presets", rows)
         return
-    from rich.table import Table
+    from embedcalc.render.tables import presets_table
 
-    from embedcalc.render import units
-
-    table = Table(title="Presets", title_justify="left", caption="`embedcalc presets show NAME` prints one")
-    for col in ("name", "architecture", "params", "", "embed_dim", "num_heads", "num_layers"):
-        table.add_column(col, justify="left" if col in ("name", "architecture") else "right")
-    for r in rows:
-        table.add_row(str(r["name"]), str(r["architecture"]), units.count(int(r["params"])),
-                      units.si(int(r["params"])), str(r["embed_dim"]), str(r["num_heads"]), str(r["num_layers"]))
-    output.stdout.print(table)
+    output.stdout.print(presets_table(rows))
 
 
 @app.command("show")
@@ -58,6 +57,8 @@ def show_preset(
         message = f"unknown preset {name!r}{did_you_mean(name, names)}; presets: {', '.join(names)}"
         raise ConfigError(message, [Problem(name, message, "unknown_preset")], "unknown_preset")
     if format is OutputFormat.json:
-        output.emit_json("presets show", [{"name": name, "config": load(name, None).config.model_dump(mode="json")}])
+        output.emit_json(
+            "presets show", [{"name": name, "config": load(name, None).config.model_dump(mode="json")}]
+        )
         return
     sys.stdout.write(path.read_text(encoding="utf-8"))

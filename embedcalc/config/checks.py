@@ -13,26 +13,53 @@ FFN_RATIO_RANGE = (1.0, 8.0)
 def config_warnings(config: ModelConfig, user_keys: dict[str, str] | None = None) -> list[Problem]:
     """Things that are valid but probably unintended or slow (DESIGN.md §3)."""
     keys = user_keys or {}
-    head_key = keys.get("head_dim", "head_dim") if config.head_dim is not None else keys.get("num_heads", "num_heads")
+    head_key = (
+        keys.get("head_dim", "head_dim")
+        if config.head_dim is not None
+        else keys.get("num_heads", "num_heads")
+    )
     hd = config.resolved_head_dim
     out = []
     if hd % 8:
-        out.append(Problem(head_key, f"head_dim {hd} is not a multiple of 8; tensor-core kernels run best at "
-                           "multiples of 8 (ideally 64 or 128)", "head_dim_unaligned"))
+        out.append(
+            Problem(
+                head_key,
+                f"head_dim {hd} is not a multiple of 8; tensor-core kernels run best at "
+                "multiples of 8 (ideally 64 or 128)",
+                "head_dim_unaligned",
+            )
+        )
     if hd > FLASH_ATTENTION_MAX_HEAD_DIM:
-        out.append(Problem(head_key, f"head_dim {hd} is above {FLASH_ATTENTION_MAX_HEAD_DIM}, the largest "
-                           "FlashAttention supports; attention falls back to slower kernels", "head_dim_large"))
+        out.append(
+            Problem(
+                head_key,
+                f"head_dim {hd} is above {FLASH_ATTENTION_MAX_HEAD_DIM}, the largest "
+                "FlashAttention supports; attention falls back to slower kernels",
+                "head_dim_large",
+            )
+        )
     if config.vocab_size % 64:
         padded = -(-config.vocab_size // 64) * 64
-        out.append(Problem(keys.get("vocab_size", "vocab_size"), f"vocab_size {config.vocab_size} is not a multiple "
-                           f"of 64; padding to {padded} speeds up the embedding and LM head matmuls",
-                           "vocab_unaligned"))
+        out.append(
+            Problem(
+                keys.get("vocab_size", "vocab_size"),
+                f"vocab_size {config.vocab_size} is not a multiple "
+                f"of 64; padding to {padded} speeds up the embedding and LM head matmuls",
+                "vocab_unaligned",
+            )
+        )
     ratio = config.resolved_ffn_dim / config.embed_dim
     lo, hi = FFN_RATIO_RANGE
     if not lo <= ratio <= hi:
-        out.append(Problem(keys.get("ffn_dim", "ffn_dim"), f"FFN ratio ffn_dim / embed_dim = {ratio:.3g} is unusual "
-                           f"(published models use {lo:g} to {hi:g}; 4 is the classic choice, about 2.7 for gated "
-                           "FFNs)", "ffn_ratio_unusual"))
+        out.append(
+            Problem(
+                keys.get("ffn_dim", "ffn_dim"),
+                f"FFN ratio ffn_dim / embed_dim = {ratio:.3g} is unusual "
+                f"(published models use {lo:g} to {hi:g}; 4 is the classic choice, about 2.7 for gated "
+                "FFNs)",
+                "ffn_ratio_unusual",
+            )
+        )
     return out
 
 
@@ -44,18 +71,35 @@ def workload_problems(config: ModelConfig, workload: Workload) -> tuple[list[Pro
     if workload.tgt_len is not None and config.architecture == "encoder-decoder":
         lengths.append(("--tgt-len", workload.tgt_len))
     if workload.tgt_len is not None and config.architecture != "encoder-decoder":
-        warnings.append(Problem("--tgt-len", f"--tgt-len only applies to encoder-decoder models; {config.label} "
-                                f"is {config.architecture}, so it is ignored", "tgt_len_ignored"))
+        warnings.append(
+            Problem(
+                "--tgt-len",
+                f"--tgt-len only applies to encoder-decoder models; {config.label} "
+                f"is {config.architecture}, so it is ignored",
+                "tgt_len_ignored",
+            )
+        )
     for flag, value in lengths:
         if value <= config.max_seq_len:
             continue
         if config.position == "learned":
-            errors.append(Problem(flag, f"{flag} {value} exceeds max_seq_len {config.max_seq_len} of {config.label}: "
-                                  "its learned position table has no rows beyond that; use "
-                                  f"{flag} {config.max_seq_len} or raise max_seq_len (--set max_seq_len={value})",
-                                  "seq_len_over_context"))
+            errors.append(
+                Problem(
+                    flag,
+                    f"{flag} {value} exceeds max_seq_len {config.max_seq_len} of {config.label}: "
+                    "its learned position table has no rows beyond that; use "
+                    f"{flag} {config.max_seq_len} or raise max_seq_len (--set max_seq_len={value})",
+                    "seq_len_over_context",
+                )
+            )
         else:
-            warnings.append(Problem(flag, f"{flag} {value} exceeds max_seq_len {config.max_seq_len} of "
-                                    f"{config.label}: {config.position} positions extrapolate, quality is not "
-                                    "guaranteed", "seq_len_extrapolates"))
+            warnings.append(
+                Problem(
+                    flag,
+                    f"{flag} {value} exceeds max_seq_len {config.max_seq_len} of "
+                    f"{config.label}: {config.position} positions extrapolate, quality is not "
+                    "guaranteed",
+                    "seq_len_extrapolates",
+                )
+            )
     return errors, warnings

@@ -22,12 +22,12 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.MarkedYAMLError(
                 problem="YAML aliases (*name) are not accepted in model configs; write the value out",
                 problem_mark=event.start_mark,
             )
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if getattr(event, "anchor", None):
             raise yaml.MarkedYAMLError(
                 problem="YAML anchors (&name) are not accepted in model configs; write the value out",
@@ -40,9 +40,7 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, str) and key in seen:
-                raise yaml.MarkedYAMLError(
-                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
-                )
+                raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -60,7 +58,9 @@ def read_text(path: Path) -> str:
     try:
         size = path.stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise _fail(path, f"is {size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}", "file_too_big")
+            raise _fail(
+                path, f"is {size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}", "file_too_big"
+            )
         data = path.read_bytes()
     except OSError as exc:
         raise _fail(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable") from exc
@@ -69,10 +69,15 @@ def read_text(path: Path) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise _fail(path, f"is not UTF-8 text (byte {exc.start}); expected YAML or JSON", "file_binary") from exc
+        raise _fail(
+            path, f"is not UTF-8 text (byte {exc.start}); expected YAML or JSON", "file_binary"
+        ) from exc
     if not text.strip():
-        raise _fail(path, "is empty; expected a mapping of config keys (see `embedcalc presets show bert-base`)",
-                    "file_empty")
+        raise _fail(
+            path,
+            "is empty; expected a mapping of config keys (see `embedcalc presets show bert-base`)",
+            "file_empty",
+        )
     return text
 
 
@@ -82,11 +87,12 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise _fail(path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                        "malformed_json") from exc
+            raise _fail(
+                path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "malformed_json"
+            ) from exc
     else:
         try:
-            data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+            data = yaml.load(text, Loader=_StrictLoader)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -95,8 +101,9 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
             raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single {type(data).__name__} value"
-        raise _fail(path, f"holds {kind}; expected a mapping of config keys such as `embed_dim: 768`",
-                    "not_a_mapping")
+        raise _fail(
+            path, f"holds {kind}; expected a mapping of config keys such as `embed_dim: 768`", "not_a_mapping"
+        )
     return data
 
 

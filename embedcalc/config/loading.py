@@ -29,7 +29,12 @@ class LoadedConfig:
 
 
 def _looks_like_path(target: str) -> bool:
-    return "/" in target or "\\" in target or target.endswith((".yaml", ".yml", ".json")) or Path(target).exists()
+    return (
+        "/" in target
+        or "\\" in target
+        or target.endswith((".yaml", ".yml", ".json"))
+        or Path(target).exists()
+    )
 
 
 def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
@@ -48,7 +53,9 @@ def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
     return load_mapping(path_or_none), "preset", path_or_none
 
 
-def normalise_keys(raw: dict[Any, Any], where: str = "") -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
+def normalise_keys(
+    raw: dict[Any, Any], where: str = ""
+) -> tuple[dict[str, Any], dict[str, str], list[Problem]]:
     """Map aliases onto canonical field names; report unknown and doubly given keys.
 
     Returns the canonical mapping, canonical -> key-as-written, and the problems found.
@@ -100,9 +107,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, parsed
 
 
-def apply_overrides(
-    data: dict[str, Any], user_keys: dict[str, str], overrides: list[str]
-) -> list[Problem]:
+def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: list[str]) -> list[Problem]:
     """Apply ``--set`` overrides in order (in place); an override's key is reported as ``--set key``."""
     problems: list[Problem] = []
     known = list(FIELD_NAMES) + list(ALIAS_TO_FIELD)
@@ -129,8 +134,10 @@ def validate_config(
         problems = problems + problems_from_validation(exc, user_keys)
         config = None
     if problems or config is None:
-        lines = "\n".join(f"  {p.path}: {p.message}" if not p.message.startswith(p.path) else f"  {p.message}"
-                          for p in problems)
+        lines = "\n".join(
+            f"  {p.path}: {p.message}" if not p.message.startswith(p.path) else f"  {p.message}"
+            for p in problems
+        )
         noun = "problem" if len(problems) == 1 else "problems"
         raise ConfigError(f"{origin}: {len(problems)} {noun}\n{lines}", problems)
     return config

@@ -87,8 +87,19 @@ def problems_from_validation(
 
 _STANDARD_TYPES = frozenset(
     {
-        "int_type", "int_parsing", "int_from_float", "greater_than", "greater_than_equal", "less_than",
-        "less_than_equal", "bool_type", "float_type", "float_parsing", "string_type", "literal_error", "missing",
+        "int_type",
+        "int_parsing",
+        "int_from_float",
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "bool_type",
+        "float_type",
+        "float_parsing",
+        "string_type",
+        "literal_error",
+        "missing",
     }
 )
 

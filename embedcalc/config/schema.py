@@ -46,7 +46,9 @@ class ModelConfig(BaseModel):
     architecture: Architecture = Field(
         description="encoder (BERT), decoder (GPT, causal) or encoder-decoder (the original Transformer, T5)."
     )
-    vocab_size: PositiveInt = Field(description="Number of tokens in the vocabulary (rows of the token embedding).")
+    vocab_size: PositiveInt = Field(
+        description="Number of tokens in the vocabulary (rows of the token embedding)."
+    )
     max_seq_len: PositiveInt = Field(
         description="Context the model is built for; the size of the learned position table when position=learned."
     )
@@ -55,7 +57,8 @@ class ModelConfig(BaseModel):
         description="Transformer blocks in the stack; for encoder-decoder, the encoder's blocks."
     )
     num_decoder_layers: PositiveInt | None = Field(
-        default=None, description="Decoder blocks of an encoder-decoder; default num_layers. Encoder-decoder only."
+        default=None,
+        description="Decoder blocks of an encoder-decoder; default num_layers. Encoder-decoder only.",
     )
     position: Position = Field(
         default="learned",
@@ -71,7 +74,9 @@ class ModelConfig(BaseModel):
             "differ from embed_dim (T5-style)."
         ),
     )
-    num_heads: PositiveInt = Field(description="Query heads per attention layer (nhead, num_attention_heads).")
+    num_heads: PositiveInt = Field(
+        description="Query heads per attention layer (nhead, num_attention_heads)."
+    )
     num_kv_heads: PositiveInt | None = Field(
         default=None,
         description="Key/value heads; default num_heads. Fewer is grouped-query attention (GQA), 1 is multi-query.",
@@ -84,7 +89,9 @@ class ModelConfig(BaseModel):
         ),
     )
     activation: Activation = Field(default="gelu", description="FFN activation; swiglu and geglu are gated.")
-    norm: Norm = Field(default="layernorm", description="layernorm (weight and bias) or rmsnorm (weight only).")
+    norm: Norm = Field(
+        default="layernorm", description="layernorm (weight and bias) or rmsnorm (weight only)."
+    )
     norm_placement: NormPlacement | None = Field(
         default=None,
         description=(
@@ -131,8 +138,12 @@ class ModelConfig(BaseModel):
             raise PydanticCustomError(
                 "decoder_layers_need_encoder_decoder",
                 "{key} ({value}) only applies to architecture encoder-decoder, not {arch}; use {layers} instead",
-                {"key": _key(info, "num_decoder_layers"), "value": value, "arch": arch,
-                 "layers": _key(info, "num_layers")},
+                {
+                    "key": _key(info, "num_decoder_layers"),
+                    "value": value,
+                    "arch": arch,
+                    "layers": _key(info, "num_layers"),
+                },
             )
         return value
 
@@ -164,10 +175,16 @@ class ModelConfig(BaseModel):
                 "{key} ({value}) must divide {dim_key} ({dim}): head_dim would be {hd}. Use {key} {heads} "
                 "(head_dim {hds}), or {dim_key} {dims} to keep {value} heads, or set head_dim explicitly",
                 {
-                    "key": _key(info, "num_heads"), "value": value, "dim_key": _key(info, "embed_dim"),
-                    "dim": embed_dim, "hd": f"{embed_dim / value:.2f}", "heads": _fmt_list(heads),
-                    "hds": _fmt_list([embed_dim // h for h in heads]), "dims": _fmt_list(dims),
-                    "nearest_heads": heads, "nearest_embed_dims": dims,
+                    "key": _key(info, "num_heads"),
+                    "value": value,
+                    "dim_key": _key(info, "embed_dim"),
+                    "dim": embed_dim,
+                    "hd": f"{embed_dim / value:.2f}",
+                    "heads": _fmt_list(heads),
+                    "hds": _fmt_list([embed_dim // h for h in heads]),
+                    "dims": _fmt_list(dims),
+                    "nearest_heads": heads,
+                    "nearest_embed_dims": dims,
                 },
             )
         head_dim = embed_dim // value
@@ -176,8 +193,13 @@ class ModelConfig(BaseModel):
                 "rope_head_dim_odd",
                 "head_dim = {dim_key} / {key} = {dim} / {value} = {hd} must be even for position rope, which "
                 "rotates channel pairs; choose {key} so that the quotient is even, or set head_dim explicitly",
-                {"key": _key(info, "num_heads"), "value": value, "dim_key": _key(info, "embed_dim"),
-                 "dim": embed_dim, "hd": head_dim},
+                {
+                    "key": _key(info, "num_heads"),
+                    "value": value,
+                    "dim_key": _key(info, "embed_dim"),
+                    "dim": embed_dim,
+                    "hd": head_dim,
+                },
             )
         return value
 
@@ -194,8 +216,14 @@ class ModelConfig(BaseModel):
                 "kv_heads_indivisible",
                 "{key} ({value}) must divide {heads_key} ({heads}) so that each key/value head serves a whole "
                 "group of query heads; use {key} {nearest} (valid: {valid})",
-                {"key": _key(info, "num_kv_heads"), "value": value, "heads_key": _key(info, "num_heads"),
-                 "heads": heads, "nearest": _fmt_list(nearest), "valid": ", ".join(map(str, valid))},
+                {
+                    "key": _key(info, "num_kv_heads"),
+                    "value": value,
+                    "heads_key": _key(info, "num_heads"),
+                    "heads": heads,
+                    "nearest": _fmt_list(nearest),
+                    "valid": ", ".join(map(str, valid)),
+                },
             )
         return value
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.table import Table
 
@@ -11,14 +12,18 @@ from embedcalc.analysis.heads import HeadChoice
 from embedcalc.analysis.report import Analysis
 from embedcalc.render import units
 
-PARAMS_CAPTION = "Trainable parameters; tied weights counted once; fixed buffers (sinusoidal tables) excluded."
+PARAMS_CAPTION = (
+    "Trainable parameters; tied weights counted once; fixed buffers (sinusoidal tables) excluded."
+)
 FLOPS_CAPTION = (
     "FLOPs = 2 per multiply-accumulate, matmuls only (what torch's FlopCounterMode counts); full n×n scores; "
     "training step = 3 × forward. ★ marks the O(n²·d) attention-score terms."
 )
 
 
-def _group_rows(table: Table, breakdown: Breakdown, fmt: type[str] | object, score_marker: bool = False) -> None:
+def _group_rows(
+    table: Table, breakdown: Breakdown, fmt: type[str] | object, score_marker: bool = False
+) -> None:
     total = breakdown.total or 1
     current = None
     groups = breakdown.group(1)
@@ -26,8 +31,12 @@ def _group_rows(table: Table, breakdown: Breakdown, fmt: type[str] | object, sco
         group = key.split("/")[0]
         if group != current and "/" in key:
             current = group
-            table.add_row(f"[bold]{group}[/]", f"[bold]{units.count(groups[group])}[/]",
-                          f"[bold]{units.percent(groups[group] / total)}[/]", style="")
+            table.add_row(
+                f"[bold]{group}[/]",
+                f"[bold]{units.count(groups[group])}[/]",
+                f"[bold]{units.percent(groups[group] / total)}[/]",
+                style="",
+            )
         elif "/" not in key:
             current = group
         label = key if "/" not in key else "  " + key.split("/", 1)[1]
@@ -43,39 +52,56 @@ def params_table(a: Analysis) -> Table:
     table.add_column("share", justify="right")
     _group_rows(table, a.params, str)
     table.add_section()
-    table.add_row("[bold]total[/]", f"[bold]{units.count(a.params.total)}[/]",
-                  f"[bold]{units.si(a.params.total)}[/]")
+    table.add_row(
+        "[bold]total[/]", f"[bold]{units.count(a.params.total)}[/]", f"[bold]{units.si(a.params.total)}[/]"
+    )
     return table
 
 
 def flops_table(a: Analysis) -> Table:
     w = a.workload
     tgt = f", tgt_len {w.tgt_len}" if w.tgt_len is not None else ""
-    table = Table(title=f"Forward FLOPs — {a.target} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
-                  caption=FLOPS_CAPTION, title_justify="left")
+    table = Table(
+        title=f"Forward FLOPs — {a.target} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
+        caption=FLOPS_CAPTION,
+        title_justify="left",
+    )
     table.add_column("component")
     table.add_column("FLOPs", justify="right")
     table.add_column("share", justify="right")
     _group_rows(table, a.flops.breakdown, str, score_marker=True)
     table.add_section()
     f = a.flops
-    table.add_row("[bold]forward[/]", f"[bold]{units.count(f.forward)}[/]", f"[bold]{units.flops(f.forward)}[/]")
-    table.add_row("attention scores ★ (n²)", units.count(f.attention_score_flops),
-                  units.percent(f.attention_score_share))
+    table.add_row(
+        "[bold]forward[/]", f"[bold]{units.count(f.forward)}[/]", f"[bold]{units.flops(f.forward)}[/]"
+    )
+    table.add_row(
+        "attention scores ★ (n²)",
+        units.count(f.attention_score_flops),
+        units.percent(f.attention_score_share),
+    )
     if f.forward_causal is not None:
-        table.add_row("forward, causal half of scores", units.count(f.forward_causal), units.flops(f.forward_causal))
+        table.add_row(
+            "forward, causal half of scores", units.count(f.forward_causal), units.flops(f.forward_causal)
+        )
     table.add_row("training step (3 × forward)", units.count(f.training_step), units.flops(f.training_step))
     elementwise = f.elementwise.total
-    table.add_row("[dim]element-wise estimate (not in total)[/]", f"[dim]{units.count(elementwise)}[/]",
-                  f"[dim]{units.flops(elementwise)}[/]")
+    table.add_row(
+        "[dim]element-wise estimate (not in total)[/]",
+        f"[dim]{units.count(elementwise)}[/]",
+        f"[dim]{units.flops(elementwise)}[/]",
+    )
     table.add_row("attention crossover n*", str(a.crossover_seq_len), "tokens")
     return table
 
 
 def memory_table(a: Analysis) -> Table:
     w = a.workload
-    table = Table(title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}", title_justify="left",
-                  caption=_memory_caption(a))
+    table = Table(
+        title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}",
+        title_justify="left",
+        caption=_memory_caption(a),
+    )
     table.add_column("kind")
     table.add_column("bytes", justify="right")
     table.add_column("size", justify="right")
@@ -84,10 +110,15 @@ def memory_table(a: Analysis) -> Table:
         if key == "total_bytes":
             continue
         if value or key in ("weights_bytes", "activations_bytes"):
-            table.add_row(key.removesuffix("_bytes").replace("_", " "), units.count(value), units.binary_bytes(value))
+            table.add_row(
+                key.removesuffix("_bytes").replace("_", " "), units.count(value), units.binary_bytes(value)
+            )
     for key, value in a.memory.activations.items():
-        table.add_row(f"  [dim]activations: {key}[/]", f"[dim]{units.count(value)}[/]",
-                      f"[dim]{units.binary_bytes(value)}[/]")
+        table.add_row(
+            f"  [dim]activations: {key}[/]",
+            f"[dim]{units.count(value)}[/]",
+            f"[dim]{units.binary_bytes(value)}[/]",
+        )
     table.add_section()
     total = memory["total_bytes"]
     table.add_row("[bold]total[/]", f"[bold]{units.count(total)}[/]", f"[bold]{units.binary_bytes(total)}[/]")
@@ -97,8 +128,10 @@ def memory_table(a: Analysis) -> Table:
 def _memory_caption(a: Analysis) -> str:
     if a.workload.mode == "training":
         recipe = "fp32: 4+4+8 B/param" if a.workload.dtype == "float32" else "mixed precision: 2+2+12 B/param"
-        return (f"Weights + gradients + AdamW ({recipe}) + saved activations (Korthikanti et al. 2022, "
-                f"recompute {a.workload.recompute}).")
+        return (
+            f"Weights + gradients + AdamW ({recipe}) + saved activations (Korthikanti et al. 2022, "
+            f"recompute {a.workload.recompute})."
+        )
     return "Weights + KV cache + peak activations of one forward pass (estimate; see `embedcalc analyze --help`)."
 
 
@@ -107,8 +140,10 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     rows: list[tuple[str, list[str], list[int | float | str | None]]] = []
 
     def row(label: str, values: list[int | float | str | None], fmt: object = units.count) -> None:
-        cells = ["—" if v is None else (fmt(v) if callable(fmt) and not isinstance(v, str) else str(v))
-                 for v in values]
+        cells = [
+            "—" if v is None else (fmt(v) if callable(fmt) and not isinstance(v, str) else str(v))
+            for v in values
+        ]
         rows.append((label, cells, values))
 
     row("architecture", [a.config.architecture for a in analyses])
@@ -132,16 +167,25 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     row("forward FLOPs, causal", [a.flops.forward_causal for a in analyses])
     row("training step FLOPs", [a.flops.training_step for a in analyses])
     row("crossover seq_len n*", [a.crossover_seq_len for a in analyses], str)
-    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-                "total_bytes"):
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "kv_cache_bytes",
+        "total_bytes",
+    ):
         row(key, [a.memory.as_dict()[key] for a in analyses], units.binary_bytes)
     return rows
 
 
 def compare_table(analyses: Sequence[Analysis]) -> Table:
     w = analyses[0].workload
-    table = Table(title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.dtype}, {w.mode}",
-                  caption=PARAMS_CAPTION + " " + FLOPS_CAPTION, title_justify="left")
+    table = Table(
+        title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.dtype}, {w.mode}",
+        caption=PARAMS_CAPTION + " " + FLOPS_CAPTION,
+        title_justify="left",
+    )
     table.add_column("")
     for a in analyses:
         table.add_column(a.target, justify="right")
@@ -162,16 +206,38 @@ def check_table(target: str, derived: dict[str, object], params: int) -> Table:
 
 
 def heads_table(embed_dim: int, choices: Sequence[HeadChoice]) -> Table:
-    table = Table(title=f"Valid num_heads for embed_dim {embed_dim}", title_justify="left",
-                  caption="✓ usual: head_dim 64 or 128 · ×8/×16/×64: tensor-core alignment · "
-                          "flash: head_dim ≤ 256 (FlashAttention-2)")
+    table = Table(
+        title=f"Valid num_heads for embed_dim {embed_dim}",
+        title_justify="left",
+        caption="✓ usual: head_dim 64 or 128 · ×8/×16/×64: tensor-core alignment · "
+        "flash: head_dim ≤ 256 (FlashAttention-2)",
+    )
     for name in ("num_heads", "head_dim"):
         table.add_column(name, justify="right")
     for name in ("×8", "×16", "×64", "flash", "usual"):
         table.add_column(name, justify="center")
     mark = {True: "✓", False: ""}
     for c in choices:
-        table.add_row(str(c.num_heads), str(c.head_dim), mark[c.multiple_of_8], mark[c.multiple_of_16],
-                      mark[c.multiple_of_64], mark[c.flash_ok], mark[c.usual],
-                      style="bold" if c.usual else None)
+        table.add_row(
+            str(c.num_heads),
+            str(c.head_dim),
+            mark[c.multiple_of_8],
+            mark[c.multiple_of_16],
+            mark[c.multiple_of_64],
+            mark[c.flash_ok],
+            mark[c.usual],
+            style="bold" if c.usual else None,
+        )
+    return table
+
+
+def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="Presets", title_justify="left", caption="`embedcalc presets show NAME` prints one")
+    for col in ("name", "architecture", "params", "≈", "embed_dim", "num_heads", "layers"):
+        table.add_column(col, justify="left" if col in ("name", "architecture") else "right")
+    for r in rows:
+        table.add_row(
+            r["name"], r["architecture"], units.count(r["params"]), units.si(r["params"]),
+            str(r["embed_dim"]), str(r["num_heads"]), str(r["num_layers"]),
+        )
     return table
