@@ -1,0 +1,151 @@
+"""Shared fixtures for the analytic-core tests: running the CLI, writing config files, golden-file updates.
+
+Two ways to run the CLI:
+
+- ``cli`` invokes the Typer app in-process with ``typer.testing.CliRunner`` (click >= 8.2 keeps stdout and stderr
+  apart: ``result.stdout``, ``result.stderr``); an uncaught exception shows up as ``result.exception``.
+- ``run_cli`` starts ``python -m embedcalc`` in a subprocess: the real streams, the real exit code and a real
+  traceback on stderr if anything escapes. Slower (~0.4 s a call), so used where the process boundary matters.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, settings
+from typer.testing import CliRunner
+
+from embedcalc.cli.app import app
+
+settings.register_profile(
+    "embedcalc", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("embedcalc-thorough", deadline=None, max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "embedcalc"))
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
+
+PRESETS = (
+    "bert-base", "bert-large", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b", "transformer-base",
+    "transformer-big",
+)
+
+# A small valid decoder; tests start from it and change one thing.
+SMALL_DECODER: dict[str, Any] = {
+    "architecture": "decoder",
+    "vocab_size": 1024,
+    "max_seq_len": 512,
+    "embed_dim": 512,
+    "num_heads": 8,
+    "num_layers": 2,
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="Rewrite tests/golden/*.txt from the current output instead of comparing with them.",
+    )
+
+
+@pytest.fixture
+def update_goldens(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment for a CLI subprocess: fixed width, no colour, no inherited COLUMNS/LINES."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
+    env.update({"NO_COLOR": "1", "TERM": "dumb", "PYTHONIOENCODING": "utf-8"})
+    env.update(extra)
+    return env
+
+
+def run_embedcalc(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "embedcalc", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=cwd,
+        env=env if env is not None else cli_env(COLUMNS="120"),
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_embedcalc
+
+
+@functools.cache
+def _analyze_json(*args: str) -> dict[str, Any]:
+    proc = run_embedcalc("analyze", *args, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    data: dict[str, Any] = json.loads(proc.stdout)
+    assert data["status"] == "ok"
+    assert data["problems"] == []
+    return data
+
+
+@pytest.fixture(scope="session")
+def analyze_json() -> Callable[..., dict[str, Any]]:
+    """``analyze_json("bert-base", "--seq-len", "64")``: ``embedcalc analyze ... --format json`` in a subprocess,
+    parsed and checked for status ok; cached per argument list (each call costs ~0.4 s)."""
+    return _analyze_json
+
+
+class InProcessCli:
+    """``cli("analyze", "bert-base")`` -> click Result with separate ``stdout`` and ``stderr``."""
+
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str) -> Any:
+        return self.runner.invoke(app, list(args), env={"COLUMNS": "120", "NO_COLOR": "1"})
+
+
+@pytest.fixture
+def cli() -> InProcessCli:
+    return InProcessCli()
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[..., Path]:
+    """Write a mapping (YAML by default, JSON for a ``.json`` name) or raw text/bytes to ``tmp_path``."""
+
+    def write(content: dict[str, Any] | str | bytes, name: str = "model.yaml") -> Path:
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        elif name.endswith(".json"):
+            path.write_text(json.dumps(content), encoding="utf-8")
+        else:
+            path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
