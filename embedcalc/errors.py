@@ -42,6 +42,7 @@ class EmbedcalcError(Exception):
     exit_code: ExitCode = ExitCode.RUNTIME
     problems: list[Problem] = field(default_factory=list)
     code: str = "error"
+    json_emitted: bool = False  # the CLI already wrote the JSON envelope for this error
 
     def __post_init__(self) -> None:
         super().__init__(self.message)

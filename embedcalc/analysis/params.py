@@ -17,61 +17,101 @@ MarianModel for the presets:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from math import prod
+from typing import Literal
+
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.structure import Stack, ffn_in_width, norm_params, stacks
+from embedcalc.analysis.structure import Stack, ffn_in_width, stacks
 from embedcalc.config.schema import ModelConfig
 
+# How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
+# their output features (weight and bias), row-parallel layers split their input features (the bias is
+# replicated), vocab-parallel embeddings split their rows; everything else is replicated.
+Split = Literal["column", "row", "vocab", "none"]
 
-def _linear(in_features: int, out_features: int, bias: bool) -> int:
-    return in_features * out_features + (out_features if bias else 0)
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One kind of parameter tensor: its breakdown key, shape, how many identical copies, how TP shards it."""
+
+    key: str
+    shape: tuple[int, ...]
+    copies: int = 1
+    split: Split = "none"
+    stack: str | None = None  # the stack whose layers hold it (pipeline stages split these), else None
+    per_layer: bool = False
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) * self.copies
 
 
-def _block_params(config: ModelConfig, stack: Stack) -> list[tuple[str, int]]:
-    """(key, count) for one block of ``stack``; keys are relative to the stack."""
+def _linear(key: str, in_f: int, out_f: int, bias: bool, split: Split) -> list[ParamTensor]:
+    weight = ParamTensor(key, (out_f, in_f), split=split)
+    if not bias:
+        return [weight]
+    return [weight, ParamTensor(key, (out_f,), split="column" if split == "column" else "none")]
+
+
+def _norm(config: ModelConfig, key: str) -> list[ParamTensor]:
+    d = config.embed_dim
+    return (
+        [ParamTensor(key, (d,)), ParamTensor(key, (d,))]
+        if config.norm == "layernorm"
+        else [ParamTensor(key, (d,))]
+    )
+
+
+def _block(config: ModelConfig, stack: Stack) -> list[ParamTensor]:
+    """The tensors of one block of ``stack``; keys are relative to the stack."""
     d, q, kv, f, b = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim, config.bias
-    terms = [
-        ("attention/qkv", _linear(d, q + 2 * kv, b)),
-        ("attention/out", _linear(q, d, b)),
-        ("attention/norm", norm_params(config)),
-    ]
-    if stack.cross_attention:
-        terms += [
-            ("cross_attention/qkv", _linear(d, q + 2 * kv, b)),
-            ("cross_attention/out", _linear(q, d, b)),
-            ("cross_attention/norm", norm_params(config)),
-        ]
-    terms += [
-        ("ffn/in", _linear(d, ffn_in_width(config), b)),
-        ("ffn/out", _linear(f, d, b)),
-        ("ffn/norm", norm_params(config)),
-    ]
-    return terms
+    attention_kinds = ["attention", "cross_attention"] if stack.cross_attention else ["attention"]
+    out: list[ParamTensor] = []
+    for kind in attention_kinds:
+        out += _linear(f"{kind}/qkv", d, q + 2 * kv, b, "column")
+        out += _linear(f"{kind}/out", q, d, b, "row")
+        out += _norm(config, f"{kind}/norm")
+    out += _linear("ffn/in", d, ffn_in_width(config), b, "column")
+    out += _linear("ffn/out", f, d, b, "row")
+    out += _norm(config, "ffn/norm")
+    return out
+
+
+def param_tensors(config: ModelConfig) -> list[ParamTensor]:
+    """Every parameter tensor of ``config`` (tied weights once), with its breakdown key and TP split."""
+    d = config.embed_dim
+    all_stacks = stacks(config)
+    out = [ParamTensor("embedding/token", (config.vocab_size, d), split="vocab")]
+    if config.position == "learned":
+        out.append(ParamTensor("embedding/position", (config.max_seq_len, d), copies=len(all_stacks)))
+    if config.type_vocab_size:
+        out.append(ParamTensor("embedding/type", (config.type_vocab_size, d)))
+    if config.resolved_embedding_norm:
+        out += [ParamTensor(t.key, t.shape, copies=len(all_stacks)) for t in _norm(config, "embedding/norm")]
+    for stack in all_stacks:
+        if config.position == "relative":
+            shape = (config.relative_attention_num_buckets, config.num_heads)
+            out.append(ParamTensor(f"{stack.name}/attention/relative_bias", shape, stack=stack.name))
+        for t in _block(config, stack):
+            out.append(
+                ParamTensor(f"{stack.name}/{t.key}", t.shape, stack.num_layers, t.split, stack.name, True)
+            )
+        if config.resolved_norm_placement == "pre":
+            out += [
+                ParamTensor(f"{stack.name}/final_norm", t.shape, stack=stack.name)
+                for t in _norm(config, "final_norm")
+            ]
+    if config.resolved_pooler:
+        out += _linear("pooler", d, d, config.bias, "none")
+    if config.resolved_lm_head and not config.tie_embeddings:
+        out.append(ParamTensor("head/lm", (config.vocab_size, d), split="vocab"))
+    return out
 
 
 def count_params(config: ModelConfig) -> Breakdown:
     """Trainable parameters of ``config`` by component; ``.total`` is the model's size."""
-    d = config.embed_dim
     out = Breakdown()
-    all_stacks = stacks(config)
-    out.add("embedding/token", config.vocab_size * d)
-    if config.position == "learned":
-        out.add("embedding/position", len(all_stacks) * config.max_seq_len * d)
-    if config.type_vocab_size:
-        out.add("embedding/type", config.type_vocab_size * d)
-    if config.resolved_embedding_norm:
-        out.add("embedding/norm", len(all_stacks) * norm_params(config))
-    for stack in all_stacks:
-        if config.position == "relative":
-            out.add(
-                f"{stack.name}/attention/relative_bias",
-                config.relative_attention_num_buckets * config.num_heads,
-            )
-        for key, count in _block_params(config, stack):
-            out.add(f"{stack.name}/{key}", stack.num_layers * count)
-        if config.resolved_norm_placement == "pre":
-            out.add(f"{stack.name}/final_norm", norm_params(config))
-    if config.resolved_pooler:
-        out.add("pooler", _linear(d, d, config.bias))
-    if config.resolved_lm_head and not config.tie_embeddings:
-        out.add("head/lm", config.vocab_size * d)
+    for tensor in param_tensors(config):
+        out.add(tensor.key, tensor.numel)
     return out

@@ -44,7 +44,7 @@ class Analysis:
                 "breakdown": self.flops.breakdown.as_dict(),
                 "elementwise_estimate": self.flops.elementwise.as_dict(),
             },
-            "memory": {**self.memory.as_dict(), "activations_breakdown": self.memory.activations.as_dict()},
+            "memory": self.memory.as_json(),
             "crossover_seq_len": self.crossover_seq_len,
             "warnings": [w.as_dict() for w in self.warnings],
         }
@@ -61,7 +61,7 @@ def analyze(
         workload=workload,
         params=params,
         flops=forward_flops(config, workload),
-        memory=estimate_memory(config, workload, params.total),
+        memory=estimate_memory(config, workload),
         crossover_seq_len=crossover_seq_len(config),
         warnings=list(warnings or []),
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Dtype = Literal["float32", "bfloat16", "float16", "int8", "int4"]
 Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
+Optimizer = Literal["adamw", "sgd", "adafactor"]
 
 # Bytes per element. int8/int4 are weight-only formats: activations and KV cache then use float16.
 DTYPE_BYTES: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
@@ -16,11 +17,32 @@ WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
 
 
 @dataclass(frozen=True)
+class Parallelism:
+    """How one model replica is spread over devices (Megatron-LM / ZeRO conventions).
+
+    ``tp``: tensor-parallel degree (Shoeybi et al. 2019); ``pp``: pipeline stages (Narayanan et al. 2021, 1F1B
+    schedule); ``dp``: data-parallel replicas; ``zero``: ZeRO stage over the dp group (Rajbhandari et al. 2020):
+    1 shards optimizer state, 2 also gradients, 3 also weights.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    zero: int = 0
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
 class Workload:
     """One forward (inference) or training step: ``batch_size`` sequences of ``seq_len`` tokens.
 
     For an encoder-decoder, ``seq_len`` is the source (encoder) length and ``tgt_len`` the target (decoder) length,
-    default ``seq_len``. ``attention`` only changes memory: eager keeps the batch x heads x n x n score matrix,
+    default ``seq_len``. ``batch_size`` is per data-parallel replica (the micro-batch with pipelining).
+    ``gen_tokens`` (inference) adds generated tokens to the KV cache of decoders.
+    ``attention`` only changes memory: eager keeps the batch x heads x n x n score matrix,
     sdpa (flash / memory-efficient kernels) does not.
     """
 
@@ -31,6 +53,9 @@ class Workload:
     mode: Mode = "inference"
     attention: AttentionImpl = "sdpa"
     recompute: Recompute = "none"
+    optimizer: Optimizer = "adamw"
+    gen_tokens: int = 0
+    parallel: Parallelism = field(default_factory=Parallelism)
 
     @property
     def weight_bytes_per_param(self) -> float:

@@ -6,38 +6,56 @@ from typing import Annotated
 
 import typer
 
+from embedcalc.analysis.budget import Budget
+from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.report import Analysis, analyze
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
     AttentionChoice,
     AttentionOption,
     BatchOption,
+    DpOption,
     DtypeChoice,
     DtypeOption,
     FormatOption,
+    GenTokensOption,
+    MaxFlopsOption,
+    MaxMemoryOption,
+    MaxParamsOption,
     ModeChoice,
     ModeOption,
+    OptimizerChoice,
+    OptimizerOption,
     OutputFormat,
+    PpOption,
+    RecomputeChoice,
+    RecomputeOption,
     SeqOption,
     SetOption,
     TgtOption,
+    TpOption,
+    ZeroOption,
+    budget_problems,
+    enforce_budget,
     handle_errors,
     load,
     make_workload,
-)
+)  # fmt: skip
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.errors import ConfigError
 
 
 def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
-    """Load, validate against the workload, and analyse one target; warnings go to stderr."""
+    """Load, validate against the workload and parallel layout, and analyse one target; warnings to stderr."""
     loaded = load(target, overrides)
     errors, warnings = workload_problems(loaded.config, workload)
+    parallel_errors, notes = parallel_problems(loaded.config, workload.parallel)
+    errors += parallel_errors
     if errors:
         lines = "\n".join(f"  {p.message}" for p in errors)
-        raise ConfigError(f"{target}: workload does not fit the config\n{lines}", errors)
-    warnings = config_warnings(loaded.config, loaded.user_keys) + warnings
+        raise ConfigError(f"{target}: the workload does not fit the config\n{lines}", errors)
+    warnings = config_warnings(loaded.config, loaded.user_keys) + warnings + notes
     output.warn(warnings, target)
     return analyze(target, loaded.config, workload, warnings)
 
@@ -51,21 +69,38 @@ def analyze_command(
     dtype: DtypeOption = DtypeChoice.float32,
     mode: ModeOption = ModeChoice.inference,
     attention: AttentionOption = AttentionChoice.sdpa,
+    optimizer: OptimizerOption = OptimizerChoice.adamw,
+    recompute: RecomputeOption = RecomputeChoice.none,
+    gen_tokens: GenTokensOption = 0,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    dp: DpOption = 1,
+    zero: ZeroOption = 0,
+    max_params: MaxParamsOption = None,
+    max_memory: MaxMemoryOption = None,
+    max_flops: MaxFlopsOption = None,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Params, FLOPs (with the O(n²·d) attention term explicit) and memory, component by component.
 
     Inference memory = weights + KV cache (decoders) + peak activations of one forward (eager attention holds
-    the batch×heads×n² scores, sdpa does not). Training = weights + gradients + AdamW state + saved activations
-    (Korthikanti et al. 2022).
+    the batch×heads×n² scores, sdpa does not). Training = weights + gradients + optimizer state + saved
+    activations (Korthikanti et al. 2022). Memory is per device: with --tp/--pp/--dp/--zero, that of the
+    heaviest pipeline stage. --max-params/--max-memory/--max-flops exit 5 when exceeded.
     """
-    workload = make_workload(batch_size, seq_len, tgt_len, dtype, mode, attention)
+    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
+    workload = make_workload(
+        batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
+    )
     result = analyze_target(target, overrides, workload)
+    over = budget_problems(Budget(max_params, max_memory, max_flops), [result])
     if format is OutputFormat.json:
-        output.emit_json("analyze", [result.as_json()], workload.as_dict())
-        return
-    from embedcalc.render.tables import flops_table, memory_table, params_table
+        status = "error" if over else "ok"
+        output.emit_json("analyze", [result.as_json()], workload.as_dict(), over, status)
+    else:
+        from embedcalc.render.tables import flops_table, memory_table, params_table
 
-    for table in (params_table(result), flops_table(result), memory_table(result)):
-        output.stdout.print(table)
+        for table in (params_table(result), flops_table(result), memory_table(result)):
+            output.stdout.print(table)
+    enforce_budget(over, json_emitted=format is OutputFormat.json)

@@ -6,22 +6,56 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.params import count_params
+from embedcalc.analysis.budget import Budget
+from embedcalc.analysis.report import analyze
+from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
-from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors, load
+from embedcalc.cli.common import (
+    BatchOption,
+    DtypeChoice,
+    DtypeOption,
+    FormatOption,
+    MaxFlopsOption,
+    MaxMemoryOption,
+    MaxParamsOption,
+    ModeChoice,
+    ModeOption,
+    OutputFormat,
+    SeqOption,
+    SetOption,
+    budget_problems,
+    enforce_budget,
+    handle_errors,
+    load,
+)  # fmt: skip
 from embedcalc.config.checks import config_warnings
-from embedcalc.errors import ConfigError, Problem
+from embedcalc.errors import ConfigError, ExitCode, Problem
 
 
 @handle_errors("check")
 def check_command(
     targets: Annotated[list[str], typer.Argument(help="Preset names or config files (YAML/JSON).")],
     overrides: SetOption = None,
+    max_params: MaxParamsOption = None,
+    max_memory: MaxMemoryOption = None,
+    max_flops: MaxFlopsOption = None,
+    batch_size: BatchOption = 1,
+    seq_len: SeqOption = 128,
+    dtype: DtypeOption = DtypeChoice.float32,
+    mode: ModeOption = ModeChoice.inference,
     format: FormatOption = OutputFormat.table,
 ) -> None:
-    """Validate configs: each problem names the field, both values and a fix. Exit 3 if any is invalid."""
+    """Validate configs: each problem names the field, both values and a fix. Exit 3 if any is invalid.
+
+    Prints the derived values (head_dim, FFN ratio, KV groups, ...) and warnings. With a budget
+    (--max-params, --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are
+    then those of the workload given by --batch-size/--seq-len/--dtype/--mode (sdpa attention, one device).
+    """
+    workload = Workload(batch_size=batch_size, seq_len=seq_len, dtype=dtype.value, mode=mode.value)
+    budget = Budget(max_params, max_memory, max_flops)
     results: list[dict[str, Any]] = []
     problems: list[Problem] = []
+    over: list[Problem] = []
     for target in targets:
         try:
             loaded = load(target, overrides)
@@ -34,23 +68,25 @@ def check_command(
             continue
         warnings = config_warnings(loaded.config, loaded.user_keys)
         output.warn(warnings, target)
-        params = count_params(loaded.config).total
+        result = analyze(target, loaded.config, workload, warnings)
+        if not budget.empty:
+            over += budget_problems(budget, [result])
         derived = loaded.config.derived()
         results.append(
             {
-                "target": target,
-                "valid": True,
-                "config": loaded.config.model_dump(mode="json"),
-                "derived": derived,
-                "params": {"total": params},
+                "target": target, "valid": True, "config": loaded.config.model_dump(mode="json"),
+                "derived": derived, "params": {"total": result.params.total},
                 "warnings": [w.as_dict() for w in warnings],
             }
-        )
+        )  # fmt: skip
         if format is OutputFormat.table:
             from embedcalc.render.tables import check_table
 
-            output.stdout.print(check_table(target, derived, params))
+            output.stdout.print(check_table(target, derived, result.params.total))
     if format is OutputFormat.json:
-        output.emit_json("check", results, problems=problems, status="error" if problems else "ok")
+        output.emit_json(
+            "check", results, problems=problems + over, status="error" if problems or over else "ok"
+        )
     if problems:
-        raise typer.Exit(3)
+        raise typer.Exit(int(ExitCode.INVALID_CONFIG))
+    enforce_budget(over, json_emitted=format is OutputFormat.json)

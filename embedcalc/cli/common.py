@@ -9,10 +9,13 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.budget import Budget, SizeError, check_budget, parse_size
+from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
 from embedcalc.config.loading import LoadedConfig, load_target
-from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem
+from embedcalc.render.units import binary_bytes
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -50,6 +53,30 @@ class AttentionChoice(StrEnum):
     eager = "eager"
 
 
+class OptimizerChoice(StrEnum):
+    adamw = "adamw"
+    sgd = "sgd"
+    adafactor = "adafactor"
+
+
+class RecomputeChoice(StrEnum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
+def _size_callback(kind: str) -> Callable[[str | None], int | None]:
+    def parse(value: str | None) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_size(value, kind)
+        except SizeError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -84,6 +111,51 @@ AttentionOption = Annotated[
 ]
 
 
+OptimizerOption = Annotated[
+    OptimizerChoice, typer.Option("--optimizer", help="Optimizer state for training memory.")
+]
+RecomputeOption = Annotated[
+    RecomputeChoice,
+    typer.Option(
+        "--recompute",
+        help="Activation recomputation (Korthikanti et al. 2022): selective drops the n² attention tensors, "
+        "full keeps only each layer's input.",
+    ),
+]
+TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel degree (Megatron-LM).")]
+PpOption = Annotated[
+    int, typer.Option("--pp", min=1, help="Pipeline stages (1F1B); memory is the heaviest stage.")
+]
+DpOption = Annotated[int, typer.Option("--dp", min=1, help="Data-parallel replicas (ZeRO shards over them).")]
+ZeroOption = Annotated[
+    int, typer.Option("--zero", min=0, max=3, help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights.")
+]
+GenTokensOption = Annotated[
+    int, typer.Option("--gen-tokens", min=0, help="Inference: tokens generated after the prompt (KV cache).")
+]
+MaxParamsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-params", parser=_size_callback("count"), metavar="SIZE",
+        help="Exit 5 if the parameter count exceeds SIZE (400M, 1.3B, 2e9).",
+    ),
+]  # fmt: skip
+MaxMemoryOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-memory", parser=_size_callback("bytes"), metavar="SIZE",
+        help="Exit 5 if per-device memory exceeds SIZE (16GiB, 16GB, 8e9 bytes).",
+    ),
+]  # fmt: skip
+MaxFlopsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-flops", parser=_size_callback("count"), metavar="SIZE",
+        help="Exit 5 if FLOPs (forward; training step with --mode training) exceed SIZE (2e12, 5T).",
+    ),
+]  # fmt: skip
+
+
 def make_workload(
     batch_size: int,
     seq_len: int,
@@ -91,6 +163,10 @@ def make_workload(
     dtype: DtypeChoice,
     mode: ModeChoice,
     attention: AttentionChoice,
+    optimizer: OptimizerChoice = OptimizerChoice.adamw,
+    recompute: RecomputeChoice = RecomputeChoice.none,
+    parallel: Parallelism | None = None,
+    gen_tokens: int = 0,
 ) -> Workload:
     if mode is ModeChoice.training and dtype.value in ("int8", "int4"):
         raise typer.BadParameter(
@@ -104,15 +180,39 @@ def make_workload(
         dtype=dtype.value,
         mode=mode.value,
         attention=attention.value,
+        recompute=recompute.value,
+        optimizer=optimizer.value,
+        gen_tokens=gen_tokens,
+        parallel=parallel or Parallelism(),
     )
+
+
+def budget_problems(budget: Budget, analyses: list[Analysis]) -> list[Problem]:
+    """One problem per exceeded limit, naming the flag, the limit, the value and the excess."""
+    problems = []
+    for a in analyses:
+        flops = a.flops.training_step if a.workload.mode == "training" else a.flops.forward
+        for v in check_budget(budget, a.params.total, a.memory.total_bytes, flops):
+            fmt = binary_bytes if v.flag == "--max-memory" else (lambda x: f"{x:,}")
+            text = (
+                f"{a.target}: {v.flag} {fmt(v.limit)} exceeded: {fmt(v.value)} is {fmt(v.excess)} "
+                f"({v.excess_fraction:.1%}) over"
+            )
+            problems.append(Problem(f"{a.target}: {v.flag}", text, "over_budget"))
+    return problems
+
+
+def enforce_budget(problems: list[Problem], json_emitted: bool) -> None:
+    """Exit 5 after the results were printed, if any limit was exceeded."""
+    if problems:
+        message = "over budget\n  " + "\n  ".join(p.message for p in problems)
+        raise EmbedcalcError(
+            message, ExitCode.OVER_BUDGET, problems, "over_budget", json_emitted=json_emitted
+        )
 
 
 def load(target: str, overrides: list[str] | None) -> LoadedConfig:
     return load_target(target, overrides or [])
-
-
-def fail(problems: list[Problem], message: str) -> ConfigError:
-    return ConfigError(message, problems)
 
 
 def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -129,7 +229,7 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
                     raise
                 output.report_error(exc)
                 fmt: Any = kwargs.get(json_flag)
-                if fmt is not None and getattr(fmt, "value", fmt) == "json":
+                if not exc.json_emitted and fmt is not None and getattr(fmt, "value", fmt) == "json":
                     problems = exc.problems or [Problem("", exc.message, exc.code)]
                     output.emit_json(command, [], problems=problems, status="error")
                 raise typer.Exit(int(exc.exit_code)) from None

@@ -5,10 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from embedcalc.analysis.budget import Budget
+from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import Parallelism
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
@@ -16,16 +19,30 @@ from embedcalc.cli.common import (
     AttentionOption,
     BatchOption,
     CompareFormat,
+    DpOption,
     DtypeChoice,
     DtypeOption,
+    GenTokensOption,
+    MaxFlopsOption,
+    MaxMemoryOption,
+    MaxParamsOption,
     ModeChoice,
     ModeOption,
+    OptimizerChoice,
+    OptimizerOption,
+    PpOption,
+    RecomputeChoice,
+    RecomputeOption,
     SeqOption,
     SetOption,
     TgtOption,
+    TpOption,
+    ZeroOption,
+    budget_problems,
+    enforce_budget,
     handle_errors,
     make_workload,
-)
+)  # fmt: skip
 from embedcalc.errors import ConfigError, Problem
 
 
@@ -38,13 +55,29 @@ def compare_command(
     dtype: DtypeOption = DtypeChoice.float32,
     mode: ModeOption = ModeChoice.inference,
     attention: AttentionOption = AttentionChoice.sdpa,
+    optimizer: OptimizerOption = OptimizerChoice.adamw,
+    recompute: RecomputeOption = RecomputeChoice.none,
+    gen_tokens: GenTokensOption = 0,
+    tp: TpOption = 1,
+    pp: PpOption = 1,
+    dp: DpOption = 1,
+    zero: ZeroOption = 0,
+    max_params: MaxParamsOption = None,
+    max_memory: MaxMemoryOption = None,
+    max_flops: MaxFlopsOption = None,
     overrides: SetOption = None,
     format: Annotated[
         CompareFormat, typer.Option("--format", "-f", help="Output format.")
     ] = CompareFormat.table,
 ) -> None:
-    """Params, FLOPs and memory of several configs side by side (--set applies to every target)."""
-    workload = make_workload(batch_size, seq_len, tgt_len, dtype, mode, attention)
+    """Params, FLOPs and memory of several configs side by side (--set applies to every target).
+
+    Takes every workload, parallelism and budget option of `analyze`; a budget applies to each target.
+    """
+    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
+    workload = make_workload(
+        batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
+    )
     analyses = []
     problems: list[Problem] = []
     messages = []
@@ -56,8 +89,17 @@ def compare_command(
             messages.append(exc.message)
     if problems:
         raise ConfigError("\n".join(messages), problems)
+    over = budget_problems(Budget(max_params, max_memory, max_flops), analyses)
+    _render(analyses, format, workload.as_dict(), over)
+    enforce_budget(over, json_emitted=format is CompareFormat.json)
+
+
+def _render(
+    analyses: list[Analysis], format: CompareFormat, workload: dict[str, Any], over: list[Problem]
+) -> None:
     if format is CompareFormat.json:
-        output.emit_json("compare", [a.as_json() for a in analyses], workload.as_dict())
+        status = "error" if over else "ok"
+        output.emit_json("compare", [a.as_json() for a in analyses], workload, over, status)
         return
     from embedcalc.render.tables import compare_rows, compare_table
 
@@ -66,14 +108,14 @@ def compare_command(
         return
     rows = compare_rows(analyses)
     header = ["quantity", *(a.target for a in analyses)]
-    if format is CompareFormat.csv:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(header)
-        for label, _, raw in rows:
-            writer.writerow([label.strip(), *("" if v is None else v for v in raw)])
-        sys.stdout.write(buffer.getvalue())
+    if format is CompareFormat.markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * len(analyses)]
+        lines += ["| " + " | ".join([label.strip(), *cells]) + " |" for label, cells, _ in rows]
+        sys.stdout.write("\n".join(lines) + "\n")
         return
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * len(analyses)]
-    lines += ["| " + " | ".join([label.strip(), *cells]) + " |" for label, cells, _ in rows]
-    sys.stdout.write("\n".join(lines) + "\n")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for label, _, raw in rows:
+        writer.writerow([label.strip(), *("" if v is None else v for v in raw)])
+    sys.stdout.write(buffer.getvalue())

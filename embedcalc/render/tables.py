@@ -119,6 +119,13 @@ def memory_table(a: Analysis) -> Table:
             f"[dim]{units.count(value)}[/]",
             f"[dim]{units.binary_bytes(value)}[/]",
         )
+    if len(a.memory.stages) > 1:
+        for st in a.memory.stages:
+            table.add_row(
+                f"  [dim]stage {st.index} ({st.num_layers} blocks, {units.si(st.params)} params)[/]",
+                f"[dim]{units.count(st.total_bytes)}[/]",
+                f"[dim]{units.binary_bytes(st.total_bytes)}[/]",
+            )
     table.add_section()
     total = memory["total_bytes"]
     table.add_row("[bold]total[/]", f"[bold]{units.count(total)}[/]", f"[bold]{units.binary_bytes(total)}[/]")
@@ -126,13 +133,20 @@ def memory_table(a: Analysis) -> Table:
 
 
 def _memory_caption(a: Analysis) -> str:
-    if a.workload.mode == "training":
-        recipe = "fp32: 4+4+8 B/param" if a.workload.dtype == "float32" else "mixed precision: 2+2+12 B/param"
-        return (
-            f"Weights + gradients + AdamW ({recipe}) + saved activations (Korthikanti et al. 2022, "
-            f"recompute {a.workload.recompute})."
+    w = a.workload
+    par = w.parallel
+    where = ""
+    if par.devices > 1:
+        where = (
+            f" Per device: tp {par.tp}, pp {par.pp}, dp {par.dp}, ZeRO {par.zero}; heaviest pipeline stage."
         )
-    return "Weights + KV cache + peak activations of one forward pass (estimate; see `embedcalc analyze --help`)."
+    if w.mode == "training":
+        recipe = "fp32 weights and gradients" if w.dtype == "float32" else "mixed precision, fp32 master copy"
+        return (
+            f"Weights + gradients + {w.optimizer} state ({recipe}) + saved activations (Korthikanti et al. "
+            f"2022, recompute {w.recompute}).{where}"
+        )
+    return f"Weights + KV cache + peak activations of one forward pass (an estimate).{where}"
 
 
 def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], list[int | float | str | None]]]:
@@ -237,7 +251,12 @@ def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
         table.add_column(col, justify="left" if col in ("name", "architecture") else "right")
     for r in rows:
         table.add_row(
-            r["name"], r["architecture"], units.count(r["params"]), units.si(r["params"]),
-            str(r["embed_dim"]), str(r["num_heads"]), str(r["num_layers"]),
+            r["name"],
+            r["architecture"],
+            units.count(r["params"]),
+            units.si(r["params"]),
+            str(r["embed_dim"]),
+            str(r["num_heads"]),
+            str(r["num_layers"]),
         )
     return table
