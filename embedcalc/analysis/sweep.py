@@ -1,0 +1,445 @@
+"""Sweeps: axis values, the cartesian grid, which points are valid and why, and the per-config reference path.
+
+A point of ``embedcalc sweep TARGET --embed-dim ... --seq-len ...`` is the target with each swept field set as by
+``--set`` (so an ``ffn_dim`` written in the target stays fixed while ``embed_dim`` varies; ``--set ffn_dim=null``
+makes it follow 4 * embed_dim) and a workload with the swept batch_size / seq_len. Axes combine as a cartesian
+product in the order of :data:`AXES` (seq_len varies fastest, so consecutive points form seq-len curves).
+
+Validity per point is vectorised too: the config rules a swept axis can break (embed_dim divisible by num_heads,
+an even head_dim for rope, num_kv_heads dividing num_heads) and the workload rule (seq_len within max_seq_len for
+learned positions) are evaluated on small tables over the axis values and indexed per point. Invalid points are
+kept and carry their problems; problems no swept axis can cause are raised once, as for ``analyze``.
+
+:func:`evaluate_point` is the per-config path (pydantic validation plus :func:`embedcalc.analysis.report.analyze`)
+that the vectorised grid is tested and benchmarked against.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
+from embedcalc.analysis.report import analyze
+from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
+from embedcalc.config.checks import workload_problems
+from embedcalc.config.loading import apply_overrides, normalise_keys, resolve_target, validate_config
+from embedcalc.config.schema import ModelConfig
+from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
+
+AXES = GRID_AXES
+CONFIG_AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim")
+FLAGS = {axis: "--" + axis.replace("_", "-") for axis in AXES}
+MAX_AXIS_VALUES = 100_000
+MAX_POINTS = 2_000_000
+AXIS_SYNTAX = "a list 128,256,512, an arithmetic range 384:12288:+384 or a geometric one 64:16384:x2"
+
+
+class AxisError(ValueError):
+    """An axis value string that does not parse; the CLI reports it as a bad flag value (exit 2)."""
+
+
+class SweepError(EmbedcalcError):
+    """A sweep that cannot be run as asked (too many points): exit 2."""
+
+    def __init__(self, message: str, code: str = "bad_sweep"):
+        super().__init__(message, ExitCode.USAGE, [Problem("", message, code)], code)
+
+
+# --- axes --------------------------------------------------------------------------------------------------------
+
+
+def _positive(text: str, what: str) -> int:
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
+        raise AxisError(f"{what} {text!r} is not a positive integer")
+    return int(text)
+
+
+def parse_axis(text: str) -> tuple[int, ...]:
+    """``128,256,512`` | ``start:stop:+step`` | ``start:stop:xfactor`` -> the values, bounds inclusive.
+
+    A range stops at the last value that does not pass ``stop``; ``1:10:+4`` is 1, 5, 9.
+    """
+    spec = text.strip()
+    if not spec:
+        raise AxisError(f"empty; expected {AXIS_SYNTAX}")
+    if ":" not in spec:
+        values = [_positive(part, "value") for part in spec.split(",")]
+        duplicates = sorted({v for v in values if values.count(v) > 1})
+        if duplicates:
+            raise AxisError(f"{text!r} repeats {', '.join(map(str, duplicates))}")
+        if len(values) > MAX_AXIS_VALUES:
+            raise AxisError(f"{len(values)} values; at most {MAX_AXIS_VALUES:,} per axis")
+        return tuple(values)
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise AxisError(f"{text!r}: a range is start:stop:+step or start:stop:xfactor (e.g. 64:16384:x2)")
+    start, stop, step = _positive(parts[0], "start"), _positive(parts[1], "stop"), parts[2].strip()
+    if start > stop:
+        raise AxisError(f"{text!r}: start {start} is above stop {stop}")
+    if step[:1] == "+":
+        increment = _positive(step[1:], "step")
+        count = (stop - start) // increment + 1
+        if count > MAX_AXIS_VALUES:
+            raise AxisError(f"{text!r} has {count:,} values; at most {MAX_AXIS_VALUES:,} per axis")
+        return tuple(range(start, stop + 1, increment))
+    if step[:1] in ("x", "X", "*"):
+        factor = _positive(step[1:], "factor")
+        if factor < 2:
+            raise AxisError(f"{text!r}: a geometric factor must be at least 2")
+        values = []
+        value = start
+        while value <= stop:
+            values.append(value)
+            value *= factor
+        return tuple(values)
+    raise AxisError(f"{text!r}: the step must be +N (arithmetic) or xN (geometric), got {step!r}")
+
+
+# --- target -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepBase:
+    """The target's canonical mapping (after ``--set``) that every point starts from."""
+
+    target: str
+    data: dict[str, Any]
+    user_keys: dict[str, str]
+    origin: str
+
+    def config_at(self, point: Mapping[str, int], swept: Sequence[str] = ()) -> ModelConfig:
+        """The validated config with ``point``'s config-axis values set; swept fields are named by their flag."""
+        data = dict(self.data)
+        user_keys = dict(self.user_keys)
+        for axis in CONFIG_AXES:
+            if axis in point:
+                data[axis] = int(point[axis])
+        for axis in swept:
+            if axis in CONFIG_AXES:
+                user_keys[axis] = FLAGS[axis]
+        return validate_config(data, user_keys, [], self.origin)
+
+
+def load_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
+    """Resolve TARGET and apply ``--set`` without validating (a swept axis may repair or break the config)."""
+    raw, source, path = resolve_target(target)
+    origin = target if source == "preset" else str(path)
+    data, user_keys, problems = normalise_keys(raw)
+    problems += apply_overrides(data, user_keys, list(overrides))
+    if problems:
+        lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
+        raise ConfigError(f"{origin}: {len(problems)} problem{'s' * (len(problems) > 1)}\n{lines}", problems)
+    if source == "preset" and "name" not in data:
+        data["name"] = target
+    return SweepBase(target=target, data=data, user_keys=user_keys, origin=origin)
+
+
+# --- validity -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PointRule:
+    """One validity rule over the grid: where it fails and the message at each failing point."""
+
+    code: str
+    path: str
+    failed: np.ndarray  # bool per point
+    messages: np.ndarray  # object (str) per point, "" where the rule holds
+
+
+def _table(values: Sequence[int]) -> np.ndarray:
+    return np.asarray(list(values), dtype=np.int64 if max(values) < 2**62 else object)
+
+
+def _rule(code: str, path: str, bad: np.ndarray, text: Any, where: tuple[np.ndarray, ...]) -> PointRule:
+    """Index a rule table (over axis values) per point; ``text(*indices)`` writes the message of a bad entry."""
+    messages = np.full(bad.shape, "", dtype=object)
+    for entry in np.argwhere(bad):
+        messages[tuple(entry)] = text(*entry)
+    return PointRule(code, path, bad[where], messages[where])
+
+
+def _validity_rules(base: SweepBase, axes: Mapping[str, Sequence[int]], index: Mapping[str, np.ndarray],
+                    size: int) -> tuple[list[PointRule], list[PointRule]]:
+    """(config rules, workload rules) that depend on a swept axis, evaluated per point."""
+    data, keys = base.data, dict(base.user_keys)
+    for axis in axes:
+        keys[axis] = FLAGS[axis]
+    zero = np.zeros(size, dtype=np.intp)
+    d_vals = axes.get("embed_dim", (data["embed_dim"],))
+    h_vals = axes.get("num_heads", (data["num_heads"],))
+    d_idx, h_idx = index.get("embed_dim", zero), index.get("num_heads", zero)
+    kd, kh = keys.get("embed_dim", "embed_dim"), keys.get("num_heads", "num_heads")
+    position = data.get("position", ModelConfig.model_fields["position"].default)
+    config_rules: list[PointRule] = []
+    heads_ok = np.ones((len(d_vals), len(h_vals)), dtype=bool)
+    if data.get("head_dim") is None and {"embed_dim", "num_heads"} & set(axes):
+        d, h = _table(d_vals)[:, None], _table(h_vals)[None, :]
+        indivisible = np.asarray(d % h != 0, dtype=bool)
+        config_rules.append(_rule(
+            "heads_indivisible", kh, indivisible,
+            lambda i, j: f"{kh} ({h_vals[j]}) must divide {kd} ({d_vals[i]}): head_dim would be "
+                         f"{d_vals[i] / h_vals[j]:.2f}", (d_idx, h_idx)))
+        heads_ok = ~indivisible
+        if position == "rope":
+            odd = heads_ok & np.asarray((d // h) % 2 == 1, dtype=bool)
+            config_rules.append(_rule(
+                "rope_head_dim_odd", kh, odd,
+                lambda i, j: f"head_dim = {kd} / {kh} = {d_vals[i] // h_vals[j]} must be even for position rope",
+                (d_idx, h_idx)))
+            heads_ok &= ~odd
+    kv_heads = data.get("num_kv_heads")
+    if kv_heads is not None and "num_heads" in axes:
+        kk = keys.get("num_kv_heads", "num_kv_heads")
+        kv_bad = heads_ok & np.asarray(_table(h_vals)[None, :] % kv_heads != 0, dtype=bool)
+        config_rules.append(_rule("kv_heads_indivisible", kk, kv_bad,
+                                  lambda i, j: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})", (d_idx, h_idx)))
+    workload_rules: list[PointRule] = []
+    if "seq_len" in axes and position == "learned":
+        limit, seq_vals = data["max_seq_len"], axes["seq_len"]
+        label = data.get("name") or base.target
+        over = np.asarray([n > limit for n in seq_vals], dtype=bool)
+        workload_rules.append(_rule(
+            "seq_len_over_context", FLAGS["seq_len"], over,
+            lambda i: f"--seq-len {seq_vals[i]} exceeds max_seq_len {limit} of {label}: its learned position "
+                      "table has no rows beyond that", (index["seq_len"],)))
+    return config_rules, workload_rules
+
+
+def _explained_by_sweep(problem: Problem, swept: set[str], data: Mapping[str, Any]) -> bool:
+    """Whether a problem of the first point is one that a swept axis causes (so other points may be valid)."""
+    shape_swept = bool({"embed_dim", "num_heads"} & swept)
+    if problem.code == "heads_indivisible":
+        return shape_swept
+    if problem.code == "rope_head_dim_odd":
+        return shape_swept and data.get("head_dim") is None
+    if problem.code == "kv_heads_indivisible":
+        return "num_heads" in swept
+    return False
+
+
+# --- the sweep ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Every point of one target's sweep: axis values, validity with reasons, and the grid's numbers."""
+
+    target: str
+    config: ModelConfig | None  # the target as given (with --set), None if only some swept values make it valid
+    workload: Workload
+    axes: dict[str, tuple[int, ...]]  # the swept axes, in AXES order
+    index: dict[str, np.ndarray]  # per point, its position on each swept axis
+    size: int
+    valid: np.ndarray
+    rules: list[PointRule]
+    grid: GridResult | None  # None when no point is valid
+    crossover_seq_len: int | float | None  # of the target as given
+    warnings: list[Problem] = field(default_factory=list)
+
+    def axis_column(self, axis: str) -> np.ndarray:
+        """Each point's value of ``axis`` (swept or fixed); ffn_dim resolved (4 * embed_dim by default)."""
+        if axis in self.axes:
+            return _table(self.axes[axis])[self.index[axis]]
+        if axis == "ffn_dim" and self.grid is not None:
+            return self.grid["ffn_dim"]
+        fixed = {"batch_size": self.workload.batch_size, "seq_len": self.workload.seq_len}
+        value = fixed[axis] if axis in fixed else getattr(self.config, axis, None)
+        return np.full(self.size, value, dtype=object)
+
+    def problem_column(self, attr: str = "messages", sep: str = "; ") -> np.ndarray:
+        """Per point, its problems' messages (or ``attr="codes"``) joined by ``sep``; "" for valid points."""
+        out = np.full(self.size, "", dtype=object)
+        for rule in self.rules:
+            text = rule.messages if attr == "messages" else np.where(rule.failed, rule.code, "").astype(object)
+            joined = np.where(out == "", text, out + sep + text)
+            out = np.where(rule.failed, joined, out)
+        return out
+
+    def problems_at(self, i: int) -> list[Problem]:
+        return [Problem(r.path, str(r.messages[i]), r.code) for r in self.rules if r.failed[i]]
+
+    def crossover_column(self) -> np.ndarray:
+        """Per point n* (object: int when whole, else float), exact like :func:`crossover.crossover_seq_len`."""
+        if self.grid is None:
+            return np.full(self.size, None, dtype=object)
+        num, den = self.grid["crossover_numerator"], self.grid["crossover_denominator"]
+        den = np.where(den == 0, 1, den)  # only at invalid points (head_dim 0)
+        whole = num % den == 0
+        if num.dtype != object and int(num.max()) < 2**53 and int(den.max()) < 2**53:
+            ratio = (num / den).astype(object)  # both exact in float64, so the division rounds correctly
+        else:
+            ratio = num.astype(object) / den.astype(object)  # int / int: correctly rounded
+        return np.where(whole, (num // den).astype(object), ratio)
+
+
+def _grid_index(axes: Mapping[str, Sequence[int]]) -> tuple[dict[str, np.ndarray], int]:
+    names = [a for a in AXES if a in axes]
+    shape = [len(axes[a]) for a in names]
+    size = math.prod(shape)
+    if size > MAX_POINTS:
+        dims = " x ".join(f"{FLAGS[a]} {len(axes[a])}" for a in names)
+        raise SweepError(f"the grid has {size:,} points ({dims}), more than {MAX_POINTS:,}; narrow an axis",
+                         "grid_too_large")
+    flat = np.indices(shape, dtype=np.intp).reshape(len(names), -1) if names else np.zeros((0, 1), np.intp)
+    return {a: flat[k] for k, a in enumerate(names)}, size
+
+
+def _fixed_workload_checks(config: ModelConfig, workload: Workload, axes: Mapping[str, Sequence[int]],
+                           target: str) -> list[Problem]:
+    """Raise for workload problems no axis causes (tgt_len, an unswept seq_len); return warnings."""
+    probe = workload if "seq_len" not in axes else replace(workload, seq_len=1)
+    errors, warnings = workload_problems(config, probe)
+    if errors:
+        lines = "\n".join(f"  {p.message}" for p in errors)
+        raise ConfigError(f"{target}: workload does not fit the config\n{lines}", errors)
+    if "seq_len" in axes and config.position != "learned":
+        over = [n for n in axes["seq_len"] if n > config.max_seq_len]
+        if over:
+            warnings.append(Problem("--seq-len", f"{len(over)} of {len(axes['seq_len'])} --seq-len values exceed "
+                                    f"max_seq_len {config.max_seq_len}: {config.position} positions extrapolate, "
+                                    "quality is not guaranteed", "seq_len_extrapolates"))
+    return warnings
+
+
+def sweep_target(target: str, overrides: Sequence[str], axes: Mapping[str, Sequence[int]], workload: Workload,
+                 force_python_ints: bool = False) -> SweepResult:
+    """Evaluate TARGET at every point of the cartesian product of ``axes`` (see the module docstring)."""
+    base = load_base(target, overrides)
+    axes = {a: tuple(int(v) for v in axes[a]) for a in AXES if a in axes}
+    index, size = _grid_index(axes)
+    swept = set(axes)
+    try:
+        target_config: ModelConfig | None = base.config_at({})
+    except ConfigError:
+        target_config = None
+    first = {a: v[0] for a, v in axes.items()}
+    try:
+        base.config_at(first, tuple(axes))
+    except ConfigError as exc:
+        fixed = [p for p in exc.problems if not _explained_by_sweep(p, swept, base.data)]
+        if fixed:
+            lines = "\n".join(f"  {p.path}: {p.message}" for p in fixed)
+            raise ConfigError(f"{base.origin}: problems no swept axis causes\n{lines}", fixed) from None
+    config_rules, workload_rules = _validity_rules(base, axes, index, size)
+    config_ok = np.ones(size, dtype=bool)
+    for rule in config_rules:
+        config_ok &= ~rule.failed
+    valid = config_ok.copy()
+    for rule in workload_rules:
+        valid &= ~rule.failed
+    grid, warnings = None, []
+    if config_ok.any():
+        i = int(np.argmax(config_ok))
+        template = base.config_at({a: axes[a][index[a][i]] for a in axes}, tuple(axes))
+        warnings = _fixed_workload_checks(template, workload, axes, target)
+        swept_values = {a: v for a, v in axes.items()}
+        grid = evaluate_grid(template, workload, swept_values, index, force_python_ints)
+    crossover = None
+    if target_config is not None:
+        from embedcalc.analysis.crossover import crossover_seq_len
+
+        crossover = crossover_seq_len(target_config)
+    return SweepResult(target=target, config=target_config, workload=workload, axes=axes, index=index, size=size,
+                       valid=valid, rules=config_rules + workload_rules, grid=grid, crossover_seq_len=crossover,
+                       warnings=warnings)
+
+
+# --- the per-config path ------------------------------------------------------------------------------------------
+
+
+def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload) -> dict[str, Any]:
+    """One point the slow, obviously-correct way: validate with pydantic, then ``analyze()`` per mode.
+
+    Returns the grid's column names (plus ``crossover_seq_len``) with Python ints, or ``{"problems": [...]}``.
+    """
+    try:
+        config = base.config_at(point, tuple(point))
+    except ConfigError as exc:
+        return {"problems": exc.problems}
+    run = replace(workload, batch_size=int(point.get("batch_size", workload.batch_size)),
+                  seq_len=int(point.get("seq_len", workload.seq_len)))
+    errors, _ = workload_problems(config, run)
+    if errors:
+        return {"problems": errors}
+    inference = analyze(base.target, config, replace(run, mode="inference"))
+    out: dict[str, Any] = {
+        "params": inference.params.total,
+        "flops_forward": inference.flops.forward,
+        "flops_attention_scores": inference.flops.attention_score_flops,
+        "flops_other": inference.flops.forward - inference.flops.attention_score_flops,
+        "flops_training_step": inference.flops.training_step,
+        "inference_weights_bytes": inference.memory.weights_bytes,
+        "inference_activations_bytes": inference.memory.activations_bytes,
+        "kv_cache_bytes": inference.memory.kv_cache_bytes,
+        "inference_total_bytes": inference.memory.total_bytes,
+        "crossover_seq_len": inference.crossover_seq_len,
+        "head_dim": config.resolved_head_dim,
+        "ffn_dim": config.resolved_ffn_dim,
+    }
+    if inference.flops.forward_causal is not None:
+        out["flops_forward_causal"] = inference.flops.forward_causal
+    if workload.dtype not in WEIGHT_ONLY_DTYPES:
+        training = analyze(base.target, config, replace(run, mode="training")).memory
+        out |= {
+            "training_weights_bytes": training.weights_bytes,
+            "gradients_bytes": training.gradients_bytes,
+            "optimizer_bytes": training.optimizer_bytes,
+            "training_activations_bytes": training.activations_bytes,
+            "training_total_bytes": training.total_bytes,
+        }
+    return out
+
+
+# --- seq-len curves (for plots) -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeqLenCurve:
+    """One line of a seq-len plot: FLOPs and memory per seq_len, None where the point is invalid."""
+
+    label: str
+    seq_len: tuple[int, ...]
+    score_flops: tuple[int | None, ...]
+    other_flops: tuple[int | None, ...]
+    inference_bytes: tuple[int | None, ...]
+    training_bytes: tuple[int | None, ...] | None  # None for weight-only dtypes
+    crossover_seq_len: int | float | None
+
+
+def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
+    """One curve per combination of the other swept axes (seq_len varies fastest, so each is a block of points)."""
+    if "seq_len" not in result.axes:
+        raise ValueError("seq-len curves need a swept seq_len")
+    seqs = result.axes["seq_len"]
+    crossover = result.crossover_column()
+    others = [a for a in result.axes if a != "seq_len"]
+    curves = []
+    for start in range(0, result.size, len(seqs)):
+        block = slice(start, start + len(seqs))
+        ok = result.valid[block]
+
+        def column(name: str, block: slice = block, ok: np.ndarray = ok) -> tuple[int | None, ...]:
+            assert result.grid is not None
+            return tuple(int(v) if good else None for v, good in zip(result.grid[name][block], ok, strict=True))
+
+        label = " ".join([result.target] + [f"{a}={result.axes[a][result.index[a][start]]}" for a in others])
+        if result.grid is None:
+            empty: tuple[int | None, ...] = (None,) * len(seqs)
+            curves.append(SeqLenCurve(label, seqs, empty, empty, empty, empty, None))
+            continue
+        first_ok = np.flatnonzero(ok)
+        curves.append(SeqLenCurve(
+            label=label, seq_len=seqs, score_flops=column("flops_attention_scores"),
+            other_flops=column("flops_other"), inference_bytes=column("inference_total_bytes"),
+            training_bytes=column("training_total_bytes") if "training_total_bytes" in result.grid.columns else None,
+            crossover_seq_len=crossover[start + first_ok[0]] if len(first_ok) else None,
+        ))
+    return curves
