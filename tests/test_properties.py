@@ -1,0 +1,351 @@
+"""Property tests (hypothesis) over random valid configs of all three architectures and every option.
+
+Breakdowns sum to their totals; FLOPs are exactly linear in batch; the attention-score terms are exactly
+quadratic in seq_len and everything else linear; any embed_dim % num_heads != 0 without head_dim fails at
+num_heads; configs round-trip through JSON and YAML files loaded by ``embedcalc.config.loading``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from embedcalc.analysis.crossover import crossover_fraction
+from embedcalc.analysis.flops import forward_flops
+from embedcalc.analysis.heads import divisors
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.report import analyze
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.aliases import ALIASES
+from embedcalc.config.loading import load_target
+from embedcalc.config.schema import ModelConfig
+from embedcalc.errors import ConfigError
+
+ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
+POSITIONS = ("learned", "sinusoidal", "rope", "relative", "none")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+TOP_LEVEL = {"embedding", "encoder", "decoder", "pooler", "head"}
+SCORE_SUFFIXES = ("/scores", "/context")
+
+
+@st.composite
+def config_dicts(draw: st.DrawFn, architectures: tuple[str, ...] = ARCHITECTURES) -> dict[str, Any]:
+    """A valid config mapping: every option of DESIGN.md §3, including GQA and explicit head_dim."""
+    arch = draw(st.sampled_from(architectures))
+    position = draw(st.sampled_from(POSITIONS))
+    num_heads = draw(st.integers(1, 24))
+    data: dict[str, Any] = {"architecture": arch, "position": position, "num_heads": num_heads}
+    if draw(st.booleans()):
+        head_dim = draw(st.integers(1, 160))
+        if position == "rope" and head_dim % 2:
+            head_dim += 1
+        data["head_dim"] = head_dim
+        data["embed_dim"] = draw(st.integers(1, 2048))
+    else:
+        k = draw(st.integers(1, 96))
+        if position == "rope" and k % 2:
+            k += 1
+        data["embed_dim"] = num_heads * k
+        if draw(st.booleans()):
+            data["head_dim"] = k  # explicit, equal to the implied one
+    kv = draw(st.none() | st.sampled_from(divisors(num_heads)))
+    if kv is not None:
+        data["num_kv_heads"] = kv
+    data["vocab_size"] = draw(st.integers(1, 100_000))
+    data["max_seq_len"] = draw(st.integers(1, 8192))
+    data["num_layers"] = draw(st.integers(1, 48))
+    if arch == "encoder-decoder" and draw(st.booleans()):
+        data["num_decoder_layers"] = draw(st.integers(1, 48))
+    optional: dict[str, st.SearchStrategy[Any]] = {
+        "ffn_dim": st.integers(1, 8192),
+        "activation": st.sampled_from(ACTIVATIONS),
+        "norm": st.sampled_from(("layernorm", "rmsnorm")),
+        "norm_placement": st.sampled_from(("post", "pre")),
+        "embedding_norm": st.booleans(),
+        "type_vocab_size": st.integers(0, 4),
+        "bias": st.booleans(),
+        "tie_embeddings": st.booleans(),
+        "pooler": st.booleans() if arch == "encoder" else st.just(False),
+        "lm_head": st.booleans(),
+        "relative_attention_num_buckets": st.integers(1, 64),
+        "dropout": st.sampled_from((0.0, 0.1)) | st.floats(0.0, 0.99),
+        "name": st.text(min_size=1, max_size=20),
+    }
+    for key, strategy in optional.items():
+        if draw(st.booleans()):
+            data[key] = draw(strategy)
+    return data
+
+
+def configs(architectures: tuple[str, ...] = ARCHITECTURES) -> st.SearchStrategy[ModelConfig]:
+    return config_dicts(architectures).map(ModelConfig.model_validate)
+
+
+@st.composite
+def workloads(draw: st.DrawFn, max_seq: int = 4096) -> Workload:
+    mode = draw(st.sampled_from(("inference", "training")))
+    dtypes = ("float32", "bfloat16", "float16") + (("int8", "int4") if mode == "inference" else ())
+    return Workload(
+        batch_size=draw(st.integers(1, 16)),
+        seq_len=draw(st.integers(1, max_seq)),
+        tgt_len=draw(st.none() | st.integers(1, max_seq)),
+        dtype=draw(st.sampled_from(dtypes)),
+        mode=mode,
+        attention=draw(st.sampled_from(("sdpa", "eager"))),
+        recompute=draw(st.sampled_from(("none", "selective", "full"))),
+    )
+
+
+def _scale_batch(w: Workload, k: int) -> Workload:
+    return Workload(batch_size=w.batch_size * k, seq_len=w.seq_len, tgt_len=w.tgt_len, dtype=w.dtype,
+                    mode=w.mode, attention=w.attention, recompute=w.recompute)
+
+
+# --- breakdowns sum to totals --------------------------------------------------------------------------------
+
+
+@given(configs(), workloads())
+def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Workload) -> None:
+    result = analyze("x", config, workload)
+    out = result.as_json()
+    params, flops, memory = out["params"], out["flops"], out["memory"]
+
+    assert sum(params["breakdown"].values()) == params["total"] > 0
+    assert sum(flops["breakdown"].values()) == flops["forward"] > 0
+    assert flops["training_step"] == 3 * flops["forward"]
+    assert sum(memory["activations_breakdown"].values()) == memory["activations_bytes"]
+    assert memory["total_bytes"] == sum(memory[k] for k in ("weights_bytes", "gradients_bytes",
+                                                            "optimizer_bytes", "activations_bytes",
+                                                            "kv_cache_bytes"))
+    assert sum(result.flops.elementwise.as_dict().values()) == result.flops.elementwise.total
+    assert sum(result.params.group(1).values()) == params["total"]
+    assert sum(result.flops.breakdown.group(2).values()) == flops["forward"]
+
+    if config.architecture == "encoder":
+        assert flops["forward_causal"] is None
+    else:
+        causal = result.flops.causal_breakdown
+        assert causal is not None
+        assert sum(causal.as_dict().values()) == flops["forward_causal"]
+        assert flops["forward_causal"] <= flops["forward"]
+        assert set(causal.as_dict()) == set(flops["breakdown"])
+
+    for name, bd in (("params", params["breakdown"]), ("flops", flops["breakdown"]),
+                     ("activations", memory["activations_breakdown"])):
+        for key, value in bd.items():
+            assert isinstance(value, int), (name, key)
+            assert value > 0, (name, key)
+            assert key.split("/")[0] in TOP_LEVEL, (name, key)
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+                "total_bytes"):
+        assert isinstance(memory[key], int) and memory[key] >= 0, key
+    json.dumps(out)  # the result is JSON-serialisable as is
+
+
+# --- FLOPs linear in batch, quadratic score term in seq_len ---------------------------------------------------
+
+
+@given(configs(), workloads(), st.integers(2, 9))
+def test_flops_and_activation_memory_exactly_linear_in_batch(config: ModelConfig, workload: Workload,
+                                                             k: int) -> None:
+    one = analyze("x", config, workload)
+    many = analyze("x", config, _scale_batch(workload, k))
+    for a, b in ((one.flops.breakdown, many.flops.breakdown), (one.flops.elementwise, many.flops.elementwise),
+                 (one.memory.activations, many.memory.activations)):
+        assert set(a.as_dict()) == set(b.as_dict())
+        for key, value in a.items():
+            assert b[key] == k * value, key
+    assert many.flops.forward == k * one.flops.forward
+    if one.flops.forward_causal is not None:
+        assert many.flops.forward_causal == k * one.flops.forward_causal
+    assert many.memory.kv_cache_bytes == k * one.memory.kv_cache_bytes
+    assert many.memory.weights_bytes == one.memory.weights_bytes
+    assert many.params.as_dict() == one.params.as_dict()
+
+
+@given(configs(), st.integers(1, 16), st.integers(1, 4096))
+def test_score_terms_quadratic_rest_linear_in_seq_len(config: ModelConfig, b: int, n: int) -> None:
+    """Doubling seq_len: keys ending in /scores and /context x4, the pooler (first token) x1, the rest x2."""
+    short = forward_flops(config, Workload(batch_size=b, seq_len=n)).breakdown
+    long = forward_flops(config, Workload(batch_size=b, seq_len=2 * n)).breakdown
+    assert set(short.as_dict()) == set(long.as_dict())
+    assert any(k.endswith(SCORE_SUFFIXES) for k in short.as_dict())
+    for key, value in short.items():
+        if key.endswith(SCORE_SUFFIXES):
+            assert long[key] == 4 * value, key
+        elif key == "pooler":
+            assert long[key] == value
+        else:
+            assert long[key] == 2 * value, key
+
+
+@given(configs(("encoder-decoder",)), st.integers(1, 8), st.integers(1, 2048), st.integers(1, 2048))
+def test_encoder_decoder_target_length(config: ModelConfig, b: int, n: int, m: int) -> None:
+    """Doubling only tgt_len: decoder self-attention scores x4, cross-attention scores x2, encoder unchanged."""
+    short = forward_flops(config, Workload(batch_size=b, seq_len=n, tgt_len=m)).breakdown
+    long = forward_flops(config, Workload(batch_size=b, seq_len=n, tgt_len=2 * m)).breakdown
+    for key, value in short.items():
+        if key.startswith("encoder/"):
+            assert long[key] == value, key
+        elif key.startswith("decoder/attention/") and key.endswith(SCORE_SUFFIXES):
+            assert long[key] == 4 * value, key
+        elif key.startswith("decoder/cross_attention/") and key.endswith(SCORE_SUFFIXES):
+            assert long[key] == 2 * value, key
+        elif key in ("head/lm",) or key.startswith(("decoder/attention/", "decoder/ffn/")):
+            assert long[key] == 2 * value, key
+
+
+@given(configs(("decoder", "encoder-decoder")), st.integers(1, 8), st.integers(1, 4096))
+def test_causal_scores_count_the_lower_triangle(config: ModelConfig, b: int, n: int) -> None:
+    flops = forward_flops(config, Workload(batch_size=b, seq_len=n))
+    assert flops.causal_breakdown is not None
+    for key, full in flops.breakdown.items():
+        causal = flops.causal_breakdown[key]
+        if key.startswith("decoder/attention/") and key.endswith(SCORE_SUFFIXES):
+            assert 2 * n * causal == (n + 1) * full, key  # n(n+1)/2 of n² pairs
+        else:
+            assert causal == full, key
+
+
+@given(configs(("encoder", "decoder")))
+def test_crossover_is_the_ratio_of_linear_to_quadratic_coefficients(config: ModelConfig) -> None:
+    bd = forward_flops(config, Workload(batch_size=1, seq_len=1)).breakdown
+    stack = config.architecture
+    quadratic = sum(v for k, v in bd.items() if k.startswith(stack) and k.endswith(SCORE_SUFFIXES))
+    linear = sum(v for k, v in bd.items() if k.startswith(stack) and not k.endswith(SCORE_SUFFIXES))
+    assert crossover_fraction(config) == Fraction(linear, quadratic)
+
+
+# --- structural invariants -------------------------------------------------------------------------------------
+
+
+@given(config_dicts())
+def test_params_linear_in_layers(data: dict[str, Any]) -> None:
+    data = {**data, "num_layers": 3}
+    data.pop("num_decoder_layers", None)
+    counts = [count_params(ModelConfig.model_validate({**data, "num_layers": L})).total for L in (1, 2, 3, 7)]
+    per_layer = counts[1] - counts[0]
+    assert per_layer > 0
+    assert counts[2] - counts[1] == per_layer
+    assert counts[3] - counts[0] == 6 * per_layer
+
+
+@given(config_dicts())
+def test_defaults_equal_their_explicit_values(data: dict[str, Any]) -> None:
+    implicit = ModelConfig.model_validate(data)
+    explicit = ModelConfig.model_validate({
+        **data,
+        "head_dim": implicit.resolved_head_dim,
+        "num_kv_heads": implicit.resolved_kv_heads,
+        "ffn_dim": implicit.resolved_ffn_dim,
+        "norm_placement": implicit.resolved_norm_placement,
+        "embedding_norm": implicit.resolved_embedding_norm,
+        "pooler": implicit.resolved_pooler,
+        "lm_head": implicit.resolved_lm_head,
+        **({"num_decoder_layers": implicit.resolved_decoder_layers}
+           if implicit.architecture == "encoder-decoder" else {}),
+    })
+    w = Workload(batch_size=2, seq_len=64)
+    assert count_params(implicit).as_dict() == count_params(explicit).as_dict()
+    assert forward_flops(implicit, w).breakdown.as_dict() == forward_flops(explicit, w).breakdown.as_dict()
+    assert implicit.derived() == explicit.derived()
+
+
+# --- validation: indivisible heads fail at num_heads -----------------------------------------------------------
+
+
+@st.composite
+def indivisible(draw: st.DrawFn) -> tuple[int, int]:
+    num_heads = draw(st.integers(2, 512))
+    embed_dim = draw(st.integers(0, 10**6 // num_heads)) * num_heads + draw(st.integers(1, num_heads - 1))
+    return embed_dim, num_heads
+
+
+@given(indivisible(), st.sampled_from(ARCHITECTURES), st.sampled_from(POSITIONS))
+def test_indivisible_heads_fail_at_num_heads(shape: tuple[int, int], arch: str, position: str) -> None:
+    embed_dim, num_heads = shape
+    data = {"architecture": arch, "vocab_size": 100, "max_seq_len": 64, "embed_dim": embed_dim,
+            "num_heads": num_heads, "num_layers": 2, "position": position}
+    with pytest.raises(ValidationError) as info:
+        ModelConfig.model_validate(data)
+    errors = info.value.errors()
+    assert [e["loc"] for e in errors] == [("num_heads",)]
+    error = errors[0]
+    assert error["type"] == "heads_indivisible"
+    assert f"{embed_dim / num_heads:.2f}" in error["msg"]
+    ctx = error["ctx"]
+    heads = ctx["nearest_heads"]
+    assert heads and all(embed_dim % h == 0 for h in heads)
+    best = min(abs(h - num_heads) for h in divisors(embed_dim))
+    assert abs(heads[0] - num_heads) == best
+    dims = ctx["nearest_embed_dims"]
+    assert dims and all(d > 0 and d % num_heads == 0 for d in dims)
+    assert all(abs(d - embed_dim) < num_heads for d in dims)
+
+
+@given(indivisible(), st.sampled_from(("num_heads", *ALIASES["num_heads"])),
+       st.sampled_from(("embed_dim", *ALIASES["embed_dim"])))
+def test_indivisible_heads_reported_at_the_key_as_written(shape: tuple[int, int], heads_key: str,
+                                                          dim_key: str) -> None:
+    embed_dim, num_heads = shape
+    data = {"architecture": "decoder", "vocab_size": 100, "max_seq_len": 64, dim_key: embed_dim,
+            heads_key: num_heads, "num_layers": 2}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.yaml"
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        with pytest.raises(ConfigError) as info:
+            load_target(str(path))
+    problems = info.value.problems
+    assert [(p.path, p.code) for p in problems] == [(heads_key, "heads_indivisible")]
+    assert problems[0].message.startswith(f"{heads_key} ({num_heads}) must divide {dim_key} ({embed_dim})")
+
+
+@given(indivisible())
+def test_explicit_head_dim_makes_any_split_valid(shape: tuple[int, int]) -> None:
+    embed_dim, num_heads = shape
+    config = ModelConfig(architecture="encoder", vocab_size=100, max_seq_len=64, embed_dim=embed_dim,
+                         num_heads=num_heads, head_dim=7, num_layers=1)
+    assert config.q_dim == 7 * num_heads
+    assert count_params(config).total > 0
+
+
+# --- round trips ------------------------------------------------------------------------------------------------
+
+
+def _load_written(text: str, suffix: str) -> ModelConfig:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"model{suffix}"
+        path.write_text(text, encoding="utf-8")
+        return load_target(str(path)).config
+
+
+@given(configs(), st.booleans())
+def test_config_round_trips_through_json(config: ModelConfig, exclude_none: bool) -> None:
+    dumped = config.model_dump(mode="json", exclude_none=exclude_none)
+    assert _load_written(json.dumps(dumped), ".json") == config
+
+
+@given(configs(), st.booleans(), st.sampled_from((".yaml", ".yml")))
+def test_config_round_trips_through_yaml(config: ModelConfig, exclude_none: bool, suffix: str) -> None:
+    dumped = config.model_dump(mode="json", exclude_none=exclude_none)
+    assert _load_written(yaml.safe_dump(dumped, sort_keys=False, allow_unicode=True), suffix) == config
+
+
+@given(config_dicts(), st.data())
+def test_aliases_load_to_the_same_config(data: dict[str, Any], draw: st.DataObject) -> None:
+    canonical = ModelConfig.model_validate(data)
+    renamed = {}
+    for key, value in data.items():
+        choices = (key, *ALIASES.get(key, ()))
+        renamed[draw.draw(st.sampled_from(choices), label=key)] = value
+    assert _load_written(yaml.safe_dump(renamed), ".yaml") == canonical
+    assert _load_written(json.dumps(renamed), ".json") == canonical
