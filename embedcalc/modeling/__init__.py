@@ -1,0 +1,28 @@
+"""The torch side of embedcalc: the model built from a config, and its parameters and FLOPs as torch measures them.
+
+The only package that imports torch (DESIGN.md §7). It shares no code with :mod:`embedcalc.analysis`, so that
+``verify`` compares two independent implementations of the same counting conventions (DESIGN.md §4).
+"""
+
+from embedcalc.modeling.counting import (
+    component_flops,
+    component_key,
+    component_params,
+    component_paths,
+    flop_counter_mode,
+)
+from embedcalc.modeling.layers import AttentionImpl
+from embedcalc.modeling.model import TransformerModel, TransformerOutput, build_model, initialise_
+
+__all__ = [
+    "AttentionImpl",
+    "TransformerModel",
+    "TransformerOutput",
+    "build_model",
+    "component_flops",
+    "component_key",
+    "component_params",
+    "component_paths",
+    "flop_counter_mode",
+    "initialise_",
+]

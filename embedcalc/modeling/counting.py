@@ -1,0 +1,182 @@
+"""Parameters and FLOPs of the torch model, per analytic breakdown key, measured rather than computed.
+
+Parameters are the ``numel`` of the model's parameters (tied weights are one ``Parameter``, counted once). FLOPs
+are what ``torch.utils.flop_counter.FlopCounterMode`` records during a forward pass on the meta device (shapes
+only, nothing allocated, so GPT-3 175B counts in seconds): 2 per multiply-accumulate, matmuls only.
+
+A module path maps to its breakdown key by dropping ``layers.<i>``, turning ``.`` into ``/``, writing ``in_`` as
+``in``, and keeping as many segments as the key has (``embedding/position`` for ``embedding.position.decoder``,
+``pooler`` for ``pooler.dense``). FLOPs are read from the modules whose path is exactly a key, so nothing is
+counted twice; every FLOP the counter saw must land on a key (checked).
+
+Attention cores: eager attention runs Q·Kᵀ in ``scores`` and A·V in ``context``, each counted on its own. SDPA
+is one fused op (on the meta device it runs as two bmm's inside that op, on CUDA as one kernel): its measured
+count, which ``FlopCounterMode`` defines as bmm(Q, Kᵀ) + bmm(A, V), is split into ``scores`` and ``context``
+in the ratio of the query/key head width to the value head width (equal here, so in half). On a real CPU,
+``FlopCounterMode`` counts SDPA as 0 (PyTorch issue 195460); :func:`flop_counter_mode` registers the CPU kernel
+so that even a CPU count is not silently short, and :func:`component_flops` always counts on the meta device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.layers import AttentionImpl
+from embedcalc.modeling.model import TransformerModel, build_model
+
+# Segments a breakdown key keeps, by its first segment.
+_KEY_DEPTH = {"embedding": 2, "encoder": 3, "decoder": 3, "pooler": 1, "head": 2}
+_SDPA = "sdpa"
+
+
+def component_key(module_path: str) -> str | None:
+    """The breakdown key of a module path (``encoder.layers.3.ffn.in_`` -> ``encoder/ffn/in``), None if none.
+
+    The path is relative to the model (no root name). Paths shorter than their key (``encoder.layers.3``) and
+    paths outside the keyed tree give None.
+    """
+    segments = [s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()]
+    if not segments or segments[0] not in _KEY_DEPTH:
+        return None
+    depth = _KEY_DEPTH[segments[0]]
+    if segments[0] in ("encoder", "decoder") and segments[1:2] == ["final_norm"]:
+        depth = 2
+    if len(segments) < depth:
+        return None
+    return "/".join(segments[:depth])
+
+
+def _is_exact(module_path: str) -> bool:
+    """Whether ``module_path`` is a key's own module rather than one nested inside it."""
+    key = component_key(module_path)
+    segments = [s for s in module_path.split(".") if s != "layers" and not s.isdigit()]
+    return key is not None and len(segments) == key.count("/") + 1
+
+
+def component_paths(model: nn.Module) -> dict[str, list[str]]:
+    """Breakdown key -> the module paths holding that component's parameters (one per layer for stack keys)."""
+    out: dict[str, list[str]] = {}
+    for name, param in model.named_parameters():
+        if param.numel() == 0:
+            continue
+        module_path = name.rpartition(".")[0]
+        key = component_key(module_path)
+        if key is None:
+            raise ValueError(f"parameter {name!r} maps to no breakdown key")
+        if module_path not in out.setdefault(key, []):
+            out[key].append(module_path)
+    return out
+
+
+def component_params(model: nn.Module) -> dict[str, int]:
+    """Trainable parameters per breakdown key; tied weights once, zero entries omitted."""
+    out: dict[str, int] = {}
+    for name, param in model.named_parameters():  # named_parameters yields a shared Parameter once
+        key = component_key(name.rpartition(".")[0])
+        if key is None:
+            raise ValueError(f"parameter {name!r} maps to no breakdown key")
+        if param.numel():
+            out[key] = out.get(key, 0) + param.numel()
+    return out
+
+
+def _sdpa_flops(query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: Any,
+                **kwargs: Any) -> int:
+    """FLOPs of one SDPA call as FlopCounterMode counts its CUDA kernels: bmm(Q, Kᵀ) + bmm(A, V), mask ignored."""
+    batch, heads, query_len, qk_dim = query_shape
+    key_len, value_dim = key_shape[-2], value_shape[-1]
+    return 2 * batch * heads * query_len * key_len * (qk_dim + value_dim)
+
+
+def flop_counter_mode() -> FlopCounterMode:
+    """A silent ``FlopCounterMode`` that also counts SDPA's CPU kernel (PyTorch issue 195460)."""
+    mapping: dict[Any, Any] = {}
+    cpu_kernel = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if cpu_kernel is not None:
+        mapping[cpu_kernel] = _sdpa_flops
+    return FlopCounterMode(display=False, custom_mapping=mapping)
+
+
+def _strip_root(name: str) -> str:
+    """``TransformerModel.encoder.layers.0.attention.qkv`` -> ``encoder.layers.0.attention.qkv``."""
+    return name.partition(".")[2]
+
+
+def _attribute(counts: dict[str, dict[Any, int]], head_dim_ratio: float) -> dict[str, int]:
+    """Sum the counter's per-module counts onto breakdown keys; split SDPA into scores and context."""
+    out: dict[str, int] = {}
+    for name, per_op in counts.items():
+        path = _strip_root(name)
+        if not path or not _is_exact(path):
+            continue
+        key = component_key(path)
+        assert key is not None
+        flops = sum(per_op.values())
+        if key.endswith("/" + _SDPA):
+            base = key.removesuffix(_SDPA)
+            scores = round(flops * head_dim_ratio / (1 + head_dim_ratio))
+            out[base + "scores"] = out.get(base + "scores", 0) + scores
+            out[base + "context"] = out.get(base + "context", 0) + flops - scores
+        else:
+            out[key] = out.get(key, 0) + flops
+    return {k: v for k, v in out.items() if v}
+
+
+def _inputs(config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None,
+            device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, S)
+    if config.architecture != "encoder-decoder":
+        return ids, None
+    tgt = torch.zeros(batch_size, tgt_len if tgt_len is not None else seq_len, dtype=torch.long, device=device)
+    return ids, tgt  # (B, S), (B, T)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for tensor in [*model.parameters(), *model.buffers()]:
+        return tensor.device
+    return torch.device("meta")
+
+
+def component_flops(config: ModelConfig, model: nn.Module | None = None, batch_size: int = 1, seq_len: int = 128,
+                    tgt_len: int | None = None, attention: AttentionImpl | None = None) -> dict[str, int]:
+    """Forward FLOPs per breakdown key, as ``FlopCounterMode`` counts one forward pass on the meta device.
+
+    ``model`` defaults to one built from ``config``; a model that is not on the meta device is replaced by a meta
+    twin with the same attention implementation (so counting never allocates, and never meets the CPU SDPA gap).
+    ``attention`` overrides the implementation. ``tgt_len`` is the decoder length of an encoder-decoder (default
+    ``seq_len``). Raises RuntimeError if any counted FLOP falls outside the keyed modules, or if attention was
+    counted as zero.
+    """
+    impl: AttentionImpl = attention or (model.attention_impl if isinstance(model, TransformerModel) else "sdpa")
+    if model is None or attention is not None or _model_device(model).type != "meta" or (
+        isinstance(model, TransformerModel) and model.attention_impl != impl
+    ):
+        model = build_model(config, attention=impl, device="meta")
+    src, tgt = _inputs(config, batch_size, seq_len, tgt_len, torch.device("meta"))
+    with torch.no_grad(), flop_counter_mode() as counter:
+        model(src, tgt)
+    counts = counter.get_flop_counts()
+    out = _attribute(counts, head_dim_ratio=1.0)  # Q/K and V heads share head_dim
+    _check_complete(config, out, counter.get_total_flops())
+    return out
+
+
+def _check_complete(config: ModelConfig, out: dict[str, int], total: int) -> None:
+    """Every counted FLOP is on a key, and every stack's attention core was really counted."""
+    if sum(out.values()) != total:
+        raise RuntimeError(
+            f"FlopCounterMode counted {total} FLOPs but {sum(out.values())} landed on breakdown keys "
+            "(a matmul ran outside the keyed modules)"
+        )
+    names = ["encoder", "decoder"] if config.architecture == "encoder-decoder" else [config.architecture]
+    for name in names:
+        if not out.get(f"{name}/attention/scores") or not out.get(f"{name}/attention/context"):
+            raise RuntimeError(
+                f"{name} attention was counted as 0 FLOPs: FlopCounterMode missed the attention op "
+                "(SDPA on a real CPU, PyTorch issue 195460)"
+            )
