@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from embedcalc import __version__
-from embedcalc.cli import analyze, check, compare, heads, presets, schema
+from embedcalc.cli import analyze, bench, check, compare, heads, presets, schema, sweep, verify
 from embedcalc.cli.common import DEBUG
 
 app = typer.Typer(
@@ -48,6 +48,9 @@ app.command("compare")(compare.compare_command)
 app.add_typer(presets.app, name="presets")
 app.command("heads")(heads.heads_command)
 app.command("schema")(schema.schema_command)
+app.command("sweep")(sweep.sweep_command)
+app.command("verify")(verify.verify_command)
+app.command("bench")(bench.bench_command)
 
 
 def main() -> None:

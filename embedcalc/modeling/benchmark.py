@@ -20,7 +20,14 @@ from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.layers import AttentionImpl
 from embedcalc.modeling.model import build_model
 from embedcalc.modeling.timing import (
-    DTYPES, StepCallback, Timings, current_rss_bytes, device_name, make_inputs, make_step, peak_rss_bytes,
+    DTYPES,
+    StepCallback,
+    Timings,
+    current_rss_bytes,
+    device_name,
+    make_inputs,
+    make_step,
+    peak_rss_bytes,
     time_steps,
 )  # fmt: skip
 
@@ -52,8 +59,9 @@ class BenchRun:
     threads: int
 
 
-def run_benchmark(config: ModelConfig, settings: BenchSettings, device: torch.device,
-                  on_step: StepCallback | None = None) -> BenchRun:
+def run_benchmark(
+    config: ModelConfig, settings: BenchSettings, device: torch.device, on_step: StepCallback | None = None
+) -> BenchRun:
     """Build ``config`` on ``device`` and time ``settings.repeat`` steps after ``settings.warmup``."""
     mixed = settings.mode == "training" and settings.dtype != "float32"
     model_dtype = torch.float32 if mixed or settings.mode == "training" else DTYPES[settings.dtype]

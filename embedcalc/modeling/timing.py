@@ -19,7 +19,11 @@ from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 StepCallback = Callable[[str, int, int], None]  # (phase, step done, steps in phase)
 
 
@@ -71,14 +75,17 @@ def free_memory_bytes(device: torch.device) -> int:
     raise RuntimeError("cannot read MemAvailable from /proc/meminfo")
 
 
-def make_inputs(config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None,
-                device: torch.device) -> tuple[Tensor, Tensor | None]:
+def make_inputs(
+    config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
+) -> tuple[Tensor, Tensor | None]:
     """Random token ids: (B, S) for the first stack and, for an encoder-decoder, (B, T) for the decoder."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     src = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=gen).to(device)  # (B, S)
     if config.architecture != "encoder-decoder":
         return src, None
-    tgt = torch.randint(0, config.vocab_size, (batch_size, tgt_len or seq_len), generator=gen).to(device)  # (B, T)
+    tgt = torch.randint(0, config.vocab_size, (batch_size, tgt_len or seq_len), generator=gen).to(
+        device
+    )  # (B, T)
     return src, tgt
 
 
@@ -98,7 +105,8 @@ class _Clock:
 
     def time(self, fn: Callable[[], None]) -> float:
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
             start.record()
             fn()
@@ -110,8 +118,9 @@ class _Clock:
         return time.perf_counter() - begin
 
 
-def make_step(model: nn.Module, inputs: tuple[Tensor, Tensor | None],
-              mode: Literal["inference", "training"]) -> Callable[[], None]:
+def make_step(
+    model: nn.Module, inputs: tuple[Tensor, Tensor | None], mode: Literal["inference", "training"]
+) -> Callable[[], None]:
     """One inference forward, or one training step (forward, mean-of-output loss, backward, AdamW step)."""
     src, tgt = inputs
     args = (src,) if tgt is None else (src, tgt)
@@ -128,15 +137,20 @@ def make_step(model: nn.Module, inputs: tuple[Tensor, Tensor | None],
 
     def train() -> None:
         loss = _output_tensor(model(*args)).float().mean()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     return train
 
 
-def time_steps(step: Callable[[], None], device: torch.device, warmup: int, repeat: int,
-               on_step: StepCallback | None = None) -> Timings:
+def time_steps(
+    step: Callable[[], None],
+    device: torch.device,
+    warmup: int,
+    repeat: int,
+    on_step: StepCallback | None = None,
+) -> Timings:
     """Run ``warmup`` untimed then ``repeat`` timed steps."""
     clock = _Clock(device)
     for i in range(warmup):
@@ -173,8 +187,13 @@ class PeakMeasurement:
     repeat: int
 
 
-def measure_matmul_peak(device: torch.device, dtype: str, size: int | None = None, repeat: int = 10,
-                        on_step: StepCallback | None = None) -> PeakMeasurement:
+def measure_matmul_peak(
+    device: torch.device,
+    dtype: str,
+    size: int | None = None,
+    repeat: int = 10,
+    on_step: StepCallback | None = None,
+) -> PeakMeasurement:
     """FLOP/s of ``size`` x ``size`` @ ``size`` x ``size`` (2 size³ FLOPs), the best of ``repeat`` timed runs."""
     n = size or (8192 if device.type == "cuda" else 2048)
     torch_dtype = DTYPES[dtype]

@@ -260,3 +260,29 @@ def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
             str(r["num_layers"]),
         )
     return table
+
+
+def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
+    """component | analytic | counted | difference, with a total row; mismatches in red."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("component")
+    for name in ("analytic", "torch", "difference"):
+        table.add_column(name, justify="right")
+    for r in rows:
+        style = "red" if r["difference"] else None
+        table.add_row(
+            r["component"],
+            units.count(r["analytic"]),
+            units.count(r["counted"]),
+            f"{r['difference']:+,}" if r["difference"] else "0",
+            style=style,
+        )
+    table.add_section()
+    a, c = sum(r["analytic"] for r in rows), sum(r["counted"] for r in rows)
+    table.add_row(
+        "[bold]total[/]",
+        f"[bold]{units.count(a)}[/]",
+        f"[bold]{units.count(c)}[/]",
+        f"{c - a:+,}" if c != a else "0",
+    )
+    return table

@@ -1,0 +1,64 @@
+"""Tables for ``embedcalc bench``: timing, throughput, utilisation, memory measured vs predicted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from embedcalc.analysis.report import Analysis
+from embedcalc.render import units
+
+
+def bench_table(analysis: Analysis, m: dict[str, Any]) -> Table:
+    w = analysis.workload
+    title = (
+        f"Benchmark — {analysis.target} on {m['device']}: {w.mode}, {w.dtype}, attention {w.attention}, "
+        f"batch {w.batch_size}, seq_len {w.seq_len}"
+    )
+    table = Table(title=title, title_justify="left", caption=(
+        "Achieved FLOP/s = analytic matmul FLOPs / median step time. "
+        f"Peak: {m['peak_source']}. Memory measured by {m['peak_memory_method']}."
+    ))  # fmt: skip
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    rows = [
+        ("build (to_empty + cheap fill)", f"{m['build_s'] * 1000:.1f} ms"),
+        ("latency median", f"{m['median_s'] * 1000:.2f} ms"),
+        ("latency p10 / p90", f"{m['p10_s'] * 1000:.2f} / {m['p90_s'] * 1000:.2f} ms"),
+        ("tokens/s", f"{m['tokens_per_s']:,.0f}"),
+        ("sequences/s", f"{m['sequences_per_s']:,.2f}"),
+        ("FLOPs per step (analytic)", units.count(m["flops_per_step"])),
+        ("achieved FLOP/s", units.si(m["achieved_flops_per_s"], "FLOP/s")),
+        ("measured matmul peak", units.si(m["peak_flops_per_s"], "FLOP/s")),
+        ("utilisation (of measured peak)", units.percent(m["utilization"])),
+    ]
+    if m.get("spec_peak_flops_per_s"):
+        rows += [
+            ("datasheet peak", units.si(m["spec_peak_flops_per_s"], "FLOP/s")),
+            ("utilisation (of datasheet peak)", units.percent(m["spec_utilization"])),
+        ]
+    rows += [
+        ("peak memory measured", f"{units.binary_bytes(m['peak_memory_bytes'])} ({m['peak_memory_bytes']:,} B)"),
+        ("peak memory predicted", f"{units.binary_bytes(m['predicted_memory_bytes'])} "
+                                  f"({m['predicted_memory_bytes']:,} B)"),
+        ("measured vs predicted", f"{m['memory_error_pct']:+.1f}%" if m["memory_error_pct"] is not None else "—"),
+        ("threads", str(m["threads"])),
+    ]  # fmt: skip
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def peak_table(result: dict[str, Any]) -> Table:
+    table = Table(title=f"Matmul peak — {result['device']}, {result['dtype']}", title_justify="left")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row(
+        f"measured ({result['size']}×{result['size']} GEMM, best run)",
+        units.si(result["peak_flops_per_s"], "FLOP/s"),
+    )
+    if result.get("spec_peak_flops_per_s"):
+        table.add_row("datasheet", units.si(result["spec_peak_flops_per_s"], "FLOP/s"))
+        table.add_row("source", str(result["spec_peak_source"]))
+    return table
