@@ -113,10 +113,7 @@ def _bound_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Se
     else:
         hd, q = max(d // h_min, 1), d  # h * (d // h) <= d
     kv = config.num_kv_heads * hd if config.num_kv_heads is not None else q
-    if "ffn_dim" in values:
-        f = max(values["ffn_dim"])
-    else:
-        f = config.ffn_dim if config.ffn_dim is not None else 4 * d
+    f = _axis_max(values, "ffn_dim", config.ffn_dim if config.ffn_dim is not None else 4 * d)
     layers = _axis_max(values, "num_layers", config.num_layers)
     decoder_layers = config.num_decoder_layers if config.num_decoder_layers is not None else layers
     n = _axis_max(values, "seq_len", workload.seq_len)
@@ -132,7 +129,8 @@ def _array_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Se
 
     def column(name: str, fixed: int) -> np.ndarray:
         if name in values:
-            return np.asarray(list(values[name]), dtype=dtype)[index[name]]
+            table: np.ndarray = np.asarray(list(values[name]), dtype=dtype)
+            return np.asarray(table[index[name]])
         return np.full(size, fixed, dtype=dtype)
 
     d = column("embed_dim", config.embed_dim)
@@ -395,7 +393,7 @@ def _quantities(x: _Dims, ctx: _Context) -> dict[str, Num]:
 def grid_bound(config: ModelConfig, workload: Workload, values: Mapping[str, Sequence[int]]) -> int:
     """An upper bound of every quantity (and every intermediate product) over the grid, in Python ints."""
     ctx = _Context(config, workload, maximum=max)
-    return max(_quantities(_bound_dims(config, workload, values), ctx).values())
+    return int(max(_quantities(_bound_dims(config, workload, values), ctx).values()))
 
 
 def evaluate_grid(config: ModelConfig, workload: Workload, values: Mapping[str, Sequence[int]],

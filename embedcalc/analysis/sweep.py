@@ -247,7 +247,7 @@ class SweepResult:
     def axis_column(self, axis: str) -> np.ndarray:
         """Each point's value of ``axis`` (swept or fixed); ffn_dim resolved (4 * embed_dim by default)."""
         if axis in self.axes:
-            return _table(self.axes[axis])[self.index[axis]]
+            return np.asarray(_table(self.axes[axis])[self.index[axis]])
         if axis == "ffn_dim" and self.grid is not None:
             return self.grid["ffn_dim"]
         fixed = {"batch_size": self.workload.batch_size, "seq_len": self.workload.seq_len}
@@ -277,7 +277,7 @@ class SweepResult:
             ratio = (num / den).astype(object)  # both exact in float64, so the division rounds correctly
         else:
             ratio = num.astype(object) / den.astype(object)  # int / int: correctly rounded
-        return np.where(whole, (num // den).astype(object), ratio)
+        return np.asarray(np.where(whole, (num // den).astype(object), ratio))
 
 
 def _grid_index(axes: Mapping[str, Sequence[int]]) -> tuple[dict[str, np.ndarray], int]:
@@ -313,7 +313,8 @@ def sweep_target(target: str, overrides: Sequence[str], axes: Mapping[str, Seque
                  force_python_ints: bool = False) -> SweepResult:
     """Evaluate TARGET at every point of the cartesian product of ``axes`` (see the module docstring)."""
     base = load_base(target, overrides)
-    axes = {a: tuple(int(v) for v in axes[a]) for a in AXES if a in axes}
+    swept_axes = {a: tuple(int(v) for v in axes[a]) for a in AXES if a in axes}
+    axes = swept_axes
     index, size = _grid_index(axes)
     swept = set(axes)
     try:
@@ -347,7 +348,7 @@ def sweep_target(target: str, overrides: Sequence[str], axes: Mapping[str, Seque
         from embedcalc.analysis.crossover import crossover_seq_len
 
         crossover = crossover_seq_len(target_config)
-    return SweepResult(target=target, config=target_config, workload=workload, axes=axes, index=index, size=size,
+    return SweepResult(target=target, config=target_config, workload=workload, axes=swept_axes, index=index, size=size,
                        valid=valid, rules=config_rules + workload_rules, grid=grid, crossover_seq_len=crossover,
                        warnings=warnings)
 

@@ -1,0 +1,343 @@
+"""``embedcalc sweep TARGET``: params, FLOPs and memory over a grid of shapes and workloads; the crossover; plots."""
+
+from __future__ import annotations
+
+import io
+import sys
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import numpy as np
+import typer
+
+from embedcalc.analysis.sweep import (
+    AXES,
+    AXIS_SYNTAX,
+    AxisError,
+    SweepResult,
+    parse_axis,
+    sweep_target,
+)
+from embedcalc.cli import output
+from embedcalc.cli.common import (
+    AttentionChoice,
+    AttentionOption,
+    DtypeChoice,
+    DtypeOption,
+    GenTokensOption,
+    ModeChoice,
+    ModeOption,
+    OptimizerChoice,
+    OptimizerOption,
+    RecomputeChoice,
+    RecomputeOption,
+    SetOption,
+    TgtOption,
+    handle_errors,
+    make_workload,
+)  # fmt: skip
+
+DEFAULT_SEQ_LEN = 128
+DEFAULT_BATCH_SIZE = 1
+
+
+class SweepFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+@dataclass(frozen=True)
+class AxisValues:
+    """The parsed values of one axis flag."""
+
+    values: tuple[int, ...]
+
+
+def _axis_parser(value: str) -> AxisValues:
+    try:
+        return AxisValues(parse_axis(value))
+    except AxisError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _axis_option(flag: str, what: str, *short: str) -> Any:
+    return typer.Option(flag, *short, parser=_axis_parser, metavar="VALUES",
+                        help=f"{what}: {AXIS_SYNTAX} (bounds inclusive).")
+
+
+SeqAxis = Annotated[AxisValues | None, _axis_option("--seq-len", "Tokens per sequence (encoder side)", "-n")]
+BatchAxis = Annotated[AxisValues | None, _axis_option("--batch-size", "Sequences per batch", "-b")]
+EmbedAxis = Annotated[AxisValues | None, _axis_option("--embed-dim", "Model width")]
+HeadsAxis = Annotated[AxisValues | None, _axis_option("--num-heads", "Query heads")]
+LayersAxis = Annotated[AxisValues | None, _axis_option("--num-layers", "Blocks (encoder-decoder: encoder blocks)")]
+FfnAxis = Annotated[AxisValues | None, _axis_option("--ffn-dim", "Inner FFN width")]
+
+
+@handle_errors("sweep")
+def sweep_command(
+    target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
+    seq_len: SeqAxis = None,
+    batch_size: BatchAxis = None,
+    embed_dim: EmbedAxis = None,
+    num_heads: HeadsAxis = None,
+    num_layers: LayersAxis = None,
+    ffn_dim: FfnAxis = None,
+    tgt_len: TgtOption = None,
+    dtype: DtypeOption = DtypeChoice.float32,
+    mode: ModeOption = ModeChoice.inference,
+    attention: AttentionOption = AttentionChoice.sdpa,
+    optimizer: OptimizerOption = OptimizerChoice.adamw,
+    recompute: RecomputeOption = RecomputeChoice.none,
+    gen_tokens: GenTokensOption = 0,
+    overrides: SetOption = None,
+    format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", metavar="FILE", dir_okay=False,
+        help="Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
+             "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]')."
+    )] = None,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Table format: points shown.")] = 50,
+) -> None:
+    """Cost over a grid: each axis flag takes a list or a range, several axes form their cartesian product.
+
+    Each point is TARGET with the swept fields set as by --set (a written ffn_dim stays fixed while --embed-dim
+    varies; --set ffn_dim=null makes it 4 × embed_dim). Points that make an invalid config or workload are listed
+    with the reason. Per point: params, forward FLOPs split into attention scores (Q·Kᵀ, A·V) and the rest,
+    memory for --mode (both the inference and training totals beside it), and the crossover seq_len n* where one
+    layer's score FLOPs equal its projection + FFN FLOPs. The grid is evaluated with numpy, exactly (int64 where
+    it provably cannot overflow, else Python ints, with a note). --seq-len defaults to 128, --batch-size to 1.
+    """
+    given = {"seq_len": seq_len, "batch_size": batch_size, "embed_dim": embed_dim, "num_heads": num_heads,
+             "num_layers": num_layers, "ffn_dim": ffn_dim}
+    axes = {a: v.values for a in AXES if (v := given[a]) is not None}
+    workload = make_workload(DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, tgt_len, dtype, mode, attention, optimizer,
+                             recompute, None, gen_tokens)
+    if plot is not None:
+        _check_plot_request(plot, axes)
+    result = sweep_target(target, overrides or [], axes, workload)
+    _report_notes(result)
+    if plot is not None:
+        _write_plot(result, plot)
+    if format is SweepFormat.json:
+        output.emit_json("sweep", [result_json(result)], _workload_json(result),
+                         axes={a: list(v) for a, v in result.axes.items()})
+    elif format is SweepFormat.csv:
+        write_csv(result, sys.stdout)
+        sys.stdout.flush()
+    else:
+        _print_tables(result, max_rows)
+
+
+# --- checks and notes ---------------------------------------------------------------------------------------------
+
+
+def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]]) -> None:
+    from embedcalc.render.plot import MAX_CURVES, plot_format, require_matplotlib
+
+    try:
+        plot_format(plot)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--plot'") from None
+    if len(axes.get("seq_len", ())) < 2:
+        raise typer.BadParameter("plots are against seq_len: give --seq-len with at least two values",
+                                 param_hint="'--plot'")
+    curves = 1
+    for axis, values in axes.items():
+        curves *= len(values) if axis != "seq_len" else 1
+    if curves > MAX_CURVES:
+        raise typer.BadParameter(f"one line per combination of the other axes: {curves} is more than "
+                                 f"{MAX_CURVES}; narrow them", param_hint="'--plot'")
+    require_matplotlib()
+
+
+def _report_notes(result: SweepResult) -> None:
+    output.warn(result.warnings, result.target)
+    if result.grid is not None and result.grid.method == "python-int":
+        output.stderr.print(
+            f"embedcalc: note: values reach up to {float(result.grid.bound):.3g}, beyond what int64 holds exactly; "
+            "evaluating the grid with Python integers (exact, slower)", soft_wrap=True)
+    invalid = result.size - int(result.valid.sum())
+    if invalid:
+        codes = sorted({r.code for r in result.rules if r.failed.any()})
+        output.stderr.print(f"embedcalc: note: {invalid:,} of {result.size:,} points are invalid "
+                            f"({', '.join(codes)}); they are listed with the reason", soft_wrap=True)
+
+
+def _write_plot(result: SweepResult, path: Path) -> None:
+    from embedcalc.analysis.sweep import seq_len_curves
+    from embedcalc.render.plot import plot_seq_len_curves
+
+    w = result.workload
+    title = f"{result.target}: {w.dtype}, attention {w.attention}, --mode {w.mode}"
+    plot_seq_len_curves(seq_len_curves(result), path, title)
+    output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False)
+
+
+# --- table --------------------------------------------------------------------------------------------------------
+
+
+def _print_tables(result: SweepResult, max_rows: int) -> None:
+    from embedcalc.analysis.sweep import seq_len_curves
+    from embedcalc.render.plot import score_share_table, sweep_table
+
+    output.stdout.print(sweep_table(result, max_rows))
+    if len(result.axes.get("seq_len", ())) >= 2:
+        curves = seq_len_curves(result)
+        for curve in curves[:4]:
+            output.stdout.print(score_share_table(curve))
+        if len(curves) > 4:
+            output.stderr.print(f"embedcalc: note: score-share charts for the first 4 of {len(curves)} "
+                                "combinations of the other axes; --plot FILE draws up to 8", soft_wrap=True)
+
+
+# --- JSON ---------------------------------------------------------------------------------------------------------
+
+_MEMORY = {
+    "inference": {"weights_bytes": "inference_weights_bytes", "gradients_bytes": None, "optimizer_bytes": None,
+                  "activations_bytes": "inference_activations_bytes", "kv_cache_bytes": "kv_cache_bytes",
+                  "total_bytes": "inference_total_bytes"},
+    "training": {"weights_bytes": "training_weights_bytes", "gradients_bytes": "gradients_bytes",
+                 "optimizer_bytes": "optimizer_bytes", "activations_bytes": "training_activations_bytes",
+                 "kv_cache_bytes": None, "total_bytes": "training_total_bytes"},
+}
+
+
+def _workload_json(result: SweepResult) -> dict[str, Any]:
+    workload = result.workload.as_dict()
+    for axis in ("batch_size", "seq_len"):
+        if axis in result.axes:
+            workload[axis] = None  # swept: see "axes" and each point
+    return workload
+
+
+def result_json(result: SweepResult) -> dict[str, Any]:
+    """The ``results[]`` entry of DESIGN.md §5 for a sweep: ``points`` and ``crossover_seq_len``."""
+    grid = result.grid
+    axis_cols = {a: result.axis_column(a).tolist() for a in AXES}
+    valid = result.valid.tolist()
+    crossover = result.crossover_column().tolist()
+    cols = {k: v.tolist() for k, v in grid.columns.items()} if grid is not None else {}
+    size = result.size
+
+    def col(key: str | None) -> list[Any]:
+        return cols[key] if key is not None and key in cols else [0 if key is None else None] * size
+
+    memory_keys = _MEMORY[result.workload.mode]
+    memory_cols = {k: col(v) for k, v in memory_keys.items()}
+    head_dim, causal = col("head_dim"), col("flops_forward_causal")
+    params, forward, scores, other = col("params"), col("flops_forward"), col("flops_attention_scores"), col(
+        "flops_other")
+    training_step, inference_total, training_total = (col("flops_training_step"), col("inference_total_bytes"),
+                                                      col("training_total_bytes"))
+    points = []
+    for i in range(size):
+        point: dict[str, Any] = {a: axis_cols[a][i] for a in AXES}
+        point["valid"] = valid[i]
+        if valid[i]:
+            point["head_dim"] = head_dim[i]
+            point["params"] = {"total": params[i]}
+            point["flops"] = {"forward": forward[i], "attention_scores": scores[i], "other": other[i],
+                              "attention_score_share": scores[i] / forward[i] if forward[i] else 0.0,
+                              "forward_causal": causal[i], "training_step": training_step[i]}
+            point["memory"] = {**{k: c[i] for k, c in memory_cols.items()},
+                               "inference_total_bytes": inference_total[i],
+                               "training_total_bytes": training_total[i]}
+            point["crossover_seq_len"] = crossover[i]
+            point["problems"] = []
+        else:
+            point |= {"params": None, "flops": None, "memory": None, "crossover_seq_len": None,
+                      "problems": [p.as_dict() for p in result.problems_at(i)]}
+        points.append(point)
+    return {
+        "target": result.target,
+        "config": result.config.model_dump(mode="json") if result.config is not None else None,
+        "crossover_seq_len": result.crossover_seq_len,
+        "evaluation": {"method": grid.method if grid is not None else None, "points": size,
+                       "valid_points": int(result.valid.sum())},
+        "points": points,
+        "warnings": [w.as_dict() for w in result.warnings],
+    }
+
+
+# --- CSV ----------------------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "target", "embed_dim", "num_heads", "head_dim", "num_layers", "ffn_dim", "batch_size", "seq_len", "valid",
+    "params", "flops_forward", "flops_attention_scores", "flops_other", "flops_forward_causal",
+    "flops_training_step", "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+    "kv_cache_bytes", "total_bytes", "inference_total_bytes", "training_total_bytes", "crossover_seq_len",
+    "problem_codes", "problems",
+)  # fmt: skip
+
+
+def _quote(text: str) -> str:
+    """RFC 4180 quoting, only where needed."""
+    if any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def _quoted(texts: np.ndarray) -> np.ndarray:
+    """Quote a column of strings, each distinct string once (columns of messages repeat a few strings)."""
+    distinct, inverse = np.unique(texts.astype(str), return_inverse=True)
+    return np.asarray([_quote(str(t)) for t in distinct], dtype=object)[inverse]
+
+
+Source = tuple[np.ndarray, np.ndarray | None] | None  # (values, where shown) per point; None: empty column
+
+
+def _csv_sources(result: SweepResult) -> dict[str, Source]:
+    grid, valid, size = result.grid, result.valid, result.size
+    sources: dict[str, Source] = {"target": (np.full(size, _quote(result.target), dtype=object), None)}
+    for axis in AXES:
+        sources[axis] = (result.axis_column(axis), None)
+    sources["valid"] = (np.where(valid, "true", "false"), None)
+    memory_keys = _MEMORY[result.workload.mode]
+    for name in CSV_COLUMNS:
+        if name in sources or name in ("problem_codes", "problems", "crossover_seq_len"):
+            continue
+        key = memory_keys.get(name, name)
+        if name in memory_keys and key is None:
+            sources[name] = (np.zeros(size, dtype=np.int64), valid)  # none in this mode
+        elif grid is not None and key in grid.columns:
+            sources[name] = (grid[key], valid)
+        else:
+            sources[name] = None
+    sources["crossover_seq_len"] = (result.crossover_column(), valid)
+    sources["problem_codes"] = (_quoted(result.problem_column("codes", ";")), None)
+    sources["problems"] = (_quoted(result.problem_column("messages", "; ")), None)
+    return sources
+
+
+def _cells(source: Source, part: slice, count: int) -> list[str]:
+    if source is None:
+        return [""] * count
+    values, where = source[0][part].tolist(), source[1]
+    if where is None:
+        return ["" if v is None else str(v) for v in values]
+    return [str(v) if shown else "" for v, shown in zip(values, where[part].tolist(), strict=True)]
+
+
+def write_csv(result: SweepResult, stream: IO[str], chunk: int = 16_384) -> None:
+    """One header line and one line per point, columns :data:`CSV_COLUMNS`; empty cells where not applicable.
+
+    Columns are turned into text a chunk of points at a time (no csv.writer call per row)."""
+    sources = _csv_sources(result)
+    stream.write(",".join(CSV_COLUMNS) + "\n")
+    for start in range(0, result.size, chunk):
+        part = slice(start, min(start + chunk, result.size))
+        count = part.stop - part.start
+        columns = [_cells(sources[name], part, count) for name in CSV_COLUMNS]
+        stream.write("\n".join(map(",".join, zip(*columns, strict=True))) + "\n")
+
+
+def result_csv(result: SweepResult) -> str:
+    buffer = io.StringIO()
+    write_csv(result, buffer)
+    return buffer.getvalue()
+
+
+__all__ = ["SweepFormat", "result_csv", "result_json", "sweep_command", "write_csv"]
