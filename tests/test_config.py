@@ -429,11 +429,9 @@ def test_schema_is_strict_and_frozen() -> None:
         config.embed_dim = 1024  # type: ignore[misc]
 
 
-# --- package bugs found while writing these tests (xfail until fixed) -------------------------------------------
+# --- edge cases that once failed (found while writing these tests) -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: duplicate keys in a JSON config are silently accepted (last wins); "
-                   "YAML duplicates are refused")
 def test_duplicate_keys_in_json_are_refused(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "dup.json"
     path.write_text('{"architecture": "decoder", "vocab_size": 1024, "max_seq_len": 512, "embed_dim": 512, '
@@ -441,22 +439,18 @@ def test_duplicate_keys_in_json_are_refused(cli: Any, tmp_path: Path) -> None:
     assert_exit3(in_process(cli, "check", str(path)), "duplicate", "embed_dim")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: deeply nested YAML raises RecursionError: traceback, exit 1")
 def test_deeply_nested_yaml_exits_3(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
     assert_exit3(in_process(cli, "check", str(path)), "deep.yaml")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: deeply nested JSON raises RecursionError: traceback, exit 1")
 def test_deeply_nested_json_exits_3(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "deep.json"
     path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", encoding="utf-8")
     assert_exit3(in_process(cli, "check", str(path)), "deep.json")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an integer literal over 4300 digits raises ValueError from int(): "
-                   "traceback, exit 1")
 @pytest.mark.parametrize("name", ["digits.yaml", "digits.json"])
 def test_integer_over_python_digit_limit_exits_3(cli: Any, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
@@ -465,8 +459,6 @@ def test_integer_over_python_digit_limit_exits_3(cli: Any, tmp_path: Path, name:
     assert_exit3(in_process(cli, "check", str(path)), name, "embed_dim")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the indivisible-heads message enumerates every divisor of embed_dim "
-                   "in O(sqrt(embed_dim)): embed_dim 10**18 with num_heads 7 runs for minutes")
 def test_huge_indivisible_embed_dim_fails_fast(run_cli: Run, write_config: Write) -> None:
     path = write_config({**SMALL, "embed_dim": 10**18, "num_heads": 7})
     try:
@@ -476,8 +468,6 @@ def test_huge_indivisible_embed_dim_fails_fast(run_cli: Run, write_config: Write
     assert_exit3(proc, "num_heads (7)")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a valid config with embed_dim 10**200 crashes the table renderer "
-                   "(OverflowError in render/units.si): traceback, exit 1")
 def test_astronomical_but_valid_shape_renders(cli: Any, write_config: Write) -> None:
     path = write_config({**SMALL, "embed_dim": 10**200, "num_heads": 1})
     proc = in_process(cli, "check", str(path))
@@ -485,8 +475,6 @@ def test_astronomical_but_valid_shape_renders(cli: Any, write_config: Write) -> 
     assert proc.returncode in (0, 3), proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a file of only comments/whitespace says 'holds a single NoneType "
-                   "value' (Python jargon) instead of calling the file empty")
 def test_comment_only_file_is_called_empty(cli: Any, write_config: Write) -> None:
     path = write_config("# a template, nothing filled in yet\n\n", name="template.yaml")
     proc = in_process(cli, "check", str(path))

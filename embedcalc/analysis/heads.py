@@ -24,11 +24,28 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
+def nearest_divisors(n: int, target: int, count: int = 2, max_steps: int = 1_000_000) -> list[int]:
+    """The ``count`` divisors of ``n`` closest to ``target`` (excluding it), searching outward from ``target``.
+
+    At equal distance the smaller one comes first. The search is bounded, so it stays fast for any ``n``
+    (10**18 included); 1 and ``n`` always divide ``n`` and fill in if the window finds too few.
+    """
+    found: list[int] = []
+    for step in range(1, max_steps + 1):
+        for h in (target - step, target + step):
+            if 1 <= h <= n and n % h == 0:
+                found.append(h)
+        if len(found) >= count or (target - step < 1 and target + step > n):
+            break
+    for fallback in (1, n):
+        if len(found) < count and fallback != target and fallback not in found:
+            found.append(fallback)
+    return found[:count]
+
+
 def nearest_valid_heads(embed_dim: int, num_heads: int, count: int = 2) -> list[int]:
-    """The ``count`` divisors of ``embed_dim`` closest to ``num_heads`` (ties go to the larger head_dim)."""
-    candidates = [h for h in divisors(embed_dim) if h != num_heads]
-    candidates.sort(key=lambda h: (abs(h - num_heads), h))
-    return candidates[:count]
+    """The ``count`` head counts that divide ``embed_dim`` closest to ``num_heads`` (ties: larger head_dim first)."""
+    return nearest_divisors(embed_dim, num_heads, count)
 
 
 def nearest_divisible(value: int, divisor: int) -> tuple[int, int]:

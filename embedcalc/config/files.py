@@ -7,6 +7,8 @@ exception for bad input.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,10 @@ import yaml
 
 from embedcalc.errors import ConfigError, Problem
 
-MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
+MAX_CONFIG_BYTES = 1 << 20
+_LONG_INT = re.compile(
+    r"(?:[\"']?(?P<key>[A-Za-z_][\w]*)[\"']?\s*:\s*)?(?P<digits>[0-9]{1000,})"
+)  # a model config is a few hundred bytes; a HF config.json a few KiB
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -81,30 +86,61 @@ def read_text(path: Path) -> str:
     return text
 
 
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads hook: refuse duplicate keys (json keeps the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def parse_mapping(text: str, path: Path) -> dict[str, Any]:
-    """Parse YAML (or JSON, by suffix) into a mapping; syntax errors give the line and column."""
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _fail(
-                path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "malformed_json"
-            ) from exc
-    else:
-        try:
-            data = yaml.load(text, Loader=_StrictLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            raise _fail(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
-        except yaml.YAMLError as exc:
-            raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
+    """Parse YAML (or JSON, by suffix) into a mapping; syntax errors give the line and column.
+
+    Also refused with a message: nesting too deep for the parser (RecursionError) and integer literals longer
+    than Python's int-parsing limit (ValueError) — neither belongs in a model config.
+    """
+    try:
+        data = _parse(text, path)
+    except RecursionError:
+        raise _fail(path, "is nested too deeply to be a model config", "malformed_yaml") from None
+    except ValueError as exc:  # int literal over sys.get_int_max_str_digits(), duplicate JSON key
+        long_int = _LONG_INT.search(text)
+        if long_int and "digits" in str(exc):
+            key = long_int["key"] or "a value"
+            message = (f"{key}: an integer of {len(long_int['digits']):,} digits is more than Python parses "
+                       f"({sys.get_int_max_str_digits():,}) and more than any model size needs")  # fmt: skip
+            raise _fail(path, message, "int_too_long") from None
+        raise _fail(path, f"cannot be read: {exc}", "malformed_value") from None
+    if data is None:
+        raise _fail(path, "is empty (only comments or blank lines); expected a mapping of config keys "
+                    "(see `embedcalc presets show bert-base`)", "file_empty")  # fmt: skip
     if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a single {type(data).__name__} value"
+        kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
         raise _fail(
             path, f"holds {kind}; expected a mapping of config keys such as `embed_dim: 768`", "not_a_mapping"
         )
     return data
+
+
+def _parse(text: str, path: Path) -> Any:
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text, object_pairs_hook=_json_object)
+        except json.JSONDecodeError as exc:
+            raise _fail(
+                path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "malformed_json"
+            ) from exc
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise _fail(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
+    except yaml.YAMLError as exc:
+        raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
 
 
 def load_mapping(path: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.analysis.heads import divisors, nearest_divisible, nearest_valid_heads
+from embedcalc.analysis.heads import divisors, nearest_divisible, nearest_divisors, nearest_valid_heads
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
@@ -210,8 +210,8 @@ class ModelConfig(BaseModel):
         if value is None or heads is None:
             return value
         if heads % value:
-            valid = divisors(heads)
-            nearest = sorted((v for v in valid if v != value), key=lambda v: (abs(v - value), v))[:2]
+            nearest = nearest_divisors(heads, value)
+            valid = ", ".join(map(str, divisors(heads))) if heads <= 10**6 else "any divisor"
             raise PydanticCustomError(
                 "kv_heads_indivisible",
                 "{key} ({value}) must divide {heads_key} ({heads}) so that each key/value head serves a whole "
@@ -222,7 +222,7 @@ class ModelConfig(BaseModel):
                     "heads_key": _key(info, "num_heads"),
                     "heads": heads,
                     "nearest": _fmt_list(nearest),
-                    "valid": ", ".join(map(str, valid)),
+                    "valid": valid,
                 },
             )
         return value

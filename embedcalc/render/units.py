@@ -7,7 +7,11 @@ _BINARY = ((1 << 50, "PiB"), (1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"
 
 
 def si(value: int | float, unit: str = "") -> str:
-    """``109482240`` -> ``109.48M``; exact below 1000."""
+    """``109482240`` -> ``109.48M``; exact below 1000; scientific beyond peta (and for ints too big for a float)."""
+    if isinstance(value, int) and abs(value) >= 10**18:
+        digits = str(abs(value))
+        sign = "-" if value < 0 else ""
+        return f"{sign}{digits[0]}.{digits[1:3]}e{len(digits) - 1}{unit}"
     for scale, suffix in _SI:
         if abs(value) >= scale:
             return f"{value / scale:,.2f}{suffix}{unit}"
@@ -20,7 +24,9 @@ def count(value: int) -> str:
 
 
 def binary_bytes(value: int | float) -> str:
-    """``437928960`` -> ``417.64 MiB``."""
+    """``437928960`` -> ``417.64 MiB``; beyond PiB in PiB with scientific notation when huge."""
+    if isinstance(value, int) and value >= 1 << 80:
+        return f"{si(value // (1 << 50))} PiB"
     for scale, suffix in _BINARY:
         if abs(value) >= scale:
             return f"{value / scale:,.2f} {suffix}"
