@@ -4,6 +4,7 @@ JSON envelope (§5), the other output formats, and that the analytic commands ne
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -421,3 +422,72 @@ def test_help_imports_no_torch_importtime() -> None:
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "embedcalc.cli.app" in imported
     assert not [m for m in imported if m.split(".")[0] == "torch"]
+
+
+# --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parent.parent / "embedcalc"
+
+
+def _imports(path: Path, module_level_only: bool) -> set[str]:
+    """Absolute module names imported by ``path`` (relative imports resolved against the package)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    if module_level_only:  # module-level statements and try/if/with blocks, not function or class bodies
+        nodes: list[ast.AST] = []
+        stack: list[ast.AST] = list(tree.body)
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            if isinstance(node, ast.If | ast.Try | ast.With):
+                stack.extend(ast.iter_child_nodes(node))
+    else:
+        nodes = list(ast.walk(tree))
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
+    names: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                names.add(f"{base}.{node.module}" if node.module else base)
+            else:
+                names.add(node.module or "")
+    return names
+
+
+def _modules(*subpackages: str) -> list[Path]:
+    return sorted(p for sub in subpackages for p in (PACKAGE / sub).rglob("*.py"))
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+@pytest.mark.parametrize("path", _modules("analysis", "config"), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_analysis_and_config_import_no_torch_rich_or_typer(path: Path) -> None:
+    imported = _imports(path, module_level_only=False)
+    assert not {_top(m) for m in imported} & {"torch", "rich", "typer"}, sorted(imported)
+    assert not [m for m in imported if m.startswith(("embedcalc.cli", "embedcalc.render", "embedcalc.modeling"))]
+
+
+def test_only_modeling_imports_torch_at_module_level() -> None:
+    offenders = [
+        str(path.relative_to(PACKAGE.parent))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "modeling" not in path.relative_to(PACKAGE).parts
+        and "torch" in {_top(m) for m in _imports(path, module_level_only=True)}
+    ]
+    assert offenders == []
+
+
+def test_analysis_shares_no_code_with_modeling() -> None:
+    """verify compares two independent implementations (DESIGN.md §7)."""
+    for path in _modules("modeling"):
+        assert not [m for m in _imports(path, False) if m.startswith("embedcalc.analysis")], path.name
+
+
+def test_import_rule_parser_sees_imports() -> None:
+    """The checks above would pass vacuously if the parser found nothing."""
+    assert "embedcalc.analysis.breakdown" in _imports(PACKAGE / "analysis" / "params.py", True)
+    assert "typer" in _imports(PACKAGE / "cli" / "app.py", True)
