@@ -118,13 +118,30 @@ def _bound_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Se
     decoder_layers = config.num_decoder_layers if config.num_decoder_layers is not None else layers
     n = _axis_max(values, "seq_len", workload.seq_len)
     n_dec = workload.tgt_len if workload.tgt_len is not None else n
-    return _Dims(d=d, h=h, hd=hd, q=max(q, 1), kv=max(kv, 1), f=f, f_in=2 * f if config.gated else f,
-                 layers=layers, decoder_layers=max(decoder_layers, 1), b=_axis_max(values, "batch_size",
-                 workload.batch_size), n=n, n_dec=max(n_dec, 1))
+    return _Dims(
+        d=d,
+        h=h,
+        hd=hd,
+        q=max(q, 1),
+        kv=max(kv, 1),
+        f=f,
+        f_in=2 * f if config.gated else f,
+        layers=layers,
+        decoder_layers=max(decoder_layers, 1),
+        b=_axis_max(values, "batch_size", workload.batch_size),
+        n=n,
+        n_dec=max(n_dec, 1),
+    )
 
 
-def _array_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Sequence[int]],
-                index: Mapping[str, np.ndarray], size: int, dtype: type | np.dtype[Any]) -> _Dims:
+def _array_dims(
+    config: ModelConfig,
+    workload: Workload,
+    values: Mapping[str, Sequence[int]],
+    index: Mapping[str, np.ndarray],
+    size: int,
+    dtype: type | np.dtype[Any],
+) -> _Dims:
     """Per-point sizes: swept axes indexed from their values, fixed ones from the template and workload."""
 
     def column(name: str, fixed: int) -> np.ndarray:
@@ -142,12 +159,27 @@ def _array_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Se
     else:
         f = np.full(size, config.ffn_dim, dtype=dtype) if config.ffn_dim is not None else 4 * d
     layers = column("num_layers", config.num_layers)
-    decoder_layers = (np.full(size, config.num_decoder_layers, dtype=dtype)
-                      if config.num_decoder_layers is not None else layers)
+    decoder_layers = (
+        np.full(size, config.num_decoder_layers, dtype=dtype)
+        if config.num_decoder_layers is not None
+        else layers
+    )
     n = column("seq_len", workload.seq_len)
     n_dec = np.full(size, workload.tgt_len, dtype=dtype) if workload.tgt_len is not None else n
-    return _Dims(d=d, h=h, hd=hd, q=h * hd, kv=kvh * hd, f=f, f_in=2 * f if config.gated else f, layers=layers,
-                 decoder_layers=decoder_layers, b=column("batch_size", workload.batch_size), n=n, n_dec=n_dec)
+    return _Dims(
+        d=d,
+        h=h,
+        hd=hd,
+        q=h * hd,
+        kv=kvh * hd,
+        f=f,
+        f_in=2 * f if config.gated else f,
+        layers=layers,
+        decoder_layers=decoder_layers,
+        b=column("batch_size", workload.batch_size),
+        n=n,
+        n_dec=n_dec,
+    )
 
 
 def _stack_sizes(x: _Dims, config: ModelConfig, stack: Stack) -> tuple[Num, Num, Num]:
@@ -211,7 +243,9 @@ def _flops(x: _Dims, ctx: _Context, causal: bool) -> tuple[Num, Num]:
         scores = scores + self_scores
         if stack.cross_attention:
             cross_scores = layers * 2 * b * x.h * n * n_mem * x.hd * 2
-            linear = linear + layers * (2 * t * d * x.q + 2 * b * n_mem * d * 2 * x.kv) + layers * 2 * t * x.q * d
+            linear = (
+                linear + layers * (2 * t * d * x.q + 2 * b * n_mem * d * 2 * x.kv) + layers * 2 * t * x.q * d
+            )
             scores = scores + cross_scores
         total = total + linear
     if c.resolved_pooler:
@@ -367,7 +401,11 @@ def _quantities(x: _Dims, ctx: _Context) -> dict[str, Num]:
     }
     if any(s.causal for s in stacks(c)):
         out["flops_forward_causal"] = _flops(x, ctx, causal=True)[0]
-    weights, activations, kv_cache = _weight_bytes(params, dtype), _peak_activations(x, ctx), _kv_cache_bytes(x, ctx)
+    weights, activations, kv_cache = (
+        _weight_bytes(params, dtype),
+        _peak_activations(x, ctx),
+        _kv_cache_bytes(x, ctx),
+    )
     out |= {
         "inference_weights_bytes": weights,
         "inference_activations_bytes": activations,
@@ -396,8 +434,13 @@ def grid_bound(config: ModelConfig, workload: Workload, values: Mapping[str, Seq
     return int(max(_quantities(_bound_dims(config, workload, values), ctx).values()))
 
 
-def evaluate_grid(config: ModelConfig, workload: Workload, values: Mapping[str, Sequence[int]],
-                  index: Mapping[str, np.ndarray], force_python_ints: bool = False) -> GridResult:
+def evaluate_grid(
+    config: ModelConfig,
+    workload: Workload,
+    values: Mapping[str, Sequence[int]],
+    index: Mapping[str, np.ndarray],
+    force_python_ints: bool = False,
+) -> GridResult:
     """Evaluate every quantity at every point of the grid.
 
     ``config`` gives the fixed fields (a validated config whose swept fields are ignored), ``workload`` the dtype,

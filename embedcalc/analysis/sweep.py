@@ -166,8 +166,9 @@ def _rule(code: str, path: str, bad: np.ndarray, text: Any, where: tuple[np.ndar
     return PointRule(code, path, bad[where], messages[where])
 
 
-def _validity_rules(base: SweepBase, axes: Mapping[str, Sequence[int]], index: Mapping[str, np.ndarray],
-                    size: int) -> tuple[list[PointRule], list[PointRule]]:
+def _validity_rules(
+    base: SweepBase, axes: Mapping[str, Sequence[int]], index: Mapping[str, np.ndarray], size: int
+) -> tuple[list[PointRule], list[PointRule]]:
     """(config rules, workload rules) that depend on a swept axis, evaluated per point."""
     data, keys = base.data, dict(base.user_keys)
     for axis in axes:
@@ -183,33 +184,63 @@ def _validity_rules(base: SweepBase, axes: Mapping[str, Sequence[int]], index: M
     if data.get("head_dim") is None and {"embed_dim", "num_heads"} & set(axes):
         d, h = _table(d_vals)[:, None], _table(h_vals)[None, :]
         indivisible = np.asarray(d % h != 0, dtype=bool)
-        config_rules.append(_rule(
-            "heads_indivisible", kh, indivisible,
-            lambda i, j: f"{kh} ({h_vals[j]}) must divide {kd} ({d_vals[i]}): head_dim would be "
-                         f"{d_vals[i] / h_vals[j]:.2f}", (d_idx, h_idx)))
+        config_rules.append(
+            _rule(
+                "heads_indivisible",
+                kh,
+                indivisible,
+                lambda i, j: (
+                    f"{kh} ({h_vals[j]}) must divide {kd} ({d_vals[i]}): head_dim would be "
+                    f"{d_vals[i] / h_vals[j]:.2f}"
+                ),
+                (d_idx, h_idx),
+            )
+        )
         heads_ok = ~indivisible
         if position == "rope":
             odd = heads_ok & np.asarray((d // h) % 2 == 1, dtype=bool)
-            config_rules.append(_rule(
-                "rope_head_dim_odd", kh, odd,
-                lambda i, j: f"head_dim = {kd} / {kh} = {d_vals[i] // h_vals[j]} must be even for position rope",
-                (d_idx, h_idx)))
+            config_rules.append(
+                _rule(
+                    "rope_head_dim_odd",
+                    kh,
+                    odd,
+                    lambda i, j: (
+                        f"head_dim = {kd} / {kh} = {d_vals[i] // h_vals[j]} must be even for position rope"
+                    ),
+                    (d_idx, h_idx),
+                )
+            )
             heads_ok &= ~odd
     kv_heads = data.get("num_kv_heads")
     if kv_heads is not None and "num_heads" in axes:
         kk = keys.get("num_kv_heads", "num_kv_heads")
         kv_bad = heads_ok & np.asarray(_table(h_vals)[None, :] % kv_heads != 0, dtype=bool)
-        config_rules.append(_rule("kv_heads_indivisible", kk, kv_bad,
-                                  lambda i, j: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})", (d_idx, h_idx)))
+        config_rules.append(
+            _rule(
+                "kv_heads_indivisible",
+                kk,
+                kv_bad,
+                lambda i, j: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})",
+                (d_idx, h_idx),
+            )
+        )
     workload_rules: list[PointRule] = []
     if "seq_len" in axes and position == "learned":
         limit, seq_vals = data["max_seq_len"], axes["seq_len"]
         label = data.get("name") or base.target
         over = np.asarray([n > limit for n in seq_vals], dtype=bool)
-        workload_rules.append(_rule(
-            "seq_len_over_context", FLAGS["seq_len"], over,
-            lambda i: f"--seq-len {seq_vals[i]} exceeds max_seq_len {limit} of {label}: its learned position "
-                      "table has no rows beyond that", (index["seq_len"],)))
+        workload_rules.append(
+            _rule(
+                "seq_len_over_context",
+                FLAGS["seq_len"],
+                over,
+                lambda i: (
+                    f"--seq-len {seq_vals[i]} exceeds max_seq_len {limit} of {label}: its learned position "
+                    "table has no rows beyond that"
+                ),
+                (index["seq_len"],),
+            )
+        )
     return config_rules, workload_rules
 
 
@@ -233,7 +264,9 @@ class SweepResult:
     """Every point of one target's sweep: axis values, validity with reasons, and the grid's numbers."""
 
     target: str
-    config: ModelConfig | None  # the target as given (with --set), None if only some swept values make it valid
+    config: (
+        ModelConfig | None
+    )  # the target as given (with --set), None if only some swept values make it valid
     workload: Workload
     axes: dict[str, tuple[int, ...]]  # the swept axes, in AXES order
     index: dict[str, np.ndarray]  # per point, its position on each swept axis
@@ -258,7 +291,9 @@ class SweepResult:
         """Per point, its problems' messages (or ``attr="codes"``) joined by ``sep``; "" for valid points."""
         out = np.full(self.size, "", dtype=object)
         for rule in self.rules:
-            text = rule.messages if attr == "messages" else np.where(rule.failed, rule.code, "").astype(object)
+            text = (
+                rule.messages if attr == "messages" else np.where(rule.failed, rule.code, "").astype(object)
+            )
             joined = np.where(out == "", text, out + sep + text)
             out = np.where(rule.failed, joined, out)
         return out
@@ -286,14 +321,17 @@ def _grid_index(axes: Mapping[str, Sequence[int]]) -> tuple[dict[str, np.ndarray
     size = math.prod(shape)
     if size > MAX_POINTS:
         dims = " x ".join(f"{FLAGS[a]} {len(axes[a])}" for a in names)
-        raise SweepError(f"the grid has {size:,} points ({dims}), more than {MAX_POINTS:,}; narrow an axis",
-                         "grid_too_large")
+        raise SweepError(
+            f"the grid has {size:,} points ({dims}), more than {MAX_POINTS:,}; narrow an axis",
+            "grid_too_large",
+        )
     flat = np.indices(shape, dtype=np.intp).reshape(len(names), -1) if names else np.zeros((0, 1), np.intp)
     return {a: flat[k] for k, a in enumerate(names)}, size
 
 
-def _fixed_workload_checks(config: ModelConfig, workload: Workload, axes: Mapping[str, Sequence[int]],
-                           target: str) -> list[Problem]:
+def _fixed_workload_checks(
+    config: ModelConfig, workload: Workload, axes: Mapping[str, Sequence[int]], target: str
+) -> list[Problem]:
     """Raise for workload problems no axis causes (tgt_len, an unswept seq_len); return warnings."""
     probe = workload if "seq_len" not in axes else replace(workload, seq_len=1)
     errors, warnings = workload_problems(config, probe)
@@ -303,14 +341,25 @@ def _fixed_workload_checks(config: ModelConfig, workload: Workload, axes: Mappin
     if "seq_len" in axes and config.position != "learned":
         over = [n for n in axes["seq_len"] if n > config.max_seq_len]
         if over:
-            warnings.append(Problem("--seq-len", f"{len(over)} of {len(axes['seq_len'])} --seq-len values exceed "
-                                    f"max_seq_len {config.max_seq_len}: {config.position} positions extrapolate, "
-                                    "quality is not guaranteed", "seq_len_extrapolates"))
+            warnings.append(
+                Problem(
+                    "--seq-len",
+                    f"{len(over)} of {len(axes['seq_len'])} --seq-len values exceed "
+                    f"max_seq_len {config.max_seq_len}: {config.position} positions extrapolate, "
+                    "quality is not guaranteed",
+                    "seq_len_extrapolates",
+                )
+            )
     return warnings
 
 
-def sweep_target(target: str, overrides: Sequence[str], axes: Mapping[str, Sequence[int]], workload: Workload,
-                 force_python_ints: bool = False) -> SweepResult:
+def sweep_target(
+    target: str,
+    overrides: Sequence[str],
+    axes: Mapping[str, Sequence[int]],
+    workload: Workload,
+    force_python_ints: bool = False,
+) -> SweepResult:
     """Evaluate TARGET at every point of the cartesian product of ``axes`` (see the module docstring)."""
     base = load_base(target, overrides)
     swept_axes = {a: tuple(int(v) for v in axes[a]) for a in AXES if a in axes}
@@ -348,9 +397,19 @@ def sweep_target(target: str, overrides: Sequence[str], axes: Mapping[str, Seque
         from embedcalc.analysis.crossover import crossover_seq_len
 
         crossover = crossover_seq_len(target_config)
-    return SweepResult(target=target, config=target_config, workload=workload, axes=swept_axes, index=index, size=size,
-                       valid=valid, rules=config_rules + workload_rules, grid=grid, crossover_seq_len=crossover,
-                       warnings=warnings)
+    return SweepResult(
+        target=target,
+        config=target_config,
+        workload=workload,
+        axes=swept_axes,
+        index=index,
+        size=size,
+        valid=valid,
+        rules=config_rules + workload_rules,
+        grid=grid,
+        crossover_seq_len=crossover,
+        warnings=warnings,
+    )
 
 
 # --- the per-config path ------------------------------------------------------------------------------------------
@@ -365,8 +424,11 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
         config = base.config_at(point, tuple(point))
     except ConfigError as exc:
         return {"problems": exc.problems}
-    run = replace(workload, batch_size=int(point.get("batch_size", workload.batch_size)),
-                  seq_len=int(point.get("seq_len", workload.seq_len)))
+    run = replace(
+        workload,
+        batch_size=int(point.get("batch_size", workload.batch_size)),
+        seq_len=int(point.get("seq_len", workload.seq_len)),
+    )
     errors, _ = workload_problems(config, run)
     if errors:
         return {"problems": errors}
@@ -429,7 +491,9 @@ def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
 
         def column(name: str, block: slice = block, ok: np.ndarray = ok) -> tuple[int | None, ...]:
             assert result.grid is not None
-            return tuple(int(v) if good else None for v, good in zip(result.grid[name][block], ok, strict=True))
+            return tuple(
+                int(v) if good else None for v, good in zip(result.grid[name][block], ok, strict=True)
+            )
 
         label = " ".join([result.target] + [f"{a}={result.axes[a][result.index[a][start]]}" for a in others])
         if result.grid is None:
@@ -437,10 +501,17 @@ def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
             curves.append(SeqLenCurve(label, seqs, empty, empty, empty, empty, None))
             continue
         first_ok = np.flatnonzero(ok)
-        curves.append(SeqLenCurve(
-            label=label, seq_len=seqs, score_flops=column("flops_attention_scores"),
-            other_flops=column("flops_other"), inference_bytes=column("inference_total_bytes"),
-            training_bytes=column("training_total_bytes") if "training_total_bytes" in result.grid.columns else None,
-            crossover_seq_len=crossover[start + first_ok[0]] if len(first_ok) else None,
-        ))
+        curves.append(
+            SeqLenCurve(
+                label=label,
+                seq_len=seqs,
+                score_flops=column("flops_attention_scores"),
+                other_flops=column("flops_other"),
+                inference_bytes=column("inference_total_bytes"),
+                training_bytes=column("training_total_bytes")
+                if "training_total_bytes" in result.grid.columns
+                else None,
+                crossover_seq_len=crossover[start + first_ok[0]] if len(first_ok) else None,
+            )
+        )
     return curves

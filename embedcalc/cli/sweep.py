@@ -14,7 +14,6 @@ import typer
 
 from embedcalc.analysis.sweep import (
     AXES,
-    AXIS_SYNTAX,
     AxisError,
     SweepResult,
     parse_axis,
@@ -38,6 +37,7 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
+from embedcalc.errors import Problem, UnsupportedEnvironmentError
 
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH_SIZE = 1
@@ -63,17 +63,23 @@ def _axis_parser(value: str) -> AxisValues:
         raise typer.BadParameter(str(exc)) from None
 
 
-def _axis_option(flag: str, what: str, *short: str) -> Any:
-    return typer.Option(flag, *short, parser=_axis_parser, metavar="VALUES",
-                        help=f"{what}: {AXIS_SYNTAX} (bounds inclusive).")
+def _axis_option(flag: str, what: str, example: str, *short: str) -> Any:
+    return typer.Option(flag, *short, parser=_axis_parser, metavar="VALUES", help=f"{what}, e.g. {example}.")
 
 
-SeqAxis = Annotated[AxisValues | None, _axis_option("--seq-len", "Tokens per sequence (encoder side)", "-n")]
-BatchAxis = Annotated[AxisValues | None, _axis_option("--batch-size", "Sequences per batch", "-b")]
-EmbedAxis = Annotated[AxisValues | None, _axis_option("--embed-dim", "Model width")]
-HeadsAxis = Annotated[AxisValues | None, _axis_option("--num-heads", "Query heads")]
-LayersAxis = Annotated[AxisValues | None, _axis_option("--num-layers", "Blocks (encoder-decoder: encoder blocks)")]
-FfnAxis = Annotated[AxisValues | None, _axis_option("--ffn-dim", "Inner FFN width")]
+SeqAxis = Annotated[
+    AxisValues | None,
+    _axis_option("--seq-len", "Tokens per sequence (encoder side)", "128,512,2048 or 64:16384:x2", "-n"),
+]
+BatchAxis = Annotated[
+    AxisValues | None, _axis_option("--batch-size", "Sequences per batch", "1,8,32 or 1:64:x2", "-b")
+]
+EmbedAxis = Annotated[AxisValues | None, _axis_option("--embed-dim", "Model width", "384:12288:+384")]
+HeadsAxis = Annotated[AxisValues | None, _axis_option("--num-heads", "Query heads", "8,12,16")]
+LayersAxis = Annotated[
+    AxisValues | None, _axis_option("--num-layers", "Blocks (encoder-decoder: encoder blocks)", "1:96:+1")
+]
+FfnAxis = Annotated[AxisValues | None, _axis_option("--ffn-dim", "Inner FFN width", "2048:4096:+512")]
 
 
 @handle_errors("sweep")
@@ -94,14 +100,20 @@ def sweep_command(
     gen_tokens: GenTokensOption = 0,
     overrides: SetOption = None,
     format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
-    plot: Annotated[Path | None, typer.Option(
-        "--plot", metavar="FILE", dir_okay=False,
-        help="Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
-             "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]')."
-    )] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            dir_okay=False,
+            help="Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
+            "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]').",
+        ),
+    ] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Table format: points shown.")] = 50,
 ) -> None:
-    """Cost over a grid: each axis flag takes a list or a range, several axes form their cartesian product.
+    """Cost over a grid: each axis flag takes a list 128,256,512, an arithmetic range 384:12288:+384 or a
+    geometric one 64:16384:x2 (bounds inclusive); several axes form their cartesian product.
 
     Each point is TARGET with the swept fields set as by --set (a written ffn_dim stays fixed while --embed-dim
     varies; --set ffn_dim=null makes it 4 × embed_dim). Points that make an invalid config or workload are listed
@@ -110,20 +122,40 @@ def sweep_command(
     layer's score FLOPs equal its projection + FFN FLOPs. The grid is evaluated with numpy, exactly (int64 where
     it provably cannot overflow, else Python ints, with a note). --seq-len defaults to 128, --batch-size to 1.
     """
-    given = {"seq_len": seq_len, "batch_size": batch_size, "embed_dim": embed_dim, "num_heads": num_heads,
-             "num_layers": num_layers, "ffn_dim": ffn_dim}
+    given = {
+        "seq_len": seq_len,
+        "batch_size": batch_size,
+        "embed_dim": embed_dim,
+        "num_heads": num_heads,
+        "num_layers": num_layers,
+        "ffn_dim": ffn_dim,
+    }
     axes = {a: v.values for a in AXES if (v := given[a]) is not None}
-    workload = make_workload(DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, tgt_len, dtype, mode, attention, optimizer,
-                             recompute, None, gen_tokens)
+    workload = make_workload(
+        DEFAULT_BATCH_SIZE,
+        DEFAULT_SEQ_LEN,
+        tgt_len,
+        dtype,
+        mode,
+        attention,
+        optimizer,
+        recompute,
+        None,
+        gen_tokens,
+    )
     if plot is not None:
-        _check_plot_request(plot, axes)
+        _check_plot_request(plot, axes, format)
     result = sweep_target(target, overrides or [], axes, workload)
     _report_notes(result)
     if plot is not None:
         _write_plot(result, plot)
     if format is SweepFormat.json:
-        output.emit_json("sweep", [result_json(result)], _workload_json(result),
-                         axes={a: list(v) for a, v in result.axes.items()})
+        output.emit_json(
+            "sweep",
+            [result_json(result)],
+            _workload_json(result),
+            axes={a: list(v) for a, v in result.axes.items()},
+        )
     elif format is SweepFormat.csv:
         write_csv(result, sys.stdout)
         sys.stdout.flush()
@@ -134,7 +166,7 @@ def sweep_command(
 # --- checks and notes ---------------------------------------------------------------------------------------------
 
 
-def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]]) -> None:
+def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: SweepFormat) -> None:
     from embedcalc.render.plot import MAX_CURVES, plot_format, require_matplotlib
 
     try:
@@ -142,15 +174,26 @@ def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]]) -> None:
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--plot'") from None
     if len(axes.get("seq_len", ())) < 2:
-        raise typer.BadParameter("plots are against seq_len: give --seq-len with at least two values",
-                                 param_hint="'--plot'")
+        raise typer.BadParameter(
+            "plots are against seq_len: give --seq-len with at least two values", param_hint="'--plot'"
+        )
     curves = 1
     for axis, values in axes.items():
         curves *= len(values) if axis != "seq_len" else 1
     if curves > MAX_CURVES:
-        raise typer.BadParameter(f"one line per combination of the other axes: {curves} is more than "
-                                 f"{MAX_CURVES}; narrow them", param_hint="'--plot'")
-    require_matplotlib()
+        raise typer.BadParameter(
+            f"one line per combination of the other axes: {curves} is more than {MAX_CURVES}; narrow them",
+            param_hint="'--plot'",
+        )
+    try:
+        require_matplotlib()
+    except UnsupportedEnvironmentError as exc:
+        # output.report_error renders the message as rich markup, which would swallow the "[plot]" of the
+        # install command; say it plainly (same prefix, stream, JSON envelope and exit code).
+        output.stderr.print(f"embedcalc: error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
+        if format is SweepFormat.json:
+            output.emit_json("sweep", [], problems=[Problem("--plot", exc.message, exc.code)], status="error")
+        raise typer.Exit(int(exc.exit_code)) from None
 
 
 def _report_notes(result: SweepResult) -> None:
@@ -158,12 +201,17 @@ def _report_notes(result: SweepResult) -> None:
     if result.grid is not None and result.grid.method == "python-int":
         output.stderr.print(
             f"embedcalc: note: values reach up to {float(result.grid.bound):.3g}, beyond what int64 holds exactly; "
-            "evaluating the grid with Python integers (exact, slower)", soft_wrap=True)
+            "evaluating the grid with Python integers (exact, slower)",
+            soft_wrap=True,
+        )
     invalid = result.size - int(result.valid.sum())
     if invalid:
         codes = sorted({r.code for r in result.rules if r.failed.any()})
-        output.stderr.print(f"embedcalc: note: {invalid:,} of {result.size:,} points are invalid "
-                            f"({', '.join(codes)}); they are listed with the reason", soft_wrap=True)
+        output.stderr.print(
+            f"embedcalc: note: {invalid:,} of {result.size:,} points are invalid "
+            f"({', '.join(codes)}); they are listed with the reason",
+            soft_wrap=True,
+        )
 
 
 def _write_plot(result: SweepResult, path: Path) -> None:
@@ -189,19 +237,32 @@ def _print_tables(result: SweepResult, max_rows: int) -> None:
         for curve in curves[:4]:
             output.stdout.print(score_share_table(curve))
         if len(curves) > 4:
-            output.stderr.print(f"embedcalc: note: score-share charts for the first 4 of {len(curves)} "
-                                "combinations of the other axes; --plot FILE draws up to 8", soft_wrap=True)
+            output.stderr.print(
+                f"embedcalc: note: score-share charts for the first 4 of {len(curves)} "
+                "combinations of the other axes; --plot FILE draws up to 8",
+                soft_wrap=True,
+            )
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------------
 
 _MEMORY = {
-    "inference": {"weights_bytes": "inference_weights_bytes", "gradients_bytes": None, "optimizer_bytes": None,
-                  "activations_bytes": "inference_activations_bytes", "kv_cache_bytes": "kv_cache_bytes",
-                  "total_bytes": "inference_total_bytes"},
-    "training": {"weights_bytes": "training_weights_bytes", "gradients_bytes": "gradients_bytes",
-                 "optimizer_bytes": "optimizer_bytes", "activations_bytes": "training_activations_bytes",
-                 "kv_cache_bytes": None, "total_bytes": "training_total_bytes"},
+    "inference": {
+        "weights_bytes": "inference_weights_bytes",
+        "gradients_bytes": None,
+        "optimizer_bytes": None,
+        "activations_bytes": "inference_activations_bytes",
+        "kv_cache_bytes": "kv_cache_bytes",
+        "total_bytes": "inference_total_bytes",
+    },
+    "training": {
+        "weights_bytes": "training_weights_bytes",
+        "gradients_bytes": "gradients_bytes",
+        "optimizer_bytes": "optimizer_bytes",
+        "activations_bytes": "training_activations_bytes",
+        "kv_cache_bytes": None,
+        "total_bytes": "training_total_bytes",
+    },
 }
 
 
@@ -228,10 +289,17 @@ def result_json(result: SweepResult) -> dict[str, Any]:
     memory_keys = _MEMORY[result.workload.mode]
     memory_cols = {k: col(v) for k, v in memory_keys.items()}
     head_dim, causal = col("head_dim"), col("flops_forward_causal")
-    params, forward, scores, other = col("params"), col("flops_forward"), col("flops_attention_scores"), col(
-        "flops_other")
-    training_step, inference_total, training_total = (col("flops_training_step"), col("inference_total_bytes"),
-                                                      col("training_total_bytes"))
+    params, forward, scores, other = (
+        col("params"),
+        col("flops_forward"),
+        col("flops_attention_scores"),
+        col("flops_other"),
+    )
+    training_step, inference_total, training_total = (
+        col("flops_training_step"),
+        col("inference_total_bytes"),
+        col("training_total_bytes"),
+    )
     points = []
     for i in range(size):
         point: dict[str, Any] = {a: axis_cols[a][i] for a in AXES}
@@ -239,24 +307,39 @@ def result_json(result: SweepResult) -> dict[str, Any]:
         if valid[i]:
             point["head_dim"] = head_dim[i]
             point["params"] = {"total": params[i]}
-            point["flops"] = {"forward": forward[i], "attention_scores": scores[i], "other": other[i],
-                              "attention_score_share": scores[i] / forward[i] if forward[i] else 0.0,
-                              "forward_causal": causal[i], "training_step": training_step[i]}
-            point["memory"] = {**{k: c[i] for k, c in memory_cols.items()},
-                               "inference_total_bytes": inference_total[i],
-                               "training_total_bytes": training_total[i]}
+            point["flops"] = {
+                "forward": forward[i],
+                "attention_scores": scores[i],
+                "other": other[i],
+                "attention_score_share": scores[i] / forward[i] if forward[i] else 0.0,
+                "forward_causal": causal[i],
+                "training_step": training_step[i],
+            }
+            point["memory"] = {
+                **{k: c[i] for k, c in memory_cols.items()},
+                "inference_total_bytes": inference_total[i],
+                "training_total_bytes": training_total[i],
+            }
             point["crossover_seq_len"] = crossover[i]
             point["problems"] = []
         else:
-            point |= {"params": None, "flops": None, "memory": None, "crossover_seq_len": None,
-                      "problems": [p.as_dict() for p in result.problems_at(i)]}
+            point |= {
+                "params": None,
+                "flops": None,
+                "memory": None,
+                "crossover_seq_len": None,
+                "problems": [p.as_dict() for p in result.problems_at(i)],
+            }
         points.append(point)
     return {
         "target": result.target,
         "config": result.config.model_dump(mode="json") if result.config is not None else None,
         "crossover_seq_len": result.crossover_seq_len,
-        "evaluation": {"method": grid.method if grid is not None else None, "points": size,
-                       "valid_points": int(result.valid.sum())},
+        "evaluation": {
+            "method": grid.method if grid is not None else None,
+            "points": size,
+            "valid_points": int(result.valid.sum()),
+        },
         "points": points,
         "warnings": [w.as_dict() for w in result.warnings],
     }

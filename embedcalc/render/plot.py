@@ -38,17 +38,23 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
 def sweep_table(result: SweepResult, max_rows: int) -> Table:
     """The first ``max_rows`` points: swept values, params, FLOPs with the score share, memory, validity."""
     w = result.workload
-    crossover = "" if result.crossover_seq_len is None else f"; crossover n* = {result.crossover_seq_len} tokens"
+    crossover = (
+        "" if result.crossover_seq_len is None else f"; crossover n* = {result.crossover_seq_len} tokens"
+    )
     valid = int(result.valid.sum())
     table = Table(
         title=f"Sweep — {result.target}: {result.size:,} points, {valid:,} valid; {w.dtype}, attention "
-              f"{w.attention}{crossover}",
+        f"{w.attention}{crossover}",
         caption="FLOPs: forward, 2 per MAC, matmuls only, full n×n scores; ★ share = attention scores (Q·Kᵀ, A·V) "
-                "/ forward. Memory: inference (weights + KV cache + peak activations) and training (+ gradients, "
-                "optimizer, saved activations)." + (
-                    f" Showing {max_rows:,} of {result.size:,} points; --format csv or json lists all."
-                    if result.size > max_rows else ""),
-        title_justify="left")
+        "/ forward. Memory: inference (weights + KV cache + peak activations) and training (+ gradients, "
+        "optimizer, saved activations)."
+        + (
+            f" Showing {max_rows:,} of {result.size:,} points; --format csv or json lists all."
+            if result.size > max_rows
+            else ""
+        ),
+        title_justify="left",
+    )
     axes = list(result.axes)
     for axis in axes:
         table.add_column(FLAGS[axis].lstrip("-"), justify="right")
@@ -64,17 +70,25 @@ def sweep_table(result: SweepResult, max_rows: int) -> Table:
     grid = result.grid
     columns: dict[str, list[Any]] = {}
     if grid is not None:
-        for key in ("params", "flops_forward", "flops_attention_scores", "inference_total_bytes",
-                    "training_total_bytes"):
+        for key in (
+            "params",
+            "flops_forward",
+            "flops_attention_scores",
+            "inference_total_bytes",
+            "training_total_bytes",
+        ):
             columns[key] = grid[key][:rows].tolist() if key in grid.columns else [None] * rows
     for i in range(rows):
         cells = [str(axis_values[a][i]) for a in axes]
         if result.valid[i] and grid is not None:
             forward, scores = columns["flops_forward"][i], columns["flops_attention_scores"][i]
-            cells += [units.si(columns["params"][i]), units.flops(forward),
-                      units.percent(scores / forward if forward else 0.0),
-                      units.binary_bytes(columns["inference_total_bytes"][i]),
-                      _cell(columns["training_total_bytes"][i], units.binary_bytes)]
+            cells += [
+                units.si(columns["params"][i]),
+                units.flops(forward),
+                units.percent(scores / forward if forward else 0.0),
+                units.binary_bytes(columns["inference_total_bytes"][i]),
+                _cell(columns["training_total_bytes"][i], units.binary_bytes),
+            ]
             if per_point_crossover:
                 cells.append(str(crossover_col[i]))
             cells.append("")
@@ -93,9 +107,12 @@ def _bar(share: float) -> str:
 
 def score_share_table(curve: SeqLenCurve) -> Table:
     """Attention-score share of forward FLOPs against seq_len as a bar chart, the crossover marked."""
-    table = Table(title=f"Attention-score share of forward FLOPs — {curve.label}", title_justify="left",
-                  caption=f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
-                          "+ FFN (crossover.py); the whole model also counts pooler / LM head.")
+    table = Table(
+        title=f"Attention-score share of forward FLOPs — {curve.label}",
+        title_justify="left",
+        caption=f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
+        "+ FFN (crossover.py); the whole model also counts pooler / LM head.",
+    )
     table.add_column("seq_len", justify="right")
     table.add_column("scores", justify="right")
     table.add_column("rest", justify="right")
@@ -111,7 +128,9 @@ def score_share_table(curve: SeqLenCurve) -> Table:
             table.add_row(str(n), "—", "—", "invalid", "", marker, style="dim")
             continue
         share = scores / (scores + other) if scores + other else 0.0
-        table.add_row(str(n), units.flops(scores), units.flops(other), units.percent(share), _bar(share), marker)
+        table.add_row(
+            str(n), units.flops(scores), units.flops(other), units.percent(share), _bar(share), marker
+        )
     return table
 
 
@@ -124,7 +143,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UnsupportedEnvironmentError(
-            f"--plot needs matplotlib, which is not installed: {PLOT_INSTALL}", "no_matplotlib") from None
+            f"--plot needs matplotlib, which is not installed: {PLOT_INSTALL}", "no_matplotlib"
+        ) from None
 
 
 def plot_format(path: Path) -> str:
@@ -147,8 +167,9 @@ def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     try:
         fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
-        raise EmbedcalcError(f"cannot write {path}: {exc.strerror or exc}", ExitCode.RUNTIME,
-                             code="io_error") from None
+        raise EmbedcalcError(
+            f"cannot write {path}: {exc.strerror or exc}", ExitCode.RUNTIME, code="io_error"
+        ) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -160,8 +181,9 @@ def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name)
         if isinstance(exc, OSError):
-            raise EmbedcalcError(f"cannot write {path}: {exc.strerror or exc}", ExitCode.RUNTIME,
-                                 code="io_error") from None
+            raise EmbedcalcError(
+                f"cannot write {path}: {exc.strerror or exc}", ExitCode.RUNTIME, code="io_error"
+            ) from None
         raise
 
 
@@ -208,22 +230,57 @@ def plot_seq_len_curves(curves: Sequence[SeqLenCurve], path: Path, title: str | 
     for i, curve in enumerate(curves):
         color = f"C{i % 10}"
         x = [float(n) for n in curve.seq_len]
-        flops_ax.plot(x, _series(curve.other_flops), color=color, marker="o", markersize=3,
-                      label=f"{curve.label}: projections + FFN + head")
-        flops_ax.plot(x, _series(curve.score_flops), color=color, linestyle="--", marker="s", markersize=3,
-                      label=f"{curve.label}: attention scores (n²)")
-        memory_ax.plot(x, _series(curve.inference_bytes), color=color, marker="o", markersize=3,
-                       label=f"{curve.label}: inference")
+        flops_ax.plot(
+            x,
+            _series(curve.other_flops),
+            color=color,
+            marker="o",
+            markersize=3,
+            label=f"{curve.label}: projections + FFN + head",
+        )
+        flops_ax.plot(
+            x,
+            _series(curve.score_flops),
+            color=color,
+            linestyle="--",
+            marker="s",
+            markersize=3,
+            label=f"{curve.label}: attention scores (n²)",
+        )
+        memory_ax.plot(
+            x,
+            _series(curve.inference_bytes),
+            color=color,
+            marker="o",
+            markersize=3,
+            label=f"{curve.label}: inference",
+        )
         if curve.training_bytes is not None:
-            memory_ax.plot(x, _series(curve.training_bytes), color=color, linestyle="--", marker="s",
-                           markersize=3, label=f"{curve.label}: training")
+            memory_ax.plot(
+                x,
+                _series(curve.training_bytes),
+                color=color,
+                linestyle="--",
+                marker="s",
+                markersize=3,
+                label=f"{curve.label}: training",
+            )
     for k, (value, color, label) in enumerate(_crossover_groups(curves)):
         flops_ax.axvline(float(value), color=color, linestyle=":", linewidth=1.2, label=label)
-        flops_ax.annotate(f"n* = {value}", xy=(float(value), 0.02 + 0.05 * k), xycoords=("data", "axes fraction"),
-                          xytext=(4, 0), textcoords="offset points", color=color, fontsize="small")
+        flops_ax.annotate(
+            f"n* = {value}",
+            xy=(float(value), 0.02 + 0.05 * k),
+            xycoords=("data", "axes fraction"),
+            xytext=(4, 0),
+            textcoords="offset points",
+            color=color,
+            fontsize="small",
+        )
     seq_formatter = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")
-    for ax, ylabel, heading in ((flops_ax, "forward FLOPs (2 per MAC)", "Forward FLOPs: attention scores vs the rest"),
-                                (memory_ax, "bytes", "Memory: inference and training totals")):
+    for ax, ylabel, heading in (
+        (flops_ax, "forward FLOPs (2 per MAC)", "Forward FLOPs: attention scores vs the rest"),
+        (memory_ax, "bytes", "Memory: inference and training totals"),
+    ):
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(seq_formatter)
         ax.set_xlabel("seq_len (tokens)")
