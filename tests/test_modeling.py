@@ -64,8 +64,14 @@ def test_preset_params_match_analysis(name: str) -> None:
     assert component_params(model) == analytic.as_dict()
 
 
-@pytest.mark.parametrize("name", [n for n in preset_names() if n != "gpt3-175b"])
-@pytest.mark.parametrize("impl", IMPLS)
+# gpt3-175b has its own test; the larger GPT-2s differ from gpt2 only in size, so they run with SDPA only.
+_PRESET_FLOP_CASES = [
+    (name, impl) for name in preset_names() if name != "gpt3-175b" for impl in IMPLS
+    if impl == "sdpa" or name not in ("gpt2-medium", "gpt2-large", "gpt2-xl")
+]
+
+
+@pytest.mark.parametrize(("name", "impl"), _PRESET_FLOP_CASES)
 def test_preset_flops_match_analysis(name: str, impl: str) -> None:
     config = load_target(name).config
     tgt_len = 96 if config.architecture == "encoder-decoder" else None
@@ -129,7 +135,7 @@ def configs(draw: st.DrawFn) -> ModelConfig:
         "max_seq_len": draw(st.integers(8, 16)),
         "embed_dim": embed_dim,
         "num_heads": heads,
-        "num_layers": draw(st.integers(1, 3)),
+        "num_layers": draw(st.integers(1, 2)),
         "position": position,
         "activation": draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"])),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
@@ -146,13 +152,13 @@ def configs(draw: st.DrawFn) -> ModelConfig:
         "embedding_norm": draw(st.sampled_from([None, True, False])),
         "lm_head": draw(st.sampled_from([None, True, False])),
         "pooler": draw(st.sampled_from([None, True, False] if arch == "encoder" else [None, False])),
-        "num_decoder_layers": draw(st.one_of(st.none(), st.integers(1, 3))) if arch == "encoder-decoder" else None,
+        "num_decoder_layers": draw(st.one_of(st.none(), st.integers(1, 2))) if arch == "encoder-decoder" else None,
     }
     data.update({k: v for k, v in optional.items() if v is not None})
     return ModelConfig.model_validate(data)
 
 
-@settings(max_examples=220, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(config=configs(), batch=st.integers(1, 3), seq_len=st.integers(1, 8), tgt_len=st.integers(1, 8))
 def test_random_configs_params_and_flops_match_analysis(
     config: ModelConfig, batch: int, seq_len: int, tgt_len: int
@@ -292,20 +298,27 @@ def test_encoder_attends_both_ways() -> None:
 
 
 def test_cheap_cpu_build() -> None:
-    """bert-large (1.3 GB of float32) builds on the CPU without random-initialising each weight (typically
-    ~0.5 s; the bound is loose for loaded CI machines)."""
+    """bert-large (1.3 GB of float32) builds on the CPU without random-initialising each weight: typically ~0.5 s
+    on an idle 2-core machine, where ``normal_`` over the same weights alone takes ~2 s. Timed against ``normal_``
+    over a quarter of them, so that a loaded CI machine slows both sides alike."""
     config = load_target("bert-large").config
     build_model(_tiny("encoder", {}), device="cpu")  # one-off lazy imports out of the timing
     start = time.perf_counter()
     model = build_model(config, device="cpu")
     elapsed = time.perf_counter() - start
-    assert elapsed < 5, f"bert-large took {elapsed:.2f} s to build on the CPU"
-    weight = model.embedding.token.weight
-    assert weight.device.type == "cpu" and torch.isfinite(weight).all()
-    assert 0.015 < float(weight.detach()[:1000].std()) < 0.025
+    numel = _numel(model)
+    weight = model.embedding.token.weight.detach()
+    assert weight.device.type == "cpu" and bool(torch.isfinite(weight).all())
+    assert 0.015 < float(weight[:1000].std()) < 0.025
     norm = model.encoder.layers[0].attention.norm
     assert bool((norm.weight == 1).all()) and bool((norm.bias == 0).all())
-    del model
+    del model, weight, norm
+    start = time.perf_counter()
+    torch.empty(numel // 4).normal_(0, 0.02)
+    quarter_normal = time.perf_counter() - start
+    assert elapsed < max(2 * quarter_normal, 1.0), (
+        f"bert-large took {elapsed:.2f} s to build; normal_ over a quarter of its weights {quarter_normal:.2f} s"
+    )
 
 
 def test_buffers_recomputed_after_to_empty() -> None:

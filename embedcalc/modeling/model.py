@@ -44,8 +44,8 @@ class Embeddings(nn.Module):
     """Token table (shared by every stack), per-stack learned positions and embedding norms, segment table.
 
     Submodules: ``token``; ``position.<stack>`` (learned) or ``sinusoidal`` (a buffer); ``type_`` (``type`` is
-    a Module method); ``norm.<stack>``. The segment table is added to the first stack's input only (the encoder's, for an
-    encoder-decoder); segment ids default to 0.
+    a Module method); ``norm.<stack>``. The segment table is added to the first stack's input only (the
+    encoder's, for an encoder-decoder); segment ids default to 0.
     """
 
     def __init__(self, config: ModelConfig, stack_names: list[str]) -> None:
@@ -161,7 +161,7 @@ class TransformerModel(nn.Module):
         self.config = config
         self.attention_impl: AttentionImpl = attention
         arch = config.architecture
-        names = ["encoder", "decoder"] if arch == "encoder-decoder" else [arch]
+        names: list[str] = ["encoder", "decoder"] if arch == "encoder-decoder" else [arch]
         self.embedding = Embeddings(config, names)
         self.encoder = (
             Stack(config, config.num_layers, impl=attention, causal=False, cross_attention=False)
@@ -197,28 +197,29 @@ class TransformerModel(nn.Module):
 
 # --- cheap initialisation -------------------------------------------------------------------------------------
 
-_POOL_SIZE = 1 << 20
+_POOL_SIZE = 16381  # prime, so rows of a tiled matrix are distinct windows, never exact repeats
 _INIT_STD = 0.02
 
 
 def _fill_from_pool(tensor: Tensor, pool: Tensor, offset: int) -> None:
-    """Fill ``tensor`` with consecutive pool values from ``offset``, wrapping: memcpy speed, no RNG per element."""
+    """Tile ``tensor`` with the pool's values from ``offset`` on: one broadcast copy at memory speed, no RNG."""
     flat = tensor.view(-1)
     size = pool.numel() // 2  # the pool is stored twice over, so any window of ``size`` values is one slice
-    start = 0
-    while start < flat.numel():
-        chunk = min(size, flat.numel() - start)
-        flat[start : start + chunk].copy_(pool[offset : offset + chunk])
-        start += chunk
-        offset = (offset + chunk) % size
+    window = pool[offset : offset + size]
+    rows, rest = divmod(flat.numel(), size)
+    if rows:
+        flat[: rows * size].view(rows, size).copy_(window.expand(rows, size))  # (rows, size)
+    if rest:
+        flat[rows * size :].copy_(window[:rest])
 
 
 def initialise_(model: nn.Module, seed: int = 0) -> None:
     """Give every parameter finite, small values cheaply; recompute fixed buffers (sinusoidal, RoPE).
 
-    Norm weights are 1 and biases 0; every other weight is N(0, 0.02) drawn from one pool of 2**20 values, each
-    tensor starting at its own random offset, so a multi-GB model fills at memory-copy speed instead of paying
-    the RNG for every element. Good for timing and numerics checks; not a training initialisation.
+    Norm weights are 1 and biases 0; every other weight is tiled from one pool of 16381 N(0, 0.02) values, each
+    tensor starting at its own random offset, so a multi-GB model fills at memory-write speed instead of paying
+    the RNG for every element (bert-large: ~0.5 s instead of ~2.5 s on two CPU cores). Tensors smaller than the
+    pool get a plain random window. Good for timing and numerics checks; not a training initialisation.
     """
     generator = torch.Generator().manual_seed(seed)
     pools: dict[tuple[torch.device, torch.dtype], Tensor] = {}
@@ -242,19 +243,38 @@ def initialise_(model: nn.Module, seed: int = 0) -> None:
                 reset()
 
 
+def materialise_(model: nn.Module, device: torch.device) -> None:
+    """Replace every meta parameter and buffer by an uninitialised tensor on ``device``, shared ones once.
+
+    What ``Module.to_empty`` does, without its ``empty_like`` on meta tensors, which costs a one-off second of
+    imports (``torch._refs``) on the first call in a process.
+    """
+    replaced: dict[int, Tensor] = {}
+    for module in model.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in replaced:
+                empty = torch.empty(param.shape, dtype=param.dtype, device=device)
+                replaced[id(param)] = nn.Parameter(empty, requires_grad=param.requires_grad)
+            setattr(module, name, replaced[id(param)])
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if id(buffer) not in replaced:
+                replaced[id(buffer)] = torch.empty(buffer.shape, dtype=buffer.dtype, device=device)
+            setattr(module, name, replaced[id(buffer)])
+
+
 def build_model(config: ModelConfig, attention: AttentionImpl = "sdpa", device: str | torch.device = "meta",
                 dtype: torch.dtype = torch.float32, seed: int = 0) -> TransformerModel:
     """The torch model for ``config``, in eval mode.
 
     ``device="meta"`` (the default) allocates nothing: shapes only, for counting parameters and FLOPs of any size.
-    On a real device the model is built on meta, moved with ``to_empty`` and filled by :func:`initialise_`, so
-    no time goes to random initialisation of every weight.
+    On a real device the model is built on meta, given uninitialised storage by :func:`materialise_` (like
+    ``to_empty``) and filled by :func:`initialise_`, so no time goes to random initialisation of every weight.
     """
     target = torch.device(device)
     with torch.device("meta"):
         model = TransformerModel(config, attention)
     model = model.to(dtype=dtype)
     if target.type != "meta":
-        model = model.to_empty(device=target)
+        materialise_(model, target)
         initialise_(model, seed)
     return model.eval()
