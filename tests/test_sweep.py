@@ -577,3 +577,34 @@ def test_seq_len_curves_one_per_combination() -> None:
     assert curves[1].seq_len == (128, 256, 1024)
     assert curves[1].score_flops[2] is None and curves[1].score_flops[0] == 12 * 2 * 2 * 12 * 128 * 128 * 64
     assert curves[0].crossover_seq_len == 4608
+
+
+def test_plot_with_every_point_invalid_exits_3(cli: Any, tmp_path: Path) -> None:
+    result = cli(
+        "sweep", "bert-base", "--num-heads", "7,11", "--seq-len", "64,128", "--plot", str(tmp_path / "p.png")
+    )
+    assert result.exit_code == 3
+    assert "nothing to draw" in result.stderr and "heads_indivisible" in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fixed_axis_values_come_from_the_target_even_when_it_is_invalid() -> None:
+    """--set embed_dim=700 is invalid with bert-base's 12 heads; the sweep over heads repairs it at 7."""
+    result = sweep_target("bert-base", ("embed_dim=700",), {"num_heads": (7, 12)}, Workload())
+    assert result.config is None and result.crossover_seq_len is None
+    assert result.valid.tolist() == [True, False]
+    assert result.axis_column("embed_dim").tolist() == [700, 700]
+    assert result.axis_column("ffn_dim").tolist() == [3072, 3072]
+
+
+def test_cli_module_stays_light() -> None:
+    """Registering `sweep` must not load numpy (or matplotlib) into every `embedcalc` start-up."""
+    import subprocess
+
+    from embedcalc.analysis import sweep as analysis_sweep
+    from embedcalc.cli import sweep as cli_sweep
+
+    assert cli_sweep.AXES == analysis_sweep.AXES
+    code = "import sys, embedcalc.cli.sweep; print(sorted({'numpy', 'matplotlib'} & set(sys.modules)))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

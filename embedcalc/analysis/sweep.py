@@ -276,6 +276,7 @@ class SweepResult:
     grid: GridResult | None  # None when no point is valid
     crossover_seq_len: int | float | None  # of the target as given
     warnings: list[Problem] = field(default_factory=list)
+    fixed: dict[str, int | None] = field(default_factory=dict)  # unswept axes: the target's value (or None)
 
     def axis_column(self, axis: str) -> np.ndarray:
         """Each point's value of ``axis`` (swept or fixed); ffn_dim resolved (4 * embed_dim by default)."""
@@ -283,9 +284,7 @@ class SweepResult:
             return np.asarray(_table(self.axes[axis])[self.index[axis]])
         if axis == "ffn_dim" and self.grid is not None:
             return self.grid["ffn_dim"]
-        fixed = {"batch_size": self.workload.batch_size, "seq_len": self.workload.seq_len}
-        value = fixed[axis] if axis in fixed else getattr(self.config, axis, None)
-        return np.full(self.size, value, dtype=object)
+        return np.full(self.size, self.fixed[axis], dtype=object)
 
     def problem_column(self, attr: str = "messages", sep: str = "; ") -> np.ndarray:
         """Per point, its problems' messages (or ``attr="codes"``) joined by ``sep``; "" for valid points."""
@@ -409,6 +408,11 @@ def sweep_target(
         grid=grid,
         crossover_seq_len=crossover,
         warnings=warnings,
+        fixed={
+            **{a: base.data.get(a) for a in CONFIG_AXES},
+            "batch_size": workload.batch_size,
+            "seq_len": workload.seq_len,
+        },
     )
 
 

@@ -7,18 +7,10 @@ import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, TypeAlias
 
-import numpy as np
 import typer
 
-from embedcalc.analysis.sweep import (
-    AXES,
-    AxisError,
-    SweepResult,
-    parse_axis,
-    sweep_target,
-)
 from embedcalc.cli import output
 from embedcalc.cli.common import (
     AttentionChoice,
@@ -37,7 +29,17 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
-from embedcalc.errors import Problem, UnsupportedEnvironmentError
+from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
+
+if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `embedcalc --help` or `analyze`
+    import numpy as np
+
+    from embedcalc.analysis.sweep import SweepResult
+
+    Source: TypeAlias = tuple[np.ndarray, np.ndarray | None] | None  # (values, where shown); None: empty
+
+# The axes in grid order (embedcalc.analysis.sweep.AXES; a test keeps the two equal).
+AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_len")
 
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH_SIZE = 1
@@ -57,6 +59,8 @@ class AxisValues:
 
 
 def _axis_parser(value: str) -> AxisValues:
+    from embedcalc.analysis.sweep import AxisError, parse_axis
+
     try:
         return AxisValues(parse_axis(value))
     except AxisError as exc:
@@ -145,6 +149,8 @@ def sweep_command(
     )
     if plot is not None:
         _check_plot_request(plot, axes, format)
+    from embedcalc.analysis.sweep import sweep_target
+
     result = sweep_target(target, overrides or [], axes, workload)
     _report_notes(result)
     if plot is not None:
@@ -218,6 +224,10 @@ def _write_plot(result: SweepResult, path: Path) -> None:
     from embedcalc.analysis.sweep import seq_len_curves
     from embedcalc.render.plot import plot_seq_len_curves
 
+    if not result.valid.any():
+        codes = ", ".join(sorted({r.code for r in result.rules if r.failed.any()}))
+        message = f"--plot: nothing to draw, all {result.size:,} points are invalid ({codes})"
+        raise ConfigError(message, [Problem("--plot", message, "nothing_to_plot")], "nothing_to_plot")
     w = result.workload
     title = f"{result.target}: {w.dtype}, attention {w.attention}, --mode {w.mode}"
     plot_seq_len_curves(seq_len_curves(result), path, title)
@@ -365,14 +375,15 @@ def _quote(text: str) -> str:
 
 def _quoted(texts: np.ndarray) -> np.ndarray:
     """Quote a column of strings, each distinct string once (columns of messages repeat a few strings)."""
+    import numpy as np
+
     distinct, inverse = np.unique(texts.astype(str), return_inverse=True)
     return np.asarray([_quote(str(t)) for t in distinct], dtype=object)[inverse]
 
 
-Source = tuple[np.ndarray, np.ndarray | None] | None  # (values, where shown) per point; None: empty column
-
-
 def _csv_sources(result: SweepResult) -> dict[str, Source]:
+    import numpy as np
+
     grid, valid, size = result.grid, result.valid, result.size
     sources: dict[str, Source] = {"target": (np.full(size, _quote(result.target), dtype=object), None)}
     for axis in AXES:
