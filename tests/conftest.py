@@ -32,24 +32,6 @@ settings.register_profile(
 settings.register_profile("embedcalc-thorough", deadline=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "embedcalc"))
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-
-PRESETS = (
-    "bert-base", "bert-large", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b", "transformer-base",
-    "transformer-big",
-)
-
-# A small valid decoder; tests start from it and change one thing.
-SMALL_DECODER: dict[str, Any] = {
-    "architecture": "decoder",
-    "vocab_size": 1024,
-    "max_seq_len": 512,
-    "embed_dim": 512,
-    "num_heads": 8,
-    "num_layers": 2,
-}
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

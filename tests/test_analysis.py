@@ -164,6 +164,19 @@ def test_decoder_params_and_flops_match_closed_form(V: int, S: int, d: int, L: i
         assert flops.training_step == 3 * gpt_forward_flops(V, d, L, b, n)
 
 
+@pytest.mark.parametrize(("name", "S", "d", "L"), [
+    ("gpt2", 1024, 768, 12), ("gpt2-medium", 1024, 1024, 24), ("gpt2-large", 1024, 1280, 36),
+    ("gpt2-xl", 1024, 1600, 48), ("gpt3-175b", 2048, 12288, 96),
+])
+def test_gpt_presets_match_the_closed_form(name: str, S: int, d: int, L: int) -> None:
+    assert count_params(load_target(name).config).total == gpt_params(50257, S, d, L)
+
+
+def test_gpt3_175b_size() -> None:
+    """Brown et al. 2020, Table 2.1: 175.0B; the exact count of that shape with GPT-2's 50257 vocabulary."""
+    assert count_params(load_target("gpt3-175b").config).total == 174_604_259_328
+
+
 def test_huge_shape_counts_exactly() -> None:
     """embed_dim 10^6, 10^4 layers: Python ints all the way (a float would lose the low digits)."""
     d, L, V, S = 10**6, 10**4, 50257, 2048
