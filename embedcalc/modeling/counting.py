@@ -107,8 +107,11 @@ def _strip_root(name: str) -> str:
     return name.partition(".")[2]
 
 
-def _attribute(counts: dict[str, dict[Any, int]], head_dim_ratio: float) -> dict[str, int]:
-    """Sum the counter's per-module counts onto breakdown keys; split SDPA into scores and context."""
+def _attribute(counts: dict[str, dict[Any, int]]) -> dict[str, int]:
+    """Sum the counter's per-module counts onto breakdown keys; split SDPA into scores and context.
+
+    Q/K and V heads have the same width (head_dim) in this model, so SDPA's bmm(Q, Kᵀ) + bmm(A, V) splits in half.
+    """
     out: dict[str, int] = {}
     for name, per_op in counts.items():
         path = _strip_root(name)
@@ -119,7 +122,7 @@ def _attribute(counts: dict[str, dict[Any, int]], head_dim_ratio: float) -> dict
         flops = sum(per_op.values())
         if key.endswith("/" + _SDPA):
             base = key.removesuffix(_SDPA)
-            scores = round(flops * head_dim_ratio / (1 + head_dim_ratio))
+            scores = flops // 2
             out[base + "scores"] = out.get(base + "scores", 0) + scores
             out[base + "context"] = out.get(base + "context", 0) + flops - scores
         else:
@@ -142,26 +145,27 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("meta")
 
 
-def component_flops(config: ModelConfig, model: nn.Module | None = None, batch_size: int = 1, seq_len: int = 128,
-                    tgt_len: int | None = None, attention: AttentionImpl | None = None) -> dict[str, int]:
+def component_flops(config: ModelConfig, model: TransformerModel | None = None, batch_size: int = 1,
+                    seq_len: int = 128, tgt_len: int | None = None,
+                    attention: AttentionImpl | None = None) -> dict[str, int]:
     """Forward FLOPs per breakdown key, as ``FlopCounterMode`` counts one forward pass on the meta device.
 
-    ``model`` defaults to one built from ``config``; a model that is not on the meta device is replaced by a meta
-    twin with the same attention implementation (so counting never allocates, and never meets the CPU SDPA gap).
-    ``attention`` overrides the implementation. ``tgt_len`` is the decoder length of an encoder-decoder (default
+    ``model`` (built from ``config``) defaults to a new one; a model that is not on the meta device is replaced by
+    a meta twin with the same attention implementation (so counting never allocates, and never meets the CPU SDPA
+    gap). ``attention`` overrides the implementation. ``tgt_len`` is the decoder length of an encoder-decoder (default
     ``seq_len``). Raises RuntimeError if any counted FLOP falls outside the keyed modules, or if attention was
     counted as zero.
     """
-    impl: AttentionImpl = attention or (model.attention_impl if isinstance(model, TransformerModel) else "sdpa")
-    if model is None or attention is not None or _model_device(model).type != "meta" or (
-        isinstance(model, TransformerModel) and model.attention_impl != impl
-    ):
+    if model is not None and model.config != config:
+        raise ValueError("model was built from a different config than the one given")
+    impl: AttentionImpl = attention or (model.attention_impl if model is not None else "sdpa")
+    if model is None or model.attention_impl != impl or _model_device(model).type != "meta":
         model = build_model(config, attention=impl, device="meta")
     src, tgt = _inputs(config, batch_size, seq_len, tgt_len, torch.device("meta"))
     with torch.no_grad(), flop_counter_mode() as counter:
         model(src, tgt)
     counts = counter.get_flop_counts()
-    out = _attribute(counts, head_dim_ratio=1.0)  # Q/K and V heads share head_dim
+    out = _attribute(counts)
     _check_complete(config, out, counter.get_total_flops())
     return out
 

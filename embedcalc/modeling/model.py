@@ -126,26 +126,33 @@ class Pooler(nn.Module):
 
 
 class VocabProjection(nn.Module):
-    """The LM head's matmul: its own vocab x embed_dim weight (no bias), or the token table passed in when tied."""
+    """The LM head's matmul: its own vocab x embed_dim weight (no bias), or the token table's when tied.
 
-    def __init__(self, config: ModelConfig, tied: bool) -> None:
+    The tied table is held in a tuple, so it is not registered twice, and read at call time (never passed in as
+    an input, which would make FlopCounterMode's module tracker hook a Parameter on every call).
+    """
+
+    def __init__(self, config: ModelConfig, tied_to: nn.Embedding | None) -> None:
         super().__init__()
-        self.weight = None if tied else nn.Parameter(torch.empty(config.vocab_size, config.embed_dim))
+        self._tied: tuple[nn.Embedding, ...] = (tied_to,) if tied_to is not None else ()
+        self.weight = None if tied_to is not None else nn.Parameter(
+            torch.empty(config.vocab_size, config.embed_dim)
+        )
 
-    def forward(self, hidden: Tensor, tied_weight: Tensor) -> Tensor:
-        weight = tied_weight if self.weight is None else self.weight
+    def forward(self, hidden: Tensor) -> Tensor:
+        weight = self._tied[0].weight if self.weight is None else self.weight
         return F.linear(hidden, weight)  # (B, T, vocab)
 
 
 class Head(nn.Module):
     """Output heads; ``lm`` projects every position of the last stack onto the vocabulary."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, token: nn.Embedding) -> None:
         super().__init__()
-        self.lm = VocabProjection(config, tied=config.tie_embeddings)
+        self.lm = VocabProjection(config, token if config.tie_embeddings else None)
 
-    def forward(self, hidden: Tensor, tied_weight: Tensor) -> Tensor:
-        out: Tensor = self.lm(hidden, tied_weight)  # (B, T, vocab)
+    def forward(self, hidden: Tensor) -> Tensor:
+        out: Tensor = self.lm(hidden)  # (B, T, vocab)
         return out
 
 
@@ -173,7 +180,7 @@ class TransformerModel(nn.Module):
             if arch != "encoder" else None
         )
         self.pooler = Pooler(config) if config.resolved_pooler else None
-        self.head = Head(config) if config.resolved_lm_head else None
+        self.head = Head(config, self.embedding.token) if config.resolved_lm_head else None
 
     def forward(self, input_ids: Tensor, tgt_ids: Tensor | None = None,
                 token_type_ids: Tensor | None = None) -> TransformerOutput:
@@ -191,7 +198,7 @@ class TransformerModel(nn.Module):
         else:  # pragma: no cover - the constructor always builds a stack
             raise RuntimeError("model has no stack")
         pooled = self.pooler(hidden) if self.pooler is not None else None
-        logits = self.head(hidden, self.embedding.token.weight) if self.head is not None else None
+        logits = self.head(hidden) if self.head is not None else None
         return TransformerOutput(hidden, pooled, logits)
 
 
