@@ -608,3 +608,15 @@ def test_cli_module_stays_light() -> None:
     code = "import sys, embedcalc.cli.sweep; print(sorted({'numpy', 'matplotlib'} & set(sys.modules)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_bracketed_names_are_shown_verbatim(cli: Any, write_config: Any) -> None:
+    path = write_config(
+        {"name": "m", "architecture": "encoder", "vocab_size": 64, "max_seq_len": 64, "embed_dim": 64,
+         "num_heads": 4, "num_layers": 1},
+        name="model [draft].yaml",
+    )  # fmt: skip
+    result = cli("sweep", str(path), "--seq-len", "32,128")
+    assert result.exit_code == 0, result.stderr
+    assert "[draft].yaml" in result.stdout  # not swallowed as rich markup
+    assert "of m: its learned position" in result.stdout

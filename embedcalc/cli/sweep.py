@@ -206,8 +206,8 @@ def _report_notes(result: SweepResult) -> None:
     output.warn(result.warnings, result.target)
     if result.grid is not None and result.grid.method == "python-int":
         output.stderr.print(
-            f"embedcalc: note: values reach up to {float(result.grid.bound):.3g}, beyond what int64 holds exactly; "
-            "evaluating the grid with Python integers (exact, slower)",
+            f"embedcalc: note: values on this grid may reach 2**{result.grid.bound.bit_length()}, beyond what int64 "
+            "holds exactly; evaluating it with Python integers (exact, slower)",
             soft_wrap=True,
         )
     invalid = result.size - int(result.valid.sum())
@@ -231,7 +231,7 @@ def _write_plot(result: SweepResult, path: Path) -> None:
     w = result.workload
     title = f"{result.target}: {w.dtype}, attention {w.attention}, --mode {w.mode}"
     plot_seq_len_curves(seq_len_curves(result), path, title)
-    output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False)
+    output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)
 
 
 # --- table --------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.sweep import CONFIG_AXES, FLAGS, SeqLenCurve, SweepResult
@@ -43,7 +44,7 @@ def sweep_table(result: SweepResult, max_rows: int) -> Table:
     )
     valid = int(result.valid.sum())
     table = Table(
-        title=f"Sweep — {result.target}: {result.size:,} points, {valid:,} valid; {w.dtype}, attention "
+        title=f"Sweep — {escape(result.target)}: {result.size:,} points, {valid:,} valid; {w.dtype}, attention "
         f"{w.attention}{crossover}",
         caption="FLOPs: forward, 2 per MAC, matmuls only, full n×n scores; ★ share = attention scores (Q·Kᵀ, A·V) "
         "/ forward. Memory: inference (weights + KV cache + peak activations) and training (+ gradients, "
@@ -95,7 +96,7 @@ def sweep_table(result: SweepResult, max_rows: int) -> Table:
             table.add_row(*cells)
         else:
             cells += ["—"] * (5 + per_point_crossover)
-            cells.append("; ".join(p.message for p in result.problems_at(i)))
+            cells.append(escape("; ".join(p.message for p in result.problems_at(i))))
             table.add_row(*cells, style="dim")
     return table
 
@@ -108,7 +109,7 @@ def _bar(share: float) -> str:
 def score_share_table(curve: SeqLenCurve) -> Table:
     """Attention-score share of forward FLOPs against seq_len as a bar chart, the crossover marked."""
     table = Table(
-        title=f"Attention-score share of forward FLOPs — {curve.label}",
+        title=f"Attention-score share of forward FLOPs — {escape(curve.label)}",
         title_justify="left",
         caption=f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
         "+ FFN (crossover.py); the whole model also counts pooler / LM head.",
