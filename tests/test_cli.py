@@ -388,8 +388,6 @@ def test_presets_show_unknown(cli: Any) -> None:
     assert "did you mean 'gpt2'" in result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: target names are rendered as rich markup in table titles and "
-                   "headers: 'model [draft].yaml' is shown as 'model .yaml'")
 @pytest.mark.parametrize("command", [["check"], ["analyze"], ["compare", "gpt2"]])
 def test_bracketed_file_name_shown_verbatim(cli: Any, in_tmp_cwd: Path, command: list[str]) -> None:
     path = Path("m [draft].yaml")  # relative and short, so that no title wraps it
@@ -400,8 +398,6 @@ def test_bracketed_file_name_shown_verbatim(cli: Any, in_tmp_cwd: Path, command:
     assert "[draft]" in result.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `embedcalc heads 1000000000000000000` enumerates divisors by trial "
-                   "division up to sqrt(n) (10^9 steps) and runs for minutes")
 def test_heads_of_a_huge_embed_dim_is_fast(run_cli: Run) -> None:
     try:
         proc = run_cli("heads", str(10**18), "--format", "json", timeout=3)

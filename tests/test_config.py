@@ -495,8 +495,6 @@ def test_comment_only_file_is_called_empty(cli: Any, write_config: Write) -> Non
     assert "NoneType" not in proc.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a directory in the working directory named like a preset shadows "
-                   "the preset: `embedcalc check gpt2` next to a gpt2/ folder exits 3 'is a directory'")
 def test_preset_name_is_not_shadowed_by_a_directory(cli: Any, in_tmp_cwd: Path) -> None:
     """A folder named like a preset (a downloaded ``gpt2/`` checkpoint, say) must not hide the preset."""
     (in_tmp_cwd / "gpt2").mkdir()
@@ -506,8 +504,6 @@ def test_preset_name_is_not_shadowed_by_a_directory(cli: Any, in_tmp_cwd: Path) 
     assert json.loads(proc.stdout)["results"][0]["params"]["total"] == 124_439_808
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: error text is printed as rich markup: user text with '[/]' in it "
-                   "raises rich.errors.MarkupError (traceback, exit 1)")
 @pytest.mark.parametrize("text", [
     "'foo[/]': 1\n",  # unknown key: the message quotes it
     "activation: '[/]'\n",  # bad choice: the message quotes the value
@@ -518,8 +514,6 @@ def test_user_text_in_messages_is_not_rich_markup(cli: Any, write_config: Write,
     assert_exit3(proc, "[/]")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: error text is printed as rich markup: '[draft]' in a file name is "
-                   "taken for a style tag and dropped from the message ('model .yaml')")
 def test_bracketed_file_name_in_error_message(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "model [draft].yaml"
     path.write_text(yaml.safe_dump({**SMALL, "num_heads": 7}), encoding="utf-8")

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from embedcalc.errors import EmbedcalcError, Problem
 
@@ -46,10 +47,14 @@ def warn(problems: list[Problem], target: str | None = None) -> None:
     where = f"{target}: " if target else ""
     for p in problems:
         stderr.print(
-            f"[yellow]embedcalc: warning:[/] {where}{p.path}: {p.message}", markup=True, soft_wrap=True
+            f"[yellow]embedcalc: warning:[/] {escape(where + p.path)}: {escape(p.message)}",
+            markup=True,
+            soft_wrap=True,
         )
 
 
 def report_error(error: EmbedcalcError) -> None:
     """``embedcalc: error: ...`` on stderr."""
-    stderr.print(f"[red]embedcalc: error:[/] {error.message}", markup=True, soft_wrap=True, highlight=False)
+    stderr.print(
+        f"[red]embedcalc: error:[/] {escape(error.message)}", markup=True, soft_wrap=True, highlight=False
+    )

@@ -92,6 +92,6 @@ def verify_command(
         output.stdout.print(reconcile_table(title, flops))
     if not ok:
         output.stderr.print(
-            f"embedcalc: {target}: analytic and torch counts differ (see the difference column)"
+            f"embedcalc: {target}: analytic and torch counts differ (see the difference column)", markup=False
         )
         raise typer.Exit(int(ExitCode.RUNTIME))

@@ -38,11 +38,15 @@ def _looks_like_path(target: str) -> bool:
 
 
 def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
-    """The raw mapping for a preset name or a file path, with its kind and path."""
-    if _looks_like_path(target):
+    """The raw mapping for a preset name or a file path, with its kind and path.
+
+    A bare name that is a preset is the preset, even if a file or folder of that name is in the working
+    directory (a downloaded ``gpt2/`` checkpoint must not hide the preset); write ``./gpt2`` for the file.
+    """
+    path_or_none = preset_path(target) if "/" not in target and "\\" not in target else None
+    if path_or_none is None and _looks_like_path(target):
         path = Path(target)
         return load_mapping(path), "file", path
-    path_or_none = preset_path(target)
     if path_or_none is None:
         names = preset_names()
         message = (

@@ -22,5 +22,7 @@ def preset_names() -> list[str]:
 
 def preset_path(name: str) -> Path | None:
     """The preset file for ``name``, or None if there is no such preset."""
+    if not name or name.startswith(".") or "/" in name or "\\" in name:
+        return None
     path = presets_dir() / f"{name}.yaml"
     return path if path.is_file() else None

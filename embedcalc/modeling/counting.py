@@ -40,7 +40,9 @@ def component_key(module_path: str) -> str | None:
     The path is relative to the model (no root name). Paths shorter than their key (``encoder.layers.3``) and
     paths outside the keyed tree give None.
     """
-    segments = [s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()]
+    segments = [
+        s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()
+    ]
     if not segments or segments[0] not in _KEY_DEPTH:
         return None
     depth = _KEY_DEPTH[segments[0]]
@@ -85,8 +87,9 @@ def component_params(model: nn.Module) -> dict[str, int]:
     return out
 
 
-def _sdpa_flops(query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: Any,
-                **kwargs: Any) -> int:
+def _sdpa_flops(
+    query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: Any, **kwargs: Any
+) -> int:
     """FLOPs of one SDPA call as FlopCounterMode counts its CUDA kernels: bmm(Q, Kᵀ) + bmm(A, V), mask ignored."""
     batch, heads, query_len, qk_dim = query_shape
     key_len, value_dim = key_shape[-2], value_shape[-1]
@@ -130,12 +133,15 @@ def _attribute(counts: dict[str, dict[Any, int]]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
-def _inputs(config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None,
-            device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _inputs(
+    config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, S)
     if config.architecture != "encoder-decoder":
         return ids, None
-    tgt = torch.zeros(batch_size, tgt_len if tgt_len is not None else seq_len, dtype=torch.long, device=device)
+    tgt = torch.zeros(
+        batch_size, tgt_len if tgt_len is not None else seq_len, dtype=torch.long, device=device
+    )
     return ids, tgt  # (B, S), (B, T)
 
 
@@ -145,9 +151,14 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("meta")
 
 
-def component_flops(config: ModelConfig, model: TransformerModel | None = None, batch_size: int = 1,
-                    seq_len: int = 128, tgt_len: int | None = None,
-                    attention: AttentionImpl | None = None) -> dict[str, int]:
+def component_flops(
+    config: ModelConfig,
+    model: TransformerModel | None = None,
+    batch_size: int = 1,
+    seq_len: int = 128,
+    tgt_len: int | None = None,
+    attention: AttentionImpl | None = None,
+) -> dict[str, int]:
     """Forward FLOPs per breakdown key, as ``FlopCounterMode`` counts one forward pass on the meta device.
 
     ``model`` (built from ``config``) defaults to a new one; a model that is not on the meta device is replaced by

@@ -105,16 +105,19 @@ class Attention(nn.Module):
     positions are relative.
     """
 
-    def __init__(self, config: ModelConfig, *, impl: AttentionImpl, causal: bool, cross: bool,
-                 relative_bias: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, *, impl: AttentionImpl, causal: bool, cross: bool, relative_bias: bool
+    ) -> None:
         super().__init__()
         d, q_dim, kv_dim = config.embed_dim, config.q_dim, config.kv_dim
         self.num_heads, self.num_kv_heads = config.num_heads, config.resolved_kv_heads
         self.head_dim = config.resolved_head_dim
         self.impl, self.causal, self.cross = impl, causal, cross
         self.pre_norm = config.resolved_norm_placement == "pre"
-        self.qkv: nn.Module = CrossQKV(d, q_dim, kv_dim, config.bias) if cross else nn.Linear(
-            d, q_dim + 2 * kv_dim, bias=config.bias
+        self.qkv: nn.Module = (
+            CrossQKV(d, q_dim, kv_dim, config.bias)
+            if cross
+            else nn.Linear(d, q_dim + 2 * kv_dim, bias=config.bias)
         )
         self.out = nn.Linear(q_dim, d, bias=config.bias)
         self.norm = make_norm(config)
@@ -131,8 +134,9 @@ class Attention(nn.Module):
         device = self.relative_bias.weight.device
         query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
         key = torch.arange(key_len, device=device)[None, :]  # (1, S)
-        buckets = relative_position_bucket(key - query, bidirectional=not self.causal,
-                                           num_buckets=self.num_buckets)  # (T, S)
+        buckets = relative_position_bucket(
+            key - query, bidirectional=not self.causal, num_buckets=self.num_buckets
+        )  # (T, S)
         bias: Tensor = self.relative_bias(buckets)  # (T, S, h)
         return bias.permute(2, 0, 1).unsqueeze(0)  # (1, h, T, S)
 
@@ -158,9 +162,11 @@ class Attention(nn.Module):
             k, v = kv.split((kv_dim, kv_dim), dim=-1)  # (B, S, kv_dim) each
         else:
             q, k, v = self.qkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)  # (B, T, q_dim), (B, T, kv_dim) x2
-        return (self._heads(q, self.num_heads),  # (B, h, T, d_head)
-                self._expand_kv(self._heads(k, self.num_kv_heads)),  # (B, h, S, d_head)
-                self._expand_kv(self._heads(v, self.num_kv_heads)))  # (B, h, S, d_head)
+        return (
+            self._heads(q, self.num_heads),  # (B, h, T, d_head)
+            self._expand_kv(self._heads(k, self.num_kv_heads)),  # (B, h, S, d_head)
+            self._expand_kv(self._heads(v, self.num_kv_heads)),
+        )  # (B, h, S, d_head)
 
     def _core(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
         causal = self.causal and not self.cross
@@ -185,20 +191,28 @@ class Attention(nn.Module):
         context: Tensor = self.context(weights, v)  # (B, h, T, d_head)
         return context
 
-    def _attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None,
-                rotary: RotaryAngles | None) -> Tensor:
+    def _attend(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: RotaryAngles | None
+    ) -> Tensor:
         batch, length, _ = x.shape
         q, k, v = self._project(x, memory)
         if rotary is not None and not self.cross:
             cos, sin = rotary
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         context = self._core(q, k, v, bias)  # (B, h, T, d_head)
-        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
+        merged = context.transpose(1, 2).reshape(
+            batch, length, self.num_heads * self.head_dim
+        )  # (B, T, q_dim)
         out: Tensor = self.out(merged)  # (B, T, d)
         return out
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None,
-                rotary: RotaryAngles | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        bias: Tensor | None = None,
+        rotary: RotaryAngles | None = None,
+    ) -> Tensor:
         if self.pre_norm:
             return x + self._attend(self.norm(x), memory, bias, rotary)
         out: Tensor = self.norm(x + self._attend(x, memory, bias, rotary))
@@ -236,17 +250,31 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     """One Transformer layer: self-attention, cross-attention (decoder of an encoder-decoder), FFN."""
 
-    def __init__(self, config: ModelConfig, *, impl: AttentionImpl, causal: bool, cross_attention: bool,
-                 relative_bias: bool) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        impl: AttentionImpl,
+        causal: bool,
+        cross_attention: bool,
+        relative_bias: bool,
+    ) -> None:
         super().__init__()
         self.attention = Attention(config, impl=impl, causal=causal, cross=False, relative_bias=relative_bias)
         self.cross_attention = (
-            Attention(config, impl=impl, causal=causal, cross=True, relative_bias=False) if cross_attention else None
+            Attention(config, impl=impl, causal=causal, cross=True, relative_bias=False)
+            if cross_attention
+            else None
         )
         self.ffn = FeedForward(config)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None,
-                rotary: RotaryAngles | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        bias: Tensor | None = None,
+        rotary: RotaryAngles | None = None,
+    ) -> Tensor:
         x = self.attention(x, bias=bias, rotary=rotary)  # (B, T, d)
         if self.cross_attention is not None:
             x = self.cross_attention(x, memory=memory)  # (B, T, d)

@@ -56,12 +56,17 @@ class Embeddings(nn.Module):
         self.token = embedding_table(config.vocab_size, d)
         self.position = (
             nn.ModuleDict({s: embedding_table(config.max_seq_len, d) for s in stack_names})
-            if config.position == "learned" else None
+            if config.position == "learned"
+            else None
         )
-        self.sinusoidal = SinusoidalPositions(config.max_seq_len, d) if config.position == "sinusoidal" else None
+        self.sinusoidal = (
+            SinusoidalPositions(config.max_seq_len, d) if config.position == "sinusoidal" else None
+        )
         self.type_ = embedding_table(config.type_vocab_size, d) if config.type_vocab_size else None
         self.norm = (
-            nn.ModuleDict({s: make_norm(config) for s in stack_names}) if config.resolved_embedding_norm else None
+            nn.ModuleDict({s: make_norm(config) for s in stack_names})
+            if config.resolved_embedding_norm
+            else None
         )
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None) -> Tensor:
@@ -89,23 +94,42 @@ class Stack(nn.Module):
     A relative-position table lives in ``layers.0.attention.relative_bias`` and its bias is shared by all layers.
     """
 
-    def __init__(self, config: ModelConfig, num_layers: int, *, impl: AttentionImpl, causal: bool,
-                 cross_attention: bool) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        num_layers: int,
+        *,
+        impl: AttentionImpl,
+        causal: bool,
+        cross_attention: bool,
+    ) -> None:
         super().__init__()
         relative = config.position == "relative"
         self.layers = nn.ModuleList(
-            Block(config, impl=impl, causal=causal, cross_attention=cross_attention, relative_bias=relative and i == 0)
+            Block(
+                config,
+                impl=impl,
+                causal=causal,
+                cross_attention=cross_attention,
+                relative_bias=relative and i == 0,
+            )
             for i in range(num_layers)
         )
         self.rotary = (
-            RotaryPositions(config.max_seq_len, config.resolved_head_dim) if config.position == "rope" else None
+            RotaryPositions(config.max_seq_len, config.resolved_head_dim)
+            if config.position == "rope"
+            else None
         )
         self.final_norm = make_norm(config) if config.resolved_norm_placement == "pre" else None
 
     def forward(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
         length = x.shape[1]
         first = cast(Block, self.layers[0])
-        bias = first.attention.position_bias(length, length) if first.attention.relative_bias is not None else None
+        bias = (
+            first.attention.position_bias(length, length)
+            if first.attention.relative_bias is not None
+            else None
+        )
         rotary = self.rotary(length) if self.rotary is not None else None
         for layer in self.layers:
             x = layer(x, memory=memory, bias=bias, rotary=rotary)  # (B, T, d)
@@ -135,8 +159,8 @@ class VocabProjection(nn.Module):
     def __init__(self, config: ModelConfig, tied_to: nn.Embedding | None) -> None:
         super().__init__()
         self._tied: tuple[nn.Embedding, ...] = (tied_to,) if tied_to is not None else ()
-        self.weight = None if tied_to is not None else nn.Parameter(
-            torch.empty(config.vocab_size, config.embed_dim)
+        self.weight = (
+            None if tied_to is not None else nn.Parameter(torch.empty(config.vocab_size, config.embed_dim))
         )
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -172,18 +196,23 @@ class TransformerModel(nn.Module):
         self.embedding = Embeddings(config, names)
         self.encoder = (
             Stack(config, config.num_layers, impl=attention, causal=False, cross_attention=False)
-            if arch != "decoder" else None
+            if arch != "decoder"
+            else None
         )
         decoder_layers = config.resolved_decoder_layers if arch == "encoder-decoder" else config.num_layers
         self.decoder = (
-            Stack(config, decoder_layers, impl=attention, causal=True, cross_attention=arch == "encoder-decoder")
-            if arch != "encoder" else None
+            Stack(
+                config, decoder_layers, impl=attention, causal=True, cross_attention=arch == "encoder-decoder"
+            )
+            if arch != "encoder"
+            else None
         )
         self.pooler = Pooler(config) if config.resolved_pooler else None
         self.head = Head(config, self.embedding.token) if config.resolved_lm_head else None
 
-    def forward(self, input_ids: Tensor, tgt_ids: Tensor | None = None,
-                token_type_ids: Tensor | None = None) -> TransformerOutput:
+    def forward(
+        self, input_ids: Tensor, tgt_ids: Tensor | None = None, token_type_ids: Tensor | None = None
+    ) -> TransformerOutput:
         if self.encoder is not None and self.decoder is not None:
             if tgt_ids is None:
                 raise ValueError("an encoder-decoder takes source and target ids: model(src_ids, tgt_ids)")
@@ -269,8 +298,13 @@ def materialise_(model: nn.Module, device: torch.device) -> None:
             setattr(module, name, replaced[id(buffer)])
 
 
-def build_model(config: ModelConfig, attention: AttentionImpl = "sdpa", device: str | torch.device = "meta",
-                dtype: torch.dtype = torch.float32, seed: int = 0) -> TransformerModel:
+def build_model(
+    config: ModelConfig,
+    attention: AttentionImpl = "sdpa",
+    device: str | torch.device = "meta",
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> TransformerModel:
     """The torch model for ``config``, in eval mode.
 
     ``device="meta"`` (the default) allocates nothing: shapes only, for counting parameters and FLOPs of any size.

@@ -52,8 +52,9 @@ class SinusoidalPositions(nn.Module):
         return sinusoidal_table(length, self.dim, device=self.table.device).to(self.table.dtype)  # (T, d)
 
 
-def rotary_tables(length: int, head_dim: int, base: float = 10000.0, *,
-                  device: torch.device | None = None) -> tuple[Tensor, Tensor]:
+def rotary_tables(
+    length: int, head_dim: int, base: float = 10000.0, *, device: torch.device | None = None
+) -> tuple[Tensor, Tensor]:
     """cos and sin of RoPE's angles (Su et al. 2021, "RoFormer", §3.4), each (length, head_dim).
 
     Channel pairs are (i, i + head_dim / 2), the "rotate half" layout of GPT-NeoX and Hugging Face's LLaMA.
@@ -104,8 +105,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin  # cos, sin (T, head_dim) broadcast over (B, h)
 
 
-def relative_position_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int,
-                             max_distance: int = 128) -> Tensor:
+def relative_position_bucket(
+    relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int = 128
+) -> Tensor:
     """T5's bucket of each (key position - query position) (Raffel et al. 2020, §2.1; Hugging Face's T5Attention).
 
     Half the buckets (all of them for a causal stack, which sees no future keys) hold exact small distances, the
@@ -122,7 +124,9 @@ def relative_position_bucket(relative_position: Tensor, *, bidirectional: bool, 
     if num_buckets < 2:
         return buckets
     max_exact = num_buckets // 2
-    max_distance = max(max_distance, 2 * max_exact)  # keep log(max_distance / max_exact) > 0 for huge bucket counts
+    max_distance = max(
+        max_distance, 2 * max_exact
+    )  # keep log(max_distance / max_exact) > 0 for huge bucket counts
     scaled = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(max_distance / max_exact)
     large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
     return buckets + torch.where(distance < max_exact, distance, large)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.report import Analysis
@@ -16,7 +17,7 @@ def bench_table(analysis: Analysis, m: dict[str, Any]) -> Table:
         f"Benchmark — {analysis.target} on {m['device']}: {w.mode}, {w.dtype}, attention {w.attention}, "
         f"batch {w.batch_size}, seq_len {w.seq_len}"
     )
-    table = Table(title=title, title_justify="left", caption=(
+    table = Table(title=escape(title), title_justify="left", caption=escape(
         "Achieved FLOP/s = analytic matmul FLOPs / median step time. "
         f"Peak: {m['peak_source']}. Memory measured by {m['peak_memory_method']}."
     ))  # fmt: skip
@@ -51,7 +52,7 @@ def bench_table(analysis: Analysis, m: dict[str, Any]) -> Table:
 
 
 def peak_table(result: dict[str, Any]) -> Table:
-    table = Table(title=f"Matmul peak — {result['device']}, {result['dtype']}", title_justify="left")
+    table = Table(title=escape(f"Matmul peak — {result['device']}, {result['dtype']}"), title_justify="left")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row(
@@ -60,5 +61,5 @@ def peak_table(result: dict[str, Any]) -> Table:
     )
     if result.get("spec_peak_flops_per_s"):
         table.add_row("datasheet", units.si(result["spec_peak_flops_per_s"], "FLOP/s"))
-        table.add_row("source", str(result["spec_peak_source"]))
+        table.add_row("source", escape(str(result["spec_peak_source"])))
     return table

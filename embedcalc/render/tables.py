@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.breakdown import Breakdown
@@ -46,7 +47,7 @@ def _group_rows(
 
 
 def params_table(a: Analysis) -> Table:
-    table = Table(title=f"Parameters — {a.target}", caption=PARAMS_CAPTION, title_justify="left")
+    table = Table(title=f"Parameters — {escape(a.target)}", caption=PARAMS_CAPTION, title_justify="left")
     table.add_column("component")
     table.add_column("params", justify="right")
     table.add_column("share", justify="right")
@@ -62,7 +63,7 @@ def flops_table(a: Analysis) -> Table:
     w = a.workload
     tgt = f", tgt_len {w.tgt_len}" if w.tgt_len is not None else ""
     table = Table(
-        title=f"Forward FLOPs — {a.target} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
+        title=f"Forward FLOPs — {escape(a.target)} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
         caption=FLOPS_CAPTION,
         title_justify="left",
     )
@@ -202,14 +203,14 @@ def compare_table(analyses: Sequence[Analysis]) -> Table:
     )
     table.add_column("")
     for a in analyses:
-        table.add_column(a.target, justify="right")
+        table.add_column(escape(a.target), justify="right")
     for label, cells, _ in compare_rows(analyses):
         table.add_row(label, *cells)
     return table
 
 
 def check_table(target: str, derived: dict[str, object], params: int) -> Table:
-    table = Table(title=f"{target}: valid", title_justify="left", show_header=False)
+    table = Table(title=f"{escape(target)}: valid", title_justify="left", show_header=False)
     table.add_column("field")
     table.add_column("value", justify="right")
     for key, value in derived.items():
@@ -264,7 +265,7 @@ def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
 
 def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
     """component | analytic | counted | difference, with a total row; mismatches in red."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     table.add_column("component")
     for name in ("analytic", "torch", "difference"):
         table.add_column(name, justify="right")
