@@ -29,6 +29,8 @@ from embedcalc.cli.common import (
     load,
 )  # fmt: skip
 from embedcalc.config.checks import config_warnings
+from embedcalc.config.loading import raw_config
+from embedcalc.config.suggest import suggest as suggest_fixes
 from embedcalc.errors import ConfigError, ExitCode, Problem
 
 
@@ -43,6 +45,12 @@ def check_command(
     seq_len: SeqOption = 128,
     dtype: DtypeOption = DtypeChoice.float32,
     mode: ModeOption = ModeChoice.inference,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest", help="For an invalid config, propose the nearest valid ones as --set lines."
+        ),
+    ] = False,
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Validate configs: each problem names the field, both values and a fix. Exit 3 if any is invalid.
@@ -62,9 +70,12 @@ def check_command(
         except ConfigError as exc:
             output.report_error(exc)
             problems += [Problem(f"{target}: {p.path}", p.message, p.code) for p in exc.problems]
-            results.append(
-                {"target": target, "valid": False, "problems": [p.as_dict() for p in exc.problems]}
-            )
+            entry: dict[str, Any] = {
+                "target": target, "valid": False, "problems": [p.as_dict() for p in exc.problems]
+            }  # fmt: skip
+            if suggest:
+                entry["suggestions"] = _suggestions(target, overrides, format)
+            results.append(entry)
             continue
         warnings = config_warnings(loaded.config, loaded.user_keys)
         output.warn(warnings, target)
@@ -90,3 +101,22 @@ def check_command(
     if problems:
         raise typer.Exit(int(ExitCode.INVALID_CONFIG))
     enforce_budget(over, json_emitted=format is OutputFormat.json)
+
+
+def _suggestions(target: str, overrides: list[str] | None, format: OutputFormat) -> list[dict[str, Any]]:
+    """Nearest valid alternatives, printed (table) and returned (JSON)."""
+    try:
+        raw = raw_config(target, overrides)
+    except ConfigError:
+        return []  # the file itself is unreadable: nothing to suggest
+    found = suggest_fixes(target, overrides or [], raw)
+    rows = [{"set": list(s.overrides), "command_line": s.set_line, "params": s.params,
+             "delta_params": s.delta_params} for s in found]  # fmt: skip
+    if format is OutputFormat.table:
+        from embedcalc.render.tables import suggestions_table
+
+        if rows:
+            output.stdout.print(suggestions_table(target, rows))
+        else:
+            output.stderr.print("embedcalc: no nearby valid config found to suggest", markup=False)
+    return rows

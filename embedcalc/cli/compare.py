@@ -74,6 +74,9 @@ def compare_command(
 
     Takes every workload, parallelism and budget option of `analyze`; a budget applies to each target.
     """
+    if len(targets) < 2:
+        raise typer.BadParameter("compare needs two or more targets; use `embedcalc analyze` for one",
+                                 param_hint="'TARGETS...'")  # fmt: skip
     parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens

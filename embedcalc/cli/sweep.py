@@ -29,7 +29,7 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
-from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
+from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `embedcalc --help` or `analyze`
     import numpy as np
@@ -191,15 +191,7 @@ def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: Sw
             f"one line per combination of the other axes: {curves} is more than {MAX_CURVES}; narrow them",
             param_hint="'--plot'",
         )
-    try:
-        require_matplotlib()
-    except UnsupportedEnvironmentError as exc:
-        # output.report_error renders the message as rich markup, which would swallow the "[plot]" of the
-        # install command; say it plainly (same prefix, stream, JSON envelope and exit code).
-        output.stderr.print(f"embedcalc: error: {exc.message}", markup=False, highlight=False, soft_wrap=True)
-        if format is SweepFormat.json:
-            output.emit_json("sweep", [], problems=[Problem("--plot", exc.message, exc.code)], status="error")
-        raise typer.Exit(int(exc.exit_code)) from None
+    require_matplotlib()  # exit 4 with the install command (handle_errors reports it)
 
 
 def _report_notes(result: SweepResult) -> None:

@@ -50,6 +50,12 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads `1e-1` as a string; YAML 1.2 and JSON read it as a number. Accept the 1.2 form.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+)
+
+
 def _fail(path: Path, message: str, code: str) -> ConfigError:
     return ConfigError(f"{path}: {message}", [Problem(str(path), message, code)], code)
 

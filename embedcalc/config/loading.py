@@ -157,3 +157,14 @@ def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig
         data["name"] = target
     config = validate_config(data, user_keys, problems, origin)
     return LoadedConfig(target=target, config=config, source=source, user_keys=user_keys)
+
+
+def raw_config(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
+    """TARGET's mapping with canonical keys and ``--set`` overrides applied, not validated (for suggestions).
+
+    Raises ConfigError only when the target itself cannot be read.
+    """
+    raw, _, _ = resolve_target(target)
+    data, user_keys, _ = normalise_keys(raw)
+    apply_overrides(data, user_keys, overrides or [])
+    return data

@@ -287,3 +287,22 @@ def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
         f"{c - a:+,}" if c != a else "0",
     )
     return table
+
+
+def suggestions_table(target: str, rows: Sequence[dict[str, Any]]) -> Table:
+    """Ranked valid alternatives to an invalid config, each a ready --set line."""
+    table = Table(
+        title=f"Nearest valid configs for {escape(target)}",
+        title_justify="left",
+        caption="Ranked by how little they change the parameter count of the config as written.",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("overrides")
+    table.add_column("params", justify="right")
+    table.add_column("change", justify="right")
+    for i, r in enumerate(rows, 1):
+        delta = r["delta_params"]
+        table.add_row(
+            str(i), escape(r["command_line"]), units.count(r["params"]), f"{delta:+,.0f}" if delta else "0"
+        )
+    return table
