@@ -132,7 +132,8 @@ def configs(draw: st.DrawFn) -> ModelConfig:
     data: dict[str, Any] = {
         "architecture": arch,
         "vocab_size": draw(st.integers(2, 40)),
-        "max_seq_len": draw(st.integers(8, 16)),
+        # learned tables must cover the sequence (at most 8 tokens); other positions may extrapolate past it
+        "max_seq_len": draw(st.integers(8, 16) if position == "learned" else st.integers(1, 16)),
         "embed_dim": embed_dim,
         "num_heads": heads,
         "num_layers": draw(st.integers(1, 2)),
@@ -219,6 +220,11 @@ def test_learned_positions_reject_long_sequences() -> None:
     config = load_target("bert-base").config
     with pytest.raises(ValueError, match="max_seq_len"):
         component_flops(config, seq_len=513)
+
+
+def test_component_flops_rejects_a_model_of_another_config() -> None:
+    with pytest.raises(ValueError, match="different config"):
+        component_flops(load_target("bert-base").config, build_model(load_target("gpt2").config))
 
 
 # --- real forward passes on the CPU -----------------------------------------------------------------------------
