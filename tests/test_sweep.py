@@ -193,6 +193,24 @@ CASES: list[tuple[str, tuple[str, ...], dict[str, tuple[int, ...]], Workload]] =
         Workload(optimizer="adafactor", recompute="full"),
     ),
     (
+        "bert-base",
+        (),
+        {"num_layers": (2, 12), "seq_len": (32, 128, 512), "batch_size": (1, 8)},
+        Workload(mode="training", attention="eager", recompute="selective"),
+    ),
+    (
+        "transformer-base",
+        (),
+        {"num_layers": (2, 6), "seq_len": (16, 300), "embed_dim": (256, 512)},
+        Workload(mode="training", attention="eager", recompute="full", tgt_len=40),
+    ),
+    (
+        "gpt2",
+        GQA_SWIGLU,
+        {"num_layers": (1, 4), "seq_len": (64, 1024)},
+        Workload(mode="training", dtype="bfloat16", recompute="full"),
+    ),
+    (
         "bert-large",
         ("head_dim=64",),
         {"num_heads": (8, 16, 17), "seq_len": (64, 512), "num_layers": (3, 24)},

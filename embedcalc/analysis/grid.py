@@ -336,8 +336,8 @@ def _peak_activations(x: _Dims, ctx: _Context) -> Num:
     return functools.reduce(ctx.maximum, stages)
 
 
-def _attention_saved(x: _Dims, ctx: _Context, n: Num, n_kv: Num, cross: bool) -> Num:
-    """memory._attention_saved: saved bytes of one attention sublayer."""
+def _attention_saved(x: _Dims, ctx: _Context, n: Num, n_kv: Num, cross: bool) -> tuple[Num, Num]:
+    """memory._attention_saved: (linear, scores) saved bytes of one attention sublayer with no recomputation."""
     w, e, b, d = ctx.workload, ctx.e, x.b, x.d
     dropout = ctx.config.dropout > 0
     saved = e * b * n * d + e * b * n * x.q + e * b * n_kv * 2 * x.kv + e * b * n * x.q
@@ -346,33 +346,41 @@ def _attention_saved(x: _Dims, ctx: _Context, n: Num, n_kv: Num, cross: bool) ->
     if dropout:
         saved = saved + MASK_BYTES * b * n * d
     if w.attention == "sdpa":
-        saved = saved + FP32_BYTES * b * x.h * n  # log-sum-exp statistics
-    elif w.recompute == "none":
+        scores: Num = FP32_BYTES * b * x.h * n  # log-sum-exp statistics
+    else:
         per_score = e + ((MASK_BYTES + e) if dropout else 0)
-        saved = saved + per_score * b * x.h * n * n_kv
-    return saved
+        scores = per_score * b * x.h * n * n_kv
+    return saved, scores
 
 
 def _saved_activations(x: _Dims, ctx: _Context) -> Num:
-    """memory.saved_activations: activations kept for the backward pass."""
+    """memory.saved_activations: activations kept for the backward pass (+ the recompute working set)."""
     c, w, e, b, d = ctx.config, ctx.workload, ctx.e, x.b, x.d
     dropout = c.dropout > 0
     all_stacks = stacks(c)
     total: Num = 0
+    working_sets: list[Num] = []
     for stack in all_stacks:
         layers, n, n_mem = _stack_sizes(x, c, stack)
         t = b * n
         total = total + e * t * d + (MASK_BYTES * t * d if dropout else 0)
+        linear, scores = _attention_saved(x, ctx, n, n, cross=False)
+        if stack.cross_attention:
+            cross_linear, cross_scores = _attention_saved(x, ctx, n, n_mem, cross=True)
+            linear, scores = linear + cross_linear, scores + cross_scores
+        plain = linear + scores + e * t * d + e * t * x.f * (4 if c.gated else 2)
+        if dropout:
+            plain = plain + MASK_BYTES * t * d
+        plain = plain + (3 if stack.cross_attention else 2) * e * t * d
         if w.recompute == "full":
-            layer = e * t * d
+            layer: Num = e * t * d
+            working_sets.append(plain)
+        elif w.recompute == "selective":
+            keep_scores = scores if w.attention == "sdpa" else 0  # sdpa's statistics are kept either way
+            layer = plain - scores + keep_scores
+            working_sets.append(scores)
         else:
-            layer = _attention_saved(x, ctx, n, n, cross=False)
-            if stack.cross_attention:
-                layer = layer + _attention_saved(x, ctx, n, n_mem, cross=True)
-            layer = layer + e * t * d + e * t * x.f * (4 if c.gated else 2)
-            if dropout:
-                layer = layer + MASK_BYTES * t * d
-            layer = layer + (3 if stack.cross_attention else 2) * e * t * d
+            layer = plain
         total = total + layers * layer
         if c.resolved_norm_placement == "pre":
             total = total + e * t * d
@@ -382,6 +390,8 @@ def _saved_activations(x: _Dims, ctx: _Context) -> Num:
         total = total + e * t * d + FP32_BYTES * t * c.vocab_size
     if c.resolved_pooler:
         total = total + e * b * d
+    if working_sets:
+        total = total + functools.reduce(ctx.maximum, working_sets)
     return total
 
 

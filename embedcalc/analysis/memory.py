@@ -32,8 +32,9 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
 
 ``--attention sdpa`` (flash / memory-efficient kernels) saves no b h n² tensor, only its output and the fp32
 log-sum-exp (4 b h n bytes). ``--recompute selective`` drops the b h n² terms (recomputed, Korthikanti §4.3);
-``--recompute full`` keeps only each layer's input (t d). Outside the layers: the embedding output (t d) and its
-dropout mask, the final norm input, and for an LM head its input (t d) plus fp32 logits for the loss (4 t vocab).
+``--recompute full`` keeps only each layer's input (t d). Either way the backward pass re-materialises one block
+(full) or one attention core (selective) at a time: that working set is added once (``recompute/one_layer``).
+Outside the layers: the embedding output (t d) and its dropout mask, the final norm input, and for an LM head its input (t d) plus fp32 logits for the loss (4 t vocab).
 
 With tensor parallelism (no sequence parallelism; Korthikanti eq. 2: s b h (10 + 24/t + 5 a s / (h t))) the
 terms inside the attention and FFN (Q, K, V, scores, context, FFN inner) are divided by tp; layer inputs, norms
@@ -49,7 +50,7 @@ gated 3 t f), or the logits (t vocab). An encoder-decoder's decoder also holds t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
@@ -239,7 +240,24 @@ def saved_activations(config: ModelConfig, workload: Workload, stage: Stage | No
         out.add("head/lm", e * b * n_last * d + FP32_BYTES * b * n_last * vocab_rank)
     if config.resolved_pooler and last:
         out.add("pooler", e * b * d)
+    if workload.recompute != "none":
+        out.add("recompute/one_layer", _recompute_working_set(config, workload, stage))
     return out
+
+
+def _recompute_working_set(config: ModelConfig, workload: Workload, stage: Stage | None) -> int:
+    """What the backward pass re-materialises at a time: one block's activations (full recompute) or one
+    attention core's n² tensors (selective), for the largest block this stage holds."""
+    plain = replace(workload, recompute="none")
+    sizes = []
+    for stack in stacks(config):
+        if stage is not None and not stage.layers.get(stack.name):
+            continue
+        terms = _layer_saved(config, plain, stack)
+        if workload.recompute == "selective":
+            terms = [(k, v) for k, v in terms if k.endswith("/scores")]
+        sizes.append(sum(v for _, v in terms))
+    return max(sizes, default=0)
 
 
 def peak_inference_activations(

@@ -27,6 +27,8 @@ from embedcalc.cli.common import (
     ModeChoice,
     ModeOption,
     OutputFormat,
+    RecomputeChoice,
+    RecomputeOption,
     SeqOption,
     SetOption,
     TgtOption,
@@ -119,6 +121,15 @@ def bench_command(
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Timed steps.")] = 10,
     compile: Annotated[bool, typer.Option("--compile", help="Run through torch.compile.")] = False,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads.")] = None,
+    recompute: RecomputeOption = RecomputeChoice.none,
+    memory_matrix: Annotated[
+        bool,
+        typer.Option(
+            "--memory-matrix",
+            help="Training: measure one step's peak memory for every --attention × --recompute setting, each in "
+            "a fresh process, beside the prediction.",
+        ),
+    ] = False,
     peak: Annotated[bool, typer.Option("--peak", help="Only measure the device's matmul peak.")] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Run even if predicted memory exceeds free.")
@@ -146,8 +157,17 @@ def bench_command(
         return
     if target is None:
         raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
-    workload = make_workload(batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), mode, attention)
-    analysis = analyze_target(target, overrides, workload)
+    if memory_matrix:
+        from embedcalc.cli.bench_matrix import run_memory_matrix
+
+        run_memory_matrix(target, overrides, device.value, dtype.value, batch_size, seq_len, tgt_len, threads,
+                          force, format)  # fmt: skip
+        return
+    workload = make_workload(
+        batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), mode, attention, recompute=recompute
+    )
+    # the benchmarked model has no dropout layers, so the prediction is made for dropout 0 (no masks)
+    analysis = analyze_target(target, [*(overrides or []), "dropout=0.0"], workload)
     if not force:
         _check_fits(
             analysis, free_memory_bytes(dev), "cuda" if dev.type == "cuda" else "this machine (MemAvailable)"
@@ -174,6 +194,7 @@ def _run(analysis: Analysis, dev: Any, workload: Workload, warmup: int, repeat: 
     settings = BenchSettings(
         batch_size=workload.batch_size, seq_len=workload.seq_len, tgt_len=workload.tgt_len, dtype=workload.dtype,
         mode=workload.mode, attention=workload.attention, compile=compile, warmup=warmup, repeat=repeat,
+        recompute=workload.recompute,
     )  # fmt: skip
     try:
         with step_progress(output.stderr, analysis.target) as on_step:

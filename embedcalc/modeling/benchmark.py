@@ -11,8 +11,9 @@ inference casts the model to the dtype.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -45,6 +46,30 @@ class BenchSettings:
     compile: bool
     warmup: int
     repeat: int
+    recompute: Literal["none", "selective", "full"] = "none"
+
+
+def apply_recompute(model: torch.nn.Module, recompute: Literal["selective", "full"]) -> None:
+    """Activation checkpointing (``torch.utils.checkpoint``, non-reentrant) as Korthikanti et al. 2022 define it.
+
+    full: every block keeps only its input and recomputes itself in the backward pass.
+    selective: only the attention core (Q·Kᵀ, softmax, ·V: the n² tensors) is recomputed.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    from embedcalc.modeling.layers import Attention, Block
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def checkpointed(*args: Any, **kwargs: Any) -> Any:
+            return checkpoint(fn, *args, use_reentrant=False, **kwargs)
+
+        return checkpointed
+
+    for module in model.modules():
+        if recompute == "full" and isinstance(module, Block):
+            module.forward = wrap(module.forward)  # type: ignore[method-assign]
+        elif recompute == "selective" and isinstance(module, Attention):
+            module._core = wrap(module._core)  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
@@ -74,6 +99,8 @@ def run_benchmark(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
+    if settings.mode == "training" and settings.recompute != "none":
+        apply_recompute(model, settings.recompute)
     runnable: torch.nn.Module = torch.compile(model) if settings.compile else model  # type: ignore[assignment]
     inputs = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
     step = make_step(runnable, inputs, settings.mode)

@@ -89,12 +89,16 @@ def make_inputs(
     return src, tgt
 
 
-def _output_tensor(output: Any) -> Tensor:
-    if isinstance(output, Tensor):
-        return output
-    if isinstance(output, tuple | list):
-        return next(t for t in output if isinstance(t, Tensor))
-    raise TypeError(f"model returned {type(output).__name__}, expected a tensor or a tuple of tensors")
+def training_loss(output: Any, targets: Tensor) -> Tensor:
+    """The loss a real training step would take: cross-entropy over the logits (in float32, as mixed-precision
+    recipes do) when the model has an LM head, else the mean of its headline output (pooled or hidden)."""
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, Tensor):
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    main = getattr(output, "main", output)
+    if not isinstance(main, Tensor):
+        raise TypeError(f"model returned {type(output).__name__}, expected a tensor or a TransformerOutput")
+    return main.float().mean()
 
 
 class _Clock:
@@ -133,10 +137,13 @@ def make_step(
 
         return infer
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=True)
+    # fused (CUDA) and per-tensor (CPU) updates keep no full-size temporaries, so the measured peak is the state
+    on_cuda = next(model.parameters()).device.type == "cuda"
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=on_cuda, foreach=False)
+    targets = args[-1]  # next-token-style targets: the last stack's own ids (their values do not change cost)
 
     def train() -> None:
-        loss = _output_tensor(model(*args)).float().mean()
+        loss = training_loss(model(*args), targets)
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

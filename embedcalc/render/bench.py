@@ -63,3 +63,26 @@ def peak_table(result: dict[str, Any]) -> Table:
         table.add_row("datasheet", units.si(result["spec_peak_flops_per_s"], "FLOP/s"))
         table.add_row("source", escape(str(result["spec_peak_source"])))
     return table
+
+
+def memory_matrix_table(target: str, rows: list[dict[str, Any]]) -> Table:
+    """Predicted vs measured peak memory of one training step, per attention × recompute setting."""
+    method = rows[0]["peak_memory_method"] if rows else ""
+    device = rows[0]["device"] if rows else ""
+    table = Table(
+        title=escape(f"Training-step peak memory — {target} on {device}"), title_justify="left",
+        caption=escape(f"Measured by {method}; predicted = weights + gradients + optimizer + saved activations."),
+    )  # fmt: skip
+    for name, justify in (("attention", "left"), ("recompute", "left"), ("predicted", "right"),
+                          ("measured", "right"), ("error", "right")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        err = r["memory_error_pct"]
+        table.add_row(
+            r["attention"],
+            r["recompute"],
+            units.binary_bytes(r["predicted_memory_bytes"]),
+            units.binary_bytes(r["peak_memory_bytes"]),
+            f"{err:+.1f}%" if err is not None else "—",
+        )
+    return table
