@@ -16,10 +16,14 @@ kv = num_kv_heads * head_dim, f = ffn_dim, h = num_heads:
 - cross-attention (decoder of an encoder-decoder, m target and n source tokens): Q and out on the m target
   tokens, K and V on the n encoder outputs, scores and context 2 b h m n head_dim each.
 - ``pooler``            2 b d d                      first token only (BERT)
-- ``head/lm``           2 b n d vocab                every position of the last stack
+- ``head/lm``           2 b n d_tok vocab            every position of the last stack (d_tok = token_embed_dim)
+- with token_embed_dim != embed_dim (OPT-350m): ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
+  ``head/project_out`` 2 b n d d_tok before the LM head.
 
 The full n x n score matrix is counted (that is what eager attention and FlopCounterMode do); the causal count,
 with only the n (n + 1) / 2 unmasked query-key pairs of self-attention in causal stacks, is reported beside it.
+With a ``sliding_window`` W, query i sees min(i + 1, W) keys, so the causal count has m (m + 1) / 2 + (n - m) W
+pairs, m = min(n, W) (Jiang et al. 2023, Mistral 7B, §2); the full count is unchanged (eager attention masks).
 A training step is forward + backward with backward = 2 x forward for matmuls (Kaplan et al. 2020, §2.1).
 """
 
@@ -73,9 +77,12 @@ def _stack_lengths(config: ModelConfig, workload: Workload, stack: Stack) -> tup
     return workload.seq_len, workload.seq_len
 
 
-def _score_pairs(n: int, causal: bool) -> int:
-    """Query-key pairs computed per head: n² in full, n (n + 1) / 2 with a causal mask."""
-    return n * (n + 1) // 2 if causal else n * n
+def _score_pairs(n: int, causal: bool, window: int | None = None) -> int:
+    """Query-key pairs computed per head: n² in full, n (n + 1) / 2 with a causal mask, fewer with a window."""
+    if not causal:
+        return n * n
+    m = n if window is None else min(n, window)
+    return m * (m + 1) // 2 + (n - m) * (window or 0)
 
 
 def _stack_flops(config: ModelConfig, workload: Workload, stack: Stack, out: Breakdown, causal: bool) -> None:
@@ -84,7 +91,7 @@ def _stack_flops(config: ModelConfig, workload: Workload, stack: Stack, out: Bre
     d, q, kv, f = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim
     hd, h = config.resolved_head_dim, config.num_heads
     t = b * n
-    pairs = _score_pairs(n, causal and stack.causal)
+    pairs = _score_pairs(n, causal and stack.causal, config.sliding_window)
     s = stack.name
     out.add(f"{s}/attention/qkv", L * 2 * t * d * (q + 2 * kv))
     out.add(f"{s}/attention/scores", L * 2 * b * h * pairs * hd)
@@ -102,14 +109,19 @@ def _stack_flops(config: ModelConfig, workload: Workload, stack: Stack, out: Bre
 def _forward(config: ModelConfig, workload: Workload, causal: bool) -> Breakdown:
     out = Breakdown()
     all_stacks = stacks(config)
+    b, d, d_tok = workload.batch_size, config.embed_dim, config.resolved_token_embed_dim
+    if config.embedding_projection:
+        tokens = sum(b * _stack_lengths(config, workload, stack)[0] for stack in all_stacks)
+        out.add("embedding/project_in", 2 * tokens * d_tok * d)
     for stack in all_stacks:
         _stack_flops(config, workload, stack, out, causal)
-    b, d = workload.batch_size, config.embed_dim
     if config.resolved_pooler:
         out.add("pooler", 2 * b * d * d)
     if config.resolved_lm_head:
         n_last, _ = _stack_lengths(config, workload, all_stacks[-1])
-        out.add("head/lm", 2 * b * n_last * d * config.vocab_size)
+        if config.embedding_projection:
+            out.add("head/project_out", 2 * b * n_last * d * d_tok)
+        out.add("head/lm", 2 * b * n_last * d_tok * config.vocab_size)
     return out
 
 

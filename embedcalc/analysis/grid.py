@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 
 from embedcalc.analysis.memory import FP32_BYTES, MASK_BYTES
-from embedcalc.analysis.structure import Stack, stacks
+from embedcalc.analysis.structure import Stack, norm_has_bias, stacks
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Parallelism, Workload
 from embedcalc.config.schema import ModelConfig
 
@@ -62,6 +62,7 @@ class _Dims:
     """Sizes per point (arrays) or their maxima (ints); names follow flops.py: d, q, kv, f, hd, h."""
 
     d: Num
+    d_tok: Num  # token_embed_dim (fixed) or embed_dim
     h: Num
     hd: Num
     q: Num
@@ -82,6 +83,7 @@ class _Context:
     config: ModelConfig
     workload: Workload
     maximum: Callable[[Num, Num], Num]
+    minimum: Callable[[Num, Num], Num]
 
     @property
     def e(self) -> int:
@@ -120,6 +122,7 @@ def _bound_dims(config: ModelConfig, workload: Workload, values: Mapping[str, Se
     n_dec = workload.tgt_len if workload.tgt_len is not None else n
     return _Dims(
         d=d,
+        d_tok=config.token_embed_dim if config.token_embed_dim is not None else d,
         h=h,
         hd=hd,
         q=max(q, 1),
@@ -168,6 +171,7 @@ def _array_dims(
     n_dec = np.full(size, workload.tgt_len, dtype=dtype) if workload.tgt_len is not None else n
     return _Dims(
         d=d,
+        d_tok=np.full(size, config.token_embed_dim, dtype=dtype) if config.token_embed_dim is not None else d,
         h=h,
         hd=hd,
         q=h * hd,
@@ -198,29 +202,33 @@ def _linear(in_features: Num, out_features: Num, bias: bool) -> Num:
 
 def _params(x: _Dims, ctx: _Context) -> Num:
     c, d = ctx.config, x.d
-    norm = 2 * d if c.norm == "layernorm" else d
+    norm = 2 * d if norm_has_bias(c) else d
     all_stacks = stacks(c)
-    total = c.vocab_size * d
+    total = c.vocab_size * x.d_tok
+    if c.embedding_projection:
+        total = total + d * x.d_tok  # embedding/project_in
     if c.position == "learned":
-        total = total + len(all_stacks) * c.max_seq_len * d
+        total = total + len(all_stacks) * c.position_rows * d
     if c.type_vocab_size:
         total = total + c.type_vocab_size * d
     if c.resolved_embedding_norm:
         total = total + len(all_stacks) * norm
-    attention = _linear(d, x.q + 2 * x.kv, c.bias) + _linear(x.q, d, c.bias) + norm
-    ffn = _linear(d, x.f_in, c.bias) + _linear(x.f, d, c.bias) + norm
+    attention = _linear(d, x.q + 2 * x.kv, c.resolved_qkv_bias) + _linear(x.q, d, c.resolved_out_bias) + norm
+    ffn = _linear(d, x.f_in, c.resolved_ffn_bias) + _linear(x.f, d, c.resolved_ffn_bias) + norm
     for stack in all_stacks:
         layers, _, _ = _stack_sizes(x, c, stack)
         if c.position == "relative":
             total = total + c.relative_attention_num_buckets * x.h
         block = attention + attention + ffn if stack.cross_attention else attention + ffn
         total = total + layers * block
-        if c.resolved_norm_placement == "pre":
+        if c.resolved_final_norm:
             total = total + norm
     if c.resolved_pooler:
         total = total + _linear(d, d, c.bias)
+    if c.resolved_lm_head and c.embedding_projection:
+        total = total + d * x.d_tok  # head/project_out
     if c.resolved_lm_head and not c.tie_embeddings:
-        total = total + c.vocab_size * d
+        total = total + c.vocab_size * x.d_tok
     return total
 
 
@@ -236,7 +244,13 @@ def _flops(x: _Dims, ctx: _Context, causal: bool) -> tuple[Num, Num]:
     for stack in all_stacks:
         layers, n, n_mem = _stack_sizes(x, c, stack)
         t = b * n
-        pairs = n * (n + 1) // 2 if causal and stack.causal else n * n
+        if c.embedding_projection:
+            total = total + 2 * t * x.d_tok * d  # embedding/project_in on this stack's tokens
+        if causal and stack.causal and c.sliding_window is not None:
+            m = ctx.minimum(n, c.sliding_window)
+            pairs = m * (m + 1) // 2 + (n - m) * c.sliding_window
+        else:
+            pairs = n * (n + 1) // 2 if causal and stack.causal else n * n
         self_scores = layers * 2 * b * x.h * pairs * x.hd * 2  # Q·Kᵀ and A·V
         linear = layers * 2 * t * d * (x.q + 2 * x.kv) + layers * 2 * t * x.q * d
         linear = linear + layers * 2 * t * d * x.f_in + layers * 2 * t * x.f * d
@@ -252,7 +266,9 @@ def _flops(x: _Dims, ctx: _Context, causal: bool) -> tuple[Num, Num]:
         total = total + 2 * b * d * d
     if c.resolved_lm_head:
         _, n_last, _ = _stack_sizes(x, c, all_stacks[-1])
-        total = total + 2 * b * n_last * d * c.vocab_size
+        if c.embedding_projection:
+            total = total + 2 * b * n_last * d * x.d_tok  # head/project_out
+        total = total + 2 * b * n_last * x.d_tok * c.vocab_size
     return total + scores, scores
 
 
@@ -270,38 +286,46 @@ def _kv_cache_bytes(x: _Dims, ctx: _Context) -> Num:
     c, e, generated = ctx.config, ctx.e, ctx.gen_tokens
     if c.architecture == "encoder":
         return 0
+    cached = (x.n if c.architecture == "decoder" else x.n_dec) + generated
+    if c.sliding_window is not None:
+        cached = ctx.minimum(cached, c.sliding_window)
     if c.architecture == "decoder":
-        return 2 * x.b * (x.n + generated) * x.layers * x.kv * e
-    return 2 * x.b * (x.n_dec + generated + x.n) * x.decoder_layers * x.kv * e
+        return 2 * x.b * cached * x.layers * x.kv * e
+    return 2 * x.b * (cached + x.n) * x.decoder_layers * x.kv * e
 
 
 def _adafactor_state(x: _Dims, ctx: _Context) -> Num:
     """Adafactor's factored state (memory.optimizer_state_bytes): rows + columns per matrix, numel per vector."""
     c, d = ctx.config, x.d
-    norm = 2 * d if c.norm == "layernorm" else d
+    norm = 2 * d if norm_has_bias(c) else d
     all_stacks = stacks(c)
-    state = c.vocab_size + d
+    state = c.vocab_size + x.d_tok
+    if c.embedding_projection:
+        state = state + d + x.d_tok  # embedding/project_in
     if c.position == "learned":
-        state = state + len(all_stacks) * (c.max_seq_len + d)
+        state = state + len(all_stacks) * (c.position_rows + d)
     if c.type_vocab_size:
         state = state + c.type_vocab_size + d
     if c.resolved_embedding_norm:
         state = state + len(all_stacks) * norm
     qkv = x.q + 2 * x.kv
-    attention = (qkv + d) + (d + x.q) + norm + ((qkv + d) if c.bias else 0)
-    ffn = (x.f_in + d) + (d + x.f) + norm + ((x.f_in + d) if c.bias else 0)
+    attention = (qkv + d) + (d + x.q) + norm
+    attention = attention + (qkv if c.resolved_qkv_bias else 0) + (d if c.resolved_out_bias else 0)
+    ffn = (x.f_in + d) + (d + x.f) + norm + ((x.f_in + d) if c.resolved_ffn_bias else 0)
     for stack in all_stacks:
         layers, _, _ = _stack_sizes(x, c, stack)
         if c.position == "relative":
             state = state + c.relative_attention_num_buckets + x.h
         block = attention + attention + ffn if stack.cross_attention else attention + ffn
         state = state + layers * block
-        if c.resolved_norm_placement == "pre":
+        if c.resolved_final_norm:
             state = state + norm
     if c.resolved_pooler:
         state = state + 2 * d + (d if c.bias else 0)
+    if c.resolved_lm_head and c.embedding_projection:
+        state = state + x.d_tok + d  # head/project_out
     if c.resolved_lm_head and not c.tie_embeddings:
-        state = state + c.vocab_size + d
+        state = state + c.vocab_size + x.d_tok
     return state
 
 
@@ -332,7 +356,7 @@ def _peak_activations(x: _Dims, ctx: _Context) -> Num:
         stages += [base + attention, base + e * t * x.f * (3 if c.gated else 2)]
     if c.resolved_lm_head:
         _, n_last, _ = _stack_sizes(x, c, all_stacks[-1])
-        stages.append(e * b * n_last * (d + c.vocab_size))
+        stages.append(e * b * n_last * (x.d_tok + c.vocab_size))
     return functools.reduce(ctx.maximum, stages)
 
 
@@ -364,6 +388,8 @@ def _saved_activations(x: _Dims, ctx: _Context) -> Num:
         layers, n, n_mem = _stack_sizes(x, c, stack)
         t = b * n
         total = total + e * t * d + (MASK_BYTES * t * d if dropout else 0)
+        if c.embedding_projection:
+            total = total + e * t * x.d_tok  # the input of embedding/project_in
         linear, scores = _attention_saved(x, ctx, n, n, cross=False)
         if stack.cross_attention:
             cross_linear, cross_scores = _attention_saved(x, ctx, n, n_mem, cross=True)
@@ -382,12 +408,14 @@ def _saved_activations(x: _Dims, ctx: _Context) -> Num:
         else:
             layer = plain
         total = total + layers * layer
-        if c.resolved_norm_placement == "pre":
+        if c.resolved_final_norm:
             total = total + e * t * d
     if c.resolved_lm_head:
         _, n_last, _ = _stack_sizes(x, c, all_stacks[-1])
         t = b * n_last
         total = total + e * t * d + FP32_BYTES * t * c.vocab_size
+        if c.embedding_projection:
+            total = total + e * t * x.d_tok  # the LM head's input after head/project_out
     if c.resolved_pooler:
         total = total + e * b * d
     if working_sets:
@@ -440,7 +468,7 @@ def _quantities(x: _Dims, ctx: _Context) -> dict[str, Num]:
 
 def grid_bound(config: ModelConfig, workload: Workload, values: Mapping[str, Sequence[int]]) -> int:
     """An upper bound of every quantity (and every intermediate product) over the grid, in Python ints."""
-    ctx = _Context(config, workload, maximum=max)
+    ctx = _Context(config, workload, maximum=max, minimum=min)
     return int(max(_quantities(_bound_dims(config, workload, values), ctx).values()))
 
 
@@ -468,7 +496,7 @@ def evaluate_grid(
     method: Method = "int64" if bound < INT64_SAFE_BOUND and not force_python_ints else "python-int"
     dtype: type | np.dtype[Any] = np.int64 if method == "int64" else object
     x = _array_dims(config, workload, values, index, size, dtype)
-    ctx = _Context(config, workload, maximum=np.maximum)
+    ctx = _Context(config, workload, maximum=np.maximum, minimum=np.minimum)
     columns = {k: _as_column(v, size, dtype) for k, v in _quantities(x, ctx).items()}
     columns["head_dim"] = x.hd
     columns["ffn_dim"] = x.f

@@ -16,8 +16,9 @@ Weights, gradients and optimizer state are exact for the stated precision recipe
   the full vector for 1-D tensors. Mixed precision adds the 4-byte fp32 master copy to each.
 
 KV cache (decoder self-attention; GQA-aware): 2 (K and V) x batch x tokens x layers x num_kv_heads x head_dim x
-bytes. An encoder-decoder's decoder also caches the cross-attention K and V of the source: 2 x batch x src_len x
-decoder layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
+bytes, tokens capped at ``sliding_window`` when set (Mistral's rolling buffer cache, Jiang et al. 2023, §2). An
+encoder-decoder's decoder also caches the cross-attention K and V of the source: 2 x batch x src_len x decoder
+layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
 
 Saved activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models", §4.1, eq. 1: 34 s b h + 5 a s² b bytes per layer for 16-bit activations, a 4h FFN and dropout),
@@ -34,7 +35,10 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
 log-sum-exp (4 b h n bytes). ``--recompute selective`` drops the b h n² terms (recomputed, Korthikanti §4.3);
 ``--recompute full`` keeps only each layer's input (t d). Either way the backward pass re-materialises one block
 (full) or one attention core (selective) at a time: that working set is added once (``recompute/one_layer``).
-Outside the layers: the embedding output (t d) and its dropout mask, the final norm input, and for an LM head its input (t d) plus fp32 logits for the loss (4 t vocab).
+Outside the layers: the embedding output (t d) and its dropout mask, the final norm input, and for an LM head its
+input (t d) plus fp32 logits for the loss (4 t vocab). With token_embed_dim != embed_dim (OPT-350m) two more
+inputs of t token_embed_dim are saved: the token lookup's (for embedding/project_in) and the LM matmul's (after
+head/project_out).
 
 With tensor parallelism (no sequence parallelism; Korthikanti eq. 2: s b h (10 + 24/t + 5 a s / (h t))) the
 terms inside the attention and FFN (Q, K, V, scores, context, FFN inner) are divided by tp; layer inputs, norms
@@ -175,6 +179,8 @@ def kv_cache_bytes(config: ModelConfig, workload: Workload, decoder_layers: int 
     layers = config.num_layers if config.architecture == "decoder" else config.resolved_decoder_layers
     layers = layers if decoder_layers is None else decoder_layers
     cached = _kv_tokens(config, workload)
+    if config.sliding_window is not None:
+        cached = min(cached, config.sliding_window)
     if config.architecture == "encoder-decoder":
         cached += workload.seq_len  # the cross-attention K and V of the source
     return 2 * b * cached * layers * kv * e
@@ -229,15 +235,20 @@ def saved_activations(config: ModelConfig, workload: Workload, stage: Stage | No
         t = b * n
         layers = stack.num_layers if stage is None else stage.layers.get(stack.name, 0)
         if first:
-            out.add(f"{stack.name}/embedding", e * t * d + (MASK_BYTES * t * d if config.dropout > 0 else 0))
+            projected = e * t * config.resolved_token_embed_dim if config.embedding_projection else 0
+            out.add(
+                f"{stack.name}/embedding",
+                e * t * d + projected + (MASK_BYTES * t * d if config.dropout > 0 else 0),
+            )
         for key, value in _layer_saved(config, workload, stack):
             out.add(f"{stack.name}/{key}", layers * value)
-        if config.resolved_norm_placement == "pre" and last:
+        if config.resolved_final_norm and last:
             out.add(f"{stack.name}/final_norm", e * t * d)
     if config.resolved_lm_head and last:
         n_last, _ = _lengths(config, workload, all_stacks[-1])
         vocab_rank = -(-config.vocab_size // workload.parallel.tp)
-        out.add("head/lm", e * b * n_last * d + FP32_BYTES * b * n_last * vocab_rank)
+        head_inputs = d + (config.resolved_token_embed_dim if config.embedding_projection else 0)
+        out.add("head/lm", e * b * n_last * head_inputs + FP32_BYTES * b * n_last * vocab_rank)
     if config.resolved_pooler and last:
         out.add("pooler", e * b * d)
     if workload.recompute != "none":
@@ -283,7 +294,7 @@ def peak_inference_activations(
     if config.resolved_lm_head and (stage is None or stage.last):
         n_last, _ = _lengths(config, workload, all_stacks[-1])
         vocab_rank = -(-config.vocab_size // workload.parallel.tp)
-        stages["head/lm"] = e * b * n_last * (r.d + vocab_rank)
+        stages["head/lm"] = e * b * n_last * (config.resolved_token_embed_dim + vocab_rank)
     out = Breakdown()
     if stages:
         key = max(stages, key=lambda k: stages[k])

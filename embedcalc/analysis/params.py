@@ -3,16 +3,20 @@
 Conventions, matching the model ``embedcalc.modeling`` builds and Hugging Face's BertModel / GPT2LMHeadModel /
 MarianModel for the presets:
 
-- attention: one fused Q/K/V projection embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim and an output
-  projection (num_heads * head_dim) -> embed_dim; biases when ``bias``.
+- attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor here, the
+  layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per projection
+  (``qkv_bias``, ``out_bias``, default ``bias``; Qwen2 has Q/K/V biases and no output bias).
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
-  embed_dim x ffn_dim matrices (Shazeer 2020, "GLU Variants Improve Transformer").
-- norms: LayerNorm 2 * embed_dim, RMSNorm embed_dim. Post-norm: one after each sublayer; pre-norm: one before
-  each sublayer plus a final norm per stack.
-- positions: learned tables are parameters (one per stack); sinusoidal and rope are not; relative (T5) is a
-  buckets x num_heads table in the first block of each stack (Raffel et al. 2020, §2.1).
+  embed_dim x ffn_dim matrices (Shazeer 2020, "GLU Variants Improve Transformer"); biases when ``ffn_bias``.
+- norms: LayerNorm 2 * embed_dim (embed_dim with ``norm_bias: false``), RMSNorm embed_dim. Post-norm: one after
+  each sublayer; pre-norm: one before each sublayer; a final norm per stack when ``final_norm`` (default: pre-norm).
+- positions: learned tables are parameters (one per stack, max_seq_len + position_offset rows: OPT and RoBERTa
+  keep 2 rows before position 0); sinusoidal and rope are not; relative (T5) is a buckets x num_heads table in the
+  first block of each stack (Raffel et al. 2020, §2.1).
+- token table vocab_size x token_embed_dim; when token_embed_dim differs from embed_dim (OPT-350m), bias-free
+  projections token_embed_dim -> embed_dim after the lookup and embed_dim -> token_embed_dim before the LM head.
 - encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4); the LM head reuses
-  it when ``tie_embeddings``. An untied LM head is vocab_size x embed_dim with no bias.
+  it when ``tie_embeddings``. An untied LM head is vocab_size x token_embed_dim with no bias.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from math import prod
 from typing import Literal
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.structure import Stack, ffn_in_width, stacks
+from embedcalc.analysis.structure import Stack, ffn_in_width, norm_has_bias, stacks
 from embedcalc.config.schema import ModelConfig
 
 # How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
@@ -56,35 +60,33 @@ def _linear(key: str, in_f: int, out_f: int, bias: bool, split: Split) -> list[P
 
 def _norm(config: ModelConfig, key: str) -> list[ParamTensor]:
     d = config.embed_dim
-    return (
-        [ParamTensor(key, (d,)), ParamTensor(key, (d,))]
-        if config.norm == "layernorm"
-        else [ParamTensor(key, (d,))]
-    )
+    return [ParamTensor(key, (d,)), ParamTensor(key, (d,))] if norm_has_bias(config) else [ParamTensor(key, (d,))]
 
 
 def _block(config: ModelConfig, stack: Stack) -> list[ParamTensor]:
     """The tensors of one block of ``stack``; keys are relative to the stack."""
-    d, q, kv, f, b = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim, config.bias
+    d, q, kv, f = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim
     attention_kinds = ["attention", "cross_attention"] if stack.cross_attention else ["attention"]
     out: list[ParamTensor] = []
     for kind in attention_kinds:
-        out += _linear(f"{kind}/qkv", d, q + 2 * kv, b, "column")
-        out += _linear(f"{kind}/out", q, d, b, "row")
+        out += _linear(f"{kind}/qkv", d, q + 2 * kv, config.resolved_qkv_bias, "column")
+        out += _linear(f"{kind}/out", q, d, config.resolved_out_bias, "row")
         out += _norm(config, f"{kind}/norm")
-    out += _linear("ffn/in", d, ffn_in_width(config), b, "column")
-    out += _linear("ffn/out", f, d, b, "row")
+    out += _linear("ffn/in", d, ffn_in_width(config), config.resolved_ffn_bias, "column")
+    out += _linear("ffn/out", f, d, config.resolved_ffn_bias, "row")
     out += _norm(config, "ffn/norm")
     return out
 
 
 def param_tensors(config: ModelConfig) -> list[ParamTensor]:
     """Every parameter tensor of ``config`` (tied weights once), with its breakdown key and TP split."""
-    d = config.embed_dim
+    d, d_tok = config.embed_dim, config.resolved_token_embed_dim
     all_stacks = stacks(config)
-    out = [ParamTensor("embedding/token", (config.vocab_size, d), split="vocab")]
+    out = [ParamTensor("embedding/token", (config.vocab_size, d_tok), split="vocab")]
+    if config.embedding_projection:
+        out.append(ParamTensor("embedding/project_in", (d, d_tok)))
     if config.position == "learned":
-        out.append(ParamTensor("embedding/position", (config.max_seq_len, d), copies=len(all_stacks)))
+        out.append(ParamTensor("embedding/position", (config.position_rows, d), copies=len(all_stacks)))
     if config.type_vocab_size:
         out.append(ParamTensor("embedding/type", (config.type_vocab_size, d)))
     if config.resolved_embedding_norm:
@@ -97,15 +99,17 @@ def param_tensors(config: ModelConfig) -> list[ParamTensor]:
             out.append(
                 ParamTensor(f"{stack.name}/{t.key}", t.shape, stack.num_layers, t.split, stack.name, True)
             )
-        if config.resolved_norm_placement == "pre":
+        if config.resolved_final_norm:
             out += [
                 ParamTensor(f"{stack.name}/final_norm", t.shape, stack=stack.name)
                 for t in _norm(config, "final_norm")
             ]
     if config.resolved_pooler:
         out += _linear("pooler", d, d, config.bias, "none")
+    if config.resolved_lm_head and config.embedding_projection:
+        out.append(ParamTensor("head/project_out", (d_tok, d)))
     if config.resolved_lm_head and not config.tie_embeddings:
-        out.append(ParamTensor("head/lm", (config.vocab_size, d), split="vocab"))
+        out.append(ParamTensor("head/lm", (config.vocab_size, d_tok), split="vocab"))
     return out
 
 

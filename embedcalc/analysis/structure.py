@@ -29,9 +29,14 @@ def stacks(config: ModelConfig) -> list[Stack]:
     ]
 
 
+def norm_has_bias(config: ModelConfig) -> bool:
+    """LayerNorm has a bias (shift) unless ``norm_bias`` is false; RMSNorm never has one."""
+    return config.norm == "layernorm" and config.norm_bias
+
+
 def norm_params(config: ModelConfig) -> int:
-    """Parameters of one norm over embed_dim: LayerNorm has a weight and a bias, RMSNorm a weight only."""
-    return 2 * config.embed_dim if config.norm == "layernorm" else config.embed_dim
+    """Parameters of one norm over embed_dim: a weight, plus a bias for LayerNorm with ``norm_bias``."""
+    return 2 * config.embed_dim if norm_has_bias(config) else config.embed_dim
 
 
 def ffn_in_width(config: ModelConfig) -> int:

@@ -53,6 +53,15 @@ class ModelConfig(BaseModel):
         description="Context the model is built for; the size of the learned position table when position=learned."
     )
     embed_dim: PositiveInt = Field(description="Width of every token vector (d_model, hidden_size, n_embd).")
+    token_embed_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Width of the token embedding table when it differs from embed_dim (OPT-350m's word_embed_proj_dim): "
+            "the table is vocab_size x token_embed_dim, a bias-free projection token_embed_dim -> embed_dim follows "
+            "the lookup (embedding/project_in) and one embed_dim -> token_embed_dim precedes the LM head "
+            "(head/project_out). Default embed_dim: no projections."
+        ),
+    )
     num_layers: PositiveInt = Field(
         description="Transformer blocks in the stack; for encoder-decoder, the encoder's blocks."
     )
@@ -65,6 +74,13 @@ class ModelConfig(BaseModel):
         description=(
             "Position encoding: learned table (BERT, GPT-2), fixed sinusoidal (Vaswani 2017), rope (rotary, "
             "LLaMA), relative (T5 bucketed bias, first layer of each stack) or none."
+        ),
+    )
+    position_offset: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "Rows of the learned position table before position 0 (OPT: 2; RoBERTa: padding_idx + 1 = 2), so "
+            "the table has max_seq_len + position_offset rows. position=learned only."
         ),
     )
     head_dim: PositiveInt | None = Field(
@@ -92,11 +108,24 @@ class ModelConfig(BaseModel):
     norm: Norm = Field(
         default="layernorm", description="layernorm (weight and bias) or rmsnorm (weight only)."
     )
+    norm_bias: bool = Field(
+        default=True,
+        description=(
+            "LayerNorm has a bias (shift) besides its weight; false for bias-free LayerNorm. No effect on rmsnorm."
+        ),
+    )
     norm_placement: NormPlacement | None = Field(
         default=None,
         description=(
             "post: norm after each residual add (original Transformer, BERT). pre: norm before each sublayer and a "
             "final norm at the end of each stack (GPT-2, LLaMA). Default post, pre for decoders."
+        ),
+    )
+    final_norm: bool | None = Field(
+        default=None,
+        description=(
+            "A norm at the end of each stack. Default true for pre-norm stacks, false for post-norm (OPT "
+            "checkpoints with _remove_final_layer_norm have pre-norm blocks and no final norm)."
         ),
     )
     embedding_norm: bool | None = Field(
@@ -107,6 +136,17 @@ class ModelConfig(BaseModel):
         default=0, description="Rows of the segment (token type) embedding, BERT uses 2; 0 for none."
     )
     bias: bool = Field(default=True, description="Biases in the linear layers (attention, FFN, pooler).")
+    qkv_bias: bool | None = Field(
+        default=None,
+        description="Biases on the query, key and value projections; default bias (Qwen2: true with bias false).",
+    )
+    out_bias: bool | None = Field(
+        default=None, description="Bias on the attention output projection; default bias (Qwen2: false)."
+    )
+    ffn_bias: bool | None = Field(
+        default=None,
+        description="Biases on the FFN projections (up, gate, down); default bias (LLaMA's mlp_bias).",
+    )
     tie_embeddings: bool = Field(
         default=True,
         description=(
@@ -126,6 +166,21 @@ class ModelConfig(BaseModel):
         default=32,
         description="Buckets of the relative position bias (position=relative): buckets x num_heads parameters.",
     )
+    relative_attention_max_distance: PositiveInt = Field(
+        default=128,
+        description=(
+            "Distance from which relative positions share the last bucket (T5, position=relative); changes which "
+            "bucket a distance falls in, never a count."
+        ),
+    )
+    sliding_window: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Causal self-attention sees only the last sliding_window tokens (Mistral 7B v0.1: 4096), so the KV "
+            "cache holds at most that many tokens per sequence. FLOPs still count the full n x n scores that eager "
+            "attention computes and masks; the causal count skips the masked pairs. Not for encoders."
+        ),
+    )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")
 
     # --- cross-field rules, each on the field at fault ---------------------------------------------------------
@@ -144,6 +199,19 @@ class ModelConfig(BaseModel):
                     "arch": arch,
                     "layers": _key(info, "num_layers"),
                 },
+            )
+        return value
+
+    @field_validator("position_offset")
+    @classmethod
+    def _offset_needs_learned(cls, value: int, info: ValidationInfo) -> int:
+        position = info.data.get("position")
+        if value and position is not None and position != "learned":
+            raise PydanticCustomError(
+                "offset_needs_learned",
+                "{key} ({value}) shifts rows of a learned position table, but position is {position}; "
+                "set {key}: 0 or position: learned",
+                {"key": _key(info, "position_offset"), "value": value, "position": position},
             )
         return value
 
@@ -239,6 +307,19 @@ class ModelConfig(BaseModel):
             )
         return value
 
+    @field_validator("sliding_window")
+    @classmethod
+    def _window_needs_causal_stack(cls, value: int | None, info: ValidationInfo) -> int | None:
+        arch = info.data.get("architecture")
+        if value is not None and arch == "encoder":
+            raise PydanticCustomError(
+                "window_needs_decoder",
+                "{key} ({value}) limits causal self-attention and its KV cache; architecture encoder has none. "
+                "Remove {key}",
+                {"key": _key(info, "sliding_window"), "value": value},
+            )
+        return value
+
     # --- resolved values ----------------------------------------------------------------------------------------
 
     @property
@@ -284,6 +365,38 @@ class ModelConfig(BaseModel):
         return self.architecture != "encoder"
 
     @property
+    def resolved_final_norm(self) -> bool:
+        if self.final_norm is not None:
+            return self.final_norm
+        return self.resolved_norm_placement == "pre"
+
+    @property
+    def resolved_token_embed_dim(self) -> int:
+        return self.token_embed_dim if self.token_embed_dim is not None else self.embed_dim
+
+    @property
+    def embedding_projection(self) -> bool:
+        """Whether the token table is narrower or wider than embed_dim (OPT's project_in / project_out)."""
+        return self.resolved_token_embed_dim != self.embed_dim
+
+    @property
+    def resolved_qkv_bias(self) -> bool:
+        return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def resolved_out_bias(self) -> bool:
+        return self.bias if self.out_bias is None else self.out_bias
+
+    @property
+    def resolved_ffn_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table: max_seq_len + position_offset."""
+        return self.max_seq_len + self.position_offset
+
+    @property
     def gated(self) -> bool:
         return self.activation in GATED_ACTIVATIONS
 
@@ -311,6 +424,8 @@ class ModelConfig(BaseModel):
             "ffn_ratio": round(self.resolved_ffn_dim / self.embed_dim, 4),
             "num_decoder_layers": self.resolved_decoder_layers or None,
             "norm_placement": self.resolved_norm_placement,
+            "final_norm": self.resolved_final_norm,
+            "token_embed_dim": self.token_embed_dim if self.embedding_projection else None,
             "embedding_norm": self.resolved_embedding_norm,
             "pooler": self.resolved_pooler,
             "lm_head": self.resolved_lm_head,

@@ -60,8 +60,21 @@ def _is_exact(module_path: str) -> bool:
     return key is not None and len(segments) == key.count("/") + 1
 
 
+def _component_module(module_path: str) -> str:
+    """The shortest prefix of ``module_path`` that is its key's own module (``...attention.qkv`` for ``...qkv.q``)."""
+    parts = module_path.split(".")
+    for end in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:end])
+        if _is_exact(prefix):
+            return prefix
+    return module_path
+
+
 def component_paths(model: nn.Module) -> dict[str, list[str]]:
-    """Breakdown key -> the module paths holding that component's parameters (one per layer for stack keys)."""
+    """Breakdown key -> the modules holding that component's parameters (one per layer for stack keys).
+
+    A component split into several tensors (``qkv`` into ``q``, ``k``, ``v``) is named by its own module.
+    """
     out: dict[str, list[str]] = {}
     for name, param in model.named_parameters():
         if param.numel() == 0:
@@ -70,8 +83,9 @@ def component_paths(model: nn.Module) -> dict[str, list[str]]:
         key = component_key(module_path)
         if key is None:
             raise ValueError(f"parameter {name!r} maps to no breakdown key")
-        if module_path not in out.setdefault(key, []):
-            out[key].append(module_path)
+        owner = _component_module(module_path)
+        if owner not in out.setdefault(key, []):
+            out[key].append(owner)
     return out
 
 

@@ -2,7 +2,10 @@
 
 Each sublayer owns its norm and its residual connection, so the module tree mirrors the analytic breakdown keys
 (``attention/qkv``, ``attention/norm``, ``ffn/in``, ...). Every matmul runs inside the submodule named after the
-key it is counted under; :mod:`embedcalc.modeling.counting` relies on that to attribute FLOPs.
+key it is counted under; :mod:`embedcalc.modeling.counting` relies on that to attribute FLOPs. Inside a key the
+tensors are laid out as Hugging Face ``transformers`` lays them out: separate ``q``, ``k``, ``v`` projections under
+``qkv``, separate ``gate`` and ``up`` projections under ``ffn.in_`` for gated FFNs, so that parameter shapes can be
+compared with a transformers model of the same config tensor by tensor.
 
 Attention follows Vaswani et al. 2017, §3.2: softmax(Q·Kᵀ / sqrt(head_dim) + bias) · V, with grouped K/V heads
 (Ainslie et al. 2023, GQA) expanded to the query heads before the core.
@@ -31,14 +34,14 @@ def embedding_table(rows: int, dim: int) -> nn.Embedding:
 
 
 def make_norm(config: ModelConfig) -> nn.Module:
-    """LayerNorm (weight and bias) or RMSNorm (weight only) over embed_dim."""
+    """LayerNorm (weight, and a bias unless ``norm_bias`` is false) or RMSNorm (weight only) over embed_dim."""
     if config.norm == "rmsnorm":
         return nn.RMSNorm(config.embed_dim, eps=1e-6)
-    return nn.LayerNorm(config.embed_dim, eps=1e-5)
+    return nn.LayerNorm(config.embed_dim, eps=1e-5, bias=config.norm_bias)
 
 
 def activate(name: str, x: Tensor) -> Tensor:
-    """The FFN activation; gated ones (Shazeer 2020) split ``x`` into gate and up halves."""
+    """The FFN activation of a plain (not gated) FFN."""
     if name == "relu":
         return F.relu(x)
     if name == "gelu":
@@ -47,33 +50,34 @@ def activate(name: str, x: Tensor) -> Tensor:
         return F.gelu(x, approximate="tanh")
     if name == "silu":
         return F.silu(x)
-    gate, up = x.chunk(2, dim=-1)  # (B, T, f) each
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def activate_gated(name: str, gate: Tensor, up: Tensor) -> Tensor:
+    """A gated activation (Shazeer 2020): act(gate) * up, SiLU for swiglu, GELU for geglu."""
     if name == "swiglu":
         return F.silu(gate) * up
     if name == "geglu":
         return F.gelu(gate) * up
-    raise ValueError(f"unknown activation {name!r}")
+    raise ValueError(f"unknown gated activation {name!r}")
 
 
-class CrossQKV(nn.Module):
-    """The fused Q/K/V weight of cross-attention: Q from the decoder stream, K and V from the encoder memory.
+class QKV(nn.Module):
+    """The ``q``, ``k`` and ``v`` projections of one attention layer (the ``attention/qkv`` key).
 
-    One (q_dim + 2 kv_dim) x embed_dim matrix, like self-attention's ``qkv`` Linear, applied in two row slices so
-    that no FLOPs are spent projecting the wrong stream.
+    Self-attention projects one stream; cross-attention takes queries from the decoder stream and keys and values
+    from the encoder memory, so no FLOPs are spent projecting the wrong stream.
     """
 
     def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool) -> None:
         super().__init__()
-        self.q_dim = q_dim
-        self.weight = nn.Parameter(torch.empty(q_dim + 2 * kv_dim, embed_dim))
-        self.bias = nn.Parameter(torch.zeros(q_dim + 2 * kv_dim)) if bias else None
+        self.q = nn.Linear(embed_dim, q_dim, bias=bias)
+        self.k = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.v = nn.Linear(embed_dim, kv_dim, bias=bias)
 
-    def forward(self, x: Tensor, memory: Tensor) -> tuple[Tensor, Tensor]:
-        q_w, kv_w = self.weight[: self.q_dim], self.weight[self.q_dim :]
-        q_b = kv_b = None
-        if self.bias is not None:
-            q_b, kv_b = self.bias[: self.q_dim], self.bias[self.q_dim :]
-        return F.linear(x, q_w, q_b), F.linear(memory, kv_w, kv_b)  # (B, T, q_dim), (B, S, 2 kv_dim)
+    def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        source = x if memory is None else memory
+        return self.q(x), self.k(source), self.v(source)  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
 
 
 class Scores(nn.Module):
@@ -100,9 +104,9 @@ class FusedCore(nn.Module):
 class Attention(nn.Module):
     """Multi-head (grouped-query) attention with its norm and residual: self-attention or cross-attention.
 
-    Submodules: ``qkv`` (fused projection), ``out``, ``norm``; the core is ``scores`` + ``context`` (eager) or
+    Submodules: ``qkv`` (``q``, ``k``, ``v``), ``out``, ``norm``; the core is ``scores`` + ``context`` (eager) or
     ``sdpa`` (fused); ``relative_bias`` (T5 buckets x heads) only in the first self-attention of a stack when
-    positions are relative.
+    positions are relative. Causal self-attention with a ``sliding_window`` W masks keys W or more tokens back.
     """
 
     def __init__(
@@ -113,18 +117,16 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads = config.num_heads, config.resolved_kv_heads
         self.head_dim = config.resolved_head_dim
         self.impl, self.causal, self.cross = impl, causal, cross
+        self.window = config.sliding_window if causal and not cross else None
         self.pre_norm = config.resolved_norm_placement == "pre"
-        self.qkv: nn.Module = (
-            CrossQKV(d, q_dim, kv_dim, config.bias)
-            if cross
-            else nn.Linear(d, q_dim + 2 * kv_dim, bias=config.bias)
-        )
-        self.out = nn.Linear(q_dim, d, bias=config.bias)
+        self.qkv = QKV(d, q_dim, kv_dim, config.resolved_qkv_bias)
+        self.out = nn.Linear(q_dim, d, bias=config.resolved_out_bias)
         self.norm = make_norm(config)
         self.scores: Scores | None = Scores() if impl == "eager" else None
         self.context: Context | None = Context() if impl == "eager" else None
         self.sdpa: FusedCore | None = FusedCore() if impl == "sdpa" else None
         self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
         self.relative_bias = embedding_table(self.num_buckets, config.num_heads) if relative_bias else None
 
     def position_bias(self, query_len: int, key_len: int) -> Tensor:
@@ -135,7 +137,10 @@ class Attention(nn.Module):
         query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
         key = torch.arange(key_len, device=device)[None, :]  # (1, S)
         buckets = relative_position_bucket(
-            key - query, bidirectional=not self.causal, num_buckets=self.num_buckets
+            key - query,
+            bidirectional=not self.causal,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
         )  # (T, S)
         bias: Tensor = self.relative_bias(buckets)  # (T, S, h)
         return bias.permute(2, 0, 1).unsqueeze(0)  # (1, h, T, S)
@@ -154,29 +159,33 @@ class Attention(nn.Module):
         return expanded.reshape(batch, heads_kv * groups, length, dim)  # (B, h, S, d_head)
 
     def _project(self, x: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        if isinstance(self.qkv, CrossQKV):
-            if memory is None:
-                raise ValueError("cross-attention needs the encoder output (memory)")
-            q, kv = self.qkv(x, memory)  # (B, T, q_dim), (B, S, 2 kv_dim)
-            k, v = kv.split((kv_dim, kv_dim), dim=-1)  # (B, S, kv_dim) each
-        else:
-            q, k, v = self.qkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)  # (B, T, q_dim), (B, T, kv_dim) x2
+        if self.cross and memory is None:
+            raise ValueError("cross-attention needs the encoder output (memory)")
+        q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
         return (
             self._heads(q, self.num_heads),  # (B, h, T, d_head)
             self._expand_kv(self._heads(k, self.num_kv_heads)),  # (B, h, S, d_head)
             self._expand_kv(self._heads(v, self.num_kv_heads)),
         )  # (B, h, S, d_head)
 
+    def _blocked(self, query_len: int, key_len: int, device: torch.device) -> Tensor:
+        """(T, S) True where a causal query may not look: future keys, and keys a window or more back."""
+        query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+        key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+        blocked = key > query  # (T, S)
+        if self.window is not None:
+            blocked = blocked | (query - key >= self.window)
+        return blocked
+
     def _core(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
         causal = self.causal and not self.cross
         query_len, key_len = q.shape[-2], k.shape[-2]
         if self.sdpa is not None:
-            if bias is not None and causal:
-                future = torch.ones(query_len, key_len, dtype=torch.bool, device=q.device).triu(1)  # (T, S)
-                bias = bias.masked_fill(future, float("-inf"))  # (1, h, T, S)
+            mask: Tensor | None = None if bias is None else bias.to(q.dtype)  # (1, h, T, S)
+            if causal and (bias is not None or self.window is not None):
+                blocked = self._blocked(query_len, key_len, q.device)  # (T, S)
+                mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
                 causal = False
-            mask = None if bias is None else bias.to(q.dtype)
             out: Tensor = self.sdpa(q, k, v, mask, causal)  # (B, h, T, d_head)
             return out
         if self.scores is None or self.context is None:
@@ -185,8 +194,7 @@ class Attention(nn.Module):
         if bias is not None:
             scores = scores + bias
         if causal:
-            future = torch.ones(query_len, key_len, dtype=torch.bool, device=q.device).triu(1)  # (T, S)
-            scores = scores.masked_fill(future, float("-inf"))
+            scores = scores.masked_fill(self._blocked(query_len, key_len, q.device), float("-inf"))
         weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # (B, h, T, S)
         context: Tensor = self.context(weights, v)  # (B, h, T, d_head)
         return context
@@ -219,24 +227,41 @@ class Attention(nn.Module):
         return out
 
 
+class GatedInput(nn.Module):
+    """The ``gate`` and ``up`` projections of a gated FFN (LLaMA's gate_proj/up_proj, T5 v1.1's wi_0/wi_1)."""
+
+    def __init__(self, embed_dim: int, ffn_dim: int, bias: bool) -> None:
+        super().__init__()
+        self.gate = nn.Linear(embed_dim, ffn_dim, bias=bias)
+        self.up = nn.Linear(embed_dim, ffn_dim, bias=bias)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.gate(x), self.up(x)  # (B, T, f) each
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN with its norm and residual (Vaswani et al. 2017, §3.3): ``in_`` -> activation -> ``out``.
 
-    Gated activations (swiglu, geglu) fuse the gate and up projections into ``in_`` (embed_dim -> 2 ffn_dim), the
-    analytic ``ffn/in`` component. ``in_`` carries PEP 8's trailing underscore; its breakdown key is ``ffn/in``.
+    ``in_`` is the analytic ``ffn/in`` component: one embed_dim -> ffn_dim Linear, or for gated activations
+    (swiglu, geglu) a :class:`GatedInput` holding the gate and up projections. ``in_`` carries PEP 8's trailing
+    underscore; its breakdown key is ``ffn/in``.
     """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        d, f = config.embed_dim, config.resolved_ffn_dim
+        d, f, bias = config.embed_dim, config.resolved_ffn_dim, config.resolved_ffn_bias
         self.activation = config.activation
         self.pre_norm = config.resolved_norm_placement == "pre"
-        self.in_ = nn.Linear(d, 2 * f if config.gated else f, bias=config.bias)
-        self.out = nn.Linear(f, d, bias=config.bias)
+        self.in_: nn.Module = GatedInput(d, f, bias) if config.gated else nn.Linear(d, f, bias=bias)
+        self.out = nn.Linear(f, d, bias=bias)
         self.norm = make_norm(config)
 
     def _transform(self, x: Tensor) -> Tensor:
-        hidden = activate(self.activation, self.in_(x))  # (B, T, f)
+        if isinstance(self.in_, GatedInput):
+            gate, up = self.in_(x)  # (B, T, f) each
+            hidden = activate_gated(self.activation, gate, up)  # (B, T, f)
+        else:
+            hidden = activate(self.activation, self.in_(x))  # (B, T, f)
         out: Tensor = self.out(hidden)  # (B, T, d)
         return out
 

@@ -5,7 +5,8 @@ embedding norm, blocks, pooler), a causal decoder (GPT-2, LLaMA: blocks, LM head
 et al. 2017 / Marian: both stacks share one token table, §3.4, and the LM head reuses it when tied).
 
 Module paths follow the analytic breakdown keys of :mod:`embedcalc.analysis.params` (``embedding.token``,
-``encoder.layers.3.attention.qkv``, ``decoder.final_norm``, ``pooler.dense``, ``head.lm``);
+``embedding.project_in``, ``encoder.layers.3.attention.qkv``, ``decoder.final_norm``, ``pooler.dense``,
+``head.project_out``, ``head.lm``);
 :mod:`embedcalc.modeling.counting` maps them back. This is a second, independent implementation of the counts:
 it shares no code with :mod:`embedcalc.analysis`.
 
@@ -43,19 +44,25 @@ class TransformerOutput(NamedTuple):
 class Embeddings(nn.Module):
     """Token table (shared by every stack), per-stack learned positions and embedding norms, segment table.
 
-    Submodules: ``token``; ``position.<stack>`` (learned) or ``sinusoidal`` (a buffer); ``type_`` (``type`` is
-    a Module method); ``norm.<stack>``. The segment table is added to the first stack's input only (the
-    encoder's, for an encoder-decoder); segment ids default to 0.
+    Submodules: ``token`` (vocab x token_embed_dim); ``project_in`` (token_embed_dim -> embed_dim, no bias, only
+    when they differ, OPT-350m); ``position.<stack>`` (learned, max_seq_len + position_offset rows, position p at
+    row p + position_offset as OPT and RoBERTa do) or ``sinusoidal`` (a buffer); ``type_`` (``type`` is a Module
+    method); ``norm.<stack>``. The segment table is added to the first stack's input only (the encoder's, for an
+    encoder-decoder); segment ids default to 0.
     """
 
     def __init__(self, config: ModelConfig, stack_names: list[str]) -> None:
         super().__init__()
         d = config.embed_dim
         self.max_seq_len = config.max_seq_len
+        self.position_offset = config.position_offset
         self.first_stack = stack_names[0]
-        self.token = embedding_table(config.vocab_size, d)
+        self.token = embedding_table(config.vocab_size, config.resolved_token_embed_dim)
+        self.project_in = (
+            nn.Linear(config.resolved_token_embed_dim, d, bias=False) if config.embedding_projection else None
+        )
         self.position = (
-            nn.ModuleDict({s: embedding_table(config.max_seq_len, d) for s in stack_names})
+            nn.ModuleDict({s: embedding_table(config.position_rows, d) for s in stack_names})
             if config.position == "learned"
             else None
         )
@@ -71,14 +78,17 @@ class Embeddings(nn.Module):
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None) -> Tensor:
         length = ids.shape[1]
-        x: Tensor = self.token(ids)  # (B, T, d)
+        x: Tensor = self.token(ids)  # (B, T, d_tok)
+        if self.project_in is not None:
+            x = self.project_in(x)  # (B, T, d)
         if self.position is not None:
             if length > self.max_seq_len:
                 raise ValueError(
                     f"sequence length ({length}) exceeds max_seq_len ({self.max_seq_len}), the size of the "
                     "learned position table; use a shorter sequence or a larger max_seq_len"
                 )
-            x = x + self.position[stack](torch.arange(length, device=ids.device))  # (T, d) broadcast over B
+            rows = torch.arange(length, device=ids.device) + self.position_offset  # (T,)
+            x = x + self.position[stack](rows)  # (T, d) broadcast over B
         elif self.sinusoidal is not None:
             x = x + self.sinusoidal(length)  # (T, d) broadcast over B
         if self.type_ is not None and stack == self.first_stack:
@@ -89,7 +99,7 @@ class Embeddings(nn.Module):
 
 
 class Stack(nn.Module):
-    """``layers`` of identical blocks, RoPE tables (``rotary``, buffers) and, for pre-norm, ``final_norm``.
+    """``layers`` of identical blocks, RoPE tables (``rotary``, buffers) and ``final_norm`` (default: pre-norm).
 
     A relative-position table lives in ``layers.0.attention.relative_bias`` and its bias is shared by all layers.
     """
@@ -120,7 +130,7 @@ class Stack(nn.Module):
             if config.position == "rope"
             else None
         )
-        self.final_norm = make_norm(config) if config.resolved_norm_placement == "pre" else None
+        self.final_norm = make_norm(config) if config.resolved_final_norm else None
 
     def forward(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
         length = x.shape[1]
@@ -150,7 +160,7 @@ class Pooler(nn.Module):
 
 
 class VocabProjection(nn.Module):
-    """The LM head's matmul: its own vocab x embed_dim weight (no bias), or the token table's when tied.
+    """The LM head's matmul: its own vocab x token_embed_dim weight (no bias), or the token table's when tied.
 
     The tied table is held in a tuple, so it is not registered twice, and read at call time (never passed in as
     an input, which would make FlopCounterMode's module tracker hook a Parameter on every call).
@@ -160,7 +170,9 @@ class VocabProjection(nn.Module):
         super().__init__()
         self._tied: tuple[nn.Embedding, ...] = (tied_to,) if tied_to is not None else ()
         self.weight = (
-            None if tied_to is not None else nn.Parameter(torch.empty(config.vocab_size, config.embed_dim))
+            None
+            if tied_to is not None
+            else nn.Parameter(torch.empty(config.vocab_size, config.resolved_token_embed_dim))
         )
 
     def forward(self, hidden: Tensor) -> Tensor:
@@ -169,13 +181,21 @@ class VocabProjection(nn.Module):
 
 
 class Head(nn.Module):
-    """Output heads; ``lm`` projects every position of the last stack onto the vocabulary."""
+    """Output heads; ``lm`` projects every position of the last stack onto the vocabulary, after ``project_out``
+    (embed_dim -> token_embed_dim, no bias) when the token table has its own width (OPT-350m)."""
 
     def __init__(self, config: ModelConfig, token: nn.Embedding) -> None:
         super().__init__()
+        self.project_out = (
+            nn.Linear(config.embed_dim, config.resolved_token_embed_dim, bias=False)
+            if config.embedding_projection
+            else None
+        )
         self.lm = VocabProjection(config, token if config.tie_embeddings else None)
 
     def forward(self, hidden: Tensor) -> Tensor:
+        if self.project_out is not None:
+            hidden = self.project_out(hidden)  # (B, T, d_tok)
         out: Tensor = self.lm(hidden)  # (B, T, vocab)
         return out
 
