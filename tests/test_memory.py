@@ -254,18 +254,10 @@ def test_sdpa_keeps_fp32_logsumexp_instead_of_the_n2_terms() -> None:
     assert layer_terms(sdpa) == L * (34 * S * B * H + 4 * B * A * S)
 
 
-SDPA_SELECTIVE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with sdpa, --recompute selective keeps every layer's fp32 log-sum-exp (L x 4 b a s) AND adds one "
-    "layer's as the recompute working set (recompute/one_layer), so it predicts 4 b a s bytes more than "
-    "--recompute none",
-)
-
-
 @pytest.mark.parametrize(
     ("attention", "recompute"),
     [("eager", "selective"), ("eager", "full"), ("sdpa", "full"),
-     pytest.param("sdpa", "selective", marks=SDPA_SELECTIVE_BUG)],
+     ("sdpa", "selective")],
 )  # fmt: skip
 def test_recomputation_never_saves_more(attention: str, recompute: str) -> None:
     none = sum(bert_activations(attention, "none").values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, DecimalException, Inexact, localcontext
 
 _COUNT_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
 _BYTE_SUFFIX = {
@@ -18,6 +18,7 @@ _BYTE_SUFFIX = {
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
     "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40, "PIB": 1 << 50,
 }  # fmt: skip
+_MAX_DIGITS = 60  # 10^60 bytes or FLOPs: far beyond any budget, small enough to parse exactly and at once
 _SIZE = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
 
 
@@ -39,9 +40,16 @@ def parse_size(text: str, kind: str) -> int:
         units = ", ".join(u for u in table if u) if kind == "count" else "B, KB..PB, KiB..PiB"
         raise SizeError(f"{text!r}: unknown unit {match['unit']!r}; use one of {units}, e.g. {examples}")
     try:
-        value = Decimal(match["number"]) * table[unit]
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid decimals
-        raise SizeError(f"{text!r} is not a number") from exc
+        with localcontext(
+            Context(prec=_MAX_DIGITS + 20, Emax=_MAX_DIGITS + 20, Emin=-_MAX_DIGITS - 20)
+        ) as ctx:
+            ctx.traps[Inexact] = False
+            value = Decimal(match["number"]) * table[unit]
+            too_big = value.adjusted() > _MAX_DIGITS
+    except DecimalException:
+        too_big = True
+    if too_big:
+        raise SizeError(f"{text!r} is larger than 10^{_MAX_DIGITS}; no model or device is that big")
     if value != value.to_integral_value():
         raise SizeError(f"{text!r} is {value} — not a whole number")
     if value <= 0:

@@ -404,7 +404,7 @@ def _saved_activations(x: _Dims, ctx: _Context) -> Num:
         elif w.recompute == "selective":
             keep_scores = scores if w.attention == "sdpa" else 0  # sdpa's statistics are kept either way
             layer = plain - scores + keep_scores
-            working_sets.append(scores)
+            working_sets.append(0 if w.attention == "sdpa" else scores)
         else:
             layer = plain
         total = total + layers * layer

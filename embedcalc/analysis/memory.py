@@ -266,7 +266,8 @@ def _recompute_working_set(config: ModelConfig, workload: Workload, stage: Stage
             continue
         terms = _layer_saved(config, plain, stack)
         if workload.recompute == "selective":
-            terms = [(k, v) for k, v in terms if k.endswith("/scores")]
+            # eager re-materialises the n² tensors; sdpa keeps its O(n) statistics either way: nothing extra
+            terms = [(k, v) for k, v in terms if k.endswith("/scores") and workload.attention == "eager"]
         sizes.append(sum(v for _, v in terms))
     return max(sizes, default=0)
 
