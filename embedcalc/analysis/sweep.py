@@ -28,7 +28,7 @@ from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
 from embedcalc.config.checks import workload_problems
-from embedcalc.config.loading import apply_overrides, normalise_keys, resolve_target, validate_config
+from embedcalc.config.loading import apply_overrides, canonical_mapping, resolve_target, validate_config
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
@@ -131,7 +131,7 @@ def load_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
     """Resolve TARGET and apply ``--set`` without validating (a swept axis may repair or break the config)."""
     raw, source, path = resolve_target(target)
     origin = target if source == "preset" else str(path)
-    data, user_keys, problems = normalise_keys(raw)
+    data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
     problems += apply_overrides(data, user_keys, list(overrides))
     if problems:
         lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)

@@ -1,4 +1,9 @@
-"""Resolve a TARGET (preset name or config file) plus ``--set`` overrides into a validated :class:`ModelConfig`."""
+"""Resolve a TARGET (preset name, config file or Hugging Face ``config.json``) plus ``--set`` overrides into a
+validated :class:`ModelConfig`.
+
+A file with a ``model_type`` key is a Hugging Face config and goes through :mod:`embedcalc.config.hf`, which maps
+it family by family and reports what it did with every key; anything else is embedcalc's own schema.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
 from embedcalc.config.files import load_mapping
+from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.config.schema import FIELD_NAMES, ModelConfig
@@ -26,6 +32,7 @@ class LoadedConfig:
     source: str  # "preset", "file" or "hf"
     user_keys: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    hf: HFReport | None = None  # how a Hugging Face config.json was mapped (source "hf")
 
 
 def _looks_like_path(target: str) -> bool:
@@ -92,6 +99,18 @@ def normalise_keys(
     return data, user_keys, problems
 
 
+def canonical_mapping(
+    raw: dict[Any, Any], origin: str, path: Path | None = None
+) -> tuple[dict[str, Any], dict[str, str], list[Problem], HFReport | None]:
+    """The canonical mapping of a parsed target: a Hugging Face config mapped by its family (raising ConfigError
+    for an unsupported family or key), anything else normalised as embedcalc's schema (problems returned)."""
+    if is_hf_config(raw):
+        mapping = map_hf_config(raw, origin, path)
+        return dict(mapping.data), dict(mapping.user_keys), [], mapping.report
+    data, user_keys, problems = normalise_keys(raw)
+    return data, user_keys, problems, None
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` -> (key, value), the value read as a YAML scalar (``16`` is an int, ``true`` a bool)."""
     key, sep, value = text.partition("=")
@@ -148,15 +167,21 @@ def validate_config(
 
 
 def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
-    """Load, override and validate TARGET (a preset name or a YAML/JSON config file)."""
+    """Load, override and validate TARGET (a preset name, a YAML/JSON config file or a Hugging Face config.json)."""
     raw, source, path = resolve_target(target)
     origin = target if source == "preset" else str(path)
-    data, user_keys, problems = normalise_keys(raw)
+    data, user_keys, problems, report = canonical_mapping(raw, origin, path)
     problems += apply_overrides(data, user_keys, overrides or [])
     if source == "preset" and "name" not in data:
         data["name"] = target
     config = validate_config(data, user_keys, problems, origin)
-    return LoadedConfig(target=target, config=config, source=source, user_keys=user_keys)
+    return LoadedConfig(
+        target=target,
+        config=config,
+        source="hf" if report is not None else source,
+        user_keys=user_keys,
+        hf=report,
+    )
 
 
 def raw_config(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -164,7 +189,7 @@ def raw_config(target: str, overrides: list[str] | None = None) -> dict[str, Any
 
     Raises ConfigError only when the target itself cannot be read.
     """
-    raw, _, _ = resolve_target(target)
-    data, user_keys, _ = normalise_keys(raw)
+    raw, source, path = resolve_target(target)
+    data, user_keys, _, _ = canonical_mapping(raw, target if source == "preset" else str(path), path)
     apply_overrides(data, user_keys, overrides or [])
     return data

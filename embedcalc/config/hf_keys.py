@@ -1,0 +1,138 @@
+"""Keys every Hugging Face ``config.json`` may carry that never change a model's size or cost, with the reason.
+
+:mod:`embedcalc.config.hf` maps the keys that do change the cost, family by family, and refuses every key that is
+in neither place: a key embedcalc cannot classify might change the model, so it is never dropped silently.
+
+The lists follow transformers' ``PretrainedConfig`` (the attributes every config has, in today's and in older
+files, which were often saved with every default written out) and ``GenerationConfig`` (generation settings that
+older files keep at top level).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+METADATA = "metadata (names, versions, hub bookkeeping); no effect on the model"
+RUNTIME = "a runtime switch of transformers (returned outputs, caching, attention kernel); same weights and matmuls"
+TOKEN_ID = "a token id: it indexes the vocabulary and sizes nothing"
+TASK = "labels of a task head; the counted model has no classification head"
+GENERATION = "a generate() setting: it decides how many forward passes run, not what one pass costs"
+TOKENIZER = "a tokenizer setting; no effect on the model"
+INIT = "an initialisation scale; no effect on sizes or FLOPs"
+EPSILON = "a norm epsilon; numerics only"
+ROPE = "RoPE frequencies and scaling: rotary embeddings have no parameters and no matmul FLOPs"
+DROPOUT = (
+    "a dropout probability: no parameters or matmul FLOPs (embedcalc's one `dropout` field, mapped from {key}, "
+    "adds the 1-byte dropout masks to training activations)"
+)
+CHUNKING = "computes the FFN in chunks of positions: the same parameters and FLOPs"
+
+GENERATION_KEYS = frozenset(
+    {
+        "assistant_confidence_threshold", "assistant_lookbehind", "bad_words_ids", "begin_suppress_tokens",
+        "diversity_penalty", "do_sample", "early_stopping", "encoder_no_repeat_ngram_size",
+        "encoder_repetition_penalty", "epsilon_cutoff", "eta_cutoff", "exponential_decay_length_penalty",
+        "forced_bos_token_id", "forced_eos_token_id", "length_penalty", "max_length", "max_new_tokens",
+        "min_length", "min_new_tokens", "no_repeat_ngram_size", "num_assistant_tokens",
+        "num_assistant_tokens_schedule", "num_beam_groups", "num_beams", "num_return_sequences", "output_scores",
+        "remove_invalid_values", "repetition_penalty", "return_dict_in_generate", "suppress_tokens",
+        "target_lookbehind", "temperature", "top_k", "top_p", "typical_p", "task_specific_params",
+    }
+)  # fmt: skip
+
+COMMON_REASONS: dict[str, str] = {
+    "_name_or_path": METADATA,
+    "name_or_path": METADATA,
+    "transformers_version": METADATA,
+    "_commit_hash": METADATA,
+    "model_type": "selects the family (mapped above)",
+    "use_cache": RUNTIME + "; embedcalc reports the KV cache of every decoder",
+    "output_past": RUNTIME + " (the old name of use_cache)",
+    "output_hidden_states": RUNTIME,
+    "output_attentions": RUNTIME,
+    "return_dict": RUNTIME,
+    "use_return_dict": RUNTIME,
+    "torchscript": RUNTIME,
+    "_attn_implementation": RUNTIME,
+    "_attn_implementation_internal": RUNTIME,
+    "attn_implementation": RUNTIME,
+    "_experts_implementation": RUNTIME,
+    "use_bfloat16": "a TPU-era storage hint; memory is computed for --dtype",
+    "xla_device": RUNTIME,
+    "tf_legacy_loss": "a TensorFlow loss switch; no effect on the PyTorch model's cost",
+    "bos_token_id": TOKEN_ID,
+    "eos_token_id": TOKEN_ID,
+    "pad_token_id": TOKEN_ID,
+    "sep_token_id": TOKEN_ID,
+    "cls_token_id": TOKEN_ID,
+    "mask_token_id": TOKEN_ID,
+    "unk_token_id": TOKEN_ID,
+    "decoder_start_token_id": TOKEN_ID,
+    "id2label": TASK,
+    "label2id": TASK,
+    "num_labels": TASK,
+    "problem_type": TASK,
+    "finetuning_task": TASK,
+    "classifier_dropout": TASK + " (its dropout)",
+    "tokenizer_class": TOKENIZER,
+    "prefix": TOKENIZER + " (a prompt prefix)",
+    "initializer_range": INIT,
+    "initializer_factor": INIT,
+    "init_std": INIT,
+    "layer_norm_eps": EPSILON,
+    "layer_norm_epsilon": EPSILON,
+    "rms_norm_eps": EPSILON,
+    "chunk_size_feed_forward": CHUNKING,
+    "gradient_checkpointing": (
+        "a training-time switch (recompute activations in the backward pass); use --recompute full to model it"
+    ),
+    "auto_map": (
+        "custom modeling code on the hub, used only with trust_remote_code=True; embedcalc counts transformers' "
+        "own class for this model_type"
+    ),
+    "quantization_config": (
+        "how the checkpoint's weights are quantized; embedcalc counts the unquantized model, so pass --dtype "
+        "int8 or int4 for weight-only quantized memory"
+    ),
+}
+
+# Keys whose value decides whether they are harmless: (harmless values, what a harmful value would change).
+CONDITIONAL: dict[str, tuple[tuple[Any, ...], str]] = {
+    "pruned_heads": (({}, None), "pruned heads remove rows of Q/K/V and columns of the output projection"),
+    "tie_encoder_decoder": ((False, None), "it shares every encoder weight with the decoder"),
+    "add_cross_attention": ((False, None), "it adds a cross-attention sublayer to every block"),
+    "cross_attention_hidden_size": ((None,), "it adds a projection of the encoder states"),
+    "is_decoder": ((False, None), "it turns the encoder into a causal decoder with a KV cache"),
+    "is_encoder_decoder": ((False, None), "it claims an encoder-decoder, which this family is not"),
+    "per_layer_config": ((None, {}), "it gives layers different shapes"),
+}  # fmt: skip
+
+
+def common_reason(key: str, value: Any) -> str | None:
+    """Why ``key`` never changes the cost, or None when embedcalc does not know the key."""
+    if key in COMMON_REASONS:
+        return COMMON_REASONS[key]
+    if key in GENERATION_KEYS:
+        return GENERATION
+    if key in ("torch_dtype", "dtype"):
+        hint = f"; pass --dtype {value}" if value in ("float32", "bfloat16", "float16") else ""
+        return f"the dtype the checkpoint is stored in ({value}); memory is computed for --dtype{hint}"
+    return None
+
+
+def conditional_problem(key: str, value: Any) -> str | None:
+    """For a key of :data:`CONDITIONAL`: None when its value is harmless, else what it would change."""
+    harmless, change = CONDITIONAL[key]
+    if any(value == h and type(value) is type(h) for h in harmless):
+        return None
+    return change
+
+
+def dropout_reason(mapped_from: str) -> str:
+    return DROPOUT.format(key=mapped_from)
+
+
+def present(raw: Mapping[str, Any], *keys: str) -> list[str]:
+    """The keys of ``keys`` that ``raw`` has."""
+    return [k for k in keys if k in raw]
