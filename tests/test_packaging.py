@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ("bert-base", "bert-large", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b",
-           "transformer-base", "transformer-big")
+           "llama-2-70b", "llama-2-7b", "mistral-7b", "t5-base", "t5-small", "transformer-base", "transformer-big")
 RUNTIME_DEPS = ("typer", "rich", "pydantic", "numpy", "pyyaml")
 
 

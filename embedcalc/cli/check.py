@@ -36,7 +36,9 @@ from embedcalc.errors import ConfigError, ExitCode, Problem
 
 @handle_errors("check")
 def check_command(
-    targets: Annotated[list[str], typer.Argument(help="Preset names or config files (YAML/JSON).")],
+    targets: Annotated[
+        list[str], typer.Argument(help="Preset names or config files (YAML/JSON, or a Hugging Face config.json).")
+    ],
     overrides: SetOption = None,
     max_params: MaxParamsOption = None,
     max_memory: MaxMemoryOption = None,
@@ -55,9 +57,10 @@ def check_command(
 ) -> None:
     """Validate configs: each problem names the field, both values and a fix. Exit 3 if any is invalid.
 
-    Prints the derived values (head_dim, FFN ratio, KV groups, ...) and warnings. With a budget
-    (--max-params, --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are
-    then those of the workload given by --batch-size/--seq-len/--dtype/--mode (sdpa attention, one device).
+    Prints the derived values (head_dim, FFN ratio, KV groups, ...) and warnings. A Hugging Face config.json
+    also lists every key: mapped onto which field, or ignored and why. With a budget (--max-params,
+    --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are then those of the
+    workload given by --batch-size/--seq-len/--dtype/--mode (sdpa attention, one device).
     """
     workload = Workload(batch_size=batch_size, seq_len=seq_len, dtype=dtype.value, mode=mode.value)
     budget = Budget(max_params, max_memory, max_flops)
@@ -89,11 +92,14 @@ def check_command(
                 "derived": derived, "params": {"total": result.params.total},
                 "warnings": [w.as_dict() for w in warnings],
             }
+            | ({"hf": loaded.hf.as_dict()} if loaded.hf is not None else {})
         )  # fmt: skip
         if format is OutputFormat.table:
-            from embedcalc.render.tables import check_table
+            from embedcalc.render.tables import check_table, hf_mapping_table
 
             output.stdout.print(check_table(target, derived, result.params.total))
+            if loaded.hf is not None:
+                output.stdout.print(hf_mapping_table(target, loaded.hf))
     if format is OutputFormat.json:
         output.emit_json(
             "check", results, problems=problems + over, status="error" if problems or over else "ok"

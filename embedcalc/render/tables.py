@@ -11,6 +11,7 @@ from rich.table import Table
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.heads import HeadChoice
 from embedcalc.analysis.report import Analysis
+from embedcalc.config.hf import HFReport
 from embedcalc.render import units
 
 PARAMS_CAPTION = (
@@ -305,4 +306,34 @@ def suggestions_table(target: str, rows: Sequence[dict[str, Any]]) -> Table:
         table.add_row(
             str(i), escape(r["command_line"]), units.count(r["params"]), f"{delta:+,.0f}" if delta else "0"
         )
+    return table
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def hf_mapping_table(target: str, report: HFReport) -> Table:
+    """What ``check`` did with every key of a Hugging Face config.json: mapped onto a field (from the file, from
+    transformers' default for a key the file leaves out, or implied by the family) or ignored, with the reason."""
+    table = Table(
+        title=f"{escape(target)}: Hugging Face {escape(report.family)} config, counted as {escape(report.counted_as)}",
+        caption=(
+            "Counting rule: encoders as AutoModel (default pooler), decoders as AutoModelForCausalLM, "
+            "encoder-decoders as AutoModelForSeq2SeqLM; the LM head tied as tie_word_embeddings says."
+        ),
+        title_justify="left",
+    )
+    table.add_column("key")
+    table.add_column("field")
+    table.add_column("value")
+    table.add_column("from / why")
+    origin = {"file": "file", "default": "transformers default (key absent)", "family": "implied by model_type"}
+    for m in report.mapped:
+        how = origin[m.origin] + (f": {m.note}" if m.note else "")
+        table.add_row(escape(m.key), m.field, escape(_short(m.value)), escape(how))
+    table.add_section()
+    for i in report.ignored:
+        table.add_row(escape(i.key), "[dim]ignored[/]", escape(_short(i.value)), escape(i.reason))
     return table
