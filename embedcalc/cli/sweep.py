@@ -115,6 +115,18 @@ def sweep_command(
         ),
     ] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Table format: points shown.")] = 50,
+    measure: Annotated[
+        bool,
+        typer.Option(
+            "--measure",
+            help="Also time real forward passes at each --seq-len (torch) with and without the attention core "
+            "and show the measured attention/rest split and crossover beside the prediction.",
+        ),
+    ] = False,
+    device: Annotated[str, typer.Option("--device", help="With --measure: auto, cpu or cuda.")] = "auto",
+    repeat: Annotated[
+        int, typer.Option("--repeat", min=1, help="With --measure: timed pairs per point.")
+    ] = 3,
 ) -> None:
     """Cost over a grid: each axis flag takes a list 128,256,512, an arithmetic range 384:12288:+384 or a
     geometric one 64:16384:x2 (bounds inclusive); several axes form their cartesian product.
@@ -153,12 +165,17 @@ def sweep_command(
 
     result = sweep_target(target, overrides or [], axes, workload)
     _report_notes(result)
+    measured = None
+    if measure:
+        from embedcalc.cli.sweep_measure import run_measure
+
+        measured = run_measure(target, overrides, axes, workload, device, repeat)
     if plot is not None:
         _write_plot(result, plot)
     if format is SweepFormat.json:
         output.emit_json(
             "sweep",
-            [result_json(result)],
+            [result_json(result) | ({"measured": measured} if measured else {})],
             _workload_json(result),
             axes={a: list(v) for a, v in result.axes.items()},
         )
@@ -167,6 +184,10 @@ def sweep_command(
         sys.stdout.flush()
     else:
         _print_tables(result, max_rows)
+        if measured:
+            from embedcalc.cli.sweep_measure import print_measure
+
+            print_measure(target, measured)
 
 
 # --- checks and notes ---------------------------------------------------------------------------------------------

@@ -329,11 +329,45 @@ def hf_mapping_table(target: str, report: HFReport) -> Table:
     table.add_column("field")
     table.add_column("value")
     table.add_column("from / why")
-    origin = {"file": "file", "default": "transformers default (key absent)", "family": "implied by model_type"}
+    origin = {
+        "file": "file",
+        "default": "transformers default (key absent)",
+        "family": "implied by model_type",
+    }
     for m in report.mapped:
         how = origin[m.origin] + (f": {m.note}" if m.note else "")
         table.add_row(escape(m.key), m.field, escape(_short(m.value)), escape(how))
     table.add_section()
     for i in report.ignored:
         table.add_row(escape(i.key), "[dim]ignored[/]", escape(_short(i.value)), escape(i.reason))
+    return table
+
+
+def measure_table(target: str, measured: dict[str, Any]) -> Table:
+    """Measured attention vs rest time per seq_len, beside the FLOP-predicted attention share."""
+    crossover = measured["measured_crossover_seq_len"]
+    found = f"{crossover:,.0f}" if crossover is not None else "not reached in the range"
+    table = Table(
+        title=escape(f"Measured attention split — {target} on {measured['device']} ({measured['threads']} threads)"),
+        title_justify="left",
+        caption=escape(
+            f"Crossover seq_len: measured {found}, predicted n* = {measured['predicted_crossover_seq_len']} "
+            f"(FLOPs). Method: {measured['method']}."
+        ),
+    )  # fmt: skip
+    for name in (
+        "seq_len",
+        "forward",
+        "attention",
+        "rest",
+        "attention share (measured)",
+        "(predicted, FLOPs)",
+    ):
+        table.add_column(name, justify="right")
+    for r in measured["points"]:
+        table.add_row(
+            str(r["seq_len"]), f"{r['full_s'] * 1000:,.1f} ms", f"{r['attention_s'] * 1000:,.1f} ms",
+            f"{r['rest_s'] * 1000:,.1f} ms", units.percent(r["measured_attention_share"]),
+            units.percent(r["predicted_attention_share"]),
+        )  # fmt: skip
     return table
