@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from embedcalc.analysis.budget import Budget
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Parallelism
+from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
@@ -66,6 +67,20 @@ def compare_command(
     max_memory: MaxMemoryOption = None,
     max_flops: MaxFlopsOption = None,
     overrides: SetOption = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE",
+            dir_okay=False,
+            help="Also draw FLOPs (attention scores vs the rest) and memory against seq_len for every target, "
+            "one colour each, crossovers marked (.png/.svg/.pdf; needs `pip install 'embedcalc[plot]'`).",
+        ),
+    ] = None,
+    plot_seq_len: Annotated[
+        str,
+        typer.Option("--plot-seq-len", metavar="VALUES", help="seq_len values for --plot (list or range)."),
+    ] = "64:16384:x2",
     format: Annotated[
         CompareFormat, typer.Option("--format", "-f", help="Output format.")
     ] = CompareFormat.table,
@@ -92,6 +107,8 @@ def compare_command(
             messages.append(exc.message)
     if problems:
         raise ConfigError("\n".join(messages), problems)
+    if plot is not None:
+        _plot(targets, overrides, workload, plot, plot_seq_len)
     over = budget_problems(Budget(max_params, max_memory, max_flops), analyses)
     _render(analyses, format, workload.as_dict(), over)
     enforce_budget(over, json_emitted=format is CompareFormat.json)
@@ -122,3 +139,23 @@ def _render(
     for label, _, raw in rows:
         writer.writerow([label.strip(), *("" if v is None else v for v in raw)])
     sys.stdout.write(buffer.getvalue())
+
+
+def _plot(
+    targets: list[str], overrides: list[str] | None, workload: Workload, path: Path, values: str
+) -> None:
+    """One seq_len sweep per target, drawn together (points past a learned position table are left out)."""
+    from embedcalc.analysis.sweep import AxisError, parse_axis, seq_len_curves, sweep_target
+    from embedcalc.render.plot import plot_seq_len_curves, require_matplotlib
+
+    try:
+        seq_lens = parse_axis(values)
+    except AxisError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--plot-seq-len'") from None
+    require_matplotlib()
+    curves = []
+    for target in targets:
+        curves += seq_len_curves(sweep_target(target, overrides or [], {"seq_len": seq_lens}, workload))
+    title = f"compare: {workload.dtype}, attention {workload.attention}, batch {workload.batch_size}"
+    plot_seq_len_curves(curves, path, title)
+    output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)
