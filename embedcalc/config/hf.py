@@ -628,7 +628,7 @@ FAMILIES: dict[str, Family] = {
                dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
                     num_attention_heads=32, num_key_value_heads=32, hidden_act="silu", max_position_embeddings=32768,
                     tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
-                    attention_dropout=0.0, head_dim=None), _read_qwen2),
+                    attention_dropout=0.0), _read_qwen2),
     )
 }  # fmt: skip
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""
