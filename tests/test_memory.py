@@ -227,7 +227,7 @@ def test_selective_recompute_drops_exactly_the_5as2b_term() -> None:
     assert layer_terms(selective) == L * 34 * S * B * H
     assert "encoder/attention/scores" not in selective
     # the backward pass re-materialises one attention core's n² tensors at a time
-    assert selective["recompute/one_layer"] == 5 * A * S * S * B
+    assert selective["encoder/recompute_working_set"] == 5 * A * S * S * B
     assert sum(none.values()) - sum(selective.values()) == (L - 1) * 5 * A * S * S * B
 
 
@@ -242,8 +242,13 @@ def test_full_recompute_keeps_each_layer_input(attention: str, one_block: int) -
     activations = bert_activations(attention, "full")
     assert layer_terms(activations) == L * 2 * S * B * H  # one 16-bit (s, b, h) tensor a layer
     assert activations["encoder/layer_input"] == L * 2 * S * B * H
-    assert set(activations) == {"encoder/embedding", "encoder/layer_input", "pooler", "recompute/one_layer"}
-    assert activations["recompute/one_layer"] == one_block  # one block re-materialised at a time
+    assert set(activations) == {
+        "encoder/embedding",
+        "encoder/layer_input",
+        "pooler",
+        "encoder/recompute_working_set",
+    }
+    assert activations["encoder/recompute_working_set"] == one_block  # one block re-materialised at a time
 
 
 def test_sdpa_keeps_fp32_logsumexp_instead_of_the_n2_terms() -> None:

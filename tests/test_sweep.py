@@ -637,4 +637,4 @@ def test_bracketed_names_are_shown_verbatim(cli: Any, write_config: Any) -> None
     result = cli("sweep", str(path), "--seq-len", "32,128")
     assert result.exit_code == 0, result.stderr
     assert "[draft].yaml" in result.stdout  # not swallowed as rich markup
-    assert "of m: its learned position" in result.stdout
+    assert "exceeds max_seq_len 64" in result.stdout

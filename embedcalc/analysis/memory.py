@@ -34,7 +34,7 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
 ``--attention sdpa`` (flash / memory-efficient kernels) saves no b h n² tensor, only its output and the fp32
 log-sum-exp (4 b h n bytes). ``--recompute selective`` drops the b h n² terms (recomputed, Korthikanti §4.3);
 ``--recompute full`` keeps only each layer's input (t d). Either way the backward pass re-materialises one block
-(full) or one attention core (selective) at a time: that working set is added once (``recompute/one_layer``).
+(full) or one attention core (selective) at a time: that working set is added once (``<stack>/recompute_working_set``).
 Outside the layers: the embedding output (t d) and its dropout mask, the final norm input, and for an LM head its
 input (t d) plus fp32 logits for the loss (4 t vocab). With token_embed_dim != embed_dim (OPT-350m) two more
 inputs of t token_embed_dim are saved: the token lookup's (for embedding/project_in) and the LM matmul's (after
@@ -252,15 +252,16 @@ def saved_activations(config: ModelConfig, workload: Workload, stage: Stage | No
     if config.resolved_pooler and last:
         out.add("pooler", e * b * d)
     if workload.recompute != "none":
-        out.add("recompute/one_layer", _recompute_working_set(config, workload, stage))
+        name, size = _recompute_working_set(config, workload, stage)
+        out.add(f"{name}/recompute_working_set", size)
     return out
 
 
-def _recompute_working_set(config: ModelConfig, workload: Workload, stage: Stage | None) -> int:
+def _recompute_working_set(config: ModelConfig, workload: Workload, stage: Stage | None) -> tuple[str, int]:
     """What the backward pass re-materialises at a time: one block's activations (full recompute) or one
-    attention core's n² tensors (selective), for the largest block this stage holds."""
+    attention core's n² tensors (selective), for the largest block this stage holds: (stack, bytes)."""
     plain = replace(workload, recompute="none")
-    sizes = []
+    sizes: list[tuple[int, str]] = []
     for stack in stacks(config):
         if stage is not None and not stage.layers.get(stack.name):
             continue
@@ -268,8 +269,9 @@ def _recompute_working_set(config: ModelConfig, workload: Workload, stage: Stage
         if workload.recompute == "selective":
             # eager re-materialises the n² tensors; sdpa keeps its O(n) statistics either way: nothing extra
             terms = [(k, v) for k, v in terms if k.endswith("/scores") and workload.attention == "eager"]
-        sizes.append(sum(v for _, v in terms))
-    return max(sizes, default=0)
+        sizes.append((sum(v for _, v in terms), stack.name))
+    size, name = max(sizes, default=(0, "encoder"))
+    return name, size
 
 
 def peak_inference_activations(

@@ -1,25 +1,33 @@
-"""The ``embedcalc`` Typer application: registers one module per command and owns the process exit."""
+"""The ``embedcalc`` Typer application: registers one module per command and owns the process exit.
+
+Start-up matters (`analyze` should cost little more than the interpreter): ``main`` imports only the module of
+the command being run; ``--help`` and anything unrecognised get the full application, built by :func:`build_app`.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Annotated
 
 import typer
 
 from embedcalc import __version__
-from embedcalc.cli import analyze, bench, check, compare, heads, presets, schema, sweep, verify
 from embedcalc.cli.common import DEBUG
 
-app = typer.Typer(
-    name="embedcalc",
-    help="Configurator and cost calculator for Transformer models: validate a shape, count its parameters, "
-    "FLOPs and memory exactly, compare shapes, and time the real model in PyTorch.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+# command name -> (module, attribute); a Typer attribute is a sub-application (presets list / show)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("embedcalc.cli.check", "check_command"),
+    "analyze": ("embedcalc.cli.analyze", "analyze_command"),
+    "compare": ("embedcalc.cli.compare", "compare_command"),
+    "presets": ("embedcalc.cli.presets", "app"),
+    "heads": ("embedcalc.cli.heads", "heads_command"),
+    "schema": ("embedcalc.cli.schema", "schema_command"),
+    "verify": ("embedcalc.cli.verify", "verify_command"),
+    "bench": ("embedcalc.cli.bench", "bench_command"),
+    "sweep": ("embedcalc.cli.sweep", "sweep_command"),
+}
+ROOT_FLAGS = frozenset({"--debug"})
 
 
 def _version(value: bool) -> None:
@@ -28,7 +36,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     debug: Annotated[
         bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")
@@ -42,17 +49,48 @@ def root(
     DEBUG["enabled"] = debug
 
 
-app.command("check")(check.check_command)
-app.command("analyze")(analyze.analyze_command)
-app.command("compare")(compare.compare_command)
-app.add_typer(presets.app, name="presets")
-app.command("heads")(heads.heads_command)
-app.command("schema")(schema.schema_command)
-app.command("sweep")(sweep.sweep_command)
-app.command("verify")(verify.verify_command)
-app.command("bench")(bench.bench_command)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The application with every command, or with just ``only`` (same behaviour, less to import)."""
+    app = typer.Typer(
+        name="embedcalc",
+        help="Configurator and cost calculator for Transformer models: validate a shape, count its parameters, "
+        "FLOPs and memory exactly, compare shapes, and time the real model in PyTorch.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode="markdown",
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(root)
+    for name, (module_name, attribute) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(module_name), attribute)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
+
+
+def _command_name(argv: list[str]) -> str | None:
+    """The subcommand in ``argv`` if it is known and nothing asks for the top-level help."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version"):
+            return None
+        if arg in ROOT_FLAGS:
+            continue
+        return arg if arg in COMMANDS else None
+    return None
 
 
 def main() -> None:
     """Console-script entry point."""
-    app(prog_name="embedcalc")
+    build_app(_command_name(sys.argv[1:]))(prog_name="embedcalc")
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``embedcalc.cli.app.app``: the full application (for tests and tools), built on first use."""
+    if name == "app":
+        return build_app()
+    raise AttributeError(name)
