@@ -27,7 +27,7 @@ from embedcalc.errors import ExitCode
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 PRESETS = ("bert-base", "bert-large", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b",
-           "transformer-base", "transformer-big")
+           "llama-2-70b", "llama-2-7b", "mistral-7b", "t5-base", "t5-small", "transformer-base", "transformer-big")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 INVALID = str(FIXTURES / "heads_1000_12.yaml")
 
