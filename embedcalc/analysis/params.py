@@ -60,7 +60,11 @@ def _linear(key: str, in_f: int, out_f: int, bias: bool, split: Split) -> list[P
 
 def _norm(config: ModelConfig, key: str) -> list[ParamTensor]:
     d = config.embed_dim
-    return [ParamTensor(key, (d,)), ParamTensor(key, (d,))] if norm_has_bias(config) else [ParamTensor(key, (d,))]
+    return (
+        [ParamTensor(key, (d,)), ParamTensor(key, (d,))]
+        if norm_has_bias(config)
+        else [ParamTensor(key, (d,))]
+    )
 
 
 def _block(config: ModelConfig, stack: Stack) -> list[ParamTensor]:
