@@ -95,9 +95,9 @@ def test_huge_size_is_refused_quickly() -> None:
         "else:\n    print('accepted')\n"
     )
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.fail("parse_size('1e999999') ran for more than 3 s")
+        pytest.fail("parse_size('1e999999') ran for more than 30 s (an algorithmic blow-up, not slowness)")
     assert proc.stdout.strip() == "refused"
 
 

@@ -400,9 +400,9 @@ def test_bracketed_file_name_shown_verbatim(cli: Any, in_tmp_cwd: Path, command:
 
 def test_heads_of_a_huge_embed_dim_is_fast(run_cli: Run) -> None:
     try:
-        proc = run_cli("heads", str(10**18), "--format", "json", timeout=3)
+        proc = run_cli("heads", str(10**18), "--format", "json", timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.fail("embedcalc heads 10**18 did not finish within 3 s")
+        pytest.fail("embedcalc heads 10**18 did not finish within 30 s (an algorithmic blow-up, not slowness)")
     assert proc.returncode == 0
     choices = json.loads(proc.stdout)["results"][0]["choices"]
     assert len(choices) == 19 * 19  # 10^18 = 2^18 5^18

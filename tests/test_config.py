@@ -462,9 +462,9 @@ def test_integer_over_python_digit_limit_exits_3(cli: Any, tmp_path: Path, name:
 def test_huge_indivisible_embed_dim_fails_fast(run_cli: Run, write_config: Write) -> None:
     path = write_config({**SMALL, "embed_dim": 10**18, "num_heads": 7})
     try:
-        proc = run_cli("check", str(path), timeout=3)
+        proc = run_cli("check", str(path), timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.fail("embedcalc check did not finish within 3 s")
+        pytest.fail("embedcalc check did not finish within 30 s (an algorithmic blow-up, not slowness)")
     assert_exit3(proc, "num_heads (7)")
 
 

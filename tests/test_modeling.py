@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import resource
-import time
 from typing import Any
 
 import pytest
@@ -101,16 +100,13 @@ def test_reference_param_counts(name: str, params: int) -> None:
 def test_gpt3_counts_on_meta_quickly_without_allocating() -> None:
     config = load_target("gpt3-175b").config
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    start = time.perf_counter()
     model = build_model(config)
     assert all(p.device.type == "meta" for p in model.parameters())
     assert _numel(model) == count_params(config).total == 174_604_259_328
     assert component_params(model) == count_params(config).as_dict()
     measured = component_flops(config, model, batch_size=1, seq_len=2048)
-    elapsed = time.perf_counter() - start
     assert measured == _analytic_flops(config, 1, 2048, None)
     assert measured["decoder/attention/scores"] == 2 * 96 * 2048 * 2048 * 128 * 96  # layers x b h n² head_dim
-    assert elapsed < 30, f"gpt3-175b took {elapsed:.1f} s to count"
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
     assert grown_mib < 512, f"counting gpt3-175b grew peak memory by {grown_mib:.0f} MiB"
 
@@ -303,28 +299,35 @@ def test_encoder_attends_both_ways() -> None:
 # --- builds, buffers, positions ---------------------------------------------------------------------------------
 
 
-def test_cheap_cpu_build() -> None:
-    """bert-large (1.3 GB of float32) builds on the CPU without random-initialising each weight: typically ~0.5 s
-    on an idle 2-core machine, where ``normal_`` over the same weights alone takes ~2 s. Timed against ``normal_``
-    over a quarter of them, so that a loaded CI machine slows both sides alike."""
+def test_cheap_cpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bert-large builds on the CPU without random-initialising each weight: every per-weight initialiser
+    (``reset_parameters`` of the layers, ``torch.nn.init``'s random fills) fails if it touches real memory, and
+    the build must not call any of them there. (No timing: speed is measured by benchmarks, never asserted in tests.)"""
+
+    def on_real_memory(obj: object) -> bool:
+        tensors = list(obj.parameters()) if isinstance(obj, torch.nn.Module) else [obj]
+        return any(isinstance(t, torch.Tensor) and t.device.type != "meta" for t in tensors)
+
+    def guard(original: Any) -> Any:
+        def guarded(*args: object, **kwargs: object) -> object:
+            if any(on_real_memory(a) for a in (*args, *kwargs.values())):  # free on meta, so allowed there
+                raise AssertionError(f"build_model ran {original.__name__} on real memory")
+            return original(*args, **kwargs)
+
+        return guarded
+
+    for cls in (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm):
+        monkeypatch.setattr(cls, "reset_parameters", guard(cls.reset_parameters))
+    for name in ("normal_", "uniform_", "kaiming_uniform_", "xavier_uniform_", "trunc_normal_"):
+        monkeypatch.setattr(torch.nn.init, name, guard(getattr(torch.nn.init, name)))
     config = load_target("bert-large").config
-    build_model(_tiny("encoder", {}), device="cpu")  # one-off lazy imports out of the timing
-    start = time.perf_counter()
     model = build_model(config, device="cpu")
-    elapsed = time.perf_counter() - start
-    numel = _numel(model)
+    assert _numel(model) == 335_141_888
     weight = model.embedding.token.weight.detach()
     assert weight.device.type == "cpu" and bool(torch.isfinite(weight).all())
-    assert 0.015 < float(weight[:1000].std()) < 0.025
+    assert 0.015 < float(weight[:1000].std()) < 0.025  # filled with N(0, 0.02)-like values all the same
     norm = model.encoder.layers[0].attention.norm
     assert bool((norm.weight == 1).all()) and bool((norm.bias == 0).all())
-    del model, weight, norm
-    start = time.perf_counter()
-    torch.empty(numel // 4).normal_(0, 0.02)
-    quarter_normal = time.perf_counter() - start
-    assert elapsed < max(2 * quarter_normal, 1.0), (
-        f"bert-large took {elapsed:.2f} s to build; normal_ over a quarter of its weights {quarter_normal:.2f} s"
-    )
 
 
 def test_buffers_recomputed_after_to_empty() -> None:
