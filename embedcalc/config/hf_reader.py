@@ -1,0 +1,247 @@
+"""Reading one Hugging Face ``config.json``: the per-key report types, the reader that records every key's fate,
+and the helpers the families share (activation names, dropout, the pointer to embedcalc's own YAML).
+
+:mod:`embedcalc.config.hf_families` holds the mapping of each family; :mod:`embedcalc.config.hf` the entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from embedcalc.config import hf_keys
+from embedcalc.errors import Problem
+
+Origin = Literal["file", "default", "family"]
+
+
+@dataclass(frozen=True)
+class MappedKey:
+    """An embedcalc field and where its value came from: a key of the file, transformers' default for a key the
+    file leaves out, or the family itself (``model_type``)."""
+
+    key: str
+    field: str
+    value: Any
+    origin: Origin
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"key": self.key, "field": self.field, "value": self.value, "origin": self.origin}
+        return out | ({"note": self.note} if self.note else {})
+
+
+@dataclass(frozen=True)
+class IgnoredKey:
+    """A key of the file that does not change the cost, and why."""
+
+    key: str
+    value: Any
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class HFReport:
+    """How a Hugging Face config was read: the family, what it counts as, and the fate of every key."""
+
+    family: str
+    counted_as: str  # "LlamaForCausalLM (AutoModelForCausalLM), LM head untied"
+    mapped: list[MappedKey]
+    ignored: list[IgnoredKey]
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "counted_as": self.counted_as,
+            "mapped": [m.as_dict() for m in self.mapped],
+            "ignored": [i.as_dict() for i in self.ignored],
+            "notes": list(self.notes),
+        }
+
+
+# --- reading one file ------------------------------------------------------------------------------------------
+
+MISSING = object()
+
+
+class KeyReader:
+    """Reads one family's keys from a raw config, recording what was mapped, defaulted and ignored."""
+
+    def __init__(self, raw: Mapping[str, Any], family: Family) -> None:
+        self.raw, self.family = raw, family
+        self.consumed: set[str] = {"model_type"}
+        self.data: dict[str, Any] = {}
+        self.user_keys: dict[str, str] = {}
+        self.mapped: list[MappedKey] = []
+        self.ignored: list[IgnoredKey] = []
+        self.problems: list[Problem] = []
+        self.notes: list[str] = []
+
+    # reading
+
+    def lookup(self, key: str) -> tuple[str, Any]:
+        """(the key as written, its value) for ``key`` or an alias of it (transformers' attribute_map);
+        ``MISSING`` when the file has neither."""
+        names = [key] + [alias for alias, target in self.family.attribute_map.items() if target == key]
+        found = [n for n in names if n in self.raw]
+        self.consumed.update(found)
+        if len(found) > 1:
+            self.problem(found[1], f"{found[1]!r} and {found[0]!r} both set {key}; keep one")
+        return (found[0], self.raw[found[0]]) if found else (key, MISSING)
+
+    def has(self, key: str) -> bool:
+        return self.lookup(key)[1] is not MISSING
+
+    def value(self, key: str) -> tuple[str, Any, bool]:
+        """(key as written, value, from_file): the file's value, else transformers' default for ``key``."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return key, self.family.defaults[key], False
+        return written, value, True
+
+    # recording
+
+    def put(self, name: str, value: Any, key: str, origin: Origin, note: str = "") -> None:
+        self.data[name] = value
+        self.user_keys[name] = key
+        self.mapped.append(MappedKey(key, name, value, origin, note))
+
+    def copy(self, key: str, name: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Any:
+        """Map ``key`` onto field ``name`` (the default when absent); returns the value as mapped."""
+        written, value, from_file = self.value(key)
+        if value is None:
+            if from_file:
+                self.ignored.append(IgnoredKey(written, None, f"null: embedcalc's default for {name} applies"))
+            return None
+        mapped = convert(value) if convert is not None else value
+        self.put(name, mapped, written, "file" if from_file else "default", note)
+        return mapped
+
+    def fixed(self, name: str, value: Any, note: str = "") -> None:
+        self.put(name, value, "model_type", "family", note)
+
+    def ignore(self, key: str, reason: str) -> None:
+        written, value = self.lookup(key)
+        if value is not MISSING:
+            self.ignored.append(IgnoredKey(written, value, reason))
+
+    def problem(self, key: str, message: str, code: str = "hf_unsupported") -> None:
+        self.problems.append(Problem(key, message, code))
+
+    def expect(self, key: str, harmless: tuple[Any, ...], change: str) -> None:
+        """A key that is harmless only with one of ``harmless`` values; anything else is refused."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return
+        if any(value == h and type(value) is type(h) for h in harmless):
+            self.ignored.append(IgnoredKey(written, value, f"{written} = {value!r}: the transformers default"))
+            return
+        self.problem(
+            written,
+            f"{written} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}",
+        )
+
+    # the rest of the file
+
+    def classify_rest(self) -> None:
+        """Classify every key no family rule consumed: common harmless keys, conditional ones, or an error."""
+        for key, value in self.raw.items():
+            if not isinstance(key, str):
+                self.problem(repr(key), f"key {key!r} is not a string", "key_not_string")
+                continue
+            if key in self.consumed:
+                continue
+            if key in hf_keys.CONDITIONAL:
+                change = hf_keys.conditional_problem(key, value)
+                if change is None:
+                    self.ignored.append(IgnoredKey(key, value, f"{key} = {value!r}: the transformers default"))
+                else:
+                    self.problem(key, f"{key} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}")
+                continue
+            reason = hf_keys.common_reason(key, value)
+            if key == "architectures":
+                reason = f"the checkpoint's head classes; embedcalc counts {self.family.counted_as} (counting rule)"
+            if reason is None:
+                self.problem(
+                    key,
+                    f"unknown key {key!r} for model_type {self.family.model_type}: embedcalc cannot tell whether "
+                    f"it changes the model's size or cost. If transformers' {self.family.config_class} ignores it, "
+                    f"remove it from a copy of the file; otherwise {yaml_hint(self.family, lower=True)}",
+                    "hf_unknown_key",
+                )
+                continue
+            self.ignored.append(IgnoredKey(key, value, reason))
+
+
+def yaml_hint(family: Family, lower: bool = False) -> str:
+    text = (
+        "Describe the model in embedcalc's own YAML instead (`embedcalc presets show "
+        f"{family.example_preset}` prints a complete example; README: Hugging Face configs)"
+    )
+    return text[0].lower() + text[1:] if lower else text
+
+
+# --- activations ------------------------------------------------------------------------------------------------
+
+PLAIN_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",
+}
+GATED_ACTIVATIONS = {
+    "silu": "swiglu",
+    "swish": "swiglu",
+    "gelu": "geglu",
+    "gelu_new": "geglu",
+    "gelu_fast": "geglu",
+    "gelu_pytorch_tanh": "geglu",
+    "gelu_python": "geglu",
+}
+
+
+def map_activation(reader: KeyReader, key: str, gated: bool) -> None:
+    """Map an activation name of transformers' ACT2FN (only the element-wise estimate depends on which)."""
+    written, value, from_file = reader.value(key)
+    table = GATED_ACTIVATIONS if gated else PLAIN_ACTIVATIONS
+    if not isinstance(value, str) or value not in table:
+        kind = "gated FFN" if gated else "FFN"
+        reader.problem(
+            written,
+            f"{written} = {value!r} is not an activation embedcalc models for a {kind}; known: "
+            f"{', '.join(sorted(table))}. It changes only the element-wise estimate, so `--set activation=...` "
+            "with the nearest one counts the same matmuls",
+        )
+        return
+    note = "gated: act(gate) * up, three matrices" if gated else ""
+    reader.put("activation", table[value], written, "file" if from_file else "default", note)
+
+
+def map_dropout(reader: KeyReader, key: str) -> None:
+    reader.copy(key, "dropout", lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+
+
+# --- a family ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """One supported ``model_type``: transformers' config class, its defaults, and the mapping function."""
+
+    model_type: str
+    config_class: str
+    counted_as: str  # the class transformers builds and the Auto class that picks it
+    example_preset: str
+    defaults: dict[str, Any]
+    read: Callable[[KeyReader], None]
+    attribute_map: dict[str, str] = field(default_factory=dict)  # alias -> key, as transformers' attribute_map
