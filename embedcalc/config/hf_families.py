@@ -187,7 +187,11 @@ def _read_t5(r: KeyReader) -> None:
     r.copy("num_heads", "num_heads")
     r.copy("relative_attention_num_buckets", "relative_attention_num_buckets")
     r.copy("relative_attention_max_distance", "relative_attention_max_distance")
-    r.copy("n_positions", "max_seq_len", note="T5 has no position table; only the extrapolation warning uses it")
+    key, positions, in_file = r.value("n_positions")
+    note = "T5 has no position table; only the extrapolation warning uses it"
+    if not in_file:
+        note += " (T5Config has no such key: 512 is T5's pre-training context, Raffel et al. 2020, §3.1.2)"
+    r.put("max_seq_len", positions, key, "file" if in_file else "default", note)
     map_dropout(r, "dropout_rate")
     _t5_ffn(r)
     _t5_head(r)
