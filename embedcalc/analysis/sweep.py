@@ -5,10 +5,8 @@ A point of ``embedcalc sweep TARGET --embed-dim ... --seq-len ...`` is the targe
 makes it follow 4 * embed_dim) and a workload with the swept batch_size / seq_len. Axes combine as a cartesian
 product in the order of :data:`AXES` (seq_len varies fastest, so consecutive points form seq-len curves).
 
-Validity per point is vectorised too: the config rules a swept axis can break (embed_dim divisible by num_heads,
-an even head_dim for rope, num_kv_heads dividing num_heads) and the workload rule (seq_len within max_seq_len for
-learned positions) are evaluated on small tables over the axis values and indexed per point. Invalid points are
-kept and carry their problems; problems no swept axis can cause are raised once, as for ``analyze``.
+Validity per point is vectorised too (:mod:`embedcalc.analysis.sweep_rules`). Invalid points are kept and carry
+their problems; problems no swept axis can cause are raised once, as for ``analyze``.
 
 :func:`evaluate_point` is the per-config path (pydantic validation plus :func:`embedcalc.analysis.report.analyze`)
 that the vectorised grid is tested and benchmarked against.
@@ -26,6 +24,7 @@ import numpy as np
 
 from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
 from embedcalc.analysis.report import analyze
+from embedcalc.analysis.sweep_rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
 from embedcalc.config.checks import workload_problems
 from embedcalc.config.loading import apply_overrides, canonical_mapping, resolve_target, validate_config
@@ -34,7 +33,6 @@ from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 AXES = GRID_AXES
 CONFIG_AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim")
-FLAGS = {axis: "--" + axis.replace("_", "-") for axis in AXES}
 MAX_AXIS_VALUES = 100_000
 MAX_POINTS = 2_000_000
 AXIS_SYNTAX = "a list 128,256,512, an arithmetic range 384:12288:+384 or a geometric one 64:16384:x2"
@@ -141,121 +139,6 @@ def load_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
     return SweepBase(target=target, data=data, user_keys=user_keys, origin=origin)
 
 
-# --- validity -----------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PointRule:
-    """One validity rule over the grid: where it fails and the message at each failing point."""
-
-    code: str
-    path: str
-    failed: np.ndarray  # bool per point
-    messages: np.ndarray  # object (str) per point, "" where the rule holds
-
-
-def _table(values: Sequence[int]) -> np.ndarray:
-    return np.asarray(list(values), dtype=np.int64 if max(values) < 2**62 else object)
-
-
-def _rule(code: str, path: str, bad: np.ndarray, text: Any, where: tuple[np.ndarray, ...]) -> PointRule:
-    """Index a rule table (over axis values) per point; ``text(*indices)`` writes the message of a bad entry."""
-    messages = np.full(bad.shape, "", dtype=object)
-    for entry in np.argwhere(bad):
-        messages[tuple(entry)] = text(*entry)
-    return PointRule(code, path, bad[where], messages[where])
-
-
-def _validity_rules(
-    base: SweepBase, axes: Mapping[str, Sequence[int]], index: Mapping[str, np.ndarray], size: int
-) -> tuple[list[PointRule], list[PointRule]]:
-    """(config rules, workload rules) that depend on a swept axis, evaluated per point."""
-    data, keys = base.data, dict(base.user_keys)
-    for axis in axes:
-        keys[axis] = FLAGS[axis]
-    zero = np.zeros(size, dtype=np.intp)
-    d_vals = axes.get("embed_dim", (data["embed_dim"],))
-    h_vals = axes.get("num_heads", (data["num_heads"],))
-    d_idx, h_idx = index.get("embed_dim", zero), index.get("num_heads", zero)
-    kd, kh = keys.get("embed_dim", "embed_dim"), keys.get("num_heads", "num_heads")
-    position = data.get("position", ModelConfig.model_fields["position"].default)
-    config_rules: list[PointRule] = []
-    heads_ok = np.ones((len(d_vals), len(h_vals)), dtype=bool)
-    if data.get("head_dim") is None and {"embed_dim", "num_heads"} & set(axes):
-        d, h = _table(d_vals)[:, None], _table(h_vals)[None, :]
-        indivisible = np.asarray(d % h != 0, dtype=bool)
-        config_rules.append(
-            _rule(
-                "heads_indivisible",
-                kh,
-                indivisible,
-                lambda i, j: (
-                    f"{kh} ({h_vals[j]}) must divide {kd} ({d_vals[i]}): head_dim would be "
-                    f"{d_vals[i] / h_vals[j]:.2f}"
-                ),
-                (d_idx, h_idx),
-            )
-        )
-        heads_ok = ~indivisible
-        if position == "rope":
-            odd = heads_ok & np.asarray((d // h) % 2 == 1, dtype=bool)
-            config_rules.append(
-                _rule(
-                    "rope_head_dim_odd",
-                    kh,
-                    odd,
-                    lambda i, j: (
-                        f"head_dim = {kd} / {kh} = {d_vals[i] // h_vals[j]} must be even for position rope"
-                    ),
-                    (d_idx, h_idx),
-                )
-            )
-            heads_ok &= ~odd
-    kv_heads = data.get("num_kv_heads")
-    if kv_heads is not None and "num_heads" in axes:
-        kk = keys.get("num_kv_heads", "num_kv_heads")
-        kv_bad = heads_ok & np.asarray(_table(h_vals)[None, :] % kv_heads != 0, dtype=bool)
-        config_rules.append(
-            _rule(
-                "kv_heads_indivisible",
-                kk,
-                kv_bad,
-                lambda i, j: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})",
-                (d_idx, h_idx),
-            )
-        )
-    workload_rules: list[PointRule] = []
-    if "seq_len" in axes and position == "learned":
-        limit, seq_vals = data["max_seq_len"], axes["seq_len"]
-        label = data.get("name") or base.target
-        over = np.asarray([n > limit for n in seq_vals], dtype=bool)
-        workload_rules.append(
-            _rule(
-                "seq_len_over_context",
-                FLAGS["seq_len"],
-                over,
-                lambda i: (
-                    f"--seq-len {seq_vals[i]} exceeds max_seq_len {limit} of {label}: its learned position "
-                    "table has no rows beyond that"
-                ),
-                (index["seq_len"],),
-            )
-        )
-    return config_rules, workload_rules
-
-
-def _explained_by_sweep(problem: Problem, swept: set[str], data: Mapping[str, Any]) -> bool:
-    """Whether a problem of the first point is one that a swept axis causes (so other points may be valid)."""
-    shape_swept = bool({"embed_dim", "num_heads"} & swept)
-    if problem.code == "heads_indivisible":
-        return shape_swept
-    if problem.code == "rope_head_dim_odd":
-        return shape_swept and data.get("head_dim") is None
-    if problem.code == "kv_heads_indivisible":
-        return "num_heads" in swept
-    return False
-
-
 # --- the sweep ----------------------------------------------------------------------------------------------------
 
 
@@ -281,7 +164,7 @@ class SweepResult:
     def axis_column(self, axis: str) -> np.ndarray:
         """Each point's value of ``axis`` (swept or fixed); ffn_dim resolved (4 * embed_dim by default)."""
         if axis in self.axes:
-            return np.asarray(_table(self.axes[axis])[self.index[axis]])
+            return np.asarray(axis_table(self.axes[axis])[self.index[axis]])
         if axis == "ffn_dim" and self.grid is not None:
             return self.grid["ffn_dim"]
         return np.full(self.size, self.fixed[axis], dtype=object)
@@ -373,11 +256,11 @@ def sweep_target(
     try:
         base.config_at(first, tuple(axes))
     except ConfigError as exc:
-        fixed = [p for p in exc.problems if not _explained_by_sweep(p, swept, base.data)]
+        fixed = [p for p in exc.problems if not explained_by_sweep(p, swept, base.data)]
         if fixed:
             lines = "\n".join(f"  {p.path}: {p.message}" for p in fixed)
             raise ConfigError(f"{base.origin}: problems no swept axis causes\n{lines}", fixed) from None
-    config_rules, workload_rules = _validity_rules(base, axes, index, size)
+    config_rules, workload_rules = validity_rules(base.data, base.user_keys, base.target, axes, index, size)
     config_ok = np.ones(size, dtype=bool)
     for rule in config_rules:
         config_ok &= ~rule.failed

@@ -19,7 +19,8 @@ from typing import IO, Any
 from rich.markup import escape
 from rich.table import Table
 
-from embedcalc.analysis.sweep import CONFIG_AXES, FLAGS, SeqLenCurve, SweepResult
+from embedcalc.analysis.sweep import CONFIG_AXES, SeqLenCurve, SweepResult
+from embedcalc.analysis.sweep_rules import FLAGS
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 from embedcalc.render import units
 
