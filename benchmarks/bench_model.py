@@ -72,8 +72,12 @@ def main() -> None:
     print(f"{'pair':>4} {'ours tok/s':>12} {'HF tok/s':>12} {'ours/HF':>8}")
     ratios, our_times = [], []
     for i in range(args.pairs):
-        t_ours = _time(run_ours, args.repeat)
-        t_theirs = _time(run_theirs, args.repeat)
+        if i % 2 == 0:  # alternate who goes first, so that neither always runs on a warmer (or noisier) machine
+            t_ours = _time(run_ours, args.repeat)
+            t_theirs = _time(run_theirs, args.repeat)
+        else:
+            t_theirs = _time(run_theirs, args.repeat)
+            t_ours = _time(run_ours, args.repeat)
         ratios.append(t_theirs / t_ours)
         our_times.append(t_ours)
         print(f"{i + 1:>4} {tokens / t_ours:>12,.0f} {tokens / t_theirs:>12,.0f} {t_theirs / t_ours:>7.3f}x")
