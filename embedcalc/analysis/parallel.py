@@ -127,18 +127,22 @@ class Stage:
 
 
 def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
-    """Split the blocks (encoder, then decoder) into ``pp`` contiguous stages, the first ones one larger."""
-    order = [s.name for s in stacks(config) for _ in range(s.num_layers)]
-    base, extra = divmod(len(order), pp)
-    out, start = [], 0
+    """Split the blocks (encoder, then decoder) into ``pp`` contiguous stages, the first ones one larger.
+
+    Arithmetic on the block counts only (constant time for 10**20 layers as for 12).
+    """
+    spans = []  # (stack name, first global block, end)
+    start = 0
+    for s in stacks(config):
+        spans.append((s.name, start, start + s.num_layers))
+        start += s.num_layers
+    base, extra = divmod(start, pp)
+    out, begin = [], 0
     for i in range(pp):
-        size = base + (1 if i < extra else 0)
-        chunk = order[start : start + size]
-        start += size
-        counts: dict[str, int] = {}
-        for name in chunk:
-            counts[name] = counts.get(name, 0) + 1
-        out.append(Stage(i, start - size, start, counts, first=i == 0, last=i == pp - 1))
+        end = begin + base + (1 if i < extra else 0)
+        counts = {name: min(end, hi) - max(begin, lo) for name, lo, hi in spans if min(end, hi) > max(begin, lo)}
+        out.append(Stage(i, begin, end, counts, first=i == 0, last=i == pp - 1))
+        begin = end
     return out
 
 

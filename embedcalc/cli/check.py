@@ -28,7 +28,7 @@ from embedcalc.cli.common import (
     handle_errors,
     load,
 )  # fmt: skip
-from embedcalc.config.checks import config_warnings
+from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.config.loading import raw_config
 from embedcalc.config.suggest import suggest as suggest_fixes
 from embedcalc.errors import ConfigError, ExitCode, Problem
@@ -80,7 +80,20 @@ def check_command(
                 entry["suggestions"] = _suggestions(target, overrides, format)
             results.append(entry)
             continue
+        workload_errors, workload_warnings = workload_problems(loaded.config, workload)
+        if workload_errors and not budget.empty:  # the budget is judged on this workload: it must be possible
+            exc = ConfigError(
+                f"{target}: the workload does not fit the config\n"
+                + "\n".join(f"  {p.message}" for p in workload_errors),
+                workload_errors,
+            )
+            output.report_error(exc)
+            problems += [Problem(f"{target}: {p.path}", p.message, p.code) for p in workload_errors]
+            results.append({"target": target, "valid": False, "problems": [p.as_dict() for p in workload_errors]})
+            continue
         warnings = config_warnings(loaded.config, loaded.user_keys)
+        if not budget.empty:
+            warnings += workload_warnings
         output.warn(warnings, target)
         result = analyze(target, loaded.config, workload, warnings)
         if not budget.empty:
@@ -101,9 +114,9 @@ def check_command(
             if loaded.hf is not None:
                 output.stdout.print(hf_mapping_table(target, loaded.hf))
     if format is OutputFormat.json:
-        output.emit_json(
-            "check", results, problems=problems + over, status="error" if problems or over else "ok"
-        )
+        workload_json = workload.as_dict() if not budget.empty else None  # the workload budgets were judged on
+        status = "error" if problems or over else "ok"
+        output.emit_json("check", results, workload_json, problems + over, status)
     if problems:
         raise typer.Exit(int(ExitCode.INVALID_CONFIG))
     enforce_budget(over, json_emitted=format is OutputFormat.json)

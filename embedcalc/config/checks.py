@@ -79,6 +79,20 @@ def workload_problems(config: ModelConfig, workload: Workload) -> tuple[list[Pro
                 "tgt_len_ignored",
             )
         )
+    if workload.gen_tokens:
+        if config.architecture == "encoder" or workload.mode == "training":
+            why = (
+                "an encoder generates nothing"
+                if config.architecture == "encoder"
+                else "training does not decode"
+            )
+            warnings.append(Problem("--gen-tokens", f"--gen-tokens is ignored: {why}", "gen_tokens_ignored"))
+        else:
+            prompt_flag = "--tgt-len" if config.architecture == "encoder-decoder" else "--seq-len"
+            prompt = workload.seq_len
+            if config.architecture == "encoder-decoder" and workload.tgt_len is not None:
+                prompt = workload.tgt_len
+            lengths.append((f"{prompt_flag} + --gen-tokens", prompt + workload.gen_tokens))
     for flag, value in lengths:
         if value <= config.max_seq_len:
             continue
@@ -87,8 +101,13 @@ def workload_problems(config: ModelConfig, workload: Workload) -> tuple[list[Pro
                 Problem(
                     flag,
                     f"{flag} {value} exceeds max_seq_len {config.max_seq_len} of {config.label}: "
-                    "its learned position table has no rows beyond that; use "
-                    f"{flag} {config.max_seq_len} or raise max_seq_len (--set max_seq_len={value})",
+                    "its learned position table has no rows beyond that; "
+                    + (
+                        f"keep {flag} at most {config.max_seq_len}"
+                        if "+" in flag
+                        else f"use {flag} {config.max_seq_len}"
+                    )
+                    + f" or raise max_seq_len (--set max_seq_len={value})",
                     "seq_len_over_context",
                 )
             )

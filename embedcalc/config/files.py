@@ -50,10 +50,34 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.1 (PyYAML) reads `1e-1` as a string; YAML 1.2 and JSON read it as a number. Accept the 1.2 form.
+# Numbers as YAML 1.2 and JSON read them. PyYAML implements YAML 1.1, which reads `0512` as octal 330, `1:30` as
+# base-60 90, `0x10` as 16 and `1_000` as 1000, but `1e-1` as a string: a model size must never be silently
+# changed, so only decimal integers and decimal/exponent floats are numbers; anything else stays a string and is
+# then rejected by validation with the value quoted.
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789")
+    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789")
 )
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9]+[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def parse_scalar(text: str) -> Any:
+    """One ``--set`` value read with the same number rules as config files (``16`` int, ``true`` bool)."""
+    return yaml.load(text, Loader=_StrictLoader)
 
 
 def _fail(path: Path, message: str, code: str) -> ConfigError:

@@ -50,7 +50,9 @@ def _unsupported(model_type: Any, origin: str) -> ConfigError:
         "max_seq_len, embed_dim, num_heads, num_layers, ffn_dim and the options that apply (`embedcalc presets "
         "show llama-2-7b` prints a complete example, `embedcalc schema` every field; README: Hugging Face configs)"
     )
-    return ConfigError(message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family")
+    return ConfigError(
+        message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family"
+    )
 
 
 def _name(raw: Mapping[str, Any], path: Path | None) -> str | None:
@@ -83,5 +85,7 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
     head = ""
     if reader.data.get("lm_head"):
         head = ", LM head tied" if reader.data.get("tie_embeddings", True) else ", LM head untied"
-    report = HFReport(family.model_type, family.counted_as + head, reader.mapped, reader.ignored, reader.notes)
+    report = HFReport(
+        family.model_type, family.counted_as + head, reader.mapped, reader.ignored, reader.notes
+    )
     return HFMapping(reader.data, reader.user_keys, report)

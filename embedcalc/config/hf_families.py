@@ -56,7 +56,9 @@ def _read_roberta(r: KeyReader) -> None:
     rows_key, rows, rows_in_file = r.value("max_position_embeddings")
     pad_key, pad, _ = r.value("pad_token_id")
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
-        r.problem(pad_key, f"{pad_key} = {pad!r}: RoBERTa numbers positions from pad_token_id + 1 and needs it")
+        r.problem(
+            pad_key, f"{pad_key} = {pad!r}: RoBERTa numbers positions from pad_token_id + 1 and needs it"
+        )
         return
     offset = pad + 1
     origin: Origin = "file" if rows_in_file else "default"
@@ -132,7 +134,9 @@ def _read_opt(r: KeyReader) -> None:
     """OPTForCausalLM: positions offset by 2 rows, optional project_in/out, pre- or post-norm (do_layer_norm_before)."""
     for name, value in (("architecture", "decoder"), ("norm", "layernorm"), ("embedding_norm", False),
                         ("position", "learned"), ("position_offset", 2), ("lm_head", True)):  # fmt: skip
-        r.fixed(name, value, "OPTLearnedPositionalEmbedding has 2 extra rows" if name == "position_offset" else "")
+        r.fixed(
+            name, value, "OPTLearnedPositionalEmbedding has 2 extra rows" if name == "position_offset" else ""
+        )
     r.copy("vocab_size", "vocab_size")
     d = r.copy("hidden_size", "embed_dim")
     r.copy("num_hidden_layers", "num_layers")
@@ -144,7 +148,9 @@ def _read_opt(r: KeyReader) -> None:
     map_dropout(r, "dropout")
     r.copy("tie_word_embeddings", "tie_embeddings")
     pre = r.copy(
-        "do_layer_norm_before", "norm_placement", lambda v: "pre" if v is True else "post" if v is False else v
+        "do_layer_norm_before",
+        "norm_placement",
+        lambda v: "pre" if v is True else "post" if v is False else v,
     )
     remove_key, remove, remove_in_file = r.value("_remove_final_layer_norm")
     if isinstance(remove, bool) and pre in ("pre", "post"):
@@ -163,7 +169,9 @@ def _read_opt(r: KeyReader) -> None:
     r.expect("layer_norm_elementwise_affine", (True,), "LayerNorms without weight and bias")
     for key in ("attention_dropout", "activation_dropout"):
         r.ignore(key, hf_keys.dropout_reason("dropout"))
-    r.ignore("layerdrop", "skips whole layers at random during training; the model holds and runs all of them")
+    r.ignore(
+        "layerdrop", "skips whole layers at random during training; the model holds and runs all of them"
+    )
     r.ignore("scale_embedding", "a fairseq key that transformers' OPT code never reads")
 
 
@@ -212,7 +220,9 @@ def _t5_head(r: KeyReader) -> None:
             r.problem(key, f"{key} must be true or false, got {value!r}")
             return
     untied = tie is False or scale is False
-    keys = ", ".join(k for k, v in ((tie_key, tie_in_file), (scale_key, scale is not MISSING)) if v) or tie_key
+    keys = (
+        ", ".join(k for k, v in ((tie_key, tie_in_file), (scale_key, scale is not MISSING)) if v) or tie_key
+    )
     origin: Origin = "file" if tie_in_file or scale is not MISSING else "default"
     note = (
         "untied: the v1.1 head (transformers >= 5 ties a model built from the config alone, but from_pretrained "
@@ -236,11 +246,16 @@ def _t5_ffn(r: KeyReader) -> None:
         return
     r.put("activation", table[act], written, "file" if from_file else "default",
           "gated: wi_0, wi_1, wo" if gated else "wi, wo")  # fmt: skip
-    for key, expected in (("is_gated_act", gated), ("dense_act_fn", "gelu_new" if proj == "gated-gelu" else act)):
+    for key, expected in (
+        ("is_gated_act", gated),
+        ("dense_act_fn", "gelu_new" if proj == "gated-gelu" else act),
+    ):
         k, value = r.lookup(key)
         if value is MISSING:
             continue
-        if (key == "is_gated_act" and value is not expected) or (key == "dense_act_fn" and value not in table):
+        if (key == "is_gated_act" and value is not expected) or (
+            key == "dense_act_fn" and value not in table
+        ):
             r.problem(k, f"{k} = {value!r} contradicts {written} = {proj!r}")
         else:
             r.ignored.append(IgnoredKey(k, value, f"derived by T5Config from {written}"))
@@ -265,7 +280,9 @@ def _read_llama_like(r: KeyReader, *, attention_bias: bool | None, mlp_bias: boo
         r.put("num_kv_heads", kv, kv_key, "file" if kv_in_file else "default")
     if r.has("head_dim"):
         r.copy("head_dim", "head_dim")  # null keeps embedcalc's default, hidden_size / num_attention_heads
-    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning")
+    r.copy(
+        "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
+    )
     r.copy("tie_word_embeddings", "tie_embeddings")
     map_activation(r, "hidden_act", gated=True)
     map_dropout(r, "attention_dropout")
@@ -279,7 +296,9 @@ def _read_llama_like(r: KeyReader, *, attention_bias: bool | None, mlp_bias: boo
 
 def _read_llama(r: KeyReader) -> None:
     _read_llama_like(r, attention_bias=None, mlp_bias=None)
-    r.ignore("pretraining_tp", "how Meta split matmuls over tensor-parallel ranks in pre-training; the same FLOPs")
+    r.ignore(
+        "pretraining_tp", "how Meta split matmuls over tensor-parallel ranks in pre-training; the same FLOPs"
+    )
     r.ignore("max_sequence_length", "a key of early (2023) LLaMA conversions that transformers never reads; the "
              "context is max_position_embeddings")  # fmt: skip
 
@@ -292,7 +311,9 @@ def _read_mistral(r: KeyReader) -> None:
     r.copy("sliding_window", "sliding_window", note="caps the KV cache at this many tokens (rolling buffer)")
     for key in ("attention_bias", "mlp_bias"):
         r.ignore(key, "MistralAttention and MistralMLP build no biases whatever this says")
-    r.ignore("layer_types", "MistralModel masks every layer with sliding_window and does not read layer_types")
+    r.ignore(
+        "layer_types", "MistralModel masks every layer with sliding_window and does not read layer_types"
+    )
 
 
 def _read_qwen2(r: KeyReader) -> None:

@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 METADATA = "metadata (names, versions, hub bookkeeping); no effect on the model"
-RUNTIME = "a runtime switch of transformers (returned outputs, caching, attention kernel); same weights and matmuls"
+RUNTIME = (
+    "a runtime switch of transformers (returned outputs, caching, attention kernel); same weights and matmuls"
+)
 TOKEN_ID = "a token id: it indexes the vocabulary and sizes nothing"
 TASK = "labels of a task head; the counted model has no classification head"
 GENERATION = "a generate() setting: it decides how many forward passes run, not what one pass costs"

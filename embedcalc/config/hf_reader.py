@@ -116,7 +116,9 @@ class KeyReader:
         written, value, from_file = self.value(key)
         if value is None:
             if from_file:
-                self.ignored.append(IgnoredKey(written, None, f"null: embedcalc's default for {name} applies"))
+                self.ignored.append(
+                    IgnoredKey(written, None, f"null: embedcalc's default for {name} applies")
+                )
             return None
         mapped = convert(value) if convert is not None else value
         self.put(name, mapped, written, "file" if from_file else "default", note)
@@ -139,7 +141,9 @@ class KeyReader:
         if value is MISSING:
             return
         if any(value == h and type(value) is type(h) for h in harmless):
-            self.ignored.append(IgnoredKey(written, value, f"{written} = {value!r}: the transformers default"))
+            self.ignored.append(
+                IgnoredKey(written, value, f"{written} = {value!r}: the transformers default")
+            )
             return
         self.problem(
             written,
@@ -159,9 +163,13 @@ class KeyReader:
             if key in hf_keys.CONDITIONAL:
                 change = hf_keys.conditional_problem(key, value)
                 if change is None:
-                    self.ignored.append(IgnoredKey(key, value, f"{key} = {value!r}: the transformers default"))
+                    self.ignored.append(
+                        IgnoredKey(key, value, f"{key} = {value!r}: the transformers default")
+                    )
                 else:
-                    self.problem(key, f"{key} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}")
+                    self.problem(
+                        key, f"{key} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}"
+                    )
                 continue
             reason = hf_keys.common_reason(key, value)
             if key == "architectures":
@@ -228,7 +236,9 @@ def map_activation(reader: KeyReader, key: str, gated: bool) -> None:
 
 
 def map_dropout(reader: KeyReader, key: str) -> None:
-    reader.copy(key, "dropout", lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+    reader.copy(
+        key, "dropout", lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+    )
 
 
 # --- a family ---------------------------------------------------------------------------------------------------
@@ -244,4 +254,6 @@ class Family:
     example_preset: str
     defaults: dict[str, Any]
     read: Callable[[KeyReader], None]
-    attribute_map: dict[str, str] = field(default_factory=dict)  # alias -> key, as transformers' attribute_map
+    attribute_map: dict[str, str] = field(
+        default_factory=dict
+    )  # alias -> key, as transformers' attribute_map

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
-from embedcalc.config.files import load_mapping
+from embedcalc.config.files import load_mapping, parse_scalar
 from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
@@ -122,7 +122,7 @@ def parse_override(text: str) -> tuple[str, Any]:
             "bad_override",
         )
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = parse_scalar(value) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
     if isinstance(parsed, dict | list):
