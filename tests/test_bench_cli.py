@@ -218,7 +218,8 @@ def test_bench_table(cli: Any, tiny: str, small_peak: None) -> None:
 @pytest.mark.torch
 def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
     data = run_json(cli, "bench", "--peak", "--device", "cpu", "--format", "json")
-    [result] = data["results"]
+    [entry] = data["results"]
+    result = entry["measurement"]  # DESIGN §5: bench results carry a measurement object
     assert result["peak_flops_per_s"] > 0
     assert result["device"].startswith("cpu")
     assert result["spec_peak_flops_per_s"] is None  # no datasheet number for a CPU, never another device's

@@ -140,7 +140,9 @@ def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
     out, begin = [], 0
     for i in range(pp):
         end = begin + base + (1 if i < extra else 0)
-        counts = {name: min(end, hi) - max(begin, lo) for name, lo, hi in spans if min(end, hi) > max(begin, lo)}
+        counts = {
+            name: min(end, hi) - max(begin, lo) for name, lo, hi in spans if min(end, hi) > max(begin, lo)
+        }
         out.append(Stage(i, begin, end, counts, first=i == 0, last=i == pp - 1))
         begin = end
     return out

@@ -34,11 +34,6 @@ def norm_has_bias(config: ModelConfig) -> bool:
     return config.norm == "layernorm" and config.norm_bias
 
 
-def norm_params(config: ModelConfig) -> int:
-    """Parameters of one norm over embed_dim: a weight, plus a bias for LayerNorm with ``norm_bias``."""
-    return 2 * config.embed_dim if norm_has_bias(config) else config.embed_dim
-
-
 def ffn_in_width(config: ModelConfig) -> int:
     """Output width of the FFN's input projection(s): gated FFNs have two (gate and up), so 2 * ffn_dim."""
     return 2 * config.resolved_ffn_dim if config.gated else config.resolved_ffn_dim

@@ -260,7 +260,10 @@ def sweep_target(
         if fixed:
             lines = "\n".join(f"  {p.path}: {p.message}" for p in fixed)
             raise ConfigError(f"{base.origin}: problems no swept axis causes\n{lines}", fixed) from None
-    config_rules, workload_rules = validity_rules(base.data, base.user_keys, base.target, axes, index, size)
+    decoding = workload.mode == "inference" and base.data.get("architecture") == "decoder"
+    config_rules, workload_rules = validity_rules(
+        base.data, base.user_keys, base.target, axes, index, size, workload.gen_tokens if decoding else 0
+    )
     config_ok = np.ones(size, dtype=bool)
     for rule in config_rules:
         config_ok &= ~rule.failed

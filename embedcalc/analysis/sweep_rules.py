@@ -54,8 +54,11 @@ def validity_rules(
     axes: Mapping[str, Sequence[int]],
     index: Mapping[str, np.ndarray],
     size: int,
+    gen_tokens: int = 0,
 ) -> tuple[list[PointRule], list[PointRule]]:
     """(config rules, workload rules) that depend on a swept axis, evaluated per point.
+
+    ``gen_tokens``: tokens a decoder generates after a --seq-len prompt (they need position rows too).
 
     ``data`` is the target's canonical mapping (with --set applied), ``user_keys`` the keys as the user wrote them.
     """
@@ -117,15 +120,15 @@ def validity_rules(
     if "seq_len" in axes and position == "learned":
         limit, seq_vals = data["max_seq_len"], axes["seq_len"]
         label = data.get("name") or target
-        over = np.asarray([n > limit for n in seq_vals], dtype=bool)
+        over = np.asarray([n + gen_tokens > limit for n in seq_vals], dtype=bool)
         workload_rules.append(
             _rule(
                 "seq_len_over_context",
                 FLAGS["seq_len"],
                 over,
                 lambda i: (
-                    f"--seq-len {seq_vals[i]} exceeds max_seq_len {limit} of {label}: its learned position "
-                    "table has no rows beyond that"
+                    f"--seq-len {seq_vals[i]}{f' + --gen-tokens {gen_tokens}' if gen_tokens else ''} exceeds "
+                    f"max_seq_len {limit} of {label}: its learned position table has no rows beyond that"
                 ),
                 (index["seq_len"],),
             )

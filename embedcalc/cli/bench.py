@@ -36,7 +36,7 @@ from embedcalc.cli.common import (
     make_workload,
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_torch
-from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
 
 class DeviceChoice(StrEnum):
@@ -153,6 +153,10 @@ def bench_command(
     except RuntimeError as exc:
         raise UnsupportedEnvironmentError(f"{exc}; use --device cpu or --device auto", "no_cuda") from None
     if peak:
+        if target is not None:
+            output.warn(
+                [Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")]
+            )
         _report_peak(dev, dtype.value, format)
         return
     if target is None:
@@ -261,7 +265,7 @@ def _report_peak(dev: Any, dtype: str, format: OutputFormat) -> None:
         "spec_peak_source": spec.source if spec else None,
     }  # fmt: skip
     if format is OutputFormat.json:
-        output.emit_json("bench", [result])
+        output.emit_json("bench", [{"target": None, "measurement": result}])
         return
     from embedcalc.render.bench import peak_table
 

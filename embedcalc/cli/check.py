@@ -37,7 +37,8 @@ from embedcalc.errors import ConfigError, ExitCode, Problem
 @handle_errors("check")
 def check_command(
     targets: Annotated[
-        list[str], typer.Argument(help="Preset names or config files (YAML/JSON, or a Hugging Face config.json).")
+        list[str],
+        typer.Argument(help="Preset names or config files (YAML/JSON, or a Hugging Face config.json)."),
     ],
     overrides: SetOption = None,
     max_params: MaxParamsOption = None,
@@ -82,14 +83,17 @@ def check_command(
             continue
         workload_errors, workload_warnings = workload_problems(loaded.config, workload)
         if workload_errors and not budget.empty:  # the budget is judged on this workload: it must be possible
-            exc = ConfigError(
-                f"{target}: the workload does not fit the config\n"
-                + "\n".join(f"  {p.message}" for p in workload_errors),
-                workload_errors,
+            output.report_error(
+                ConfigError(
+                    f"{target}: the workload does not fit the config\n"
+                    + "\n".join(f"  {p.message}" for p in workload_errors),
+                    workload_errors,
+                )
             )
-            output.report_error(exc)
             problems += [Problem(f"{target}: {p.path}", p.message, p.code) for p in workload_errors]
-            results.append({"target": target, "valid": False, "problems": [p.as_dict() for p in workload_errors]})
+            results.append(
+                {"target": target, "valid": False, "problems": [p.as_dict() for p in workload_errors]}
+            )
             continue
         warnings = config_warnings(loaded.config, loaded.user_keys)
         if not budget.empty:
@@ -114,7 +118,9 @@ def check_command(
             if loaded.hf is not None:
                 output.stdout.print(hf_mapping_table(target, loaded.hf))
     if format is OutputFormat.json:
-        workload_json = workload.as_dict() if not budget.empty else None  # the workload budgets were judged on
+        workload_json = (
+            workload.as_dict() if not budget.empty else None
+        )  # the workload budgets were judged on
         status = "error" if problems or over else "ok"
         output.emit_json("check", results, workload_json, problems + over, status)
     if problems:

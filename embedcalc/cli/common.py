@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -233,6 +234,14 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
                     problems = exc.problems or [Problem("", exc.message, exc.code)]
                     output.emit_json(command, [], problems=problems, status="error")
                 raise typer.Exit(int(exc.exit_code)) from None
+            except BrokenPipeError:  # `embedcalc ... | head`: the reader left; nothing more to say
+                sys.stderr.close()
+                raise typer.Exit(int(ExitCode.RUNTIME)) from None
+            except OSError as exc:  # e.g. stdout on a full disk
+                if DEBUG["enabled"]:
+                    raise
+                output.report_error(EmbedcalcError(f"cannot write output: {exc.strerror or exc}"))
+                raise typer.Exit(int(ExitCode.RUNTIME)) from None
             except KeyboardInterrupt:
                 if DEBUG["enabled"]:
                     raise

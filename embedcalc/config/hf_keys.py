@@ -10,7 +10,6 @@ older files keep at top level).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 METADATA = "metadata (names, versions, hub bookkeeping); no effect on the model"
@@ -133,8 +132,3 @@ def conditional_problem(key: str, value: Any) -> str | None:
 
 def dropout_reason(mapped_from: str) -> str:
     return DROPOUT.format(key=mapped_from)
-
-
-def present(raw: Mapping[str, Any], *keys: str) -> list[str]:
-    """The keys of ``keys`` that ``raw`` has."""
-    return [k for k in keys if k in raw]

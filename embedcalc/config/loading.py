@@ -20,7 +20,7 @@ from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.config.schema import FIELD_NAMES, ModelConfig
-from embedcalc.errors import ConfigError, Problem
+from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(
+        raise EmbedcalcError(
             f"--set {text!r}: expected key=value, e.g. --set num_heads=16",
+            ExitCode.USAGE,
             [Problem(f"--set {text}", "expected key=value", "bad_override")],
             "bad_override",
         )
@@ -136,12 +137,15 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
     known = list(FIELD_NAMES) + list(ALIAS_TO_FIELD)
     for text in overrides:
         key, value = parse_override(text)
+        raw_value = text.partition("=")[2].strip()
         name = canonical_key(key)
         if name not in FIELD_NAMES:
             problems.append(
                 Problem(f"--set {key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
             )
             continue
+        if name == "name" and value is not None:
+            value = raw_value  # a label is text even when it looks like a number or a boolean
         data[name] = value
         user_keys[name] = f"--set {key}"
     return problems

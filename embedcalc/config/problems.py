@@ -37,7 +37,9 @@ def _integer_hint(value: Any) -> str:
         if len(digits) > 1 and digits.startswith("0"):
             return f"; write {int(digits)} (with a leading 0, YAML 1.1 would read it as octal)"
         return f"; write {value.strip()} without quotes"
-    if isinstance(value, str) and (value.lower().startswith(("0x", "0o", "0b")) or ":" in value or "_" in value):
+    if isinstance(value, str) and (
+        value.lower().startswith(("0x", "0o", "0b")) or ":" in value or "_" in value
+    ):
         return "; write the number in plain decimal digits"
     if isinstance(value, bool):
         return "; booleans are not sizes"

@@ -33,6 +33,14 @@ def _key(info: ValidationInfo, field: str) -> str:
     return str(keys.get(field, field))
 
 
+def _options(key: str, values: list[int]) -> str:
+    """Alternatives the user can paste: ``--set num_heads=8 or --set num_heads=12`` for an override, else
+    ``num_heads 8 or 12``."""
+    if key.startswith("--set "):
+        return " or ".join(f"{key}={v}" for v in values)
+    return f"{key} {_fmt_list(values)}"
+
+
 def _fmt_list(values: list[int]) -> str:
     return " or ".join(str(v) for v in values)
 
@@ -240,8 +248,8 @@ class ModelConfig(BaseModel):
             heads = nearest_valid_heads(embed_dim, value)
             raise PydanticCustomError(
                 "heads_indivisible",
-                "{key} ({value}) must divide {dim_key} ({dim}): head_dim would be {hd}. Use {key} {heads} "
-                "(head_dim {hds}), or {dim_key} {dims} to keep {value} heads, or set head_dim explicitly",
+                "{key} ({value}) must divide {dim_key} ({dim}): head_dim would be {hd}. Use {use_heads} "
+                "(head_dim {hds}), or {use_dims} to keep {value} heads, or set head_dim explicitly",
                 {
                     "key": _key(info, "num_heads"),
                     "value": value,
@@ -251,6 +259,8 @@ class ModelConfig(BaseModel):
                     "heads": _fmt_list(heads),
                     "hds": _fmt_list([embed_dim // h for h in heads]),
                     "dims": _fmt_list(dims),
+                    "use_heads": _options(_key(info, "num_heads"), heads),
+                    "use_dims": _options(_key(info, "embed_dim"), dims),
                     "nearest_heads": heads,
                     "nearest_embed_dims": dims,
                 },
@@ -283,13 +293,14 @@ class ModelConfig(BaseModel):
             raise PydanticCustomError(
                 "kv_heads_indivisible",
                 "{key} ({value}) must divide {heads_key} ({heads}) so that each key/value head serves a whole "
-                "group of query heads; use {key} {nearest} (valid: {valid})",
+                "group of query heads; use {use} (valid: {valid})",
                 {
                     "key": _key(info, "num_kv_heads"),
                     "value": value,
                     "heads_key": _key(info, "num_heads"),
                     "heads": heads,
                     "nearest": _fmt_list(nearest),
+                    "use": _options(_key(info, "num_kv_heads"), nearest),
                     "valid": valid,
                 },
             )
