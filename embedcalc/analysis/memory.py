@@ -71,8 +71,25 @@ MEMORY_KEYS = (
 )  # fmt: skip
 
 
+class _MemoryKinds:
+    """The five DESIGN.md §5 memory kinds (bytes) and their sum; subclasses are dataclasses that hold them."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    kv_cache_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+            + self.activations_bytes + self.kv_cache_bytes
+        )  # fmt: skip
+
+
 @dataclass(frozen=True)
-class StageMemory:
+class StageMemory(_MemoryKinds):
     """Bytes on one device of one pipeline stage."""
 
     index: int
@@ -84,12 +101,6 @@ class StageMemory:
     activations_bytes: int
     kv_cache_bytes: int
 
-    @property
-    def total_bytes(self) -> int:
-        return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.kv_cache_bytes
-        )  # fmt: skip
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -99,7 +110,7 @@ class StageMemory:
 
 
 @dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(_MemoryKinds):
     """Bytes by kind (DESIGN.md §5 keys) on the heaviest device, the activations breakdown, and every stage."""
 
     weights_bytes: int
@@ -110,12 +121,6 @@ class MemoryEstimate:
     activations: Breakdown
     stages: list[StageMemory] = field(default_factory=list)
 
-    @property
-    def total_bytes(self) -> int:
-        return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.kv_cache_bytes
-        )  # fmt: skip
 
     def as_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in MEMORY_KEYS}
