@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from embedcalc.analysis.hardware import known_peak
-from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
@@ -51,11 +51,14 @@ class BenchDtype(StrEnum):
     float16 = "float16"
 
 
+def run_bytes(memory: MemoryEstimate) -> int:
+    """What the timed run should peak at: the estimate without its KV cache (bench runs whole-sequence forwards,
+    it does not decode)."""
+    return memory.total_bytes - memory.kv_cache_bytes
+
+
 def predicted_bytes(analysis: Analysis) -> int:
-    """What the timed run should peak at: weights (+ gradients + optimizer) + activations, no KV cache
-    (bench runs whole-sequence forwards, it does not decode)."""
-    m = analysis.memory
-    return m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
+    return run_bytes(analysis.memory)
 
 
 def _largest_fitting(workload: Workload, config: Any, free: int, field: str) -> int | None:
@@ -65,8 +68,7 @@ def _largest_fitting(workload: Workload, config: Any, free: int, field: str) -> 
         trial = (
             replace(workload, batch_size=value) if field == "batch_size" else replace(workload, seq_len=value)
         )
-        mem = estimate_memory(config, trial)
-        return mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes + mem.activations_bytes <= free
+        return run_bytes(estimate_memory(config, trial)) <= free
 
     hi = getattr(workload, field)
     if not fits(1):
@@ -219,9 +221,10 @@ def _measurement(analysis: Analysis, run: Any, peak: Any, dev: Any, dtype: str) 
     w = analysis.workload
     flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
     median = run.timings.median_s
-    tokens = w.batch_size * (
-        w.seq_len + (w.tgt_len or w.seq_len if analysis.config.architecture == "encoder-decoder" else 0)
-    )
+    decoder_tokens = 0  # an encoder-decoder also processes its target sequence
+    if analysis.config.architecture == "encoder-decoder":
+        decoder_tokens = w.tgt_len if w.tgt_len is not None else w.seq_len
+    tokens = w.batch_size * (w.seq_len + decoder_tokens)
     achieved = flops / median
     spec = known_peak(run.device) if dev.type == "cuda" else None
     spec_flops = spec.for_dtype(dtype) if spec else None

@@ -134,27 +134,30 @@ ZeroOption = Annotated[
 GenTokensOption = Annotated[
     int, typer.Option("--gen-tokens", min=0, help="Inference: tokens generated after the prompt (KV cache).")
 ]
+
+
+def _budget_option(flag: str, kind: str, help: str) -> Any:
+    return typer.Option(flag, parser=_size_callback(kind), metavar="SIZE", help=help)
+
+
 MaxParamsOption = Annotated[
     int | None,
-    typer.Option(
-        "--max-params", parser=_size_callback("count"), metavar="SIZE",
-        help="Exit 5 if the parameter count exceeds SIZE (400M, 1.3B, 2e9).",
-    ),
-]  # fmt: skip
+    _budget_option("--max-params", "count", "Exit 5 if the parameter count exceeds SIZE (400M, 1.3B, 2e9)."),
+]
 MaxMemoryOption = Annotated[
     int | None,
-    typer.Option(
-        "--max-memory", parser=_size_callback("bytes"), metavar="SIZE",
-        help="Exit 5 if per-device memory exceeds SIZE (16GiB, 16GB, 8e9 bytes).",
+    _budget_option(
+        "--max-memory", "bytes", "Exit 5 if per-device memory exceeds SIZE (16GiB, 16GB, 8e9 bytes)."
     ),
-]  # fmt: skip
+]
 MaxFlopsOption = Annotated[
     int | None,
-    typer.Option(
-        "--max-flops", parser=_size_callback("count"), metavar="SIZE",
-        help="Exit 5 if FLOPs (forward; training step with --mode training) exceed SIZE (2e12, 5T).",
+    _budget_option(
+        "--max-flops",
+        "count",
+        "Exit 5 if FLOPs (forward; training step with --mode training) exceed SIZE (2e12, 5T).",
     ),
-]  # fmt: skip
+]
 
 
 def make_workload(

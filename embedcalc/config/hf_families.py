@@ -108,11 +108,7 @@ def _read_gpt2(r: KeyReader) -> None:
     r.copy("n_layer", "num_layers")
     r.copy("n_head", "num_heads")
     positions = r.copy("n_positions", "max_seq_len")
-    written, inner, from_file = r.value("n_inner")
-    if inner is None and isinstance(d, int):
-        r.put("ffn_dim", 4 * d, written, "file" if from_file else "default", "n_inner null: 4 * n_embd")
-    else:
-        r.put("ffn_dim", inner, written, "file" if from_file else "default")
+    r.copy_or("n_inner", "ffn_dim", 4 * d if isinstance(d, int) else None, "n_inner null: 4 * n_embd")
     map_activation(r, "activation_function", gated=False)
     map_dropout(r, "resid_pdrop")
     r.copy("tie_word_embeddings", "tie_embeddings")
@@ -187,11 +183,7 @@ def _read_t5(r: KeyReader) -> None:
     r.copy("d_kv", "head_dim")
     r.copy("d_ff", "ffn_dim")
     layers = r.copy("num_layers", "num_layers")
-    written, decoder, from_file = r.value("num_decoder_layers")
-    if decoder is None:
-        r.put("num_decoder_layers", layers, written, "file" if from_file else "default", "null: num_layers")
-    else:
-        r.put("num_decoder_layers", decoder, written, "file" if from_file else "default")
+    r.copy_or("num_decoder_layers", "num_decoder_layers", layers, "null: num_layers")
     r.copy("num_heads", "num_heads")
     r.copy("relative_attention_num_buckets", "relative_attention_num_buckets")
     r.copy("relative_attention_max_distance", "relative_attention_max_distance")
@@ -273,11 +265,7 @@ def _read_llama_like(r: KeyReader, *, attention_bias: bool | None, mlp_bias: boo
     r.copy("intermediate_size", "ffn_dim")
     r.copy("num_hidden_layers", "num_layers")
     heads = r.copy("num_attention_heads", "num_heads")
-    kv_key, kv, kv_in_file = r.value("num_key_value_heads")
-    if kv is None:
-        r.put("num_kv_heads", heads, kv_key, "file" if kv_in_file else "default", "null: num_attention_heads")
-    else:
-        r.put("num_kv_heads", kv, kv_key, "file" if kv_in_file else "default")
+    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
     if r.has("head_dim"):
         r.copy("head_dim", "head_dim")  # null keeps embedcalc's default, hidden_size / num_attention_heads
     r.copy(

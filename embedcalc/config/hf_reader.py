@@ -124,6 +124,17 @@ class KeyReader:
         self.put(name, mapped, written, "file" if from_file else "default", note)
         return mapped
 
+    def copy_or(self, key: str, name: str, fallback: Any, fallback_note: str) -> Any:
+        """Map ``key`` onto ``name``; when its value (or transformers' default) is null, map ``fallback`` instead,
+        as transformers does (``n_inner: null`` -> 4 * n_embd). Returns the value as mapped."""
+        written, value, from_file = self.value(key)
+        origin: Origin = "file" if from_file else "default"
+        if value is None:
+            self.put(name, fallback, written, origin, fallback_note)
+            return fallback
+        self.put(name, value, written, origin)
+        return value
+
     def fixed(self, name: str, value: Any, note: str = "") -> None:
         self.put(name, value, "model_type", "family", note)
 

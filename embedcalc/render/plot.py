@@ -232,41 +232,16 @@ def plot_seq_len_curves(curves: Sequence[SeqLenCurve], path: Path, title: str | 
     for i, curve in enumerate(curves):
         color = f"C{i % 10}"
         x = [float(n) for n in curve.seq_len]
-        flops_ax.plot(
-            x,
-            _series(curve.other_flops),
-            color=color,
-            marker="o",
-            markersize=3,
-            label=f"{curve.label}: projections + FFN + head",
-        )
-        flops_ax.plot(
-            x,
-            _series(curve.score_flops),
-            color=color,
-            linestyle="--",
-            marker="s",
-            markersize=3,
-            label=f"{curve.label}: attention scores (n²)",
-        )
-        memory_ax.plot(
-            x,
-            _series(curve.inference_bytes),
-            color=color,
-            marker="o",
-            markersize=3,
-            label=f"{curve.label}: inference",
-        )
-        if curve.training_bytes is not None:
-            memory_ax.plot(
-                x,
-                _series(curve.training_bytes),
-                color=color,
-                linestyle="--",
-                marker="s",
-                markersize=3,
-                label=f"{curve.label}: training",
-            )
+        series = [
+            (flops_ax, curve.other_flops, "-", "o", "projections + FFN + head"),
+            (flops_ax, curve.score_flops, "--", "s", "attention scores (n²)"),
+            (memory_ax, curve.inference_bytes, "-", "o", "inference"),
+            (memory_ax, curve.training_bytes, "--", "s", "training"),
+        ]
+        for ax, values, style, marker, what in series:  # solid: the first of a pair, dashed: the second
+            if values is not None:
+                ax.plot(x, _series(values), color=color, linestyle=style, marker=marker, markersize=3,
+                        label=f"{curve.label}: {what}")  # fmt: skip
     for k, (value, color, label) in enumerate(_crossover_groups(curves)):
         flops_ax.axvline(float(value), color=color, linestyle=":", linewidth=1.2, label=label)
         flops_ax.annotate(
