@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -111,6 +111,12 @@ def canonical_mapping(
     return data, user_keys, problems, None
 
 
+# fields typed as text (``name``): an override's value is taken verbatim, not read as a YAML scalar
+TEXT_FIELDS = frozenset(
+    name for name, info in ModelConfig.model_fields.items() if str in (info.annotation, *get_args(info.annotation))
+)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` -> (key, value), the value read as a YAML scalar (``16`` is an int, ``true`` a bool)."""
     key, sep, value = text.partition("=")
@@ -144,8 +150,8 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
                 Problem(f"--set {key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
             )
             continue
-        if name == "name" and value is not None:
-            value = raw_value  # a label is text even when it looks like a number or a boolean
+        if value is not None and name in TEXT_FIELDS:
+            value = raw_value  # a text field stays text even when it looks like a number or a boolean
         data[name] = value
         user_keys[name] = f"--set {key}"
     return problems
