@@ -12,10 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
+from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
     AttentionChoice,
     AttentionOption,
@@ -26,11 +25,9 @@ from embedcalc.cli.common import (
     SetOption,
     TgtOption,
     handle_errors,
-    load,
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_torch
-from embedcalc.config.checks import workload_problems
-from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode
+from embedcalc.errors import EmbedcalcError, ExitCode
 
 
 def reconcile(analytic: dict[str, int], counted: dict[str, int]) -> list[dict[str, Any]]:
@@ -57,12 +54,9 @@ def verify_command(
     require_torch()
     from embedcalc.modeling import build_model, component_flops, component_params
 
-    loaded = load(target, overrides)
     workload = Workload(batch_size=batch_size, seq_len=seq_len, tgt_len=tgt_len)
-    errors, _ = workload_problems(loaded.config, workload)
-    if errors:
-        raise ConfigError(f"{target}: " + "; ".join(p.message for p in errors), errors)
-    config = loaded.config
+    analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
+    config = analysis.config
     model = build_model(config, attention=attention.value, device="meta")
     try:
         counted_flops = component_flops(config, model, batch_size, seq_len, tgt_len)
@@ -70,8 +64,8 @@ def verify_command(
         raise EmbedcalcError(
             f"{target}: FLOP counting failed: {exc}", ExitCode.RUNTIME, code="count_failed"
         ) from None
-    params = reconcile(count_params(config).as_dict(), component_params(model))
-    flops = reconcile(forward_flops(config, workload).breakdown.as_dict(), counted_flops)
+    params = reconcile(analysis.params.as_dict(), component_params(model))
+    flops = reconcile(analysis.flops.breakdown.as_dict(), counted_flops)
     ok = all(r["difference"] == 0 for r in params + flops)
     if format is OutputFormat.json:
         result = {
