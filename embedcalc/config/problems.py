@@ -85,7 +85,7 @@ def problems_from_validation(
     for error in exc.errors():
         loc = error["loc"]
         field = str(loc[0]) if loc else ""
-        key = user_keys.get(field, field)
+        key = user_keys.get(field, field) + "".join(f".{part}" for part in loc[1:])  # nested: ffn.top_k
         path = prefix + key if key else prefix.rstrip(".") or "(config)"
         text = error["msg"] if error["type"] not in _STANDARD_TYPES else _message(error, key)
         out.append(Problem(path=path, message=text, code=str(error["type"])))

@@ -8,13 +8,29 @@ shared by the schema and these properties.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
+
+from embedcalc.config.blocks import (
+    DEFAULT_BLOCK,
+    Attention,
+    AttentionSpec,
+    Block,
+    BlockSpec,
+    FFNSpec,
+    LayerRun,
+    StackPlan,
+    base_attention_spec,
+    merge_spec,
+)
+from embedcalc.config.blocks import FFN as ResolvedFFN
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
 Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["post", "pre"]
-Position = Literal["learned", "sinusoidal", "rope", "relative", "none"]
+NormPlacement = Literal["post", "pre", "sandwich", "parallel"]
+Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]
 
 GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
 
@@ -45,6 +61,12 @@ class ResolvedShape:
         position_offset: int
         qkv_bias: bool | None
         token_embed_dim: int | None
+        sliding_window: int | None
+        attention: AttentionSpec | None
+        ffn: FFNSpec | None
+        blocks: dict[str, BlockSpec]
+        layers: list[LayerRun] | None
+        shared_layers: bool
 
     @property
     def resolved_head_dim(self) -> int:
@@ -92,7 +114,7 @@ class ResolvedShape:
     def resolved_final_norm(self) -> bool:
         if self.final_norm is not None:
             return self.final_norm
-        return self.resolved_norm_placement == "pre"
+        return self.resolved_norm_placement != "post"
 
     @property
     def resolved_token_embed_dim(self) -> int:
@@ -133,6 +155,68 @@ class ResolvedShape:
     def kv_dim(self) -> int:
         """Width of the concatenated key (or value) heads (num_kv_heads * head_dim)."""
         return self.resolved_kv_heads * self.resolved_head_dim
+
+    # --- layers as data (config/blocks.py) ----------------------------------------------------------------------
+
+    def resolve_attention(self, spec: AttentionSpec) -> Attention:
+        """An attention spec with this config's head counts, biases and defaults filled in."""
+        standard = Attention(
+            kind="standard", num_heads=self.num_heads, num_kv_heads=self.resolved_kv_heads,
+            head_dim=self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias, out_bias=self.resolved_out_bias,
+            qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window, chunk=spec.chunk_size,
+        )  # fmt: skip
+        if spec.kind != "mla":
+            return standard
+        nope, rope = spec.qk_nope_head_dim or 0, spec.qk_rope_head_dim or 0
+        return replace(
+            standard, kind="mla", num_kv_heads=self.num_heads, head_dim=nope + rope, q_lora_rank=spec.q_lora_rank,
+            kv_lora_rank=spec.kv_lora_rank or 0, qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+            v_head_dim=spec.v_head_dim or 0,
+        )  # fmt: skip
+
+    def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN:
+        """An FFN spec with this config's widths, activation and biases filled in."""
+        gated, bias = self.gated, self.resolved_ffn_bias
+        if spec.kind == "dense":
+            return ResolvedFFN("dense", gated, bias, spec.ffn_dim or self.resolved_ffn_dim)
+        expert_dim = spec.expert_dim or self.resolved_ffn_dim
+        return ResolvedFFN(
+            kind="moe", gated=gated, bias=bias, ffn_dim=0, num_experts=spec.num_experts or 0, top_k=spec.top_k or 0,
+            expert_dim=expert_dim, shared_dim=spec.num_shared_experts * (spec.shared_expert_dim or expert_dim),
+            shared_gate=spec.shared_expert_gate, router_bias=spec.router_bias,
+            expert_bias=bias if spec.expert_bias is None else spec.expert_bias,
+        )  # fmt: skip
+
+    def cross_attention_block(self) -> Attention:
+        """The cross-attention of an encoder-decoder's decoder: standard attention from the flat fields."""
+        return self.resolve_attention(AttentionSpec())
+
+    @cached_property
+    def named_blocks(self) -> dict[str, Block]:
+        """The default block and every variant of ``blocks``, resolved."""
+        attention = base_attention_spec(self.sliding_window, self.attention)
+        ffn = self.ffn or FFNSpec()
+        out = {DEFAULT_BLOCK: Block(DEFAULT_BLOCK, self.resolve_attention(attention), self.resolve_ffn(ffn))}
+        for name, spec in self.blocks.items():
+            out[name] = Block(
+                name,
+                self.resolve_attention(merge_spec(attention, spec.attention)),
+                self.resolve_ffn(merge_spec(ffn, spec.ffn)),
+            )
+        return out
+
+    def stack_plan(self, stack: str) -> StackPlan:
+        """The layers of ``stack`` ("encoder" or "decoder"): ``layers`` for the first stack, else all default."""
+        first = "encoder" if self.architecture != "decoder" else "decoder"
+        named = self.named_blocks
+        if stack == first and self.layers is not None:
+            return StackPlan(tuple((tuple(named[n] for n in run.pattern), run.repeat) for run in self.layers))
+        count = self.resolved_decoder_layers if stack == "decoder" and first == "encoder" else self.num_layers
+        return StackPlan((((named[DEFAULT_BLOCK],), count),))
+
+    @property
+    def has_moe(self) -> bool:
+        return any(block.ffn.moe for block in self.named_blocks.values())
 
     @property
     def label(self) -> str:

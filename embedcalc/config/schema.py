@@ -8,12 +8,24 @@ properties, so a config round-trips exactly as written.
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from embedcalc.analysis.heads import divisors, nearest_divisible, nearest_divisors, nearest_valid_heads
+from embedcalc.config.blocks import (
+    DEFAULT_BLOCK,
+    MLA_FIELDS,
+    AttentionSpec,
+    BlockSpec,
+    FFNSpec,
+    LayerRun,
+    base_attention_spec,
+    merge_spec,
+    moe_missing,
+)
 from embedcalc.config.resolved import (
     Activation,
     Architecture,
@@ -70,6 +82,22 @@ class ModelConfig(ResolvedShape, BaseModel):
             "(head/project_out). Default embed_dim: no projections."
         ),
     )
+    factorized_embeddings: bool = Field(
+        default=False,
+        description=(
+            "ALBERT / ELECTRA-small factorised embeddings: the position and segment tables and the embedding "
+            "norm are token_embed_dim wide too, and one projection token_embed_dim -> embed_dim follows the "
+            "embedding norm (embedding/project_in). Needs token_embed_dim."
+        ),
+    )
+    embedding_projection_bias: bool = Field(
+        default=False,
+        description="embedding/project_in has a bias (ALBERT, ELECTRA-small: true; OPT-350m: false).",
+    )
+    scale_embeddings: bool = Field(
+        default=False,
+        description="Token embeddings are multiplied by sqrt(embed_dim) (Gemma); no parameters, no matmul FLOPs.",
+    )
     num_layers: PositiveInt = Field(
         description="Transformer blocks in the stack; for encoder-decoder, the encoder's blocks."
     )
@@ -81,7 +109,8 @@ class ModelConfig(ResolvedShape, BaseModel):
         default="learned",
         description=(
             "Position encoding: learned table (BERT, GPT-2), fixed sinusoidal (Vaswani 2017), rope (rotary, "
-            "LLaMA), relative (T5 bucketed bias, first layer of each stack) or none."
+            "LLaMA), relative (T5 bucketed bias, first layer of each stack), alibi (linear biases per head, "
+            "BLOOM, MPT; no parameters) or none."
         ),
     )
     position_offset: NonNegativeInt = Field(
@@ -122,11 +151,27 @@ class ModelConfig(ResolvedShape, BaseModel):
             "LayerNorm has a bias (shift) besides its weight; false for bias-free LayerNorm. No effect on rmsnorm."
         ),
     )
+    norm_affine: bool = Field(
+        default=True,
+        description="Norms have a learned weight (and bias); false for parameter-free norms (OLMo 1).",
+    )
     norm_placement: NormPlacement | None = Field(
         default=None,
         description=(
             "post: norm after each residual add (original Transformer, BERT). pre: norm before each sublayer and a "
-            "final norm at the end of each stack (GPT-2, LLaMA). Default post, pre for decoders."
+            "final norm at the end of each stack (GPT-2, LLaMA). sandwich: norms before and after each sublayer "
+            "(Gemma 2/3). parallel: attention and FFN read the same normalised input and add to one residual "
+            "(GPT-J, GPT-NeoX, Falcon, phi-2, Cohere), see parallel_norms. Default post, pre for decoders."
+        ),
+    )
+    parallel_norms: int = Field(
+        default=1,
+        strict=True,
+        ge=1,
+        le=2,
+        description=(
+            "norm_placement parallel: 1 shared input norm (GPT-J, phi-2, Falcon-7B) or 2, one per branch "
+            "(GPT-NeoX, Falcon-40B's new decoder architecture)."
         ),
     )
     final_norm: bool | None = Field(
@@ -170,6 +215,10 @@ class ModelConfig(ResolvedShape, BaseModel):
         default=None,
         description="Output projection to the vocabulary on every position. Default false for encoders, else true.",
     )
+    lm_head_bias: bool = Field(
+        default=False,
+        description="The LM head has a vocab_size bias (phi-2, GPT-J), counted as head/lm_bias even when tied.",
+    )
     relative_attention_num_buckets: PositiveInt = Field(
         default=32,
         description="Buckets of the relative position bias (position=relative): buckets x num_heads parameters.",
@@ -187,6 +236,46 @@ class ModelConfig(ResolvedShape, BaseModel):
             "Causal self-attention sees only the last sliding_window tokens (Mistral 7B v0.1: 4096), so the KV "
             "cache holds at most that many tokens per sequence. FLOPs still count the full n x n scores that eager "
             "attention computes and masks; the causal count skips the masked pairs. Not for encoders."
+        ),
+    )
+    rotary_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Partial rotary (GPT-J, GPT-NeoX, phi-2): rotary positions on the first rotary_dim channels of each "
+            "head only; even, at most head_dim. Default: all of head_dim. No parameters."
+        ),
+    )
+    attention: AttentionSpec | None = Field(
+        default=None,
+        description=(
+            "The default block's attention beyond the flat head counts: kind (standard, mla), q/k norms, sinks, "
+            "window, chunk. Default: standard attention with the flat fields."
+        ),
+    )
+    ffn: FFNSpec | None = Field(
+        default=None,
+        description="The default block's FFN: dense (the flat ffn_dim) or a mixture of experts. Default dense.",
+    )
+    blocks: dict[str, BlockSpec] = Field(
+        default_factory=dict,
+        description=(
+            "Named variants of the default block (each overrides only the attention / FFN fields it sets), "
+            "laid out over depth by layers."
+        ),
+    )
+    layers: list[LayerRun] | None = Field(
+        default=None,
+        description=(
+            "The layers of the stack (the encoder of an encoder-decoder) as runs of block names, "
+            "[{pattern: [local, global], repeat: 4}]; they must add up to num_layers. Default: every layer is "
+            "the default block."
+        ),
+    )
+    shared_layers: bool = Field(
+        default=False,
+        description=(
+            "One set of layer weights shared across the depth of each stack (ALBERT): parameters counted once, "
+            "FLOPs and activations per layer."
         ),
     )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")
@@ -330,6 +419,207 @@ class ModelConfig(ResolvedShape, BaseModel):
                 {"key": _key(info, "sliding_window"), "value": value},
             )
         return value
+
+
+    # --- layers as data (DESIGN.md §9) --------------------------------------------------------------------------
+
+    @field_validator("factorized_embeddings")
+    @classmethod
+    def _factorized_needs_width(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("token_embed_dim") is None:
+            raise PydanticCustomError(
+                "factorized_needs_token_embed_dim",
+                "{key} needs token_embed_dim, the narrow width of the embedding tables (ALBERT: 128); add "
+                "token_embed_dim or set {key}: false",
+                {"key": _key(info, "factorized_embeddings")},
+            )
+        return value
+
+    @field_validator("parallel_norms")
+    @classmethod
+    def _parallel_norms_need_parallel(cls, value: int, info: ValidationInfo) -> int:
+        placement = info.data.get("norm_placement")
+        if value != 1 and placement != "parallel":
+            raise PydanticCustomError(
+                "parallel_norms_need_parallel",
+                "{key} ({value}) only applies to norm_placement parallel, not {placement}; set norm_placement: "
+                "parallel or remove {key}",
+                {"key": _key(info, "parallel_norms"), "value": value, "placement": placement or "the default"},
+            )
+        return value
+
+    @field_validator("lm_head_bias")
+    @classmethod
+    def _bias_needs_head(cls, value: bool, info: ValidationInfo) -> bool:
+        head = info.data.get("lm_head")
+        if head is None:
+            head = info.data.get("architecture") not in (None, "encoder")
+        if value and not head:
+            raise PydanticCustomError(
+                "lm_head_bias_needs_head",
+                "{key} adds a bias to an LM head, but this config has none; set lm_head: true or {key}: false",
+                {"key": _key(info, "lm_head_bias")},
+            )
+        return value
+
+    @field_validator("rotary_dim")
+    @classmethod
+    def _rotary_dim_fits(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return value
+        key = _key(info, "rotary_dim")
+        if info.data.get("position") != "rope":
+            raise PydanticCustomError(
+                "rotary_dim_needs_rope",
+                "{key} ({value}) sets partial rotary positions, but position is {position}; set position: rope "
+                "or remove {key}",
+                {"key": key, "value": value, "position": info.data.get("position")},
+            )
+        head_dim = _head_dim(info)
+        if value % 2 or (head_dim is not None and value > head_dim):
+            raise PydanticCustomError(
+                "rotary_dim_invalid",
+                "{key} ({value}) must be even and at most head_dim ({head_dim}), rotary positions rotate channel "
+                "pairs of each head; use {fix}",
+                {
+                    "key": key,
+                    "value": value,
+                    "head_dim": head_dim,
+                    "fix": min(value - value % 2, head_dim - head_dim % 2) if head_dim else value - value % 2,
+                },
+            )
+        return value
+
+    @field_validator("attention")
+    @classmethod
+    def _attention_fits(cls, value: AttentionSpec | None, info: ValidationInfo) -> AttentionSpec | None:
+        if value is not None:
+            _check_attention(value, info, "attention")
+        return value
+
+    @field_validator("blocks")
+    @classmethod
+    def _blocks_resolve(cls, value: dict[str, BlockSpec], info: ValidationInfo) -> dict[str, BlockSpec]:
+        base_attention = base_attention_spec(info.data.get("sliding_window"), info.data.get("attention"))
+        base_ffn = info.data.get("ffn") or FFNSpec()
+        for name, block in value.items():
+            if name == DEFAULT_BLOCK:
+                raise PydanticCustomError(
+                    "block_name_reserved",
+                    "blocks.{name}: the name {name} means the flat fields' block; give the variant another name, or "
+                    "change the default block through attention / ffn",
+                    {"name": name},
+                )
+            try:
+                attention = merge_spec(base_attention, block.attention)
+                ffn = merge_spec(base_ffn, block.ffn)
+            except ValidationError as exc:
+                raise PydanticCustomError(
+                    "block_invalid",
+                    "blocks.{name}: {error}",
+                    {"name": name, "error": exc.errors()[0]["msg"]},
+                ) from None
+            _check_attention(attention, info, f"blocks.{name}.attention")
+            missing = moe_missing(ffn)
+            if missing:
+                raise PydanticCustomError(
+                    "moe_incomplete",
+                    "blocks.{name}.ffn: kind moe needs {field}; add {field}:",
+                    {"name": name, "field": missing},
+                )
+        return value
+
+    @field_validator("layers")
+    @classmethod
+    def _layers_cover_stack(cls, value: list[LayerRun] | None, info: ValidationInfo) -> list[LayerRun] | None:
+        if value is None or "blocks" not in info.data or info.data.get("num_layers") is None:
+            return value
+        known = [DEFAULT_BLOCK, *info.data["blocks"]]
+        for run in value:
+            for name in run.pattern:
+                if name not in known:
+                    close = difflib.get_close_matches(name, known, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise PydanticCustomError(
+                        "unknown_block",
+                        "layers names block {name!r}{hint}, which blocks does not define; known: {known}",
+                        {"name": name, "hint": hint, "known": ", ".join(known)},
+                    )
+        total, expected = sum(run.num_layers for run in value), info.data["num_layers"]
+        if total != expected:
+            layers_key = _key(info, "num_layers")
+            raise PydanticCustomError(
+                "layers_mismatch",
+                "layers add up to {total} layers but {layers_key} is {expected}; {fix}",
+                {
+                    "total": total,
+                    "expected": expected,
+                    "layers_key": layers_key,
+                    "fix": (
+                        f"add a run of {expected - total} more layers"
+                        if total < expected
+                        else f"remove {total - expected} layers from the runs"
+                    )
+                    + f" or set {layers_key}: {total}",
+                },
+            )
+        return value
+
+    @field_validator("shared_layers")
+    @classmethod
+    def _sharing_needs_one_block(cls, value: bool, info: ValidationInfo) -> bool:
+        runs = info.data.get("layers") or []
+        names = {name for run in runs for name in run.pattern}
+        if value and len(names) > 1:
+            raise PydanticCustomError(
+                "shared_layers_mixed",
+                "shared_layers shares one set of layer weights across depth, but layers mixes blocks {names}; "
+                "use one block or set shared_layers: false",
+                {"names": ", ".join(sorted(names))},
+            )
+        return value
+
+
+def _head_dim(info: ValidationInfo) -> int | None:
+    """head_dim as the config will resolve it, from the fields validated so far (None if they are invalid)."""
+    if info.data.get("head_dim") is not None:
+        return int(info.data["head_dim"])
+    embed_dim, heads = info.data.get("embed_dim"), info.data.get("num_heads")
+    if embed_dim is None or heads is None or embed_dim % heads:
+        return None
+    return int(embed_dim // heads)
+
+
+def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
+    """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
+    if spec.kind == "mla":
+        missing = [name for name in MLA_FIELDS if getattr(spec, name) is None]
+        if missing:
+            raise PydanticCustomError(
+                "mla_incomplete",
+                "{where}: kind mla needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
+                "qk_rope_head_dim 64, v_head_dim 128)",
+                {"where": where, "fields": ", ".join(missing)},
+            )
+    arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
+    for name in ("sliding_window", "chunk_size"):
+        size = getattr(spec, name)
+        if size is None:
+            continue
+        if arch == "encoder":
+            raise PydanticCustomError(
+                "window_needs_decoder",
+                "{where}.{name} ({size}) limits causal self-attention and its KV cache; architecture encoder has "
+                "none. Remove {name}",
+                {"where": where, "name": name, "size": size},
+            )
+        if context is not None and size > context:
+            raise PydanticCustomError(
+                "window_over_context",
+                "{where}.{name} ({size}) is larger than the context max_seq_len ({context}), so it limits "
+                "nothing; use at most {context} or remove {name}",
+                {"where": where, "name": name, "size": size, "context": context},
+            )
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(ModelConfig.model_fields)

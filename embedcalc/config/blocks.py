@@ -1,0 +1,390 @@
+"""Layers as data (DESIGN.md §9): what one Transformer layer can be, and the resolved per-layer plan of a stack.
+
+A config's flat fields describe the *default block*. Three optional fields refine it:
+
+- ``attention`` and ``ffn`` (an :class:`AttentionSpec` and an :class:`FFNSpec`) change the default block itself:
+  latent attention, q/k norms, sinks, a window; a mixture of experts;
+- ``blocks`` names variants of it (``{local: {attention: {sliding_window: 4096}}, moe: {ffn: {kind: moe, ...}}}``);
+  a variant overrides only the fields it sets, the rest comes from the default block;
+- ``layers`` lays the variants out over depth as runs ``{pattern: [local, local, global], repeat: 8}``; the runs
+  must cover ``num_layers`` exactly. ``default`` names the default block.
+
+:func:`resolve_stack` turns this into :class:`LayerGroup` runs of fully resolved, hashable :class:`Block` values,
+which both implementations (``analysis/`` and ``modeling/``) read; nothing here counts anything.
+
+Sources for the layer kinds: multi-head latent attention, DeepSeek-V2 report (2024) §2.1; mixture of experts with
+top-k routing, Shazeer et al. 2017 and Fedus et al. 2021 (Switch), shared experts DeepSeekMoE (Dai et al. 2024);
+q/k norms, Dehghani et al. 2023 (ViT-22B) as used by OLMo 2 (full width) and Qwen3 / Gemma 3 (per head);
+attention sinks as learned per-head logits, OpenAI gpt-oss model card (2025); sliding windows, Beltagy et al. 2020
+and Jiang et al. 2023 (Mistral); chunked attention, Llama 4 (transformers' ``attention_chunk_size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+
+AttentionKind = Literal["standard", "mla"]
+QKNorm = Literal["none", "head", "full"]
+FFNKind = Literal["dense", "moe"]
+
+DEFAULT_BLOCK = "default"
+_FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
+MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+class AttentionSpec(BaseModel):
+    """What the self-attention of a block is, beyond the flat head counts: kind, norms, sinks, window."""
+
+    model_config = _FROZEN
+
+    kind: AttentionKind = Field(
+        default="standard",
+        description=(
+            "standard: Q/K/V projections with num_heads / num_kv_heads / head_dim (MHA, GQA, MQA). mla: DeepSeek's "
+            "multi-head latent attention (low-rank Q and KV projections, decoupled RoPE dims, compressed KV cache)."
+        ),
+    )
+    q_lora_rank: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "mla: rank of the query compression (q_a: embed_dim -> q_lora_rank, a norm, q_b: -> heads x "
+            "(qk_nope_head_dim + qk_rope_head_dim)). Absent: one full-rank query projection (DeepSeek-V2-Lite)."
+        ),
+    )
+    kv_lora_rank: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "mla: rank of the joint key/value compression; kv_a projects embed_dim -> kv_lora_rank + "
+            "qk_rope_head_dim, kv_b expands kv_lora_rank -> heads x (qk_nope_head_dim + v_head_dim)."
+        ),
+    )
+    qk_nope_head_dim: PositiveInt | None = Field(
+        default=None, description="mla: per-head query/key dims without rotary positions."
+    )
+    qk_rope_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="mla: per-head query dims with rotary positions; the key's rotary part is one shared vector.",
+    )
+    v_head_dim: PositiveInt | None = Field(default=None, description="mla: per-head value dims.")
+    qk_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="mla, optional: the query/key head width, which must equal qk_nope_head_dim + qk_rope_head_dim.",
+    )
+    qk_norm: QKNorm = Field(
+        default="none",
+        description=(
+            "Norms on queries and keys before the scores: head (one head_dim-wide norm shared by every head: "
+            "Qwen3, Gemma 3) or full (over all query / all key heads: OLMo 2); none."
+        ),
+    )
+    sinks: bool = Field(
+        default=False,
+        description="A learned sink logit per head joins the softmax (gpt-oss): num_heads parameters per layer.",
+    )
+    sliding_window: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Causal self-attention sees only the last sliding_window tokens; the KV cache holds at most that many. "
+            "Default: the flat sliding_window."
+        ),
+    )
+    chunk_size: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Chunked causal attention (Llama 4): a query sees only earlier keys of its own chunk of chunk_size "
+            "tokens; the KV cache holds at most one chunk."
+        ),
+    )
+
+    @field_validator("qk_rope_head_dim")
+    @classmethod
+    def _rope_dims_even(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value % 2:
+            raise PydanticCustomError(
+                "rope_head_dim_odd",
+                "qk_rope_head_dim ({value}) must be even, rotary positions rotate channel pairs; use {lo} or {hi}",
+                {"value": value, "lo": value - 1, "hi": value + 1},
+            )
+        return value
+
+    @field_validator("qk_head_dim")
+    @classmethod
+    def _mla_dims_add_up(cls, value: int | None, info: ValidationInfo) -> int | None:
+        nope, rope = info.data.get("qk_nope_head_dim"), info.data.get("qk_rope_head_dim")
+        if value is not None and nope is not None and rope is not None and value != nope + rope:
+            raise PydanticCustomError(
+                "mla_dims_mismatch",
+                "qk_head_dim ({value}) must equal qk_nope_head_dim + qk_rope_head_dim = {nope} + {rope} = {sum}; "
+                "set qk_head_dim: {sum} or remove it",
+                {"value": value, "nope": nope, "rope": rope, "sum": nope + rope},
+            )
+        return value
+
+    @field_validator("qk_norm")
+    @classmethod
+    def _mla_has_no_qk_norm(cls, value: str, info: ValidationInfo) -> str:
+        if value != "none" and info.data.get("kind") == "mla":
+            raise PydanticCustomError(
+                "qk_norm_with_mla",
+                "qk_norm ({value}) applies to standard attention; mla normalises its compressed q and kv instead. "
+                "Set qk_norm: none",
+                {"value": value},
+            )
+        return value
+
+
+class FFNSpec(BaseModel):
+    """What the feed-forward sublayer of a block is: dense (plain or gated) or a mixture of experts."""
+
+    model_config = _FROZEN
+
+    kind: FFNKind = Field(
+        default="dense",
+        description="dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token.",
+    )
+    ffn_dim: PositiveInt | None = Field(
+        default=None,
+        description="dense: inner width of this block's FFN when it differs from the flat ffn_dim (Llama 4).",
+    )
+    num_experts: PositiveInt | None = Field(
+        default=None, description="moe: routed experts per layer (Mixtral 8, DeepSeek-V3 256)."
+    )
+    top_k: PositiveInt | None = Field(
+        default=None, description="moe: routed experts each token is sent to (num_experts_per_tok)."
+    )
+    expert_dim: PositiveInt | None = Field(
+        default=None,
+        description="moe: inner width of one routed expert (moe_intermediate_size); default the flat ffn_dim.",
+    )
+    num_shared_experts: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "moe: experts every token goes through besides the routed ones (DeepSeek: n_shared_experts); they are "
+            "built as one FFN of num_shared_experts x shared_expert_dim, as DeepSeek and Qwen2-MoE build them."
+        ),
+    )
+    shared_expert_dim: PositiveInt | None = Field(
+        default=None, description="moe: inner width of one shared expert; default expert_dim."
+    )
+    shared_expert_gate: bool = Field(
+        default=False,
+        description="moe: a sigmoid gate embed_dim -> 1 scales the shared experts' output (Qwen2-MoE).",
+    )
+    router_bias: bool = Field(
+        default=False, description="moe: the router (embed_dim -> num_experts) has a bias (gpt-oss)."
+    )
+    expert_bias: bool | None = Field(
+        default=None, description="moe: biases inside the experts (gpt-oss); default the flat ffn_bias."
+    )
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k_within_experts(cls, value: int | None, info: ValidationInfo) -> int | None:
+        experts = info.data.get("num_experts")
+        if value is not None and experts is not None and value > experts:
+            raise PydanticCustomError(
+                "top_k_over_experts",
+                "top_k ({value}) cannot exceed num_experts ({experts}): a token is routed to distinct experts; "
+                "use top_k {experts} or fewer, or more experts",
+                {"value": value, "experts": experts},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _moe_complete(self) -> FFNSpec:
+        missing = moe_missing(self)
+        if missing:
+            raise PydanticCustomError(
+                "moe_incomplete",
+                "kind moe needs {name}; add {name}: (Mixtral has num_experts: 8, top_k: 2)",
+                {"name": missing},
+            )
+        return self
+
+
+def moe_missing(spec: FFNSpec) -> str | None:
+    """The first field a mixture of experts needs that ``spec`` lacks, else None."""
+    if spec.kind != "moe":
+        return None
+    return next((name for name in ("num_experts", "top_k") if getattr(spec, name) is None), None)
+
+
+class BlockSpec(BaseModel):
+    """A named variant of the default block: the attention and FFN fields it changes."""
+
+    model_config = _FROZEN
+
+    attention: AttentionSpec | None = Field(
+        default=None, description="The attention fields that differ from the default block's (only those set)."
+    )
+    ffn: FFNSpec | None = Field(
+        default=None, description="The FFN fields that differ from the default block's (only those set)."
+    )
+
+
+class LayerRun(BaseModel):
+    """``repeat`` copies of a pattern of block names, laid out in order over depth."""
+
+    model_config = _FROZEN
+
+    pattern: list[str] = Field(
+        min_length=1, description="Block names in order (a name from blocks, or default), e.g. [local, global]."
+    )
+    repeat: PositiveInt = Field(default=1, description="How many times the pattern follows itself.")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.pattern) * self.repeat
+
+
+# --- the resolved view both implementations read ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One block's self-attention, every default resolved."""
+
+    kind: AttentionKind
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int  # standard: per-head width; mla: qk_nope_head_dim + qk_rope_head_dim
+    qkv_bias: bool
+    out_bias: bool
+    qk_norm: QKNorm
+    sinks: bool
+    window: int | None
+    chunk: int | None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key (or value) heads of standard attention."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def value_dim(self) -> int:
+        """Width of all value heads together: the input of the output projection."""
+        return self.num_heads * (self.v_head_dim if self.kind == "mla" else self.head_dim)
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Values cached per token per layer: K and V of every KV head, or MLA's compressed latent and rope key."""
+        if self.kind == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_dim
+
+    @property
+    def cache_limit(self) -> int | None:
+        """The most tokens this layer's KV cache holds per sequence (a window or a chunk), else None."""
+        limits = [x for x in (self.window, self.chunk) if x is not None]
+        return min(limits) if limits else None
+
+
+@dataclass(frozen=True)
+class FFN:
+    """One block's feed-forward sublayer, every default resolved."""
+
+    kind: FFNKind
+    gated: bool
+    bias: bool
+    ffn_dim: int  # dense width (0 for moe)
+    num_experts: int = 0
+    top_k: int = 0
+    expert_dim: int = 0
+    shared_dim: int = 0  # total inner width of the shared experts (num_shared_experts x shared_expert_dim)
+    shared_gate: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+
+    @property
+    def moe(self) -> bool:
+        return self.kind == "moe"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One layer: its attention and its FFN."""
+
+    name: str
+    attention: Attention
+    ffn: FFN
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    """The layers of one stack as runs of a pattern of resolved blocks: ``((pattern, repeat), ...)``.
+
+    Counts are arithmetic over the runs (never a list per layer), so ``num_layers`` of any size costs nothing.
+    """
+
+    runs: tuple[tuple[tuple[Block, ...], int], ...]
+
+    @property
+    def num_layers(self) -> int:
+        return sum(len(pattern) * repeat for pattern, repeat in self.runs)
+
+    def counts(self, start: int = 0, stop: int | None = None) -> list[tuple[Block, int]]:
+        """Each distinct block of layers ``start`` to ``stop`` (default: all) with how many layers are it,
+        in order of first appearance."""
+        stop = self.num_layers if stop is None else stop
+        out: dict[Block, int] = {}
+        offset = 0
+        for pattern, repeat in self.runs:
+            size = len(pattern)
+            lo, hi = max(start - offset, 0), min(stop - offset, size * repeat)
+            if lo < hi:
+                for j, block in enumerate(pattern):
+                    # layers offset + j + size * k for k in [0, repeat) that fall in [lo, hi)
+                    first = max(0, -(-(lo - j) // size))
+                    last = (hi - 1 - j) // size
+                    if last >= first:
+                        out[block] = out.get(block, 0) + last - first + 1
+            offset += size * repeat
+        return list(out.items())
+
+    def block_at(self, layer: int) -> Block:
+        """The block of layer ``layer`` (0-based)."""
+        offset = 0
+        for pattern, repeat in self.runs:
+            if layer < offset + len(pattern) * repeat:
+                return pattern[(layer - offset) % len(pattern)]
+            offset += len(pattern) * repeat
+        raise IndexError(f"layer {layer} is past the stack's {self.num_layers} layers")
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The distinct blocks of the stack, in order of first appearance."""
+        return [block for block, _ in self.counts()]
+
+
+S = TypeVar("S", AttentionSpec, FFNSpec)
+
+
+def base_attention_spec(flat_window: int | None, spec: AttentionSpec | None) -> AttentionSpec:
+    """The default block's attention spec: ``spec``, with the flat ``sliding_window`` where it sets none."""
+    base = AttentionSpec(sliding_window=flat_window) if flat_window is not None else AttentionSpec()
+    return merge_spec(base, spec)
+
+
+def merge_spec(base: S, override: S | None) -> S:
+    """``base`` with the fields ``override`` sets; the result is validated again (its rules span fields)."""
+    if override is None or not override.model_fields_set:
+        return base
+    update = {name: getattr(override, name) for name in override.model_fields_set}
+    return type(base).model_validate({**base.model_dump(), **update})
