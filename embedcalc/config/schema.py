@@ -14,7 +14,6 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.analysis.heads import divisors, nearest_divisible, nearest_divisors, nearest_valid_heads
 from embedcalc.config.blocks import (
     DEFAULT_BLOCK,
     MLA_FIELDS,
@@ -26,6 +25,7 @@ from embedcalc.config.blocks import (
     merge_spec,
     moe_missing,
 )
+from embedcalc.config.divisors import divisors, nearest_divisible, nearest_divisors, nearest_valid_heads
 from embedcalc.config.resolved import (
     Activation,
     Architecture,
