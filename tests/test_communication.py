@@ -1,0 +1,75 @@
+"""Communication volume (analysis/communication.py) against the hand formulas of its docstring."""
+
+from __future__ import annotations
+
+import pytest
+
+from embedcalc.analysis.communication import (
+    DDP_BUCKET_BYTES,
+    DDP_FIRST_BUCKET_BYTES,
+    communication,
+    ddp_buckets,
+)
+from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.config.loading import load_target
+
+GPT2_PARAMS = 124_439_808
+
+
+def _gpt2_step(**par: int) -> Workload:
+    return Workload(batch_size=2, seq_len=64, mode="training", parallel=Parallelism(**par))
+
+
+def test_dp_all_reduce_is_the_ring_volume_of_every_gradient() -> None:
+    config = load_target("gpt2").config
+    est = communication(config, _gpt2_step(dp=4))
+    (ar,) = est.collectives
+    grads = GPT2_PARAMS * 4  # float32 gradients
+    assert (ar.kind, ar.group, ar.payload_bytes) == ("all-reduce", "dp", grads)
+    assert ar.wire_bytes == 2 * 3 * grads // 4
+    assert ar.count == 1 + -(-(grads - DDP_FIRST_BUCKET_BYTES) // DDP_BUCKET_BYTES)
+
+
+def test_zero3_moves_one_and_a_half_times_the_dp_volume() -> None:
+    config = load_target("gpt2").config
+    dp = communication(config, _gpt2_step(dp=2)).wire_bytes
+    zero3 = communication(config, _gpt2_step(dp=2, zero=3)).wire_bytes
+    assert 2 * zero3 == 3 * dp
+
+
+def test_tp_all_reduces_two_per_layer_each_way() -> None:
+    config = load_target("gpt2").config
+    est = communication(config, _gpt2_step(tp=2))
+    per_call = 2 * 64 * 768 * 4  # b n d, float32
+    layers = est.collectives[0]
+    assert layers.count == 12 * 2 * 2
+    assert layers.payload_bytes == 12 * 2 * 2 * per_call
+    assert layers.wire_bytes == layers.payload_bytes  # 2 (N - 1) / N = 1 for N = 2
+    assert est.by_group() == {"tp": 48 * per_call + 2 * per_call + 3 * 2 * 64 * 4}
+
+
+def test_inference_has_no_gradient_traffic() -> None:
+    config = load_target("gpt2").config
+    w = Workload(batch_size=2, seq_len=64, parallel=Parallelism(tp=2, dp=2))
+    kinds = {(c.group, c.purpose) for c in communication(config, w).collectives}
+    assert ("dp", "DDP gradient buckets") not in kinds
+    assert communication(config, w).collectives[0].count == 12 * 2
+
+
+def test_pipeline_sends_per_micro_batch() -> None:
+    config = load_target("gpt2").config
+    (send,) = communication(config, _gpt2_step(pp=4)).collectives
+    assert send.count == 4 * 2
+    assert send.wire_bytes == 8 * 2 * 64 * 768 * 4
+
+
+def test_one_device_communicates_nothing() -> None:
+    config = load_target("gpt2").config
+    assert communication(config, _gpt2_step()).wire_bytes == 0
+
+
+@pytest.mark.parametrize(("size", "calls"), [(0, 0), (1, 1), (DDP_FIRST_BUCKET_BYTES, 1),
+                                             (DDP_FIRST_BUCKET_BYTES + 1, 2),
+                                             (DDP_FIRST_BUCKET_BYTES + DDP_BUCKET_BYTES, 2)])  # fmt: skip
+def test_ddp_buckets(size: int, calls: int) -> None:
+    assert ddp_buckets(size) == calls
