@@ -3,7 +3,7 @@
 A file is a Hugging Face config when it has a ``model_type`` (embedcalc's own schema has no such key). Each
 supported family maps the keys that decide the cost onto embedcalc fields, fills the keys the file leaves out
 with the defaults of transformers' own config class (``LlamaConfig`` ...), and classifies every other key as
-harmless with a reason (:mod:`embedcalc.config.hf_keys`). A key that is neither mapped nor known to be harmless
+harmless with a reason (:mod:`embedcalc.config.hf.keys`). A key that is neither mapped nor known to be harmless
 is an error: it might change the model.
 
 What an imported config counts as (the counting rule): encoders as transformers' ``AutoModel`` (the backbone with
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from embedcalc.config.hf_families import FAMILIES
-from embedcalc.config.hf_reader import HFReport, IgnoredKey, KeyReader, MappedKey
+from embedcalc.config.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
+from embedcalc.config.hf.registry import FAMILIES
 from embedcalc.errors import ConfigError, Problem
 
 __all__ = ["FAMILIES", "HFMapping", "HFReport", "IgnoredKey", "MappedKey", "is_hf_config", "map_hf_config"]

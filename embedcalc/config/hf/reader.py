@@ -1,7 +1,8 @@
 """Reading one Hugging Face ``config.json``: the per-key report types, the reader that records every key's fate,
 and the helpers the families share (activation names, dropout, the pointer to embedcalc's own YAML).
 
-:mod:`embedcalc.config.hf_families` holds the mapping of each family; :mod:`embedcalc.config.hf` the entry point.
+The family modules of :mod:`embedcalc.config.hf` (listed in its registry) map each family; its ``__init__`` is the
+entry point.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embedcalc.config import hf_keys
+from embedcalc.config.hf import keys
 from embedcalc.errors import Problem
 
 Origin = Literal["file", "default", "family"]
@@ -171,8 +172,8 @@ class KeyReader:
                 continue
             if key in self.consumed:
                 continue
-            if key in hf_keys.CONDITIONAL:
-                change = hf_keys.conditional_problem(key, value)
+            if key in keys.CONDITIONAL:
+                change = keys.conditional_problem(key, value)
                 if change is None:
                     self.ignored.append(
                         IgnoredKey(key, value, f"{key} = {value!r}: the transformers default")
@@ -182,7 +183,7 @@ class KeyReader:
                         key, f"{key} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}"
                     )
                 continue
-            reason = hf_keys.common_reason(key, value)
+            reason = keys.common_reason(key, value)
             if key == "architectures":
                 reason = f"the checkpoint's head classes; embedcalc counts {self.family.counted_as} (counting rule)"
             if reason is None:
