@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.hardware import known_peak
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
@@ -36,6 +35,7 @@ from embedcalc.cli.common import (
     make_workload,
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_torch
+from embedcalc.config.hardware import datasheet_peak
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
 
@@ -226,8 +226,7 @@ def _measurement(analysis: Analysis, run: Any, peak: Any, dev: Any, dtype: str) 
         decoder_tokens = w.tgt_len if w.tgt_len is not None else w.seq_len
     tokens = w.batch_size * (w.seq_len + decoder_tokens)
     achieved = flops / median
-    spec = known_peak(run.device) if dev.type == "cuda" else None
-    spec_flops = spec.for_dtype(dtype) if spec else None
+    spec_flops, spec_source = datasheet_peak(run.device, dtype) if dev.type == "cuda" else (None, None)
     predicted = predicted_bytes(analysis)
     return {
         "device": run.device,
@@ -244,8 +243,8 @@ def _measurement(analysis: Analysis, run: Any, peak: Any, dev: Any, dtype: str) 
         "peak_flops_per_s": peak.flops_per_s,
         "peak_source": f"measured: best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls",
         "utilization": achieved / peak.flops_per_s,
-        "spec_peak_flops_per_s": spec_flops or None,
-        "spec_peak_source": spec.source if spec else None,
+        "spec_peak_flops_per_s": spec_flops,
+        "spec_peak_source": spec_source,
         "spec_utilization": achieved / spec_flops if spec_flops else None,
         "peak_memory_bytes": run.peak_memory_bytes,
         "peak_memory_method": run.memory_method,
@@ -261,15 +260,19 @@ def _report_peak(dev: Any, dtype: str, format: OutputFormat) -> None:
     with step_progress(output.stderr, "matmul peak") as on_step:
         peak = measure_matmul_peak(dev, dtype, on_step=on_step)
     name = device_name(dev)
-    spec = known_peak(name) if dev.type == "cuda" else None
+    spec_flops, spec_source = datasheet_peak(name, dtype) if dev.type == "cuda" else (None, None)
     result = {
         "device": name, "dtype": dtype, "size": peak.size, "peak_flops_per_s": peak.flops_per_s,
-        "spec_peak_flops_per_s": spec.for_dtype(dtype) if spec else None,
-        "spec_peak_source": spec.source if spec else None,
+        "spec_peak_flops_per_s": spec_flops, "spec_peak_source": spec_source,
     }  # fmt: skip
+    from embedcalc.cli.hardware import measure_local
+
+    result |= measure_local(dev, name, dtype, peak)
     if format is OutputFormat.json:
         output.emit_json("bench", [{"target": None, "measurement": result}])
         return
     from embedcalc.render.bench import peak_table
+    from embedcalc.render.hardware import local_summary
 
     output.stdout.print(peak_table(result))
+    output.stdout.print(local_summary(result))

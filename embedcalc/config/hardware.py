@@ -1,0 +1,382 @@
+"""The device catalogue (DESIGN.md §10): the schema of one device, the shipped YAML files, and ``local``.
+
+Shipped devices live in ``hardware/*.yaml`` in a checkout and ``embedcalc/hardware/*.yaml`` inside a wheel (as
+presets do). ``--hardware`` takes a catalogue name, ``local`` (this machine as ``embedcalc bench --peak`` measured
+it, cached in ``$XDG_CACHE_HOME/embedcalc/local.json``), or the path of a device file in the same schema.
+
+Conventions, stated once:
+
+- every figure is a :class:`Figure`: a value and its ``source`` (a key of the device's ``sources`` or the
+  citation written out) and an optional note on how it was read off the datasheet;
+- peaks are **dense** (no 2:4 structured sparsity; datasheets often print the sparse rate, twice these), per dtype
+  ``fp32`` (the non-tensor-core rate on NVIDIA; PyTorch uses TF32 for float32 matmuls only when asked), ``tf32``,
+  ``bf16``, ``fp16``, ``fp8`` and ``int8`` where the device has them;
+- memory capacity in bytes: datasheet "GB" of HBM/GDDR is binary (an H100's 80 GB is 80 GiB); bandwidths in
+  bytes per second; links (NVLink, xGMI, ICI, PCIe) **per direction**: half the "total" a datasheet prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from embedcalc.config.files import load_mapping
+from embedcalc.config.problems import did_you_mean, problems_from_validation
+from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+PEAK_DTYPES: tuple[PeakDtype, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+LinkKind = Literal["nvlink", "xgmi", "ici", "pcie-gen3", "pcie-gen4", "pcie-gen5", "pcie-gen6", "nvlink-c2c"]
+LOCAL = "local"
+_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+_MAX_FLOPS = (
+    1e19  # 10 EFLOP/s per device: far above any chip; a bound that catches unit slips (PFLOP vs FLOP)
+)
+_MAX_BYTES = 1 << 50  # 1 PiB of memory per device
+_MAX_BANDWIDTH = 1e15  # 1 PB/s
+
+_BASE = ConfigDict(extra="forbid", frozen=True)
+
+
+class Figure(BaseModel):
+    """One published (or measured) number and where it comes from."""
+
+    model_config = _BASE
+
+    value: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(description="The number, in SI units.")
+    source: str = Field(
+        min_length=1,
+        description="Where the number comes from: a key of the device's `sources`, or the citation itself.",
+    )
+    note: str | None = Field(
+        default=None,
+        description="How the number was read (e.g. 'datasheet: 1,979 TFLOPS with sparsity / 2').",
+    )
+
+
+class ByteFigure(Figure):
+    """A figure that counts bytes: a whole number."""
+
+    value: Annotated[float, Field(gt=0, le=_MAX_BYTES)] = Field(description="Bytes.")
+
+    @field_validator("value")
+    @classmethod
+    def _whole(cls, value: float) -> float:
+        if value != int(value):
+            raise ValueError(f"a byte count is a whole number, got {value}")
+        return value
+
+
+class RateFigure(Figure):
+    """A bandwidth: bytes per second, at most 1 PB/s (a bound that catches TB/s written for B/s)."""
+
+    value: Annotated[float, Field(gt=0, le=_MAX_BANDWIDTH, allow_inf_nan=False)] = Field(
+        description="Bytes per second."
+    )
+
+
+class Link(BaseModel):
+    """A link to other devices or to the host, with its bandwidth in one direction."""
+
+    model_config = _BASE
+
+    kind: LinkKind = Field(
+        description="nvlink, xgmi (AMD Infinity Fabric), ici (TPU), pcie-genN or nvlink-c2c."
+    )
+    per_direction_bytes_per_s: RateFigure = Field(
+        description="Bytes per second in one direction, summed over the device's links (half a 'total' figure)."
+    )
+
+
+class Measurement(BaseModel):
+    """How and when a ``local`` device was measured (``embedcalc bench --peak``)."""
+
+    model_config = _BASE
+
+    measured_at: str = Field(description="ISO 8601 time of the measurement (UTC).")
+    torch_version: str = Field(description="torch.__version__ at the measurement.")
+    device: str = Field(description="The measured device as torch names it (e.g. 'NVIDIA H100 80GB HBM3').")
+    matches: str | None = Field(
+        default=None, description="The catalogue device whose cuda_name_pattern matches this device, if any."
+    )
+    efficiency: dict[str, float] = Field(
+        default_factory=dict,
+        description="Measured / datasheet for the matched catalogue device: 'memory' and one entry per peak dtype.",
+    )
+
+
+class Device(BaseModel):
+    """One accelerator (or this machine): dense peaks per dtype, memory, bandwidths and links, each with a source."""
+
+    model_config = _BASE
+
+    name: str = Field(pattern=_NAME, max_length=64, description="The catalogue name (`--hardware NAME`).")
+    title: str = Field(min_length=1, description="The product as its vendor names it.")
+    vendor: str = Field(
+        min_length=1, description="NVIDIA, AMD, Google, ... ('local' for a measured machine)."
+    )
+    kind: Literal["gpu", "tpu", "cpu"] = Field(description="gpu, tpu or cpu.")
+    cuda_name_pattern: str | None = Field(
+        default=None,
+        description="A regular expression matched against torch.cuda.get_device_name() to recognise this device.",
+    )
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Citations (title, year, URL) by a short key that figures refer to."
+    )
+    peak_flops_per_s: dict[PeakDtype, Figure] = Field(
+        min_length=1,
+        description="Dense peak FLOP/s (int8: OP/s) by dtype: fp32, tf32, bf16, fp16, fp8, int8.",
+    )
+    memory_bytes: ByteFigure = Field(description="Device memory capacity in bytes.")
+    memory_bandwidth_bytes_per_s: RateFigure = Field(
+        description="Peak device-memory bandwidth, bytes per second."
+    )
+    interconnect: Link | None = Field(
+        default=None,
+        description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
+    )
+    host_link: Link | None = Field(default=None, description="The link to the host (PCIe, NVLink-C2C).")
+    measured: Measurement | None = Field(
+        default=None, description="For a measured device (`local`): when, with which torch, on what."
+    )
+
+    @field_validator("cuda_name_pattern")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("peak_flops_per_s")
+    @classmethod
+    def _peaks_bounded(cls, value: dict[str, Figure]) -> dict[str, Figure]:
+        for dtype, figure in value.items():
+            if figure.value > _MAX_FLOPS:
+                raise ValueError(
+                    f"{dtype}: {figure.value:g} FLOP/s is above 10 EFLOP/s; write FLOP/s, not TFLOP/s"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _sources_exist(self) -> Device:
+        """A source that looks like a key (one word) must be one of ``sources``."""
+        for label, figure in self.figures():
+            if re.fullmatch(r"[A-Za-z0-9_-]+", figure.source) and figure.source not in self.sources:
+                known = ", ".join(sorted(self.sources)) or "none"
+                raise ValueError(
+                    f"{label}: source {figure.source!r} is not a key of `sources` ({known}); "
+                    "add it there or write the citation out"
+                )
+        return self
+
+    def figures(self) -> list[tuple[str, Figure]]:
+        """Every number of the device with a label (``peak_flops_per_s.bf16``, ``memory_bytes``, ...)."""
+        out: list[tuple[str, Figure]] = [
+            (f"peak_flops_per_s.{d}", f) for d, f in self.peak_flops_per_s.items()
+        ]
+        out += [("memory_bytes", self.memory_bytes), ("memory_bandwidth_bytes_per_s",
+                                                      self.memory_bandwidth_bytes_per_s)]  # fmt: skip
+        for label, link in (("interconnect", self.interconnect), ("host_link", self.host_link)):
+            if link is not None:
+                out.append((f"{label}.per_direction_bytes_per_s", link.per_direction_bytes_per_s))
+        return out
+
+    def citation(self, figure: Figure) -> str:
+        """The full source of ``figure``: the citation its key names, or the text itself."""
+        return self.sources.get(figure.source, figure.source)
+
+    def peak(self, dtype: PeakDtype) -> float | None:
+        figure = self.peak_flops_per_s.get(dtype)
+        return None if figure is None else figure.value
+
+    @property
+    def memory(self) -> int:
+        return int(self.memory_bytes.value)
+
+    @property
+    def bandwidth(self) -> float:
+        return self.memory_bandwidth_bytes_per_s.value
+
+
+# --- the shipped catalogue ----------------------------------------------------------------------------------------
+
+
+def hardware_dir() -> Path:
+    """Where the device YAML files are: inside the installed package, else the checkout's ``hardware/``."""
+    packaged = _PACKAGE_DIR / "hardware"
+    if packaged.is_dir():
+        return packaged
+    return _PACKAGE_DIR.parent / "hardware"
+
+
+def hardware_names() -> list[str]:
+    """Names of the shipped devices, sorted (``local`` is not among them)."""
+    return sorted(p.stem for p in hardware_dir().glob("*.yaml"))
+
+
+def parse_device(data: dict[str, Any], origin: str) -> Device:
+    """Validate a device mapping; one ConfigError (exit 3) naming every problem."""
+    try:
+        return Device.model_validate(data)
+    except ValidationError as exc:
+        problems = problems_from_validation(exc, {}, prefix=f"{origin}: ")
+        lines = "\n".join(f"  {p.message}" if p.message.startswith(p.path) else f"  {p.path}: {p.message}"
+                          for p in problems)  # fmt: skip
+        raise ConfigError(f"{origin}: not a valid device file\n{lines}", problems, "invalid_device") from None
+
+
+def catalogue() -> list[Device]:
+    """Every shipped device, by name."""
+    return [parse_device(load_mapping(hardware_dir() / f"{n}.yaml"), n) for n in hardware_names()]
+
+
+def _looks_like_path(target: str) -> bool:
+    return "/" in target or "\\" in target or target.endswith((".yaml", ".yml", ".json"))
+
+
+def load_device(target: str) -> Device:
+    """A catalogue name, ``local``, or a device file path -> the validated device.
+
+    ``local`` before any ``embedcalc bench --peak`` is an environment error (exit 4); an unknown name is a bad
+    flag value (exit 2, with a did-you-mean); a bad file is exit 3.
+    """
+    if target == LOCAL:
+        return load_local()
+    if target in hardware_names():
+        return parse_device(load_mapping(hardware_dir() / f"{target}.yaml"), target)
+    if _looks_like_path(target) or Path(target).is_file():
+        return parse_device(load_mapping(Path(target)), target)
+    raise UnknownDeviceError(target)
+
+
+class UnknownDeviceError(EmbedcalcError):
+    """``--hardware`` names no shipped device, not ``local`` and no file: a bad flag value (exit 2)."""
+
+    def __init__(self, target: str) -> None:
+        names = [*hardware_names(), LOCAL]
+        starting = [n for n in names if n.startswith(target.lower())] if target else []
+        hint = f" (did you mean {' or '.join(starting)}?)" if starting else did_you_mean(target, names)
+        message = (f"--hardware {target!r}: no such device{hint}; `embedcalc hardware` lists them, "
+                   "or give the path of a device YAML file")  # fmt: skip
+        super().__init__(
+            message, ExitCode.USAGE, [Problem("--hardware", message, "unknown_device")], "unknown_device"
+        )
+
+
+def match_cuda_name(device_name: str) -> Device | None:
+    """The catalogue device whose ``cuda_name_pattern`` matches ``torch.cuda.get_device_name()``, or None."""
+    for device in catalogue():
+        if device.cuda_name_pattern and re.search(device.cuda_name_pattern, device_name):
+            return device
+    return None
+
+
+# --- local: this machine, measured --------------------------------------------------------------------------------
+
+
+def local_path() -> Path:
+    """``$XDG_CACHE_HOME/embedcalc/local.json`` (default ``~/.cache/embedcalc/local.json``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "embedcalc" / "local.json"
+
+
+def load_local() -> Device:
+    path = local_path()
+    if not path.is_file():
+        raise UnsupportedEnvironmentError(
+            f"--hardware local: this machine has not been measured yet ({path} does not exist); "
+            "run `embedcalc bench --peak` (and `--dtype bfloat16` for its bf16 peak) first",
+            code="local_not_measured",
+        )
+    return parse_device(load_mapping(path), str(path))
+
+
+def local_device(
+    device_name: str,
+    kind: Literal["gpu", "cpu"],
+    peaks: dict[PeakDtype, tuple[float, str]],
+    memory_bytes: int,
+    bandwidth: tuple[float, str],
+    torch_version: str,
+    previous: Device | None = None,
+) -> Device:
+    """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how)), merged with ``previous`` peaks of
+    other dtypes when ``previous`` measured the same device; efficiencies against the matched catalogue entry."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = f"measured by `embedcalc bench --peak` on {now}, torch {torch_version}"
+    figures: dict[PeakDtype, Figure] = {}
+    if previous is not None and previous.measured is not None and previous.measured.device == device_name:
+        figures.update(previous.peak_flops_per_s)
+    for dtype, (value, how) in peaks.items():
+        figures[dtype] = Figure(value=value, source=stamp, note=how)
+    match = match_cuda_name(device_name) if kind == "gpu" else None
+    efficiency: dict[str, float] = {}
+    if match is not None:
+        efficiency["memory"] = bandwidth[0] / match.bandwidth
+        for dtype, figure in figures.items():
+            spec = match.peak(dtype)
+            if spec:
+                efficiency[dtype] = figure.value / spec
+    return Device(
+        name=LOCAL, title=device_name, vendor="local", kind=kind,
+        peak_flops_per_s=figures,
+        memory_bytes=ByteFigure(value=memory_bytes, source=stamp, note="total memory of the device"),
+        memory_bandwidth_bytes_per_s=RateFigure(value=bandwidth[0], source=stamp, note=bandwidth[1]),
+        measured=Measurement(measured_at=now, torch_version=torch_version, device=device_name,
+                             matches=match.name if match else None, efficiency=efficiency),
+    )  # fmt: skip
+
+
+def save_local(device: Device) -> Path:
+    """Write ``device`` to the local cache atomically; returns the path."""
+    path = local_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(device.model_dump(mode="json", exclude_none=True), indent=2) + "\n", "utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def previous_local() -> Device | None:
+    """The cached ``local`` device, or None when there is none or it no longer validates."""
+    try:
+        return load_local()
+    except (UnsupportedEnvironmentError, ConfigError):
+        return None
+
+
+# --- dtypes -------------------------------------------------------------------------------------------------------
+
+# The peak a workload dtype runs at. int8/int4 are weight-only formats here (analysis/workload.py): the weights are
+# dequantised and multiplied in float16.
+_WORKLOAD_PEAK: dict[str, PeakDtype] = {
+    "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "fp16", "int4": "fp16",
+}  # fmt: skip
+
+
+def peak_dtype(dtype: str) -> PeakDtype:
+    """The catalogue dtype whose peak a workload ``dtype`` (float32, bfloat16, ...) computes at."""
+    return _WORKLOAD_PEAK[dtype]
+
+
+def datasheet_peak(cuda_name: str, dtype: str) -> tuple[float | None, str | None]:
+    """(dense datasheet FLOP/s, its source) of a CUDA device for ``dtype``, or (None, None) when the catalogue
+    has no such device or no peak for that dtype: never another device's number."""
+    device = match_cuda_name(cuda_name)
+    if device is None:
+        return None, None
+    figure = device.peak_flops_per_s.get(peak_dtype(dtype))
+    if figure is None:
+        return None, None
+    note = f" ({figure.note})" if figure.note else ""
+    return figure.value, f"{device.name}: {device.citation(figure)}{note}"

@@ -1,0 +1,95 @@
+"""Tables for ``embedcalc hardware``: the catalogue at a glance, one device with every source, the local cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from embedcalc.config.hardware import PEAK_DTYPES, Device, Figure
+from embedcalc.render import units
+
+CATALOGUE_CAPTION = (
+    "Dense peaks (no 2:4 sparsity), TFLOP/s (int8: TOP/s); memory in binary units; links per direction. "
+    "`embedcalc hardware show NAME` prints every source. — : the device has no such rate."
+)
+
+
+def _tera(figure: Figure | None) -> str:
+    return "—" if figure is None else f"{figure.value / 1e12:,.1f}"
+
+
+def _rate(value: float) -> str:
+    return units.si(value, "B/s")
+
+
+def hardware_table(devices: list[Device], local_measured: bool) -> Table:
+    """One row per device: peaks by dtype, memory, bandwidth, interconnect."""
+    caption = CATALOGUE_CAPTION + (
+        "" if local_measured else " `local` appears after `embedcalc bench --peak`."
+    )
+    table = Table(title="Hardware catalogue", caption=caption, title_justify="left")
+    table.add_column("name")
+    table.add_column("device")
+    for dtype in PEAK_DTYPES:
+        table.add_column(dtype, justify="right")
+    for name in ("memory", "bandwidth", "interconnect"):
+        table.add_column(name, justify="right")
+    for d in devices:
+        link = d.interconnect or d.host_link
+        table.add_row(
+            d.name, escape(d.title), *(_tera(d.peak_flops_per_s.get(t)) for t in PEAK_DTYPES),
+            units.binary_bytes(d.memory), _rate(d.bandwidth),
+            "—" if link is None else f"{link.kind} {_rate(link.per_direction_bytes_per_s.value)}",
+        )  # fmt: skip
+    return table
+
+
+def _figure_row(table: Table, device: Device, label: str, shown: str, figure: Figure) -> None:
+    table.add_row(label, shown, escape(figure.note or ""), escape(device.citation(figure)))
+
+
+def device_table(device: Device) -> Table:
+    """Every figure of one device with its note and full citation."""
+    table = Table(title=escape(f"{device.name} — {device.title}"), title_justify="left",
+                  caption="Peaks are dense; links per direction.")  # fmt: skip
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("note")
+    table.add_column("source", overflow="fold")
+    for dtype, figure in device.peak_flops_per_s.items():
+        unit = "OP/s" if dtype == "int8" else "FLOP/s"
+        _figure_row(table, device, f"peak {dtype} (dense)", units.si(figure.value, unit), figure)
+    _figure_row(table, device, "memory", f"{units.binary_bytes(device.memory)} ({device.memory:,} B)",
+                device.memory_bytes)  # fmt: skip
+    _figure_row(
+        table, device, "memory bandwidth", _rate(device.bandwidth), device.memory_bandwidth_bytes_per_s
+    )
+    for label, link in (("interconnect", device.interconnect), ("host link", device.host_link)):
+        if link is not None:
+            fig = link.per_direction_bytes_per_s
+            _figure_row(table, device, f"{label} ({link.kind}, per direction)", _rate(fig.value), fig)
+    if device.measured is not None:
+        m = device.measured
+        table.add_section()
+        table.add_row("measured", escape(m.measured_at), "", escape(f"{m.device}, torch {m.torch_version}"))
+        if m.matches:
+            eff = ", ".join(f"{k} {units.percent(v)}" for k, v in m.efficiency.items())
+            table.add_row("of datasheet", escape(m.matches), "", escape(eff))
+    return table
+
+
+def local_summary(result: dict[str, Any]) -> Table:
+    """What ``bench --peak`` measured for memory and where it cached ``local``."""
+    table = Table(title=escape(f"Memory bandwidth — {result['device']}"), title_justify="left",
+                  caption=escape(str(result["bandwidth_method"])))  # fmt: skip
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_row("copy", _rate(result["copy_bytes_per_s"]))
+    table.add_row("triad", _rate(result["triad_bytes_per_s"]))
+    table.add_row("memory", units.binary_bytes(result["memory_bytes"]))
+    for key, value in result.get("efficiency", {}).items():
+        table.add_row(f"of {result['catalogue_match']} datasheet ({key})", units.percent(value))
+    table.add_row("cached as --hardware local", escape(result["cache_path"]))
+    return table
