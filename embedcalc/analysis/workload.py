@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem
+
 Dtype = Literal["float32", "bfloat16", "float16", "int8", "int4"]
 Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
@@ -56,6 +58,15 @@ class Workload:
     optimizer: Optimizer = "adamw"
     gen_tokens: int = 0
     parallel: Parallelism = field(default_factory=Parallelism)
+
+    def __post_init__(self) -> None:
+        if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
+            message = (
+                f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "
+                "training use --dtype float32, bfloat16 or float16 (or --mode inference)"
+            )
+            raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--dtype", message, "dtype_not_trainable")],
+                                 "dtype_not_trainable")  # fmt: skip
 
     @property
     def weight_bytes_per_param(self) -> float:

@@ -14,6 +14,7 @@ from embedcalc.analysis.budget import Budget, SizeError, check_budget, parse_siz
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
+from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.config.loading import LoadedConfig, load_target
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 from embedcalc.render.units import binary_bytes
@@ -78,6 +79,16 @@ def _size_callback(kind: str) -> Callable[[str | None], int | None]:
     return parse
 
 
+def bounded_int(value: int | None) -> int | None:
+    """Option callback: refuse an integer of more than ``MAX_INT_DIGITS`` digits (exit 2), the bound every size
+    in a config has too, so that no count derived from the flags can outgrow what is computed exactly and fast."""
+    if value is not None and abs(value) >= INT_BOUND:
+        raise typer.BadParameter(
+            f"at most {MAX_INT_DIGITS} digits (10^{MAX_INT_DIGITS} is beyond any workload)"
+        )
+    return value
+
+
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -88,11 +99,21 @@ SetOption = Annotated[
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
-BatchOption = Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Sequences per batch.")]
-SeqOption = Annotated[int, typer.Option("--seq-len", "-n", min=1, help="Tokens per sequence (encoder side).")]
+BatchOption = Annotated[
+    int, typer.Option("--batch-size", "-b", min=1, callback=bounded_int, help="Sequences per batch.")
+]
+SeqOption = Annotated[
+    int,
+    typer.Option("--seq-len", "-n", min=1, callback=bounded_int, help="Tokens per sequence (encoder side)."),
+]
 TgtOption = Annotated[
     int | None,
-    typer.Option("--tgt-len", min=1, help="Decoder tokens of an encoder-decoder (default --seq-len)."),
+    typer.Option(
+        "--tgt-len",
+        min=1,
+        callback=bounded_int,
+        help="Decoder tokens of an encoder-decoder (default --seq-len).",
+    ),
 ]
 DtypeOption = Annotated[
     DtypeChoice,
@@ -123,16 +144,30 @@ RecomputeOption = Annotated[
         "full keeps only each layer's input.",
     ),
 ]
-TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel degree (Megatron-LM).")]
-PpOption = Annotated[
-    int, typer.Option("--pp", min=1, help="Pipeline stages (1F1B); memory is the heaviest stage.")
+TpOption = Annotated[
+    int, typer.Option("--tp", min=1, callback=bounded_int, help="Tensor-parallel degree (Megatron-LM).")
 ]
-DpOption = Annotated[int, typer.Option("--dp", min=1, help="Data-parallel replicas (ZeRO shards over them).")]
+PpOption = Annotated[
+    int,
+    typer.Option(
+        "--pp", min=1, callback=bounded_int, help="Pipeline stages (1F1B); memory is the heaviest stage."
+    ),
+]
+DpOption = Annotated[
+    int,
+    typer.Option("--dp", min=1, callback=bounded_int, help="Data-parallel replicas (ZeRO shards over them)."),
+]
 ZeroOption = Annotated[
     int, typer.Option("--zero", min=0, max=3, help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights.")
 ]
 GenTokensOption = Annotated[
-    int, typer.Option("--gen-tokens", min=0, help="Inference: tokens generated after the prompt (KV cache).")
+    int,
+    typer.Option(
+        "--gen-tokens",
+        min=0,
+        callback=bounded_int,
+        help="Inference: tokens generated after the prompt (KV cache).",
+    ),
 ]
 
 
@@ -219,6 +254,16 @@ def load(target: str, overrides: list[str] | None) -> LoadedConfig:
     return load_target(target, overrides or [])
 
 
+def os_error_message(exc: OSError) -> str:
+    """What an I/O error that reached the error edge was about. Input files never get here (they are read by
+    :func:`embedcalc.config.files.read_bytes_bounded`, which reports them as invalid input, exit 3): an error that
+    names a file is about that file (an output such as --plot), one that names none is about stdout/stderr."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is not None:
+        return f"{exc.filename}: {reason}"
+    return f"cannot write output: {reason}"
+
+
 def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Turn :class:`EmbedcalcError` into ``embedcalc: error: ...`` plus its exit code (and a JSON error envelope
     on stdout when ``--format json``); Ctrl-C into exit 130. ``--debug`` re-raises for the traceback."""
@@ -240,10 +285,10 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
             except BrokenPipeError:  # `embedcalc ... | head`: the reader left; nothing more to say
                 sys.stderr.close()
                 raise typer.Exit(int(ExitCode.RUNTIME)) from None
-            except OSError as exc:  # e.g. stdout on a full disk
+            except OSError as exc:
                 if DEBUG["enabled"]:
                     raise
-                output.report_error(EmbedcalcError(f"cannot write output: {exc.strerror or exc}"))
+                output.report_error(EmbedcalcError(os_error_message(exc)))
                 raise typer.Exit(int(ExitCode.RUNTIME)) from None
             except KeyboardInterrupt:
                 if DEBUG["enabled"]:

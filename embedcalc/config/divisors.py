@@ -197,7 +197,7 @@ def list_divisors(n: int, limit: int = MAX_LISTED_DIVISORS) -> DivisorListing:
         for i in range(start, len(bases)):
             p, e = bases[i]
             if exps[i] < e:
-                heapq.heappush(heap, (d * p, i, exps[:i] + (exps[i] + 1,) + exps[i + 1 :]))
+                heapq.heappush(heap, (d * p, i, (*exps[:i], exps[i] + 1, *exps[i + 1 :])))
     truncated = bool(heap)
     exact_below = heap[0][0] if truncated else n + 1  # the smallest divisor not listed
     if not f.complete:  # unknown divisors are multiples of a prime factor of the cofactor, all > 2**16

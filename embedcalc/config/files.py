@@ -1,14 +1,27 @@
-"""Reading config files safely: size, encoding, YAML/JSON syntax, anchors and duplicate keys.
+"""Reading config files safely: one bounded reader, encoding, YAML/JSON syntax, anchors, duplicate keys and the
+numbers in them.
 
 Every failure becomes a :class:`~embedcalc.errors.ConfigError` naming the file; nothing here raises a bare
-exception for bad input.
+exception for bad input. The bounds, which make reading any input cost at most a fixed amount of time and memory:
+
+- only regular files are read (a FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
+  directory is refused before it is opened for reading, and again on the open descriptor), and at most
+  ``MAX_CONFIG_BYTES + 1`` bytes are read whatever the file claims its size is;
+- a number is parsed once, here, before any arithmetic: an integer with more than :data:`MAX_INT_DIGITS` digits
+  and a float that is not finite (``.inf``, ``.nan``, ``1e400``, JSON's ``NaN``/``Infinity``) are refused with
+  the key they belong to (:func:`refused_numbers`); ``--set`` values go through the same parser.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import re
-import sys
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +29,51 @@ import yaml
 
 from embedcalc.errors import ConfigError, Problem
 
-MAX_CONFIG_BYTES = 1 << 20
-_LONG_INT = re.compile(
-    r"(?:[\"']?(?P<key>[A-Za-z_][\w]*)[\"']?\s*:\s*)?(?P<digits>[0-9]{1000,})"
-)  # a model config is a few hundred bytes; a HF config.json a few KiB
+MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
+# No size, count or length of a model has more than a handful of digits; 30 digits (10**30) is 10**17 times the
+# parameter count of the largest models trained. With every input integer below 10**30, every count embedcalc
+# derives (a product of at most ten inputs and small constants) stays below 10**300, so that the few places that
+# turn a count into a float (ratios, units, roofline times) cannot overflow, and int <-> str conversion stays far
+# below Python's 4,300-digit limit.
+MAX_INT_DIGITS = 30
+INT_BOUND = 10**MAX_INT_DIGITS  # integers must satisfy abs(value) < INT_BOUND
+
+
+@dataclass(frozen=True)
+class RefusedNumber:
+    """A number the parser refused to convert (too many digits, or not finite); reported with its key."""
+
+    text: str
+    reason: str
+    code: str
+
+    def __repr__(self) -> str:
+        return f"{self.text[:20]}..." if len(self.text) > 20 else self.text
+
+
+def _int_scalar(text: str) -> int | RefusedNumber:
+    digits = text.strip().lstrip("+-")
+    if len(digits) > MAX_INT_DIGITS:
+        return RefusedNumber(text, too_many_digits(len(digits)), "number_too_long")
+    return int(text)
+
+
+def too_many_digits(digits: int) -> str:
+    """The message for an integer of ``digits`` digits."""
+    return (
+        f"an integer of {digits:,} digits; embedcalc reads at most {MAX_INT_DIGITS} digits "
+        f"(10^{MAX_INT_DIGITS} is far beyond any model size)"
+    )
+
+
+def _float_scalar(value: float, text: str) -> float | RefusedNumber:
+    if math.isfinite(value):
+        return value
+    shown = text if len(text) <= 20 else text[:20] + "..."
+    kind = "not a number" if math.isnan(value) else "infinite"
+    return RefusedNumber(
+        shown, f"{shown} is {kind}; a config value must be a finite number", "number_not_finite"
+    )
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -44,11 +98,36 @@ class _StrictLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not _hashable(key):
+                raise yaml.MarkedYAMLError(
+                    problem=f"a mapping key must be a name, found a {type(key).__name__}",
+                    problem_mark=key_node.start_mark,
+                )
             if isinstance(key, str) and key in seen:
                 raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_bounded_int(self, node: Any) -> int | RefusedNumber:
+        text = str(self.construct_scalar(node))
+        if len(text.strip().lstrip("+-").replace("_", "")) > MAX_INT_DIGITS:
+            return RefusedNumber(text, too_many_digits(len(text.strip().lstrip("+-"))), "number_too_long")
+        return int(self.construct_yaml_int(node))
+
+    def construct_finite_float(self, node: Any) -> float | RefusedNumber:
+        return _float_scalar(float(self.construct_yaml_float(node)), str(self.construct_scalar(node)))
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_bounded_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_finite_float)
 
 # Numbers as YAML 1.2 and JSON read them. PyYAML implements YAML 1.1, which reads `0512` as octal 330, `1:30` as
 # base-60 90, `0x10` as 16 and `1_000` as 1000, but `1e-1` as a string: a model size must never be silently
@@ -76,7 +155,8 @@ _StrictLoader.add_implicit_resolver(
 
 
 def parse_scalar(text: str) -> Any:
-    """One ``--set`` value read with the same number rules as config files (``16`` int, ``true`` bool)."""
+    """One ``--set`` value read with the same number rules as config files (``16`` int, ``true`` bool); a
+    refused number comes back as a :class:`RefusedNumber`."""
     return yaml.load(text, Loader=_StrictLoader)
 
 
@@ -84,21 +164,85 @@ def _fail(path: Path, message: str, code: str) -> ConfigError:
     return ConfigError(f"{path}: {message}", [Problem(str(path), message, code)], code)
 
 
-def read_text(path: Path) -> str:
-    """The file's text, or a ConfigError for a missing file, a directory, a binary or oversized file."""
-    if not path.exists():
-        raise _fail(path, "no such file (and not a preset name; see `embedcalc presets`)", "file_missing")
-    if path.is_dir():
-        raise _fail(path, "is a directory, not a config file", "file_is_directory")
+def _kind(mode: int) -> str | None:
+    """What a non-regular file is, for the message (None for a regular file)."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+def _refuse_kind(path: Path, kind: str) -> ConfigError:
+    if kind == "directory":
+        return _fail(path, "is a directory, not a config file", "file_is_directory")
+    return _fail(path, f"is a {kind}, not a regular file; embedcalc reads configs only from regular files",
+                 "file_not_regular")  # fmt: skip
+
+
+def _os_failure(path: Path, exc: OSError) -> ConfigError:
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        return _fail(path, "no such file (and not a preset name; see `embedcalc presets`)", "file_missing")
+    if exc.errno == errno.ENAMETOOLONG:
+        return _fail(path, "cannot be read: the file name is too long", "file_unreadable")
+    return _fail(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable")
+
+
+def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``; ConfigError for anything else or anything larger.
+
+    The type is checked before opening (``open`` on a FIFO would block) and again on the descriptor, which is
+    opened non-blocking; at most ``limit + 1`` bytes are read, so a size the file does not report (a device, a
+    file growing while read) cannot make the read unbounded.
+    """
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
+        kind = _kind(os.stat(path).st_mode)
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL in the name
+        if isinstance(exc, ValueError):
             raise _fail(
-                path, f"is {size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}", "file_too_big"
-            )
-        data = path.read_bytes()
+                path, "cannot be read: the file name contains a NUL byte", "file_unreadable"
+            ) from None
+        raise _os_failure(path, exc) from None
+    if kind is not None:
+        raise _refuse_kind(path, kind)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise _fail(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable") from exc
+        raise _os_failure(path, exc) from None
+    try:
+        kind = _kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise _refuse_kind(path, kind)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise _os_failure(path, exc) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise _fail(
+            path, f"is more than {limit:,} bytes; a model config is at most {limit:,}", "file_too_big"
+        )
+    return data
+
+
+def read_text(path: Path) -> str:
+    """The file's text, or a ConfigError for a missing file, a directory or other non-regular file, a binary or
+    oversized file (read through :func:`read_bytes_bounded`)."""
+    data = read_bytes_bounded(path)
     if b"\x00" in data:
         raise _fail(path, "is a binary file, not YAML or JSON text", "file_binary")
     try:
@@ -129,21 +273,21 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     """Parse YAML (or JSON, by suffix) into a mapping; syntax errors give the line and column.
 
-    Also refused with a message: nesting too deep for the parser (RecursionError) and integer literals longer
-    than Python's int-parsing limit (ValueError) — neither belongs in a model config.
+    Also refused with a message: nesting too deep for the parser (RecursionError), numbers with too many digits
+    or not finite (each with its key, see :func:`refused_numbers`) — none belongs in a model config.
     """
     try:
         data = _parse(text, path)
     except RecursionError:
         raise _fail(path, "is nested too deeply to be a model config", "malformed_yaml") from None
-    except ValueError as exc:  # int literal over sys.get_int_max_str_digits(), duplicate JSON key
-        long_int = _LONG_INT.search(text)
-        if long_int and "digits" in str(exc):
-            key = long_int["key"] or "a value"
-            message = (f"{key}: an integer of {len(long_int['digits']):,} digits is more than Python parses "
-                       f"({sys.get_int_max_str_digits():,}) and more than any model size needs")  # fmt: skip
-            raise _fail(path, message, "int_too_long") from None
+    except ValueError as exc:  # duplicate JSON key; a YAML !!int tag on a non-number
         raise _fail(path, f"cannot be read: {exc}", "malformed_value") from None
+    refused = refused_numbers(data)
+    if refused:
+        problems = [Problem(where, number.reason, number.code) for where, number in refused]
+        lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
+        noun = "value" if len(problems) == 1 else "values"
+        raise ConfigError(f"{path}: {len(problems)} {noun} refused\n{lines}", problems, problems[0].code)
     if data is None:
         raise _fail(path, "is empty (only comments or blank lines); expected a mapping of config keys "
                     "(see `embedcalc presets show bert-base`)", "file_empty")  # fmt: skip
@@ -158,7 +302,13 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
 def _parse(text: str, path: Path) -> Any:
     if path.suffix.lower() == ".json":
         try:
-            return json.loads(text, object_pairs_hook=_json_object)
+            return json.loads(
+                text,
+                object_pairs_hook=_json_object,
+                parse_int=_int_scalar,
+                parse_float=lambda t: _float_scalar(float(t), t),
+                parse_constant=lambda t: _float_scalar(float(t), t),
+            )
         except json.JSONDecodeError as exc:
             raise _fail(
                 path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "malformed_json"
@@ -171,6 +321,44 @@ def _parse(text: str, path: Path) -> Any:
         raise _fail(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
     except yaml.YAMLError as exc:
         raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
+
+
+MAX_REFUSED_LISTED = 20  # refused numbers named one by one; a file with more gets the first ones
+
+
+def refused_numbers(data: Any, limit: int = MAX_REFUSED_LISTED) -> list[tuple[str, RefusedNumber]]:
+    """(key path, refused number) for the first ``limit`` refused numbers anywhere in parsed ``data``."""
+    out: list[tuple[str, RefusedNumber]] = []
+    for where, value in _leaves(data):
+        if isinstance(value, RefusedNumber):
+            out.append((where, value))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _leaves(data: Any) -> Iterator[tuple[str, Any]]:
+    """Every (path, scalar) of nested mappings and lists, iteratively (no recursion limit to hit)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [(f"{where}.{k}" if where else str(k), v) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+        else:
+            yield where or "(value)", value
+
+
+def oversized_ints(data: Any, limit: int = MAX_REFUSED_LISTED) -> list[tuple[str, int]]:
+    """(key path, value) of integers anywhere in ``data`` with ``abs(value) >= 10**MAX_INT_DIGITS``."""
+    out: list[tuple[str, int]] = []
+    for where, value in _leaves(data):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= INT_BOUND:
+            out.append((where, value))
+            if len(out) >= limit:
+                break
+    return out
 
 
 def load_mapping(path: Path) -> dict[str, Any]:

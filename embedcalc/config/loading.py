@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
-from embedcalc.config.files import load_mapping, parse_scalar
+from embedcalc.config.files import RefusedNumber, load_mapping, oversized_ints, parse_scalar, too_many_digits
 from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
@@ -36,12 +36,12 @@ class LoadedConfig:
 
 
 def _looks_like_path(target: str) -> bool:
-    return (
-        "/" in target
-        or "\\" in target
-        or target.endswith((".yaml", ".yml", ".json"))
-        or Path(target).exists()
-    )
+    if "/" in target or "\\" in target or target.endswith((".yaml", ".yml", ".json")):
+        return True
+    try:
+        return Path(target).exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: a path, reported as such
+        return True
 
 
 def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
@@ -75,16 +75,14 @@ def normalise_keys(
     user_keys: dict[str, str] = {}
     problems: list[Problem] = []
     known = list(FIELD_NAMES) + list(ALIAS_TO_FIELD)
+    unknown = 0
     for key, value in raw.items():
-        if not isinstance(key, str):
-            problems.append(Problem(f"{where}{key!r}", f"key {key!r} is not a string", "key_not_string"))
+        if not isinstance(key, str) or canonical_key(key) not in FIELD_NAMES:
+            unknown += 1
+            if unknown <= MAX_UNKNOWN_KEYS_LISTED:
+                problems.append(_unknown_key(key, where, known))
             continue
         name = canonical_key(key)
-        if name not in FIELD_NAMES:
-            problems.append(
-                Problem(f"{where}{key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
-            )
-            continue
         if name in data:
             problems.append(
                 Problem(
@@ -96,7 +94,24 @@ def normalise_keys(
             continue
         data[name] = value
         user_keys[name] = key
+    if unknown > MAX_UNKNOWN_KEYS_LISTED:
+        more = unknown - MAX_UNKNOWN_KEYS_LISTED
+        message = f"... and {more:,} more unknown keys (the first {MAX_UNKNOWN_KEYS_LISTED} are listed)"
+        problems.append(Problem(f"{where}(more keys)", message, "unknown_key"))
     return data, user_keys, problems
+
+
+# Unknown keys reported one by one (each with a did-you-mean); the rest are counted in one line, so a file with
+# very many keys costs one dictionary lookup per key, not a fuzzy match per key.
+MAX_UNKNOWN_KEYS_LISTED = 20
+
+
+def _unknown_key(key: object, where: str, known: list[str]) -> Problem:
+    if not isinstance(key, str):
+        shown = f"{key!r:.60}"
+        return Problem(f"{where}{shown}", f"key {shown} is not a string", "key_not_string")
+    shown = key if len(key) <= 60 else key[:60] + "..."
+    return Problem(f"{where}{shown}", f"unknown key {shown!r}{did_you_mean(key, known)}", "unknown_key")
 
 
 def canonical_mapping(
@@ -130,7 +145,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         )
     try:
         parsed = parse_scalar(value) if value.strip() else None
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):
         parsed = value
     if isinstance(parsed, dict | list):
         parsed = value  # a scalar was meant; let validation report the type
@@ -146,9 +161,10 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
         raw_value = text.partition("=")[2].strip()
         name = canonical_key(key)
         if name not in FIELD_NAMES:
-            problems.append(
-                Problem(f"--set {key}", f"unknown key {key!r}{did_you_mean(key, known)}", "unknown_key")
-            )
+            problems.append(_unknown_key(key, "--set ", known))
+            continue
+        if isinstance(value, RefusedNumber) and name not in TEXT_FIELDS:
+            problems.append(Problem(f"--set {key}", value.reason, value.code))
             continue
         if value is not None and name in TEXT_FIELDS:
             value = raw_value  # a text field stays text even when it looks like a number or a boolean
@@ -160,12 +176,20 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
 def validate_config(
     data: dict[str, Any], user_keys: dict[str, str], problems: list[Problem], origin: str
 ) -> ModelConfig:
-    """Validate the canonical mapping; raise one ConfigError carrying every problem found."""
-    try:
-        config = ModelConfig.model_validate(data, context={"keys": user_keys})
-    except ValidationError as exc:
-        problems = problems + problems_from_validation(exc, user_keys)
-        config = None
+    """Validate the canonical mapping; raise one ConfigError carrying every problem found.
+
+    Integers of more than ``MAX_INT_DIGITS`` digits are refused here too (they can come from a Python mapping or be
+    derived by a Hugging Face family), before the schema's arithmetic sees them.
+    """
+    huge = oversized_ints(data)
+    config = None
+    if huge:
+        problems = problems + [_oversized(where, value, user_keys) for where, value in huge]
+    else:
+        try:
+            config = ModelConfig.model_validate(data, context={"keys": user_keys})
+        except ValidationError as exc:
+            problems = problems + problems_from_validation(exc, user_keys)
     if problems or config is None:
         lines = "\n".join(
             f"  {p.path}: {p.message}" if not p.message.startswith(p.path) else f"  {p.message}"
@@ -174,6 +198,13 @@ def validate_config(
         noun = "problem" if len(problems) == 1 else "problems"
         raise ConfigError(f"{origin}: {len(problems)} {noun}\n{lines}", problems)
     return config
+
+
+def _oversized(where: str, value: int, user_keys: dict[str, str]) -> Problem:
+    head, sep, rest = where.partition(".")
+    key = user_keys.get(head, head) + sep + rest
+    digits = len(str(abs(value))) if value.bit_length() < 14_000 else value.bit_length() * 3 // 10
+    return Problem(key, too_many_digits(digits), "number_too_long")
 
 
 def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
