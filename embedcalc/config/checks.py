@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
-from embedcalc.analysis.heads import FLASH_ATTENTION_MAX_HEAD_DIM
-from embedcalc.analysis.workload import Workload
+from fractions import Fraction
+from typing import Protocol
+
+from embedcalc.config.divisors import FLASH_ATTENTION_MAX_HEAD_DIM
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import Problem
+
+
+class WorkloadShape(Protocol):
+    """The parts of a workload (:class:`embedcalc.analysis.workload.Workload`) its checks read; config does not
+    import analysis (DESIGN.md §7)."""
+
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def tgt_len(self) -> int | None: ...
+    @property
+    def gen_tokens(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+
 
 FFN_RATIO_RANGE = (1.0, 8.0)
 
@@ -48,13 +65,13 @@ def config_warnings(config: ModelConfig, user_keys: dict[str, str] | None = None
                 "vocab_unaligned",
             )
         )
-    ratio = config.resolved_ffn_dim / config.embed_dim
+    ratio = Fraction(config.resolved_ffn_dim, config.embed_dim)  # exact for any size
     lo, hi = FFN_RATIO_RANGE
     if not lo <= ratio <= hi:
         out.append(
             Problem(
                 keys.get("ffn_dim", "ffn_dim"),
-                f"FFN ratio ffn_dim / embed_dim = {ratio:.3g} is unusual "
+                f"FFN ratio ffn_dim / embed_dim = {float(ratio):.3g} is unusual "
                 f"(published models use {lo:g} to {hi:g}; 4 is the classic choice, about 2.7 for gated "
                 "FFNs)",
                 "ffn_ratio_unusual",
@@ -63,7 +80,7 @@ def config_warnings(config: ModelConfig, user_keys: dict[str, str] | None = None
     return out
 
 
-def workload_problems(config: ModelConfig, workload: Workload) -> tuple[list[Problem], list[Problem]]:
+def workload_problems(config: ModelConfig, workload: WorkloadShape) -> tuple[list[Problem], list[Problem]]:
     """(errors, warnings) of running ``workload`` on ``config``: sequence lengths against the context."""
     errors: list[Problem] = []
     warnings: list[Problem] = []
