@@ -7,6 +7,7 @@ is expected and how to fix it.
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from embedcalc.errors import Problem
 def _describe(value: Any) -> str:
     if isinstance(value, bool):
         return f"{value!r} (a boolean)"
+    if isinstance(value, str) and len(value) > 60:
+        return f"{value[:40]!r}... (a string of {len(value):,} characters)"
     if isinstance(value, str):
         return f"{value!r} (a string)"
     if isinstance(value, float):
@@ -26,7 +29,8 @@ def _describe(value: Any) -> str:
         return "null"
     if isinstance(value, list | dict):
         return f"a {type(value).__name__}"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... (a {type(value).__name__})"
 
 
 def _integer_hint(value: Any) -> str:
@@ -69,7 +73,11 @@ def _message(error: Mapping[str, Any], key: str) -> str:
     if kind == "literal_error":
         expected = ctx.get("expected", "")
         choices = [c.strip().strip("'") for c in str(expected).replace(" or ", ",").split(",") if c.strip()]
-        close = difflib.get_close_matches(str(value), choices, n=1) if isinstance(value, str) else []
+        close = (
+            difflib.get_close_matches(value, choices, n=1)
+            if isinstance(value, str) and len(value) <= 64
+            else []
+        )
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return f"{key} must be one of {', '.join(choices)}, got {_describe(value)}{hint}"
     if kind == "missing":
@@ -111,7 +119,17 @@ _STANDARD_TYPES = frozenset(
 )
 
 
+# did-you-mean is bounded in work: difflib costs about len(word) x len(choice) per choice, so a word longer than
+# any name (no field, alias or preset name comes near 64 characters) gets no suggestion, and at most
+# MAX_SUGGESTION_CHOICES names are compared.
+MAX_SUGGESTION_WORD = 64
+MAX_SUGGESTION_CHOICES = 1000
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    """`` (did you mean 'x'?)`` for the closest choice, or an empty string (bounded in work, see above)."""
+    if len(word) > MAX_SUGGESTION_WORD:
+        return ""
+    names = list(itertools.islice(choices, MAX_SUGGESTION_CHOICES))
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
