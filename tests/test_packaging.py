@@ -19,8 +19,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PRESETS = ("bert-base", "bert-large", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b",
-           "llama-2-70b", "llama-2-7b", "mistral-7b", "t5-base", "t5-small", "transformer-base", "transformer-big")
+PRESETS = ("albert-base-v2", "bert-base", "bert-large", "deepseek-v3", "gemma-2-9b", "gemma-3-27b", "gemma-7b",
+           "gpt-oss-20b", "gpt2", "gpt2-large", "gpt2-medium", "gpt2-xl", "gpt3-175b", "llama-2-70b", "llama-2-7b",
+           "llama-3.1-70b", "llama-3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen3-30b-a3b", "qwen3-8b", "t5-base",
+           "t5-small", "transformer-base", "transformer-big")
 RUNTIME_DEPS = ("typer", "rich", "pydantic", "numpy", "pyyaml")
 
 
