@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from embedcalc.analysis.heads import nearest_divisible, nearest_divisors
 from embedcalc.analysis.params import count_params
+from embedcalc.config.divisors import nearest_divisible, nearest_divisors
 from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
