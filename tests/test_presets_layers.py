@@ -18,9 +18,9 @@ import math
 from typing import Any
 
 import pytest
+from hf_reference import hf_config, hf_model, numel, raw_fixture
 
 from embedcalc.config.loading import load_target
-from hf_reference import hf_config, hf_model, numel, raw_fixture
 
 # Published totals as transformers counts them on the meta device (AutoModelForCausalLM; AlbertModel for
 # albert, Gemma3ForCausalLM for gemma-3's text_config).
@@ -43,7 +43,8 @@ _UNUSED = {
     "mixtral-8x7b": 32 * 6 * 3 * 4096 * 14336,  # gate, up, down
     "qwen3-30b-a3b": 48 * 120 * 3 * 2048 * 768,
     "deepseek-v3": 58 * 248 * 3 * 7168 * 2048,  # the 3 dense layers have no experts
-    "gpt-oss-20b": 24 * 28 * (2880 * 2 * 2880 + 2 * 2880 + 2880 * 2880 + 2880),  # gate_up and down, with biases
+    # gpt-oss: gate_up and down, with their biases
+    "gpt-oss-20b": 24 * 28 * (2880 * 2 * 2880 + 2 * 2880 + 2880 * 2880 + 2880),
 }
 ACTIVE = {name: PUBLISHED[name] - unused for name, unused in _UNUSED.items()}
 
