@@ -42,6 +42,17 @@ from embedcalc.cli.common import (
     load,
     make_workload,
 )  # fmt: skip
+from embedcalc.cli.hardware_options import (
+    DevicesOption,
+    EfficiencyOption,
+    HardwareOption,
+    KvDtypeOption,
+    PriceOption,
+    TrainTokensOption,
+    apply_time,
+    time_json,
+    time_options,
+)  # fmt: skip
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.errors import ConfigError
 
@@ -79,6 +90,12 @@ def analyze_command(
     max_params: MaxParamsOption = None,
     max_memory: MaxMemoryOption = None,
     max_flops: MaxFlopsOption = None,
+    hardware: HardwareOption = None,
+    efficiency: EfficiencyOption = None,
+    kv_dtype: KvDtypeOption = None,
+    train_tokens: TrainTokensOption = None,
+    devices: DevicesOption = None,
+    price_per_hour: PriceOption = None,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -88,19 +105,29 @@ def analyze_command(
     the batch×heads×n² scores, sdpa does not). Training = weights + gradients + optimizer state + saved
     activations (Korthikanti et al. 2022). Memory is per device: with --tp/--pp/--dp/--zero, that of the
     heaviest pipeline stage. --max-params/--max-memory/--max-flops exit 5 when exceeded.
+
+    --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
+    tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
     """
     parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
     )
+    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
     result = analyze_target(target, overrides, workload)
+    result, estimate = apply_time(result, timing)
     over = budget_problems(Budget(max_params, max_memory, max_flops), [result])
     if format is OutputFormat.json:
         status = "error" if over else "ok"
-        output.emit_json("analyze", [result.as_json()], workload.as_dict(), over, status)
+        output.emit_json("analyze", [result.as_json() | time_json(estimate)], workload.as_dict(), over, status)
     else:
         from embedcalc.render.tables import flops_table, memory_table, params_table
 
         for table in (params_table(result), flops_table(result), memory_table(result)):
             output.stdout.print(table)
+        if estimate is not None:
+            from embedcalc.render.roofline import roofline_tables
+
+            for table in roofline_tables(result, estimate):
+                output.stdout.print(table)
     enforce_budget(over, json_emitted=format is OutputFormat.json)

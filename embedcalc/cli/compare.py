@@ -44,6 +44,17 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
+from embedcalc.cli.hardware_options import (
+    DevicesOption,
+    EfficiencyOption,
+    HardwareOption,
+    KvDtypeOption,
+    PriceOption,
+    TrainTokensOption,
+    apply_time,
+    time_json,
+    time_options,
+)  # fmt: skip
 from embedcalc.errors import ConfigError, Problem
 
 
@@ -66,6 +77,12 @@ def compare_command(
     max_params: MaxParamsOption = None,
     max_memory: MaxMemoryOption = None,
     max_flops: MaxFlopsOption = None,
+    hardware: HardwareOption = None,
+    efficiency: EfficiencyOption = None,
+    kv_dtype: KvDtypeOption = None,
+    train_tokens: TrainTokensOption = None,
+    devices: DevicesOption = None,
+    price_per_hour: PriceOption = None,
     overrides: SetOption = None,
     plot: Annotated[
         Path | None,
@@ -96,6 +113,7 @@ def compare_command(
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
     )
+    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
     analyses = []
     problems: list[Problem] = []
     messages = []
@@ -109,22 +127,31 @@ def compare_command(
         raise ConfigError("\n".join(messages), problems)
     if plot is not None:
         _plot(targets, overrides, workload, plot, plot_seq_len)
+    timed = [apply_time(a, timing) for a in analyses]
+    analyses = [a for a, _ in timed]
     over = budget_problems(Budget(max_params, max_memory, max_flops), analyses)
-    _render(analyses, format, workload.as_dict(), over)
+    _render(analyses, format, workload.as_dict(), over, [e for _, e in timed])
     enforce_budget(over, json_emitted=format is CompareFormat.json)
 
 
 def _render(
-    analyses: list[Analysis], format: CompareFormat, workload: dict[str, Any], over: list[Problem]
-) -> None:
+    analyses: list[Analysis], format: CompareFormat, workload: dict[str, Any], over: list[Problem],
+    estimates: list[Any] | None = None,
+) -> None:  # fmt: skip
+    times = estimates or [None] * len(analyses)
     if format is CompareFormat.json:
         status = "error" if over else "ok"
-        output.emit_json("compare", [a.as_json() for a in analyses], workload, over, status)
+        results = [a.as_json() | time_json(e) for a, e in zip(analyses, times, strict=True)]
+        output.emit_json("compare", results, workload, over, status)
         return
     from embedcalc.render.tables import compare_rows, compare_table
 
     if format is CompareFormat.table:
         output.stdout.print(compare_table(analyses))
+        if all(e is not None for e in times):
+            from embedcalc.render.roofline import compare_time_table
+
+            output.stdout.print(compare_time_table(analyses, times))
         return
     rows = compare_rows(analyses)
     header = ["quantity", *(a.target for a in analyses)]

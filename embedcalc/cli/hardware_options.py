@@ -1,0 +1,181 @@
+"""The time options of analyze, compare and sweep (defined once): --hardware, --efficiency, --kv-dtype,
+--train-tokens, --devices, --price-per-hour; and applying them to an analysis (roofline time, capacity, KV dtype)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from embedcalc.analysis.budget import SizeError, parse_size
+from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.roofline import (
+    Efficiency,
+    RooflineEstimate,
+    TimeRequest,
+    capacity,
+    estimate_time,
+    with_kv_dtype,
+)  # fmt: skip
+from embedcalc.config.hardware import LOCAL, Device, load_device, load_local, peak_dtype
+from embedcalc.errors import UnsupportedEnvironmentError
+
+
+class KvDtypeChoice(StrEnum):
+    fp8 = "fp8"
+    int8 = "int8"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp32 = "fp32"
+
+
+def _efficiency(value: str | None) -> str | None:
+    if value is None or value == "measured":
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 < number <= 1:
+        raise typer.BadParameter(f"{value!r}: give a fraction in (0, 1], e.g. 0.6, or `measured`")
+    return value
+
+
+def _count(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_size(value, "count")
+    except SizeError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+HardwareOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hardware",
+        metavar="NAME|FILE",
+        help="Predict time on this device by the roofline model (`embedcalc hardware` lists them; `local` is this "
+        "machine as `bench --peak` measured it; or a device YAML file): prefill, decode per token, tokens/s, "
+        "step time, and the largest batch and context that fit its memory.",
+    ),
+]
+EfficiencyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--efficiency",
+        metavar="F|measured",
+        callback=_efficiency,
+        help="Fraction of peak FLOP/s and bandwidth reached (default 1: times are lower bounds); `measured`: "
+        "what the last `bench --peak` on this device reached of its datasheet.",
+    ),
+]
+KvDtypeOption = Annotated[
+    KvDtypeChoice | None,
+    typer.Option("--kv-dtype", help="KV cache dtype, apart from the weights (default: the activations')."),
+]
+TrainTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--train-tokens",
+        metavar="N",
+        parser=_count,
+        help="With --hardware and --mode training: wall time, device-hours and cost of N tokens (2T, 3e11).",
+    ),
+]
+DevicesOption = Annotated[
+    int | None,
+    typer.Option("--devices", min=1, help="Devices for --train-tokens (default tp × pp × dp)."),
+]
+PriceOption = Annotated[
+    float | None,
+    typer.Option("--price-per-hour", min=0.0, metavar="P", help="Price of one device-hour, for the cost."),
+]
+
+
+@dataclass(frozen=True)
+class TimeOptions:
+    """The parsed time options of one command."""
+
+    hardware: str | None = None
+    efficiency: str | None = None
+    kv_dtype: KvDtypeChoice | None = None
+    train_tokens: int | None = None
+    devices: int | None = None
+    price_per_hour: float | None = None
+    max_memory: int | None = None
+
+    @property
+    def wanted(self) -> bool:
+        """Whether any result gets a ``time`` object (a device, or a memory limit to fit a batch into)."""
+        return self.hardware is not None or self.max_memory is not None
+
+
+def time_options(hardware: str | None, efficiency: str | None, kv_dtype: KvDtypeChoice | None,
+                 train_tokens: int | None, devices: int | None, price_per_hour: float | None,
+                 max_memory: int | None) -> TimeOptions:  # fmt: skip
+    """Check the combination (usage errors, exit 2) and bundle it."""
+    if hardware is None:
+        for flag, value in (("--efficiency", efficiency), ("--train-tokens", train_tokens),
+                            ("--price-per-hour", price_per_hour)):  # fmt: skip
+            if value is not None:
+                raise typer.BadParameter(f"{flag} needs --hardware NAME", param_hint=f"'{flag}'")
+    if (devices is not None or price_per_hour is not None) and train_tokens is None:
+        raise typer.BadParameter(
+            "--devices and --price-per-hour apply to --train-tokens N", param_hint="'--devices'"
+        )
+    return TimeOptions(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
+
+
+def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
+    if device.name == LOCAL:
+        return Efficiency(1.0, 1.0, "measured: `local` is the measurement itself")
+    local = load_local()
+    m = local.measured
+    key = peak_dtype(dtype)
+    if m is None or m.matches != device.name or key not in m.efficiency or "memory" not in m.efficiency:
+        raise UnsupportedEnvironmentError(
+            f"--efficiency measured: no `bench --peak --dtype {dtype}` measurement on a {device.name} is cached "
+            f"(the last one was on {m.device if m else 'another device'}); run it on that device, or give a "
+            "fraction such as --efficiency 0.6",
+            code="no_measured_efficiency",
+        )
+    return Efficiency(m.efficiency[key], m.efficiency["memory"],
+                      f"measured by bench --peak on {m.measured_at} ({m.device})")  # fmt: skip
+
+
+def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, RooflineEstimate | None]:
+    """The analysis with its KV cache in --kv-dtype, and its roofline estimate (None when no time was asked)."""
+    w = analysis.workload
+    kv = options.kv_dtype.value if options.kv_dtype else None
+    analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
+    if not options.wanted:
+        return analysis, None
+    device = load_device(options.hardware) if options.hardware else None
+    efficiency = Efficiency()
+    if device is not None and options.efficiency == "measured":
+        efficiency = _measured_efficiency(device, w.dtype)
+    elif options.efficiency is not None:
+        fraction = float(options.efficiency)
+        efficiency = Efficiency(fraction, fraction, f"--efficiency {options.efficiency}")
+    request = TimeRequest(
+        device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour
+    )
+    m = analysis.memory
+    estimate = estimate_time(
+        analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
+    )
+    if options.max_memory is not None:
+        limit, source = options.max_memory, "--max-memory"
+    elif device is not None:
+        limit, source = device.memory, f"{device.name} memory"
+    else:
+        return analysis, estimate
+    return analysis, replace(estimate, capacity=capacity(analysis.config, w, limit, source, kv))
+
+
+def time_json(estimate: RooflineEstimate | None) -> dict[str, Any]:
+    """``{"time": ...}`` to merge into a result's JSON, or nothing."""
+    return {} if estimate is None else {"time": estimate.as_json()}
