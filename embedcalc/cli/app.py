@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("embedcalc.cli.verify", "verify_command"),
     "bench": ("embedcalc.cli.bench", "bench_command"),
     "sweep": ("embedcalc.cli.sweep", "sweep_command"),
+    "explain": ("embedcalc.cli.explain", "explain_command"),
+    "diff": ("embedcalc.cli.diff", "diff_command"),
     "hardware": ("embedcalc.cli.hardware", "app"),
 }
 ROOT_FLAGS = frozenset({"--debug"})
