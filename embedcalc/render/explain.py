@@ -162,7 +162,7 @@ def render_heads(a: HeadsAnswer, m: Messages, label: str, valid: bool) -> Panel:
 def render_width_depth(a: WidthDepthAnswer, m: Messages, label: str) -> Panel:
     p = _Page(m)
     p.say("wd.params", total=num(a.params_total), n=num(a.params_non_embedding), L=num(a.num_layers),
-          d=num(a.embed_dim), approx=num(a.approx_12_l_d2), ratio=num(a.approx_ratio))  # fmt: skip
+          d=num(a.embed_dim), approx=num(a.approx_12_l_d2), ratio=f"{a.approx_ratio:.3f}")  # fmt: skip
     total = a.params_total or 1
     rows = [[m(f"cat.{k}"), num(v), units.percent(v / total)] for k, v in a.params_by_category.items() if v]
     p.table(["col.part", "col.params", "col.share"], rows)
