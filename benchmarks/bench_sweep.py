@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from embedcalc.analysis.sweep import evaluate_point, load_base, parse_axis, sweep_target
+from embedcalc.analysis.sweep import evaluate_point, parse_axis, sweep_target
+from embedcalc.cli.sweep_load import load_base
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli.sweep import write_csv
 
@@ -57,12 +58,12 @@ def main() -> None:
     args = parser.parse_args()
     workload = Workload()
 
-    grid_s, result = best_of(args.rounds, lambda: sweep_target(TARGET, (), AXES, workload))
+    base = load_base(TARGET)
+    grid_s, result = best_of(args.rounds, lambda: sweep_target(base, AXES, workload))
     size = result.size
-    slow_grid_s, _ = best_of(1, lambda: sweep_target(TARGET, (), AXES, workload, force_python_ints=True))
+    slow_grid_s, _ = best_of(1, lambda: sweep_target(base, AXES, workload, force_python_ints=True))
     csv_s, _ = best_of(args.rounds, lambda: write_csv(result, io.StringIO()))
 
-    base = load_base(TARGET)
     rng = random.Random(0)
     sample = rng.sample(range(size), min(args.sample, size))
     points = [{a: result.axes[a][result.index[a][i]] for a in result.axes} for i in sample]

@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
-from embedcalc.analysis.sweep import evaluate_point, load_base, sweep_target
+from embedcalc.analysis.sweep import evaluate_point, sweep_target
+from embedcalc.cli.sweep_load import load_base
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config
 from embedcalc.config.loading import load_target, validate_config
@@ -361,7 +362,7 @@ def test_overrides_apply_to_a_hugging_face_config(cli: Any) -> None:
 
 
 def test_sweep_reads_a_hugging_face_config() -> None:
-    result = sweep_target(str(FIXTURES / "qwen2-0.5b.json"), (), {"seq_len": (128, 4096)}, Workload())
+    result = sweep_target(load_base(str(FIXTURES / "qwen2-0.5b.json")), {"seq_len": (128, 4096)}, Workload())
     assert result.grid is not None and bool(result.valid.all())
     assert int(result.grid["params"][0]) == PUBLISHED["qwen2-0.5b"]
 
@@ -406,7 +407,7 @@ def test_hugging_face_configs_load_without_torch_or_transformers() -> None:
 )  # fmt: skip
 def test_grid_matches_analyze_on_new_fields(target: str, axes: dict[str, tuple[int, ...]], workload: Workload) -> None:
     path = str(FIXTURES / target)
-    result = sweep_target(path, (), axes, workload)
+    result = sweep_target(load_base(path), axes, workload)
     base = load_base(path)
     assert result.grid is not None
     names = list(result.axes)

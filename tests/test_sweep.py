@@ -27,15 +27,22 @@ from embedcalc.analysis.sweep import (
     AxisError,
     SweepResult,
     evaluate_point,
-    load_base,
     parse_axis,
     seq_len_curves,
-    sweep_target,
 )
+from embedcalc.analysis.sweep import sweep_target as sweep_loaded
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli.sweep import CSV_COLUMNS, result_csv
+from embedcalc.cli.sweep_load import load_base
 from embedcalc.errors import EmbedcalcError
 from embedcalc.render.plot import write_atomically
+
+def sweep_target(
+    target: str, overrides: Any, axes: Any, workload: Workload, force_python_ints: bool = False
+) -> SweepResult:
+    """Load TARGET with ``--set`` as the CLI does, then sweep it."""
+    return sweep_loaded(load_base(target, tuple(overrides)), axes, workload, force_python_ints)
+
 
 GQA_SWIGLU = (
     "num_kv_heads=4",

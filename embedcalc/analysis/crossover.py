@@ -1,26 +1,28 @@
 """The sequence length where attention's O(n²·d) score work overtakes the O(n·d²) projections and FFN.
 
-Per token and layer (forward, 2 FLOPs per MAC, full n x n scores):
-  scores + context = 4 n q                       (Q·Kᵀ and A·V, q = num_heads * head_dim)
+Per sequence of n tokens, the forward FLOPs of the first stack's layers are linear · n + quadratic · n² (full n x n
+scores, 2 FLOPs per MAC), a sum over its layers of the per-layer terms of :mod:`embedcalc.analysis.flops`
+(mixture-of-experts layers with their active path), so n* = linear / quadratic. For one repeated standard block:
+  scores + context = 4 n q per token and layer        (Q·Kᵀ and A·V, q = num_heads * head_dim)
   projections + FFN = 2 d (q + 2 kv) + 2 q d + 2 d f_in + 2 f d
 so n* = (2 d (q + 2 kv) + 2 q d + 2 d f_in + 2 f d) / (4 q), where f_in = 2 f for gated FFNs.
 For BERT-base: (2·768·2304 + 2·768·768 + 2·768·3072 + 2·3072·768) / (4·768) = 2 d + f = 4608.
-Cross-attention is left out: the crossover is a property of a self-attention block.
+Cross-attention is left out: for an encoder-decoder this is the encoder's crossover.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from embedcalc.analysis.structure import ffn_in_width
+from embedcalc.analysis.flops import crossover_terms
+from embedcalc.analysis.structure import Dims
 from embedcalc.config.schema import ModelConfig
 
 
 def crossover_fraction(config: ModelConfig) -> Fraction:
     """n* as an exact fraction."""
-    d, q, kv, f = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim
-    linear = 2 * d * (q + 2 * kv) + 2 * q * d + 2 * d * ffn_in_width(config) + 2 * f * d
-    return Fraction(linear, 4 * q)
+    linear, quadratic = crossover_terms(config, Dims.of(config))
+    return Fraction(linear, quadratic)
 
 
 def crossover_seq_len(config: ModelConfig) -> int | float:

@@ -1,30 +1,33 @@
-"""Forward FLOPs per component (DESIGN.md §4): 2 FLOPs per multiply-accumulate, matmuls only.
+"""Forward FLOPs per component (DESIGN.md §4, §9; docs/layers.md): 2 FLOPs per multiply-accumulate, matmuls only.
 
 This is exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for the model ``embedcalc.modeling``
-builds (mm/addmm/bmm and attention): bias adds, softmax, norms, activations and residual adds are not matmuls and
-are estimated separately by :func:`elementwise_flops`. Embedding lookups count 0.
+builds (mm/addmm/bmm and attention): bias adds, softmax, norms, activations, sink logits, a router's top-k and
+residual adds are not matmuls and are estimated separately by :func:`elementwise_flops`. Embedding lookups count 0.
 
-For a stack run on ``b`` sequences of ``n`` tokens (t = b * n), d = embed_dim, q = num_heads * head_dim,
-kv = num_kv_heads * head_dim, f = ffn_dim, h = num_heads:
+Per layer of a stack run on ``b`` sequences of ``n`` tokens (t = b * n), d = embed_dim, h = num_heads, ``pairs``
+the query-key pairs per head:
 
-- ``attention/qkv``     2 t d (q + 2 kv)             Q, K, V projections (GQA-sized K and V)
-- ``attention/out``     2 t q d
-- ``attention/scores``  2 b h n n head_dim           Q·Kᵀ, the O(n²·d) term
-- ``attention/context`` 2 b h n n head_dim           softmax(Q·Kᵀ)·V, the other O(n²·d) term
-- ``ffn/in``            2 t d f (gated: 2 t d 2f)    up (and gate) projections
-- ``ffn/out``           2 t f d
+- standard attention: ``qkv`` 2 t d (h + 2 g) hd, ``scores`` and ``context`` 2 b h pairs hd each (the O(n²·d)
+  terms), ``out`` 2 t h hd d.
+- multi-head latent attention (DeepSeek-V2 §2.1): ``q_a`` 2 t d r_q, ``q_b`` 2 t r_q h (nope + rope) (or ``q``
+  2 t d h (nope + rope)), ``kv_a`` 2 t d (r_kv + rope), ``kv_b`` 2 t r_kv h (nope + v), ``scores``
+  2 b h pairs (nope + rope), ``context`` 2 b h pairs v, ``out`` 2 t h v d.
+- dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
+- mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
+  token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
+  ``moe/shared_gate`` 2 t d.
 - cross-attention (decoder of an encoder-decoder, m target and n source tokens): Q and out on the m target
   tokens, K and V on the n encoder outputs, scores and context 2 b h m n head_dim each.
-- ``pooler``            2 b d d                      first token only (BERT)
-- ``head/lm``           2 b n d_tok vocab            every position of the last stack (d_tok = token_embed_dim)
-- with token_embed_dim != embed_dim (OPT-350m): ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
-  ``head/project_out`` 2 b n d d_tok before the LM head.
+- ``pooler`` 2 b d d (first token only, BERT); ``head/lm`` 2 b n d_tok vocab on every position of the last stack;
+  with token_embed_dim != embed_dim ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
+  ``head/project_out`` 2 b n d d_tok.
 
-The full n x n score matrix is counted (that is what eager attention and FlopCounterMode do); the causal count,
-with only the n (n + 1) / 2 unmasked query-key pairs of self-attention in causal stacks, is reported beside it.
-With a ``sliding_window`` W, query i sees min(i + 1, W) keys, so the causal count has m (m + 1) / 2 + (n - m) W
-pairs, m = min(n, W) (Jiang et al. 2023, Mistral 7B, §2); the full count is unchanged (eager attention masks).
-A training step is forward + backward with backward = 2 x forward for matmuls (Kaplan et al. 2020, §2.1).
+The full n x n score matrix is counted (that is what eager attention and FlopCounterMode do); the causal count is
+reported beside it, with only the unmasked query-key pairs of causal self-attention: n (n + 1) / 2; with a window
+W, m (m + 1) / 2 + (n - m) W, m = min(n, W) (Jiang et al. 2023, Mistral 7B, §2); with chunks of C (Llama 4), the
+pairs of each chunk. A training step is forward + backward with backward = 2 x forward for matmuls (Kaplan et al.
+2020, §2.1). Every term function takes :class:`~embedcalc.analysis.structure.Dims`, so sweeps evaluate them on
+numpy arrays.
 """
 
 from __future__ import annotations
@@ -32,11 +35,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.structure import Stack, ffn_in_width, stacks
+from embedcalc.analysis.structure import (
+    Dims,
+    Num,
+    cross_attention,
+    minimum,
+    qk_width,
+    stacks,
+    sublayer_norms,
+    v_width,
+)
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
 
 SCORE_KEYS = ("scores", "context")
+TRAINING_STEP_FACTOR = 3  # forward + backward, backward = 2 x forward for matmuls
 
 
 @dataclass(frozen=True)
@@ -57,73 +71,159 @@ class FlopsEstimate:
 
     @property
     def training_step(self) -> int:
-        return 3 * self.forward
+        return TRAINING_STEP_FACTOR * self.forward
 
     @property
     def attention_score_flops(self) -> int:
         """The O(n²) part: Q·Kᵀ and A·V of every attention layer."""
-        return sum(v for k, v in self.breakdown.items() if k.rsplit("/", 1)[-1] in SCORE_KEYS)
+        return sum(v for k, v in self.breakdown.items() if is_score_key(k))
 
     @property
     def attention_score_share(self) -> float:
         return self.attention_score_flops / self.forward if self.forward else 0.0
 
 
-def _stack_lengths(config: ModelConfig, workload: Workload, stack: Stack) -> tuple[int, int]:
-    """(tokens per sequence in this stack, tokens per sequence of the encoder memory it attends to)."""
-    if config.architecture == "encoder-decoder" and stack.name == "decoder":
-        tgt = workload.tgt_len if workload.tgt_len is not None else workload.seq_len
-        return tgt, workload.seq_len
-    return workload.seq_len, workload.seq_len
+def is_score_key(key: str) -> bool:
+    return key.rsplit("/", 1)[-1] in SCORE_KEYS
 
 
-def _score_pairs(n: int, causal: bool, window: int | None = None) -> int:
-    """Query-key pairs computed per head: n² in full, n (n + 1) / 2 with a causal mask, fewer with a window."""
+# --- per-layer terms ------------------------------------------------------------------------------------------
+
+
+def _window_pairs(n: Num, window: int | None) -> Num:
+    """Causal pairs of n queries when each sees at most ``window`` keys (itself included)."""
+    if window is None:
+        return n * (n + 1) // 2
+    m = minimum(n, window)
+    return m * (m + 1) // 2 + (n - m) * window
+
+
+def score_pairs(n: Num, causal: bool, window: int | None = None, chunk: int | None = None) -> Num:
+    """Query-key pairs computed per head: n² in full; causal, windowed and chunked counts of docs/layers.md."""
     if not causal:
         return n * n
-    m = n if window is None else min(n, window)
-    return m * (m + 1) // 2 + (n - m) * (window or 0)
+    if chunk is None:
+        return _window_pairs(n, window)
+    return (n // chunk) * _window_pairs(chunk, window) + _window_pairs(n % chunk, window)
 
 
-def _stack_flops(config: ModelConfig, workload: Workload, stack: Stack, out: Breakdown, causal: bool) -> None:
-    b, L = workload.batch_size, stack.num_layers
-    n, n_mem = _stack_lengths(config, workload, stack)
-    d, q, kv, f = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim
-    hd, h = config.resolved_head_dim, config.num_heads
-    t = b * n
-    pairs = _score_pairs(n, causal and stack.causal, config.sliding_window)
-    s = stack.name
-    out.add(f"{s}/attention/qkv", L * 2 * t * d * (q + 2 * kv))
-    out.add(f"{s}/attention/scores", L * 2 * b * h * pairs * hd)
-    out.add(f"{s}/attention/context", L * 2 * b * h * pairs * hd)
-    out.add(f"{s}/attention/out", L * 2 * t * q * d)
-    if stack.cross_attention:
-        out.add(f"{s}/cross_attention/qkv", L * (2 * t * d * q + 2 * b * n_mem * d * 2 * kv))
-        out.add(f"{s}/cross_attention/scores", L * 2 * b * h * n * n_mem * hd)
-        out.add(f"{s}/cross_attention/context", L * 2 * b * h * n * n_mem * hd)
-        out.add(f"{s}/cross_attention/out", L * 2 * t * q * d)
-    out.add(f"{s}/ffn/in", L * 2 * t * d * ffn_in_width(config))
-    out.add(f"{s}/ffn/out", L * 2 * t * f * d)
+def attention_flops(
+    a: Attention, x: Dims, layers: Num, t: Num, t_kv: Num, score_tokens: Num, prefix: str, cross: bool = False
+) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` layers of one attention sublayer: queries on ``t`` tokens, keys and values on
+    ``t_kv``, ``score_tokens`` = b x pairs per head. Written as (tokens) x (per-token coefficient)."""
+    d, h = x.d, x.h
+    qk, v = qk_width(a, x), v_width(a, x)
+    scores = (f"{prefix}/scores", score_tokens * (layers * 2 * h * qk))
+    context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))
+    out = (f"{prefix}/out", t * (layers * 2 * h * v * d))
+    if a.kind == "standard":
+        kv = x.g * x.hd
+        if not cross:
+            qkv = t * (layers * 2 * d * (h * x.hd + 2 * kv))
+        else:  # K and V of the encoder output
+            qkv = t * (layers * 2 * d * h * x.hd) + t_kv * (layers * 2 * d * 2 * kv)
+        return [(f"{prefix}/qkv", qkv), scores, context, out]
+    terms: list[tuple[str, Num]] = []
+    if a.q_lora_rank is not None:
+        terms.append((f"{prefix}/q_a", t * (layers * 2 * d * a.q_lora_rank)))
+        terms.append((f"{prefix}/q_b", t * (layers * 2 * a.q_lora_rank * h * qk)))
+    else:
+        terms.append((f"{prefix}/q", t * (layers * 2 * d * h * qk)))
+    terms.append((f"{prefix}/kv_a", t_kv * (layers * 2 * d * (a.kv_lora_rank + a.qk_rope_head_dim))))
+    terms.append(
+        (f"{prefix}/kv_b", t_kv * (layers * 2 * a.kv_lora_rank * h * (a.qk_nope_head_dim + a.v_head_dim)))
+    )
+    return [*terms, scores, context, out]
 
 
-def _forward(config: ModelConfig, workload: Workload, causal: bool) -> Breakdown:
-    out = Breakdown()
-    all_stacks = stacks(config)
-    b, d, d_tok = workload.batch_size, config.embed_dim, config.resolved_token_embed_dim
-    if config.embedding_projection:
-        tokens = sum(b * _stack_lengths(config, workload, stack)[0] for stack in all_stacks)
-        out.add("embedding/project_in", 2 * tokens * d_tok * d)
-    for stack in all_stacks:
-        _stack_flops(config, workload, stack, out, causal)
-    if config.resolved_pooler:
-        out.add("pooler", 2 * b * d * d)
-    if config.resolved_lm_head:
-        n_last, _ = _stack_lengths(config, workload, all_stacks[-1])
-        if config.embedding_projection:
-            out.add("head/project_out", 2 * b * n_last * d * d_tok)
-        out.add("head/lm", 2 * b * n_last * d_tok * config.vocab_size)
+def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` layers of one FFN sublayer on ``t`` tokens (MoE: the active path)."""
+    d, w = x.d, x.widths(block)
+    if not ffn.moe:
+        f_in = 2 * w.f if ffn.gated else w.f
+        return [("ffn/in", t * (layers * 2 * d * f_in)), ("ffn/out", t * (layers * 2 * w.f * d))]
+    fe_in = 2 * w.fe if ffn.gated else w.fe
+    out = [
+        ("moe/router", t * (layers * 2 * d * ffn.num_experts)),
+        ("moe/experts", t * (layers * 2 * ffn.top_k * (d * fe_in + w.fe * d))),
+    ]
+    if ffn.shared_dim:
+        fs_in = 2 * w.fs if ffn.gated else w.fs
+        out.append(("moe/shared", t * (layers * 2 * (d * fs_in + w.fs * d))))
+    if ffn.shared_gate:
+        out.append(("moe/shared_gate", t * (layers * 2 * d)))
     return out
 
+
+def layer_flops(
+    config: ModelConfig, x: Dims, block: Block, layers: Num, n: Num, n_mem: Num, causal: bool, cross: bool
+) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` layers of ``block`` (keys relative to the stack)."""
+    b = x.b
+    t = b * n
+    a = block.attention
+    pairs = score_pairs(n, causal, a.window, a.chunk)
+    terms = attention_flops(a, x, layers, t, t, b * pairs, "attention")
+    if cross:
+        terms += attention_flops(cross_attention(config), x, layers, t, b * n_mem, b * (n * n_mem), "cross_attention",
+                                 cross=True)  # fmt: skip
+    return terms + ffn_flops(block.ffn, block, x, layers, t)
+
+
+def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
+    """Forward FLOPs by breakdown key at sizes ``x`` (ints or arrays), full or causal self-attention scores."""
+    out: dict[str, Num] = {}
+
+    def add(key: str, value: Num) -> None:
+        out[key] = out[key] + value if key in out else value
+
+    b, d, d_tok = x.b, x.d, x.d_tok
+    if config.embedding_projection:
+        tokens: Num = 0
+        for sd in x.stacks:
+            tokens = tokens + b * x.tokens(config, sd.stack)[0]
+        add("embedding/project_in", tokens * (2 * d_tok * d))
+    for sd in x.stacks:
+        n, n_mem = x.tokens(config, sd.stack)
+        for block, layers in sd.blocks:
+            terms = layer_flops(config, x, block, layers, n, n_mem, causal and sd.stack.causal,
+                                sd.stack.cross_attention)  # fmt: skip
+            for key, value in terms:
+                add(f"{sd.name}/{key}", value)
+    if config.resolved_pooler:
+        add("pooler", b * (2 * d * d))
+    if config.resolved_lm_head:
+        n_last, _ = x.tokens(config, x.stacks[-1].stack)
+        if config.embedding_projection:
+            add("head/project_out", (b * n_last) * (2 * d * d_tok))
+        add("head/lm", (b * n_last) * (2 * d_tok * config.vocab_size))
+    return out
+
+
+def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
+    """(linear, quadratic) coefficients of the first stack's forward FLOPs per sequence at n = 1, b = 1: the
+    projections + FFN per token and the full-score FLOPs per token per unit of n (see ``crossover.py``)."""
+    sd = x.stacks[0]
+    linear: Num = 0
+    quadratic: Num = 0
+    for block, layers in sd.blocks:
+        for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention):
+            if is_score_key(key):
+                quadratic = quadratic + value
+            else:
+                linear = linear + value
+    return linear, quadratic
+
+
+def _breakdown(terms: dict[str, Num]) -> Breakdown:
+    out = Breakdown()
+    for key, value in terms.items():
+        out.add(key, value)
+    return out
+
+
+# --- element-wise estimate --------------------------------------------------------------------------------------
 
 # Element-wise FLOPs per element, an estimate: softmax = max, subtract, exp, sum, divide (+1 for the 1/sqrt(d)
 # scale); LayerNorm = mean, subtract, square, mean, rsqrt-multiply, scale, shift; RMSNorm drops mean/subtract/shift;
@@ -133,28 +233,40 @@ _NORM_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
 _ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4, "swiglu": 5, "geglu": 9}
 
 
+def _activation_width(block: Block, x: Dims) -> Num:
+    w = x.widths(block)
+    return block.ffn.top_k * w.fe + w.fs if block.ffn.moe else w.f
+
+
 def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
     """An estimate of the non-matmul work (softmax, norms, activations, residual adds); never in the matmul total."""
     out = Breakdown()
-    b, d, h, f = workload.batch_size, config.embed_dim, config.num_heads, config.resolved_ffn_dim
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
+    b, d, h = x.b, x.d, x.h
     per_norm = _NORM_PER_ELEMENT[config.norm]
-    for stack in stacks(config):
-        n, n_mem = _stack_lengths(config, workload, stack)
-        L, t = stack.num_layers, b * n
-        sublayers = 3 if stack.cross_attention else 2
-        scores = h * n * n + (h * n * n_mem if stack.cross_attention else 0)
-        out.add(f"{stack.name}/softmax", L * b * scores * _SOFTMAX_PER_SCORE)
-        out.add(f"{stack.name}/norms", L * sublayers * t * d * per_norm)
-        out.add(f"{stack.name}/activation", L * t * f * _ACTIVATION_PER_ELEMENT[config.activation])
-        out.add(f"{stack.name}/residual", L * sublayers * t * d)
+    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
+    for sd in x.stacks:
+        n, n_mem = x.tokens(config, sd.stack)
+        cross = sd.stack.cross_attention
+        t = b * n
+        sublayers = 3 if cross else 2
+        norms = attention_norms + ffn_norms + (cross_norms if cross else 0)
+        scores = h * n * n + (h * n * n_mem if cross else 0)
+        for block, layers in sd.blocks:
+            out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
+            out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)
+            act = _ACTIVATION_PER_ELEMENT[config.activation]
+            out.add(f"{sd.name}/activation", layers * t * _activation_width(block, x) * act)
+            out.add(f"{sd.name}/residual", layers * sublayers * t * d)
     return out
 
 
 def forward_flops(config: ModelConfig, workload: Workload) -> FlopsEstimate:
     """Forward-pass matmul FLOPs of ``config`` on ``workload``, by component, with causal and element-wise views."""
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
     has_causal = any(s.causal for s in stacks(config))
     return FlopsEstimate(
-        breakdown=_forward(config, workload, causal=False),
-        causal_breakdown=_forward(config, workload, causal=True) if has_causal else None,
+        breakdown=_breakdown(forward_terms(config, x, causal=False)),
+        causal_breakdown=_breakdown(forward_terms(config, x, causal=True)) if has_causal else None,
         elementwise=elementwise_flops(config, workload),
     )

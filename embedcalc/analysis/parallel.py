@@ -13,32 +13,75 @@ Conventions (stated, since peers differ here):
   pooler and LM head on the last; with a tied LM head the last stage holds its own copy of the token table
   (as Megatron does). The per-device peak is the heaviest stage.
 - ZeRO (Rajbhandari et al. 2020): stage 1 divides optimizer state by dp, 2 also gradients, 3 also weights.
+- Layers as data (DESIGN.md §9): multi-head latent attention's q_b, kv_b (and a full-rank q) are column-parallel,
+  its out row-parallel, q_a, kv_a and their norms replicated (the compressed KV latent is the same on every rank);
+  full-width q/k norms split like Q and K, per-head ones and attention sinks split with the heads (sinks) or
+  replicated (norms). Mixture of experts: the router and the shared gate replicated, shared experts like a dense
+  FFN, routed experts spread over ``--ep`` ranks (num_experts / ep each) and, inside each expert, split over
+  ``--tp`` like a dense FFN (Megatron-core's default expert tensor parallelism). Stages split layer ranges of the
+  stacks' layer plans (``StackPlan.counts``), so each stage holds the blocks of its own layers; with
+  ``shared_layers`` every stage that runs a stack's layers holds the one shared block.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from embedcalc.analysis.params import ParamTensor, param_tensors
-from embedcalc.analysis.structure import stacks
+from embedcalc.analysis.structure import Dims, Num, StackDims, stacks
 from embedcalc.analysis.workload import Parallelism
+from embedcalc.config.blocks import Block
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import Problem
+
+
+def _ffn_widths(config: ModelConfig) -> list[tuple[str, int]]:
+    """The FFN widths tensor parallelism splits, as (field name, value), over the blocks the stacks use."""
+    out: list[tuple[str, int]] = []
+    for stack in stacks(config):
+        for block in config.stack_plan(stack.name).blocks:
+            ffn = block.ffn
+            widths = [("expert_dim", ffn.expert_dim), ("shared experts' width", ffn.shared_dim)] if ffn.moe else [
+                ("ffn_dim", ffn.ffn_dim)]  # fmt: skip
+            out += [(name, value) for name, value in widths if value and (name, value) not in out]
+    return out
+
+
+def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
+    if par.ep == 1:
+        return []
+    experts = sorted({b.ffn.num_experts for s in stacks(config) for b in config.stack_plan(s.name).blocks
+                      if b.ffn.moe})  # fmt: skip
+    if not experts:
+        return [Problem("--ep", f"--ep {par.ep} spreads the routed experts of mixture-of-experts layers over ranks, "
+                        f"but {config.label} has none; use --ep 1", "ep_without_moe")]  # fmt: skip
+    errors = [
+        Problem("--ep", f"--ep {par.ep} must divide num_experts ({e}) so each rank holds whole experts; "
+                f"expert-parallel degrees that do: {', '.join(str(k) for k in range(1, e + 1) if e % k == 0)}",
+                "ep_experts")
+        for e in experts if e % par.ep
+    ]  # fmt: skip
+    if par.dp % par.ep:
+        errors.append(Problem("--ep", f"--ep {par.ep} takes its ranks from the data-parallel group, so --dp "
+                              f"({par.dp}) must be a multiple of it; use --dp {par.ep * max(1, par.dp // par.ep)}",
+                              "ep_dp"))  # fmt: skip
+    return errors
 
 
 def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Problem], list[Problem]]:
     """(errors, notes) of running ``config`` with ``par``; errors name the flag and the field."""
     errors: list[Problem] = []
     notes: list[Problem] = []
-    tp, heads, kv, f = par.tp, config.num_heads, config.resolved_kv_heads, config.resolved_ffn_dim
+    tp, heads, kv = par.tp, config.num_heads, config.resolved_kv_heads
+    widths = _ffn_widths(config)
     if heads % tp:
-        ok = [t for t in range(1, heads + 1) if heads % t == 0 and f % t == 0]
+        ok = [t for t in range(1, heads + 1) if heads % t == 0 and all(w % t == 0 for _, w in widths)]
         errors.append(
             Problem(
                 "--tp",
                 f"--tp {tp} must divide num_heads ({heads}) so each rank holds whole "
-                f"heads; tensor-parallel degrees that divide num_heads and ffn_dim: "
+                f"heads; tensor-parallel degrees that divide num_heads and the FFN widths: "
                 f"{', '.join(map(str, ok))}",
                 "tp_heads",
             )
@@ -60,15 +103,17 @@ def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Probl
                 "tp_kv_replicated",
             )
         )
-    if f % tp:
-        errors.append(
-            Problem(
-                "--tp",
-                f"--tp {tp} must divide ffn_dim ({f}); nearest ffn_dim divisible by {tp}: "
-                f"{f - f % tp} or {f - f % tp + tp}",
-                "tp_ffn_dim",
+    for name, f in widths:
+        if f % tp:
+            errors.append(
+                Problem(
+                    "--tp",
+                    f"--tp {tp} must divide {name} ({f}); nearest {name} divisible by {tp}: "
+                    f"{f - f % tp} or {f - f % tp + tp}",
+                    "tp_ffn_dim",
+                )
             )
-        )
+    errors += _moe_problems(config, par)
     if config.vocab_size % tp:
         padded = -(-config.vocab_size // tp) * tp
         notes.append(
@@ -120,35 +165,57 @@ class Stage:
     layers: dict[str, int]
     first: bool
     last: bool
+    blocks: dict[str, list[tuple[Block, int]]] = field(
+        default_factory=dict
+    )  # per stack: (block, layers here)
 
     @property
     def num_layers(self) -> int:
         return sum(self.layers.values())
 
 
-def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
-    """Split the blocks (encoder, then decoder) into ``pp`` contiguous stages, the first ones one larger.
-
-    Arithmetic on the block counts only (constant time for 10**20 layers as for 12).
-    """
-    spans = []  # (stack name, first global block, end)
-    start = 0
+def _spans(config: ModelConfig) -> list[tuple[str, int, int]]:
+    """(stack name, first global layer, end) for each stack, encoder layers first."""
+    out, start = [], 0
     for s in stacks(config):
-        spans.append((s.name, start, start + s.num_layers))
+        out.append((s.name, start, start + s.num_layers))
         start += s.num_layers
-    base, extra = divmod(start, pp)
+    return out
+
+
+def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
+    """Split the layers (encoder, then decoder) into ``pp`` contiguous stages, the first ones one larger.
+
+    Arithmetic on the layer counts and the stacks' layer runs only (constant time for 10**20 layers as for 12).
+    """
+    spans = _spans(config)
+    base, extra = divmod(spans[-1][2], pp)
     out, begin = [], 0
     for i in range(pp):
         end = begin + base + (1 if i < extra else 0)
-        counts = {
-            name: min(end, hi) - max(begin, lo) for name, lo, hi in spans if min(end, hi) > max(begin, lo)
-        }
-        out.append(Stage(i, begin, end, counts, first=i == 0, last=i == pp - 1))
+        counts, blocks = {}, {}
+        for name, lo, hi in spans:
+            if min(end, hi) > max(begin, lo):
+                counts[name] = min(end, hi) - max(begin, lo)
+                blocks[name] = config.stack_plan(name).counts(max(begin, lo) - lo, min(end, hi) - lo)
+        out.append(Stage(i, begin, end, counts, first=i == 0, last=i == pp - 1, blocks=blocks))
         begin = end
     return out
 
 
-def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) -> tuple[int, ...]:
+def stage_dims(config: ModelConfig, stage: Stage, x: Dims) -> Dims:
+    """``x`` restricted to the layers of ``stage`` (and its embeddings / head when it is the first / last)."""
+    spans = {name: (lo, hi) for name, lo, hi in _spans(config)}
+    restricted = tuple(
+        StackDims(sd.stack, tuple(stage.blocks.get(sd.name, ())),
+                  holds_first=stage.start <= spans[sd.name][0] < stage.stop,
+                  holds_last=stage.start <= spans[sd.name][1] - 1 < stage.stop)
+        for sd in x.stacks
+    )  # fmt: skip
+    return replace(x, stacks=restricted, first=stage.first, last=stage.last)
+
+
+def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) -> tuple[Num, ...]:
     """Shape of one copy of ``tensor`` on one TP rank."""
     tp, shape = par.tp, tensor.shape
     if tp == 1 or tensor.split == "none":
@@ -157,65 +224,52 @@ def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) ->
         return (-(-shape[0] // tp), *shape[1:])
     if tensor.split == "row":
         return (shape[0], shape[1] // tp)
-    # column-parallel: Q/K/V (KV heads replicated when fewer than ranks) or FFN-in
-    if tensor.key.endswith("/qkv"):
-        out_features = config.q_dim // tp + 2 * config.resolved_head_dim * max(
-            1, config.resolved_kv_heads // tp
-        )
-    else:
-        out_features = shape[0] // tp
-    return (out_features, *shape[1:])
+    hd, kv_per_rank = config.resolved_head_dim, max(1, config.resolved_kv_heads // tp)
+    if tensor.split == "qkv":  # Q/K/V, KV heads replicated when fewer than ranks
+        return (config.q_dim // tp + 2 * hd * kv_per_rank, *shape[1:])
+    if tensor.split == "kv":
+        return (hd * kv_per_rank, *shape[1:])
+    return (shape[0] // tp, *shape[1:])  # column-parallel
 
 
 def _on_stage(tensor: ParamTensor, stage: Stage, config: ModelConfig) -> int:
-    """How many copies of ``tensor`` live on ``stage``."""
+    """How many copies of ``tensor`` live on ``stage`` (all experts: expert parallelism divides them later)."""
     if tensor.per_layer:
-        return stage.layers.get(tensor.stack or "", 0)
+        if config.shared_layers:
+            return int(tensor.copies) if stage.layers.get(tensor.stack or "") else 0
+        here = sum(n for block, n in stage.blocks.get(tensor.stack or "", ()) if block.name == tensor.block)
+        return here * tensor.per_layer_copies
     if (
         tensor.stack is not None
     ):  # final norm / relative bias of a stack: the stage holding its last / first block
-        if tensor.key.endswith("final_norm"):
-            return tensor.copies if _holds_last_block(stage, tensor.stack, config) else 0
-        return tensor.copies if _holds_first_block(stage, tensor.stack, config) else 0
+        lo, hi = next((lo, hi) for name, lo, hi in _spans(config) if name == tensor.stack)
+        edge = hi - 1 if tensor.key.endswith("final_norm") else lo
+        return int(tensor.copies) if stage.start <= edge < stage.stop else 0
     if tensor.key.startswith("embedding/"):
-        copies = tensor.copies if stage.first else 0
+        copies = int(tensor.copies) if stage.first else 0
         if tensor.key == "embedding/token" and stage.last and not stage.first and _tied_head(config):
             copies += 1  # the tied LM head's own copy on the last stage
         return copies
-    return tensor.copies if stage.last else 0  # pooler, untied LM head
+    return int(tensor.copies) if stage.last else 0  # pooler, untied LM head
 
 
 def _tied_head(config: ModelConfig) -> bool:
     return config.resolved_lm_head and config.tie_embeddings
 
 
-def _stack_span(config: ModelConfig, stack: str) -> tuple[int, int]:
-    """Global block indices [start, stop) of ``stack`` (encoder blocks first)."""
-    start = 0
-    for s in stacks(config):
-        if s.name == stack:
-            return start, start + s.num_layers
-        start += s.num_layers
-    raise KeyError(stack)
-
-
-def _holds_first_block(stage: Stage, stack: str, config: ModelConfig) -> bool:
-    return stage.start <= _stack_span(config, stack)[0] < stage.stop
-
-
-def _holds_last_block(stage: Stage, stack: str, config: ModelConfig) -> bool:
-    return stage.start <= _stack_span(config, stack)[1] - 1 < stage.stop
-
-
 def stage_tensors(config: ModelConfig, par: Parallelism) -> list[list[tuple[ParamTensor, int]]]:
-    """Per stage: (tensor, copies on that stage) for one TP rank."""
+    """Per stage: (tensor, copies on one device of that stage); routed experts divided over ``--ep`` ranks."""
     layout = stage_layout(config, par.pp)
     tensors = param_tensors(config)
-    return [[(t, n) for t in tensors if (n := _on_stage(t, stage, config))] for stage in layout]
+    out = []
+    for stage in layout:
+        here = [(t, n) for t in tensors if (n := _on_stage(t, stage, config))]
+        out.append([(t, n // par.ep if t.expert else n) for t, n in here])
+    return out
 
 
 def stage_params(config: ModelConfig, par: Parallelism) -> list[int]:
-    """Parameters held by one TP rank of each pipeline stage."""
+    """Parameters held by one device of each pipeline stage."""
     return [
         sum(prod(sharded_shape(t, par, config)) * n for t, n in stage) for stage in stage_tensors(config, par)
     ]

@@ -1,125 +1,253 @@
-"""Exact parameter counts per component (DESIGN.md §4): every trainable parameter, tied weights once.
+"""Exact parameter counts per component (DESIGN.md §4, §9; docs/layers.md): every trainable parameter, tied once.
 
-Conventions, matching the model ``embedcalc.modeling`` builds and Hugging Face's BertModel / GPT2LMHeadModel /
-MarianModel for the presets:
+Every count is a sum over the model's tensors, and the tensors of a stack are those of each distinct block
+(``config.stack_plan``) times its number of layers (once with ``shared_layers``, ALBERT). Conventions, matching the
+model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 
-- attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor here, the
-  layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per projection
-  (``qkv_bias``, ``out_bias``, default ``bias``; Qwen2 has Q/K/V biases and no output bias).
+- standard attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor
+  here, the layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per
+  projection (``qkv_bias``, ``out_bias``; Qwen2 has Q/K/V biases and no output bias); q/k norms per head_dim
+  (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss).
+- multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
+  rope key) / kv_a_norm / kv_b, out.
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
-  embed_dim x ffn_dim matrices (Shazeer 2020, "GLU Variants Improve Transformer"); biases when ``ffn_bias``.
-- norms: LayerNorm 2 * embed_dim (embed_dim with ``norm_bias: false``), RMSNorm embed_dim. Post-norm: one after
-  each sublayer; pre-norm: one before each sublayer; a final norm per stack when ``final_norm`` (default: pre-norm).
-- positions: learned tables are parameters (one per stack, max_seq_len + position_offset rows: OPT and RoBERTa
-  keep 2 rows before position 0); sinusoidal and rope are not; relative (T5) is a buckets x num_heads table in the
-  first block of each stack (Raffel et al. 2020, §2.1).
-- token table vocab_size x token_embed_dim; when token_embed_dim differs from embed_dim (OPT-350m), bias-free
-  projections token_embed_dim -> embed_dim after the lookup and embed_dim -> token_embed_dim before the LM head.
-- encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4); the LM head reuses
-  it when ``tie_embeddings``. An untied LM head is vocab_size x token_embed_dim with no bias.
+  embed_dim x ffn_dim matrices (Shazeer 2020). Mixture of experts: a router embed_dim -> num_experts, num_experts
+  such FFNs of expert_dim, one shared FFN of num_shared_experts x shared_expert_dim, an optional shared gate.
+- norms: LayerNorm 2 * width (width with ``norm_bias: false``), RMSNorm width, none with ``norm_affine: false``;
+  one per sublayer (two with sandwich norms, one per layer for parallel blocks with one norm) and a final norm per
+  stack when ``final_norm``.
+- positions: learned tables are parameters (one per stack, max_seq_len + position_offset rows); sinusoidal, rope,
+  alibi are not; relative (T5) is a buckets x num_heads table in the first block of each stack (Raffel et al.
+  2020, §2.1).
+- token table vocab_size x token_embed_dim; when token_embed_dim differs from embed_dim, a projection
+  token_embed_dim -> embed_dim after the lookup (after the embedding norm with ``factorized_embeddings``, ALBERT,
+  whose position and type tables and embedding norm are token_embed_dim wide) and embed_dim -> token_embed_dim
+  before the LM head; ``lm_head_bias`` adds a vocab_size bias (phi-2), even when the head is tied.
+- encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4).
+
+**Active parameters** (Fedus et al. 2021; DeepSeek-V3 report, Table 1): the total minus the (num_experts - top_k)
+routed experts a token does not use, in every MoE layer; equal to the total for dense models.
+
+The functions take a :class:`embedcalc.analysis.structure.Dims`, so the sweep grid calls them on arrays.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Literal
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.structure import Stack, ffn_in_width, norm_has_bias, stacks
+from embedcalc.analysis.structure import (
+    Dims,
+    Num,
+    cross_attention,
+    norm_has_bias,
+    sublayer_norms,
+)
+from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
 
 # How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
 # their output features (weight and bias), row-parallel layers split their input features (the bias is
-# replicated), vocab-parallel embeddings split their rows; everything else is replicated.
-Split = Literal["column", "row", "vocab", "none"]
+# replicated), vocab-parallel embeddings split their rows; ``qkv`` is the fused Q/K/V (KV heads replicated when
+# fewer than ranks) and ``kv`` a key-width tensor under the same rule; everything else is replicated.
+Split = Literal["column", "row", "vocab", "qkv", "kv", "none"]
 
 
 @dataclass(frozen=True)
 class ParamTensor:
-    """One kind of parameter tensor: its breakdown key, shape, how many identical copies, how TP shards it."""
+    """One kind of parameter tensor: its breakdown key, shape, how many identical copies, how TP shards it.
+
+    A per-layer tensor has ``per_layer_copies`` in each layer of its ``block`` (two norms of a sandwich, the
+    ``num_experts`` experts of an MoE layer, which expert parallelism spreads over ``--ep`` ranks) and ``copies`` =
+    layers x ``per_layer_copies`` in the model (once per stack with ``shared_layers``).
+    """
 
     key: str
-    shape: tuple[int, ...]
-    copies: int = 1
+    shape: tuple[Num, ...]
+    copies: Num = 1
     split: Split = "none"
     stack: str | None = None  # the stack whose layers hold it (pipeline stages split these), else None
     per_layer: bool = False
+    block: str | None = None
+    per_layer_copies: int = 1
+    expert: bool = False
 
     @property
-    def numel(self) -> int:
+    def numel(self) -> Num:
         return prod(self.shape) * self.copies
 
 
-def _linear(key: str, in_f: int, out_f: int, bias: bool, split: Split) -> list[ParamTensor]:
-    weight = ParamTensor(key, (out_f, in_f), split=split)
+def _linear(
+    key: str, in_f: Num, out_f: Num, bias: bool, split: Split, instances: int = 1, expert: bool = False
+) -> list[ParamTensor]:
+    weight = ParamTensor(key, (out_f, in_f), instances, split, expert=expert)
     if not bias:
         return [weight]
-    return [weight, ParamTensor(key, (out_f,), split="column" if split == "column" else "none")]
+    bias_split: Split = split if split in ("column", "qkv") else "none"
+    return [weight, ParamTensor(key, (out_f,), instances, bias_split, expert=expert)]
 
 
-def _norm(config: ModelConfig, key: str) -> list[ParamTensor]:
-    d = config.embed_dim
-    return (
-        [ParamTensor(key, (d,)), ParamTensor(key, (d,))]
-        if norm_has_bias(config)
-        else [ParamTensor(key, (d,))]
-    )
+def _norm(
+    config: ModelConfig, key: str, width: Num, count: int = 1, split: Split = "none"
+) -> list[ParamTensor]:
+    """``count`` norms of ``width`` (none when the norms are parameter-free)."""
+    if not config.norm_affine or not count:
+        return []
+    parts = 2 if norm_has_bias(config) else 1
+    return [ParamTensor(key, (width,), count, split) for _ in range(parts)]
 
 
-def _block(config: ModelConfig, stack: Stack) -> list[ParamTensor]:
-    """The tensors of one block of ``stack``; keys are relative to the stack."""
-    d, q, kv, f = config.embed_dim, config.q_dim, config.kv_dim, config.resolved_ffn_dim
-    attention_kinds = ["attention", "cross_attention"] if stack.cross_attention else ["attention"]
-    out: list[ParamTensor] = []
-    for kind in attention_kinds:
-        out += _linear(f"{kind}/qkv", d, q + 2 * kv, config.resolved_qkv_bias, "column")
-        out += _linear(f"{kind}/out", q, d, config.resolved_out_bias, "row")
-        out += _norm(config, f"{kind}/norm")
-    out += _linear("ffn/in", d, ffn_in_width(config), config.resolved_ffn_bias, "column")
-    out += _linear("ffn/out", f, d, config.resolved_ffn_bias, "row")
-    out += _norm(config, "ffn/norm")
+def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
+    """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
+    d, h = x.d, x.h
+    if a.kind == "standard":
+        q, kv = h * x.hd, x.g * x.hd
+        out = _linear(f"{prefix}/qkv", d, q + 2 * kv, a.qkv_bias, "qkv")
+        if a.qk_norm == "head":
+            out += _norm(config, f"{prefix}/qk_norm", x.hd, 2)
+        elif a.qk_norm == "full":
+            out += _norm(config, f"{prefix}/qk_norm", q, split="column")
+            out += _norm(config, f"{prefix}/qk_norm", kv, split="kv")
+        value = q
+    else:  # mla, DeepSeek-V2 §2.1
+        qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
+        if a.q_lora_rank is not None:
+            out = _linear(f"{prefix}/q_a", d, a.q_lora_rank, a.qkv_bias, "none")
+            out += _norm(config, f"{prefix}/q_a_norm", a.q_lora_rank)
+            out += _linear(f"{prefix}/q_b", a.q_lora_rank, h * qk, False, "column")
+        else:
+            out = _linear(f"{prefix}/q", d, h * qk, False, "column")
+        out += _linear(f"{prefix}/kv_a", d, a.kv_lora_rank + rope, a.qkv_bias, "none")
+        out += _norm(config, f"{prefix}/kv_a_norm", a.kv_lora_rank)
+        out += _linear(
+            f"{prefix}/kv_b", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), False, "column"
+        )
+        value = h * a.v_head_dim
+    if a.sinks:
+        out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
+    out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
     return out
 
 
-def param_tensors(config: ModelConfig) -> list[ParamTensor]:
-    """Every parameter tensor of ``config`` (tied weights once), with its breakdown key and TP split."""
-    d, d_tok = config.embed_dim, config.resolved_token_embed_dim
-    all_stacks = stacks(config)
+def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[ParamTensor]:
+    """The tensors of one FFN sublayer: dense (``ffn/...``) or a mixture of experts (``moe/...``)."""
+    d, w = x.d, x.widths(block)
+    if not ffn.moe:
+        f_in = 2 * w.f if ffn.gated else w.f
+        return _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear("ffn/out", w.f, d, ffn.bias, "row")
+    fe_in = 2 * w.fe if ffn.gated else w.fe
+    e = ffn.num_experts
+    out = _linear("moe/router", d, e, ffn.router_bias, "none")
+    out += _linear("moe/experts", d, fe_in, ffn.expert_bias, "column", e, expert=True)
+    out += _linear("moe/experts", w.fe, d, ffn.expert_bias, "row", e, expert=True)
+    if ffn.shared_dim:
+        fs_in = 2 * w.fs if ffn.gated else w.fs
+        out += _linear("moe/shared", d, fs_in, ffn.bias, "column") + _linear(
+            "moe/shared", w.fs, d, ffn.bias, "row"
+        )
+    if ffn.shared_gate:
+        out += _linear("moe/shared_gate", d, 1, False, "none")
+    return out
+
+
+def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
+    """The tensors of one layer of ``block``; keys relative to the stack, in model order."""
+    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
+    out = attention_tensors(config, block.attention, x, "attention")
+    out += _norm(config, "attention/norm", x.d, attention_norms)
+    if cross:
+        out += attention_tensors(config, cross_attention(config), x, "cross_attention")
+        out += _norm(config, "cross_attention/norm", x.d, cross_norms)
+    out += ffn_tensors(config, block.ffn, block, x)
+    out += _norm(config, "ffn/norm", x.d, ffn_norms)
+    return out
+
+
+def _embedding_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
+    d, d_tok, copies = x.d, x.d_tok, len(x.stacks)
+    wide = d_tok if config.factorized_embeddings else d  # width of the position / type tables and the norm
     out = [ParamTensor("embedding/token", (config.vocab_size, d_tok), split="vocab")]
-    if config.embedding_projection:
-        out.append(ParamTensor("embedding/project_in", (d, d_tok)))
+    project = _linear("embedding/project_in", d_tok, d, config.embedding_projection_bias, "none")
+    if config.embedding_projection and not config.factorized_embeddings:
+        out += project  # OPT-350m: right after the token lookup
     if config.position == "learned":
-        out.append(ParamTensor("embedding/position", (config.position_rows, d), copies=len(all_stacks)))
+        out.append(ParamTensor("embedding/position", (config.position_rows, wide), copies))
     if config.type_vocab_size:
-        out.append(ParamTensor("embedding/type", (config.type_vocab_size, d)))
+        out.append(ParamTensor("embedding/type", (config.type_vocab_size, wide)))
     if config.resolved_embedding_norm:
-        out += [ParamTensor(t.key, t.shape, copies=len(all_stacks)) for t in _norm(config, "embedding/norm")]
-    for stack in all_stacks:
+        out += [replace(t, copies=copies) for t in _norm(config, "embedding/norm", wide)]
+    if config.embedding_projection and config.factorized_embeddings:
+        out += project  # ALBERT: after the embedding norm
+    return out
+
+
+def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
+    """Every parameter tensor of ``config`` at sizes ``x`` (tied weights once), with its key and TP split."""
+    out = _embedding_tensors(config, x)
+    for sd in x.stacks:
+        name = sd.name
         if config.position == "relative":
-            shape = (config.relative_attention_num_buckets, config.num_heads)
-            out.append(ParamTensor(f"{stack.name}/attention/relative_bias", shape, stack=stack.name))
-        for t in _block(config, stack):
-            out.append(
-                ParamTensor(f"{stack.name}/{t.key}", t.shape, stack.num_layers, t.split, stack.name, True)
-            )
+            out.append(ParamTensor(f"{name}/attention/relative_bias", (config.relative_attention_num_buckets, x.h),
+                                   stack=name))  # fmt: skip
+        for block, count in sd.blocks:
+            layers = 1 if config.shared_layers else count
+            for t in block_tensors(config, block, x, sd.stack.cross_attention):
+                out.append(replace(t, key=f"{name}/{t.key}", copies=layers * t.copies, stack=name,
+                                   per_layer=True, block=block.name, per_layer_copies=t.copies))  # fmt: skip
         if config.resolved_final_norm:
             out += [
-                ParamTensor(f"{stack.name}/final_norm", t.shape, stack=stack.name)
-                for t in _norm(config, "final_norm")
+                replace(t, key=f"{name}/final_norm", stack=name) for t in _norm(config, "final_norm", x.d)
             ]
+    d, d_tok = x.d, x.d_tok
     if config.resolved_pooler:
         out += _linear("pooler", d, d, config.bias, "none")
     if config.resolved_lm_head and config.embedding_projection:
         out.append(ParamTensor("head/project_out", (d_tok, d)))
     if config.resolved_lm_head and not config.tie_embeddings:
         out.append(ParamTensor("head/lm", (config.vocab_size, d_tok), split="vocab"))
+    if config.resolved_lm_head and config.lm_head_bias:
+        out.append(ParamTensor("head/lm_bias", (config.vocab_size,), split="vocab"))
     return out
+
+
+def param_terms(config: ModelConfig, x: Dims) -> dict[str, Num]:
+    """Parameters by breakdown key at sizes ``x`` (ints or arrays), in model order."""
+    out: dict[str, Num] = {}
+    for t in model_tensors(config, x):
+        out[t.key] = out[t.key] + t.numel if t.key in out else t.numel
+    return out
+
+
+def inactive_params(config: ModelConfig, x: Dims) -> Num:
+    """Parameters of the routed experts a token does not use: (num_experts - top_k) per MoE layer."""
+    total: Num = 0
+    for sd in x.stacks:
+        for block, count in sd.blocks:
+            ffn = block.ffn
+            if not ffn.moe:
+                continue
+            per_expert = sum(prod(t.shape) for t in ffn_tensors(config, ffn, block, x) if t.expert)
+            layers = 1 if config.shared_layers else count
+            total = total + layers * (ffn.num_experts - ffn.top_k) * per_expert
+    return total
+
+
+def param_tensors(config: ModelConfig) -> list[ParamTensor]:
+    """Every parameter tensor of ``config`` (tied weights once), with its breakdown key and TP split."""
+    return model_tensors(config, Dims.of(config))
 
 
 def count_params(config: ModelConfig) -> Breakdown:
     """Trainable parameters of ``config`` by component; ``.total`` is the model's size."""
     out = Breakdown()
-    for tensor in param_tensors(config):
-        out.add(tensor.key, tensor.numel)
+    for key, value in param_terms(config, Dims.of(config)).items():
+        out.add(key, value)
     return out
+
+
+def active_params(config: ModelConfig) -> int:
+    """Parameters a token uses (module docstring): the total for dense models."""
+    x = Dims.of(config)
+    return int(sum(param_terms(config, x).values()) - inactive_params(config, x))

@@ -9,7 +9,7 @@ from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.crossover import crossover_seq_len
 from embedcalc.analysis.flops import FlopsEstimate, forward_flops
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
-from embedcalc.analysis.params import count_params
+from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import Problem
@@ -27,6 +27,11 @@ class Analysis:
     memory: MemoryEstimate
     crossover_seq_len: int | float
     warnings: list[Problem] = field(default_factory=list)
+    active_params: int = -1  # parameters a token uses (MoE: top_k of the routed experts); -1: the total
+
+    def __post_init__(self) -> None:
+        if self.active_params < 0:
+            object.__setattr__(self, "active_params", self.params.total)
 
     def as_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of DESIGN.md §5."""
@@ -34,7 +39,11 @@ class Analysis:
             "target": self.target,
             "config": self.config.model_dump(mode="json"),
             "derived": self.config.derived(),
-            "params": {"total": self.params.total, "breakdown": self.params.as_dict()},
+            "params": {
+                "total": self.params.total,
+                "active": self.active_params,
+                "breakdown": self.params.as_dict(),
+            },
             "flops": {
                 "forward": self.flops.forward,
                 "forward_causal": self.flops.forward_causal,
@@ -64,4 +73,5 @@ def analyze(
         memory=estimate_memory(config, workload),
         crossover_seq_len=crossover_seq_len(config),
         warnings=list(warnings or []),
+        active_params=active_params(config),
     )

@@ -1,15 +1,51 @@
-"""The stacks a config builds (encoder, decoder) and per-block facts shared by the param, FLOP and memory counts."""
+"""The sizes every count reads, as Python ints (one config) or numpy arrays (a sweep grid): one formula per quantity.
+
+:class:`Dims` holds the widths a sweep may vary (``d`` embed_dim, ``h`` num_heads, ``g`` num_kv_heads, ``hd``
+head_dim, each block's FFN widths), the workload sizes (``b`` batch, ``n`` tokens per sequence, ``n_dec`` decoder
+tokens of an encoder-decoder) and the layer plan of each stack: the distinct resolved blocks
+(:class:`embedcalc.config.blocks.Block`) with how many layers are each. :meth:`Dims.of` builds it from one config
+with Python ints; :mod:`embedcalc.analysis.grid` builds it with arrays. The term functions of ``params.py``,
+``flops.py``, ``memory.py`` and ``crossover.py`` take a ``Dims`` and use only ``+``, ``*``, ``//`` and
+:func:`maximum` / :func:`minimum` on its sizes, so the same code evaluates one config exactly and a whole grid at
+once. Static choices (bias, gated, the block kinds, the norm placement) are plain Python values on the config and
+the blocks.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypeAlias
 
+from embedcalc.config.blocks import Attention, Block
 from embedcalc.config.schema import ModelConfig
+
+# A size or count: a Python int (one config, exact at any size) or a numpy integer array (one entry per grid
+# point; int64 under a proven bound, else object arrays of Python ints).
+Num: TypeAlias = Any
+
+
+def maximum(a: Num, b: Num) -> Num:
+    """max for Python ints (exact, never through int64), element-wise for arrays."""
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    import numpy as np
+
+    return np.maximum(a, b)
+
+
+def minimum(a: Num, b: Num) -> Num:
+    """min for Python ints, element-wise for arrays."""
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    import numpy as np
+
+    return np.minimum(a, b)
 
 
 @dataclass(frozen=True)
 class Stack:
-    """One stack of identical blocks."""
+    """One stack (encoder or decoder) and the facts every count needs about it."""
 
     name: str  # "encoder" or "decoder": the first segment of breakdown keys
     num_layers: int
@@ -29,11 +65,133 @@ def stacks(config: ModelConfig) -> list[Stack]:
     ]
 
 
+@dataclass(frozen=True)
+class FFNWidths:
+    """The inner widths of one block's FFN at a point: dense ``f``, routed expert ``fe``, shared experts ``fs``."""
+
+    f: Num
+    fe: Num
+    fs: Num
+
+
+@dataclass(frozen=True)
+class StackDims:
+    """One stack's layers (on one pipeline stage, or all): each distinct block with its number of layers."""
+
+    stack: Stack
+    blocks: tuple[tuple[Block, Num], ...]
+    holds_first: bool = True  # the stage holds the stack's first layer (relative position bias)
+    holds_last: bool = True  # ... and its last layer (final norm)
+
+    @property
+    def name(self) -> str:
+        return self.stack.name
+
+    @property
+    def layers(self) -> Num:
+        total: Num = 0
+        for _, count in self.blocks:
+            total = total + count
+        return total
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Sizes of one config and workload (ints) or of every point of a grid (arrays); see the module docstring."""
+
+    d: Num
+    d_tok: Num  # token_embed_dim (embed_dim unless the tables are narrower)
+    h: Num
+    g: Num  # num_kv_heads of standard attention
+    hd: Num  # head_dim of standard attention
+    b: Num
+    n: Num  # tokens per sequence: the encoder's, or a decoder-only model's
+    n_dec: Num  # decoder tokens of an encoder-decoder (tgt_len, default seq_len)
+    ffn: Mapping[str, FFNWidths]  # by block name
+    stacks: tuple[StackDims, ...]
+    first: bool = True  # holds the embeddings (pipeline stage 0)
+    last: bool = True  # holds the final norms, pooler and LM head
+
+    @classmethod
+    def of(
+        cls, config: ModelConfig, batch_size: int = 1, seq_len: int = 1, tgt_len: int | None = None
+    ) -> Dims:
+        """The sizes of one config (Python ints), for ``batch_size`` sequences of ``seq_len`` tokens."""
+        return cls(
+            d=config.embed_dim,
+            d_tok=config.resolved_token_embed_dim,
+            h=config.num_heads,
+            g=config.resolved_kv_heads,
+            hd=config.resolved_head_dim,
+            b=batch_size,
+            n=seq_len,
+            n_dec=tgt_len if tgt_len is not None else seq_len,
+            ffn={
+                name: FFNWidths(block.ffn.ffn_dim, block.ffn.expert_dim, block.ffn.shared_dim)
+                for name, block in config.named_blocks.items()
+            },
+            stacks=tuple(
+                StackDims(stack, tuple(config.stack_plan(stack.name).counts())) for stack in stacks(config)
+            ),
+        )
+
+    def with_workload(self, batch_size: Num, seq_len: Num, tgt_len: Num | None = None) -> Dims:
+        return replace(self, b=batch_size, n=seq_len, n_dec=tgt_len if tgt_len is not None else seq_len)
+
+    @property
+    def q(self) -> Num:
+        return self.h * self.hd
+
+    @property
+    def kv(self) -> Num:
+        return self.g * self.hd
+
+    def tokens(self, config: ModelConfig, stack: Stack) -> tuple[Num, Num]:
+        """(tokens per sequence in ``stack``, tokens per sequence of the encoder memory it attends to)."""
+        if config.architecture == "encoder-decoder" and stack.name == "decoder":
+            return self.n_dec, self.n
+        return self.n, self.n
+
+    def widths(self, block: Block) -> FFNWidths:
+        return self.ffn[block.name]
+
+
 def norm_has_bias(config: ModelConfig) -> bool:
     """LayerNorm has a bias (shift) unless ``norm_bias`` is false; RMSNorm never has one."""
     return config.norm == "layernorm" and config.norm_bias
 
 
-def ffn_in_width(config: ModelConfig) -> int:
-    """Output width of the FFN's input projection(s): gated FFNs have two (gate and up), so 2 * ffn_dim."""
-    return 2 * config.resolved_ffn_dim if config.gated else config.resolved_ffn_dim
+def norm_params(config: ModelConfig, width: Num) -> Num:
+    """Parameters of one norm of ``width``: LayerNorm 2w (w without bias), RMSNorm w, 0 when not affine."""
+    if not config.norm_affine:
+        return 0
+    return 2 * width if norm_has_bias(config) else width
+
+
+def sublayer_norms(config: ModelConfig) -> tuple[int, int, int]:
+    """Norms per layer in (attention, cross-attention, FFN) by ``norm_placement`` (docs/layers.md, Norms)."""
+    placement = config.resolved_norm_placement
+    if placement == "sandwich":
+        return 2, 2, 2
+    if placement == "parallel":
+        return 1, 1, 1 if config.parallel_norms == 2 else 0
+    return 1, 1, 1
+
+
+def cross_attention(config: ModelConfig) -> Attention:
+    """The cross-attention of an encoder-decoder's decoder layers (standard, from the flat fields)."""
+    return config.cross_attention_block()
+
+
+def qk_width(attention: Attention, x: Dims) -> Num:
+    """Per-head query/key width: head_dim (standard, may be swept) or qk_nope + qk_rope (MLA, fixed)."""
+    return x.hd if attention.kind == "standard" else attention.qk_nope_head_dim + attention.qk_rope_head_dim
+
+
+def v_width(attention: Attention, x: Dims) -> Num:
+    """Per-head value width: head_dim (standard) or v_head_dim (MLA)."""
+    return x.hd if attention.kind == "standard" else attention.v_head_dim
+
+
+def kv_heads(attention: Attention, x: Dims) -> Num:
+    return x.g if attention.kind == "standard" else x.h

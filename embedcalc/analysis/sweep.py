@@ -9,7 +9,11 @@ Validity per point is vectorised too (:mod:`embedcalc.analysis.sweep_rules`). In
 their problems; problems no swept axis can cause are raised once, as for ``analyze``.
 
 :func:`evaluate_point` is the per-config path (pydantic validation plus :func:`embedcalc.analysis.report.analyze`)
-that the vectorised grid is tested and benchmarked against.
+that the vectorised grid is tested and benchmarked against; both count through the same term functions.
+
+No file I/O here (DESIGN.md §7): the caller reads the target and applies ``--set``
+(:func:`embedcalc.cli.sweep_load.load_base`) and passes the resulting :class:`SweepBase`. ``--num-layers`` is
+refused for a config with an explicit ``layers`` pattern: which runs would grow is not defined.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep_rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
+from embedcalc.config.blocks import DEFAULT_BLOCK
 from embedcalc.config.checks import workload_problems
-from embedcalc.config.loading import apply_overrides, canonical_mapping, resolve_target, validate_config
+from embedcalc.config.loading import validate_config
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
@@ -123,20 +128,6 @@ class SweepBase:
             if axis in CONFIG_AXES:
                 user_keys[axis] = FLAGS[axis]
         return validate_config(data, user_keys, [], self.origin)
-
-
-def load_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
-    """Resolve TARGET and apply ``--set`` without validating (a swept axis may repair or break the config)."""
-    raw, source, path = resolve_target(target)
-    origin = target if source == "preset" else str(path)
-    data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
-    problems += apply_overrides(data, user_keys, list(overrides))
-    if problems:
-        lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
-        raise ConfigError(f"{origin}: {len(problems)} problem{'s' * (len(problems) > 1)}\n{lines}", problems)
-    if source == "preset" and "name" not in data:
-        data["name"] = target
-    return SweepBase(target=target, data=data, user_keys=user_keys, origin=origin)
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------------
@@ -236,14 +227,20 @@ def _fixed_workload_checks(
 
 
 def sweep_target(
-    target: str,
-    overrides: Sequence[str],
+    base: SweepBase,
     axes: Mapping[str, Sequence[int]],
     workload: Workload,
     force_python_ints: bool = False,
 ) -> SweepResult:
-    """Evaluate TARGET at every point of the cartesian product of ``axes`` (see the module docstring)."""
-    base = load_base(target, overrides)
+    """Evaluate the loaded target ``base`` at every point of the cartesian product of ``axes`` (module docstring)."""
+    target = base.target
+    if "num_layers" in axes and base.data.get("layers") is not None:
+        raise SweepError(
+            f"{base.origin}: --num-layers cannot be swept for a config with an explicit layers pattern (which runs "
+            "would grow is not defined); write one config per depth, or remove layers to sweep a stack of "
+            "default blocks",
+            "num_layers_with_layers",
+        )
     swept_axes = {a: tuple(int(v) for v in axes[a]) for a in AXES if a in axes}
     axes = swept_axes
     index, size = _grid_index(axes)
@@ -276,7 +273,7 @@ def sweep_target(
         template = base.config_at({a: axes[a][index[a][i]] for a in axes}, tuple(axes))
         warnings = _fixed_workload_checks(template, workload, axes, target)
         swept_values = {a: v for a, v in axes.items()}
-        grid = evaluate_grid(template, workload, swept_values, index, force_python_ints)
+        grid = evaluate_grid(template, workload, swept_values, force_python_ints)
     crossover = None
     if target_config is not None:
         from embedcalc.analysis.crossover import crossover_seq_len
@@ -325,6 +322,7 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
     inference = analyze(base.target, config, replace(run, mode="inference"))
     out: dict[str, Any] = {
         "params": inference.params.total,
+        "params_active": inference.active_params,
         "flops_forward": inference.flops.forward,
         "flops_attention_scores": inference.flops.attention_score_flops,
         "flops_other": inference.flops.forward - inference.flops.attention_score_flops,
@@ -334,7 +332,7 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
         "kv_cache_bytes": inference.memory.kv_cache_bytes,
         "inference_total_bytes": inference.memory.total_bytes,
         "crossover_seq_len": inference.crossover_seq_len,
-        "head_dim": config.resolved_head_dim,
+        "head_dim": config.named_blocks[DEFAULT_BLOCK].attention.head_dim,
         "ffn_dim": config.resolved_ffn_dim,
     }
     if inference.flops.forward_causal is not None:

@@ -24,13 +24,17 @@ class Parallelism:
 
     ``tp``: tensor-parallel degree (Shoeybi et al. 2019); ``pp``: pipeline stages (Narayanan et al. 2021, 1F1B
     schedule); ``dp``: data-parallel replicas; ``zero``: ZeRO stage over the dp group (Rajbhandari et al. 2020):
-    1 shards optimizer state, 2 also gradients, 3 also weights.
+    1 shards optimizer state, 2 also gradients, 3 also weights; ``ep``: expert parallelism (Lepikhin et al. 2021,
+    GShard; Megatron-core): the routed experts of every MoE layer are spread over ``ep`` ranks taken from the
+    data-parallel group (so ``ep`` divides ``dp``), each rank holding num_experts / ep of them; ZeRO shards the
+    experts' state over the dp / ep ranks that hold the same experts.
     """
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     zero: int = 0
+    ep: int = 1
 
     @property
     def devices(self) -> int:
@@ -67,6 +71,11 @@ class Workload:
             )
             raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--dtype", message, "dtype_not_trainable")],
                                  "dtype_not_trainable")  # fmt: skip
+
+    @property
+    def decoder_len(self) -> int:
+        """Tokens per sequence of a decoder stack: tgt_len for an encoder-decoder's decoder, default seq_len."""
+        return self.tgt_len if self.tgt_len is not None else self.seq_len
 
     @property
     def weight_bytes_per_param(self) -> float:

@@ -173,6 +173,7 @@ def _plot(
 ) -> None:
     """One seq_len sweep per target, drawn together (points past a learned position table are left out)."""
     from embedcalc.analysis.sweep import AxisError, parse_axis, seq_len_curves, sweep_target
+    from embedcalc.cli.sweep_load import load_base
     from embedcalc.render.plot import plot_seq_len_curves, require_matplotlib
 
     try:
@@ -182,7 +183,7 @@ def _plot(
     require_matplotlib()
     curves = []
     for target in targets:
-        curves += seq_len_curves(sweep_target(target, overrides or [], {"seq_len": seq_lens}, workload))
+        curves += seq_len_curves(sweep_target(load_base(target, overrides or []), {"seq_len": seq_lens}, workload))
     title = f"compare: {workload.dtype}, attention {workload.attention}, batch {workload.batch_size}"
     plot_seq_len_curves(curves, path, title)
     output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)

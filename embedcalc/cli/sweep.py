@@ -157,8 +157,9 @@ def sweep_command(
     if plot is not None:
         _check_plot_request(plot, axes, format)
     from embedcalc.analysis.sweep import sweep_target
+    from embedcalc.cli.sweep_load import load_base
 
-    result = sweep_target(target, overrides or [], axes, workload)
+    result = sweep_target(load_base(target, overrides or []), axes, workload)
     _report_notes(result)
     measured = None
     if measure:
