@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from enum import StrEnum
@@ -25,10 +26,12 @@ from embedcalc.cli.common import (
     RecomputeOption,
     SetOption,
     TgtOption,
+    bounded_int,
     handle_errors,
     make_workload,
 )  # fmt: skip
-from embedcalc.errors import ConfigError, Problem
+from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
+from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `embedcalc --help` or `analyze`
     from embedcalc.analysis.sweep import SweepResult
@@ -38,6 +41,9 @@ AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_le
 
 DEFAULT_SEQ_LEN = 128
 DEFAULT_BATCH_SIZE = 1
+# A sweep costs about 0.1-0.25 ms and 5 KiB per point (JSON output included) on one core: 20,000 points answer in
+# a few seconds within about 100 MiB. --max-points raises it, up to the grid's own hard limit.
+DEFAULT_MAX_POINTS = 20_000
 
 
 class SweepFormat(StrEnum):
@@ -122,6 +128,16 @@ def sweep_command(
     repeat: Annotated[
         int, typer.Option("--repeat", min=1, help="With --measure: timed pairs per point.")
     ] = 3,
+    max_points: Annotated[
+        int,
+        typer.Option(
+            "--max-points",
+            min=1,
+            callback=bounded_int,
+            help="Refuse (exit 2) a grid of more points than this, before building it; each point costs about "
+            "0.2 ms and 5 KiB.",
+        ),
+    ] = DEFAULT_MAX_POINTS,
 ) -> None:
     """Cost over a grid: each axis flag takes a list 128,256,512, an arithmetic range 384:12288:+384 or a
     geometric one 64:16384:x2 (bounds inclusive); several axes form their cartesian product.
@@ -142,6 +158,7 @@ def sweep_command(
         "ffn_dim": ffn_dim,
     }
     axes = {a: v.values for a in AXES if (v := given[a]) is not None}
+    _check_grid_request(axes, max_points)
     workload = make_workload(
         DEFAULT_BATCH_SIZE,
         DEFAULT_SEQ_LEN,
@@ -189,6 +206,26 @@ def sweep_command(
 
 
 # --- checks and notes ---------------------------------------------------------------------------------------------
+
+
+def _check_grid_request(axes: dict[str, tuple[int, ...]], max_points: int) -> None:
+    """Size the grid before it is built: exit 2 with its size and the flag to raise the limit; every axis value
+    within the digit bound that config values have."""
+    for axis, values in axes.items():
+        if values and max(values) >= INT_BOUND:
+            raise typer.BadParameter(
+                f"values have at most {MAX_INT_DIGITS} digits (10^{MAX_INT_DIGITS} is beyond any model size)",
+                param_hint=f"'--{axis.replace('_', '-')}'",
+            )
+    size = math.prod(len(v) for v in axes.values())
+    if size > max_points:
+        dims = " x ".join(f"--{a.replace('_', '-')} {len(v):,}" for a, v in axes.items())
+        message = (
+            f"the grid has {size:,} points ({dims}), more than --max-points {max_points:,}; narrow an axis or "
+            f"raise the limit with --max-points {size}"
+        )
+        raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--max-points", message, "grid_too_large")],
+                             "grid_too_large")  # fmt: skip
 
 
 def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: SweepFormat) -> None:
