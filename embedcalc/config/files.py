@@ -4,12 +4,15 @@ numbers in them.
 Every failure becomes a :class:`~embedcalc.errors.ConfigError` naming the file; nothing here raises a bare
 exception for bad input. The bounds, which make reading any input cost at most a fixed amount of time and memory:
 
+- YAML text is parsed only up to :data:`MAX_YAML_CHARS` characters (the parser is pure Python); JSON up to
+  ``MAX_CONFIG_BYTES``;
 - only regular files are read (a FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
   directory is refused before it is opened for reading, and again on the open descriptor), and at most
   ``MAX_CONFIG_BYTES + 1`` bytes are read whatever the file claims its size is;
 - a number is parsed once, here, before any arithmetic: an integer with more than :data:`MAX_INT_DIGITS` digits
   and a float that is not finite (``.inf``, ``.nan``, ``1e400``, JSON's ``NaN``/``Infinity``) are refused with
-  the key they belong to (:func:`refused_numbers`); ``--set`` values go through the same parser.
+  the key they belong to (:func:`refused_numbers`); ``--set`` values go through the same parser (those longer
+  than :data:`MAX_SCALAR_CHARS` are taken as text, unparsed).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import yaml
 from embedcalc.errors import ConfigError, Problem
 
 MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
+# PyYAML's parser is pure Python, about 15-40 s per MiB of hostile YAML on a loaded core; JSON's is C (milliseconds
+# per MiB). So YAML (anything not named .json) is read up to 64 KiB, a hundred times any real model config.
+MAX_YAML_CHARS = 1 << 16
 # No size, count or length of a model has more than a handful of digits; 30 digits (10**30) is 10**17 times the
 # parameter count of the largest models trained. With every input integer below 10**30, every count embedcalc
 # derives (a product of at most ten inputs and small constants) stays below 10**300, so that the few places that
@@ -154,9 +160,14 @@ _StrictLoader.add_implicit_resolver(
 )
 
 
+MAX_SCALAR_CHARS = 1000  # a --set value longer than this is no number or name: kept as text, never parsed
+
+
 def parse_scalar(text: str) -> Any:
     """One ``--set`` value read with the same number rules as config files (``16`` int, ``true`` bool); a
-    refused number comes back as a :class:`RefusedNumber`."""
+    refused number comes back as a :class:`RefusedNumber`, a value over ``MAX_SCALAR_CHARS`` as the text."""
+    if len(text) > MAX_SCALAR_CHARS:
+        return _int_scalar(text) if re.fullmatch(r"\s*[-+]?[0-9]+\s*", text) else text
     return yaml.load(text, Loader=_StrictLoader)
 
 
@@ -276,6 +287,10 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     Also refused with a message: nesting too deep for the parser (RecursionError), numbers with too many digits
     or not finite (each with its key, see :func:`refused_numbers`) — none belongs in a model config.
     """
+    if path.suffix.lower() != ".json" and len(text) > MAX_YAML_CHARS:
+        message = (f"is {len(text):,} characters of YAML; a YAML model config is at most {MAX_YAML_CHARS:,} "
+                   f"(JSON, named .json, up to {MAX_CONFIG_BYTES:,} bytes)")  # fmt: skip
+        raise _fail(path, message, "file_too_big")
     try:
         data = _parse(text, path)
     except RecursionError:

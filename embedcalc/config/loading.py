@@ -50,7 +50,10 @@ def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
     A bare name that is a preset is the preset, even if a file or folder of that name is in the working
     directory (a downloaded ``gpt2/`` checkpoint must not hide the preset); write ``./gpt2`` for the file.
     """
-    path_or_none = preset_path(target) if "/" not in target and "\\" not in target else None
+    try:
+        path_or_none = preset_path(target) if "/" not in target and "\\" not in target else None
+    except (OSError, ValueError):  # a name too long to be a file name cannot be a preset either
+        path_or_none = None
     if path_or_none is None and _looks_like_path(target):
         path = Path(target)
         return load_mapping(path), "file", path

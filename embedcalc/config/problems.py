@@ -36,7 +36,7 @@ def _describe(value: Any) -> str:
 def _integer_hint(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return f"; write {int(value)} without the decimal point"
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and len(value) <= 64 and value.strip().lstrip("+-").isdigit():
         digits = value.strip().lstrip("+-")
         if len(digits) > 1 and digits.startswith("0"):
             return f"; write {int(digits)} (with a leading 0, YAML 1.1 would read it as octal)"
