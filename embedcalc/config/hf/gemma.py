@@ -1,0 +1,116 @@
+"""Gemma (GemmaForCausalLM), Gemma 2 and the Gemma 3 text model (Gemma2ForCausalLM, Gemma3ForCausalLM).
+
+All three: RMSNorm (weight only, applied as 1 + w), RoPE, a GeGLU MLP (tanh GELU), embeddings scaled by
+sqrt(hidden_size) (a buffer, no parameter), an explicit head_dim (Gemma 7B: 16 x 256 = 4096 != 3072), LM head tied
+by default. Gemma 2 and 3 add sandwich norms (``input_layernorm``, ``post_attention_layernorm``,
+``pre_feedforward_layernorm``, ``post_feedforward_layernorm``) and sliding-window layers laid out by
+``layer_types`` (Gemma 2: even layers slide; Gemma 3: ``sliding_window_pattern`` 6, five local to one global);
+Gemma 3 adds q/k RMSNorms of head_dim. Soft-capping and ``query_pre_attn_scalar`` are element-wise only.
+Gemma Team 2024 (Gemma, Gemma 2), 2025 (Gemma 3); transformers' ``modeling_gemma*.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedcalc.config.hf import keys as hf_keys
+from embedcalc.config.hf.layered import FULL, SLIDING, layer_types, pattern_types, put_layout
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_activation, map_dropout
+
+_NO_PARAMS = "a scalar of the attention or the logits (soft-capping, score scale); element-wise only"
+
+
+def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str = "pre") -> None:
+    for name, value, note in (
+        ("architecture", "decoder", ""), ("norm", "rmsnorm", "GemmaRMSNorm: one weight, used as 1 + w"),
+        ("norm_placement", placement, "norms before and after attention and the MLP" if placement == "sandwich"
+         else ""), ("embedding_norm", False, ""), ("position", "rope", ""),
+        ("bias", False, ""), ("ffn_bias", False, "GemmaMLP builds no biases"), ("lm_head", True, ""),
+        ("scale_embeddings", True, "embeddings times sqrt(hidden_size): a buffer, no parameter"),
+    ):  # fmt: skip
+        r.fixed(name, value, note)
+    r.copy("vocab_size", "vocab_size")
+    r.copy("hidden_size", "embed_dim")
+    r.copy("intermediate_size", "ffn_dim")
+    r.copy("num_hidden_layers", "num_layers")
+    heads = r.copy("num_attention_heads", "num_heads")
+    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
+    r.copy("head_dim", "head_dim")
+    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning")
+    r.copy("tie_word_embeddings", "tie_embeddings")
+    r.copy("attention_bias", "qkv_bias")
+    r.copy("attention_bias", "out_bias")
+    map_activation(r, act_key, gated=True)
+    r.ignore(other_act_key, f"transformers' MLP of this family reads {act_key}, not {other_act_key}")
+    map_dropout(r, "attention_dropout")
+    for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_local_base_freq"):
+        r.ignore(key, hf_keys.ROPE)
+    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        r.ignore(key, _NO_PARAMS)
+    r.ignore("use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)")
+
+
+def _read_gemma(r: KeyReader) -> None:
+    _read_common(r, "hidden_act", "hidden_activation")
+
+
+def _windowed(r: KeyReader, derive: list[str] | None, derive_key: str | None = None) -> None:
+    """Sliding layers from ``layer_types`` (or ``derive``, from ``derive_key`` when the file has it) with
+    ``sliding_window`` as their window."""
+    layers = r.data.get("num_layers")
+    window_key, window, _ = r.value("sliding_window")
+    if not isinstance(layers, int):
+        return
+    types_key, types = layer_types(r, layers, derive)
+    if types is None:
+        return
+    if types_key not in r.raw and derive_key is not None and derive_key in r.raw:
+        types_key = derive_key
+    if window is None or SLIDING not in types:
+        for key in (window_key, types_key):
+            r.ignore(key, "no layer uses sliding attention")
+        return
+    names = ["local" if t == SLIDING else "default" for t in types]
+    key = f"{types_key}, {window_key}" if types_key in r.raw else window_key
+    note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
+    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, key, note)
+
+
+def _read_gemma2(r: KeyReader) -> None:
+    _read_common(r, "hidden_activation", "hidden_act", "sandwich")
+    r.ignore("sliding_window_size", "an old duplicate of sliding_window that transformers never reads")
+    layers = r.data.get("num_layers")
+    derive = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)] if isinstance(layers, int) else None
+    _windowed(r, derive)
+
+
+def _read_gemma3_text(r: KeyReader) -> None:
+    _read_common(r, "hidden_activation", "hidden_act", "sandwich")
+    r.put("attention", {"qk_norm": "head"}, "model_type", "family", "q_norm, k_norm: RMSNorm(head_dim)")
+    layers = r.data.get("num_layers")
+    pattern_key, pattern = r.lookup("sliding_window_pattern")
+    if pattern is MISSING or pattern is None:
+        pattern = 6  # Gemma3TextConfig's default when the file has neither layer_types nor the pattern
+    elif "layer_types" in r.raw:
+        r.ignore(pattern_key, "layer_types decides which layers slide")
+    derive = pattern_types(layers, pattern) if isinstance(layers, int) and isinstance(pattern, int) else None
+    _windowed(r, derive, pattern_key)
+
+
+_COMMON: dict[str, Any] = dict(
+    vocab_size=256000, num_key_value_heads=16, head_dim=256, max_position_embeddings=8192,
+    tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0,
+)  # fmt: skip
+FAMILIES = (
+    Family("gemma", "GemmaConfig", "GemmaForCausalLM (AutoModelForCausalLM)", "gemma-7b",
+           _COMMON | dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16,
+                          hidden_act="gelu_pytorch_tanh"), _read_gemma),
+    Family("gemma2", "Gemma2Config", "Gemma2ForCausalLM (AutoModelForCausalLM)", "gemma-2-9b",
+           _COMMON | dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+                          num_key_value_heads=4, hidden_activation="gelu_pytorch_tanh", sliding_window=4096),
+           _read_gemma2),
+    Family("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM (AutoModelForCausalLM)", "gemma-3-27b",
+           _COMMON | dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                          num_attention_heads=8, num_key_value_heads=4, hidden_activation="gelu_pytorch_tanh",
+                          max_position_embeddings=131072, sliding_window=4096), _read_gemma3_text),
+)  # fmt: skip

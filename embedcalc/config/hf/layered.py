@@ -1,0 +1,181 @@
+"""What the layer-model families share: per-layer attention kinds (transformers' ``layer_types`` or the older
+``sliding_window_pattern``), MoE layer placement, and writing them as embedcalc's ``blocks`` and ``layers`` runs.
+
+A family module reads its keys into one block name per layer (``default``, ``local``, ``moe``, ...) and the
+attention / FFN fields of each variant; :func:`put_layout` stores the default block's fields in ``attention`` /
+``ffn``, the variants in ``blocks`` and the per-layer names as ``layers`` runs (DESIGN.md §9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from embedcalc.config.blocks import DEFAULT_BLOCK
+from embedcalc.config.hf import keys as hf_keys
+from embedcalc.config.hf.reader import MISSING, KeyReader, map_activation, map_dropout, yaml_hint
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+MOE_KEYS_IGNORED = {
+    "router_aux_loss_coef": "the weight of the load-balancing loss in training; no parameters or matmul FLOPs",
+    "norm_topk_prob": "whether the top-k routing weights are renormalised; element-wise only",
+    "router_jitter_noise": "training-time noise on the router logits; element-wise only",
+    "input_jitter_noise": "training-time noise on the MoE input; element-wise only",
+    "routed_scaling_factor": "a scalar on the routed experts' output; element-wise only",
+    "aux_loss_alpha": "the weight of the load-balancing loss in training; no parameters or matmul FLOPs",
+    "seq_aux": "whether the auxiliary loss is per sequence; training only",
+    "scoring_func": "softmax or sigmoid over the router logits; element-wise only",
+    "topk_method": "how the top-k experts are picked (greedy or group-limited); the same k experts per token",
+    "n_group": "expert groups for group-limited routing; each token still reaches num_experts_per_tok experts",
+    "topk_group": "groups a token may route to; each token still reaches num_experts_per_tok experts",
+    "ep_size": "the expert-parallel degree of the original training code; use --ep to model it",
+    "num_nextn_predict_layers": (
+        "multi-token-prediction layers of the checkpoint, which transformers does not build; the counting rule "
+        "counts the model transformers builds"
+    ),
+    "num_mtp_layers": (
+        "multi-token-prediction layers of the checkpoint, which transformers does not build; the counting rule "
+        "counts the model transformers builds"
+    ),
+}
+
+
+def ignore_moe_keys(r: KeyReader) -> None:
+    for key, reason in MOE_KEYS_IGNORED.items():
+        r.ignore(key, reason)
+
+
+def layer_types(r: KeyReader, num_layers: int, derive: Sequence[str] | None) -> tuple[str, list[str] | None]:
+    """(the key that decided it, one of ``sliding_attention`` / ``full_attention`` per layer): transformers'
+    ``layer_types`` when the file has a list, else ``derive`` (the family's rule for older files); None when the
+    list is malformed (a problem is recorded)."""
+    key, value = r.lookup("layer_types")
+    if value is MISSING or value is None:
+        return key, list(derive) if derive is not None else [FULL] * num_layers
+    if not isinstance(value, list) or len(value) != num_layers or not set(value) <= {SLIDING, FULL}:
+        r.problem(key, f"layer_types must list {SLIDING!r} or {FULL!r} for each of the {num_layers} layers; got "
+                       f"{value!r}")  # fmt: skip
+        return key, None
+    return key, list(value)
+
+
+def pattern_types(num_layers: int, pattern: int) -> list[str]:
+    """Every ``pattern``-th layer global, the rest sliding (Gemma 3, Cohere 2, EXAONE 4: ``(i + 1) % pattern``);
+    a pattern of 0 or 1 has no sliding layers."""
+    if pattern <= 1:
+        return [FULL] * num_layers
+    return [SLIDING if (i + 1) % pattern else FULL for i in range(num_layers)]
+
+
+def runs(names: Sequence[str]) -> list[dict[str, Any]]:
+    """Per-layer block names as ``layers`` runs: from each position, the repeated pattern (up to 16 long) that
+    covers the most layers, else a single layer (``[a, b] * 21`` -> one run of 21; ``[a] + [b] * 60`` -> two)."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(names):
+        best_p, best_r = 1, 1
+        for p in range(1, min(16, len(names) - i) + 1):
+            pattern = list(names[i : i + p])
+            r = 1
+            while list(names[i + r * p : i + (r + 1) * p]) == pattern:
+                r += 1
+            if r > 1 and p * r > best_p * best_r:
+                best_p, best_r = p, r
+        out.append({"pattern": list(names[i : i + best_p]), "repeat": best_r})
+        i += best_p * best_r
+    return out
+
+
+def put_layout(
+    r: KeyReader,
+    names: Sequence[str],
+    variants: dict[str, dict[str, Any]],
+    key: str,
+    note: str = "",
+) -> None:
+    """Store the per-layer block ``names`` (each ``default`` or a key of ``variants``, whose values are
+    ``{"attention": {...}, "ffn": {...}}`` overrides). A uniform stack is the default block changed in place."""
+    used = set(names)
+    if len(used) == 1 and DEFAULT_BLOCK not in used:
+        (only,) = used
+        for part in ("attention", "ffn"):
+            if variants[only].get(part):
+                merged = {**(r.data.get(part) or {}), **variants[only][part]}
+                r.put(part, merged, key, "file", note)
+        return
+    blocks = {name: spec for name, spec in variants.items() if name in used}
+    if not blocks:
+        return
+    r.put("blocks", blocks, key, "file", note)
+    r.put("layers", runs(names), key, "file", note)
+
+
+def int_list(r: KeyReader, key: str, value: Any, num_layers: int) -> list[int] | None:
+    """A list of layer indices (``mlp_only_layers``, ``moe_layers``), checked; None (and a problem) if not."""
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        r.problem(key, f"{key} must be a list of layer indices; got {value!r}")
+        return None
+    outside = [v for v in value if not 0 <= v < num_layers]
+    if outside:
+        r.problem(key, f"{key} names layers {outside} outside 0..{num_layers - 1}")
+        return None
+    return list(value)
+
+
+def refuse(r: KeyReader, key: str, what: str) -> None:
+    """A feature that changes the count and that embedcalc cannot describe."""
+    r.problem(key, f"{what}, which embedcalc's layer model cannot describe. {yaml_hint(r.family)}")
+
+
+def read_decoder(r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | None = "attention_bias") -> None:
+    """The LLaMA-shaped core every family here shares: RMSNorm pre-norm, RoPE, a gated MLP, bias-free MLP,
+    attention biases from ``bias_key`` (None: none), an LM head (tied as ``tie_word_embeddings`` says)."""
+    for name, value in (("architecture", "decoder"), ("norm", "rmsnorm"), ("norm_placement", "pre"),
+                        ("embedding_norm", False), ("position", "rope"), ("bias", False),
+                        ("ffn_bias", False), ("lm_head", True)):  # fmt: skip
+        r.fixed(name, value)
+    r.copy("vocab_size", "vocab_size")
+    r.copy("hidden_size", "embed_dim")
+    r.copy("intermediate_size", "ffn_dim")
+    r.copy("num_hidden_layers", "num_layers")
+    heads = r.copy("num_attention_heads", "num_heads")
+    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
+    if r.has("head_dim") or "head_dim" in r.family.defaults:
+        r.copy("head_dim", "head_dim")  # null keeps hidden_size / num_attention_heads
+    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning")
+    r.copy("tie_word_embeddings", "tie_embeddings")
+    map_activation(r, act_key, gated=True)
+    map_dropout(r, "attention_dropout")
+    if bias_key is not None:
+        r.copy(bias_key, "qkv_bias")
+        r.copy(bias_key, "out_bias")
+    else:
+        r.fixed("qkv_bias", False)
+        r.fixed("out_bias", False)
+    for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_type"):
+        r.ignore(key, hf_keys.ROPE)
+
+
+def read_moe(
+    r: KeyReader,
+    experts_key: str,
+    *,
+    top_k_key: str = "num_experts_per_tok",
+    width_key: str | None = "moe_intermediate_size",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The routed experts of one MoE layer as an embedcalc ffn spec (None and a problem when unusable)."""
+    e_key, experts, _ = r.value(experts_key)
+    k_key, top_k, _ = r.value(top_k_key)
+    spec: dict[str, Any] = {"kind": "moe"}
+    for key, value, name in ((e_key, experts, "num_experts"), (k_key, top_k, "top_k")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            r.problem(key, f"{key} = {value!r}: a mixture of experts needs a positive {name}")
+            return None
+        spec[name] = value
+    if width_key is not None:
+        _, width, _ = r.value(width_key)
+        spec["expert_dim"] = width
+    else:
+        spec["expert_dim"] = r.data.get("ffn_dim")
+    return spec | (extra or {})

@@ -1,0 +1,160 @@
+"""Hugging Face families that need the layer model (issue 10): each published config.json is exact.
+
+For every family a flagship file (``tests/fixtures/hf``, as the hub serves it): transformers builds the model on
+the meta device and embedcalc's parameter total equals its ``numel``; embedcalc's KV cache equals the formula
+read from transformers' own config object (per layer: 2 x kv_heads x head_dim x the tokens the layer keeps, a
+sliding window capping them; MLA: kv_lora_rank + qk_rope_head_dim); and for a sample, embedcalc's forward FLOPs
+equal ``FlopCounterMode`` on a small eager variant of the same file (real weights on the CPU, so that transformers'
+MoE routing runs; every token reaches exactly top_k experts, so the count does not depend on the routing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hf_reference import FIXTURES, forward_flops, hf_config, hf_model, numel, raw_fixture, text_raw
+
+from embedcalc.analysis.flops import forward_flops as analytic_flops
+from embedcalc.analysis.memory import kv_cache_bytes
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.hf import FAMILIES, map_hf_config
+from embedcalc.config.loading import load_target, validate_config
+from embedcalc.config.schema import ModelConfig
+
+# fixture -> (model_type, transformers' numel on the meta device by the counting rule)
+PUBLISHED: dict[str, tuple[str, int]] = {
+    "gemma-7b": ("gemma", 8_537_680_896),
+    "gemma-2-9b": ("gemma2", 9_241_705_984),
+    "gemma-3-1b": ("gemma3_text", 999_885_952),
+    "gemma-3-27b": ("gemma3", 27_009_346_304),  # the text_config, as Gemma3ForCausalLM
+    "qwen3-8b": ("qwen3", 8_190_735_360),
+    "qwen3-30b-a3b": ("qwen3_moe", 30_532_122_624),
+    "qwen1.5-moe-a2.7b": ("qwen2_moe", 14_315_784_192),
+    "mixtral-8x7b": ("mixtral", 46_702_792_704),
+    "phi-3.5-moe": ("phimoe", 41_873_153_344),
+    "granite-3.0-1b-a400m": ("granitemoe", 1_334_628_352),
+    "deepseek-v2-lite": ("deepseek_v2", 15_706_484_224),
+    "deepseek-v3": ("deepseek_v3", 671_026_404_352),
+    "glm-4.5-air": ("glm4_moe", 106_852_245_504),
+    "gpt-oss-20b": ("gpt_oss", 20_914_757_184),
+    "olmo-1b": ("olmo", 1_176_764_416),
+    "olmo-2-1124-7b": ("olmo2", 7_298_617_344),
+    "olmoe-1b-7b": ("olmoe", 6_919_161_856),
+}
+FLOP_SAMPLE = ["gemma-2-9b", "gemma-3-1b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mixtral-8x7b",
+               "deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b", "olmo-2-1124-7b", "olmoe-1b-7b"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def transformers() -> Any:
+    pytest.importorskip("torch")
+    return pytest.importorskip("transformers")
+
+
+def _path(name: str) -> Path:
+    return FIXTURES / f"{name}.json"
+
+
+def _config(raw: dict[str, Any]) -> ModelConfig:
+    mapping = map_hf_config(text_raw(raw), "test")
+    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
+
+
+def test_every_family_is_registered_with_a_fixture() -> None:
+    families = {model_type for model_type, _ in PUBLISHED.values()} - {"gemma3"}
+    assert families <= set(FAMILIES)
+    assert {raw_fixture(name)["model_type"] for name in PUBLISHED} == families | {"gemma3"}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_transformers_builds_the_published_size(transformers: Any, name: str) -> None:
+    assert numel(hf_model(transformers, raw_fixture(name))) == PUBLISHED[name][1]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_params_equal_transformers(name: str) -> None:
+    loaded = load_target(str(_path(name)))
+    assert loaded.source == "hf"
+    assert count_params(loaded.config).total == PUBLISHED[name][1]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_report_accounts_for_every_key(name: str) -> None:
+    raw = text_raw(raw_fixture(name))
+    report = map_hf_config(raw, name).report
+    seen = {k.strip() for m in report.mapped for k in m.key.split(",")} | {i.key for i in report.ignored}
+    assert set(raw) <= seen, set(raw) - seen
+
+
+# --- KV cache -----------------------------------------------------------------------------------------------------
+
+
+def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
+    """Per layer, from transformers' config object: the values cached per token times the tokens kept."""
+    if getattr(cfg, "kv_lora_rank", None):
+        return cfg.num_hidden_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * tokens * dtype_bytes
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    types = getattr(cfg, "layer_types", None)
+    window = getattr(cfg, "sliding_window", None)
+    total = 0
+    for i in range(cfg.num_hidden_layers):
+        slides = types[i] == "sliding_attention" if types is not None else bool(window)
+        kept = min(tokens, window) if slides and window else tokens
+        total += 2 * kv_heads * head_dim * kept * dtype_bytes
+    return total
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> None:
+    cfg = hf_config(transformers, raw_fixture(name))
+    config = load_target(str(_path(name))).config
+    for tokens in (1, 1000, 8192):
+        workload = Workload(seq_len=tokens, dtype="float16")
+        assert kv_cache_bytes(config, workload) == _kv_formula(cfg, tokens, 2), tokens
+
+
+# --- FLOPs on a small eager variant --------------------------------------------------------------------------------
+
+_SMALL = dict(
+    hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=16, vocab_size=128, max_position_embeddings=64, sliding_window=8, num_local_experts=4, num_experts=4,
+    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+    kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, first_k_dense_replace=1,
+    n_group=1, topk_group=1,
+)  # fmt: skip
+
+
+def _small(raw: dict[str, Any]) -> dict[str, Any]:
+    """The file with every size shrunk (only keys it has, plus num_key_value_heads); layer_types cut to 4."""
+    small = dict(text_raw(raw))
+    for key, value in _SMALL.items():
+        if small.get(key) is not None:  # a null stays null (DeepSeek-V2-Lite's q_lora_rank)
+            small[key] = value
+    small["num_key_value_heads"] = _SMALL["num_key_value_heads"]
+    if small.get("model_type", "").startswith("deepseek"):
+        small["num_key_value_heads"] = small["num_attention_heads"]
+    if isinstance(small.get("layer_types"), list):
+        small["layer_types"] = small["layer_types"][: _SMALL["num_hidden_layers"]]
+    for key in ("quantization_config", "rope_scaling", "pad_token_id", "bos_token_id", "eos_token_id"):
+        small.pop(key, None)
+    return small
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", FLOP_SAMPLE)
+def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
+    import torch
+
+    small = _small(raw_fixture(name))
+    torch.manual_seed(0)
+    cfg = hf_config(transformers, small)
+    auto = transformers.AutoModelForCausalLM
+    model = auto.from_config(cfg, attn_implementation="eager").eval()
+    measured = forward_flops(model, batch=2, seq_len=16)
+    assert analytic_flops(_config(small), Workload(batch_size=2, seq_len=16)).forward == measured
