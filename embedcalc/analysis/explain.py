@@ -124,14 +124,16 @@ class HeadsAnswer:
     usual_num_heads: list[int]  # those with head_dim 64 or 128
     head_dim_options: list[HeadDimOption]
     kv_cache_bytes_per_token: int  # with this config's KV heads (0 for an encoder); MHA: 2 L d bytes
+    kv_cache_standard_formula: bool  # it is 2 x layers x kv heads x head_dim x bytes (not, e.g., latent MLA)
     score_flops_per_token_per_layer: int | float  # 4 n q: the same however q is split into heads
     cache_layers: int
     dtype_bytes: int
     flash_attention_max_head_dim: int = FLASH_ATTENTION_MAX_HEAD_DIM
 
 
-def explain_heads(shape: HeadShape, workload: Workload) -> HeadsAnswer:
-    """Q4 then Q1 for ``shape``: the reshape with this config's numbers and the head counts that work."""
+def explain_heads(shape: HeadShape, workload: Workload, config: ModelConfig | None = None) -> HeadsAnswer:
+    """Q4 then Q1 for ``shape``: the reshape with this config's numbers and the head counts that work. With the
+    (valid) ``config``, the KV cache per token comes from the memory model, which knows every attention kind."""
     d, h, kv = shape.embed_dim, shape.num_heads, shape.num_kv_heads
     b, n, e = workload.batch_size, workload.seq_len, workload.activation_bytes
     hd: int | float = shape.head_dim if shape.head_dim is not None else head_dim_value(d, h)
@@ -139,6 +141,8 @@ def explain_heads(shape: HeadShape, workload: Workload) -> HeadsAnswer:
     q: int | float = h * hd if divisible else d
     nearest = nearest_valid_heads(d, h) if d % h else []
     below, above = nearest_divisible(d, h)
+    standard_kv = 2 * shape.cache_layers * kv * int(hd) * e if divisible else 0
+    kv_per_token = _per_token_kv_bytes(config, workload) if config is not None else standard_kv
     options = []
     for option in USUAL_HEAD_DIMS:
         heads = head_dim_value(d, option)
@@ -175,7 +179,8 @@ def explain_heads(shape: HeadShape, workload: Workload) -> HeadsAnswer:
         valid_choices=head_choices(d),
         usual_num_heads=[c.num_heads for c in head_choices(d) if c.usual],
         head_dim_options=options,
-        kv_cache_bytes_per_token=2 * shape.cache_layers * kv * int(hd) * e if divisible else 0,
+        kv_cache_bytes_per_token=kv_per_token,
+        kv_cache_standard_formula=kv_per_token == standard_kv,
         score_flops_per_token_per_layer=4 * n * q,
         cache_layers=shape.cache_layers,
         dtype_bytes=e,

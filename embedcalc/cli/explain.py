@@ -97,7 +97,7 @@ def _presets() -> list[tuple[str, ModelConfig]]:
 
 def _answer(topic: str, config: ModelConfig, workload: Workload) -> Any:
     if topic == "heads":
-        return explain_heads(HeadShape.of(config), workload)
+        return explain_heads(HeadShape.of(config), workload, config)
     if topic == "width-depth":
         return explain_width_depth(config, workload, _presets(), config.label)
     if topic == "fine-tune":

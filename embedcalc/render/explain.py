@@ -126,7 +126,9 @@ def _heads_q1(p: _Page, a: HeadsAnswer) -> None:
         p.say("heads.usual_none", usual=listing(usual, m), d=num(a.embed_dim))
     p.say("heads.kernels", flash=num(a.flash_attention_max_head_dim))
     p.say("heads.same_cost", q=num(a.q_dim), n=num(a.seq_len), flops=num(a.score_flops_per_token_per_layer))
-    if a.cache_layers and a.divisible:
+    if a.cache_layers and not a.kv_cache_standard_formula:
+        p.say("heads.kv_cache_model", bytes=units.binary_bytes(a.kv_cache_bytes_per_token))
+    elif a.cache_layers and a.divisible:
         p.say("heads.kv_cache", bytes=units.binary_bytes(a.kv_cache_bytes_per_token), layers=num(a.cache_layers),
               kv=num(a.num_kv_heads), hd=num(a.head_dim), e=num(a.dtype_bytes))  # fmt: skip
     elif not a.cache_layers:
