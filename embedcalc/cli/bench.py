@@ -34,7 +34,7 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
-from embedcalc.cli.torch_env import require_torch
+from embedcalc.cli.torch_env import require_device, require_torch
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
@@ -43,6 +43,12 @@ class DeviceChoice(StrEnum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
+
+
+class StrategyChoice(StrEnum):
+    ddp = "ddp"
+    fsdp = "fsdp"
+    tp = "tp"
 
 
 class BenchDtype(StrEnum):
@@ -133,6 +139,19 @@ def bench_command(
         ),
     ] = False,
     peak: Annotated[bool, typer.Option("--peak", help="Only measure the device's matmul peak.")] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            "--nproc", min=1, help="Run on this many processes under torchrun (gloo on CPU, NCCL on CUDA)."
+        ),
+    ] = None,
+    strategy: Annotated[
+        StrategyChoice, typer.Option("--strategy", help="With --nproc: DDP, FSDP2 (ZeRO-3) or tensor parallel.")
+    ] = StrategyChoice.ddp,
+    baseline: Annotated[
+        bool,
+        typer.Option("--baseline/--no-baseline", help="With --nproc: also run one process for scaling efficiency."),
+    ] = True,
     force: Annotated[
         bool, typer.Option("--force", help="Run even if predicted memory exceeds free.")
     ] = False,
@@ -146,14 +165,11 @@ def bench_command(
     memory measured beside predicted.
     """
     torch = require_torch()
-    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak, resolve_device
+    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak
 
     if threads is not None:
         torch.set_num_threads(threads)
-    try:
-        dev = resolve_device(device.value)
-    except RuntimeError as exc:
-        raise UnsupportedEnvironmentError(f"{exc}; use --device cpu or --device auto", "no_cuda") from None
+    dev = require_device(device.value)
     if peak:
         if target is not None:
             output.warn(
@@ -163,6 +179,16 @@ def bench_command(
         return
     if target is None:
         raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
+    if nproc is not None:
+        from embedcalc.cli.bench_distributed import run_distributed
+
+        workload = make_workload(
+            batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), mode, attention, recompute=recompute
+        )
+        run_distributed(target, overrides, workload, nproc=nproc, strategy=strategy.value, device=device.value,
+                        warmup=warmup, repeat=repeat, threads=threads, force=force, baseline=baseline,
+                        format=format)  # fmt: skip
+        return
     if memory_matrix:
         from embedcalc.cli.bench_matrix import run_memory_matrix
 

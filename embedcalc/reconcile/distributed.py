@@ -1,0 +1,120 @@
+"""``bench --nproc``: every rank's measurement beside the analytic per-device prediction.
+
+Predictions: per-rank memory from :func:`embedcalc.analysis.memory.estimate_memory` with the strategy's
+parallelism (ddp: ``dp = N``; fsdp: ``dp = N, zero = 3``; tp: ``tp = N``), local parameters from
+:func:`embedcalc.analysis.parallel.stage_params`, and the bytes each rank sends per step from
+:func:`embedcalc.analysis.communication.communication`. Scaling efficiency compares with the same strategy on one
+process: for ddp and fsdp every rank has its own batch (weak scaling, efficiency = tokens/s on N / (N x tokens/s on
+1)); for tp the ranks share one batch (strong scaling, efficiency = speed-up / N).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from embedcalc.analysis.communication import CommunicationEstimate
+from embedcalc.analysis.memory import MemoryEstimate
+from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.workload import Parallelism
+from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.distributed import RankResult, Strategy
+
+
+def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
+    """Parameters FSDP2 ``fully_shard`` leaves on ``rank``: every parameter tensor is split along its first dim
+    into ``nproc`` chunks of ceil(rows / nproc) rows (torch.chunk's rule, the last chunks shorter or empty), and
+    the rank keeps chunk ``rank`` of each; computed from the analytic tensor list."""
+    total = 0
+    for tensor in param_tensors(config):
+        rows, rest = tensor.shape[0], prod(tensor.shape[1:])
+        size = -(-rows // nproc)
+        total += max(0, min(size, rows - rank * size)) * rest * tensor.copies
+    return total
+
+
+def strategy_parallelism(strategy: Strategy, nproc: int) -> Parallelism:
+    """The analytic parallel setting a torch strategy corresponds to."""
+    if strategy == "ddp":
+        return Parallelism(dp=nproc)
+    if strategy == "fsdp":
+        return Parallelism(dp=nproc, zero=3)
+    return Parallelism(tp=nproc)
+
+
+@dataclass(frozen=True)
+class DistributedBench:
+    """Measured ranks (and the one-process baseline) beside the prediction."""
+
+    target: str
+    strategy: Strategy
+    nproc: int
+    tokens_per_rank_step: int  # tokens one rank processes per step (tp: the shared batch)
+    ranks: list[RankResult]
+    baseline: RankResult | None
+    predicted_memory: MemoryEstimate
+    predicted_params: list[int]  # per rank
+    predicted_comm: CommunicationEstimate
+    flops_per_rank_step: int
+
+    @property
+    def step_s(self) -> float:
+        """The group's step time: the slowest rank's median (a barrier precedes every step)."""
+        return max(r.median_s for r in self.ranks)
+
+    @property
+    def tokens_per_s(self) -> float:
+        replicas = 1 if self.strategy == "tp" else self.nproc
+        return replicas * self.tokens_per_rank_step / self.step_s
+
+    @property
+    def scaling_efficiency(self) -> float | None:
+        if self.baseline is None:
+            return None
+        base = self.tokens_per_rank_step / self.baseline.median_s
+        return self.tokens_per_s / (base * (1 if self.strategy == "tp" else self.nproc)) / (
+            self.nproc if self.strategy == "tp" else 1
+        )
+
+    @property
+    def comm_s(self) -> float:
+        return statistics.median(r.comm_seconds_per_step for r in self.ranks)
+
+    @property
+    def achieved_comm_bytes_per_s(self) -> float | None:
+        """Bytes each rank sent per second of collective time (predicted bytes / measured seconds)."""
+        return self.predicted_comm.wire_bytes / self.comm_s if self.comm_s > 0 else None
+
+    def rank_rows(self) -> list[dict[str, Any]]:
+        predicted = self.predicted_memory.total_bytes - self.predicted_memory.kv_cache_bytes
+        rows = []
+        for r in self.ranks:
+            rows.append({
+                "rank": r.rank, "median_s": r.median_s, "p10_s": r.quantile_s(0.1), "p90_s": r.quantile_s(0.9),
+                "peak_memory_bytes": r.peak_memory_bytes, "predicted_memory_bytes": predicted,
+                "memory_error_pct": 100.0 * (r.peak_memory_bytes - predicted) / predicted if predicted else None,
+                "local_params": r.local_params, "predicted_params": self.predicted_params[r.rank],
+                "comm_s_per_step": r.comm_seconds_per_step, "comm_calls_per_step": r.comm_calls_per_step,
+                "comm_ops": r.comm_ops, "device": r.device, "threads": r.threads,
+            })  # fmt: skip
+        return rows
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "nproc": self.nproc,
+            "step_s": self.step_s,
+            "tokens_per_s": self.tokens_per_s,
+            "achieved_flops_per_s": self.flops_per_rank_step * (1 if self.strategy == "tp" else self.nproc)
+            / self.step_s,
+            "scaling_efficiency": self.scaling_efficiency,
+            "baseline_step_s": self.baseline.median_s if self.baseline else None,
+            "comm_s_per_step": self.comm_s,
+            "predicted_comm_bytes_per_step": self.predicted_comm.wire_bytes,
+            "achieved_comm_bytes_per_s": self.achieved_comm_bytes_per_s,
+            "memory_method": self.ranks[0].memory_method if self.ranks else "",
+            "ranks": self.rank_rows(),
+            "communication": self.predicted_comm.as_json(),
+        }

@@ -1,0 +1,49 @@
+"""Tables for ``bench --nproc``: the group's throughput and scaling, then one row per rank, measured vs predicted."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+
+from embedcalc.reconcile.distributed import DistributedBench
+from embedcalc.render import units
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}%"
+
+
+def distributed_table(result: DistributedBench) -> Group:
+    """Summary table and per-rank table."""
+    data = result.as_json()
+    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks"), title_justify="left")
+    summary.add_column("quantity")
+    summary.add_column("value", justify="right")
+    rows = [
+        ("step (slowest rank's median)", f"{result.step_s * 1000:.1f} ms"),
+        ("tokens/s (all ranks)", f"{result.tokens_per_s:,.0f}"),
+        ("achieved FLOP/s (all ranks)", units.si(data["achieved_flops_per_s"], "FLOP/s")),
+        ("one-process step", "—" if result.baseline is None else f"{result.baseline.median_s * 1000:.1f} ms"),
+        ("scaling efficiency", "—" if result.scaling_efficiency is None else units.percent(result.scaling_efficiency)),
+        ("collectives per step (measured)", f"{result.comm_s * 1000:.1f} ms"),
+        ("bytes sent per rank per step (predicted)", units.binary_bytes(result.predicted_comm.wire_bytes)),
+        ("implied collective bandwidth", "—" if result.achieved_comm_bytes_per_s is None
+         else units.binary_bytes(result.achieved_comm_bytes_per_s) + "/s"),
+    ]  # fmt: skip
+    for name, value in rows:
+        summary.add_row(name, value)
+    ranks = Table(
+        title="per rank", title_justify="left",
+        caption=escape(f"memory: {data['memory_method']}; predicted: the analytic per-device estimate"),
+    )  # fmt: skip
+    for column in ("rank", "median", "p10 / p90", "peak memory", "predicted", "error", "params", "predicted"):
+        ranks.add_column(column, justify="right")
+    for row in result.rank_rows():
+        ranks.add_row(
+            str(row["rank"]), f"{row['median_s'] * 1000:.1f} ms",
+            f"{row['p10_s'] * 1000:.1f} / {row['p90_s'] * 1000:.1f}",
+            units.binary_bytes(row["peak_memory_bytes"]), units.binary_bytes(row["predicted_memory_bytes"]),
+            _pct(row["memory_error_pct"]), units.count(row["local_params"]), units.count(row["predicted_params"]),
+        )  # fmt: skip
+    return Group(summary, ranks)
