@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from embedcalc.analysis.communication import (
@@ -73,3 +76,26 @@ def test_one_device_communicates_nothing() -> None:
                                              (DDP_FIRST_BUCKET_BYTES + DDP_BUCKET_BYTES, 2)])  # fmt: skip
 def test_ddp_buckets(size: int, calls: int) -> None:
     assert ddp_buckets(size) == calls
+
+
+def _communication(cli: Any, *flags: str) -> dict[str, Any]:
+    result = cli("analyze", "gpt2", "--mode", "training", "--batch-size", "2", "--seq-len", "64", *flags,
+                 "--format", "json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    comm: dict[str, Any] = json.loads(result.stdout)["results"][0]["communication"]
+    return comm
+
+
+def test_analyze_json_dp_all_reduce_equals_the_readme_formula(cli: Any) -> None:
+    comm = _communication(cli, "--dp", "4")
+    # README: DP all-reduce bytes per device = 2 (N - 1) / N x params x gradient bytes
+    assert comm["by_group"] == {"dp": 2 * 3 * GPT2_PARAMS * 4 // 4}
+
+
+def test_analyze_json_tp_and_zero3(cli: Any) -> None:
+    tp = _communication(cli, "--tp", "2")["by_group"]["tp"]
+    assert tp == (12 * 2 * 2 + 2) * 2 * 64 * 768 * 4 + 3 * 2 * 64 * 4
+    zero3 = _communication(cli, "--dp", "2", "--zero", "3")
+    grads = GPT2_PARAMS * 4
+    assert zero3["by_group"] == {"dp": grads // 2 + 2 * grads // 2}
+    assert _communication(cli)["wire_bytes"] == 0

@@ -25,7 +25,8 @@ Conventions, stated because peers differ:
 - **EP** (expert parallelism; Lepikhin et al. 2021, GShard): every MoE layer dispatches its tokens' top_k copies to
   the experts' devices and combines them back, an all-to-all of t x top_k x d each way, forward and backward.
 
-The numbers are for the busiest device: the pipeline stage with the most layers and parameters.
+With ``--ep`` the experts' gradients are in fact reduced over the dp / ep ranks that hold the same experts; they
+are counted here in the one dp all-reduce (an upper bound). The numbers are for the busiest device: the pipeline stage with the most layers and parameters.
 """
 
 from __future__ import annotations

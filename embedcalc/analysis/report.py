@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.communication import CommunicationEstimate, communication
 from embedcalc.analysis.crossover import crossover_seq_len
 from embedcalc.analysis.flops import FlopsEstimate, forward_flops
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
@@ -28,6 +29,7 @@ class Analysis:
     crossover_seq_len: int | float
     warnings: list[Problem] = field(default_factory=list)
     active_params: int = -1  # parameters a token uses (MoE: top_k of the routed experts); -1: the total
+    communication: CommunicationEstimate = field(default_factory=CommunicationEstimate)
 
     def __post_init__(self) -> None:
         if self.active_params < 0:
@@ -55,6 +57,7 @@ class Analysis:
             },
             "memory": self.memory.as_json(),
             "crossover_seq_len": self.crossover_seq_len,
+            "communication": self.communication.as_json(),
             "warnings": [w.as_dict() for w in self.warnings],
         }
 
@@ -74,4 +77,5 @@ def analyze(
         crossover_seq_len=crossover_seq_len(config),
         warnings=list(warnings or []),
         active_params=active_params(config),
+        communication=communication(config, workload),
     )
