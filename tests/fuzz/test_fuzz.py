@@ -43,10 +43,10 @@ DERANDOMIZE = os.environ.get("FUZZ_RANDOM", "") != "1"
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
 QUICK = {"config-file": 45, "set": 35, "flags": 45, "hf": 25, "special-path": 25, "heads": 15, "presets": 10}
 LONG = {
-    "config-file": 3000,
-    "set": 2000,
+    "config-file": 3400,
+    "set": 2200,
     "flags": 2500,
-    "hf": 1200,
+    "hf": 1300,
     "special-path": 400,
     "heads": 600,
     "presets": 300,
