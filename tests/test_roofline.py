@@ -244,3 +244,15 @@ def test_efficiency_is_a_plain_fraction() -> None:
     _, est = _estimate("gpt2")
     assert est.as_json()["efficiency"]["source"].startswith("default")
     assert count_params(load_target("gpt2").config).total == 124_439_808
+
+
+def test_sweep_times_each_point_and_draws_the_roofline(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "s.png"
+    result = runner.invoke(app, ["sweep", "gpt2", "--seq-len", "128,1024", "--hardware", "h100-sxm",
+                                 "--plot", str(plot), "--format", "json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)["results"][0]["points"]
+    single = _json("analyze", "gpt2", "--seq-len", "1024", "--hardware", "h100-sxm")["time"]
+    assert points[1]["time"]["prefill_s"] == pytest.approx(single["prefill_s"])
+    assert plot.is_file() and (tmp_path / "s.roofline.png").stat().st_size > 1000

@@ -34,7 +34,7 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
-from embedcalc.cli.torch_env import require_torch
+from embedcalc.cli.torch_env import require_device, require_torch
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
@@ -165,14 +165,11 @@ def bench_command(
     memory measured beside predicted.
     """
     torch = require_torch()
-    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak, resolve_device
+    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak
 
     if threads is not None:
         torch.set_num_threads(threads)
-    try:
-        dev = resolve_device(device.value)
-    except RuntimeError as exc:
-        raise UnsupportedEnvironmentError(f"{exc}; use --device cpu or --device auto", "no_cuda") from None
+    dev = require_device(device.value)
     if peak:
         if target is not None:
             output.warn(

@@ -125,3 +125,31 @@ def compare_time_table(analyses: list[Analysis], estimates: list[RooflineEstimat
     for label, cells in rows.items():
         table.add_row(escape(label), *(escape(c) for c in cells))
     return table
+
+
+def sweep_time_table(
+    target: str, axes: list[str], rows: list[tuple[list[str], RooflineEstimate | None]]
+) -> Table:
+    """Per sweep point: the headline times and the bound of each phase."""
+    table = Table(title=escape(f"Time (roofline) — {target}"), caption=CAPTION, title_justify="left")
+    for axis in axes:
+        table.add_column(axis, justify="right")
+    for name in (
+        "forward / prefill",
+        "decode / token",
+        "decode tokens/s",
+        "training step",
+        "max batch",
+        "bound",
+    ):
+        table.add_column(name, justify="right")
+    for cells, estimate in rows:
+        if estimate is None:
+            table.add_row(*cells, *(["—"] * 6), style="dim")
+            continue
+        j = estimate.as_json()
+        bound = ", ".join(f"{p} {b}" for p, b in j["bound"].items())
+        batch = "—" if j["max_batch_size"] is None else f"{j['max_batch_size']:,}"
+        table.add_row(*cells, seconds(j["forward_s"]), seconds(j["decode_s_per_token"]),
+                      _rate(j["decode_tokens_per_s"], ""), seconds(j["step_s"]), batch, bound)  # fmt: skip
+    return table

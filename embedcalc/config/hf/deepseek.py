@@ -17,13 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.layered import ignore_moe_keys, put_layout, read_decoder, read_moe
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_decoder, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 
 def _moe_layout(r: KeyReader) -> None:
     ignore_moe_keys(r)
-    r.ignore("moe_layer_freq", "transformers places MoE layers by first_k_dense_replace alone and never reads it")
+    r.ignore(
+        "moe_layer_freq", "transformers places MoE layers by first_k_dense_replace alone and never reads it"
+    )
     s_key, shared, _ = r.value("n_shared_experts")
     extra: dict[str, Any] = {}
     if isinstance(shared, int) and shared > 0:
@@ -49,7 +51,7 @@ def _mla(r: KeyReader) -> None:
         keys.append(written)
         if value is not None:
             spec[name] = value
-    r.put("attention", spec, ", ".join(keys), "file", "multi-head latent attention")
+    r.put("attention", spec, ", ".join(keys), origin(r, ", ".join(keys)), "multi-head latent attention")
     r.ignore("num_key_value_heads", "MLA caches one latent per token; kv_b_proj expands it to every head")
     r.ignore("head_dim", "MLA's head widths are qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
     r.ignore("rope_interleave", hf_keys.ROPE)
@@ -65,6 +67,10 @@ def _read_deepseek(r: KeyReader) -> None:
 def _read_glm4_moe(r: KeyReader) -> None:
     read_decoder(r)
     r.fixed("out_bias", False, "Glm4MoeAttention: o_proj without bias")
+    hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
+    if "head_dim" not in r.data and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        # Glm4MoeAttention: getattr(config, "head_dim", None) or hidden_size // num_attention_heads (floor)
+        r.put("head_dim", hidden // heads, "head_dim", "default", "hidden_size // num_attention_heads")
     qk_key, qk, _ = r.value("use_qk_norm")
     if qk is True:
         r.put("attention", {"qk_norm": "head"}, qk_key, "file", "q_norm, k_norm: RMSNorm(head_dim)")

@@ -36,7 +36,9 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
     heads = r.copy("num_attention_heads", "num_heads")
     r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
     r.copy("head_dim", "head_dim")
-    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning")
+    r.copy(
+        "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
+    )
     r.copy("tie_word_embeddings", "tie_embeddings")
     r.copy("attention_bias", "qkv_bias")
     r.copy("attention_bias", "out_bias")
@@ -47,6 +49,10 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
         r.ignore(key, hf_keys.ROPE)
     for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
         r.ignore(key, _NO_PARAMS)
+    r.ignore(
+        "cache_implementation",
+        "the KV cache class generate() uses (hybrid: sliding layers keep their window)",
+    )
     r.ignore("use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)")
 
 

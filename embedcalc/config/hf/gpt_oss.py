@@ -14,6 +14,7 @@ from embedcalc.config.hf.layered import (
     SLIDING,
     ignore_moe_keys,
     layer_types,
+    origin,
     put_layout,
     read_decoder,
     read_moe,
@@ -32,8 +33,8 @@ def _read_gpt_oss(r: KeyReader) -> None:
     moe = read_moe(r, "num_local_experts", width_key="intermediate_size",
                    extra={"router_bias": True, "expert_bias": True})  # fmt: skip
     if moe is not None:
-        r.put("ffn", moe, "num_local_experts, num_experts_per_tok, intermediate_size", "file",
-              "router and experts with biases")  # fmt: skip
+        key = "num_local_experts, num_experts_per_tok, intermediate_size"
+        r.put("ffn", moe, key, origin(r, key), "router and experts with biases")  # fmt: skip
     layers = r.data.get("num_layers")
     if not isinstance(layers, int):
         return

@@ -13,10 +13,11 @@ from typing import Any
 
 from embedcalc.config.blocks import DEFAULT_BLOCK
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import MISSING, KeyReader, map_activation, map_dropout, yaml_hint
+from embedcalc.config.hf.reader import MISSING, KeyReader, Origin, map_activation, map_dropout, yaml_hint
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 MOE_KEYS_IGNORED = {
+    "output_router_logits": "whether forward() returns the router logits (for the auxiliary loss); same matmuls",
     "router_aux_loss_coef": "the weight of the load-balancing loss in training; no parameters or matmul FLOPs",
     "norm_topk_prob": "whether the top-k routing weights are renormalised; element-wise only",
     "router_jitter_noise": "training-time noise on the router logits; element-wise only",
@@ -86,6 +87,11 @@ def runs(names: Sequence[str]) -> list[dict[str, Any]]:
     return out
 
 
+def origin(r: KeyReader, key: str) -> Origin:
+    """``file`` when any of the comma-separated keys is in the file, else ``default`` (transformers' defaults)."""
+    return "file" if any(k.strip() in r.raw for k in key.split(",")) else "default"
+
+
 def put_layout(
     r: KeyReader,
     names: Sequence[str],
@@ -101,13 +107,13 @@ def put_layout(
         for part in ("attention", "ffn"):
             if variants[only].get(part):
                 merged = {**(r.data.get(part) or {}), **variants[only][part]}
-                r.put(part, merged, key, "file", note)
+                r.put(part, merged, key, origin(r, key), note)
         return
     blocks = {name: spec for name, spec in variants.items() if name in used}
     if not blocks:
         return
-    r.put("blocks", blocks, key, "file", note)
-    r.put("layers", runs(names), key, "file", note)
+    r.put("blocks", blocks, key, origin(r, key), note)
+    r.put("layers", runs(names), key, origin(r, key), note)
 
 
 def int_list(r: KeyReader, key: str, value: Any, num_layers: int) -> list[int] | None:
@@ -127,7 +133,9 @@ def refuse(r: KeyReader, key: str, what: str) -> None:
     r.problem(key, f"{what}, which embedcalc's layer model cannot describe. {yaml_hint(r.family)}")
 
 
-def read_decoder(r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | None = "attention_bias") -> None:
+def read_decoder(
+    r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | None = "attention_bias"
+) -> None:
     """The LLaMA-shaped core every family here shares: RMSNorm pre-norm, RoPE, a gated MLP, bias-free MLP,
     attention biases from ``bias_key`` (None: none), an LM head (tied as ``tie_word_embeddings`` says)."""
     for name, value in (("architecture", "decoder"), ("norm", "rmsnorm"), ("norm_placement", "pre"),
@@ -142,7 +150,9 @@ def read_decoder(r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | N
     r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
     if r.has("head_dim") or "head_dim" in r.family.defaults:
         r.copy("head_dim", "head_dim")  # null keeps hidden_size / num_attention_heads
-    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning")
+    r.copy(
+        "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
+    )
     r.copy("tie_word_embeddings", "tie_embeddings")
     map_activation(r, act_key, gated=True)
     map_dropout(r, "attention_dropout")
@@ -154,6 +164,10 @@ def read_decoder(r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | N
         r.fixed("out_bias", False)
     for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_type"):
         r.ignore(key, hf_keys.ROPE)
+    r.ignore(
+        "pretraining_tp",
+        "how the matmuls were split over tensor-parallel ranks in pre-training; the same FLOPs",
+    )
 
 
 def read_moe(

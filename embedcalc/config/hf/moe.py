@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.layered import ignore_moe_keys, read_decoder, read_moe
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_decoder, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 _GRANITE_SCALARS = ("embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier")
@@ -24,8 +24,8 @@ def _experts(r: KeyReader) -> None:
     ignore_moe_keys(r)
     moe = read_moe(r, "num_local_experts", width_key="intermediate_size")
     if moe is not None:
-        r.put("ffn", moe, "num_local_experts, num_experts_per_tok, intermediate_size", "file",
-              "every layer: router + experts")  # fmt: skip
+        key = "num_local_experts, num_experts_per_tok, intermediate_size"
+        r.put("ffn", moe, key, origin(r, key), "every layer: router + experts")  # fmt: skip
 
 
 def _window(r: KeyReader) -> None:

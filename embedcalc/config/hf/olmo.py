@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import ignore_moe_keys, read_decoder, read_moe
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_decoder, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 _CLIP = "clamps q, k and v element-wise; no parameters or matmul FLOPs"
@@ -29,7 +29,9 @@ def _read_olmo(r: KeyReader) -> None:
 
 def _read_olmo2(r: KeyReader) -> None:
     read_decoder(r)
-    r.fixed("norm_placement", "pre", "post-sublayer RMSNorms and a final norm: the same parameters as pre-norm")
+    r.fixed(
+        "norm_placement", "pre", "post-sublayer RMSNorms and a final norm: the same parameters as pre-norm"
+    )
     r.put("attention", {"qk_norm": "full"}, "model_type", "family", _FULL_QK)
 
 
@@ -40,7 +42,8 @@ def _read_olmoe(r: KeyReader) -> None:
     ignore_moe_keys(r)
     moe = read_moe(r, "num_experts", width_key="intermediate_size")
     if moe is not None:
-        r.put("ffn", moe, "num_experts, num_experts_per_tok, intermediate_size", "file", "every layer MoE")
+        key = "num_experts, num_experts_per_tok, intermediate_size"
+        r.put("ffn", moe, key, origin(r, key), "every layer MoE")
 
 
 _OLMO: dict[str, Any] = dict(

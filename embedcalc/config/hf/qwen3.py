@@ -120,14 +120,22 @@ def _read_qwen3_moe(r: KeyReader) -> None:
 def _read_qwen2_moe(r: KeyReader) -> None:
     read_decoder(r, bias_key=None)
     q_key, qkv_bias, _ = r.value("qkv_bias")
-    r.put("qkv_bias", qkv_bias, q_key, "file" if q_key in r.raw else "default", "Qwen2MoeAttention: q/k/v bias")
+    r.put(
+        "qkv_bias", qkv_bias, q_key, "file" if q_key in r.raw else "default", "Qwen2MoeAttention: q/k/v bias"
+    )
     r.ignore("attention_bias", "Qwen2MoeAttention reads qkv_bias; o_proj never has a bias")
     ignore_moe_keys(r)
     _, shared, _ = r.value("shared_expert_intermediate_size")
-    extra = {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
+    extra = (
+        {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
+    )
     moe = read_moe(r, "num_experts", extra=extra)
-    _layout(r, moe, "num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size",
-            _qwen2_moe_rule)
+    _layout(
+        r,
+        moe,
+        "num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size",
+        _qwen2_moe_rule,
+    )
 
 
 _QWEN3_WINDOW: dict[str, Any] = dict(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
