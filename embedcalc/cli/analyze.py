@@ -34,6 +34,7 @@ from embedcalc.cli.common import (
     SeqOption,
     SetOption,
     TgtOption,
+    EpOption,
     TpOption,
     ZeroOption,
     budget_problems,
@@ -84,6 +85,7 @@ def analyze_command(
     recompute: RecomputeOption = RecomputeChoice.none,
     gen_tokens: GenTokensOption = 0,
     tp: TpOption = 1,
+    ep: EpOption = 1,
     pp: PpOption = 1,
     dp: DpOption = 1,
     zero: ZeroOption = 0,
@@ -109,7 +111,7 @@ def analyze_command(
     --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
     tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
     """
-    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
+    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep)
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
     )

@@ -147,6 +147,16 @@ RecomputeOption = Annotated[
 TpOption = Annotated[
     int, typer.Option("--tp", min=1, callback=bounded_int, help="Tensor-parallel degree (Megatron-LM).")
 ]
+EpOption = Annotated[
+    int,
+    typer.Option(
+        "--ep",
+        min=1,
+        callback=bounded_int,
+        help="Expert-parallel degree: the routed experts of each MoE layer spread over this many of the --dp "
+        "ranks (Megatron-core); must divide num_experts and --dp.",
+    ),
+]
 PpOption = Annotated[
     int,
     typer.Option(

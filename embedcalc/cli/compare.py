@@ -37,6 +37,7 @@ from embedcalc.cli.common import (
     SeqOption,
     SetOption,
     TgtOption,
+    EpOption,
     TpOption,
     ZeroOption,
     budget_problems,
@@ -71,6 +72,7 @@ def compare_command(
     recompute: RecomputeOption = RecomputeChoice.none,
     gen_tokens: GenTokensOption = 0,
     tp: TpOption = 1,
+    ep: EpOption = 1,
     pp: PpOption = 1,
     dp: DpOption = 1,
     zero: ZeroOption = 0,
@@ -109,7 +111,7 @@ def compare_command(
     if len(targets) < 2:
         raise typer.BadParameter("compare needs two or more targets; use `embedcalc analyze` for one",
                                  param_hint="'TARGETS...'")  # fmt: skip
-    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
+    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep)
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
     )

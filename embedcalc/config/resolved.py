@@ -223,9 +223,11 @@ class ResolvedShape:
         return self.name or f"{self.architecture}-d{self.embed_dim}-L{self.num_layers}"
 
     def derived(self) -> dict[str, Any]:
-        """Values that follow from the config, shown by ``check`` and in JSON ``derived``."""
+        """Values that follow from the config, shown by ``check`` and in JSON ``derived``; a config that describes
+        its layers as data (attention, ffn, blocks, layers) also gets the facts of its blocks."""
+        default = self.named_blocks[DEFAULT_BLOCK]
         return {
-            "head_dim": self.resolved_head_dim,
+            "head_dim": default.attention.head_dim,  # MLA: qk_nope_head_dim + qk_rope_head_dim
             "num_kv_heads": self.resolved_kv_heads,
             "kv_groups": self.num_heads // self.resolved_kv_heads,
             "ffn_dim": self.resolved_ffn_dim,
@@ -237,4 +239,32 @@ class ResolvedShape:
             "embedding_norm": self.resolved_embedding_norm,
             "pooler": self.resolved_pooler,
             "lm_head": self.resolved_lm_head,
+            **self._layer_facts(),
         }
+
+    def _layer_facts(self) -> dict[str, Any]:
+        """Per-block facts for ``derived``: attention kinds, KV cache width, windows, experts (empty for flat)."""
+        if self.attention is None and self.ffn is None and not self.blocks and self.layers is None:
+            return {}
+        first = "encoder" if self.architecture != "decoder" else "decoder"
+        counts = self.stack_plan(first).counts()
+        kinds = sorted({block.attention.kind for block, _ in counts})
+        out: dict[str, Any] = {"attention_kinds": ", ".join(kinds)}
+        if self.architecture != "encoder":
+            decoder = self.stack_plan("decoder").counts()
+            out["kv_cache_values_per_token"] = sum(b.attention.kv_cache_width * n for b, n in decoder)
+        limited = sum(n for block, n in counts if block.attention.cache_limit is not None)
+        if limited:
+            out["windowed_layers"] = limited
+        moe = [(block.ffn, n) for block, n in counts if block.ffn.moe]
+        if moe:
+            ffn = moe[0][0]
+            out |= {
+                "moe_layers": sum(n for _, n in moe),
+                "num_experts": ffn.num_experts,
+                "top_k": ffn.top_k,
+                "expert_dim": ffn.expert_dim,
+                "shared_experts_dim": ffn.shared_dim or None,
+                "active_expert_ratio": round(ffn.top_k / ffn.num_experts, 4),
+            }
+        return out

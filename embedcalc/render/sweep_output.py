@@ -75,13 +75,15 @@ def result_json(result: SweepResult) -> dict[str, Any]:
         col("inference_total_bytes"),
         col("training_total_bytes"),
     )
+    active = col("params_active")
+    breakdowns = {kind: _breakdown_lists(grid, kind) for kind in ("params", "flops")} if grid is not None else {}
     points = []
     for i in range(size):
         point: dict[str, Any] = {a: axis_cols[a][i] for a in AXES}
         point["valid"] = valid[i]
         if valid[i]:
             point["head_dim"] = head_dim[i]
-            point["params"] = {"total": params[i]}
+            point["params"] = {"total": params[i], "active": active[i], "breakdown": _at(breakdowns["params"], i)}
             point["flops"] = {
                 "forward": forward[i],
                 "attention_scores": scores[i],
@@ -89,6 +91,7 @@ def result_json(result: SweepResult) -> dict[str, Any]:
                 "attention_score_share": scores[i] / forward[i] if forward[i] else 0.0,
                 "forward_causal": causal[i],
                 "training_step": training_step[i],
+                "breakdown": _at(breakdowns["flops"], i),
             }
             point["memory"] = {
                 **{k: c[i] for k, c in memory_cols.items()},
@@ -118,6 +121,15 @@ def result_json(result: SweepResult) -> dict[str, Any]:
         "points": points,
         "warnings": [w.as_dict() for w in result.warnings],
     }
+
+
+def _breakdown_lists(grid: Any, kind: str) -> dict[str, list[Any]]:
+    return {k: v.tolist() for k, v in grid.breakdown(kind).items()}
+
+
+def _at(columns: dict[str, list[Any]], i: int) -> dict[str, Any]:
+    """One point's breakdown: its non-zero components, as the per-config breakdowns list them."""
+    return {k: v[i] for k, v in columns.items() if v[i]}
 
 
 # --- CSV ----------------------------------------------------------------------------------------------------------

@@ -57,6 +57,8 @@ def params_table(a: Analysis) -> Table:
     table.add_row(
         "[bold]total[/]", f"[bold]{units.count(a.params.total)}[/]", f"[bold]{units.si(a.params.total)}[/]"
     )
+    if a.active_params != a.params.total:  # mixture of experts: top_k of the routed experts per token
+        table.add_row("active params", units.count(a.active_params), units.si(a.active_params))
     return table
 
 
@@ -170,6 +172,8 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     row("ffn_dim", [a.config.resolved_ffn_dim for a in analyses])
     row("vocab_size", [a.config.vocab_size for a in analyses])
     row("params", [a.params.total for a in analyses])
+    if any(a.active_params != a.params.total for a in analyses):
+        row("active params", [a.active_params for a in analyses])
     groups = []
     for a in analyses:
         for g in a.params.group(1):
