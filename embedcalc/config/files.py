@@ -17,6 +17,7 @@ exception for bad input. The bounds, which make reading any input cost at most a
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import math
@@ -34,8 +35,8 @@ from embedcalc.errors import ConfigError, Problem
 
 MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
 # PyYAML's parser is pure Python, about 15-40 s per MiB of hostile YAML on a loaded core; JSON's is C (milliseconds
-# per MiB). So YAML (anything not named .json) is read up to 64 KiB, a hundred times any real model config.
-MAX_YAML_CHARS = 1 << 16
+# per MiB). So YAML (anything not named .json) is read up to 32 KiB, fifty times any real model config.
+MAX_YAML_CHARS = 1 << 15
 # No size, count or length of a model has more than a handful of digits; 30 digits (10**30) is 10**17 times the
 # parameter count of the largest models trained. With every input integer below 10**30, every count embedcalc
 # derives (a product of at most ten inputs and small constants) stays below 10**300, so that the few places that
@@ -297,7 +298,7 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         raise _fail(path, "is nested too deeply to be a model config", "malformed_yaml") from None
     except ValueError as exc:  # duplicate JSON key; a YAML !!int tag on a non-number
         raise _fail(path, f"cannot be read: {exc}", "malformed_value") from None
-    refused = refused_numbers(data)
+    refused = refused_numbers(data) if isinstance(data, dict) else []
     if refused:
         problems = [Problem(where, number.reason, number.code) for where, number in refused]
         lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
@@ -376,6 +377,29 @@ def oversized_ints(data: Any, limit: int = MAX_REFUSED_LISTED) -> list[tuple[str
     return out
 
 
+_PARSED: dict[tuple[str, int, int, int, int], dict[str, Any]] = {}
+_PARSED_KEEP = 8
+
+
 def load_mapping(path: Path) -> dict[str, Any]:
-    """Read and parse a config file into a mapping."""
-    return parse_mapping(read_text(path), path)
+    """Read and parse a config file into a mapping.
+
+    A file parsed before and unchanged since (same inode, size and modification time) is not parsed again:
+    ``check --suggest`` validates a dozen candidates against one file, and each parse of hostile YAML costs up to
+    seconds. Callers get their own copy.
+    """
+    try:
+        info = os.stat(path)
+        key: tuple[str, int, int, int, int] | None = (
+            str(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+        )  # fmt: skip
+    except (OSError, ValueError):
+        key = None  # read_text reports it
+    if key is not None and key in _PARSED and stat.S_ISREG(info.st_mode):
+        return copy.deepcopy(_PARSED[key])
+    data = parse_mapping(read_text(path), path)
+    if key is not None:
+        if len(_PARSED) >= _PARSED_KEEP:
+            _PARSED.pop(next(iter(_PARSED)))
+        _PARSED[key] = copy.deepcopy(data)
+    return data
