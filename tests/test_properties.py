@@ -352,3 +352,138 @@ def test_aliases_load_to_the_same_config(data: dict[str, Any], draw: st.DataObje
         renamed[draw.draw(st.sampled_from(choices), label=key)] = value
     assert _load_written(yaml.safe_dump(renamed), ".yaml") == canonical
     assert _load_written(json.dumps(renamed), ".json") == canonical
+
+
+# --- layers as data (DESIGN.md §9): random configs mixing every new layer kind ---------------------------------
+
+
+@st.composite
+def layered_dicts(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid decoder or encoder mixing MLA, MoE (shared experts, gates, biases), q/k norms, sinks, windows,
+    chunks, sandwich / parallel / parameter-free norms, factorised embeddings, LM head bias and layer patterns."""
+    arch = draw(st.sampled_from(("decoder", "encoder")))
+    heads = draw(st.integers(1, 8))
+    data: dict[str, Any] = {
+        "architecture": arch, "vocab_size": draw(st.integers(1, 500)), "max_seq_len": 256,
+        "embed_dim": heads * draw(st.sampled_from((2, 4, 8))), "num_heads": heads,
+        "ffn_dim": draw(st.integers(1, 64)), "activation": draw(st.sampled_from(ACTIVATIONS)),
+        "norm": draw(st.sampled_from(("layernorm", "rmsnorm"))), "bias": draw(st.booleans()),
+        "norm_affine": draw(st.booleans()), "dropout": draw(st.sampled_from((0.0, 0.1))),
+        "position": draw(st.sampled_from(("rope", "learned", "alibi", "none"))),
+        "tie_embeddings": draw(st.booleans()),
+    }  # fmt: skip
+    placement = draw(st.sampled_from(("pre", "post", "sandwich", "parallel")))
+    data["norm_placement"] = placement
+    if placement == "parallel":
+        data["parallel_norms"] = draw(st.sampled_from((1, 2)))
+    if draw(st.booleans()):
+        data["num_kv_heads"] = draw(st.sampled_from(divisors(heads)))
+    if draw(st.booleans()):
+        data |= {"token_embed_dim": draw(st.integers(1, 16)), "factorized_embeddings": draw(st.booleans()),
+                 "embedding_projection_bias": draw(st.booleans())}  # fmt: skip
+    if arch == "decoder" and draw(st.booleans()):
+        data["lm_head_bias"] = True
+
+    def attention() -> dict[str, Any]:
+        if draw(st.booleans()):
+            spec: dict[str, Any] = {"kind": "mla", "kv_lora_rank": draw(st.integers(1, 8)),
+                                    "qk_nope_head_dim": draw(st.integers(1, 6)), "qk_rope_head_dim": 2,
+                                    "v_head_dim": draw(st.integers(1, 6)), "qk_norm": "none"}  # fmt: skip
+            if draw(st.booleans()):
+                spec["q_lora_rank"] = draw(st.integers(1, 8))
+        else:
+            spec = {"kind": "standard", "qk_norm": draw(st.sampled_from(("none", "head", "full")))}
+        spec["sinks"] = draw(st.booleans())
+        if arch == "decoder" and draw(st.booleans()):
+            spec[draw(st.sampled_from(("sliding_window", "chunk_size")))] = draw(st.integers(1, 64))
+        return spec
+
+    def ffn() -> dict[str, Any]:
+        if draw(st.booleans()):
+            return {"kind": "dense", "ffn_dim": draw(st.integers(1, 32))}
+        experts = draw(st.integers(1, 6))
+        return {"kind": "moe", "num_experts": experts, "top_k": draw(st.integers(1, experts)),
+                "expert_dim": draw(st.integers(1, 16)), "num_shared_experts": draw(st.integers(0, 2)),
+                "shared_expert_gate": draw(st.booleans()), "router_bias": draw(st.booleans()),
+                "expert_bias": draw(st.booleans())}  # fmt: skip
+
+    if draw(st.booleans()):
+        data["attention"] = attention()
+    if draw(st.booleans()):
+        data["ffn"] = ffn()
+    names = [f"b{i}" for i in range(draw(st.integers(0, 2)))]
+    data["blocks"] = {name: {"attention": attention(), "ffn": ffn()} for name in names}
+    runs = [{"pattern": draw(st.lists(st.sampled_from(["default", *names]), min_size=1, max_size=3)),
+             "repeat": draw(st.integers(1, 3))} for _ in range(draw(st.integers(1, 2)))]  # fmt: skip
+    data["num_layers"] = sum(len(r["pattern"]) * r["repeat"] for r in runs)
+    if draw(st.booleans()):
+        data["layers"] = runs
+    else:
+        data.pop("blocks")
+    if "layers" not in data and draw(st.booleans()):
+        data["shared_layers"] = True
+    return data
+
+
+@given(layered_dicts(), workloads(max_seq=128), st.integers(2, 5))
+def test_layered_breakdowns_sum_and_flops_linear_in_batch(data: dict[str, Any], workload: Workload, k: int) -> None:
+    from embedcalc.analysis.params import active_params
+
+    config = ModelConfig.model_validate(data)
+    out = analyze("x", config, workload).as_json()
+    assert sum(out["params"]["breakdown"].values()) == out["params"]["total"]
+    assert 0 < out["params"]["active"] <= out["params"]["total"] == count_params(config).total
+    assert out["params"]["active"] == active_params(config)
+    assert sum(out["flops"]["breakdown"].values()) == out["flops"]["forward"]
+    assert sum(out["memory"]["activations_breakdown"].values()) == out["memory"]["activations_bytes"]
+    if config.architecture == "decoder":
+        assert out["flops"]["forward_causal"] <= out["flops"]["forward"]
+    many = forward_flops(config, _scale_batch(workload, k))
+    one = forward_flops(config, workload)
+    assert {key: k * v for key, v in one.breakdown.items()} == many.breakdown.as_dict()
+    json.dumps(out)
+
+
+@given(layered_dicts())
+def test_layered_flat_equals_explicit_pattern(data: dict[str, Any]) -> None:
+    """A config with only a default block equals the same config with layers: [{pattern: [default], repeat: L}]
+    and with an explicit variant equal to the default block."""
+    data = {k: v for k, v in data.items() if k not in ("layers", "blocks", "shared_layers")}
+    flat = ModelConfig.model_validate(data)
+    explicit = ModelConfig.model_validate({**data, "layers": [{"pattern": ["default"], "repeat": data["num_layers"]}]})
+    variant = ModelConfig.model_validate({**data, "blocks": {"same": {}},
+                                          "layers": [{"pattern": ["same"], "repeat": data["num_layers"]}]})  # fmt: skip
+    w = Workload(batch_size=2, seq_len=16, mode="training", recompute="selective")
+    expected = analyze("x", flat, w).as_json()
+    for other in (explicit, variant):
+        got = analyze("x", other, w).as_json()
+        assert all(got[key] == expected[key] for key in ("params", "flops", "memory"))
+
+
+@given(layered_dicts(), st.sampled_from(("inference", "training")), st.booleans())
+def test_layered_grid_equals_per_config(data: dict[str, Any], mode: str, sweep_width: bool) -> None:
+    from embedcalc.analysis.sweep import SweepBase, evaluate_point, sweep_target
+
+    base = SweepBase(target="x", data=data, user_keys={}, origin="test")
+    axes: dict[str, tuple[int, ...]] = {"seq_len": (1, 33, 200), "batch_size": (1, 3)}
+    if "layers" not in data:
+        axes["num_layers"] = (1, 4)
+    if sweep_width:
+        axes["ffn_dim"] = (8, 24)
+    workload = Workload(mode=mode, attention="eager", gen_tokens=3)  # type: ignore[arg-type]
+    result = sweep_target(base, axes, workload)
+    assert result.grid is not None
+    flops = result.grid.breakdown("flops")
+    for i in range(result.size):
+        point = {a: result.axes[a][result.index[a][i]] for a in result.axes}
+        expected = evaluate_point(base, point, workload)
+        if "problems" in expected:
+            assert not result.valid[i]
+            continue
+        for key, value in expected.items():
+            if key != "crossover_seq_len":
+                assert result.grid[key][i] == value, (point, key)
+        assert result.crossover_column()[i] == expected["crossover_seq_len"]
+        config = base.config_at(point, tuple(point))
+        run = dataclasses.replace(workload, batch_size=point["batch_size"], seq_len=point["seq_len"])
+        assert {k: int(v[i]) for k, v in flops.items() if v[i]} == forward_flops(config, run).breakdown.as_dict()
