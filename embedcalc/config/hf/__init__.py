@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from embedcalc.config.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
-from embedcalc.config.hf.registry import FAMILIES
+from embedcalc.config.hf.registry import FAMILIES, REFUSED
 from embedcalc.errors import ConfigError, Problem
 
 __all__ = ["FAMILIES", "HFMapping", "HFReport", "IgnoredKey", "MappedKey", "is_hf_config", "map_hf_config"]
@@ -37,12 +37,65 @@ class HFMapping:
     report: HFReport
 
 
+# Keys only Hugging Face files have (embedcalc's schema needs `architecture`, which they never have).
+_HF_ONLY = frozenset({"architectures", "num_hidden_layers", "intermediate_size", "max_position_embeddings",
+                      "type_vocab_size", "n_layer", "n_embd", "n_positions", "d_kv", "d_ff", "hidden_act",
+                      "n_layers", "hidden_dim", "transformers_version", "torch_dtype", "layer_norm_eps"})  # fmt: skip
+
+
 def is_hf_config(raw: Mapping[Any, Any]) -> bool:
-    """Whether a parsed file is a Hugging Face ``config.json`` (it has a ``model_type``)."""
-    return "model_type" in raw
+    """Whether a parsed file is a Hugging Face ``config.json``: it has a ``model_type``, or (older uploads such as
+    bert-tiny) no ``architecture`` and at least two keys only Hugging Face files have."""
+    if "model_type" in raw:
+        return True
+    return "architecture" not in raw and len(_HF_ONLY & {k for k in raw if isinstance(k, str)}) >= 2
+
+
+def _guess_family(raw: Mapping[str, Any]) -> str:
+    """The family a file without model_type looks like: its architectures' class names, else its key set."""
+    classes = raw.get("architectures")
+    if isinstance(classes, list):
+        for cls in classes:
+            for model_type, family in FAMILIES.items():
+                prefix = family.config_class.removesuffix("Config")
+                if (
+                    isinstance(cls, str)
+                    and cls.startswith(prefix)
+                    and cls[len(prefix) : len(prefix) + 1].isupper()
+                ):
+                    return model_type
+    keys = set(raw)
+    rules = (({"n_embd", "n_layer"}, "gpt2"), ({"d_kv", "d_ff"}, "t5"), ({"dim", "n_layers", "hidden_dim"},
+             "distilbert"), ({"word_embed_proj_dim"}, "opt"), ({"num_key_value_heads"}, "llama"),
+             ({"rms_norm_eps"}, "llama"), ({"type_vocab_size"}, "bert"))  # fmt: skip
+    for needed, model_type in rules:
+        if needed <= keys:
+            if model_type == "bert" and raw.get("pad_token_id") == 1:
+                return "roberta"
+            return model_type
+    return "bert" if "hidden_size" in keys else "llama"
+
+
+def _no_model_type(raw: Mapping[str, Any], origin: str) -> ConfigError:
+    guess = _guess_family(raw)
+    message = (
+        f"{origin}: this looks like a Hugging Face config.json without a model_type (older uploads such as "
+        f'bert-tiny have none); it looks like {guess}: add "model_type": "{guess}" to a copy of the file '
+        f"(families embedcalc reads: {', '.join(FAMILIES)})"
+    )
+    return ConfigError(message, [Problem("model_type", message, "hf_no_model_type")], "hf_no_model_type")
 
 
 def _unsupported(model_type: Any, origin: str) -> ConfigError:
+    if isinstance(model_type, str) and model_type in REFUSED:
+        message = (
+            f"{origin}: model_type {model_type!r} needs what embedcalc cannot describe yet: "
+            f"{REFUSED[model_type]}, so it is refused rather than miscounted. Describe the nearest model in "
+            "embedcalc's own YAML (`embedcalc schema`; README: Hugging Face configs) if an estimate will do"
+        )
+        return ConfigError(
+            message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family"
+        )
     families = ", ".join(FAMILIES)
     message = (
         f"{origin}: model_type {model_type!r} is not a family embedcalc reads from a Hugging Face config.json "
@@ -66,8 +119,13 @@ def _name(raw: Mapping[str, Any], path: Path | None) -> str | None:
 
 def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None) -> HFMapping:
     """Map a Hugging Face config onto embedcalc's fields; raise ConfigError listing every problem."""
+    if "model_type" not in raw:
+        raise _no_model_type(raw, origin)
     model_type = raw.get("model_type")
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    text = raw.get("text_config")
+    if family is None and isinstance(text, Mapping) and text.get("model_type") in FAMILIES:
+        return _map_text_model(raw, text, origin, path)
     if family is None:
         raise _unsupported(model_type, origin)
     reader = KeyReader(raw, family)
@@ -89,3 +147,34 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         family.model_type, family.counted_as + head, reader.mapped, reader.ignored, reader.notes
     )
     return HFMapping(reader.data, reader.user_keys, report)
+
+
+def _map_text_model(
+    raw: Mapping[str, Any], text: Mapping[str, Any], origin: str, path: Path | None
+) -> HFMapping:
+    """A multimodal file (LLaVA, Qwen2-VL, Gemma 3, ...) whose ``text_config`` is a supported family: counted as
+    that text model; the vision tower and projector are not counted, and the report says so."""
+    inner = dict(text)
+    if "_name_or_path" not in inner and isinstance(raw.get("_name_or_path"), str):
+        inner["_name_or_path"] = raw["_name_or_path"]
+    if "tie_word_embeddings" not in inner and isinstance(raw.get("tie_word_embeddings"), bool):
+        inner["tie_word_embeddings"] = raw["tie_word_embeddings"]
+    mapping = map_hf_config(inner, f"{origin} (text_config)", path)
+    others = sorted(k for k in raw if k not in ("text_config", "model_type"))
+    note = (
+        f"a {raw.get('model_type')!r} multimodal file: counted as its text model, text_config "
+        f"({mapping.report.family}); the vision / audio towers and projector ({', '.join(others[:6])}"
+        f"{', ...' if len(others) > 6 else ''}) are not counted"
+    )
+    report = HFReport(
+        mapping.report.family,
+        mapping.report.counted_as + ", text model of a multimodal file",
+        [
+            MappedKey(f"text_config.{m.key}", m.field, m.value, m.origin, m.note)
+            for m in mapping.report.mapped
+        ],
+        [IgnoredKey(f"text_config.{i.key}", i.value, i.reason) for i in mapping.report.ignored]
+        + [IgnoredKey(k, raw[k], "outside the text model: not counted") for k in others],
+        [*mapping.report.notes, note],
+    )
+    return HFMapping(mapping.data, mapping.user_keys, report)

@@ -39,6 +39,10 @@ GENERATION_KEYS = frozenset(
         "num_assistant_tokens_schedule", "num_beam_groups", "num_beams", "num_return_sequences", "output_scores",
         "remove_invalid_values", "repetition_penalty", "return_dict_in_generate", "suppress_tokens",
         "target_lookbehind", "temperature", "top_k", "top_p", "typical_p", "task_specific_params",
+        "cache_implementation", "constraints", "dola_layers", "force_words_ids", "forced_decoder_ids",
+        "guidance_scale", "low_memory", "max_time", "min_p", "penalty_alpha", "prefill_chunk_size",
+        "renormalize_logits", "sequence_bias", "stop_strings", "token_healing", "top_h", "watermarking_config",
+        "_from_model_config",
     }
 )  # fmt: skip
 
@@ -92,6 +96,36 @@ COMMON_REASONS: dict[str, str] = {
         "custom modeling code on the hub, used only with trust_remote_code=True; embedcalc counts transformers' "
         "own class for this model_type"
     ),
+    "_attn_implementation_autoset": RUNTIME,
+    "_output_attentions": RUNTIME,
+    "_experts_implementation_internal": RUNTIME,
+    "use_flash_attn": RUNTIME,
+    "use_flash_attention_2": RUNTIME,
+    "_flash_attn_2_enabled": RUNTIME,
+    "_num_labels": TASK,
+    "classifier_dropout_prob": TASK + " (its dropout)",
+    "unsloth_version": "written by Unsloth when it saves a model; " + METADATA,
+    "unsloth_fixed": "written by Unsloth when it saves a model; " + METADATA,
+    "is_llama_config": "a marker of nanotron / SmolLM conversions that transformers never reads",
+    "rope_interleaved": (
+        "nanotron's rotary channel layout (interleaved or halves), never read by transformers: rotary embeddings "
+        "have no parameters either way"
+    ),
+    "use_mrope": (
+        "Qwen2-VL's multimodal RoPE switch, left in text-only Qwen2 / Qwen2.5 files; transformers' text model "
+        "never reads it, and rotary embeddings have no parameters"
+    ),
+    "rope_theta": ROPE,
+    "rope_scaling": ROPE,
+    "rope_type": ROPE,
+    "rope_parameters": ROPE,
+    "pretraining_tp": "how Meta split matmuls over tensor-parallel ranks in pre-training; the same FLOPs",
+    "layerdrop": "skips whole layers at random during training; the model holds and runs all of them",
+    "encoder_layerdrop": "skips whole layers at random during training; the model holds and runs all of them",
+    "decoder_layerdrop": "skips whole layers at random during training; the model holds and runs all of them",
+    "compression_config": (
+        "how llm-compressor stored the weights; embedcalc counts the unquantized model (pass --dtype for memory)"
+    ),
     "quantization_config": (
         "how the checkpoint's weights are quantized; embedcalc counts the unquantized model, so pass --dtype "
         "int8 or int4 for weight-only quantized memory"
@@ -110,12 +144,31 @@ CONDITIONAL: dict[str, tuple[tuple[Any, ...], str]] = {
 }  # fmt: skip
 
 
+# Key shapes that cannot change a shape whatever the family: (suffix or prefix, reason).
+SUFFIXES = (
+    ("_token_id", TOKEN_ID), ("_token_ids", TOKEN_ID), ("_eps", EPSILON), ("_epsilon", EPSILON),
+    ("dropout", "a dropout probability: no parameters or matmul FLOPs"),
+    ("_dropout_prob", "a dropout probability: no parameters or matmul FLOPs"),
+    ("_pdrop", "a dropout probability: no parameters or matmul FLOPs"),
+    ("dropout_rate", "a dropout probability: no parameters or matmul FLOPs"),
+)  # fmt: skip
+PREFIXES = (("initializer_", INIT), ("init_", INIT), ("output_", RUNTIME))
+
+
 def common_reason(key: str, value: Any) -> str | None:
     """Why ``key`` never changes the cost, or None when embedcalc does not know the key."""
     if key in COMMON_REASONS:
         return COMMON_REASONS[key]
     if key in GENERATION_KEYS:
         return GENERATION
+    if key == "eos_token_ids":
+        return TOKEN_ID
+    for suffix, reason in SUFFIXES:
+        if key.endswith(suffix):
+            return reason
+    for prefix, reason in PREFIXES:
+        if key.startswith(prefix):
+            return reason
     if key in ("torch_dtype", "dtype"):
         hint = f"; pass --dtype {value}" if value in ("float32", "bfloat16", "float16") else ""
         return f"the dtype the checkpoint is stored in ({value}); memory is computed for --dtype{hint}"

@@ -8,10 +8,20 @@ from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_activation, map_dropout, yaml_hint
 
 
-def read_llama_like(r: KeyReader, *, attention_bias: bool | None, mlp_bias: bool | None) -> None:
+def read_llama_like(
+    r: KeyReader,
+    *,
+    attention_bias: bool | None,
+    mlp_bias: bool | None,
+    norm: str = "rmsnorm",
+    gated: bool = True,
+    activation_key: str = "hidden_act",
+    placement: str = "pre",
+) -> None:
     """LLaMA-style decoders: RMSNorm (weight only), pre-norm, RoPE, gated MLP (gate, up, down), untied head by
-    default. ``attention_bias`` / ``mlp_bias`` None: read from the file (LLaMA); a bool: fixed by the family."""
-    for name, value in (("architecture", "decoder"), ("norm", "rmsnorm"), ("norm_placement", "pre"),
+    default. ``attention_bias`` / ``mlp_bias`` None: read from the file (LLaMA); a bool: fixed by the family (the
+    caller maps the bias fields). ``norm`` / ``gated`` for the relatives that differ (LayerNorm, up/down MLPs)."""
+    for name, value in (("architecture", "decoder"), ("norm", norm), ("norm_placement", placement),
                         ("embedding_norm", False), ("position", "rope"), ("bias", False),
                         ("lm_head", True)):  # fmt: skip
         r.fixed(name, value)
@@ -21,13 +31,13 @@ def read_llama_like(r: KeyReader, *, attention_bias: bool | None, mlp_bias: bool
     r.copy("num_hidden_layers", "num_layers")
     heads = r.copy("num_attention_heads", "num_heads")
     r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
-    if r.has("head_dim"):
+    if r.has("head_dim") or r.family.defaults.get("head_dim") is not None:
         r.copy("head_dim", "head_dim")  # null keeps embedcalc's default, hidden_size / num_attention_heads
     r.copy(
         "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
     )
     r.copy("tie_word_embeddings", "tie_embeddings")
-    map_activation(r, "hidden_act", gated=True)
+    map_activation(r, activation_key, gated=gated)
     map_dropout(r, "attention_dropout")
     for key, name, fixed in (("attention_bias", "qkv_bias", attention_bias), ("attention_bias", "out_bias",
                              attention_bias), ("mlp_bias", "ffn_bias", mlp_bias)):  # fmt: skip

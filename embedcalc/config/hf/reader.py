@@ -218,6 +218,7 @@ PLAIN_ACTIVATIONS = {
     "gelu_accurate": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",
+    "relu2": "relu",  # squared ReLU (Nemotron, Arcee): the same matmuls; the element-wise estimate is ReLU's
 }
 GATED_ACTIVATIONS = {
     "silu": "swiglu",
@@ -245,6 +246,42 @@ def map_activation(reader: KeyReader, key: str, gated: bool) -> None:
         return
     note = "gated: act(gate) * up, three matrices" if gated else ""
     reader.put("activation", table[value], written, "file" if from_file else "default", note)
+
+
+def map_partial_rotary(reader: KeyReader, default: float, legacy: str | None = None) -> None:
+    """Partial rotary: ``rotary_dim = int(head_dim * factor)`` as transformers' rotary embeddings compute it, with
+    the factor at top level (files before transformers 5, under ``legacy`` in some) or inside ``rope_parameters``
+    (transformers 5)."""
+    key = "partial_rotary_factor"
+    written, factor = reader.lookup(key)
+    if factor is MISSING and legacy is not None:
+        written, factor = reader.lookup(legacy)
+    params_key, params = reader.lookup("rope_parameters")
+    if factor is MISSING and isinstance(params, dict) and key in params:
+        written, factor = f"{params_key}.{key}", params[key]
+    origin: Origin = "default" if factor is MISSING else "file"
+    if factor is MISSING:
+        written, factor = key, default
+    if params is not MISSING:
+        reader.ignored.append(IgnoredKey(params_key, params, keys.ROPE + f" ({key} mapped as rotary_dim)"))
+    heads, d = reader.data.get("num_heads"), reader.data.get("embed_dim")
+    head_dim = reader.data.get("head_dim") or (d // heads if isinstance(d, int) and isinstance(heads, int) else None)
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
+        reader.problem(written, f"{written} = {factor!r} must be a number in (0, 1]")
+        return
+    if head_dim is None or factor == 1:
+        return
+    reader.put("rotary_dim", int(head_dim * factor), written, origin, f"int(head_dim {head_dim} * {factor})")
+
+
+def map_biases(reader: KeyReader, **sources: bool | str) -> None:
+    """Bias flags ``qkv`` / ``out`` / ``ffn``: a bool is fixed by the family's modules, a string is the key of
+    the file that says (with transformers' default when absent)."""
+    for part, source in sources.items():
+        if isinstance(source, bool):
+            reader.fixed(f"{part}_bias", source)
+        else:
+            reader.copy(source, f"{part}_bias")
 
 
 def map_dropout(reader: KeyReader, key: str) -> None:

@@ -2,15 +2,49 @@
 
 Each family module exports ``FAMILIES``, a tuple of :class:`~embedcalc.config.hf.reader.Family` (transformers'
 config class, its defaults, the mapping function). Adding a family is a module, a line here and a fixture.
+:data:`REFUSED` names the families transformers has that embedcalc cannot count exactly, and what each needs.
 """
 
 from __future__ import annotations
 
-from embedcalc.config.hf import bert, deepseek, gemma, gpt2, gpt_oss, llama, moe, olmo, opt, qwen3, t5
+from embedcalc.config.hf import (
+    bart,
+    bert,
+    deepseek,
+    encoders,
+    gemma,
+    gpt,
+    gpt2,
+    gpt_oss,
+    llama,
+    llama_like,
+    moe,
+    olmo,
+    opt,
+    qwen3,
+    t5,
+)
 from embedcalc.config.hf.reader import Family
 
-MODULES = (bert, gpt2, opt, t5, llama)
-MODULES += (gemma, qwen3, moe, deepseek, gpt_oss, olmo)  # the layer-model families (layers as data, DESIGN §9)
+MODULES = (bert, encoders, gpt2, gpt, opt, t5, bart, llama, llama_like)
+MODULES += (
+    gemma,
+    qwen3,
+    moe,
+    deepseek,
+    gpt_oss,
+    olmo,
+)  # the layer-model families (layers as data, DESIGN §9)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in MODULES for family in module.FAMILIES}
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""
+
+REFUSED: dict[str, str] = {
+    "deberta-v2": (
+        "DeBERTa's disentangled attention: a shared relative-position table (rel_embeddings) projected by the "
+        "key and query projections, and content-to-position / position-to-content score matmuls"
+    ),
+    "mpnet": "a learned position table together with a relative attention bias table in the encoder",
+    "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
+}
+"""Families embedcalc refuses, with the layer feature it would need to count them exactly."""

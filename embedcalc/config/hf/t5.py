@@ -105,4 +105,10 @@ FAMILIES = (
                 dropout_rate=0.1, feed_forward_proj="relu", tie_word_embeddings=True, n_positions=512),
            _read_t5, {"hidden_size": "d_model", "num_attention_heads": "num_heads",
                       "num_hidden_layers": "num_layers", "head_dim": "d_kv"}),
+    Family("mt5", "MT5Config", "MT5ForConditionalGeneration (AutoModelForSeq2SeqLM)", "t5-small",
+           dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_decoder_layers=None,
+                num_heads=6, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                dropout_rate=0.1, feed_forward_proj="gated-gelu", tie_word_embeddings=True, n_positions=512),
+           _read_t5, {"hidden_size": "d_model", "num_attention_heads": "num_heads",
+                      "num_hidden_layers": "num_layers", "head_dim": "d_kv"}),
 )  # fmt: skip
