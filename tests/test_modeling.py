@@ -338,7 +338,7 @@ def test_buffers_recomputed_after_to_empty() -> None:
     longer = model.embedding.sinusoidal(20)
     torch.testing.assert_close(longer[:12], model.embedding.sinusoidal.table)
     assert model.embedding.token.weight.dtype == torch.float64
-    rope = build_model(_tiny("decoder", _VARIANTS[1]), device="cpu").decoder.rotary
+    rope = build_model(_tiny("decoder", _VARIANTS[1]), device="cpu").decoder.rotary["4"]  # one table per width
     cos, sin = rotary_tables(12, 4)
     torch.testing.assert_close(rope.cos, cos)
     torch.testing.assert_close(rope.sin, sin)

@@ -58,7 +58,8 @@ def apply_recompute(model: torch.nn.Module, recompute: Literal["selective", "ful
     """
     from torch.utils.checkpoint import checkpoint
 
-    from embedcalc.modeling.layers import Attention, Block
+    from embedcalc.modeling.attention import AttentionBase
+    from embedcalc.modeling.layers import Block
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         def checkpointed(*args: Any, **kwargs: Any) -> Any:
@@ -69,7 +70,7 @@ def apply_recompute(model: torch.nn.Module, recompute: Literal["selective", "ful
     for module in model.modules():
         if recompute == "full" and isinstance(module, Block):
             module.forward = wrap(module.forward)  # type: ignore[method-assign]
-        elif recompute == "selective" and isinstance(module, Attention):
+        elif recompute == "selective" and isinstance(module, AttentionBase):
             module._core = wrap(module._core)  # type: ignore[method-assign]
 
 

@@ -5,16 +5,21 @@ are what ``torch.utils.flop_counter.FlopCounterMode`` records during a forward p
 only, nothing allocated, so GPT-3 175B counts in seconds): 2 per multiply-accumulate, matmuls only.
 
 A module path maps to its breakdown key by dropping ``layers.<i>``, turning ``.`` into ``/``, writing ``in_`` as
-``in``, and keeping as many segments as the key has (``embedding/position`` for ``embedding.position.decoder``,
-``pooler`` for ``pooler.dense``). FLOPs are read from the modules whose path is exactly a key, so nothing is
-counted twice; every FLOP the counter saw must land on a key (checked).
+``in``, filing a mixture of experts' ``ffn.moe.*`` under ``moe/*`` (its norms stay ``ffn/norm``), and keeping as
+many segments as the key has (``embedding/position`` for ``embedding.position.decoder``, ``pooler`` for
+``pooler.dense``, ``decoder/moe/experts`` for ``decoder.layers.4.ffn.moe.experts``, ``decoder/attention/norm`` for
+a sandwich's ``attention.norm.after``). FLOPs are read from the modules whose path is exactly a key, so nothing is
+counted twice; every FLOP the counter saw must land on a key (checked). Mixture-of-experts layers route
+deterministically on the meta device (:mod:`embedcalc.modeling.moe`), so the count needs no data.
 
 Attention cores: eager attention runs Q·Kᵀ in ``scores`` and A·V in ``context``, each counted on its own. SDPA
 is one fused op (on the meta device it runs as two bmm's inside that op, on CUDA as one kernel): its measured
 count, which ``FlopCounterMode`` defines as bmm(Q, Kᵀ) + bmm(A, V), is split into ``scores`` and ``context``
-in the ratio of the query/key head width to the value head width (equal here, so in half). On a real CPU,
-``FlopCounterMode`` counts SDPA as 0 (PyTorch issue 195460); :func:`flop_counter_mode` registers the CPU kernel
-so that even a CPU count is not silently short, and :func:`component_flops` always counts on the meta device.
+in the ratio of the query/key head width to the value head width (equal for standard attention, so in half;
+nope + rope : v for latent attention). Layers with attention sinks run the eager core under either
+implementation. On a real CPU, ``FlopCounterMode`` counts SDPA as 0 (PyTorch issue 195460);
+:func:`flop_counter_mode` registers the CPU kernel so that even a CPU count is not silently short, and
+:func:`component_flops` always counts on the meta device.
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.layers import AttentionImpl
+from embedcalc.modeling.attention import AttentionImpl, FusedCore
 from embedcalc.modeling.model import TransformerModel, build_model
 
 # Segments a breakdown key keeps, by its first segment.
 _KEY_DEPTH = {"embedding": 2, "encoder": 3, "decoder": 3, "pooler": 1, "head": 2}
 _SDPA = "sdpa"
+
+
+def _segments(module_path: str) -> list[str]:
+    """The path's segments as keys spell them: no ``layers.<i>``, no trailing ``_``, ``ffn.moe`` as ``moe``."""
+    segments = [s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()]
+    if segments[:1] in (["encoder"], ["decoder"]) and segments[1:3] == ["ffn", "moe"]:
+        del segments[1]
+    return segments
 
 
 def component_key(module_path: str) -> str | None:
@@ -40,9 +53,7 @@ def component_key(module_path: str) -> str | None:
     The path is relative to the model (no root name). Paths shorter than their key (``encoder.layers.3``) and
     paths outside the keyed tree give None.
     """
-    segments = [
-        s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()
-    ]
+    segments = _segments(module_path)
     if not segments or segments[0] not in _KEY_DEPTH:
         return None
     depth = _KEY_DEPTH[segments[0]]
@@ -56,8 +67,7 @@ def component_key(module_path: str) -> str | None:
 def _is_exact(module_path: str) -> bool:
     """Whether ``module_path`` is a key's own module rather than one nested inside it."""
     key = component_key(module_path)
-    segments = [s for s in module_path.split(".") if s != "layers" and not s.isdigit()]
-    return key is not None and len(segments) == key.count("/") + 1
+    return key is not None and len(_segments(module_path)) == key.count("/") + 1
 
 
 def _component_module(module_path: str) -> str:
@@ -124,10 +134,19 @@ def _strip_root(name: str) -> str:
     return name.partition(".")[2]
 
 
-def _attribute(counts: dict[str, dict[Any, int]]) -> dict[str, int]:
+def _sdpa_widths(model: nn.Module) -> dict[str, tuple[int, int]]:
+    """Module path -> (query/key head width, value head width) of every fused attention core."""
+    return {
+        name: (module.qk_head_dim, module.v_head_dim)
+        for name, module in model.named_modules()
+        if isinstance(module, FusedCore)
+    }
+
+
+def _attribute(counts: dict[str, dict[Any, int]], widths: dict[str, tuple[int, int]]) -> dict[str, int]:
     """Sum the counter's per-module counts onto breakdown keys; split SDPA into scores and context.
 
-    Q/K and V heads have the same width (head_dim) in this model, so SDPA's bmm(Q, Kᵀ) + bmm(A, V) splits in half.
+    SDPA's bmm(Q, Kᵀ) + bmm(A, V) = 2 b h T S (d_qk + d_v) splits exactly as d_qk : d_v (``widths``, per core).
     """
     out: dict[str, int] = {}
     for name, per_op in counts.items():
@@ -139,7 +158,8 @@ def _attribute(counts: dict[str, dict[Any, int]]) -> dict[str, int]:
         flops = sum(per_op.values())
         if key.endswith("/" + _SDPA):
             base = key.removesuffix(_SDPA)
-            scores = flops // 2
+            qk, v = widths[path]
+            scores = flops * qk // (qk + v)
             out[base + "scores"] = out.get(base + "scores", 0) + scores
             out[base + "context"] = out.get(base + "context", 0) + flops - scores
         else:
@@ -190,7 +210,7 @@ def component_flops(
     with torch.no_grad(), flop_counter_mode() as counter:
         model(src, tgt)
     counts = counter.get_flop_counts()
-    out = _attribute(counts)
+    out = _attribute(counts, _sdpa_widths(model))
     _check_complete(config, out, counter.get_total_flops())
     return out
 

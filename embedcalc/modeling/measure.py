@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.layers import Attention, AttentionImpl
+from embedcalc.modeling.attention import AttentionBase, AttentionImpl
 from embedcalc.modeling.model import build_model
 from embedcalc.modeling.timing import DTYPES, StepCallback, make_inputs, time_steps
 
@@ -44,14 +44,17 @@ class SplitPoint:
 
 @contextmanager
 def attention_core_removed(model: torch.nn.Module) -> Iterator[None]:
-    """Within the block, every attention core returns its queries: (B, h, T, d_head) in, (B, h, T, d_head) out."""
-    patched: list[Attention] = []
+    """Within the block, every attention core returns its queries: (B, h, T, d_head) in, (B, h, T, d_head) out
+    (zeros of the value width where it differs from the query width, as in latent attention)."""
+    patched: list[AttentionBase] = []
 
     def passthrough(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
-        return q  # (B, h, T, d_head): the shape the core would return
+        if q.shape[-1] == v.shape[-1]:
+            return q  # (B, h, T, d_head): the shape the core would return
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])  # (B, h, T, d_v)
 
     for module in model.modules():
-        if isinstance(module, Attention):
+        if isinstance(module, AttentionBase):
             module._core = passthrough  # type: ignore[method-assign]
             patched.append(module)
     try:

@@ -4,10 +4,11 @@ One class covers the three architectures (DESIGN.md §3): an encoder (BERT: toke
 embedding norm, blocks, pooler), a causal decoder (GPT-2, LLaMA: blocks, LM head), and an encoder-decoder (Vaswani
 et al. 2017 / Marian: both stacks share one token table, §3.4, and the LM head reuses it when tied).
 
-Module paths follow the analytic breakdown keys of :mod:`embedcalc.analysis.params` (``embedding.token``,
-``embedding.project_in``, ``encoder.layers.3.attention.qkv``, ``decoder.final_norm``, ``pooler.dense``,
-``head.project_out``, ``head.lm``);
-:mod:`embedcalc.modeling.counting` maps them back. This is a second, independent implementation of the counts:
+Module paths follow the analytic breakdown keys of docs/layers.md (``embedding.token``, ``embedding.project_in``,
+``encoder.layers.3.attention.qkv``, ``decoder.layers.5.ffn.moe.experts``, ``decoder.final_norm``, ``pooler.dense``,
+``head.project_out``, ``head.lm``, ``head.lm_bias``); :mod:`embedcalc.modeling.counting` maps them back. Each
+stack builds layer i from ``config.stack_plan(stack).block_at(i)`` (layers as data, DESIGN.md §9), or one block
+called num_layers times when ``shared_layers`` (ALBERT). This is a second, independent implementation of the counts:
 it shares no code with :mod:`embedcalc.analysis`.
 
 Dropout is not built: it has no parameters and no matmul FLOPs, and the model is for measuring cost.
@@ -15,6 +16,7 @@ Dropout is not built: it has no parameters and no matmul FLOPs, and the model is
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, cast
 
 import torch
@@ -22,8 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.attention import Rotary, rotary_widths
 from embedcalc.modeling.layers import AttentionImpl, Block, embedding_table, make_norm
-from embedcalc.modeling.positions import RotaryPositions, SinusoidalPositions
+from embedcalc.modeling.moe import Routing
+from embedcalc.modeling.positions import RotaryPositions, SinusoidalPositions, alibi_bias
 
 
 class TransformerOutput(NamedTuple):
@@ -44,22 +48,31 @@ class TransformerOutput(NamedTuple):
 class Embeddings(nn.Module):
     """Token table (shared by every stack), per-stack learned positions and embedding norms, segment table.
 
-    Submodules: ``token`` (vocab x token_embed_dim); ``project_in`` (token_embed_dim -> embed_dim, no bias, only
-    when they differ, OPT-350m); ``position.<stack>`` (learned, max_seq_len + position_offset rows, position p at
-    row p + position_offset as OPT and RoBERTa do) or ``sinusoidal`` (a buffer); ``type_`` (``type`` is a Module
-    method); ``norm.<stack>``. The segment table is added to the first stack's input only (the encoder's, for an
-    encoder-decoder); segment ids default to 0.
+    Submodules: ``token`` (vocab x token_embed_dim); ``project_in`` (token_embed_dim -> embed_dim, a bias when
+    ``embedding_projection_bias``, only when the widths differ); ``position.<stack>`` (learned, max_seq_len +
+    position_offset rows, position p at row p + position_offset as OPT and RoBERTa do) or ``sinusoidal`` (a
+    buffer); ``type_`` (``type`` is a Module method); ``norm.<stack>``. The segment table is added to the first
+    stack's input only (the encoder's, for an encoder-decoder); segment ids default to 0.
+
+    Without ``factorized_embeddings`` (OPT-350m) ``project_in`` follows the token lookup and the rest is
+    embed_dim wide; with it (ALBERT, ELECTRA-small) positions, segments and the norm are token_embed_dim wide and
+    ``project_in`` comes last. ``scale_embeddings`` multiplies the token vectors by sqrt(embed_dim) (Gemma).
     """
 
     def __init__(self, config: ModelConfig, stack_names: list[str]) -> None:
         super().__init__()
-        d = config.embed_dim
+        e = config.resolved_token_embed_dim
+        self.factorized = config.factorized_embeddings and config.embedding_projection
+        d = e if self.factorized else config.embed_dim  # width of positions, segments and the embedding norm
         self.max_seq_len = config.max_seq_len
         self.position_offset = config.position_offset
         self.first_stack = stack_names[0]
-        self.token = embedding_table(config.vocab_size, config.resolved_token_embed_dim)
+        self.scale = math.sqrt(config.embed_dim) if config.scale_embeddings else None
+        self.token = embedding_table(config.vocab_size, e)
         self.project_in = (
-            nn.Linear(config.resolved_token_embed_dim, d, bias=False) if config.embedding_projection else None
+            nn.Linear(e, config.embed_dim, bias=config.embedding_projection_bias)
+            if config.embedding_projection
+            else None
         )
         self.position = (
             nn.ModuleDict({s: embedding_table(config.position_rows, d) for s in stack_names})
@@ -71,7 +84,7 @@ class Embeddings(nn.Module):
         )
         self.type_ = embedding_table(config.type_vocab_size, d) if config.type_vocab_size else None
         self.norm = (
-            nn.ModuleDict({s: make_norm(config) for s in stack_names})
+            nn.ModuleDict({s: make_norm(config, d) for s in stack_names})
             if config.resolved_embedding_norm
             else None
         )
@@ -79,7 +92,9 @@ class Embeddings(nn.Module):
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None) -> Tensor:
         length = ids.shape[1]
         x: Tensor = self.token(ids)  # (B, T, d_tok)
-        if self.project_in is not None:
+        if self.scale is not None:
+            x = x * self.scale
+        if self.project_in is not None and not self.factorized:
             x = self.project_in(x)  # (B, T, d)
         if self.position is not None:
             if length > self.max_seq_len:
@@ -95,53 +110,61 @@ class Embeddings(nn.Module):
             x = x + self.type_(type_ids if type_ids is not None else torch.zeros_like(ids))  # (B, T, d)
         if self.norm is not None:
             x = self.norm[stack](x)
+        if self.project_in is not None and self.factorized:
+            x = self.project_in(x)  # (B, T, d_tok) -> (B, T, d)
         return x
 
 
 class Stack(nn.Module):
-    """``layers`` of identical blocks, RoPE tables (``rotary``, buffers) and ``final_norm`` (default: pre-norm).
+    """The layers of one stack, RoPE tables (``rotary``, buffers, one per rotary width) and ``final_norm``.
 
-    A relative-position table lives in ``layers.0.attention.relative_bias`` and its bias is shared by all layers.
+    Layer i is ``config.stack_plan(name).block_at(i)``; with ``shared_layers`` one block is built and called
+    num_layers times. A relative-position table lives in ``layers.0.attention.relative_bias`` and its bias is
+    shared by all layers; ALiBi's bias (no parameters) likewise.
     """
 
     def __init__(
-        self,
-        config: ModelConfig,
-        num_layers: int,
-        *,
-        impl: AttentionImpl,
-        causal: bool,
-        cross_attention: bool,
-    ) -> None:
+        self, config: ModelConfig, name: str, *, impl: AttentionImpl, causal: bool, cross_attention: bool,
+        routing: Routing = "real",
+    ) -> None:  # fmt: skip
         super().__init__()
+        plan = config.stack_plan(name)
+        self.num_layers = plan.num_layers
+        built = 1 if config.shared_layers else plan.num_layers
+        cross = config.cross_attention_block() if cross_attention else None
         relative = config.position == "relative"
         self.layers = nn.ModuleList(
             Block(
-                config,
-                impl=impl,
-                causal=causal,
-                cross_attention=cross_attention,
-                relative_bias=relative and i == 0,
+                config, plan.block_at(i), impl=impl, causal=causal, cross_attention=cross,
+                relative_bias=relative and i == 0, routing=routing,
             )
-            for i in range(num_layers)
-        )
+            for i in range(built)
+        )  # fmt: skip
+        self.alibi_heads = config.num_heads if config.position == "alibi" else None
+        widths = rotary_widths(config, [block.attention for block in plan.blocks])
         self.rotary = (
-            RotaryPositions(config.max_seq_len, config.resolved_head_dim)
+            nn.ModuleDict({str(w): RotaryPositions(config.max_seq_len, w) for w in sorted(widths)})
             if config.position == "rope"
             else None
         )
         self.final_norm = make_norm(config) if config.resolved_final_norm else None
 
+    def _bias(self, length: int, device: torch.device) -> Tensor | None:
+        first = cast(Block, self.layers[0])
+        if first.attention.relative_bias is not None:
+            return first.attention.position_bias(length, length)  # (1, h, T, T)
+        if self.alibi_heads is not None:
+            return alibi_bias(self.alibi_heads, length, length, device=device)  # (1, h, T, T)
+        return None
+
     def forward(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
         length = x.shape[1]
-        first = cast(Block, self.layers[0])
-        bias = (
-            first.attention.position_bias(length, length)
-            if first.attention.relative_bias is not None
-            else None
+        bias = self._bias(length, x.device)
+        rotary: Rotary | None = (
+            {int(w): table(length) for w, table in self.rotary.items()} if self.rotary is not None else None
         )
-        rotary = self.rotary(length) if self.rotary is not None else None
-        for layer in self.layers:
+        for i in range(self.num_layers):
+            layer = self.layers[i if len(self.layers) > 1 else 0]
             x = layer(x, memory=memory, bias=bias, rotary=rotary)  # (B, T, d)
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -180,9 +203,21 @@ class VocabProjection(nn.Module):
         return F.linear(hidden, weight)  # (B, T, vocab)
 
 
+class Bias(nn.Module):
+    """A bias vector on its own (the LM head's ``lm_bias``, which exists even when the head's weight is tied)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.bias
+
+
 class Head(nn.Module):
     """Output heads; ``lm`` projects every position of the last stack onto the vocabulary, after ``project_out``
-    (embed_dim -> token_embed_dim, no bias) when the token table has its own width (OPT-350m)."""
+    (embed_dim -> token_embed_dim, no bias) when the token table has its own width (OPT-350m), and adds
+    ``lm_bias`` (vocab_size) when ``lm_head_bias`` (phi-2, GPT-J)."""
 
     def __init__(self, config: ModelConfig, token: nn.Embedding) -> None:
         super().__init__()
@@ -192,11 +227,14 @@ class Head(nn.Module):
             else None
         )
         self.lm = VocabProjection(config, token if config.tie_embeddings else None)
+        self.lm_bias = Bias(config.vocab_size) if config.lm_head_bias else None
 
     def forward(self, hidden: Tensor) -> Tensor:
         if self.project_out is not None:
             hidden = self.project_out(hidden)  # (B, T, d_tok)
         out: Tensor = self.lm(hidden)  # (B, T, vocab)
+        if self.lm_bias is not None:
+            out = self.lm_bias(out)  # (B, T, vocab)
         return out
 
 
@@ -207,26 +245,27 @@ class TransformerModel(nn.Module):
     for an encoder-decoder; ``token_type_ids`` (segments) optional. Returns a :class:`TransformerOutput`.
     """
 
-    def __init__(self, config: ModelConfig, attention: AttentionImpl = "sdpa") -> None:
+    def __init__(self, config: ModelConfig, attention: AttentionImpl = "sdpa", routing: Routing = "real") -> None:
         super().__init__()
         self.config = config
         self.attention_impl: AttentionImpl = attention
+        self.routing: Routing = routing
         arch = config.architecture
         names: list[str] = ["encoder", "decoder"] if arch == "encoder-decoder" else [arch]
         self.embedding = Embeddings(config, names)
         self.encoder = (
-            Stack(config, config.num_layers, impl=attention, causal=False, cross_attention=False)
+            Stack(config, "encoder", impl=attention, causal=False, cross_attention=False, routing=routing)
             if arch != "decoder"
             else None
         )
-        decoder_layers = config.resolved_decoder_layers if arch == "encoder-decoder" else config.num_layers
         self.decoder = (
             Stack(
-                config, decoder_layers, impl=attention, causal=True, cross_attention=arch == "encoder-decoder"
+                config, "decoder", impl=attention, causal=True, cross_attention=arch == "encoder-decoder",
+                routing=routing,
             )
             if arch != "encoder"
             else None
-        )
+        )  # fmt: skip
         self.pooler = Pooler(config) if config.resolved_pooler else None
         self.head = Head(config, self.embedding.token) if config.resolved_lm_head else None
 
@@ -272,10 +311,11 @@ def _fill_from_pool(tensor: Tensor, pool: Tensor, offset: int) -> None:
 def initialise_(model: nn.Module, seed: int = 0) -> None:
     """Give every parameter finite, small values cheaply; recompute fixed buffers (sinusoidal, RoPE).
 
-    Norm weights are 1 and biases 0; every other weight is tiled from one pool of 16381 N(0, 0.02) values, each
-    tensor starting at its own random offset, so a multi-GB model fills at memory-write speed instead of paying
-    the RNG for every element (bert-large: ~0.5 s instead of ~2.5 s on two CPU cores). Tensors smaller than the
-    pool get a plain random window. Good for timing and numerics checks; not a training initialisation.
+    Norm weights are 1 and biases (``bias``, ``*_bias``) 0; every other weight is tiled from one pool of 16381
+    N(0, 0.02) values, each tensor starting at its own random offset, so a multi-GB model fills at memory-write
+    speed instead of paying the RNG for every element (bert-large: ~0.5 s instead of ~2.5 s on two CPU cores).
+    Tensors smaller than the pool get a plain random window. Good for timing and numerics checks; not a training
+    initialisation.
     """
     generator = torch.Generator().manual_seed(seed)
     pools: dict[tuple[torch.device, torch.dtype], Tensor] = {}
@@ -285,7 +325,7 @@ def initialise_(model: nn.Module, seed: int = 0) -> None:
             for name, param in module.named_parameters(recurse=False):
                 if is_norm:
                     param.fill_(1.0 if name == "weight" else 0.0)
-                elif name == "bias":
+                elif name == "bias" or name.endswith("_bias"):
                     param.zero_()
                 else:
                     key = (param.device, param.dtype)
@@ -324,8 +364,13 @@ def build_model(
     device: str | torch.device = "meta",
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    routing: Routing = "real",
 ) -> TransformerModel:
     """The torch model for ``config``, in eval mode.
+
+    ``routing`` is how mixture-of-experts layers pick experts on a real device (``real`` top-k, or
+    ``deterministic``: token i -> experts (i k + j) mod E); on the meta device they always route
+    deterministically, since there is no data to route by.
 
     ``device="meta"`` (the default) allocates nothing: shapes only, for counting parameters and FLOPs of any size.
     On a real device the model is built on meta, given uninitialised storage by :func:`materialise_` (like
@@ -333,7 +378,7 @@ def build_model(
     """
     target = torch.device(device)
     with torch.device("meta"):
-        model = TransformerModel(config, attention)
+        model = TransformerModel(config, attention, routing)
     model = model.to(dtype=dtype)
     if target.type != "meta":
         materialise_(model, target)

@@ -1,4 +1,5 @@
-"""Position encodings without learned tables: sinusoidal, rotary (RoPE) and T5's relative-position buckets.
+"""Position encodings without learned tables: sinusoidal, rotary (RoPE, also partial), ALiBi and T5's
+relative-position buckets.
 
 Learned position tables are plain ``nn.Embedding`` modules owned by :mod:`embedcalc.modeling.model`; the relative
 bias table (``nn.Embedding(buckets, num_heads)``) lives in the first block of each stack. This module holds the
@@ -101,8 +102,38 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate ``x`` (B, h, T, head_dim) by the angles of its positions; element-wise, no matmul FLOPs."""
-    return x * cos + _rotate_half(x) * sin  # cos, sin (T, head_dim) broadcast over (B, h)
+    """Rotate ``x`` (B, h, T, head_dim) by the angles of its positions; element-wise, no matmul FLOPs.
+
+    Tables narrower than ``x`` (rotary_dim < head_dim: GPT-J, GPT-NeoX, phi-2's partial rotary) rotate the first
+    ``rotary_dim`` channels and pass the rest through.
+    """
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin  # cos, sin (T, head_dim) broadcast over (B, h)
+    rotated, passed = x[..., :width], x[..., width:]  # (B, h, T, rotary_dim), (B, h, T, head_dim - rotary_dim)
+    return torch.cat((rotated * cos + _rotate_half(rotated) * sin, passed), dim=-1)  # (B, h, T, head_dim)
+
+
+def alibi_slopes(num_heads: int) -> Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022, §3): 2^(-8 i / n) for the nearest power of two n <= heads,
+    the odd terms of the 2n sequence for the rest (as BLOOM and MPT compute them)."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-8.0 / closest)
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest < num_heads:
+        extra = 2.0 ** (-4.0 / closest)
+        slopes += [extra ** (2 * i + 1) for i in range(num_heads - closest)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(num_heads: int, query_len: int, key_len: int, *, device: torch.device) -> Tensor:
+    """ALiBi's additive score bias, (1, h, T, S): -slope_h * |query position - key position|. Causal stacks mask
+    the future anyway, so one formula serves both directions. No parameters."""
+    query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+    key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+    distance = (query - key).abs().float()  # (T, S)
+    slopes = alibi_slopes(num_heads).to(device)  # (h,)
+    return (-slopes[:, None, None] * distance).unsqueeze(0)  # (1, h, T, S)
 
 
 def relative_position_bucket(

@@ -1,0 +1,334 @@
+"""Attention sublayers: standard multi-head (GQA/MQA) attention and DeepSeek's multi-head latent attention (MLA),
+with their cores (eager ``scores`` + ``context`` or fused ``sdpa``), masks (causal, sliding window, chunked),
+additive biases (T5 relative buckets, ALiBi), q/k norms and attention sinks.
+
+Every matmul runs inside the submodule named after the breakdown key it is counted under (docs/layers.md):
+``qkv`` (separate ``q``, ``k``, ``v`` as transformers lays them out), ``out``, ``scores``, ``context``; for MLA
+``q_a``, ``q_a_norm``, ``q_b`` (or ``q``), ``kv_a``, ``kv_a_norm``, ``kv_b``. Parameter-only parts have their own
+modules too: ``qk_norm`` (``q``, ``k``), ``sinks``, ``norm`` (the sublayer's norms), ``relative_bias``.
+
+Sources: Vaswani et al. 2017 §3.2 (softmax(Q·Kᵀ / sqrt(d) + bias) · V); Ainslie et al. 2023 (GQA); DeepSeek-V2
+report §2.1 and transformers' ``DeepseekV3Attention`` (MLA: low-rank Q and KV, the rope part of the key one vector
+shared by every head); OpenAI's gpt-oss model card and transformers' ``GptOssAttention`` (a learned sink logit per
+head joins the softmax as an extra column, which is then dropped); Dehghani et al. 2023 (q/k norms).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
+from embedcalc.modeling.positions import apply_rotary, relative_position_bucket
+
+AttentionImpl = Literal["sdpa", "eager"]
+RotaryAngles = tuple[Tensor, Tensor]  # cos, sin: (T, rotary width) each
+Rotary = dict[int, RotaryAngles]  # rotary width -> its angles (standard heads and MLA's rope dims may differ)
+
+
+def embedding_table(rows: int, dim: int) -> nn.Embedding:
+    """An ``nn.Embedding`` without its N(0, 1) initialisation: ``build_model`` fills weights itself, and
+    ``normal_`` on the meta device costs a one-off second or more (it imports ``torch._dynamo``)."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+
+
+class Scores(nn.Module):
+    """Eager Q·Kᵀ: (B, h, T, d_qk) x (B, h, d_qk, S) -> (B, h, T, S), counted as ``attention/scores``."""
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return torch.matmul(q, k.transpose(-2, -1))  # (B, h, T, S)
+
+
+class Context(nn.Module):
+    """Eager A·V: (B, h, T, S) x (B, h, S, d_v) -> (B, h, T, d_v), counted as ``attention/context``."""
+
+    def forward(self, weights: Tensor, v: Tensor) -> Tensor:
+        return torch.matmul(weights, v)  # (B, h, T, d_v)
+
+
+class FusedCore(nn.Module):
+    """``scaled_dot_product_attention``: Q·Kᵀ, mask, softmax and ·V in one op (counted as scores + context, split
+    in the ratio ``qk_head_dim : v_head_dim``, which differ for MLA)."""
+
+    def __init__(self, qk_head_dim: int, v_head_dim: int) -> None:
+        super().__init__()
+        self.qk_head_dim, self.v_head_dim = qk_head_dim, v_head_dim
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, h, T, d_v)
+
+
+class Sinks(nn.Module):
+    """gpt-oss's attention sinks: one learned logit per head (``attention/sinks``), no matmul."""
+
+    def __init__(self, num_heads: int) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.empty(num_heads))
+
+
+class QKV(nn.Module):
+    """The ``q``, ``k`` and ``v`` projections of standard attention (the ``attention/qkv`` key).
+
+    Self-attention projects one stream; cross-attention takes queries from the decoder stream and keys and values
+    from the encoder memory, so no FLOPs are spent projecting the wrong stream.
+    """
+
+    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool) -> None:
+        super().__init__()
+        self.q = nn.Linear(embed_dim, q_dim, bias=bias)
+        self.k = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.v = nn.Linear(embed_dim, kv_dim, bias=bias)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        source = x if memory is None else memory
+        return self.q(x), self.k(source), self.v(source)  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
+
+
+class QKNorm(nn.Module):
+    """Norms on queries (``q``) and keys (``k``): per head over head_dim (Qwen3, Gemma 3) or over all heads
+    together (OLMo 2, ``full``). Applied before rotary positions, as transformers does."""
+
+    def __init__(self, config: ModelConfig, spec: AttentionSpec) -> None:
+        super().__init__()
+        self.full = spec.qk_norm == "full"
+        self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)
+        self.k = make_norm(config, spec.kv_dim if self.full else spec.head_dim)
+
+
+def _heads(x: Tensor, heads: int) -> Tensor:
+    batch, length, width = x.shape
+    return x.view(batch, length, heads, width // heads).transpose(1, 2)  # (B, heads, T, d_head)
+
+
+def _expand_kv(x: Tensor, heads: int) -> Tensor:
+    """Repeat each K/V head for its group of query heads (GQA/MQA): (B, h_kv, S, d) -> (B, h, S, d)."""
+    batch, heads_kv, length, dim = x.shape
+    groups = heads // heads_kv
+    if groups == 1:
+        return x
+    expanded = x[:, :, None].expand(batch, heads_kv, groups, length, dim)  # (B, h_kv, g, S, d_head)
+    return expanded.reshape(batch, heads_kv * groups, length, dim)  # (B, h, S, d_head)
+
+
+class AttentionBase(nn.Module):
+    """What every attention sublayer shares: its norm and residual, the core, masks, sinks, the relative bias.
+
+    Subclasses project queries, keys and values in :meth:`attend`. Causal self-attention masks future keys, keys
+    ``window`` or more tokens back (sliding window) and keys outside the query's chunk (chunked attention).
+    With sinks the core is eager under either implementation: SDPA has no way to add a softmax column (and
+    transformers' gpt-oss does not support SDPA either).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        spec: AttentionSpec,
+        *,
+        impl: AttentionImpl,
+        causal: bool,
+        cross: bool,
+        relative_bias: bool,
+        qk_head_dim: int,
+        v_head_dim: int,
+    ) -> None:
+        super().__init__()
+        self.num_heads = spec.num_heads
+        self.impl, self.causal, self.cross = impl, causal, cross
+        self_causal = causal and not cross
+        self.window = spec.window if self_causal else None
+        self.chunk = spec.chunk if self_causal else None
+        self.placement = config.resolved_norm_placement
+        self.norm = sublayer_norm(config)
+        self.scale = 1.0 / math.sqrt(qk_head_dim)
+        eager = impl == "eager" or spec.sinks
+        self.scores: Scores | None = Scores() if eager else None
+        self.context: Context | None = Context() if eager else None
+        self.sdpa: FusedCore | None = None if eager else FusedCore(qk_head_dim, v_head_dim)
+        self.sinks = Sinks(spec.num_heads) if spec.sinks else None
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.relative_bias = embedding_table(self.num_buckets, spec.num_heads) if relative_bias else None
+
+    def position_bias(self, query_len: int, key_len: int) -> Tensor:
+        """T5's relative position bias, (1, h, T, S); only the module that owns the table can compute it."""
+        if self.relative_bias is None:
+            raise RuntimeError("this attention layer has no relative position table")
+        device = self.relative_bias.weight.device
+        query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+        key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+        buckets = relative_position_bucket(
+            key - query, bidirectional=not self.causal, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )  # (T, S)
+        bias: Tensor = self.relative_bias(buckets)  # (T, S, h)
+        return bias.permute(2, 0, 1).unsqueeze(0)  # (1, h, T, S)
+
+    def _blocked(self, query_len: int, key_len: int, device: torch.device) -> Tensor:
+        """(T, S) True where a causal query may not look: future keys, keys a window or more back, other chunks."""
+        query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+        key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+        blocked = key > query  # (T, S)
+        if self.window is not None:
+            blocked = blocked | (query - key >= self.window)
+        if self.chunk is not None:
+            blocked = blocked | (query // self.chunk != key // self.chunk)
+        return blocked
+
+    def _core(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+        """softmax(Q·Kᵀ / sqrt(d_qk) + bias, masked) · V: (B, h, T, d_qk), (B, h, S, d_qk), (B, h, S, d_v) ->
+        (B, h, T, d_v)."""
+        causal = self.causal and not self.cross
+        query_len, key_len = q.shape[-2], k.shape[-2]
+        limited = self.window is not None or self.chunk is not None
+        if self.sdpa is not None:
+            mask: Tensor | None = None if bias is None else bias.to(q.dtype)  # (1, h, T, S)
+            if causal and (bias is not None or limited):
+                blocked = self._blocked(query_len, key_len, q.device)  # (T, S)
+                mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
+                causal = False
+            out: Tensor = self.sdpa(q, k, v, mask, causal)  # (B, h, T, d_v)
+            return out
+        if self.scores is None or self.context is None:
+            raise RuntimeError("eager attention needs its scores and context modules")
+        scores = self.scores(q, k) * self.scale  # (B, h, T, S)
+        if bias is not None:
+            scores = scores + bias
+        if causal:
+            scores = scores.masked_fill(self._blocked(query_len, key_len, q.device), float("-inf"))
+        if self.sinks is not None:
+            batch, heads = scores.shape[:2]
+            sink = self.sinks.logits.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, query_len, 1)
+            scores = torch.cat((scores, sink), dim=-1)  # (B, h, T, S + 1): the sink is one more column
+        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype)  # (B, h, T, S [+ 1])
+        if self.sinks is not None:
+            weights = weights[..., :key_len]  # (B, h, T, S): the sink's share is dropped
+        context: Tensor = self.context(weights, v)  # (B, h, T, d_v)
+        return context
+
+    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
+        """The sublayer's transform without norm or residual: (B, T, d) -> (B, T, d)."""
+        raise NotImplementedError
+
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None
+    ) -> Tensor:
+        return residual(x, self.norm, lambda h: self.attend(h, memory, bias, rotary), self.placement)
+
+
+class Attention(AttentionBase):
+    """Standard multi-head (grouped-query) attention, self or cross, with optional q/k norms and sinks.
+
+    Rotary positions rotate the first ``rotary_dim`` channels of each query and key head (all of head_dim
+    by default); cross-attention gets none.
+    """
+
+    def __init__(
+        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool,
+        relative_bias: bool,
+    ) -> None:  # fmt: skip
+        super().__init__(
+            config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias,
+            qk_head_dim=spec.head_dim, v_head_dim=spec.head_dim,
+        )  # fmt: skip
+        self.num_kv_heads, self.head_dim = spec.num_kv_heads, spec.head_dim
+        self.rotary_width = config.rotary_dim or spec.head_dim
+        self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias)
+        self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
+        self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
+
+    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
+        if self.cross and memory is None:
+            raise ValueError("cross-attention needs the encoder output (memory)")
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
+        if self.qk_norm is not None and self.qk_norm.full:
+            q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # over all heads: (B, T, q_dim), (B, S, kv_dim)
+        q, k, v = _heads(q, self.num_heads), _heads(k, self.num_kv_heads), _heads(v, self.num_kv_heads)
+        # q (B, h, T, d_head); k, v (B, h_kv, S, d_head)
+        if self.qk_norm is not None and not self.qk_norm.full:
+            q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # per head, over d_head
+        if rotary is not None and not self.cross:
+            cos, sin = rotary[self.rotary_width]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
+        context = self._core(q, k, v, bias)  # (B, h, T, d_head)
+        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
+        out: Tensor = self.out(merged)  # (B, T, d)
+        return out
+
+
+class LatentAttention(AttentionBase):
+    """Multi-head latent attention (DeepSeek-V2 §2.1): queries through a low-rank ``q_a`` -> ``q_a_norm`` ->
+    ``q_b`` (or one full-rank ``q``), keys and values from one compressed latent ``kv_a`` -> ``kv_a_norm`` ->
+    ``kv_b``, and decoupled rotary dims: each query head has ``rope`` rotary channels, the key's ``rope`` channels
+    are one vector (the last ``rope`` outputs of ``kv_a``) shared by every head. Query/key heads are
+    nope + rope wide, value heads v wide; the KV cache would hold the latent and the rope key only.
+    """
+
+    def __init__(
+        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, relative_bias: bool
+    ) -> None:
+        super().__init__(
+            config, spec, impl=impl, causal=causal, cross=False, relative_bias=relative_bias,
+            qk_head_dim=spec.head_dim, v_head_dim=spec.v_head_dim,
+        )  # fmt: skip
+        d, h = config.embed_dim, spec.num_heads
+        self.nope, self.rope, self.v_dim = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+        self.latent_dim = spec.kv_lora_rank
+        rank = spec.q_lora_rank
+        self.q_a = nn.Linear(d, rank, bias=spec.qkv_bias) if rank is not None else None
+        self.q_a_norm = make_norm(config, rank) if rank is not None else None
+        self.q_b = nn.Linear(rank, h * spec.head_dim, bias=False) if rank is not None else None
+        self.q = nn.Linear(d, h * spec.head_dim, bias=False) if rank is None else None
+        self.kv_a = nn.Linear(d, spec.kv_lora_rank + self.rope, bias=spec.qkv_bias)
+        self.kv_a_norm = make_norm(config, spec.kv_lora_rank)
+        self.kv_b = nn.Linear(spec.kv_lora_rank, h * (self.nope + self.v_dim), bias=False)
+        self.out = nn.Linear(h * self.v_dim, d, bias=spec.out_bias)
+
+    def _queries(self, x: Tensor) -> Tensor:
+        if self.q_a is not None and self.q_a_norm is not None and self.q_b is not None:
+            out: Tensor = self.q_b(self.q_a_norm(self.q_a(x)))  # (B, T, r_q) -> (B, T, h (nope + rope))
+            return out
+        if self.q is None:  # pragma: no cover - the constructor builds one of the two
+            raise RuntimeError("latent attention has no query projection")
+        full: Tensor = self.q(x)  # (B, T, h (nope + rope))
+        return full
+
+    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
+        batch, length, _ = x.shape
+        h = self.num_heads
+        q = _heads(self._queries(x), h)  # (B, h, T, nope + rope)
+        q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)  # (B, h, T, nope), (B, h, T, rope)
+        compressed: Tensor = self.kv_a(x)  # (B, T, r_kv + rope)
+        latent, k_rope = torch.split(compressed, [self.latent_dim, self.rope], dim=-1)  # (B, T, r_kv), (B, T, rope)
+        kv = _heads(self.kv_b(self.kv_a_norm(latent)), h)  # (B, h, T, nope + v)
+        k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)  # (B, h, T, nope), (B, h, T, v)
+        k_rope = k_rope.unsqueeze(1)  # (B, 1, T, rope): one rope key shared by every head
+        if rotary is not None:
+            cos, sin = rotary[self.rope]
+            q_rope, k_rope = apply_rotary(q_rope, cos, sin), apply_rotary(k_rope, cos, sin)
+        q = torch.cat((q_nope, q_rope), dim=-1)  # (B, h, T, nope + rope)
+        k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)
+        context = self._core(q, k, v, bias)  # (B, h, T, v)
+        merged = context.transpose(1, 2).reshape(batch, length, h * self.v_dim)  # (B, T, h v)
+        out: Tensor = self.out(merged)  # (B, T, d)
+        return out
+
+
+def make_attention(
+    config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool, relative_bias: bool
+) -> AttentionBase:
+    """The attention sublayer of ``spec``: :class:`LatentAttention` for kind mla, else :class:`Attention`."""
+    if spec.kind == "mla":
+        return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
+
+
+def rotary_widths(config: ModelConfig, specs: list[AttentionSpec]) -> set[int]:
+    """The rotary widths the attention layers of ``specs`` rotate (rotary_dim or head_dim; MLA's rope dims)."""
+    return {s.qk_rope_head_dim if s.kind == "mla" else config.rotary_dim or s.head_dim for s in specs}

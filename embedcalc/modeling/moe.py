@@ -1,0 +1,152 @@
+"""Mixture of experts (Shazeer et al. 2017; Fedus et al. 2021, Switch): a ``router``, ``experts`` with top-k
+routing, optional ``shared`` experts every token goes through (DeepSeekMoE, Dai et al. 2024) and a sigmoid
+``shared_gate`` on them (Qwen2-MoE). Breakdown keys ``moe/router``, ``moe/experts``, ``moe/shared``,
+``moe/shared_gate`` (docs/layers.md).
+
+Experts are stacked tensors, as transformers' Mixtral, Qwen3-MoE and DeepSeek-V3 hold them: ``gate_up``
+(E, 2 fe, d) for gated activations (``up`` (E, fe, d) otherwise) and ``down`` (E, d, fe), biases (E, ·) when
+``expert_bias`` (gpt-oss). Each expert multiplies only its own tokens (index_select, two matmuls, a weighted
+scatter-add back), so FlopCounterMode sees 2 t k (d fe_in + fe d) FLOPs whatever the routing.
+
+Routing: ``real`` takes the softmax over the router logits, the top-k experts and their renormalised
+probabilities (Mixtral, Qwen3-MoE with norm_topk_prob). ``deterministic`` sends token i to experts
+(i k + j) mod E, j < k, weighted by the same renormalised probabilities: it needs no data, so it is what the meta
+device uses (FlopCounterMode counts without allocating) and what verification may ask for anywhere. The families'
+finer routing rules (DeepSeek-V3's group-limited sigmoid scores, gpt-oss's softmax over the top-k logits) change
+which experts a token reaches, never how many, so no count depends on them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from embedcalc.config.blocks import FFN as FFNSpec
+from embedcalc.modeling.ffn import GATED, MLP, activate, activate_gated
+
+Routing = Literal["real", "deterministic"]
+
+
+def deterministic_experts(tokens: int, top_k: int, num_experts: int) -> Tensor:
+    """(tokens, top_k) expert ids on the CPU: token i -> experts (i k + j) mod E, distinct for k <= E."""
+    token = torch.arange(tokens)[:, None]  # (t, 1)
+    slot = torch.arange(top_k)[None, :]  # (1, k)
+    return (token * top_k + slot) % num_experts  # (t, k)
+
+
+class Experts(nn.Module):
+    """E routed FFNs of width fe as stacked tensors; :meth:`forward` runs each on its own tokens."""
+
+    def __init__(self, embed_dim: int, spec: FFNSpec, activation: str) -> None:
+        super().__init__()
+        e, fe = spec.num_experts, spec.expert_dim
+        self.activation, self.gated = activation, activation in GATED
+        width_in = 2 * fe if self.gated else fe
+        self.gate_up = nn.Parameter(torch.empty(e, width_in, embed_dim))  # (E, fe_in, d)
+        self.down = nn.Parameter(torch.empty(e, embed_dim, fe))  # (E, d, fe)
+        self.gate_up_bias = nn.Parameter(torch.empty(e, width_in)) if spec.expert_bias else None
+        self.down_bias = nn.Parameter(torch.empty(e, embed_dim)) if spec.expert_bias else None
+
+    def _expert(self, e: int, x: Tensor) -> Tensor:
+        """Expert ``e`` on its tokens: (n_e, d) -> (n_e, d)."""
+        bias_in = self.gate_up_bias[e] if self.gate_up_bias is not None else None
+        bias_out = self.down_bias[e] if self.down_bias is not None else None
+        hidden = F.linear(x, self.gate_up[e], bias_in)  # (n_e, fe_in)
+        if self.gated:
+            gate, up = hidden.chunk(2, dim=-1)  # (n_e, fe) each
+            hidden = activate_gated(self.activation, gate, up)  # (n_e, fe)
+        else:
+            hidden = activate(self.activation, hidden)  # (n_e, fe)
+        return F.linear(hidden, self.down[e], bias_out)  # (n_e, d)
+
+    def _grouped(self, ids: list[int], x: Tensor, tokens: Tensor) -> Tensor:
+        """Experts ``ids`` (G of them) with n tokens each, as two batched matmuls: x (G n, d) -> (G n, d)."""
+        group = torch.tensor(ids, device=x.device)  # (G,)
+        count, d = tokens.shape[0] // len(ids), x.shape[-1]
+        xs = x.index_select(0, tokens).view(len(ids), count, d)  # (G, n, d)
+        hidden = torch.bmm(xs, self.gate_up.index_select(0, group).transpose(1, 2))  # (G, n, fe_in)
+        if self.gate_up_bias is not None:
+            hidden = hidden + self.gate_up_bias.index_select(0, group)[:, None]  # (G, 1, fe_in) broadcast
+        if self.gated:
+            gate, up = hidden.chunk(2, dim=-1)  # (G, n, fe) each
+            hidden = activate_gated(self.activation, gate, up)  # (G, n, fe)
+        else:
+            hidden = activate(self.activation, hidden)  # (G, n, fe)
+        out = torch.bmm(hidden, self.down.index_select(0, group).transpose(1, 2))  # (G, n, d)
+        if self.down_bias is not None:
+            out = out + self.down_bias.index_select(0, group)[:, None]  # (G, 1, d) broadcast
+        return out.reshape(len(ids) * count, d)  # (G n, d)
+
+    def forward(self, x: Tensor, experts: Tensor, weights: Tensor, grouped: bool | None = None) -> Tensor:
+        """x (t, d); experts (t, k) ids (any device: the grouping runs where they are); weights (t, k) on x's
+        device. Returns sum_j weights[i, j] * expert_{experts[i, j]}(x_i), (t, d).
+
+        ``grouped`` (default: on the meta device) runs the experts that have the same number of tokens as one
+        batched matmul over their gathered weights, which costs nothing on meta (deterministic routing gives at
+        most two such groups, so counting a 256-expert layer takes a few ops, not thousands) but would copy
+        weights on a real device, where each expert runs on its own tokens instead. FLOPs are the same.
+        """
+        top_k = experts.shape[1]
+        flat = experts.flatten()  # (t k,)
+        order = flat.argsort(stable=True)  # assignments grouped by expert
+        counts = torch.bincount(flat, minlength=self.gate_up.shape[0]).tolist()
+        tokens_of = (order // top_k).to(x.device)  # (t k,): the token of each grouped assignment
+        weight_of = weights.flatten().index_select(0, order.to(x.device))  # (t k,)
+        starts = [sum(counts[:e]) for e in range(len(counts))]
+        out = torch.zeros_like(x)  # (t, d)
+        if grouped if grouped is not None else x.device.type == "meta":
+            by_count: dict[int, list[int]] = {}
+            for e, n in enumerate(counts):
+                if n:
+                    by_count.setdefault(n, []).append(e)
+            for n, ids in by_count.items():
+                picks = torch.cat([torch.arange(starts[e], starts[e] + n) for e in ids]).to(x.device)  # (G n,)
+                tokens = tokens_of.index_select(0, picks)  # (G n,)
+                routed = self._grouped(ids, x, tokens)  # (G n, d)
+                out.index_add_(0, tokens, routed * weight_of.index_select(0, picks)[:, None].to(routed.dtype))
+            return out
+        for e, n in enumerate(counts):
+            if n == 0:
+                continue
+            tokens = tokens_of[starts[e] : starts[e] + n]  # (n_e,)
+            routed = self._expert(e, x.index_select(0, tokens))  # (n_e, d)
+            out.index_add_(0, tokens, routed * weight_of[starts[e] : starts[e] + n, None].to(routed.dtype))
+        return out
+
+
+class MoE(nn.Module):
+    """Router, routed experts, shared experts and their gate: (B, T, d) -> (B, T, d), no norm or residual."""
+
+    def __init__(self, embed_dim: int, spec: FFNSpec, activation: str, routing: Routing = "real") -> None:
+        super().__init__()
+        self.top_k, self.num_experts, self.routing = spec.top_k, spec.num_experts, routing
+        self.router = nn.Linear(embed_dim, spec.num_experts, bias=spec.router_bias)
+        self.experts = Experts(embed_dim, spec, activation)
+        self.shared = MLP(embed_dim, spec.shared_dim, spec.bias, activation) if spec.shared_dim else None
+        self.shared_gate = nn.Linear(embed_dim, 1, bias=False) if spec.shared_dim and spec.shared_gate else None
+
+    def _route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """Expert ids (t, k) and their weights (t, k), renormalised over the chosen experts."""
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (t, E)
+        if self.routing == "deterministic" or logits.device.type == "meta":
+            experts = deterministic_experts(logits.shape[0], self.top_k, self.num_experts)  # (t, k) on the CPU
+            weights = probs.gather(1, experts.to(logits.device))  # (t, k)
+        else:
+            weights, experts = probs.topk(self.top_k, dim=-1)  # (t, k) each
+        return experts, weights / weights.sum(dim=-1, keepdim=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, length, d = x.shape
+        tokens = x.reshape(batch * length, d)  # (t, d)
+        experts, weights = self._route(self.router(tokens))  # (t, k) each
+        out = self.experts(tokens, experts, weights)  # (t, d)
+        if self.shared is not None:
+            shared = self.shared(tokens)  # (t, d)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(tokens)) * shared  # (t, 1) * (t, d)
+            out = out + shared
+        merged: Tensor = out.view(batch, length, d)  # (B, T, d)
+        return merged
