@@ -13,7 +13,8 @@ from typing import Annotated
 import typer
 
 from embedcalc import __version__
-from embedcalc.cli.common import DEBUG
+from embedcalc.cli.common import DEBUG, OnlineOption, RevisionOption
+from embedcalc.config import hub
 
 # command name -> (module, attribute); a Typer attribute is a sub-application (presets list / show)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -47,9 +48,12 @@ def root(
         bool | None,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = None,
+    revision: RevisionOption = None,
+    online: OnlineOption = False,
 ) -> None:
     """embedcalc: Transformer shapes, costs and benchmarks."""
     DEBUG["enabled"] = debug
+    hub.configure(revision, online)
 
 
 def build_app(only: str | None = None) -> typer.Typer:

@@ -312,3 +312,18 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
 
 
 __all__ = ["EmbedcalcError", "handle_errors", "load", "make_workload"]
+
+
+# Hub ids as targets (config/hub.py): given once, before the command, they apply to every hub id it reads.
+RevisionOption = Annotated[
+    str | None,
+    typer.Option("--revision", help="Revision (branch, tag or commit) of hub-id targets (ORG/NAME); default main."),
+]
+OnlineOption = Annotated[
+    bool,
+    typer.Option(
+        "--online",
+        envvar="EMBEDCALC_ONLINE",
+        help="Fetch a hub id's config.json with huggingface_hub when it is not in the local cache (the hub extra).",
+    ),
+]

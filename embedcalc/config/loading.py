@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
 from embedcalc.config.files import RefusedNumber, load_mapping, oversized_ints, parse_scalar, too_many_digits
 from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
+from embedcalc.config.hub import resolve_hub_id
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.config.schema import FIELD_NAMES, ModelConfig
@@ -44,6 +45,13 @@ def _looks_like_path(target: str) -> bool:
         return True
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
     """The raw mapping for a preset name or a file path, with its kind and path.
 
@@ -56,6 +64,8 @@ def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
         path_or_none = None
     if path_or_none is None and _looks_like_path(target):
         path = Path(target)
+        if not _exists(path) and (hub_path := resolve_hub_id(target)) is not None:  # ORG/NAME: the hub cache
+            return load_mapping(hub_path), "file", hub_path
         return load_mapping(path), "file", path
     if path_or_none is None:
         names = preset_names()

@@ -114,6 +114,8 @@ def _name(raw: Mapping[str, Any], path: Path | None) -> str | None:
         return name.strip()
     if path is None:
         return None
+    if path.parent.parent.name == "snapshots" and path.parents[2].name.startswith("models--"):
+        return path.parents[2].name.removeprefix("models--").replace("--", "/", 1)  # the hub cache: ORG/NAME
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
