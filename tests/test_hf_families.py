@@ -258,3 +258,25 @@ def test_a_multimodal_file_counts_its_text_model() -> None:
     mapping = map_hf_config(llava, "test")
     assert mapping.data == map_hf_config(text, "test").data
     assert any("text model" in n for n in mapping.report.notes)
+
+
+# --- presets of these families: each equals the model transformers builds from its hub file ---------------------------
+
+PRESET_SOURCES = {
+    "phi-3-mini": "phi-3-mini-4k", "falcon-7b": "falcon-7b", "pythia-1.4b": "pythia-1.4b", "bloom-7b1": "bloom-7b1",
+    "xlm-roberta-base": "xlm-roberta-base", "bart-large": "bart-large", "modernbert-base": "modernbert-base",
+}  # fmt: skip
+QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+             "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+             "max_position_embeddings": 131072, "tie_word_embeddings": False, "hidden_act": "silu",
+             "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28}  # fmt: skip
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("preset", [*sorted(PRESET_SOURCES), "qwen2.5-7b"])
+def test_presets_equal_transformers(hf: Any, preset: str) -> None:
+    raw = QWEN25_7B if preset == "qwen2.5-7b" else _raw(PRESET_SOURCES[preset])
+    config = load_target(preset).config
+    assert count_params(config).total == _trainable(_hf_model(hf, raw, _config(raw)))
+    assert f"{count_params(config).total:,}" in (Path(__file__).resolve().parents[1] / "presets" /
+                                                 f"{preset}.yaml").read_text()  # fmt: skip
