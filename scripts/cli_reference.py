@@ -25,6 +25,8 @@ COMMANDS = [
     ["sweep"],
     ["verify"],
     ["bench"],
+    ["hardware"],
+    ["hardware", "show"],
     ["explain"],
     ["diff"],
 ]
