@@ -25,8 +25,6 @@ COMMANDS = [
     ["sweep"],
     ["verify"],
     ["bench"],
-    ["hardware"],
-    ["hardware", "show"],
     ["explain"],
     ["diff"],
 ]

@@ -7,6 +7,8 @@ config class, its defaults, the mapping function). Adding a family is a module, 
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from embedcalc.config.hf import (
     bart,
     bert,
@@ -26,7 +28,7 @@ from embedcalc.config.hf import (
 )
 from embedcalc.config.hf.reader import Family
 
-MODULES = (bert, encoders, gpt2, gpt, opt, t5, bart, llama, llama_like)
+MODULES: tuple[ModuleType, ...] = (bert, encoders, gpt2, gpt, opt, t5, bart, llama, llama_like)
 MODULES += (
     gemma,
     qwen3,
