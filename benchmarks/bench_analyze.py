@@ -1,22 +1,28 @@
-"""How fast is `embedcalc analyze bert-large` next to a bare interpreter and next to counting with torch?
+"""How fast is `embedcalc analyze bert-large --format json` next to a bare interpreter and next to counting with torch?
 
-Runs three commands as fresh processes, alternating, for several rounds on the same machine, and prints per round
-and in median: the wall time of each, `analyze` minus the bare interpreter (the target: within 0.3 s), and the
-ratio of the torch route (build BertModel on the meta device + FlopCounterMode) to `analyze`.
+Runs the commands as fresh processes in paired rounds on the same machine (the bare interpreter and `analyze`
+back to back, their order alternating from round to round, so a change in machine load hits both alike), and
+prints per round and in median: the wall time of each, `analyze` minus the bare interpreter (the start-up target,
+issue 14: within 0.2 s), `analyze` over the bare interpreter as a ratio, and how many times slower the torch route
+(build BertModel on the meta device + FlopCounterMode) is.
 
-    python benchmarks/bench_analyze.py [--rounds 7]
+    python benchmarks/bench_analyze.py [--rounds 9] [--no-torch] [--importtime]
+
+``--importtime`` also prints the 15 slowest imports of one `analyze` run (``python -X importtime``), the list to
+cut from when the difference grows. Compare two trees by running it with ``PYTHONPATH=<tree>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import embedcalc
+TARGET_S = 0.2
 
 TORCH_ROUTE = """
 import torch
@@ -33,19 +39,10 @@ with FlopCounterMode(display=False) as counter:
 print(params, counter.get_total_flops())
 """
 
-COMMANDS = {
-    "python -c pass": [sys.executable, "-c", "pass"],
-    "embedcalc analyze bert-large": [
-        sys.executable,
-        "-m",
-        "embedcalc",
-        "analyze",
-        "bert-large",
-        "--format",
-        "json",
-    ],
-    "torch meta + FlopCounterMode": [sys.executable, "-c", TORCH_ROUTE],
-}
+BARE = "python -c pass"
+ANALYZE = "embedcalc analyze bert-large"
+TORCH = "torch meta + FlopCounterMode"
+ANALYZE_ARGS = ["-m", "embedcalc", "analyze", "bert-large", "--format", "json"]
 
 
 def wall(cmd: list[str]) -> float:
@@ -54,44 +51,73 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
+def slowest_imports(count: int = 15) -> list[str]:
+    """The ``count`` imports with the largest cumulative time in one `analyze` run."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *ANALYZE_ARGS], capture_output=True, text=True, check=True
+    )
+    rows = [line for line in proc.stderr.splitlines() if line.startswith("import time:") and "|" in line]
+    timed = [row for row in rows if row.split("|")[1].strip().isdigit()]
+    return sorted(timed, key=lambda row: int(row.split("|")[1]))[-count:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument(
+        "--no-torch", action="store_true", help="Skip the torch route (faster; no torch needed)."
+    )
+    parser.add_argument(
+        "--importtime", action="store_true", help="Also list the slowest imports of `analyze`."
+    )
     args = parser.parse_args()
+    commands = {BARE: [sys.executable, "-c", "pass"], ANALYZE: [sys.executable, *ANALYZE_ARGS]}
+    if not args.no_torch:
+        commands[TORCH] = [sys.executable, "-c", TORCH_ROUTE]
     # byte-compile the package as `pip install` does for a wheel: with PYTHONDONTWRITEBYTECODE set (as on these
     # machines) an editable checkout would otherwise be recompiled from source on every start
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(Path(embedcalc.__file__).parent)], check=True
-    )
-    for cmd in COMMANDS.values():  # warm the OS file cache
+    package = subprocess.run(
+        [sys.executable, "-c", "import embedcalc; print(embedcalc.__file__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(package).parent)], check=True)
+    print(f"embedcalc from {Path(package).parent}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.2f}")
+    for cmd in commands.values():  # warm the OS file cache
         wall(cmd)
-    names = list(COMMANDS)
+    names = list(commands)
     rows = []
     print(
         f"{'round':>5} "
-        + " ".join(f"{n:>30}" for n in names)
-        + f" {'analyze - bare':>15} {'torch/analyze':>14}"
+        + " ".join(f"{n:>29}" for n in names)
+        + f" {'analyze - bare':>15} {'analyze/bare':>13}"
     )
     for i in range(args.rounds):
-        times = {n: wall(COMMANDS[n]) for n in names}
-        over = times[names[1]] - times[names[0]]
-        ratio = times[names[2]] / times[names[1]]
-        rows.append((times, over, ratio))
+        order = names if i % 2 == 0 else [names[1], names[0], *names[2:]]
+        times = {n: wall(commands[n]) for n in order}
+        rows.append(times)
+        over = times[ANALYZE] - times[BARE]
         print(
-            f"{i + 1:>5} "
-            + " ".join(f"{times[n]:>29.3f}s" for n in names)
-            + f" {over:>14.3f}s {ratio:>13.1f}x"
-        )
-    med = {n: statistics.median(r[0][n] for r in rows) for n in names}
-    over = statistics.median(r[1] for r in rows)
-    ratio = statistics.median(r[2] for r in rows)
-    print(f"{'med':>5} " + " ".join(f"{med[n]:>29.3f}s" for n in names) + f" {over:>14.3f}s {ratio:>13.1f}x")
+            f"{i + 1:>5} " + " ".join(f"{times[n]:>28.3f}s" for n in names)
+            + f" {over:>14.3f}s {times[ANALYZE] / times[BARE]:>12.2f}x"
+        )  # fmt: skip
+    med = {n: statistics.median(r[n] for r in rows) for n in names}
+    over = statistics.median(r[ANALYZE] - r[BARE] for r in rows)
+    ratio = statistics.median(r[ANALYZE] / r[BARE] for r in rows)
+    print(f"{'med':>5} " + " ".join(f"{med[n]:>28.3f}s" for n in names) + f" {over:>14.3f}s {ratio:>12.2f}x")
+    verdict = "within" if over <= TARGET_S else "over"
     print(
-        f"analyze overhead over a bare interpreter: {over:.3f} s (target <= 0.300 s); "
-        f"the torch route is {ratio:.1f}x slower than analyze"
+        f"analyze - bare interpreter (median of paired rounds): {over:.3f} s, {verdict} the {TARGET_S:.1f} s "
+        f"target; analyze / bare: {ratio:.2f}x"
     )
+    if TORCH in med:
+        torch_ratio = statistics.median(r[TORCH] / r[ANALYZE] for r in rows)
+        print(f"the torch route is {torch_ratio:.1f}x slower than analyze")
+    if args.importtime:
+        print("slowest imports of one `analyze` run (self us | cumulative us | module):")
+        for row in slowest_imports():
+            print("  " + row.removeprefix("import time:").strip())
 
 
 if __name__ == "__main__":

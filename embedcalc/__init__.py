@@ -1,7 +1,113 @@
 """embedcalc: configurator and cost calculator for Transformer models.
 
-The package is split as DESIGN.md §7 describes: ``config`` (schema and loading), ``analysis`` (pure arithmetic),
-``modeling`` (the only torch code), ``render`` (the only rich code) and ``cli`` (the glue).
+The Python API (DESIGN.md §13) is the code the CLI runs, with the same typed results:
+
+>>> import embedcalc
+>>> r = embedcalc.analyze(embedcalc.load("bert-base"))
+>>> r.params.total
+109482240
+>>> r.to_json()["memory"]["weights_bytes"]
+437928960
+
+:func:`load` reads a preset, a config file (embedcalc's YAML/JSON or a Hugging Face ``config.json``) or a mapping
+of fields; :func:`analyze`, :func:`compare` and :func:`sweep` count params, FLOPs and memory; :func:`verify` and
+:func:`bench` build the model in PyTorch (the ``torch`` extra). Every result has ``to_json()``, the ``results[]``
+entry of the CLI's ``--format json`` (DESIGN.md §5). The names in ``__all__`` are the API; the version rules are in
+the README ("Python API").
+
+Importing ``embedcalc`` is cheap: the API's modules (pydantic, the analyzer; torch only for verify/bench) load on
+first use of a name. The package is split as DESIGN.md §7 describes: ``config``, ``analysis``, ``modeling``
+(the only torch code), ``reconcile``, ``render`` (the only rich code) and ``cli``; those layers never import this
+module's API.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> module defining it, imported on first access (PEP 562)
+_LAZY = {
+    "load": "embedcalc._api",
+    "analyze": "embedcalc._api",
+    "compare": "embedcalc._api",
+    "sweep": "embedcalc._api",
+    "verify": "embedcalc._api",
+    "bench": "embedcalc._api",
+    "Comparison": "embedcalc._api",
+    "Sweep": "embedcalc._api",
+    "ConfigLike": "embedcalc._api",
+    "Analysis": "embedcalc.analysis.report",
+    "Workload": "embedcalc.analysis.workload",
+    "Parallelism": "embedcalc.analysis.workload",
+    "Breakdown": "embedcalc.analysis.breakdown",
+    "FlopsEstimate": "embedcalc.analysis.flops",
+    "MemoryEstimate": "embedcalc.analysis.memory",
+    "LoadedConfig": "embedcalc.config.loading",
+    "ModelConfig": "embedcalc.config.schema",
+    "VerifyResult": "embedcalc.reconcile.verify",
+    "Reconciliation": "embedcalc.reconcile.verify",
+    "BenchResult": "embedcalc.reconcile.bench",
+    "Measurement": "embedcalc.reconcile.bench",
+    "EmbedcalcError": "embedcalc.errors",
+    "ConfigError": "embedcalc.errors",
+    "UnsupportedEnvironmentError": "embedcalc.errors",
+    "Problem": "embedcalc.errors",
+}
+
+__all__ = [
+    "Analysis",
+    "BenchResult",
+    "Breakdown",
+    "Comparison",
+    "ConfigError",
+    "ConfigLike",
+    "EmbedcalcError",
+    "FlopsEstimate",
+    "LoadedConfig",
+    "Measurement",
+    "MemoryEstimate",
+    "ModelConfig",
+    "Parallelism",
+    "Problem",
+    "Reconciliation",
+    "Sweep",
+    "UnsupportedEnvironmentError",
+    "VerifyResult",
+    "Workload",
+    "__version__",
+    "analyze",
+    "bench",
+    "compare",
+    "load",
+    "sweep",
+    "verify",
+]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
+    from embedcalc._api import Comparison, ConfigLike, Sweep, analyze, bench, compare, load, sweep, verify
+    from embedcalc.analysis.breakdown import Breakdown
+    from embedcalc.analysis.flops import FlopsEstimate
+    from embedcalc.analysis.memory import MemoryEstimate
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.analysis.workload import Parallelism, Workload
+    from embedcalc.config.loading import LoadedConfig
+    from embedcalc.config.schema import ModelConfig
+    from embedcalc.errors import ConfigError, EmbedcalcError, Problem, UnsupportedEnvironmentError
+    from embedcalc.reconcile.bench import BenchResult, Measurement
+    from embedcalc.reconcile.verify import Reconciliation, VerifyResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'embedcalc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -35,8 +35,8 @@ class Analysis:
         if self.active_params < 0:
             object.__setattr__(self, "active_params", self.params.total)
 
-    def as_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of DESIGN.md §5."""
+    def to_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of DESIGN.md §5 (``as_json`` is the same)."""
         return {
             "target": self.target,
             "config": self.config.model_dump(mode="json"),
@@ -60,6 +60,10 @@ class Analysis:
             "communication": self.communication.as_json(),
             "warnings": [w.as_dict() for w in self.warnings],
         }
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of DESIGN.md §5 (the name the CLI uses; :meth:`to_json` is the public one)."""
+        return self.to_json()
 
 
 def analyze(

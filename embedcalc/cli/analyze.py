@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from embedcalc.analysis.budget import Budget
-from embedcalc.analysis.parallel import parallel_problems
-from embedcalc.analysis.report import Analysis, analyze
+from embedcalc.analysis.checked import analyze_loaded
+from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
@@ -54,22 +54,13 @@ from embedcalc.cli.hardware_options import (
     time_json,
     time_options,
 )  # fmt: skip
-from embedcalc.config.checks import config_warnings, workload_problems
-from embedcalc.errors import ConfigError
 
 
 def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
     """Load, validate against the workload and parallel layout, and analyse one target; warnings to stderr."""
-    loaded = load(target, overrides)
-    errors, warnings = workload_problems(loaded.config, workload)
-    parallel_errors, notes = parallel_problems(loaded.config, workload.parallel)
-    errors += parallel_errors
-    if errors:
-        lines = "\n".join(f"  {p.message}" for p in errors)
-        raise ConfigError(f"{target}: the workload does not fit the config\n{lines}", errors)
-    warnings = config_warnings(loaded.config, loaded.user_keys) + warnings + notes
-    output.warn(warnings, target)
-    return analyze(target, loaded.config, workload, warnings)
+    result = analyze_loaded(load(target, overrides), workload)
+    output.warn(result.warnings, target)
+    return result
 
 
 @handle_errors("analyze")

@@ -6,13 +6,11 @@ compares it with what is free; a run that cannot fit exits 4 with a batch size a
 
 from __future__ import annotations
 
-from dataclasses import replace
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
@@ -36,7 +34,9 @@ from embedcalc.cli.common import (
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_device, require_torch
 from embedcalc.config.hardware import datasheet_peak
-from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem
+from embedcalc.reconcile.bench import check_fits
+from embedcalc.reconcile.bench import measurement as bench_measurement
 
 
 class DeviceChoice(StrEnum):
@@ -57,58 +57,10 @@ class BenchDtype(StrEnum):
     float16 = "float16"
 
 
-def run_bytes(memory: MemoryEstimate) -> int:
-    """What the timed run should peak at: the estimate without its KV cache (bench runs whole-sequence forwards,
-    it does not decode)."""
-    return memory.total_bytes - memory.kv_cache_bytes
-
-
-def predicted_bytes(analysis: Analysis) -> int:
-    return run_bytes(analysis.memory)
-
-
-def _largest_fitting(workload: Workload, config: Any, free: int, field: str) -> int | None:
-    """The largest batch_size (or seq_len) at which the prediction fits in ``free`` bytes, by bisection."""
-
-    def fits(value: int) -> bool:
-        trial = (
-            replace(workload, batch_size=value) if field == "batch_size" else replace(workload, seq_len=value)
-        )
-        return run_bytes(estimate_memory(config, trial)) <= free
-
-    hi = getattr(workload, field)
-    if not fits(1):
-        return None
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 def _check_fits(analysis: Analysis, free: int, where: str) -> None:
-    need = predicted_bytes(analysis)
-    if need <= free:
-        return
     from embedcalc.render.units import binary_bytes
 
-    config, w = analysis.config, analysis.workload
-    batch = _largest_fitting(w, config, free, "batch_size")
-    seq = _largest_fitting(w, config, free, "seq_len")
-    hints = []
-    if batch:
-        hints.append(f"--batch-size {batch}")
-    if seq:
-        hints.append(f"--seq-len {seq}")
-    hint = f"; this would fit: {' or '.join(hints)}" if hints else "; even batch 1 at seq-len 1 does not fit"
-    raise UnsupportedEnvironmentError(
-        f"{analysis.target}: predicted peak {binary_bytes(need)} ({need:,} bytes) exceeds the "
-        f"{binary_bytes(free)} ({free:,} bytes) free on {where}{hint}. --force runs it anyway.",
-        code="does_not_fit",
-    )
+    check_fits(analysis, free, where, binary_bytes)
 
 
 @handle_errors("bench")
@@ -209,7 +161,7 @@ def bench_command(
 
     with step_progress(output.stderr, "matmul peak") as on_step:
         measured_peak = measure_matmul_peak(dev, dtype.value, on_step=on_step)
-    measurement = _measurement(analysis, run, measured_peak, dev, dtype.value)
+    measurement = bench_measurement(analysis, run, measured_peak, dev.type == "cuda", dtype.value).as_json()
     if format is OutputFormat.json:
         result = analysis.as_json() | {"measurement": measurement}
         output.emit_json("bench", [result], workload.as_dict())
@@ -241,42 +193,6 @@ def _run(analysis: Analysis, dev: Any, workload: Workload, warmup: int, repeat: 
         raise EmbedcalcError(
             f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
         ) from None
-
-
-def _measurement(analysis: Analysis, run: Any, peak: Any, dev: Any, dtype: str) -> dict[str, Any]:
-    w = analysis.workload
-    flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
-    median = run.timings.median_s
-    decoder_tokens = 0  # an encoder-decoder also processes its target sequence
-    if analysis.config.architecture == "encoder-decoder":
-        decoder_tokens = w.tgt_len if w.tgt_len is not None else w.seq_len
-    tokens = w.batch_size * (w.seq_len + decoder_tokens)
-    achieved = flops / median
-    spec_flops, spec_source = datasheet_peak(run.device, dtype) if dev.type == "cuda" else (None, None)
-    predicted = predicted_bytes(analysis)
-    return {
-        "device": run.device,
-        "threads": run.threads,
-        "build_s": run.build_s,
-        "median_s": median,
-        "p10_s": run.timings.quantile_s(0.1),
-        "p90_s": run.timings.quantile_s(0.9),
-        "repeat": len(run.timings.seconds),
-        "tokens_per_s": tokens / median,
-        "sequences_per_s": w.batch_size / median,
-        "flops_per_step": flops,
-        "achieved_flops_per_s": achieved,
-        "peak_flops_per_s": peak.flops_per_s,
-        "peak_source": f"measured: best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls",
-        "utilization": achieved / peak.flops_per_s,
-        "spec_peak_flops_per_s": spec_flops,
-        "spec_peak_source": spec_source,
-        "spec_utilization": achieved / spec_flops if spec_flops else None,
-        "peak_memory_bytes": run.peak_memory_bytes,
-        "peak_memory_method": run.memory_method,
-        "predicted_memory_bytes": predicted,
-        "memory_error_pct": 100.0 * (run.peak_memory_bytes - predicted) / predicted if predicted else None,
-    }
 
 
 def _report_peak(dev: Any, dtype: str, format: OutputFormat) -> None:

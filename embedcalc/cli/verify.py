@@ -8,7 +8,7 @@ component agrees exactly, 1 otherwise.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -27,17 +27,8 @@ from embedcalc.cli.common import (
     handle_errors,
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_torch
-from embedcalc.errors import EmbedcalcError, ExitCode
-
-
-def reconcile(analytic: dict[str, int], counted: dict[str, int]) -> list[dict[str, Any]]:
-    """One row per key of either side: analytic, counted, difference (counted - analytic)."""
-    keys = list(analytic) + [k for k in counted if k not in analytic]
-    return [
-        {"component": k, "analytic": analytic.get(k, 0), "counted": counted.get(k, 0),
-         "difference": counted.get(k, 0) - analytic.get(k, 0)}
-        for k in keys
-    ]  # fmt: skip
+from embedcalc.errors import ExitCode
+from embedcalc.reconcile.verify import verify_analysis
 
 
 @handle_errors("verify")
@@ -52,30 +43,12 @@ def verify_command(
 ) -> None:
     """Reconcile analytic params and FLOPs with a torch model built on the meta device; exit 1 on any difference."""
     require_torch()
-    from embedcalc.modeling import build_model, component_flops, component_params
-
     workload = Workload(batch_size=batch_size, seq_len=seq_len, tgt_len=tgt_len)
     analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
-    config = analysis.config
-    model = build_model(config, attention=attention.value, device="meta")
-    try:
-        counted_flops = component_flops(config, model, batch_size, seq_len, tgt_len)
-    except RuntimeError as exc:
-        raise EmbedcalcError(
-            f"{target}: FLOP counting failed: {exc}", ExitCode.RUNTIME, code="count_failed"
-        ) from None
-    params = reconcile(analysis.params.as_dict(), component_params(model))
-    flops = reconcile(analysis.flops.breakdown.as_dict(), counted_flops)
-    ok = all(r["difference"] == 0 for r in params + flops)
+    result = verify_analysis(analysis, attention.value)
+    params, flops, ok = result.params.row_dicts(), result.flops.row_dicts(), result.agree
     if format is OutputFormat.json:
-        result = {
-            "target": target, "agree": ok, "attention": attention.value,
-            "params": {"rows": params, "analytic_total": sum(r["analytic"] for r in params),
-                       "counted_total": sum(r["counted"] for r in params)},
-            "flops": {"rows": flops, "analytic_total": sum(r["analytic"] for r in flops),
-                      "counted_total": sum(r["counted"] for r in flops)},
-        }  # fmt: skip
-        output.emit_json("verify", [result], workload.as_dict(), status="ok" if ok else "mismatch")
+        output.emit_json("verify", [result.to_json()], workload.as_dict(), status="ok" if ok else "mismatch")
     else:
         from embedcalc.render.tables import reconcile_table
 

@@ -1,0 +1,164 @@
+"""``bench``: a timed run on a real device beside the analytic prediction (throughput, FLOP/s, memory).
+
+The prediction of what a timed run peaks at is the analyzer's memory estimate without its KV cache (bench runs
+whole-sequence forwards or training steps, it does not decode). Achieved FLOP/s is analytic FLOPs over the median
+step time; utilisation is against the device's measured matmul peak (and the datasheet peak for a known GPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.hardware import datasheet_peak
+from embedcalc.config.schema import ModelConfig
+from embedcalc.errors import UnsupportedEnvironmentError
+
+if TYPE_CHECKING:  # torch loads with the benchmark, not with the analyzer
+    from embedcalc.modeling.benchmark import BenchRun
+    from embedcalc.modeling.timing import PeakMeasurement
+
+
+def run_bytes(memory: MemoryEstimate) -> int:
+    """What the timed run should peak at: the estimate without its KV cache."""
+    return memory.total_bytes - memory.kv_cache_bytes
+
+
+def predicted_bytes(analysis: Analysis) -> int:
+    return run_bytes(analysis.memory)
+
+
+def largest_fitting(workload: Workload, config: ModelConfig, free: int, field: str) -> int | None:
+    """The largest batch_size (or seq_len) at which the prediction fits in ``free`` bytes, by bisection."""
+
+    def fits(value: int) -> bool:
+        trial = (
+            replace(workload, batch_size=value) if field == "batch_size" else replace(workload, seq_len=value)
+        )
+        return run_bytes(estimate_memory(config, trial)) <= free
+
+    hi = getattr(workload, field)
+    if not fits(1):
+        return None
+    lo = 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_fits(analysis: Analysis, free: int, where: str, sizes: Callable[[int], str]) -> None:
+    """Raise :class:`UnsupportedEnvironmentError` (exit 4) when the predicted peak exceeds ``free`` bytes, naming
+    a batch size and a seq-len that would fit. ``sizes`` formats a byte count."""
+    need = predicted_bytes(analysis)
+    if need <= free:
+        return
+    config, w = analysis.config, analysis.workload
+    batch = largest_fitting(w, config, free, "batch_size")
+    seq = largest_fitting(w, config, free, "seq_len")
+    hints = []
+    if batch:
+        hints.append(f"--batch-size {batch}")
+    if seq:
+        hints.append(f"--seq-len {seq}")
+    hint = f"; this would fit: {' or '.join(hints)}" if hints else "; even batch 1 at seq-len 1 does not fit"
+    raise UnsupportedEnvironmentError(
+        f"{analysis.target}: predicted peak {sizes(need)} ({need:,} bytes) exceeds the "
+        f"{sizes(free)} ({free:,} bytes) free on {where}{hint}. --force runs it anyway.",
+        code="does_not_fit",
+    )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed run: latency quantiles, throughput, achieved and peak FLOP/s, peak memory beside predicted."""
+
+    device: str
+    threads: int
+    build_s: float
+    median_s: float
+    p10_s: float
+    p90_s: float
+    repeat: int
+    tokens_per_s: float
+    sequences_per_s: float
+    flops_per_step: int
+    achieved_flops_per_s: float
+    peak_flops_per_s: float
+    peak_source: str
+    utilization: float
+    spec_peak_flops_per_s: float | None
+    spec_peak_source: str | None
+    spec_utilization: float | None
+    peak_memory_bytes: int
+    peak_memory_method: str
+    predicted_memory_bytes: int
+    memory_error_pct: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``measurement`` object of DESIGN.md §5."""
+        return asdict(self)
+
+
+def measurement(
+    analysis: Analysis, run: BenchRun, peak: PeakMeasurement, cuda: bool, dtype: str
+) -> Measurement:
+    """Reconcile a timed ``run`` of ``analysis.config`` with the prediction; ``peak`` is the measured matmul peak."""
+    w = analysis.workload
+    flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
+    median = run.timings.median_s
+    decoder_tokens = 0  # an encoder-decoder also processes its target sequence
+    if analysis.config.architecture == "encoder-decoder":
+        decoder_tokens = w.tgt_len if w.tgt_len is not None else w.seq_len
+    tokens = w.batch_size * (w.seq_len + decoder_tokens)
+    achieved = flops / median
+    spec_flops, spec_source = datasheet_peak(run.device, dtype) if cuda else (None, None)
+    predicted = predicted_bytes(analysis)
+    return Measurement(
+        device=run.device,
+        threads=run.threads,
+        build_s=run.build_s,
+        median_s=median,
+        p10_s=run.timings.quantile_s(0.1),
+        p90_s=run.timings.quantile_s(0.9),
+        repeat=len(run.timings.seconds),
+        tokens_per_s=tokens / median,
+        sequences_per_s=w.batch_size / median,
+        flops_per_step=flops,
+        achieved_flops_per_s=achieved,
+        peak_flops_per_s=peak.flops_per_s,
+        peak_source=f"measured: best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls",
+        utilization=achieved / peak.flops_per_s,
+        spec_peak_flops_per_s=spec_flops,
+        spec_peak_source=spec_source,
+        spec_utilization=achieved / spec_flops if spec_flops else None,
+        peak_memory_bytes=run.peak_memory_bytes,
+        peak_memory_method=run.memory_method,
+        predicted_memory_bytes=predicted,
+        memory_error_pct=100.0 * (run.peak_memory_bytes - predicted) / predicted if predicted else None,
+    )
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """The analysis of the benchmarked workload and the measurement of the timed run."""
+
+    analysis: Analysis
+    measurement: Measurement
+
+    @property
+    def target(self) -> str:
+        return self.analysis.target
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement``."""
+        return self.analysis.as_json() | {"measurement": self.measurement.as_json()}
+
+    as_json = to_json
