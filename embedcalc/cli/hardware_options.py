@@ -5,22 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.roofline import (
-    Efficiency,
-    RooflineEstimate,
-    TimeRequest,
-    capacity,
-    estimate_time,
-    with_kv_dtype,
-)  # fmt: skip
-from embedcalc.config.hardware import LOCAL, Device, load_device, load_local, peak_dtype
 from embedcalc.errors import UnsupportedEnvironmentError
+
+if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
+    from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
+    from embedcalc.config.hardware import Device
 
 
 class KvDtypeChoice(StrEnum):
@@ -130,6 +125,9 @@ def time_options(hardware: str | None, efficiency: str | None, kv_dtype: KvDtype
 
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
+    from embedcalc.analysis.roofline import Efficiency
+    from embedcalc.config.hardware import LOCAL, load_local, peak_dtype
+
     if device.name == LOCAL:
         return Efficiency(1.0, 1.0, "measured: `local` is the measurement itself")
     local = load_local()
@@ -150,6 +148,11 @@ def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, Roof
     """The analysis with its KV cache in --kv-dtype, and its roofline estimate (None when no time was asked)."""
     w = analysis.workload
     kv = options.kv_dtype.value if options.kv_dtype else None
+    if kv is None and not options.wanted:
+        return analysis, None
+    from embedcalc.analysis.roofline import Efficiency, TimeRequest, capacity, estimate_time, with_kv_dtype
+    from embedcalc.config.hardware import load_device
+
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
     if not options.wanted:
         return analysis, None

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
 from embedcalc.config.files import RefusedNumber, load_mapping, oversized_ints, parse_scalar, too_many_digits
-from embedcalc.config.hf import HFReport, is_hf_config, map_hf_config
 from embedcalc.config.hub import resolve_hub_id
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.config.schema import FIELD_NAMES, ModelConfig
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
+
+if TYPE_CHECKING:  # the Hugging Face families load only for a Hugging Face config (start-up)
+    from embedcalc.config.hf import HFReport
 
 
 @dataclass(frozen=True)
@@ -132,9 +134,14 @@ def canonical_mapping(
 ) -> tuple[dict[str, Any], dict[str, str], list[Problem], HFReport | None]:
     """The canonical mapping of a parsed target: a Hugging Face config mapped by its family (raising ConfigError
     for an unsupported family or key), anything else normalised as embedcalc's schema (problems returned)."""
-    if is_hf_config(raw):
-        mapping = map_hf_config(raw, origin, path)
-        return dict(mapping.data), dict(mapping.user_keys), [], mapping.report
+    # every Hugging Face config has a model_type or lacks architecture (is_hf_config); embedcalc's own files and
+    # the presets have architecture and no model_type, so they skip importing the families
+    if "model_type" in raw or "architecture" not in raw:
+        from embedcalc.config.hf import is_hf_config, map_hf_config
+
+        if is_hf_config(raw):
+            mapping = map_hf_config(raw, origin, path)
+            return dict(mapping.data), dict(mapping.user_keys), [], mapping.report
     data, user_keys, problems = normalise_keys(raw)
     return data, user_keys, problems, None
 
