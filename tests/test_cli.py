@@ -137,7 +137,7 @@ def test_debug_flag_shows_the_traceback(run_cli: Run) -> None:
 
 
 def test_json_on_stdout_warnings_on_stderr_real_process(run_cli: Run) -> None:
-    proc = run_cli("analyze", "bert-base", "--format", "json")
+    proc = run_cli("analyze", "bert-base", "--set", "vocab_size=30522", "--format", "json")  # a chosen size: warned
     assert proc.returncode == 0
     data = json.loads(proc.stdout)  # the warning did not leak into stdout
     assert data["status"] == "ok"
@@ -149,7 +149,7 @@ def test_json_on_stdout_warnings_on_stderr_real_process(run_cli: Run) -> None:
 
 
 def test_table_on_stdout_warnings_on_stderr_real_process(run_cli: Run) -> None:
-    proc = run_cli("analyze", "bert-base")
+    proc = run_cli("analyze", "bert-base", "--set", "vocab_size=30522")
     assert proc.returncode == 0
     assert "109,482,240" in proc.stdout
     assert "22,348,431,360" in proc.stdout

@@ -27,5 +27,6 @@ def analyze_loaded(loaded: LoadedConfig, workload: Workload) -> Analysis:
     if errors:
         lines = "\n".join(f"  {p.message}" for p in errors)
         raise ConfigError(f"{target}: the workload does not fit the config\n{lines}", errors)
-    warnings = config_warnings(loaded.config, loaded.user_keys) + warnings + notes
+    published = loaded.source in ("preset", "hf")  # the model's own sizes, not someone choosing them
+    warnings = config_warnings(loaded.config, loaded.user_keys, published) + warnings + notes
     return analyze(target, loaded.config, workload, warnings)

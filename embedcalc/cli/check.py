@@ -95,7 +95,7 @@ def check_command(
                 {"target": target, "valid": False, "problems": [p.as_dict() for p in workload_errors]}
             )
             continue
-        warnings = config_warnings(loaded.config, loaded.user_keys)
+        warnings = config_warnings(loaded.config, loaded.user_keys, published=loaded.source != "file")
         if not budget.empty:
             warnings += workload_warnings
         output.warn(warnings, target)

@@ -6,6 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
@@ -258,6 +259,17 @@ def enforce_budget(problems: list[Problem], json_emitted: bool) -> None:
         raise EmbedcalcError(
             message, ExitCode.OVER_BUDGET, problems, "over_budget", json_emitted=json_emitted
         )
+
+
+def check_plot_file(path: Path) -> None:
+    """``--plot FILE`` of any command: the suffix must name a format the plots are written in (png, svg, pdf);
+    otherwise a usage error (exit 2) before any work is done."""
+    from embedcalc.render.plot import plot_format
+
+    try:
+        plot_format(path)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--plot'") from None
 
 
 def load(target: str, overrides: list[str] | None) -> LoadedConfig:

@@ -41,6 +41,7 @@ from embedcalc.cli.common import (
     TpOption,
     ZeroOption,
     budget_problems,
+    check_plot_file,
     enforce_budget,
     handle_errors,
     make_workload,
@@ -111,6 +112,8 @@ def compare_command(
     if len(targets) < 2:
         raise typer.BadParameter("compare needs two or more targets; use `embedcalc analyze` for one",
                                  param_hint="'TARGETS...'")  # fmt: skip
+    if plot is not None:
+        check_plot_file(plot)  # as sweep: a usage error before any work
     parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep)
     workload = make_workload(
         batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens

@@ -36,7 +36,8 @@ def diff_command(
 
     loaded_a, loaded_b = load(a, None), load(b, overrides)
     for loaded in (loaded_a, loaded_b):
-        output.warn(config_warnings(loaded.config, loaded.user_keys), loaded.target)
+        published = loaded.source != "file"  # a preset or a Hugging Face file: no vocabulary-padding advice
+        output.warn(config_warnings(loaded.config, loaded.user_keys, published), loaded.target)
     label_b = b if not overrides else f"{b} --set " + " --set ".join(overrides)
     diff = diff_models(a, loaded_a.config, label_b, loaded_b.config)
     if format is OutputFormat.json:

@@ -27,6 +27,7 @@ from embedcalc.cli.common import (
     SetOption,
     TgtOption,
     bounded_int,
+    check_plot_file,
     handle_errors,
     make_workload,
 )  # fmt: skip
@@ -229,12 +230,9 @@ def _check_grid_request(axes: dict[str, tuple[int, ...]], max_points: int) -> No
 
 
 def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: SweepFormat) -> None:
-    from embedcalc.render.plot import MAX_CURVES, plot_format, require_matplotlib
+    from embedcalc.render.plot import MAX_CURVES, require_matplotlib
 
-    try:
-        plot_format(plot)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="'--plot'") from None
+    check_plot_file(plot)
     if len(axes.get("seq_len", ())) < 2:
         raise typer.BadParameter(
             "plots are against seq_len: give --seq-len with at least two values", param_hint="'--plot'"

@@ -15,7 +15,7 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.torch_env import require_torch
+from embedcalc.cli.torch_env import require_device, require_torch
 
 METHOD = (
     "each seq_len: median of alternating forward passes with and without the attention core (Q·Kᵀ, softmax, ·V "
@@ -36,8 +36,8 @@ def run_measure(
             param_hint="'--measure'",
         )
     torch = require_torch()
+    dev = require_device(device)  # before any work: cuda without CUDA is exit 4, as in bench
     from embedcalc.modeling.measure import measure_attention_split, measured_crossover
-    from embedcalc.modeling.timing import resolve_device
     from embedcalc.render.progress import step_progress
 
     fixed = [f"{a}={v[0]}" for a, v in axes.items() if a not in ("seq_len", "batch_size")]
@@ -47,7 +47,6 @@ def run_measure(
         batch_size=batch, seq_len=max(seq_lens), dtype=workload.dtype, attention=workload.attention
     )
     analysis: Analysis = analyze_target(target, [*(overrides or []), *fixed, "dropout=0.0"], base)
-    dev = resolve_device(device)
     dtype = workload.dtype if workload.dtype in ("float32", "bfloat16", "float16") else "float32"
     with step_progress(output.stderr, f"{target} attention split") as on_step:
         points = measure_attention_split(

@@ -1,8 +1,11 @@
-"""Importing torch on demand: a missing torch is exit 4 with the install command, never a traceback."""
+"""Importing torch on demand: a missing torch, or a ``--device`` this machine does not have, is exit 4 with what
+to do instead, never a traceback."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import typer
 
 from embedcalc.errors import UnsupportedEnvironmentError
 
@@ -19,3 +22,19 @@ def require_torch() -> Any:
             code="no_torch",
         ) from None
     return torch
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def require_device(name: str) -> Any:
+    """The torch device for ``--device``: exit 2 for a name not in :data:`DEVICES`, exit 4 when the device is not
+    there (cuda without CUDA)."""
+    if name not in DEVICES:
+        raise typer.BadParameter(f"{name!r} is not one of {', '.join(DEVICES)}", param_hint="'--device'")
+    from embedcalc.modeling.timing import resolve_device
+
+    try:
+        return resolve_device(name)
+    except RuntimeError as exc:
+        raise UnsupportedEnvironmentError(f"{exc}; use --device cpu or --device auto", "no_cuda") from None

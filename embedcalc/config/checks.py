@@ -27,8 +27,14 @@ class WorkloadShape(Protocol):
 FFN_RATIO_RANGE = (1.0, 8.0)
 
 
-def config_warnings(config: ModelConfig, user_keys: dict[str, str] | None = None) -> list[Problem]:
-    """Things that are valid but probably unintended or slow (DESIGN.md §3)."""
+def config_warnings(
+    config: ModelConfig, user_keys: dict[str, str] | None = None, published: bool = False
+) -> list[Problem]:
+    """Things that are valid but probably unintended or slow (DESIGN.md §3).
+
+    ``published``: the config is a shipped preset or a Hugging Face file, whose sizes are the model's own. The
+    vocabulary-padding advice is for someone choosing a size, so it is left out there unless ``--set vocab_size``
+    chose it."""
     keys = user_keys or {}
     head_key = (
         keys.get("head_dim", "head_dim")
@@ -55,7 +61,8 @@ def config_warnings(config: ModelConfig, user_keys: dict[str, str] | None = None
                 "head_dim_large",
             )
         )
-    if config.vocab_size % 64:
+    vocab_chosen = not published or keys.get("vocab_size", "").startswith("--set ")
+    if config.vocab_size % 64 and vocab_chosen:
         padded = -(-config.vocab_size // 64) * 64
         out.append(
             Problem(

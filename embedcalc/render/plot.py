@@ -12,7 +12,7 @@ import contextlib
 import math
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +23,7 @@ from embedcalc.analysis.sweep import CONFIG_AXES, SeqLenCurve, SweepResult
 from embedcalc.analysis.sweep_rules import FLAGS
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 PLOT_INSTALL = "pip install 'embedcalc[plot]'"
 PLOT_FORMATS = ("png", "svg", "pdf")
@@ -38,37 +39,63 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
 
 
 def sweep_table(result: SweepResult, max_rows: int) -> Table:
-    """The first ``max_rows`` points: swept values, params, FLOPs with the score share, memory, validity."""
+    """The first ``max_rows`` points: swept values, params, FLOPs with the score share, memory, validity.
+
+    At a narrow terminal the swept values share one wrapped "point" column (see :class:`FitTable`)."""
     w = result.workload
     crossover = (
         "" if result.crossover_seq_len is None else f"; crossover n* = {result.crossover_seq_len} tokens"
     )
     valid = int(result.valid.sum())
-    table = Table(
-        title=f"Sweep — {escape(result.target)}: {result.size:,} points, {valid:,} valid; {w.dtype}, attention "
-        f"{w.attention}{crossover}",
-        caption="FLOPs: forward, 2 per MAC, matmuls only, full n×n scores; ★ share = attention scores (Q·Kᵀ, A·V) "
+    rows = min(result.size, max_rows)
+    axes = list(result.axes)
+    title = (
+        f"Sweep — {escape(result.target)}: {result.size:,} points, {valid:,} valid; {w.dtype}, attention "
+        f"{w.attention}{crossover}"
+    )
+    caption = (
+        "FLOPs: forward, 2 per MAC, matmuls only, full n×n scores; ★ share = attention scores (Q·Kᵀ, A·V) "
         "/ forward. Memory: inference (weights + KV cache + peak activations) and training (+ gradients, "
         "optimizer, saved activations)."
         + (
             f" Showing {max_rows:,} of {result.size:,} points; --format csv or json lists all."
             if result.size > max_rows
             else ""
-        ),
-        title_justify="left",
+        )
     )
-    axes = list(result.axes)
+    values = ["params", "forward FLOPs", "★ share", "inference", "training"]
+    if set(CONFIG_AXES) & set(axes):
+        values.append("n*")  # per point: a config axis moves the crossover
+    show_problems = not bool(result.valid[:rows].all())
+    drop = ("training", "★ share")  # narrow terminals: --format csv or json has every column
+    narrow = FitTable(title=title, caption=caption, title_justify="left", drop=drop, keep=1)
+    narrow.add_column("point")
+    # as wide as the title where the terminal allows, so that "crossover n* = ..." stays on its line
+    table = FitTable(
+        title=title, caption=caption, title_justify="left", drop=drop, narrow=narrow, min_width=len(title)
+    )
     for axis in axes:
-        table.add_column(FLAGS[axis].lstrip("-"), justify="right")
-    for name in ("params", "forward FLOPs", "★ share", "inference", "training"):
-        table.add_column(name, justify="right")
-    per_point_crossover = bool(set(CONFIG_AXES) & set(axes))
-    if per_point_crossover:
-        table.add_column("n*", justify="right")
-    table.add_column("problem")
-    rows = min(result.size, max_rows)
+        table.add_column(FLAGS[axis].lstrip("-"), justify="right", whole=True)
+    for part in (table, narrow):
+        for name in values:
+            part.add_column(name, justify="right", whole=True)
+        if show_problems:
+            part.add_column("problem")
+    for swept, cells, style in _sweep_rows(result, rows, "n*" in values):
+        table.add_row(*swept, *cells, style=style)
+        point = " ".join(f"{FLAGS[a].lstrip('-')}={v}" for a, v in zip(axes, swept, strict=True))
+        narrow.add_row(point, *cells, style=style)
+    return table
+
+
+def _sweep_rows(
+    result: SweepResult, rows: int, per_point_crossover: bool
+) -> Iterator[tuple[list[str], list[str], str | None]]:
+    """(swept values, value cells with the problem cell if any point shown is invalid, row style) per point."""
+    axes = list(result.axes)
     axis_values = {a: result.axis_column(a)[:rows].tolist() for a in axes}
     crossover_col = result.crossover_column()[:rows].tolist()
+    show_problems = not bool(result.valid[:rows].all())
     grid = result.grid
     columns: dict[str, list[Any]] = {}
     if grid is not None:
@@ -81,25 +108,23 @@ def sweep_table(result: SweepResult, max_rows: int) -> Table:
         ):
             columns[key] = grid[key][:rows].tolist() if key in grid.columns else [None] * rows
     for i in range(rows):
-        cells = [str(axis_values[a][i]) for a in axes]
+        swept = [str(axis_values[a][i]) for a in axes]
         if result.valid[i] and grid is not None:
             forward, scores = columns["flops_forward"][i], columns["flops_attention_scores"][i]
-            cells += [
+            cells = [
                 units.si(columns["params"][i]),
-                units.flops(forward),
+                units.si(forward),  # the header names the unit
                 units.percent(scores / forward if forward else 0.0),
                 units.binary_bytes(columns["inference_total_bytes"][i]),
                 _cell(columns["training_total_bytes"][i], units.binary_bytes),
             ]
             if per_point_crossover:
                 cells.append(str(crossover_col[i]))
-            cells.append("")
-            table.add_row(*cells)
+            yield swept, cells + [""] * show_problems, None
         else:
-            cells += ["—"] * (5 + per_point_crossover)
+            cells = ["—"] * (5 + per_point_crossover)
             cells.append(escape("; ".join(p.message for p in result.problems_at(i))))
-            table.add_row(*cells, style="dim")
-    return table
+            yield swept, cells, "dim"
 
 
 def _bar(share: float) -> str:
@@ -109,18 +134,19 @@ def _bar(share: float) -> str:
 
 def score_share_table(curve: SeqLenCurve) -> Table:
     """Attention-score share of forward FLOPs against seq_len as a bar chart, the crossover marked."""
-    table = Table(
+    table = FitTable(
         title=f"Attention-score share of forward FLOPs — {escape(curve.label)}",
         title_justify="left",
         caption=f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
         "+ FFN (crossover.py); the whole model also counts pooler / LM head.",
+        drop=("rest FLOPs",),
     )
-    table.add_column("seq_len", justify="right")
-    table.add_column("scores", justify="right")
-    table.add_column("rest", justify="right")
-    table.add_column("share", justify="right")
-    table.add_column("0%" + " " * (_BAR_WIDTH - 6) + "100%")
-    table.add_column("")
+    table.add_column("seq_len", justify="right", whole=True)
+    table.add_column("score FLOPs", justify="right", whole=True)
+    table.add_column("rest FLOPs", justify="right", whole=True)
+    table.add_column("share", justify="right", whole=True)
+    table.add_column("0%" + " " * (_BAR_WIDTH - 6) + "100%", whole=True)
+    table.add_column("", whole=True)
     marked = False
     for n, scores, other in zip(curve.seq_len, curve.score_flops, curve.other_flops, strict=True):
         marker = ""
@@ -130,9 +156,7 @@ def score_share_table(curve: SeqLenCurve) -> Table:
             table.add_row(str(n), "—", "—", "invalid", "", marker, style="dim")
             continue
         share = scores / (scores + other) if scores + other else 0.0
-        table.add_row(
-            str(n), units.flops(scores), units.flops(other), units.percent(share), _bar(share), marker
-        )
+        table.add_row(str(n), units.si(scores), units.si(other), units.percent(share), _bar(share), marker)
     return table
 
 

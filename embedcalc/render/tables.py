@@ -13,6 +13,7 @@ from embedcalc.analysis.heads import HeadChoice
 from embedcalc.analysis.report import Analysis
 from embedcalc.config.hf import HFReport
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 PARAMS_CAPTION = (
     "Trainable parameters; tied weights counted once; fixed buffers (sinusoidal tables) excluded."
@@ -48,10 +49,10 @@ def _group_rows(
 
 
 def params_table(a: Analysis) -> Table:
-    table = Table(title=f"Parameters — {escape(a.target)}", caption=PARAMS_CAPTION, title_justify="left")
+    table = FitTable(title=f"Parameters — {escape(a.target)}", caption=PARAMS_CAPTION, title_justify="left")
     table.add_column("component")
-    table.add_column("params", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("params", justify="right", whole=True)
+    table.add_column("share", justify="right", whole=True)
     _group_rows(table, a.params, str)
     table.add_section()
     table.add_row(
@@ -65,14 +66,14 @@ def params_table(a: Analysis) -> Table:
 def flops_table(a: Analysis) -> Table:
     w = a.workload
     tgt = f", tgt_len {w.tgt_len}" if w.tgt_len is not None else ""
-    table = Table(
+    table = FitTable(
         title=f"Forward FLOPs — {escape(a.target)} (batch {w.batch_size}, seq_len {w.seq_len}{tgt})",
         caption=FLOPS_CAPTION,
         title_justify="left",
     )
     table.add_column("component")
-    table.add_column("FLOPs", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("FLOPs", justify="right", whole=True)
+    table.add_column("share", justify="right", whole=True)
     _group_rows(table, a.flops.breakdown, str, score_marker=True)
     table.add_section()
     f = a.flops
@@ -101,14 +102,14 @@ def flops_table(a: Analysis) -> Table:
 
 def memory_table(a: Analysis) -> Table:
     w = a.workload
-    table = Table(
+    table = FitTable(
         title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}",
         title_justify="left",
         caption=_memory_caption(a),
     )
     table.add_column("kind")
-    table.add_column("bytes", justify="right")
-    table.add_column("size", justify="right")
+    table.add_column("bytes", justify="right", whole=True)
+    table.add_column("size", justify="right", whole=True)
     memory = a.memory.as_dict()
     for key, value in memory.items():
         if key == "total_bytes":
@@ -201,23 +202,24 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
 
 def compare_table(analyses: Sequence[Analysis]) -> Table:
     w = analyses[0].workload
-    table = Table(
+    table = FitTable(
         title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.dtype}, {w.mode}",
         caption=PARAMS_CAPTION + " " + FLOPS_CAPTION,
         title_justify="left",
+        keep=1,  # too wide: the targets in groups, one table below the other, each with the labels
     )
     table.add_column("")
     for a in analyses:
-        table.add_column(escape(a.target), justify="right")
+        table.add_column(escape(a.target), justify="right", whole=True)
     for label, cells, _ in compare_rows(analyses):
         table.add_row(label, *cells)
     return table
 
 
 def check_table(target: str, derived: dict[str, object], params: int) -> Table:
-    table = Table(title=f"{escape(target)}: valid", title_justify="left", show_header=False)
-    table.add_column("field")
-    table.add_column("value", justify="right")
+    table = FitTable(title=f"{escape(target)}: valid", title_justify="left", show_header=False)
+    table.add_column("field", whole=True)
+    table.add_column("value", justify="right", whole=True)
     for key, value in derived.items():
         if value is not None:
             table.add_row(key, str(value))
@@ -226,14 +228,14 @@ def check_table(target: str, derived: dict[str, object], params: int) -> Table:
 
 
 def heads_table(embed_dim: int, choices: Sequence[HeadChoice]) -> Table:
-    table = Table(
+    table = FitTable(
         title=f"Valid num_heads for embed_dim {embed_dim}",
         title_justify="left",
         caption="✓ usual: head_dim 64 or 128 · ×8/×16/×64: tensor-core alignment · "
         "flash: head_dim ≤ 256 (FlashAttention-2)",
     )
     for name in ("num_heads", "head_dim"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", whole=True)
     for name in ("×8", "×16", "×64", "flash", "usual"):
         table.add_column(name, justify="center")
     mark = {True: "✓", False: ""}
@@ -252,9 +254,14 @@ def heads_table(embed_dim: int, choices: Sequence[HeadChoice]) -> Table:
 
 
 def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
-    table = Table(title="Presets", title_justify="left", caption="`embedcalc presets show NAME` prints one")
+    table = FitTable(
+        title="Presets",
+        title_justify="left",
+        caption="`embedcalc presets show NAME` prints one.",
+        drop=("≈", "architecture"),  # ≈ repeats the exact count; most names say the architecture
+    )
     for col in ("name", "architecture", "params", "≈", "embed_dim", "num_heads", "layers"):
-        table.add_column(col, justify="left" if col in ("name", "architecture") else "right")
+        table.add_column(col, justify="left" if col in ("name", "architecture") else "right", whole=True)
     for r in rows:
         table.add_row(
             r["name"],
@@ -270,10 +277,10 @@ def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
 
 def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
     """component | analytic | counted | difference, with a total row; mismatches in red."""
-    table = Table(title=escape(title), title_justify="left")
+    table = FitTable(title=escape(title), title_justify="left")
     table.add_column("component")
     for name in ("analytic", "torch", "difference"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", whole=True)
     for r in rows:
         style = "red" if r["difference"] else None
         table.add_row(
@@ -296,15 +303,15 @@ def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
 
 def suggestions_table(target: str, rows: Sequence[dict[str, Any]]) -> Table:
     """Ranked valid alternatives to an invalid config, each a ready --set line."""
-    table = Table(
+    table = FitTable(
         title=f"Nearest valid configs for {escape(target)}",
         title_justify="left",
         caption="Ranked by how little they change the parameter count of the config as written.",
     )
-    table.add_column("#", justify="right")
+    table.add_column("#", justify="right", whole=True)
     table.add_column("overrides")
-    table.add_column("params", justify="right")
-    table.add_column("change", justify="right")
+    table.add_column("params", justify="right", whole=True)
+    table.add_column("change", justify="right", whole=True)
     for i, r in enumerate(rows, 1):
         delta = r["delta_params"]
         table.add_row(
@@ -313,37 +320,57 @@ def suggestions_table(target: str, rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
-def _short(value: object, width: int = 40) -> str:
+VALUE_WIDTH = 40  # a Hugging Face value longer than this is described (its kind and size), never cut
+
+
+def _value_text(value: object) -> str:
+    """A config value as the file holds it; a long one (an ``id2label`` map, a token list) as what it is."""
     text = repr(value) if not isinstance(value, str) else value
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= VALUE_WIDTH:
+        return text
+    if isinstance(value, dict):
+        return f"a mapping of {len(value):,} keys"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value):,} items"
+    return f"{type(value).__name__} of {len(text):,} characters"
+
+
+_ORIGIN = {
+    "file": "file",
+    "default": "transformers default (key absent)",
+    "family": "implied by model_type",
+}
 
 
 def hf_mapping_table(target: str, report: HFReport) -> Table:
     """What ``check`` did with every key of a Hugging Face config.json: mapped onto a field (from the file, from
-    transformers' default for a key the file leaves out, or implied by the family) or ignored, with the reason."""
-    table = Table(
-        title=f"{escape(target)}: Hugging Face {escape(report.family)} config, counted as {escape(report.counted_as)}",
-        caption=(
-            "Counting rule: encoders as AutoModel (default pooler), decoders as AutoModelForCausalLM, "
-            "encoder-decoders as AutoModelForSeq2SeqLM; the LM head tied as tie_word_embeddings says."
-        ),
-        title_justify="left",
+    transformers' default for a key the file leaves out, or implied by the family) or ignored, with the reason.
+
+    Four columns where they fit; at a narrower terminal two (key; what became of it), so no key is cut."""
+    title = f"{escape(target)}: Hugging Face {escape(report.family)} config, counted as {escape(report.counted_as)}"
+    caption = (
+        "Counting rule: encoders as AutoModel (default pooler), decoders as AutoModelForCausalLM, "
+        "encoder-decoders as AutoModelForSeq2SeqLM; the LM head tied as tie_word_embeddings says."
     )
+    narrow = FitTable(title=title, caption=caption, title_justify="left")
+    narrow.add_column("key")  # words whole; "a, b" (a field read from two keys) may wrap after a comma
+    narrow.add_column("field = value (from / why)")
+    table = FitTable(title=title, caption=caption, title_justify="left", narrow=narrow)
     table.add_column("key")
     table.add_column("field")
     table.add_column("value")
     table.add_column("from / why")
-    origin = {
-        "file": "file",
-        "default": "transformers default (key absent)",
-        "family": "implied by model_type",
-    }
     for m in report.mapped:
-        how = origin[m.origin] + (f": {m.note}" if m.note else "")
-        table.add_row(escape(m.key), m.field, escape(_short(m.value)), escape(how))
+        how = _ORIGIN[m.origin] + (f": {m.note}" if m.note else "")
+        key, value = escape(m.key), escape(_value_text(m.value))
+        table.add_row(key, m.field, value, escape(how))
+        narrow.add_row(key, f"{m.field} = {value} ({escape(how)})")
     table.add_section()
+    narrow.add_section()
     for i in report.ignored:
-        table.add_row(escape(i.key), "[dim]ignored[/]", escape(_short(i.value)), escape(i.reason))
+        key, value = escape(i.key), escape(_value_text(i.value))
+        table.add_row(key, "[dim]ignored[/]", value, escape(i.reason))
+        narrow.add_row(key, f"[dim]ignored[/] {value}: {escape(i.reason)}")
     return table
 
 
@@ -351,7 +378,7 @@ def measure_table(target: str, measured: dict[str, Any]) -> Table:
     """Measured attention vs rest time per seq_len, beside the FLOP-predicted attention share."""
     crossover = measured["measured_crossover_seq_len"]
     found = f"{crossover:,.0f}" if crossover is not None else "not reached in the range"
-    table = Table(
+    table = FitTable(
         title=escape(f"Measured attention split — {target} on {measured['device']} ({measured['threads']} threads)"),
         title_justify="left",
         caption=escape(
@@ -367,7 +394,7 @@ def measure_table(target: str, measured: dict[str, Any]) -> Table:
         "attention share (measured)",
         "(predicted, FLOPs)",
     ):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", whole=True)
     for r in measured["points"]:
         table.add_row(
             str(r["seq_len"]), f"{r['full_s'] * 1000:,.1f} ms", f"{r['attention_s'] * 1000:,.1f} ms",
