@@ -87,19 +87,65 @@ class BenchRun:
 
 
 def miniature(config: ModelConfig) -> ModelConfig:
-    """The same architecture and options at toy size (embed_dim 64, one block per stack, vocab 128)."""
+    """The same architecture and options at toy size (embed_dim 64, vocab 128, one layer per distinct block,
+    at most 4 experts, MLA dims 16/8, windows and chunks within the 16-token context)."""
     heads = 4
     kv = (
         heads if config.resolved_kv_heads == config.num_heads else (1 if config.resolved_kv_heads == 1 else 2)
     )
-    data = config.model_dump()
+    context = min(config.max_seq_len, 16)
+    data = config.model_dump(exclude_unset=True)  # unset fields keep their meaning (a block overrides only its own)
     data.update(
-        vocab_size=128, max_seq_len=min(config.max_seq_len, 16), embed_dim=64, num_heads=heads, num_kv_heads=kv,
+        vocab_size=128, max_seq_len=context, embed_dim=64, num_heads=heads, num_kv_heads=kv,
         head_dim=16 if config.head_dim is not None else None, ffn_dim=128, num_layers=1,
         num_decoder_layers=1 if config.num_decoder_layers is not None else None,
         type_vocab_size=min(config.type_vocab_size, 2),
     )  # fmt: skip
+    if config.token_embed_dim is not None:
+        data["token_embed_dim"] = 32
+    if config.rotary_dim is not None:
+        data["rotary_dim"] = 8
+    if config.sliding_window is not None:
+        data["sliding_window"] = min(config.sliding_window, context)
+    if config.layers is not None:
+        names = list(dict.fromkeys(name for run in config.layers for name in run.pattern))
+        data.update(layers=[{"pattern": names, "repeat": 1}], num_layers=len(names))
+    if "attention" in data:
+        data["attention"] = _mini_attention(data["attention"], context)
+    if "ffn" in data:
+        data["ffn"] = _mini_ffn(data["ffn"])
+    for block in data.get("blocks", {}).values():
+        if "attention" in block:
+            block["attention"] = _mini_attention(block["attention"], context)
+        if "ffn" in block:
+            block["ffn"] = _mini_ffn(block["ffn"])
     return ModelConfig.model_validate(data)
+
+
+_MINI_MLA = {"q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+             "qk_head_dim": 16}  # fmt: skip
+_MINI_FFN = {"ffn_dim": 128, "expert_dim": 32, "shared_expert_dim": 32}
+
+
+def _mini_attention(spec: dict[str, Any], context: int) -> dict[str, Any]:
+    """An attention spec's sizes at toy scale (only the fields it sets)."""
+    out: dict[str, Any] = {k: _MINI_MLA.get(k, v) if v is not None else None for k, v in spec.items()}
+    for name in ("sliding_window", "chunk_size"):
+        size = out.get(name)
+        if size is not None:
+            out[name] = min(int(size), context)
+    return out
+
+
+def _mini_ffn(spec: dict[str, Any]) -> dict[str, Any]:
+    """An FFN spec's sizes at toy scale: at most 4 experts, top_k within them."""
+    out: dict[str, Any] = {k: _MINI_FFN.get(k, v) if v is not None else None for k, v in spec.items()}
+    experts = min(int(out["num_experts"]), 4) if out.get("num_experts") is not None else 4
+    if "num_experts" in out and out["num_experts"] is not None:
+        out["num_experts"] = experts
+    if out.get("top_k") is not None:
+        out["top_k"] = min(int(out["top_k"]), experts)
+    return out
 
 
 def _page_in(config: ModelConfig, settings: BenchSettings, device: torch.device) -> None:
