@@ -12,6 +12,7 @@ from embedcalc.analysis.communication import (
     DDP_FIRST_BUCKET_BYTES,
     communication,
     ddp_buckets,
+    fsdp_units,
 )
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.loading import load_target
@@ -33,22 +34,28 @@ def test_dp_all_reduce_is_the_ring_volume_of_every_gradient() -> None:
     assert ar.count == 1 + -(-(grads - DDP_FIRST_BUCKET_BYTES) // DDP_BUCKET_BYTES)
 
 
-def test_zero3_moves_one_and_a_half_times_the_dp_volume() -> None:
+def test_zero3_is_fsdp2_units_gathered_twice_but_the_root_once() -> None:
     config = load_target("gpt2").config
-    dp = communication(config, _gpt2_step(dp=2)).wire_bytes
+    units = fsdp_units(config, tp=1, dp=2, dtype_bytes=4)
+    assert len(units) == 12 + 1 and units[-1][0] == "root"
+    block = 7_087_872 * 4  # every gpt2 block tensor has an even first dimension: no padding at dp 2
+    assert all(size == block for _, size in units[:-1])
+    gathered = 2 * sum(s for _, s in units) - units[-1][1]
     zero3 = communication(config, _gpt2_step(dp=2, zero=3)).wire_bytes
-    assert 2 * zero3 == 3 * dp
+    assert zero3 == (gathered + sum(s for _, s in units)) // 2
+    dp = communication(config, _gpt2_step(dp=2)).wire_bytes
+    assert dp < zero3 < 3 * dp // 2 + 1  # under ZeRO's 1.5x: the root is not gathered again
 
 
-def test_tp_all_reduces_two_per_layer_each_way() -> None:
+def test_tp_all_reduces_per_projection_in_the_torch_layout() -> None:
     config = load_target("gpt2").config
     est = communication(config, _gpt2_step(tp=2))
     per_call = 2 * 64 * 768 * 4  # b n d, float32
-    layers = est.collectives[0]
-    assert layers.count == 12 * 2 * 2
-    assert layers.payload_bytes == 12 * 2 * 2 * per_call
-    assert layers.wire_bytes == layers.payload_bytes  # 2 (N - 1) / N = 1 for N = 2
-    assert est.by_group() == {"tp": 48 * per_call + 2 * per_call + 3 * 2 * 64 * 4}
+    forward, loss, backward = est.collectives
+    assert (forward.count, forward.payload_bytes) == (12 * 2 + 1, 25 * per_call)  # out, ffn out; the lookup
+    assert (loss.count, loss.payload_bytes) == (3, 3 * 2 * 64 * 4)
+    assert (backward.count, backward.payload_bytes) == (12 * 4 + 1, 49 * per_call)  # q, k, v, ffn in; the head
+    assert forward.wire_bytes == forward.payload_bytes  # 2 (N - 1) / N = 1 for N = 2
 
 
 def test_inference_has_no_gradient_traffic() -> None:
@@ -56,7 +63,7 @@ def test_inference_has_no_gradient_traffic() -> None:
     w = Workload(batch_size=2, seq_len=64, parallel=Parallelism(tp=2, dp=2))
     kinds = {(c.group, c.purpose) for c in communication(config, w).collectives}
     assert ("dp", "DDP gradient buckets") not in kinds
-    assert communication(config, w).collectives[0].count == 12 * 2
+    assert communication(config, w).collectives[0].count == 12 * 2 + 1
 
 
 def test_pipeline_sends_per_micro_batch() -> None:
@@ -94,8 +101,10 @@ def test_analyze_json_dp_all_reduce_equals_the_readme_formula(cli: Any) -> None:
 
 def test_analyze_json_tp_and_zero3(cli: Any) -> None:
     tp = _communication(cli, "--tp", "2")["by_group"]["tp"]
-    assert tp == (12 * 2 * 2 + 2) * 2 * 64 * 768 * 4 + 3 * 2 * 64 * 4
+    assert tp == (25 + 49) * 2 * 64 * 768 * 4 + 3 * 2 * 64 * 4
+    config = load_target("gpt2").config
+    units = fsdp_units(config, tp=1, dp=2, dtype_bytes=4)
+    total, root = sum(s for _, s in units), units[-1][1]
     zero3 = _communication(cli, "--dp", "2", "--zero", "3")
-    grads = GPT2_PARAMS * 4
-    assert zero3["by_group"] == {"dp": grads // 2 + 2 * grads // 2}
+    assert zero3["by_group"] == {"dp": (3 * total - root) // 2}
     assert _communication(cli)["wire_bytes"] == 0

@@ -10,15 +10,19 @@ Conventions, stated because peers differ:
   25 MiB (DDP's ``bucket_cap_mb`` default), so the call count is 1 + ceil((G − 1 MiB) / 25 MiB) for G gradient
   bytes on the device. Gradients travel in the gradient dtype (4 bytes in float32, 2 in mixed precision).
 - **ZeRO** (Rajbhandari et al. 2020, §7): stages 1 and 2 reduce-scatter the gradients and all-gather the updated
-  weights (in the weight dtype) once per step; stage 3 (FSDP) all-gathers the weights in the forward and again in
-  the backward and reduce-scatters the gradients: 1.5x the DP volume, as the paper states. Inference with ZeRO-3
+  weights (in the weight dtype) once per step. Stage 3 is counted as FSDP2 runs it (``fully_shard`` on every block
+  and on the root): each unit all-gathers its weights in the forward, every block again in the backward (the root
+  stays gathered), and each unit reduce-scatters its gradients; a unit's payload is its tensors padded along the
+  first dimension to a multiple of dp. About 1.5x the DP volume, as the paper states. Inference with ZeRO-3
   all-gathers the weights once.
-- **TP** (Megatron-LM, Shoeybi et al. 2019 §3; Korthikanti et al. 2022 §4.2.2 for sequence parallelism): each
-  attention and FFN sublayer (and cross-attention) all-reduces its b x n x d output in the forward and the
-  gradient of its input in the backward; with ``--sequence-parallel`` each all-reduce becomes an all-gather plus a
-  reduce-scatter of the same tensor (the same bytes on the wire). The vocab-parallel token embedding all-reduces
-  its output in the forward; the vocab-parallel LM head all-reduces its input gradient in the backward, and the
-  parallel cross-entropy all-reduces three fp32 values per token (max, sum of exponentials, target logit).
+- **TP** (Megatron-LM, Shoeybi et al. 2019 §3), in the torch layout DTensor shards (separate q, k, v and gate, up
+  modules, transformers' layout): every row-parallel projection (attention output, FFN output, cross-attention
+  output) all-reduces its b x n x d output in the forward, and every column-parallel projection all-reduces the
+  gradient of its input in the backward (q, k, v: three; latent attention's q_b and kv_b: their latent widths;
+  gate and up: two; Megatron's fused QKV would do one). The vocab-parallel lookup of each stack all-reduces its
+  output; the vocab-parallel LM head all-reduces its input gradient, and the parallel cross-entropy three fp32
+  values per token (max, sum of exponentials, target logit) in the forward. With ``sequence_parallel`` the same
+  tensors move as all-gather plus reduce-scatter (the same bytes on the wire; Korthikanti et al. 2022 §4.2.2).
 - **PP** (Narayanan et al. 2021): each stage boundary sends the b x n x d activations forward and their gradient
   backward once per micro-batch; a 1F1B schedule needs at least pp micro-batches, which is what is counted. A
   device of a middle stage sends one tensor per direction per micro-batch.
@@ -26,7 +30,8 @@ Conventions, stated because peers differ:
   the experts' devices and combines them back, an all-to-all of t x top_k x d each way, forward and backward.
 
 With ``--ep`` the experts' gradients are in fact reduced over the dp / ep ranks that hold the same experts; they
-are counted here in the one dp all-reduce (an upper bound). The numbers are for the busiest device: the pipeline stage with the most layers and parameters.
+are counted here in the one dp all-reduce (an upper bound). The numbers are for the busiest device: the pipeline
+stage with the most layers and parameters.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class Collective:
     purpose: str
     count: int
     payload_bytes: int
+    phase: Literal["forward", "backward", "step"] = "step"
 
     @property
     def wire_bytes(self) -> int:
@@ -73,6 +79,7 @@ class Collective:
         return {
             "kind": self.kind, "group": self.group, "group_size": self.group_size, "purpose": self.purpose,
             "count": self.count, "payload_bytes": self.payload_bytes, "wire_bytes": self.wire_bytes,
+            "phase": self.phase,
         }  # fmt: skip
 
 
@@ -119,6 +126,24 @@ def _stack_lengths(config: ModelConfig, workload: Workload) -> dict[str, int]:
             for s in stacks(config)}  # fmt: skip
 
 
+def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]:
+    """(row-parallel projections, input widths of the column-parallel projections) of one layer of ``block``.
+
+    The torch layout (transformers'): q, k and v are separate column-parallel modules, as are gate and up, so each
+    all-reduces its input gradient on its own; latent attention's q_b and kv_b read the replicated low-rank
+    latents (widths q_lora_rank and kv_lora_rank). MoE experts are sharded inside their stacked tensors and add
+    no collective of their own here; a shared-expert FFN is a dense FFN.
+    """
+    attention, ffn = block.attention, block.ffn
+    columns = [attention.q_lora_rank or d, attention.kv_lora_rank] if attention.kind == "mla" else [d, d, d]
+    rows = 1
+    if cross:
+        rows, columns = rows + 1, [*columns, d, d, d]
+    if not ffn.moe or ffn.shared_dim:
+        rows, columns = rows + 1, [*columns, *([d, d] if ffn.gated else [d])]
+    return rows, columns
+
+
 def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> list[Collective]:
     par, e, b = workload.parallel, workload.activation_bytes, workload.batch_size
     if par.tp == 1:
@@ -126,39 +151,80 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
     training = workload.mode == "training"
     lengths = _stack_lengths(config, workload)
     busiest = max(stage_layout(config, par.pp), key=lambda s: s.num_layers)
+    d, d_tok = config.embed_dim, config.resolved_token_embed_dim
     out: list[Collective] = []
+    forward_calls = forward_bytes = backward_calls = backward_bytes = 0
     for stack in stacks(config):
-        layers = busiest.layers.get(stack.name, 0)
-        if not layers:
-            continue
-        sublayers = 3 if stack.cross_attention else 2
-        payload = b * lengths[stack.name] * config.embed_dim * e
-        calls = layers * sublayers * (2 if training else 1)
-        if sequence_parallel:
-            out.append(
-                Collective(
-                    "all-gather", "tp", par.tp, f"{stack.name} sublayer inputs", calls, calls * payload
-                )
-            )
-            out.append(Collective("reduce-scatter", "tp", par.tp, f"{stack.name} sublayer outputs", calls,
-                                  calls * payload))  # fmt: skip
-        else:
-            what = "outputs (forward) and input gradients (backward)" if training else "outputs"
-            out.append(Collective("all-reduce", "tp", par.tp, f"{stack.name} sublayer {what}", calls,
-                                  calls * payload))  # fmt: skip
-    first, last = stacks(config)[0], stacks(config)[-1]
+        tokens = b * lengths[stack.name]
+        for block, count in busiest.blocks.get(stack.name, []):
+            rows, columns = _projection_inputs(block, d, stack.cross_attention)
+            forward_calls += count * rows
+            forward_bytes += count * rows * tokens * d * e
+            backward_calls += count * len(columns)
+            backward_bytes += count * tokens * sum(columns) * e  # cross k/v read the memory: same length here
     if busiest.first:
-        payload = b * lengths[first.name] * config.embed_dim * e
-        out.append(Collective("all-reduce", "tp", par.tp, "vocab-parallel embedding output", 1, payload))
-    if busiest.last and config.resolved_lm_head and training:
+        for stack in stacks(config):  # the vocab-parallel lookup of every stack's tokens
+            forward_calls += 1
+            forward_bytes += b * lengths[stack.name] * d_tok * e
+    kind = "all-gather + reduce-scatter" if sequence_parallel else "all-reduce"
+    if forward_calls:
+        out.append(Collective("all-reduce", "tp", par.tp, "row-parallel outputs and vocab-parallel lookups "
+                              "(forward)" + (f", as {kind}" if sequence_parallel else ""), forward_calls,
+                              forward_bytes, "forward"))  # fmt: skip
+    last = stacks(config)[-1]
+    if busiest.last and config.resolved_lm_head:
         tokens = b * lengths[last.name]
-        out.append(
-            Collective("all-reduce", "tp", par.tp, "LM head input gradient", 1, tokens * config.embed_dim * e)
-        )
-        out.append(
-            Collective("all-reduce", "tp", par.tp, "parallel cross-entropy", 3, 3 * tokens * FP32_BYTES)
-        )
+        out.append(Collective("all-reduce", "tp", par.tp, "parallel cross-entropy (max, sum of exponentials, "
+                              "target logit)", 3, 3 * tokens * FP32_BYTES, "forward"))  # fmt: skip
+        if training:
+            backward_calls += 1
+            backward_bytes += tokens * d_tok * e
+    if training and backward_calls:
+        out.append(Collective("all-reduce", "tp", par.tp, "column-parallel input gradients (backward)",
+                              backward_calls, backward_bytes, "backward"))  # fmt: skip
     return out
+
+
+def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
+    """(unit, bytes it all-gathers) of FSDP2 ``fully_shard`` on every block and on the root, one TP rank's
+    tensors: each parameter tensor is padded along its first dimension to a multiple of dp (FSDP2's rule), in the
+    torch layout (q, k, v and gate, up separate; experts stacked as (E, ·, ·))."""
+    from embedcalc.analysis.parallel import sharded_shape
+    from embedcalc.analysis.params import param_tensors
+    from embedcalc.analysis.workload import Parallelism
+
+    par = Parallelism(tp=tp)
+    blocks: dict[tuple[str, str], int] = {}
+    layers_of: dict[tuple[str, str], int] = {}
+    root = 0
+    for tensor in param_tensors(config):
+        shape = tuple(int(s) for s in sharded_shape(tensor, par, config))
+        padded = sum(-(-rows // dp) * dp * rest for rows, rest in torch_row_splits(tensor, shape, config, tp))
+        if tensor.per_layer and not config.shared_layers:
+            unit = (tensor.stack or "", tensor.block or "")
+            blocks[unit] = blocks.get(unit, 0) + padded * tensor.per_layer_copies * dtype_bytes
+            layers_of[unit] = int(tensor.copies) // max(tensor.per_layer_copies, 1)
+        else:
+            root += padded * int(tensor.copies) * dtype_bytes
+    out = [(f"{stack} {block} block", size) for (stack, block), size in blocks.items()
+           for _ in range(layers_of[(stack, block)])]  # fmt: skip
+    return [*out, ("root", root)]
+
+
+def torch_row_splits(tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int) -> list[tuple[int, int]]:
+    """(rows, elements per row) of each torch tensor behind one analytic tensor of TP-local ``shape``: the fused
+    Q/K/V is q, k, v; a dense gated FFN input is gate and up; stacked experts are (E, ·, ·), one row per expert."""
+    rest = 1
+    for s in shape[1:]:
+        rest *= s
+    if tensor.expert:
+        return [(int(tensor.per_layer_copies), shape[0] * rest)]
+    if tensor.split == "qkv":
+        kv = shape[0] - config.q_dim // tp
+        return [(config.q_dim // tp, rest), (kv // 2, rest), (kv // 2, rest)]
+    if tensor.key.endswith("ffn/in") and config.gated:
+        return [(shape[0] // 2, rest), (shape[0] // 2, rest)]
+    return [(shape[0], rest)]
 
 
 def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
@@ -171,12 +237,19 @@ def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
     if workload.mode != "training":
         return [Collective("all-gather", "dp", par.dp, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []
     if par.zero == 0:
-        return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", ddp_buckets(grads), grads)]
-    gathers = 2 if par.zero == 3 else 1
-    what = "weights (forward and backward)" if par.zero == 3 else "updated weights"
+        return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", ddp_buckets(grads), grads, "backward")]
+    if par.zero == 3:  # FSDP2: per unit, gathered in the forward and again in the backward (not the root)
+        units = fsdp_units(config, par.tp, par.dp, 2 if mixed else 4)
+        forward = sum(size for _, size in units)
+        backward = forward - units[-1][1]
+        return [
+            Collective("all-gather", "dp", par.dp, "FSDP2 units' weights", len(units), forward, "forward"),
+            Collective("all-gather", "dp", par.dp, "FSDP2 blocks' weights", len(units) - 1, backward, "backward"),
+            Collective("reduce-scatter", "dp", par.dp, "FSDP2 units' gradients", len(units), forward, "backward"),
+        ]
     return [
         Collective("reduce-scatter", "dp", par.dp, "gradients", 1, grads),
-        Collective("all-gather", "dp", par.dp, what, gathers, gathers * weights),
+        Collective("all-gather", "dp", par.dp, "updated weights", 1, weights),
     ]
 
 

@@ -1,25 +1,40 @@
-"""How embedcalc's torch model is sharded on torch.distributed: the FSDP2 units and the tensor-parallel plan.
+"""How embedcalc's torch model is sharded on torch.distributed: the tensor-parallel plan, FSDP2 units, pipeline
+stages, and :func:`shard_on_fake_group`, which applies them in one process on torch's fake process group.
 
-The plan is Megatron-LM's (Shoeybi et al. 2019, §3), written with DTensor's ``ColwiseParallel`` and
-``RowwiseParallel`` styles: the Q/K/V (and MLA's q_b / kv_b) projections and the FFN's input projections are
-column-parallel (each rank computes its heads / its slice of the inner width), the attention output and FFN output
-projections are row-parallel (a partial sum all-reduced into the residual stream); experts' inner projections
-follow the same split. Norms, routers and the MLA down-projections (q_a, kv_a) stay replicated. The plan is found
-from module paths (the breakdown keys of docs/layers.md), so every layer variant is covered without a per-class
-table.
+The tensor-parallel plan is Megatron-LM's (Shoeybi et al. 2019, §3) written with DTensor's styles: the Q/K/V
+projections (and latent attention's q_b / kv_b, the FFN's input projections) are ``ColwiseParallel`` (each rank
+computes its heads or its slice of the inner width), the attention and FFN output projections ``RowwiseParallel``
+(a partial sum all-reduced into the residual stream), the token table vocab-parallel (``RowwiseParallel`` on an
+embedding shards its rows; the partial lookups are all-reduced), the LM head vocab-parallel with its logits left
+sharded for ``loss_parallel``. Norms, positions, routers and MLA's down-projections (q_a, kv_a) stay replicated.
+As Megatron does, the vocabulary is padded to a multiple of the TP degree, and when there are fewer KV heads than
+ranks each KV head is replicated so that every rank holds one. The plan is found from module paths (the breakdown
+keys of docs/layers.md), so every layer variant is covered without a per-class table.
+
+ZeRO-3 is FSDP2 ``fully_shard`` on every block and on the root, over the data-parallel dimension of a
+(dp, tp) device mesh. Pipeline stages are a module split, the layout Megatron uses: blocks in contiguous runs as
+even as possible (the first L mod pp stages one more), embeddings on the first stage, final norms, pooler and LM
+head on the last, which keeps its own copy of a tied token table.
+
+Everything runs on the meta device (nothing allocated, a 70B model in seconds), except an FSDP2 forward, which
+torch only runs on materialised parameters: with ZeRO-3 the sharded model is given real CPU storage (uninitialised,
+the fake group's collectives move nothing) when its local shards are small enough.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from embedcalc.config.schema import ModelConfig
 
-# the last path segments of column- and row-parallel Linear modules
 _COLUMN = ("qkv.q", "qkv.k", "qkv.v", "q_b", "kv_b", "attention.q", "in_", "in_.gate", "in_.up")
-_ROW = ("attention.out", "cross_attention.out", "ffn.out")
+_ROW = ("attention.out", "ffn.out", "shared.out")
+FSDP_MATERIALISE_LIMIT = 2**31  # bytes of local shards an FSDP2 forward may allocate on the CPU
 
 
 def blocks_of(model: nn.Module) -> list[nn.Module]:
@@ -32,15 +47,290 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 
 
 def tp_plan(model: nn.Module, config: ModelConfig, tp: int) -> dict[str, Any]:
-    """``parallelize_module`` plan for ``model``: module path -> ColwiseParallel / RowwiseParallel."""
+    """``parallelize_module`` plan for the blocks of ``model``: module path -> ColwiseParallel / RowwiseParallel."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     plan: dict[str, Any] = {}
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
-        if name.endswith(_ROW) or (".experts." in name and name.endswith(".out")):
+        if name.endswith(_ROW):
             plan[name] = RowwiseParallel()
         elif name.endswith(_COLUMN):
             plan[name] = ColwiseParallel()
     return plan
+
+
+def _vocab_head_style() -> Any:
+    """A ParallelStyle for the LM head's matmul: weight rows (vocabulary) sharded, input replicated, logits left
+    sharded over the vocabulary (``loss_parallel`` consumes them)."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
+    class VocabParallelHead(ParallelStyle):
+        def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+            def partition(name: str, mod: nn.Module, mesh: Any) -> None:
+                for pname, param in list(mod.named_parameters(recurse=False)):
+                    if not isinstance(param, DTensor):
+                        mod.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, [Shard(0)])))
+
+            def to_replicated(mod: nn.Module, inputs: Any, mesh: Any) -> Any:
+                return (DTensor.from_local(inputs[0], mesh, [Replicate()], run_check=False), *inputs[1:])
+
+            distributed: nn.Module = distribute_module(module, device_mesh, partition, to_replicated, None)
+            return distributed
+
+    return VocabParallelHead()
+
+
+def sharding_config(config: ModelConfig, tp: int) -> ModelConfig:
+    """The config as Megatron builds it for ``tp`` ranks: vocabulary padded to a multiple of tp, and at least tp
+    KV heads (each of fewer heads replicated) so that every rank holds whole KV heads."""
+    data = config.model_dump()
+    data["vocab_size"] = -(-config.vocab_size // tp) * tp
+    if config.resolved_kv_heads < tp:
+        data["num_kv_heads"] = tp
+    return ModelConfig.model_validate(data)
+
+
+@dataclass(frozen=True)
+class RecordedCollective:
+    """One collective torch issued: its op, pass, and the bytes of its input tensor."""
+
+    op: str
+    backward: bool
+    payload_bytes: int
+
+
+@dataclass(frozen=True)
+class ShardedRun:
+    """What sharding the model did on every rank: local numel per parameter name and the collectives of one
+    forward and backward (None with the reason when torch cannot run that forward)."""
+
+    tp: int
+    dp: int
+    zero3: bool
+    local_numel: dict[str, list[int]]  # parameter name -> numel on each rank (rank = dp_index * tp + tp_index)
+    collectives: list[RecordedCollective] | None
+    skipped: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _rank_local_numel(param: Any, mesh_shape: tuple[int, ...]) -> list[int]:
+    """Numel of ``param`` on every rank of the mesh, from its DTensor placements (torch's own shard-size rule)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.placement_types import Shard
+
+    ranks = 1
+    for size in mesh_shape:
+        ranks *= size
+    if not isinstance(param, DTensor):
+        return [int(param.numel())] * ranks
+    out = []
+    for rank in range(ranks):
+        coordinate, rest = [], rank
+        for size in reversed(mesh_shape):
+            coordinate.append(rest % size)
+            rest //= size
+        coordinate.reverse()
+        shape = list(param.shape)
+        mesh_dims = param.device_mesh.mesh.dim()
+        offset = len(mesh_shape) - mesh_dims  # a 1-D tp mesh is the last dimension of (dp, tp)
+        # plain shards first, then strided ones: FSDP2 over a TP-sharded tensor (_StridedShard on dp) chunks the
+        # TP-local piece, so the tp split applies before the dp split
+        order = sorted(enumerate(param.placements), key=lambda item: type(item[1]).__name__ == "_StridedShard")
+        for mesh_dim, placement in order:
+            dim = getattr(placement, "dim", None)
+            if isinstance(dim, int) and (isinstance(placement, Shard) or type(placement).__name__ == "_StridedShard"):
+                shape[dim] = Shard(dim)._local_shard_size_and_offset(
+                    shape[dim], param.device_mesh.size(mesh_dim), coordinate[offset + mesh_dim]
+                )[0]
+        numel = 1
+        for s in shape:
+            numel *= s
+        out.append(numel)
+    return out
+
+
+class _BytesCommMode:
+    """CommDebugMode that also keeps every collective's input size, and whether it ran in the backward pass."""
+
+    def __init__(self) -> None:
+        from torch.distributed.tensor.debug import CommDebugMode
+
+        outer = self
+
+        class Recording(CommDebugMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                before = sum(self.comm_counts.values())
+                out = super().__torch_dispatch__(func, types, args, kwargs)  # type: ignore[no-untyped-call]
+                if out is not NotImplemented and sum(self.comm_counts.values()) > before:
+                    tensors = [a[0] if isinstance(a, list | tuple) and a else a for a in args[:2]]
+                    name = str(getattr(func, "_overloadpacket", func)).split(".")[-1]
+                    size = max((int(t.numel()) * t.element_size() for t in tensors if isinstance(t, torch.Tensor)),
+                               default=0)  # the full tensor: an all-gather's output, a reduce-scatter's input
+                    outer.records.append(RecordedCollective(name, bool(self.advanced_module_tracker.is_bw), size))
+                return out
+
+        self.records: list[RecordedCollective] = []
+        self.mode = Recording()  # type: ignore[no-untyped-call]
+
+
+# stacked expert tensors (E, ·, ·) and per-head vectors: the dimension each is split on under tensor parallelism
+_STACKED = {"experts.gate_up": 1, "experts.up": 1, "experts.gate_up_bias": 1, "experts.up_bias": 1,
+            "experts.down": 2, "sinks.logits": 0}  # fmt: skip
+
+
+def _shard_stacked(model: nn.Module, mesh: Any) -> None:
+    """Split the tensors ``parallelize_module`` cannot reach (not inside a Linear): each expert's inner width
+    (column-parallel in, row-parallel out, as for a dense FFN) and the per-head sink logits."""
+    from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+    for module_name, module in model.named_modules():
+        for pname, param in list(module.named_parameters(recurse=False)):
+            suffix = f"{module_name.rsplit('.', 1)[-1]}.{pname}"
+            if suffix in _STACKED and not isinstance(param, DTensor):
+                placed = distribute_tensor(param, mesh, [Shard(_STACKED[suffix])])
+                module.register_parameter(pname, nn.Parameter(placed))
+
+
+def _unsupported_forward(model: nn.Module) -> str | None:
+    """Why a DTensor forward of ``model`` is not run (layer kinds whose tensors the plan does not shard), or None."""
+    names = [name for name, _ in model.named_parameters()]
+    if any(".moe.experts." in n or n.endswith("moe.experts.gate_up") or ".moe." in n for n in names):
+        return ("mixture-of-experts layers (their routed forward indexes the stacked expert tensors, which the plan "
+                "shards as plain DTensors without a parallel style that could run them)")
+    if any(n.endswith("sinks.logits") for n in names):
+        return "attention sinks (the per-head sink logits are sharded as a plain DTensor the core cannot mix in)"
+    return None
+
+
+def shard_on_fake_group(
+    config: ModelConfig, tp: int, dp: int = 1, zero3: bool = False, attention: str = "eager",
+    batch_size: int = 1, seq_len: int = 16, plan_override: dict[str, Any] | None = None,
+) -> ShardedRun:  # fmt: skip
+    """Shard ``config``'s model for tp x dp ranks on torch's fake process group and record what torch did."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import RowwiseParallel, loss_parallel, parallelize_module
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from embedcalc.modeling.model import build_model
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=tp * dp, store=FakeStore())
+    try:
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        sharded = sharding_config(config, tp)
+        model = build_model(sharded, attention="eager" if attention == "eager" else "sdpa")
+        if tp > 1:
+            from torch.distributed.tensor import Replicate
+
+            plan = tp_plan(model, sharded, tp)
+            plan["embedding.token"] = RowwiseParallel(input_layouts=Replicate())
+            if getattr(model, "head", None) is not None:
+                plan["head.lm"] = _vocab_head_style()
+            plan.update(plan_override or {})
+            parallelize_module(model, mesh["tp"], plan)
+            _shard_stacked(model, mesh["tp"])
+            for module in model.modules():  # local head counts for the reshapes
+                heads, kv_heads = getattr(module, "num_heads", None), getattr(module, "num_kv_heads", None)
+                if hasattr(module, "attend") and isinstance(heads, int):
+                    setattr(module, "num_heads", heads // tp)  # noqa: B010 (an attribute torch types as Module)
+                    if isinstance(kv_heads, int):
+                        setattr(module, "num_kv_heads", max(1, kv_heads // tp))  # noqa: B010
+        notes = []
+        skipped = _unsupported_forward(model) if tp > 1 else None
+        if zero3:
+            from torch.distributed.fsdp import fully_shard
+
+            for block in blocks_of(model):
+                fully_shard(block, mesh=mesh["dp"])
+            fully_shard(model, mesh=mesh["dp"])
+        local = {name: _rank_local_numel(p, (dp, tp)) for name, p in model.named_parameters()}
+        device = "meta"
+        if zero3 and skipped is None:
+            local_bytes = 4 * sum(v[0] for v in local.values())
+            if local_bytes > FSDP_MATERIALISE_LIMIT:
+                skipped = f"an FSDP2 forward needs real storage for {local_bytes:,} bytes of local shards"
+            else:
+                model.to_empty(device="cpu")
+                device = "cpu"
+        collectives = None
+        if skipped is None:
+            try:
+                collectives = _one_step(model, sharded, batch_size, seq_len, device, loss_parallel)
+            except RuntimeError as exc:  # a plan whose shards do not compose fails in torch's own shape checks
+                first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                notes.append(f"the sharded training step failed in torch: {first_line}")
+        else:
+            notes.append(f"collectives not recorded: {skipped}")
+        return ShardedRun(tp, dp, zero3, local, collectives, skipped, notes)
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_step(
+    model: nn.Module, config: ModelConfig, batch_size: int, seq_len: int, device: str, loss_parallel: Any
+) -> list[RecordedCollective]:
+    """One forward and backward under the recording comm mode; the loss is cross-entropy on vocab-sharded logits
+    (torch's parallel loss) when the model has an LM head, else the mean of its output."""
+    import warnings
+
+    from torch.distributed.tensor import DTensor
+
+    recorder = _BytesCommMode()
+    ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, T)
+    args = (ids,) if config.architecture != "encoder-decoder" else (ids, ids)
+    model.train()
+    with warnings.catch_warnings(), recorder.mode:
+        # torch warns that FSDP2 units return views and that full backward hooks see no input gradients: true of
+        # this meta-device step, which only counts collectives
+        warnings.simplefilter("ignore", UserWarning)
+        out = model(*args)
+        logits = getattr(out, "logits", None)
+        if isinstance(logits, DTensor):
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1), ids.flatten())
+                loss.backward()  # type: ignore[no-untyped-call]
+        else:
+            main = out.main if hasattr(out, "main") else out
+            main.float().mean().backward()
+    return recorder.records
+
+
+def stage_module_params(model: nn.Module, config: ModelConfig, pp: int) -> list[dict[str, int]]:
+    """Parameter numel per name on each of ``pp`` pipeline stages of the module split (module docstring)."""
+    stacks = [(name, len(layers)) for name, module in model.named_children()
+              if isinstance(layers := getattr(module, "layers", None), nn.ModuleList)]  # fmt: skip
+    total = sum(n for _, n in stacks)
+    base, extra = divmod(total, pp)
+    bounds, start = [], 0
+    for i in range(pp):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    stages: list[dict[str, int]] = [{} for _ in range(pp)]
+    offsets, offset = {}, 0
+    for name, n in stacks:
+        offsets[name] = offset
+        offset += n
+    for pname, param in model.named_parameters():
+        parts = pname.split(".")
+        if parts[0] in offsets and len(parts) > 2 and parts[1] == "layers":
+            index = offsets[parts[0]] + int(parts[2])
+            stage = next(i for i, (a, b) in enumerate(bounds) if a <= index < b)
+            stages[stage][pname] = int(param.numel())
+        elif parts[0] in offsets:  # final norm (relative bias lives in layers.0)
+            last_block = offsets[parts[0]] + dict(stacks)[parts[0]] - 1
+            stage = next(i for i, (a, b) in enumerate(bounds) if a <= last_block < b)
+            stages[stage][pname] = int(param.numel())
+        elif parts[0] == "embedding":
+            stages[0][pname] = int(param.numel())
+            tied = getattr(model, "head", None) is not None and config.tie_embeddings
+            if pname == "embedding.token.weight" and tied and pp > 1:
+                stages[-1]["head.lm.weight (tied copy)"] = int(param.numel())
+        else:  # pooler, head
+            stages[-1][pname] = int(param.numel())
+    return stages

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.reconcile.distributed import DistributedBench
+from embedcalc.reconcile.sharding import ShardedVerify, ShardRow
 from embedcalc.render import units
 
 
@@ -47,3 +50,42 @@ def distributed_table(result: DistributedBench) -> Group:
             _pct(row["memory_error_pct"]), units.count(row["local_params"]), units.count(row["predicted_params"]),
         )  # fmt: skip
     return Group(summary, ranks)
+
+
+def sharded_tables(result: ShardedVerify) -> Group:
+    """Per key (ranks collapsed when they hold the same), collectives per pass, pipeline stages."""
+    p = result.parallel
+    shards = Table(title=escape(f"Shards — {result.target} at tp {p.tp}, dp {p.dp}, zero {p.zero}: analytic vs "
+                                "torch local numel"), title_justify="left")  # fmt: skip
+    for column in ("component", "ranks", "analytic", "torch", "ok"):
+        shards.add_column(column, justify="left" if column in ("component", "ranks") else "right")
+    by_key: dict[str, list[ShardRow]] = {}
+    for row in result.shards:
+        by_key.setdefault(row.key, []).append(row)
+    for key, rows in by_key.items():
+        values = {(r.analytic, r.torch) for r in rows}
+        if len(values) == 1:
+            (analytic, held), = values
+            shards.add_row(key, "all", units.count(analytic), units.count(held), "yes" if analytic == held else "NO")
+            continue
+        for r in rows:
+            shards.add_row(key, str(r.rank), units.count(r.analytic), units.count(r.torch), "yes" if r.ok else "NO")
+    parts: list[Any] = [shards]
+    if result.collectives:
+        comm = Table(title="Collectives of one training step (CommDebugMode)", title_justify="left")
+        for column in ("collective", "pass", "analytic calls", "torch calls", "analytic bytes", "torch bytes", "ok"):
+            comm.add_column(column, justify="left" if column in ("collective", "pass") else "right")
+        for c in result.collectives:
+            comm.add_row(c.kind, c.phase, str(c.analytic_count), str(c.torch_count), units.count(c.analytic_bytes),
+                         units.count(c.torch_bytes), "yes" if c.ok else "NO")  # fmt: skip
+        parts.append(comm)
+    if result.stages:
+        stages = Table(title=f"Pipeline stages (pp {p.pp}): analytic vs module split", title_justify="left")
+        for column in ("stage", "analytic", "torch", "ok"):
+            stages.add_column(column, justify="right")
+        for s in result.stages:
+            stages.add_row(str(s.rank), units.count(s.analytic), units.count(s.torch), "yes" if s.ok else "NO")
+        parts.append(stages)
+    for note in result.notes:
+        parts.append(escape(f"note: {note}"))
+    return Group(*parts)

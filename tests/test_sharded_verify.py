@@ -1,0 +1,84 @@
+"""``verify --tp/--dp --zero 3/--pp``: the analytic per-device split against the shards torch really makes, on
+torch's fake process group (DTensor tensor parallelism, FSDP2, a pipeline module split), exactly."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from embedcalc.analysis.workload import Parallelism
+from embedcalc.config.loading import load_target
+
+pytestmark = pytest.mark.torch
+pytest.importorskip("torch")
+
+
+def _verify(cli: Any, *args: str) -> tuple[int, dict[str, Any], str]:
+    result = cli("verify", *args, "--format", "json")
+    return result.exit_code, json.loads(result.stdout), result.stderr
+
+
+def test_gpt2_tp2_dp2_zero3_agrees_on_every_rank_and_collective(cli: Any) -> None:
+    code, out, err = _verify(cli, "gpt2", "--tp", "2", "--dp", "2", "--zero", "3")
+    assert code == 0, err
+    sharded = out["results"][0]["sharded"]
+    assert sharded["agree"] and sharded["mismatches"] == []
+    assert {r["rank"] for r in sharded["shards"]} == {0, 1, 2, 3}
+    kinds = {(c["kind"], c["phase"]): c for c in sharded["collectives"]}
+    assert kinds[("all-gather", "forward")]["torch_count"] == 12 + 1  # every block and the root
+    assert kinds[("all-gather", "backward")]["torch_count"] == 12  # the root stays gathered
+    assert kinds[("all-reduce", "backward")]["torch_count"] == 12 * 4 + 1  # q, k, v, ffn in; the head input
+
+
+def test_pipeline_stages_match_the_module_split(cli: Any) -> None:
+    code, out, err = _verify(cli, "gpt2", "--pp", "4")
+    assert code == 0, err
+    stages = out["results"][0]["sharded"]["stages"]
+    assert len(stages) == 4 and all(s["ok"] for s in stages)
+    assert "head.lm.weight (tied copy)" in stages[-1]["tensors"]  # the last stage's copy of the tied table
+
+
+def test_a_row_parallel_layer_built_column_parallel_fails_naming_the_tensor(
+    cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    from embedcalc.modeling import sharding
+
+    right = sharding.tp_plan
+
+    def wrong(model: Any, config: Any, tp: int) -> dict[str, Any]:
+        plan = right(model, config, tp)
+        return {k: ColwiseParallel() if k.endswith("attention.out") else v for k, v in plan.items()}
+
+    monkeypatch.setattr(sharding, "tp_plan", wrong)
+    result = cli("verify", "gpt2", "--tp", "2")
+    assert result.exit_code == 1
+    assert "decoder/attention/out" in result.stderr and "decoder.layers.0.attention.out.bias" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_zero_1_and_2_are_not_what_fsdp2_does(cli: Any) -> None:
+    result = cli("verify", "gpt2", "--dp", "2", "--zero", "1")
+    assert result.exit_code == 2 and "--zero 3" in result.output
+
+
+@pytest.mark.slow
+def test_llama_2_70b_at_tp_8(cli: Any) -> None:
+    code, out, err = _verify(cli, "llama-2-70b", "--tp", "8")
+    assert code == 0, err
+    sharded = out["results"][0]["sharded"]
+    qkv = next(r for r in sharded["shards"] if r["key"] == "decoder/attention/qkv")
+    assert qkv["torch"] == 80 * (8192 * 8192 // 8 + 2 * 128 * 8192)  # one of the 8 KV heads per rank
+    assert sharded["collectives"] and all(c["ok"] for c in sharded["collectives"])
+
+
+@pytest.mark.slow
+def test_mixture_of_experts_shards_agree_and_say_why_no_collectives() -> None:
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    result = verify_sharded("mixtral-8x7b", load_target("mixtral-8x7b").config, Parallelism(tp=8))
+    assert result.agree and result.collectives == []
+    assert any("mixture-of-experts" in note for note in result.notes)
