@@ -3,8 +3,9 @@ and on the CPU, runs forward, and has the parameters and FLOPs per breakdown key
 
 Also: MoE routing (real and deterministic give the same FLOPs; grouped and per-expert experts the same values),
 attention semantics (sinks, chunks, ALiBi, MLA under both cores), shared layers counted once, random configs
-mixing every new kind against embedcalc.analysis, and total parameters against transformers' own models of the
-real families (Mixtral, Qwen3, Qwen3-MoE, DeepSeek-V3, Gemma 2, gpt-oss, ALBERT, phi-2, GPT-J, OLMo) on meta.
+mixing every new kind against embedcalc.analysis, and parameters (total and tensor shapes) against transformers'
+own models of the real families (Mixtral, Qwen3, Qwen3-MoE, DeepSeek-V3, Gemma 2, gpt-oss, ALBERT, phi-2, GPT-J,
+OLMo) on meta.
 """
 
 from __future__ import annotations
@@ -413,7 +414,7 @@ _PARITY: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 
 @pytest.mark.parametrize("family", list(_PARITY))
-def test_total_params_equal_transformers(family: str) -> None:
+def test_params_equal_transformers(family: str) -> None:
     transformers = pytest.importorskip("transformers")
     class_name, hf_fields, ours = _PARITY[family]
     hf_config = getattr(transformers, class_name)(**{**_HF_COMMON, **hf_fields})
@@ -423,3 +424,25 @@ def test_total_params_equal_transformers(family: str) -> None:
     config = ModelConfig.model_validate({**_OURS_COMMON, **ours})
     model = build_model(config)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in theirs.parameters())
+    # tensor by tensor too; gpt-oss alone stores its experts transposed, (E, d, 2f) and (E, f, d)
+    def shapes(m: Any) -> list[tuple[int, ...]]:
+        return sorted(tuple(sorted(p.shape)) if family == "gpt_oss" else tuple(p.shape) for p in m.parameters())
+
+    assert shapes(model) == shapes(theirs)
+
+
+def test_bench_miniature_of_every_preset_runs() -> None:
+    """bench pages kernels in with a toy twin of the model: it must stay valid for every layer kind."""
+    from embedcalc.config.loading import load_target
+    from embedcalc.config.presets import preset_names
+    from embedcalc.modeling.benchmark import miniature
+
+    for name in preset_names():
+        config = load_target(name).config
+        tiny = miniature(config)
+        assert tiny.embed_dim == 64 and tiny.has_moe == config.has_moe, name
+        model = build_model(tiny, device="cpu")
+        ids = torch.zeros(1, 8, dtype=torch.long)
+        with torch.no_grad():
+            out = model(ids, ids[:, :4]) if tiny.architecture == "encoder-decoder" else model(ids)
+        assert bool(torch.isfinite(out.main).all()), name
