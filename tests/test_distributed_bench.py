@@ -107,3 +107,18 @@ def test_refused_before_launch_when_the_ranks_cannot_fit(tmp_path: Path) -> None
     )  # fmt: skip
     assert proc.returncode == 4, proc.stderr
     assert "ranks are predicted to need" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_tensor_parallel_ranks_hold_the_predicted_shard_and_issue_the_predicted_collectives(tmp_path: Path) -> None:
+    proc = run_embedcalc(
+        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "tp", "--mode", "training",
+        "--batch-size", "2", "--seq-len", "16", "--device", "cpu", "--warmup", "1", "--repeat", "2",
+        "--no-baseline", "--format", "json", env=cli_env(COLUMNS="120"), timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)["results"][0]["distributed"]
+    predicted_calls = sum(c["count"] for c in result["communication"]["collectives"])
+    for rank in result["ranks"]:
+        assert rank["local_params"] == rank["predicted_params"]
+        assert rank["comm_calls_per_step"] == predicted_calls  # gloo all-reduces seen by the profiler

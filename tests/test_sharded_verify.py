@@ -49,8 +49,8 @@ def test_a_row_parallel_layer_built_column_parallel_fails_naming_the_tensor(
 
     right = sharding.tp_plan
 
-    def wrong(model: Any, config: Any, tp: int) -> dict[str, Any]:
-        plan = right(model, config, tp)
+    def wrong(model: Any) -> dict[str, Any]:
+        plan = right(model)
         return {k: ColwiseParallel() if k.endswith("attention.out") else v for k, v in plan.items()}
 
     monkeypatch.setattr(sharding, "tp_plan", wrong)

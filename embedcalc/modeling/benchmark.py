@@ -110,14 +110,14 @@ def miniature(config: ModelConfig) -> ModelConfig:
     if config.layers is not None:
         names = list(dict.fromkeys(name for run in config.layers for name in run.pattern))
         data.update(layers=[{"pattern": names, "repeat": 1}], num_layers=len(names))
-    if "attention" in data:
+    if data.get("attention") is not None:  # a config passed through model_dump sets every field, None too
         data["attention"] = _mini_attention(data["attention"], context)
-    if "ffn" in data:
+    if data.get("ffn") is not None:
         data["ffn"] = _mini_ffn(data["ffn"])
-    for block in data.get("blocks", {}).values():
-        if "attention" in block:
+    for block in (data.get("blocks") or {}).values():
+        if block.get("attention") is not None:
             block["attention"] = _mini_attention(block["attention"], context)
-        if "ffn" in block:
+        if block.get("ffn") is not None:
             block["ffn"] = _mini_ffn(block["ffn"])
     return ModelConfig.model_validate(data)
 

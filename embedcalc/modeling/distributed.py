@@ -115,11 +115,10 @@ def _wrap(model: torch.nn.Module, config: ModelConfig, settings: DistributedSett
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return model
-    from torch.distributed.tensor.parallel import parallelize_module
+    from embedcalc.modeling.sharding import apply_tensor_parallel
 
-    from embedcalc.modeling.sharding import tp_plan
-
-    return parallelize_module(model, mesh, tp_plan(model, config, settings.nproc))
+    apply_tensor_parallel(model, mesh)
+    return model
 
 
 def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
@@ -144,6 +143,42 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     return seconds / steps, calls / steps, ops
 
 
+def _tp_step(model: Any, inputs: tuple[Any, Any], mode: str) -> Any:
+    """A training step (or forward) of a tensor-parallel model: vocab-sharded logits go through torch's parallel
+    cross-entropy (``loss_parallel``), every rank on the same batch."""
+    import torch.nn.functional as F
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    src, tgt = inputs
+    args = (src,) if tgt is None else (src, tgt)
+    targets = args[-1]
+    if mode == "inference":
+        model.eval()
+
+        def infer() -> None:
+            with torch.inference_mode():
+                model(*args)
+
+        return infer
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+
+    def train() -> None:
+        out = model(*args)
+        logits = getattr(out, "logits", None)
+        if isinstance(logits, DTensor):
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+                loss.backward()  # type: ignore[no-untyped-call]
+        else:
+            out.main.float().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+    return train
+
+
 def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.device) -> None:
     """Two steps of a miniature of the model (same options, toy size) before the RSS baseline, so that the
     kernels' code pages and the process group's buffers are resident and not counted as the model's memory."""
@@ -152,8 +187,15 @@ def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.d
     from embedcalc.modeling.timing import make_inputs, make_step
 
     tiny = miniature(config)
+    if settings.strategy == "tp":
+        from embedcalc.modeling.sharding import sharding_config
+
+        tiny = sharding_config(tiny, settings.nproc)
     model = _wrap(build_model(tiny, attention=settings.attention, device=device), tiny, settings, device)
-    step = make_step(model, make_inputs(tiny, 1, min(8, tiny.max_seq_len), None, device), settings.mode)
+    inputs = make_inputs(tiny, 1, min(8, tiny.max_seq_len), None, device)
+    step = _tp_step(model, inputs, settings.mode) if settings.strategy == "tp" else make_step(
+        model, inputs, settings.mode
+    )
     for _ in range(2):
         step()
     del model, step
@@ -161,7 +203,18 @@ def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.d
 
 
 def _worker(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dict[str, Any]:
-    """One rank: build, wrap, warm up, time, profile. Runs in a process torchrun started."""
+    """One rank, as torchrun starts it; a failure ends the rank with one line on stderr (no traceback), which the
+    launcher then reports as that rank's failure."""
+    try:
+        return _run_rank(config_data, settings_data)
+    except Exception as exc:
+        rank = os.environ.get("RANK", "?")
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise SystemExit(f"embedcalc: rank {rank}: {type(exc).__name__}: {detail}") from None
+
+
+def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dict[str, Any]:
+    """Build, wrap, warm up, time and profile one rank."""
     import torch.distributed as dist
 
     from embedcalc.modeling.model import build_model
@@ -187,11 +240,17 @@ def _worker(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dict[
         else:
             _page_in(config, settings, device)
         baseline = current_rss_bytes()
+        if settings.strategy == "tp":
+            from embedcalc.modeling.sharding import sharding_config
+
+            config = sharding_config(config, settings.nproc)  # vocabulary padded, KV heads for every rank
         model = build_model(config, attention=settings.attention, device=device, dtype=torch.float32)
         wrapped = _wrap(model, config, settings, device)
         local_params = _local_numel(model)
         inputs = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
-        step = make_step(wrapped, inputs, settings.mode)
+        step = _tp_step(wrapped, inputs, settings.mode) if settings.strategy == "tp" else make_step(
+            wrapped, inputs, settings.mode
+        )
         for _ in range(settings.warmup):
             step()
         if os.environ.get(FAULT_ENV) == str(rank):
@@ -261,6 +320,8 @@ def launch(config: ModelConfig, settings: DistributedSettings) -> list[RankResul
         signal_name = failure.signal_name()
         how = f"signal {signal_name}" if signal_name != "<N/A>" else f"exit {failure.exitcode}"
         detail = failure.message.strip() if isinstance(failure.message, str) and signal_name == "<N/A>" else ""
+        if "To enable traceback" in detail or detail == "<NONE>":
+            detail = "its own line above says why"
         raise DistributedRunError(
             f"rank {rank} of {settings.nproc} failed ({how}){': ' + detail if detail else ''}; "
             "torchrun stopped the other ranks"

@@ -46,7 +46,7 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
     return out
 
 
-def tp_plan(model: nn.Module, config: ModelConfig, tp: int) -> dict[str, Any]:
+def tp_plan(model: nn.Module) -> dict[str, Any]:
     """``parallelize_module`` plan for the blocks of ``model``: module path -> ColwiseParallel / RowwiseParallel."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -81,6 +81,28 @@ def _vocab_head_style() -> Any:
             return distributed
 
     return VocabParallelHead()
+
+
+def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, Any] | None = None) -> None:
+    """Shard ``model`` (built from :func:`sharding_config`) over the 1-D ``mesh`` with the plan of the module
+    docstring, and give its attention modules their local head counts."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+
+    tp = mesh.size()
+    plan = tp_plan(model)
+    plan["embedding.token"] = RowwiseParallel(input_layouts=Replicate())
+    if getattr(model, "head", None) is not None:
+        plan["head.lm"] = _vocab_head_style()
+    plan.update(plan_override or {})
+    parallelize_module(model, mesh, plan)
+    _shard_stacked(model, mesh)
+    for module in model.modules():  # local head counts for the reshapes
+        heads, kv_heads = getattr(module, "num_heads", None), getattr(module, "num_kv_heads", None)
+        if hasattr(module, "attend") and isinstance(heads, int):
+            setattr(module, "num_heads", heads // tp)  # noqa: B010 (an attribute torch types as Module)
+            if isinstance(kv_heads, int):
+                setattr(module, "num_kv_heads", max(1, kv_heads // tp))  # noqa: B010
 
 
 def sharding_config(config: ModelConfig, tp: int) -> ModelConfig:
@@ -212,7 +234,7 @@ def shard_on_fake_group(
     """Shard ``config``'s model for tp x dp ranks on torch's fake process group and record what torch did."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import RowwiseParallel, loss_parallel, parallelize_module
+    from torch.distributed.tensor.parallel import loss_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from embedcalc.modeling.model import build_model
@@ -225,21 +247,7 @@ def shard_on_fake_group(
         sharded = sharding_config(config, tp)
         model = build_model(sharded, attention="eager" if attention == "eager" else "sdpa")
         if tp > 1:
-            from torch.distributed.tensor import Replicate
-
-            plan = tp_plan(model, sharded, tp)
-            plan["embedding.token"] = RowwiseParallel(input_layouts=Replicate())
-            if getattr(model, "head", None) is not None:
-                plan["head.lm"] = _vocab_head_style()
-            plan.update(plan_override or {})
-            parallelize_module(model, mesh["tp"], plan)
-            _shard_stacked(model, mesh["tp"])
-            for module in model.modules():  # local head counts for the reshapes
-                heads, kv_heads = getattr(module, "num_heads", None), getattr(module, "num_kv_heads", None)
-                if hasattr(module, "attend") and isinstance(heads, int):
-                    setattr(module, "num_heads", heads // tp)  # noqa: B010 (an attribute torch types as Module)
-                    if isinstance(kv_heads, int):
-                        setattr(module, "num_kv_heads", max(1, kv_heads // tp))  # noqa: B010
+            apply_tensor_parallel(model, mesh["tp"], plan_override)
         notes = []
         skipped = _unsupported_forward(model) if tp > 1 else None
         if zero3:
