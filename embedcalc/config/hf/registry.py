@@ -12,13 +12,17 @@ from types import ModuleType
 from embedcalc.config.hf import (
     bart,
     bert,
+    cohere2,
+    dbrx,
     deepseek,
     encoders,
+    exaone4,
     gemma,
     gpt,
     gpt2,
     gpt_oss,
     llama,
+    llama4,
     llama_like,
     moe,
     olmo,
@@ -37,6 +41,7 @@ MODULES += (
     gpt_oss,
     olmo,
 )  # the layer-model families (layers as data, DESIGN §9)
+MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model families
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in MODULES for family in module.FAMILIES}
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""
