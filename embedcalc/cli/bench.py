@@ -116,11 +116,10 @@ def bench_command(
     utilisation against the device's measured matmul peak (and the datasheet peak for known GPUs), and peak
     memory measured beside predicted.
     """
-    torch = require_torch()
-    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak
+    require_torch()
+    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak, set_threads
 
-    if threads is not None:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     dev = require_device(device.value)
     if peak:
         if target is not None:

@@ -8,6 +8,7 @@ import typer
 
 from embedcalc.analysis.budget import Budget
 from embedcalc.analysis.report import analyze
+from embedcalc.analysis.suggest import suggest as suggest_fixes
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
@@ -29,8 +30,7 @@ from embedcalc.cli.common import (
     load,
 )  # fmt: skip
 from embedcalc.config.checks import config_warnings, workload_problems
-from embedcalc.config.loading import raw_config
-from embedcalc.config.suggest import suggest as suggest_fixes
+from embedcalc.config.loading import load_target, raw_config
 from embedcalc.errors import ConfigError, ExitCode, Problem
 
 
@@ -134,7 +134,7 @@ def _suggestions(target: str, overrides: list[str] | None, format: OutputFormat)
         raw = raw_config(target, overrides)
     except ConfigError:
         return []  # the file itself is unreadable: nothing to suggest
-    found = suggest_fixes(target, overrides or [], raw)
+    found = suggest_fixes(raw, lambda extra: load_target(target, [*(overrides or []), *extra]).config)
     rows = [{"set": list(s.overrides), "command_line": s.set_line, "params": s.params,
              "delta_params": s.delta_params} for s in found]  # fmt: skip
     if format is OutputFormat.table:

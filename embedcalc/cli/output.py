@@ -1,56 +1,37 @@
 """The one stdout console and one stderr console, JSON envelopes (DESIGN.md §5) and error reporting.
 
-The rich consoles are created on first use (``output.stdout`` / ``output.stderr``), so that a ``--format json``
-run whose stderr is not a terminal never imports rich: warnings and errors are then plain lines.
+The rich consoles live in :mod:`embedcalc.render.console` (rich only in render) and are created on first use
+(``output.stdout`` / ``output.stderr``), so that a ``--format json`` run whose stderr is not a terminal never
+imports rich: warnings and errors are then plain lines.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 from embedcalc.errors import EmbedcalcError, Problem
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from embedcalc.render.console import Console
 
 SCHEMA_VERSION = 1
-_consoles: dict[str, Console] = {}
-
-
-def _width(name: str) -> int | None:
-    """$COLUMNS if set; piped stdout gets 200 so that tables are never cut to rich's 80-column default."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
-    return 200 if name == "stdout" and not sys.stdout.isatty() else None
-
-
-def _console(name: str) -> Console:
-    """The console for ``name``, created once; its width follows the environment at each use."""
-    if name not in _consoles:
-        from rich.console import Console
-
-        if name == "stdout":
-            _consoles[name] = Console(soft_wrap=False)
-        else:
-            _consoles[name] = Console(stderr=True, highlight=False)
-    console = _consoles[name]
-    width = _width(name)
-    if width is not None:
-        console.width = width
-    return console
 
 
 def __getattr__(name: str) -> Console:
+    """``output.stdout`` / ``output.stderr``: the rich consoles of :mod:`embedcalc.render.console`."""
     if name in ("stdout", "stderr"):
-        return _console(name)
+        from embedcalc.render.console import console
+
+        return console(name)
     raise AttributeError(name)
 
 
 def _plain_stderr() -> bool:
-    return "stderr" not in _consoles and not sys.stderr.isatty()
+    """Whether to write warnings and errors as plain lines: stderr is no terminal and no console exists yet."""
+    consoles = sys.modules.get("embedcalc.render.console")  # loaded only once a console was asked for
+    return not (consoles is not None and consoles.has_console("stderr")) and not sys.stderr.isatty()
 
 
 def emit_json(
@@ -85,14 +66,10 @@ def warn(problems: list[Problem], target: str | None = None) -> None:
     if problems and _plain_stderr():
         sys.stderr.write("".join(f"embedcalc: warning: {where}{line(p)}\n" for p in problems))
         return
-    from rich.markup import escape
+    from embedcalc.render.console import print_warning
 
     for p in problems:
-        _console("stderr").print(
-            f"[yellow]embedcalc: warning:[/] {escape(where + line(p))}",
-            markup=True,
-            soft_wrap=True,
-        )
+        print_warning(where + line(p))
 
 
 def report_error(error: EmbedcalcError) -> None:
@@ -100,8 +77,6 @@ def report_error(error: EmbedcalcError) -> None:
     if _plain_stderr():
         sys.stderr.write(f"embedcalc: error: {error.message}\n")
         return
-    from rich.markup import escape
+    from embedcalc.render.console import print_error
 
-    _console("stderr").print(
-        f"[red]embedcalc: error:[/] {escape(error.message)}", markup=True, soft_wrap=True, highlight=False
-    )
+    print_error(error.message)

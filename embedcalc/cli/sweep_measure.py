@@ -35,7 +35,9 @@ def run_measure(
             f"{', '.join(others) or 'the other axes'}",
             param_hint="'--measure'",
         )
-    torch = require_torch()
+    require_torch()
+    from embedcalc.modeling.timing import set_threads
+
     dev = require_device(device)  # before any work: cuda without CUDA is exit 4, as in bench
     from embedcalc.modeling.measure import measure_attention_split, measured_crossover
     from embedcalc.render.progress import step_progress
@@ -61,7 +63,7 @@ def run_measure(
         })  # fmt: skip
     crossover = measured_crossover(points)
     result = {
-        "device": str(dev), "threads": torch.get_num_threads(), "method": METHOD, "points": rows,
+        "device": str(dev), "threads": set_threads(None), "method": METHOD, "points": rows,
         "measured_crossover_seq_len": crossover, "predicted_crossover_seq_len": analysis.crossover_seq_len,
     }  # fmt: skip
     return result

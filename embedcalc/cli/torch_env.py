@@ -10,18 +10,20 @@ import typer
 from embedcalc.errors import UnsupportedEnvironmentError
 
 
-def require_torch() -> Any:
-    """The torch module, or exit 4 telling how to install it."""
+def require_torch() -> None:
+    """Import the torch side (:mod:`embedcalc.modeling`, the only package that imports torch), or exit 4 telling
+    how to install torch."""
     try:
-        import torch
-    except ImportError:
+        import embedcalc.modeling  # noqa: F401 (imported for its torch import)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] != "torch":
+            raise
         raise UnsupportedEnvironmentError(
             "PyTorch is not installed; this command builds the model in torch. Install it with "
             "`pip install 'embedcalc[torch]'` (CPU-only: `pip install torch --index-url "
             "https://download.pytorch.org/whl/cpu`).",
             code="no_torch",
         ) from None
-    return torch
 
 
 DEVICES = ("auto", "cpu", "cuda")

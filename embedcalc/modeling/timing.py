@@ -172,6 +172,13 @@ def time_steps(
     return Timings(seconds)
 
 
+def set_threads(threads: int | None) -> int:
+    """Use ``threads`` CPU threads for torch's kernels (None: leave torch's choice); the count in effect."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
 def current_rss_bytes() -> int:
     """Resident set size of this process now (from /proc/self/statm)."""
     with open("/proc/self/statm", encoding="ascii") as fh:

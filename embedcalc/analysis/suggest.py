@@ -9,13 +9,13 @@ fraction (what the user meant), so moving heads costs nothing and moving embed_d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.divisors import nearest_divisible, nearest_divisors
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
@@ -84,8 +84,12 @@ def _reference_params(data: dict[str, Any]) -> int | float | None:
     return int(total) if Fraction(total).denominator == 1 else float(total)
 
 
-def suggest(target: str, overrides: list[str], raw: dict[str, Any], limit: int = 5) -> list[Suggestion]:
-    """Valid alternatives to the invalid ``target`` (+ ``overrides``), ranked by |change in params|."""
+def suggest(
+    raw: dict[str, Any], load: Callable[[list[str]], ModelConfig], limit: int = 5
+) -> list[Suggestion]:
+    """Valid alternatives to the invalid config ``raw``, ranked by |change in params|; ``load(extra_overrides)``
+    validates a candidate (the caller's loader: the same target and overrides, plus the candidate's), raising
+    ConfigError when it is still invalid."""
     reference = _reference_params(raw)
     seen: set[tuple[str, ...]] = set()
     found: list[Suggestion] = []
@@ -95,7 +99,7 @@ def suggest(target: str, overrides: list[str], raw: dict[str, Any], limit: int =
             continue
         seen.add(extra)
         try:
-            config = load_target(target, [*overrides, *extra]).config
+            config = load(list(extra))
         except ConfigError:
             continue
         params = count_params(config).total
