@@ -58,6 +58,11 @@ class ConfigError(EmbedcalcError):
         super().__init__(message, ExitCode.INVALID_CONFIG, problems or [], code)
 
 
+class WorkloadError(ConfigError, ValueError):
+    """The workload cannot run on this config or in this format (a learned position table shorter than --seq-len,
+    int8 weights in training): exit 3, like an invalid config; a ``ValueError`` for Python callers."""
+
+
 class UnsupportedEnvironmentError(EmbedcalcError):
     """The environment cannot do what was asked (no torch, no CUDA, not enough memory): exit 4."""
 

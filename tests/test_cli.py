@@ -75,7 +75,6 @@ def test_exit_0(cli: Any, args: list[str]) -> None:
     (["analyze", "bert-base", "--format", "csv"], "csv"),  # csv/markdown are compare-only
     (["compare", "bert-base", "gpt2", "--format", "xml"], "xml"),
     (["analyze", "bert-base", "--dtype", "float8"], "float8"),
-    (["analyze", "bert-base", "--mode", "training", "--dtype", "int8"], "int8"),
     (["analyze", "bert-base", "--no-such-flag"], "--no-such-flag"),
     (["analyze"], "target"),
     (["heads", "0"], "embed_dim"),

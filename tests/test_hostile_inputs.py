@@ -294,10 +294,11 @@ def test_unnamed_os_error_is_an_output_error_named_file_its_file() -> None:
 # --- int8 training ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["check", "analyze"])
+@pytest.mark.parametrize("command", ["check", "analyze", "compare", "sweep"])
 def test_int8_training_names_the_flag(cli: Any, command: str) -> None:
-    result = run(cli, command, "bert-base", "--mode", "training", "--dtype", "int8")
-    assert_refused(result, 2, "--dtype")
+    targets = ["bert-base", "gpt2"] if command == "compare" else ["bert-base"]
+    result = run(cli, command, *targets, "--mode", "training", "--dtype", "int8")
+    assert_refused(result, 3, "--dtype")  # issue 14: exit 3 with the fix, the same in every command
     assert "float32" in result.stderr and "bfloat16" in result.stderr
 
 

@@ -363,9 +363,9 @@ def test_int8_kv_cache_is_float16(cli: Any) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
-def test_training_with_weight_only_dtype_is_a_usage_error(cli: Any, dtype: str) -> None:
+def test_training_with_weight_only_dtype_is_an_invalid_workload(cli: Any, dtype: str) -> None:
     result = cli("analyze", "bert-base", "--mode", "training", "--dtype", dtype)
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "--dtype" in result.stderr
     assert "weight-only" in result.stderr
     assert result.stdout == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from embedcalc.errors import EmbedcalcError, ExitCode, Problem
+from embedcalc.errors import Problem, WorkloadError
 
 Dtype = Literal["float32", "bfloat16", "float16", "int8", "int4"]
 Mode = Literal["inference", "training"]
@@ -69,8 +69,7 @@ class Workload:
                 f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "
                 "training use --dtype float32, bfloat16 or float16 (or --mode inference)"
             )
-            raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--dtype", message, "dtype_not_trainable")],
-                                 "dtype_not_trainable")  # fmt: skip
+            raise WorkloadError(message, [Problem("--dtype", message, "dtype_not_trainable")], "dtype_not_trainable")
 
     @property
     def decoder_len(self) -> int:

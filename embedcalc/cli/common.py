@@ -218,11 +218,7 @@ def make_workload(
     parallel: Parallelism | None = None,
     gen_tokens: int = 0,
 ) -> Workload:
-    if mode is ModeChoice.training and dtype.value in ("int8", "int4"):
-        raise typer.BadParameter(
-            f"{dtype.value} is a weight-only inference format; train in float32, bfloat16 or float16",
-            param_hint="'--dtype'",
-        )
+    # Workload refuses a weight-only dtype in training itself (exit 3, one message for every command)
     return Workload(
         batch_size=batch_size,
         seq_len=seq_len,
