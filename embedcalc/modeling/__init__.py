@@ -13,9 +13,11 @@ from embedcalc.modeling.counting import (
 )
 from embedcalc.modeling.layers import AttentionImpl
 from embedcalc.modeling.model import TransformerModel, TransformerOutput, build_model, initialise_
+from embedcalc.modeling.moe import Routing
 
 __all__ = [
     "AttentionImpl",
+    "Routing",
     "TransformerModel",
     "TransformerOutput",
     "build_model",
