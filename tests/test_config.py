@@ -520,3 +520,12 @@ def test_bracketed_file_name_in_error_message(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "model [draft].yaml"
     path.write_text(yaml.safe_dump({**SMALL, "num_heads": 7}), encoding="utf-8")
     assert_exit3(in_process(cli, "check", str(path)), "model [draft].yaml")
+
+
+def test_a_shared_expert_gate_needs_shared_experts(write_config: Any, cli: Any) -> None:
+    path = write_config({"architecture": "decoder", "vocab_size": 64, "max_seq_len": 32, "embed_dim": 16,
+                         "num_heads": 2, "num_layers": 1,
+                         "ffn": {"kind": "moe", "num_experts": 4, "top_k": 2, "shared_expert_gate": True}})  # fmt: skip
+    result = cli("check", str(path))
+    assert result.exit_code == 3
+    assert "shared_expert_gate" in result.stderr and "num_shared_experts" in result.stderr

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -339,6 +339,9 @@ def test_config_round_trips_through_json(config: ModelConfig, exclude_none: bool
 
 @given(configs(), st.booleans(), st.sampled_from((".yaml", ".yml")))
 def test_config_round_trips_through_yaml(config: ModelConfig, exclude_none: bool, suffix: str) -> None:
+    # PyYAML's writer (allow_unicode) leaves NEL, LS and PS raw inside a scalar, where every YAML reader sees a line
+    # break: a property of that writer, not of embedcalc's reader (the JSON round trip covers those names)
+    assume(not any(c in (config.name or "") for c in "\x85\u2028\u2029"))
     dumped = config.model_dump(mode="json", exclude_none=exclude_none)
     assert _load_written(yaml.safe_dump(dumped, sort_keys=False, allow_unicode=True), suffix) == config
 
@@ -401,10 +404,10 @@ def layered_dicts(draw: st.DrawFn) -> dict[str, Any]:
     def ffn() -> dict[str, Any]:
         if draw(st.booleans()):
             return {"kind": "dense", "ffn_dim": draw(st.integers(1, 32))}
-        experts = draw(st.integers(1, 6))
+        experts, shared = draw(st.integers(1, 6)), draw(st.integers(0, 2))
         return {"kind": "moe", "num_experts": experts, "top_k": draw(st.integers(1, experts)),
-                "expert_dim": draw(st.integers(1, 16)), "num_shared_experts": draw(st.integers(0, 2)),
-                "shared_expert_gate": draw(st.booleans()), "router_bias": draw(st.booleans()),
+                "expert_dim": draw(st.integers(1, 16)), "num_shared_experts": shared,
+                "shared_expert_gate": bool(shared) and draw(st.booleans()), "router_bias": draw(st.booleans()),
                 "expert_bias": draw(st.booleans())}  # fmt: skip
 
     if draw(st.booleans()):

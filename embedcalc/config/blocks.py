@@ -199,6 +199,13 @@ class FFNSpec(BaseModel):
 
     @model_validator(mode="after")
     def _moe_complete(self) -> FFNSpec:
+        if self.shared_expert_gate and self.kind == "moe" and self.num_shared_experts == 0:
+            raise PydanticCustomError(
+                "shared_gate_without_shared_experts",
+                "shared_expert_gate scales the shared experts' output, but num_shared_experts is 0; set "
+                "num_shared_experts: 1 (Qwen2-MoE) or shared_expert_gate: false",
+                {},
+            )
         missing = moe_missing(self)
         if missing:
             raise PydanticCustomError(
