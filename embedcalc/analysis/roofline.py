@@ -12,7 +12,11 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
   T × (in + out) elements, T = FLOPs / (2 in out); an attention core reads Q, K, V and writes its output, and with
   eager attention also writes the scores and reads the probabilities, b h m n each), ``kv_read`` (decode: K and V
   of every cached token, read by the cores) and ``kv_write`` (the new tokens' K and V written to the cache, counted
-  on the QKV projection). Element-wise work (norms, activations, softmax, residuals) is assumed fused: no traffic
+  on the QKV projection). A **decode step** moves the weights it reads and the KV cache it reads, nothing else: its
+  activations are one token per sequence (b x width vectors, kilobytes, that stay in on-chip memory between
+  kernels) and the new token's K and V are 1/n of the cache read, so decode time is (weight reads + KV reads) /
+  bandwidth when memory-bound, the standard decode roofline. Element-wise work (norms, activations, softmax,
+  residuals) is assumed fused: no traffic
   of its own. This, and efficiency 1 by default, make every time a **lower bound**.
 - **Prefill** (time to first token) is one forward over the prompt (encoder-decoder: the source through the
   encoder and the target prompt through the decoder); with ``sdpa`` its attention FLOPs are the causal ones

@@ -126,8 +126,8 @@ def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, 
     activation = b * m * q * layers * e  # Q read (scores) or the output written (context)
     if w.attention == "eager":
         activation += b * config.num_heads * m * n * layers * e  # scores written / probabilities read
-    if decode:
-        return Traffic(kv_read_bytes=keys * kv_bytes, activation_bytes=activation)
+    if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
+        return Traffic(kv_read_bytes=keys * kv_bytes)
     return Traffic(activation_bytes=activation + keys * e)
 
 
@@ -152,9 +152,9 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         if decode and key.endswith("cross_attention/qkv"):  # K and V of the source are cached: Q only
             numel = numel * (out_f - 2 * config.resolved_kv_heads * config.resolved_head_dim) // out_f
         numel = _active(weights, wkey, numel, tokens)
-        out[key] = Traffic(flops=f, weight_bytes=_weight_bytes(numel, w.dtype),
-                           activation_bytes=round(tokens * (in_f + out_f)) * e)  # fmt: skip
-    if caches:
+        moved = 0 if decode else round(tokens * (in_f + out_f)) * e  # decode: b x width vectors, on chip
+        out[key] = Traffic(flops=f, weight_bytes=_weight_bytes(numel, w.dtype), activation_bytes=moved)
+    if caches and not decode:  # decode: the new token's K and V, 1/n of the cache read, are not counted
         _add_kv_writes(config, w, lengths, decode, kv_bytes, weights, out)
     for key, numel in weights.numel.items():
         if key in out:
@@ -165,8 +165,8 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
             width = weights.shape.get(key, (1, numel))[1]
             rows = b * lengths.lookups if key == "embedding/token" else lengths.lookups
             read = min(numel, rows * width)
-            out[key] = Traffic(weight_bytes=_weight_bytes(read, w.dtype), activation_bytes=b * lengths.lookups
-                               * width * e)  # fmt: skip
+            looked_up = 0 if decode else b * lengths.lookups * width * e
+            out[key] = Traffic(weight_bytes=_weight_bytes(read, w.dtype), activation_bytes=looked_up)
         elif key not in flops:
             out[key] = Traffic(weight_bytes=_weight_bytes(numel, w.dtype))
     return out
