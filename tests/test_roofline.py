@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
-from embedcalc.analysis.params import count_params
+from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.roofline import (
     Efficiency,
     TimeRequest,
@@ -251,3 +251,18 @@ def test_sweep_times_each_point_and_draws_the_roofline(tmp_path: Path) -> None:
     single = _json("analyze", "gpt2", "--seq-len", "1024", "--hardware", "h100-sxm")["time"]
     assert points[1]["time"]["prefill_s"] == pytest.approx(single["prefill_s"])
     assert plot.is_file() and (tmp_path / "s.roofline.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("target", ["deepseek-v3", "gemma-2-9b", "gpt-oss-20b", "mixtral-8x7b"])
+def test_layer_model_decode_reads_the_cache_the_memory_model_holds_and_only_the_routed_experts(target: str) -> None:
+    r = _json("analyze", target, "--hardware", "h100-sxm", "--dtype", "bfloat16", "--seq-len", "8192",
+              "--gen-tokens", "128")  # fmt: skip
+    decode = r["time"]["breakdown"]["decode"]
+    # MLA's compressed cache, per-layer windows: the same bytes the memory estimate holds at that length
+    assert sum(c["kv_read_bytes"] for c in decode.values()) == r["memory"]["kv_cache_bytes"]
+    experts = [c["weight_bytes"] for k, c in decode.items() if k.endswith("/moe/experts")]
+    if experts:  # batch 1: top_k of the experts per layer, not all of them
+        config = load_target(target).config
+        moe = next(b.ffn for b in config.named_blocks.values() if b.ffn.moe)
+        every = sum(t.numel for t in param_tensors(config) if t.key.endswith("/moe/experts")) * 2
+        assert sum(experts) == every * moe.top_k // moe.num_experts

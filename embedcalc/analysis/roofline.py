@@ -287,12 +287,14 @@ def _traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths
     return per_device(config, w, raw, weights, divisor)
 
 
-def _decode_total(roof: Roofline, step: Any, first: int, last: int, kink: int | None) -> float:
+def _decode_total(roof: Roofline, step: Any, first: int, last: int, kinks: list[int]) -> float:
     """Σ over KV lengths first..last of the decode step time, exact for per-component times that are the max of
-    two affine functions of the length (with one kink at the sliding window)."""
-    segments = [(first, last)]
-    if kink is not None and first <= kink < last:
-        segments = [(first, kink), (kink + 1, last)]
+    two affine functions of the length between kinks (every layer's window or chunk caps its cache there)."""
+    segments, lo = [], first
+    for kink in sorted(k for k in set(kinks) if first <= k < last):
+        segments.append((lo, kink))
+        lo = kink + 1
+    segments.append((lo, last))
     total = 0.0
     for lo, hi in segments:
         a, z = step(lo), step(hi)
@@ -356,16 +358,17 @@ def estimate_time(
     steps = max(w.gen_tokens, 1)
 
     def step_at(n: int) -> dict[str, ComponentTime]:
-        traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n), True,
-                           kv_bytes, weights, par.tp)  # fmt: skip
+        traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
+                           True, kv_bytes, weights, par.tp)  # fmt: skip
         return {c.key: c for c in roof.phase("decode", traffic).components}
 
     last = step_at(prompt + steps)
     phases["decode"] = Phase("decode", tuple(last.values()))
     total = None
     if w.gen_tokens:
-        window = getattr(config, "sliding_window", None)
-        total = _decode_total(roof, step_at, prompt + 1, prompt + w.gen_tokens, window)
+        caps = [b.attention.cache_limit for b in config.named_blocks.values()]
+        kinks = [c for c in caps if c is not None]
+        total = _decode_total(roof, step_at, prompt + 1, prompt + w.gen_tokens, kinks)
     return replace(
         base, phases=phases, decode_kv_len=prompt + steps, decode_steps=steps, decode_total_s=total
     )

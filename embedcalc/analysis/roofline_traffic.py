@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from embedcalc.analysis.flops import forward_flops
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params, param_tensors
-from embedcalc.analysis.workload import DTYPE_BYTES, Workload
+from embedcalc.analysis.workload import DTYPE_BYTES, Parallelism, Workload
 from embedcalc.config.schema import ModelConfig
 
 _CORE = ("scores", "context")
@@ -65,6 +66,7 @@ class Weights:
     shape: dict[str, tuple[int, int]]
     layers: dict[str, int]
     active: dict[str, int] | None
+    experts: tuple[int, int] | None = None  # (num_experts, top_k) of the MoE layers, None without MoE
 
 
 def weights_of(config: ModelConfig) -> Weights:
@@ -82,7 +84,9 @@ def weights_of(config: ModelConfig) -> Weights:
     active: Any = getattr(
         count_params(config), "active", None
     )  # MoE: the layer model's active-per-token params
-    return Weights(numel, split, shape, layers, active.as_dict() if active is not None else None)
+    moe = [b.ffn for b in config.named_blocks.values() if b.ffn.moe]
+    experts = (moe[0].num_experts, moe[0].top_k) if moe else None
+    return Weights(numel, split, shape, layers, active.as_dict() if active is not None else None, experts)
 
 
 def _weight_bytes(numel: int, dtype: str) -> int:
@@ -97,6 +101,7 @@ class Lengths:
     self_n: dict[str, int]
     cross_n: int
     lookups: int  # tokens looked up in the token table per sequence
+    self_cache_bytes: int | None = None  # decode: the self-attention KV cache read per step (all layers)
 
 
 def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
@@ -108,10 +113,20 @@ def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
     return Lengths({stack: w.seq_len}, {stack: w.seq_len}, 0, w.seq_len)
 
 
-def decode_lengths(config: ModelConfig, w: Workload, kv_len: int) -> Lengths:
+def decode_lengths(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> Lengths:
+    """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
+    that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
+    encoder-decoder's cross-attention part, which the cross cores read."""
     window = getattr(config, "sliding_window", None)
     cached = kv_len if window is None else min(kv_len, window)
-    return Lengths({"decoder": 1}, {"decoder": cached}, w.seq_len, 1)
+    at = replace(_at_kv_len(config, w, kv_len), parallel=Parallelism())  # the whole model; per_device splits it
+    total = kv_cache_bytes(config, at)
+    if config.architecture == "encoder-decoder":
+        cross_layers = config.resolved_decoder_layers
+        total -= 2 * w.batch_size * w.seq_len * cross_layers * config.kv_dim * at.activation_bytes
+    if kv_bytes is not None:
+        total = total * kv_bytes // at.activation_bytes
+    return Lengths({"decoder": 1}, {"decoder": cached}, w.seq_len, 1, total)
 
 
 def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, layers: int, decode: bool,
@@ -127,6 +142,8 @@ def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, 
     if w.attention == "eager":
         activation += b * config.num_heads * m * n * layers * e  # scores written / probabilities read
     if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
+        if kind != "cross_attention" and lengths.self_cache_bytes is not None:
+            return Traffic(kv_read_bytes=lengths.self_cache_bytes // 2)  # K (scores) or V (context), exact halves
         return Traffic(kv_read_bytes=keys * kv_bytes)
     return Traffic(activation_bytes=activation + keys * e)
 
@@ -152,6 +169,10 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         if decode and key.endswith("cross_attention/qkv"):  # K and V of the source are cached: Q only
             numel = numel * (out_f - 2 * config.resolved_kv_heads * config.resolved_head_dim) // out_f
         numel = _active(weights, wkey, numel, tokens)
+        if key.endswith("/moe/experts") and weights.experts is not None:
+            experts, top_k = weights.experts
+            per_layer_tokens = w.batch_size * (1 if decode else max(lengths.self_m.values(), default=1))
+            numel = numel * min(experts, per_layer_tokens * top_k) // experts  # the experts its tokens reach
         moved = 0 if decode else round(tokens * (in_f + out_f)) * e  # decode: b x width vectors, on chip
         out[key] = Traffic(flops=f, weight_bytes=_weight_bytes(numel, w.dtype), activation_bytes=moved)
     if caches and not decode:  # decode: the new token's K and V, 1/n of the cache read, are not counted
