@@ -21,8 +21,8 @@ from embedcalc.cli.common import (
     BatchOption,
     DtypeChoice,
     FormatOption,
+    GenTokensOption,
     ModeChoice,
-    ModeOption,
     OutputFormat,
     RecomputeChoice,
     RecomputeOption,
@@ -51,6 +51,24 @@ class StrategyChoice(StrEnum):
     tp = "tp"
 
 
+class BenchModeChoice(StrEnum):
+    """bench's --mode: analyze's two plus ``generate`` (prefill + decode with a KV cache)."""
+
+    inference = "inference"
+    training = "training"
+    generate = "generate"
+
+
+BenchModeOption = Annotated[
+    BenchModeChoice,
+    typer.Option(
+        "--mode",
+        help="inference: one forward; training: fwd+bwd+AdamW; generate: prefill --seq-len, then decode "
+        "--gen-tokens tokens greedily with a static KV cache.",
+    ),
+]
+
+
 class BenchDtype(StrEnum):
     float32 = "float32"
     bfloat16 = "bfloat16"
@@ -75,7 +93,8 @@ def bench_command(
     batch_size: BatchOption = 1,
     seq_len: SeqOption = 128,
     tgt_len: TgtOption = None,
-    mode: ModeOption = ModeChoice.inference,
+    mode: BenchModeOption = BenchModeChoice.inference,
+    gen_tokens: GenTokensOption = 0,
     attention: AttentionOption = AttentionChoice.sdpa,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first.")] = 3,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Timed steps.")] = 10,
@@ -130,11 +149,20 @@ def bench_command(
         return
     if target is None:
         raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
+    if mode is BenchModeChoice.generate:
+        from embedcalc.cli.bench_generate import run_generate
+
+        workload = make_workload(batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), ModeChoice.inference,
+                                 attention, gen_tokens=gen_tokens)  # fmt: skip
+        run_generate(target, overrides, workload, dev, warmup=warmup, repeat=repeat, compile=compile, force=force,
+                     format=format)  # fmt: skip
+        return
+    train_mode = ModeChoice(mode.value)
     if nproc is not None:
         from embedcalc.cli.bench_distributed import run_distributed
 
         workload = make_workload(
-            batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), mode, attention, recompute=recompute
+            batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), train_mode, attention, recompute=recompute
         )
         run_distributed(target, overrides, workload, nproc=nproc, strategy=strategy.value, device=device.value,
                         warmup=warmup, repeat=repeat, threads=threads, force=force, baseline=baseline,
@@ -147,7 +175,7 @@ def bench_command(
                           force, format)  # fmt: skip
         return
     workload = make_workload(
-        batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), mode, attention, recompute=recompute
+        batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), train_mode, attention, recompute=recompute
     )
     # the benchmarked model has no dropout layers, so the prediction is made for dropout 0 (no masks)
     analysis = analyze_target(target, [*(overrides or []), "dropout=0.0"], workload)

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
 from embedcalc.modeling.positions import apply_rotary, relative_position_bucket
 
@@ -61,6 +62,8 @@ class FusedCore(nn.Module):
         self.qk_head_dim, self.v_head_dim = qk_head_dim, v_head_dim
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        if k.shape[1] != q.shape[1]:  # cached decode passes the KV heads unexpanded (GQA/MQA)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, h, T, d_v)
 
 
@@ -155,12 +158,13 @@ class AttentionBase(nn.Module):
         self.max_distance = config.relative_attention_max_distance
         self.relative_bias = embedding_table(self.num_buckets, spec.num_heads) if relative_bias else None
 
-    def position_bias(self, query_len: int, key_len: int) -> Tensor:
-        """T5's relative position bias, (1, h, T, S); only the module that owns the table can compute it."""
+    def position_bias(self, query_len: int, key_len: int, query_offset: int = 0) -> Tensor:
+        """T5's relative position bias, (1, h, T, S), for queries at positions ``query_offset`` on (cached decode)
+        and keys at 0 .. S - 1; only the module that owns the table can compute it."""
         if self.relative_bias is None:
             raise RuntimeError("this attention layer has no relative position table")
         device = self.relative_bias.weight.device
-        query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+        query = torch.arange(query_offset, query_offset + query_len, device=device)[:, None]  # (T, 1)
         key = torch.arange(key_len, device=device)[None, :]  # (1, S)
         buckets = relative_position_bucket(
             key - query, bidirectional=not self.causal, num_buckets=self.num_buckets, max_distance=self.max_distance
@@ -172,6 +176,10 @@ class AttentionBase(nn.Module):
         """(T, S) True where a causal query may not look: future keys, keys a window or more back, other chunks."""
         query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
         key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+        return self._blocked_at(query, key)
+
+    def _blocked_at(self, query: Tensor, key: Tensor) -> Tensor:
+        """(T, S) True where a causal query at position ``query`` (T, 1) may not see the key at ``key`` (1, S)."""
         blocked = key > query  # (T, S)
         if self.window is not None:
             blocked = blocked | (query - key >= self.window)
@@ -193,13 +201,19 @@ class AttentionBase(nn.Module):
                 causal = False
             out: Tensor = self.sdpa(q, k, v, mask, causal)  # (B, h, T, d_v)
             return out
+        return self._eager(q, k, v, bias, self._blocked(query_len, key_len, q.device) if causal else None)
+
+    def _eager(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocked: Tensor | None) -> Tensor:
+        """The eager core: scores, bias, the ``blocked`` (T, S) mask, sinks, softmax, context. K and V may have one
+        head that broadcasts (latent attention's absorbed decode)."""
         if self.scores is None or self.context is None:
             raise RuntimeError("eager attention needs its scores and context modules")
+        query_len, key_len = q.shape[-2], k.shape[-2]
         scores = self.scores(q, k) * self.scale  # (B, h, T, S)
         if bias is not None:
             scores = scores + bias
-        if causal:
-            scores = scores.masked_fill(self._blocked(query_len, key_len, q.device), float("-inf"))
+        if blocked is not None:
+            scores = scores.masked_fill(blocked, float("-inf"))
         if self.sinks is not None:
             batch, heads = scores.shape[:2]
             sink = self.sinks.logits.to(scores.dtype).view(1, heads, 1, 1).expand(batch, heads, query_len, 1)
@@ -210,14 +224,42 @@ class AttentionBase(nn.Module):
         context: Tensor = self.context(weights, v)  # (B, h, T, d_v)
         return context
 
-    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
-        """The sublayer's transform without norm or residual: (B, T, d) -> (B, T, d)."""
+    def _cached_blocked(self, cache: LayerCache, position: int, length: int, device: torch.device) -> Tensor | None:
+        """The (T, S) mask of ``length`` new queries from ``position`` against the cache's filled slots, or None
+        when every slot is visible (one query: the slots hold only past keys within the window; a chunk still
+        masks the previous chunk's slots of a rolling buffer)."""
+        if length == 1 and not (self.chunk is not None and cache.rolling):
+            return None
+        query = torch.arange(position, position + length, device=device)[:, None]  # (T, 1)
+        key = cache.key_positions(position + length, device)[None, :]  # (1, S)
+        return self._blocked_at(query, key)
+
+    def _cached_core(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocked: Tensor | None) -> Tensor:
+        """The core of a cached step: q (B, h, T, d), k and v (B, h_kv, S, d) unexpanded -> (B, h, T, d_v)."""
+        if self.sdpa is not None:
+            mask: Tensor | None = None if bias is None else bias.to(q.dtype)  # (1, h, T, S)
+            if blocked is not None:
+                mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
+            out: Tensor = self.sdpa(q, k, v, mask, False)  # (B, h, T, d_v)
+            return out
+        k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d)
+        return self._eager(q, k, v, bias, blocked)
+
+    def attend(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: LayerCache | CrossCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
+        """The sublayer's transform without norm or residual: (B, T, d) -> (B, T, d). With ``cache`` the new
+        tokens start at ``position``: their keys and values are written to it and the queries attend to it."""
         raise NotImplementedError
 
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None
-    ) -> Tensor:
-        return residual(x, self.norm, lambda h: self.attend(h, memory, bias, rotary), self.placement)
+        self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
+        cache: LayerCache | CrossCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
+        return residual(
+            x, self.norm, lambda h: self.attend(h, memory, bias, rotary, cache, position), self.placement
+        )
 
 
 class Attention(AttentionBase):
@@ -241,10 +283,9 @@ class Attention(AttentionBase):
         self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
         self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
 
-    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
-        if self.cross and memory is None:
-            raise ValueError("cross-attention needs the encoder output (memory)")
-        batch, length, _ = x.shape
+    def _project(self, x: Tensor, memory: Tensor | None, rotary: Rotary | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values with q/k norms and rotary positions applied: q (B, h, T, d_head) from ``x``;
+        k, v (B, h_kv, S, d_head) from ``memory`` (cross-attention) or ``x``."""
         q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
         if self.qk_norm is not None and self.qk_norm.full:
             q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # over all heads: (B, T, q_dim), (B, S, kv_dim)
@@ -255,8 +296,60 @@ class Attention(AttentionBase):
         if rotary is not None and not self.cross:
             cos, sin = rotary[self.rotary_width]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
-        context = self._core(q, k, v, bias)  # (B, h, T, d_head)
+        return q, k, v
+
+    def _cross_queries(self, x: Tensor) -> Tensor:
+        """Cross-attention queries alone (the source's keys and values are cached): (B, h, T, d_head)."""
+        q: Tensor = self.qkv.q(x)  # (B, T, q_dim)
+        if self.qk_norm is not None and self.qk_norm.full:
+            q = self.qk_norm.q(q)
+        q = _heads(q, self.num_heads)  # (B, h, T, d_head)
+        if self.qk_norm is not None and not self.qk_norm.full:
+            q = self.qk_norm.q(q)
+        return q
+
+    def _attend_cached(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: LayerCache | CrossCache, position: int,
+    ) -> Tensor:  # fmt: skip
+        """Attention through the cache: (B, h, T, d_head) context of the new tokens."""
+        if isinstance(cache, CrossCache):
+            if cache.ready:
+                q = self._cross_queries(x)
+            else:
+                if memory is None:
+                    raise ValueError("cross-attention needs the encoder output (memory) at prefill")
+                q, k, v = self._project(x, memory, None)
+                cache.keys.copy_(k)  # (B, h_kv, S, d_head)
+                cache.values.copy_(v)
+                cache.ready = True
+            return self._cached_core(q, cache.keys, cache.values, None, None)
+        q, k, v = self._project(x, None, rotary)
+        length = x.shape[1]
+        cache.write(k, v, position)
+        if position == 0:  # prefill: the prompt attends to itself, as without a cache
+            k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, T, d_head)
+            return self._core(q, k, v, bias)
+        if cache.rolling and length > 1:
+            raise ValueError("a rolling (windowed or chunked) cache decodes one token at a time after the prompt")
+        keys, values = cache.read(position + length)  # (B, h_kv, S, d_head) each
+        if values is None:  # pragma: no cover - a standard layer's cache has values
+            raise RuntimeError("standard attention needs a K and a V cache")
+        return self._cached_core(q, keys, values, bias, self._cached_blocked(cache, position, length, q.device))
+
+    def attend(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: LayerCache | CrossCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
+        if self.cross and memory is None and not (isinstance(cache, CrossCache) and cache.ready):
+            raise ValueError("cross-attention needs the encoder output (memory)")
+        batch, length, _ = x.shape
+        if cache is not None:
+            context = self._attend_cached(x, memory, bias, rotary, cache, position)  # (B, h, T, d_head)
+        else:
+            q, k, v = self._project(x, memory, rotary)
+            k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
+            context = self._core(q, k, v, bias)  # (B, h, T, d_head)
         merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
         out: Tensor = self.out(merged)  # (B, T, d)
         return out
@@ -299,19 +392,57 @@ class LatentAttention(AttentionBase):
         full: Tensor = self.q(x)  # (B, T, h (nope + rope))
         return full
 
-    def attend(self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None) -> Tensor:
+    def _absorbed(
+        self, q_nope: Tensor, q_rope: Tensor, cached: Tensor, bias: Tensor | None, blocked: Tensor | None
+    ) -> Tensor:
+        """Decode against the compressed cache without decompressing it (DeepSeek-V2 §2.1.2, "absorb" W_UK into the
+        queries and W_UV after the context): q_nope (B, h, T, nope), q_rope (B, h, T, rope), cached
+        (B, S, r_kv + rope) -> context (B, h, T, v). Scores are q_nope·W_UK·latent + q_rope·k_rope, scaled by
+        1 / sqrt(nope + rope) as before."""
+        weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)  # (h, nope + v, r)
+        w_uk, w_uv = weight[:, : self.nope], weight[:, self.nope :]  # (h, nope, r), (h, v, r)
+        query = torch.cat((torch.matmul(q_nope, w_uk), q_rope), dim=-1)  # (B, h, T, r + rope)
+        keys = cached.unsqueeze(1)  # (B, 1, S, r + rope): one latent key shared by every head
+        values = keys[..., : self.latent_dim]  # (B, 1, S, r)
+        if self.sdpa is not None:
+            mask: Tensor | None = None if bias is None else bias.to(query.dtype)  # (1, h, T, S)
+            if blocked is not None:
+                mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
+            context = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+            )  # (B, h, T, r)
+        else:
+            context = self._eager(query, keys, values, bias, blocked)  # (B, h, T, r)
+        return torch.matmul(context, w_uv.transpose(-2, -1))  # (B, h, T, v)
+
+    def attend(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: LayerCache | CrossCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
         batch, length, _ = x.shape
         h = self.num_heads
         q = _heads(self._queries(x), h)  # (B, h, T, nope + rope)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)  # (B, h, T, nope), (B, h, T, rope)
         compressed: Tensor = self.kv_a(x)  # (B, T, r_kv + rope)
         latent, k_rope = torch.split(compressed, [self.latent_dim, self.rope], dim=-1)  # (B, T, r_kv), (B, T, rope)
-        kv = _heads(self.kv_b(self.kv_a_norm(latent)), h)  # (B, h, T, nope + v)
-        k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)  # (B, h, T, nope), (B, h, T, v)
+        latent = self.kv_a_norm(latent)  # (B, T, r_kv)
         k_rope = k_rope.unsqueeze(1)  # (B, 1, T, rope): one rope key shared by every head
         if rotary is not None:
             cos, sin = rotary[self.rope]
             q_rope, k_rope = apply_rotary(q_rope, cos, sin), apply_rotary(k_rope, cos, sin)
+        if isinstance(cache, LayerCache):
+            cache.write(torch.cat((latent, k_rope.squeeze(1)), dim=-1), None, position)  # (B, T, r_kv + rope)
+            if position > 0:
+                if cache.rolling and length > 1:
+                    raise ValueError("a rolling cache decodes one token at a time after the prompt")
+                cached, _ = cache.read(position + length)  # (B, S, r_kv + rope)
+                blocked = self._cached_blocked(cache, position, length, x.device)
+                context = self._absorbed(q_nope, q_rope, cached, bias, blocked)  # (B, h, T, v)
+                merged = context.transpose(1, 2).reshape(batch, length, h * self.v_dim)  # (B, T, h v)
+                absorbed: Tensor = self.out(merged)  # (B, T, d)
+                return absorbed
+        kv = _heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
+        k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)  # (B, h, T, nope), (B, h, T, v)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, h, T, nope + rope)
         k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)
         context = self._core(q, k, v, bias)  # (B, h, T, v)

@@ -28,6 +28,7 @@ from embedcalc.modeling.attention import (
     make_attention,
 )  # fmt: skip
 from embedcalc.modeling.ffn import MLP
+from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
 
@@ -99,16 +100,21 @@ class Block(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None
-    ) -> Tensor:
+        self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
+        cache: BlockCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
+        """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``."""
+        own = cache.self_attention if cache is not None else None
+        cross = cache.cross_attention if cache is not None else None
         if self.parallel:
             if self.cross_attention is not None:
-                x = self.cross_attention(x, memory=memory)  # (B, T, d)
+                x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)
             normed = self.attention.norm(x)  # (B, T, d)
             ffn_in = self.ffn.norm(x) if self.ffn.norm is not None else normed  # (B, T, d)
-            return x + self.attention.attend(normed, None, bias, rotary) + self.ffn.transform(ffn_in)
-        x = self.attention(x, bias=bias, rotary=rotary)  # (B, T, d)
+            attended = self.attention.attend(normed, None, bias, rotary, own, position)  # (B, T, d)
+            return x + attended + self.ffn.transform(ffn_in)
+        x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
         if self.cross_attention is not None:
-            x = self.cross_attention(x, memory=memory)  # (B, T, d)
+            x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)
         out: Tensor = self.ffn(x)  # (B, T, d)
         return out

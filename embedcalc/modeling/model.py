@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.attention import Rotary, rotary_widths
+from embedcalc.modeling.kv_cache import KVCache
 from embedcalc.modeling.layers import AttentionImpl, Block, embedding_table, make_norm
 from embedcalc.modeling.moe import Routing
 from embedcalc.modeling.positions import RotaryPositions, SinusoidalPositions, alibi_bias
@@ -89,7 +90,8 @@ class Embeddings(nn.Module):
             else None
         )
 
-    def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
+        """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
         length = ids.shape[1]
         x: Tensor = self.token(ids)  # (B, T, d_tok)
         if self.scale is not None:
@@ -97,15 +99,15 @@ class Embeddings(nn.Module):
         if self.project_in is not None and not self.factorized:
             x = self.project_in(x)  # (B, T, d)
         if self.position is not None:
-            if length > self.max_seq_len:
+            if position + length > self.max_seq_len:
                 raise ValueError(
-                    f"sequence length ({length}) exceeds max_seq_len ({self.max_seq_len}), the size of the "
+                    f"sequence length ({position + length}) exceeds max_seq_len ({self.max_seq_len}), the size of the "
                     "learned position table; use a shorter sequence or a larger max_seq_len"
                 )
-            rows = torch.arange(length, device=ids.device) + self.position_offset  # (T,)
+            rows = torch.arange(position, position + length, device=ids.device) + self.position_offset  # (T,)
             x = x + self.position[stack](rows)  # (T, d) broadcast over B
         elif self.sinusoidal is not None:
-            x = x + self.sinusoidal(length)  # (T, d) broadcast over B
+            x = x + self.sinusoidal(position + length)[position:]  # (T, d) broadcast over B
         if self.type_ is not None and stack == self.first_stack:
             x = x + self.type_(type_ids if type_ids is not None else torch.zeros_like(ids))  # (B, T, d)
         if self.norm is not None:
@@ -149,26 +151,46 @@ class Stack(nn.Module):
         )
         self.final_norm = make_norm(config) if config.resolved_final_norm else None
 
-    def _bias(self, length: int, device: torch.device) -> Tensor | None:
+    def _bias(self, length: int, device: torch.device, position: int = 0) -> Tensor | None:
+        """The stack's additive score bias for ``length`` queries from ``position`` against keys 0 .. position +
+        length - 1: (1, h, T, S), or None."""
         first = cast(Block, self.layers[0])
+        end = position + length
         if first.attention.relative_bias is not None:
-            return first.attention.position_bias(length, length)  # (1, h, T, T)
+            return first.attention.position_bias(length, end, position)  # (1, h, T, S)
         if self.alibi_heads is not None:
-            return alibi_bias(self.alibi_heads, length, length, device=device)  # (1, h, T, T)
+            return alibi_bias(self.alibi_heads, length, end, device=device, query_offset=position)  # (1, h, T, S)
         return None
 
-    def forward(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
+    def has_bias(self) -> bool:
+        """Whether attention scores get a position bias (T5 relative buckets, ALiBi)."""
+        return cast(Block, self.layers[0]).attention.relative_bias is not None or self.alibi_heads is not None
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """(B, T, d) -> (B, T, d). With ``cache`` (generation, decoder only) the T tokens start at
+        ``cache.position``, and each layer writes its keys and values to ``cache.layers[i]``; the caller advances
+        the position."""
         length = x.shape[1]
-        bias = self._bias(length, x.device)
+        position = cache.position if cache is not None else 0
+        bias = self._bias(length, x.device, position)
         rotary: Rotary | None = (
-            {int(w): table(length) for w, table in self.rotary.items()} if self.rotary is not None else None
+            {int(w): _angles_from(table(position + length), position) for w, table in self.rotary.items()}
+            if self.rotary is not None
+            else None
         )
         for i in range(self.num_layers):
             layer = self.layers[i if len(self.layers) > 1 else 0]
-            x = layer(x, memory=memory, bias=bias, rotary=rotary)  # (B, T, d)
+            step = cache.layers[i] if cache is not None else None
+            x = layer(x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position)  # (B, T, d)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
+
+
+def _angles_from(angles: tuple[Tensor, Tensor], position: int) -> tuple[Tensor, Tensor]:
+    """The cos and sin rows from ``position`` on: (T, width) each."""
+    cos, sin = angles
+    return cos[position:], sin[position:]
 
 
 class Pooler(nn.Module):
@@ -288,6 +310,25 @@ class TransformerModel(nn.Module):
         pooled = self.pooler(hidden) if self.pooler is not None else None
         logits = self.head(hidden) if self.head is not None else None
         return TransformerOutput(hidden, pooled, logits)
+
+    def encode(self, src_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """An encoder-decoder's encoder output (the memory its decoder attends to): (B, S) -> (B, S, d)."""
+        if self.encoder is None or self.decoder is None:
+            raise ValueError("encode applies to an encoder-decoder")
+        memory: Tensor = self.encoder(self.embedding(src_ids, "encoder", token_type_ids))  # (B, S, d)
+        return memory
+
+    def decode_step(self, ids: Tensor, cache: KVCache, memory: Tensor | None = None) -> Tensor:
+        """Logits of ``ids`` (B, T), the next T tokens of the decoder from ``cache.position`` on, through the KV
+        cache (which they are written to; the position then advances by T): (B, T, vocab). ``memory`` (the
+        encoder output) is needed until the cross-attention caches are filled, at prefill."""
+        if self.decoder is None or self.head is None:
+            raise ValueError("generation needs a decoder with an LM head")
+        x = self.embedding(ids, "decoder", position=cache.position)  # (B, T, d)
+        hidden = self.decoder(x, memory=memory, cache=cache)  # (B, T, d)
+        cache.position += ids.shape[1]
+        logits: Tensor = self.head(hidden)  # (B, T, vocab)
+        return logits
 
 
 # --- cheap initialisation -------------------------------------------------------------------------------------

@@ -126,10 +126,13 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def alibi_bias(num_heads: int, query_len: int, key_len: int, *, device: torch.device) -> Tensor:
-    """ALiBi's additive score bias, (1, h, T, S): -slope_h * |query position - key position|. Causal stacks mask
-    the future anyway, so one formula serves both directions. No parameters."""
-    query = torch.arange(query_len, device=device)[:, None]  # (T, 1)
+def alibi_bias(
+    num_heads: int, query_len: int, key_len: int, *, device: torch.device, query_offset: int = 0
+) -> Tensor:
+    """ALiBi's additive score bias, (1, h, T, S): -slope_h * |query position - key position|, queries from
+    ``query_offset`` on (cached decode). Causal stacks mask the future anyway, so one formula serves both
+    directions. No parameters."""
+    query = torch.arange(query_offset, query_offset + query_len, device=device)[:, None]  # (T, 1)
     key = torch.arange(key_len, device=device)[None, :]  # (1, S)
     distance = (query - key).abs().float()  # (T, S)
     slopes = alibi_slopes(num_heads).to(device)  # (h,)
