@@ -31,6 +31,15 @@ from embedcalc.cli.common import (
     handle_errors,
     make_workload,
 )  # fmt: skip
+from embedcalc.cli.hardware_options import (
+    DevicesOption,
+    EfficiencyOption,
+    HardwareOption,
+    KvDtypeOption,
+    PriceOption,
+    TrainTokensOption,
+    time_options,
+)  # fmt: skip
 from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
@@ -104,6 +113,12 @@ def sweep_command(
     optimizer: OptimizerOption = OptimizerChoice.adamw,
     recompute: RecomputeOption = RecomputeChoice.none,
     gen_tokens: GenTokensOption = 0,
+    hardware: HardwareOption = None,
+    efficiency: EfficiencyOption = None,
+    kv_dtype: KvDtypeOption = None,
+    train_tokens: TrainTokensOption = None,
+    devices: DevicesOption = None,
+    price_per_hour: PriceOption = None,
     overrides: SetOption = None,
     format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
     plot: Annotated[
@@ -172,6 +187,7 @@ def sweep_command(
         None,
         gen_tokens,
     )
+    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, None)
     if plot is not None:
         _check_plot_request(plot, axes, format)
     from embedcalc.analysis.sweep import sweep_target
@@ -184,14 +200,23 @@ def sweep_command(
         from embedcalc.cli.sweep_measure import run_measure
 
         measured = run_measure(target, overrides, axes, workload, device, repeat)
+    times = None
+    if timing.wanted:
+        from embedcalc.cli.sweep_time import sweep_times
+
+        times = sweep_times(result, overrides, timing)
     if plot is not None:
         _write_plot(result, plot)
+        if times is not None:
+            from embedcalc.cli.sweep_time import write_roofline_plot
+
+            write_roofline_plot(result, times, plot)
     from embedcalc.render.sweep_output import result_json, workload_json, write_csv
 
     if format is SweepFormat.json:
         output.emit_json(
             "sweep",
-            [result_json(result) | ({"measured": measured} if measured else {})],
+            [_timed(result_json(result), times) | ({"measured": measured} if measured else {})],
             workload_json(result),
             axes={a: list(v) for a, v in result.axes.items()},
         )
@@ -200,6 +225,10 @@ def sweep_command(
         sys.stdout.flush()
     else:
         _print_tables(result, max_rows)
+        if times is not None:
+            from embedcalc.cli.sweep_time import print_time_table
+
+            print_time_table(result, times, max_rows)
         if measured:
             from embedcalc.cli.sweep_measure import print_measure
 
@@ -246,6 +275,12 @@ def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: Sw
             param_hint="'--plot'",
         )
     require_matplotlib()  # exit 4 with the install command (handle_errors reports it)
+
+
+def _timed(entry: dict[str, Any], times: Any) -> dict[str, Any]:
+    from embedcalc.cli.sweep_time import with_times
+
+    return entry if times is None else with_times(entry, times)
 
 
 def _report_notes(result: SweepResult) -> None:
