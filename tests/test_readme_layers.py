@@ -37,7 +37,7 @@ ROWS = {
     "active params": ("params", "active"),
     "forward": ("flops", "forward"),
     "attention scores ★ (n²)": ("flops", "attention_scores"),
-    "forward, causal half of scores": ("flops", "forward_causal"),
+    "forward, causal/windowed pairs": ("flops", "forward_causal"),
     "weights": ("memory", "weights_bytes"),
     "kv cache": ("memory", "kv_cache_bytes"),
 }

@@ -79,6 +79,13 @@ class FlopsEstimate:
         return sum(v for k, v in self.breakdown.items() if is_score_key(k))
 
     @property
+    def attention_score_flops_causal(self) -> int | None:
+        """The score FLOPs of the query-key pairs a causal (and windowed or chunked) layer really uses."""
+        if self.causal_breakdown is None:
+            return None
+        return sum(v for k, v in self.causal_breakdown.items() if is_score_key(k))
+
+    @property
     def attention_score_share(self) -> float:
         return self.attention_score_flops / self.forward if self.forward else 0.0
 

@@ -51,6 +51,7 @@ class Analysis:
                 "forward_causal": self.flops.forward_causal,
                 "training_step": self.flops.training_step,
                 "attention_scores": self.flops.attention_score_flops,
+                "attention_scores_causal": self.flops.attention_score_flops_causal,
                 "attention_score_share": self.flops.attention_score_share,
                 "breakdown": self.flops.breakdown.as_dict(),
                 "elementwise_estimate": self.flops.elementwise.as_dict(),

@@ -243,16 +243,18 @@ class ResolvedShape:
         }
 
     def _layer_facts(self) -> dict[str, Any]:
-        """Per-block facts for ``derived``: attention kinds, KV cache width, windows, experts (empty for flat)."""
+        """Per-block facts for ``derived``: the KV cache width per token (every model with a decoder), and for
+        the layer model attention kinds, windows and experts."""
+        out: dict[str, Any] = {}
+        if self.architecture != "encoder":  # K and V (or MLA's latent) values one token adds to the cache
+            decoder = self.stack_plan("decoder").counts()
+            out["kv_cache_values_per_token"] = sum(b.attention.kv_cache_width * n for b, n in decoder)
         if self.attention is None and self.ffn is None and not self.blocks and self.layers is None:
-            return {}
+            return out
         first = "encoder" if self.architecture != "decoder" else "decoder"
         counts = self.stack_plan(first).counts()
         kinds = sorted({block.attention.kind for block, _ in counts})
-        out: dict[str, Any] = {"attention_kinds": ", ".join(kinds)}
-        if self.architecture != "encoder":
-            decoder = self.stack_plan("decoder").counts()
-            out["kv_cache_values_per_token"] = sum(b.attention.kv_cache_width * n for b, n in decoder)
+        out["attention_kinds"] = ", ".join(kinds)
         limited = sum(n for block, n in counts if block.attention.cache_limit is not None)
         if limited:
             out["windowed_layers"] = limited

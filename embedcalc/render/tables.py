@@ -87,7 +87,7 @@ def flops_table(a: Analysis) -> Table:
     )
     if f.forward_causal is not None:
         table.add_row(
-            "forward, causal half of scores", units.count(f.forward_causal), units.flops(f.forward_causal)
+            "forward, causal/windowed pairs", units.count(f.forward_causal), units.flops(f.forward_causal)
         )
     table.add_row("training step (3 × forward)", units.count(f.training_step), units.flops(f.training_step))
     elementwise = f.elementwise.total
