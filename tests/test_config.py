@@ -529,3 +529,18 @@ def test_a_shared_expert_gate_needs_shared_experts(write_config: Any, cli: Any) 
     result = cli("check", str(path))
     assert result.exit_code == 3
     assert "shared_expert_gate" in result.stderr and "num_shared_experts" in result.stderr
+
+
+def test_set_reaches_inside_the_layer_model(cli: Any) -> None:
+    result = cli("analyze", "mixtral-8x7b", "--set", "ffn.top_k=1", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    params = json.loads(result.stdout)["results"][0]["params"]
+    assert params["total"] == 46_702_792_704  # all experts stay
+    per_expert = 3 * 4096 * 14336 * 32  # gate, up, down in every one of the 32 layers
+    assert params["active"] == 12_879_925_248 - per_expert
+    bad = cli("check", "mixtral-8x7b", "--set", "ffn.top_k=9")
+    assert bad.exit_code == 3 and "--set ffn.top_k: top_k (9) cannot exceed num_experts (8)" in bad.stderr
+    window = cli("check", "gemma-2-9b", "--set", "blocks.local.attention.sliding_window=1024", "--format", "json")
+    assert window.exit_code == 0, window.stderr
+    unknown = cli("check", "gpt2", "--set", "attention.bogus=1")
+    assert unknown.exit_code == 3 and "--set attention.bogus" in unknown.stderr

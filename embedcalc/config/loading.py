@@ -179,6 +179,14 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
     for text in overrides:
         key, value = parse_override(text)
         raw_value = text.partition("=")[2].strip()
+        head, dot, rest = key.partition(".")
+        if dot and canonical_key(head) in NESTED_FIELDS:  # --set ffn.top_k=4, --set blocks.local.attention.chunk_size=8
+            problem = _set_nested(data, canonical_key(head), rest.split("."), value, key)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                user_keys[canonical_key(head)] = f"--set {head}"  # error paths add the rest: --set ffn.top_k
+            continue
         name = canonical_key(key)
         if name not in FIELD_NAMES:
             problems.append(_unknown_key(key, "--set ", known))
@@ -191,6 +199,30 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
         data[name] = value
         user_keys[name] = f"--set {key}"
     return problems
+
+
+# fields that hold mappings (layers as data): ``--set`` reaches inside them with a dotted key
+NESTED_FIELDS = frozenset({"attention", "ffn", "blocks"})
+
+
+def _set_nested(data: dict[str, Any], field: str, path: list[str], value: Any, key: str) -> Problem | None:
+    """Set ``data[field][path...]`` to ``value``, making the mappings on the way; a Problem if one is not a mapping."""
+    if any(not part for part in path):
+        return Problem(f"--set {key}", "an empty segment in the dotted key", "bad_override")
+    node = data.get(field)
+    if node is None:
+        node = data[field] = {}
+    for part in path[:-1]:
+        if not isinstance(node, dict):
+            break
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        node = child
+    if not isinstance(node, dict):
+        return Problem(f"--set {key}", f"{field} has no mapping at {key!r} to set a field in", "bad_override")
+    node[path[-1]] = value
+    return None
 
 
 def validate_config(

@@ -82,6 +82,9 @@ def _message(error: Mapping[str, Any], key: str) -> str:
         return f"{key} must be one of {', '.join(choices)}, got {_describe(value)}{hint}"
     if kind == "missing":
         return f"{key} is required"
+    if kind == "extra_forbidden":
+        field = key.rsplit(".", 1)[-1]
+        return f"{key}: {field!r} is not a field here; `embedcalc schema` lists the fields of every part of a config"
     return f"{key}: {error['msg']}"
 
 
@@ -115,6 +118,7 @@ _STANDARD_TYPES = frozenset(
         "string_type",
         "literal_error",
         "missing",
+        "extra_forbidden",
     }
 )
 
