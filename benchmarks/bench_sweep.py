@@ -25,9 +25,9 @@ from collections.abc import Callable
 from typing import Any
 
 from embedcalc.analysis.sweep import evaluate_point, parse_axis, sweep_target
-from embedcalc.cli.sweep_load import load_base
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli.sweep import write_csv
+from embedcalc.cli.sweep_load import load_base
 
 TARGET = "bert-base"
 FLAGS = {

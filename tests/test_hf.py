@@ -30,8 +30,8 @@ from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.sweep import evaluate_point, sweep_target
-from embedcalc.cli.sweep_load import load_base
 from embedcalc.analysis.workload import Workload
+from embedcalc.cli.sweep_load import load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config
 from embedcalc.config.loading import load_target, validate_config
 from embedcalc.config.schema import ModelConfig

@@ -37,6 +37,7 @@ from embedcalc.cli.sweep_load import load_base
 from embedcalc.errors import EmbedcalcError
 from embedcalc.render.plot import write_atomically
 
+
 def sweep_target(
     target: str, overrides: Any, axes: Any, workload: Workload, force_python_ints: bool = False
 ) -> SweepResult:

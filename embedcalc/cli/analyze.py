@@ -18,6 +18,7 @@ from embedcalc.cli.common import (
     DpOption,
     DtypeChoice,
     DtypeOption,
+    EpOption,
     FormatOption,
     GenTokensOption,
     MaxFlopsOption,
@@ -34,7 +35,6 @@ from embedcalc.cli.common import (
     SeqOption,
     SetOption,
     TgtOption,
-    EpOption,
     TpOption,
     ZeroOption,
     budget_problems,
@@ -118,6 +118,10 @@ def analyze_command(
 
         for table in (params_table(result), flops_table(result), memory_table(result)):
             output.stdout.print(table)
+        if result.communication.collectives:
+            from embedcalc.render.distributed import communication_table
+
+            output.stdout.print(communication_table(result))
         if estimate is not None:
             from embedcalc.render.roofline import roofline_tables
 

@@ -89,3 +89,25 @@ def sharded_tables(result: ShardedVerify) -> Group:
     for note in result.notes:
         parts.append(escape(f"note: {note}"))
     return Group(*parts)
+
+
+def communication_table(analysis: Any) -> Table | None:
+    """The collectives of one device per step (analyze --tp/--dp/--pp/--ep), or None on one device."""
+    comm = analysis.communication
+    if not comm.collectives:
+        return None
+    p = analysis.workload.parallel
+    table = Table(
+        title=escape(f"Communication per device per {'step' if analysis.workload.mode == 'training' else 'forward'}"
+                     f" — tp {p.tp}, pp {p.pp}, dp {p.dp}, zero {p.zero}, ep {p.ep}"),
+        title_justify="left",
+        caption="Ring volumes: all-reduce sends 2(N-1)/N of the payload per device, reduce-scatter and all-gather "
+        "(N-1)/N, all-to-all (N-1)/N, a pipeline send all of it.",
+    )  # fmt: skip
+    for column in ("collective", "group", "pass", "calls", "payload", "sent per device", "what"):
+        table.add_column(column, justify="right" if column in ("calls", "payload", "sent per device") else "left")
+    for c in comm.collectives:
+        table.add_row(c.kind, f"{c.group} ({c.group_size})", c.phase, str(c.count), units.binary_bytes(c.payload_bytes),
+                      units.binary_bytes(c.wire_bytes), c.purpose)  # fmt: skip
+    table.add_row("total", "", "", "", "", units.binary_bytes(comm.wire_bytes), "")
+    return table
