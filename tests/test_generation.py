@@ -174,3 +174,20 @@ def test_bench_generate_encoder_decoder_bfloat16(run_cli: Any) -> None:
     entry = _bench_generate(run_cli, "t5-small", "--gen-tokens", "8", "--seq-len", "32", "--dtype", "bfloat16",
                             "--repeat", "1", "--warmup", "0")  # fmt: skip
     _check_measurement(entry)
+
+
+@pytest.mark.parametrize("name", ["gqa", "standard", "mla", "qk_norm"])
+def test_fused_projections_keep_outputs(name: str) -> None:
+    from embedcalc.modeling.fusion import FusedGatedInput, FusedQKV, fuse_projections
+
+    model = _model(name, "sdpa")
+    ids = _ids(model, PROMPT + GEN)
+    with torch.inference_mode():
+        before = model(ids).logits
+        fused = fuse_projections(model)
+        after = model(ids).logits
+    kinds = {type(m) for m in model.modules()}
+    assert fused > 0 and (FusedQKV in kinds or name == "mla")
+    assert (FusedGatedInput in kinds) == (model.config.activation == "swiglu")
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+    _check_cached_equals_full(model)

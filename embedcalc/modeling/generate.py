@@ -26,6 +26,7 @@ from torch import Tensor
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.attention import Attention, LatentAttention
+from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCache
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
@@ -180,6 +181,7 @@ def run_generation(
     rss_before = current_rss_bytes()
     start = time.perf_counter()
     model = build_model(config, attention=settings.attention, device=device, dtype=DTYPES[settings.dtype])
+    fuse_projections(model)  # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     build_s = time.perf_counter() - start
