@@ -43,6 +43,7 @@ class EmbedcalcError(Exception):
     problems: list[Problem] = field(default_factory=list)
     code: str = "error"
     json_emitted: bool = False  # the CLI already wrote the JSON envelope for this error
+    reported: bool = False  # the command already said everything (its tables, its lines): only the exit code is left
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -61,6 +62,12 @@ class ConfigError(EmbedcalcError):
 class WorkloadError(ConfigError, ValueError):
     """The workload cannot run on this config or in this format (a learned position table shorter than --seq-len,
     int8 weights in training): exit 3, like an invalid config; a ``ValueError`` for Python callers."""
+
+
+def outcome(exit_code: ExitCode, message: str, code: str) -> EmbedcalcError:
+    """A command's result that is not success, already reported in full (``check`` on an invalid config, ``verify``
+    with a difference): the error edge turns it into its exit code and prints nothing more."""
+    return EmbedcalcError(message, exit_code, [], code, json_emitted=True, reported=True)
 
 
 class UnsupportedEnvironmentError(EmbedcalcError):

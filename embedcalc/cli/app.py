@@ -7,13 +7,14 @@ the command being run; ``--help`` and anything unrecognised get the full applica
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from embedcalc import __version__
-from embedcalc.cli.common import DEBUG, OnlineOption, RevisionOption
+from embedcalc.cli.common import DEBUG_ENV, OnlineOption, RevisionOption
 from embedcalc.config import hub
 
 # command name -> (module, attribute); a Typer attribute is a sub-application (presets list / show)
@@ -52,7 +53,8 @@ def root(
     online: OnlineOption = False,
 ) -> None:
     """embedcalc: Transformer shapes, costs and benchmarks."""
-    DEBUG["enabled"] = debug
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
     hub.configure(revision, online)
 
 

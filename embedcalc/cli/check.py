@@ -31,7 +31,7 @@ from embedcalc.cli.common import (
 )  # fmt: skip
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.config.loading import load_target, raw_config
-from embedcalc.errors import ConfigError, ExitCode, Problem
+from embedcalc.errors import ConfigError, ExitCode, Problem, outcome
 
 
 @handle_errors("check")
@@ -124,7 +124,7 @@ def check_command(
         status = "error" if problems or over else "ok"
         output.emit_json("check", results, workload_json, problems + over, status)
     if problems:
-        raise typer.Exit(int(ExitCode.INVALID_CONFIG))
+        raise outcome(ExitCode.INVALID_CONFIG, "the config is invalid", "invalid_config")
     enforce_budget(over, json_emitted=format is OutputFormat.json)
 
 

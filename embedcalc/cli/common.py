@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -23,7 +24,12 @@ from embedcalc.render.units import binary_bytes
 P = ParamSpec("P")
 R = TypeVar("R")
 
-DEBUG = {"enabled": False}
+DEBUG_ENV = "EMBEDCALC_DEBUG"  # --debug sets it; EMBEDCALC_DEBUG=1 in the environment does the same
+
+
+def debugging() -> bool:
+    """Whether tracebacks were asked for (``--debug`` or ``EMBEDCALC_DEBUG=1``)."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 class OutputFormat(StrEnum):
@@ -292,8 +298,10 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
             try:
                 return fn(*args, **kwargs)
             except EmbedcalcError as exc:
-                if DEBUG["enabled"]:
+                if debugging():
                     raise
+                if exc.reported:
+                    raise typer.Exit(int(exc.exit_code)) from None
                 output.report_error(exc)
                 fmt: Any = kwargs.get(json_flag)
                 if not exc.json_emitted and fmt is not None and getattr(fmt, "value", fmt) == "json":
@@ -304,12 +312,12 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
                 sys.stderr.close()
                 raise typer.Exit(int(ExitCode.RUNTIME)) from None
             except OSError as exc:
-                if DEBUG["enabled"]:
+                if debugging():
                     raise
                 output.report_error(EmbedcalcError(os_error_message(exc)))
                 raise typer.Exit(int(ExitCode.RUNTIME)) from None
             except KeyboardInterrupt:
-                if DEBUG["enabled"]:
+                if debugging():
                     raise
                 output.stderr.print("embedcalc: interrupted")
                 raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

@@ -31,7 +31,7 @@ from embedcalc.cli.common import (
     handle_errors,
 )  # fmt: skip
 from embedcalc.cli.torch_env import require_torch
-from embedcalc.errors import ExitCode
+from embedcalc.errors import ExitCode, outcome
 from embedcalc.reconcile.verify import verify_analysis
 
 
@@ -91,4 +91,4 @@ def verify_command(
         output.stderr.print(
             f"embedcalc: {target}: analytic and torch counts differ (see the difference column)", markup=False
         )
-        raise typer.Exit(int(ExitCode.RUNTIME))
+        raise outcome(ExitCode.RUNTIME, f"{target}: analytic and torch counts differ", "mismatch")
