@@ -544,3 +544,19 @@ def test_set_reaches_inside_the_layer_model(cli: Any) -> None:
     assert window.exit_code == 0, window.stderr
     unknown = cli("check", "gpt2", "--set", "attention.bogus=1")
     assert unknown.exit_code == 3 and "--set attention.bogus" in unknown.stderr
+
+
+@pytest.mark.parametrize("mode", ["python", "json"])
+def test_every_preset_means_the_same_after_a_dump_and_a_load(mode: str) -> None:
+    """A block variant overrides only the fields it sets: a dump that wrote its defaults too would change it."""
+    from embedcalc.config.presets import preset_names
+    from embedcalc.config.schema import ModelConfig
+
+    for name in preset_names():
+        config = load_target(name).config
+        again = ModelConfig.model_validate(config.model_dump(mode=mode))
+        assert again.named_blocks == config.named_blocks, name
+        stacks = ("encoder", "decoder") if config.architecture == "encoder-decoder" else (
+            "encoder" if config.architecture == "encoder" else "decoder",)  # fmt: skip
+        for stack in stacks:
+            assert again.stack_plan(stack) == config.stack_plan(stack), name

@@ -9,9 +9,18 @@ properties, so a config round-trips exactly as written.
 from __future__ import annotations
 
 import difflib
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from embedcalc.config.blocks import (
@@ -422,6 +431,16 @@ class ModelConfig(ResolvedShape, BaseModel):
 
 
     # --- layers as data (DESIGN.md §9) --------------------------------------------------------------------------
+
+    @field_serializer("attention", "ffn", "blocks")
+    def _only_fields_set(self, value: Any, info: SerializationInfo) -> Any:
+        """Specs are dumped with the fields they set only: a block variant overrides exactly those (merge_spec),
+        so dumping its defaults too would change what a config means when it is read back."""
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            return {name: spec.model_dump(mode=info.mode, exclude_unset=True) for name, spec in value.items()}
+        return value.model_dump(mode=info.mode, exclude_unset=True)
 
     @field_validator("factorized_embeddings")
     @classmethod
