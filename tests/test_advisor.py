@@ -108,6 +108,7 @@ def test_measured_crossover_interpolates() -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # six fresh processes, each importing torch: minutes on two cores (issue 14: run by .ci/run)
 def test_memory_matrix_runs_every_setting(cli: Any, write_config: Callable[..., Path]) -> None:
     pytest.importorskip("torch")
     path = write_config(TINY_DECODER, "tiny.yaml")

@@ -14,7 +14,9 @@ def require_torch() -> None:
     """Import the torch side (:mod:`embedcalc.modeling`, the only package that imports torch), or exit 4 telling
     how to install torch."""
     try:
-        import embedcalc.modeling  # noqa: F401 (imported for its torch import)
+        from embedcalc.modeling.env import check_torch
+
+        check_torch()
     except ImportError as exc:
         if (exc.name or "").split(".")[0] != "torch":
             raise
