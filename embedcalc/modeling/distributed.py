@@ -121,6 +121,20 @@ def _wrap(model: torch.nn.Module, config: ModelConfig, settings: DistributedSett
     return model
 
 
+@contextmanager
+def _stderr_to_devnull() -> Iterator[None]:
+    """The profiler's C++ side prints a start and a stop line on file descriptor 2 that no setting turns off;
+    they are not the user's business. An exception inside is still raised (and reported) after the restore."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     """(seconds, calls) per step spent in collectives over ``steps`` profiled steps, and the op counts."""
     from torch.profiler import ProfilerActivity, profile
@@ -128,7 +142,7 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as prof:
+    with _stderr_to_devnull(), profile(activities=activities) as prof:
         for _ in range(steps):
             step()
     seconds, calls = 0.0, 0
@@ -220,7 +234,6 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
     from embedcalc.modeling.model import build_model
     from embedcalc.modeling.timing import current_rss_bytes, make_inputs, make_step, peak_rss_bytes
 
-    os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler's start/stop lines are not the user's business
     settings = DistributedSettings(**settings_data)
     config = ModelConfig.model_validate(config_data)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
