@@ -6,9 +6,10 @@ Conventions, stated because peers differ:
   group of N devices, an all-reduce sends 2 (N − 1) / N x P bytes per device, a reduce-scatter or an all-gather
   (N − 1) / N x P (P the full, unsharded size), an all-to-all (N − 1) / N x P, and a point-to-point send P.
   ``payload_bytes`` is P summed over the calls of an entry; ``wire_bytes`` what one device sends for them.
-- **DP** (PyTorch DDP, Li et al. 2020): gradients are all-reduced in buckets, the first of 1 MiB and the rest of
-  25 MiB (DDP's ``bucket_cap_mb`` default), so the call count is 1 + ceil((G − 1 MiB) / 25 MiB) for G gradient
-  bytes on the device. Gradients travel in the gradient dtype (4 bytes in float32, 2 in mixed precision).
+- **DP** (PyTorch DDP, Li et al. 2020): gradients are all-reduced in buckets filled with whole tensors in the
+  order the gradients become ready, the first up to 1 MiB and the rest up to 25 MiB (DDP's ``bucket_cap_mb``
+  default), a tensor larger than that being a bucket of its own (:func:`ddp_buckets`). Gradients travel in the
+  gradient dtype (4 bytes in float32, 2 in mixed precision).
 - **ZeRO** (Rajbhandari et al. 2020, §7): stages 1 and 2 reduce-scatter the gradients and all-gather the updated
   weights (in the weight dtype) once per step. Stage 3 is counted as FSDP2 runs it (``fully_shard`` on every block
   and on the root): each unit all-gathers its weights in the forward, every block again in the backward (the root
@@ -37,6 +38,7 @@ stage with the most layers and parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Any, Literal
 
 from embedcalc.analysis.parallel import stage_layout, stage_params
@@ -111,12 +113,46 @@ class CommunicationEstimate:
         }
 
 
-def ddp_buckets(gradient_bytes: int) -> int:
-    """All-reduce calls DDP makes for ``gradient_bytes`` of gradients (module docstring)."""
-    if gradient_bytes <= 0:
-        return 0
-    rest = max(gradient_bytes - DDP_FIRST_BUCKET_BYTES, 0)
-    return 1 + -(-rest // DDP_BUCKET_BYTES)
+def ddp_buckets(tensor_bytes: list[int]) -> int:
+    """All-reduce calls DDP makes for gradients of these sizes, in the order they become ready (the reverse of the
+    model's parameter order): DDP fills a bucket with whole tensors until it holds at least its limit (1 MiB for
+    the first, 25 MiB after), so one tensor larger than the limit is a bucket of its own."""
+    buckets, filled, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
+    for size in tensor_bytes:
+        if size <= 0:
+            continue
+        filled += size
+        if filled >= limit:
+            buckets, filled, limit = buckets + 1, 0, DDP_BUCKET_BYTES
+    return buckets + (1 if filled else 0)
+
+
+def gradient_tensor_bytes(config: ModelConfig, par: Any, bytes_per_param: int) -> list[int]:
+    """One device's parameter tensors (one TP rank of the heaviest stage), each layer's its own, in the reverse of
+    module order (embeddings, the blocks layer by layer, final norms and heads): the order DDP's gradients arrive."""
+    from embedcalc.analysis.parallel import sharded_shape, stage_tensors
+
+    stages = stage_tensors(config, par)
+    sizes = [sum(int(prod(sharded_shape(t, par, config))) * int(n) for t, n in s) for s in stages]
+    heaviest = stages[sizes.index(max(sizes))]
+    front: list[int] = []
+    layers: dict[str, list[tuple[int, int]]] = {}  # stack -> (bytes of one layer's tensor, layers)
+    back: list[int] = []
+    for tensor, copies in heaviest:
+        one = int(prod(sharded_shape(tensor, par, config))) * bytes_per_param
+        if tensor.per_layer:
+            per_layer = max(tensor.per_layer_copies, 1) if not tensor.expert else 1
+            layers.setdefault(tensor.stack or "", []).append((one * per_layer, int(copies) // per_layer))
+        elif tensor.key.startswith("embedding/"):
+            front += [one] * int(copies)
+        else:
+            back += [one] * int(copies)
+    ordered = list(front)
+    for entries in layers.values():
+        count = max((n for _, n in entries), default=0)
+        for i in range(count):
+            ordered += [size for size, n in entries if i < n]
+    return list(reversed(ordered + back))
 
 
 def _stack_lengths(config: ModelConfig, workload: Workload) -> dict[str, int]:
@@ -237,7 +273,8 @@ def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
     if workload.mode != "training":
         return [Collective("all-gather", "dp", par.dp, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []
     if par.zero == 0:
-        return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", ddp_buckets(grads), grads, "backward")]
+        calls = ddp_buckets(gradient_tensor_bytes(config, par, 2 if mixed else 4))
+        return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", calls, grads, "backward")]
     if par.zero == 3:  # FSDP2: per unit, gathered in the forward and again in the backward (not the root)
         units = fsdp_units(config, par.tp, par.dp, 2 if mixed else 4)
         forward = sum(size for _, size in units)
