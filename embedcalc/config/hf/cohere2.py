@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import SLIDING, layer_types, pattern_types, put_layout
+from embedcalc.config.hf.layered import pattern_types, put_window_layout
 from embedcalc.config.hf.llama import read_llama_like
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_biases
 
@@ -32,27 +32,7 @@ def _windows(r: KeyReader) -> None:
     if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
         r.problem(pattern_key, f"{pattern_key} = {pattern!r} must be a positive integer")
         return
-    types_key, types = layer_types(r, layers, pattern_types(layers, pattern))
-    if types is None:
-        return
-    if types_key in r.raw:
-        r.ignore(pattern_key, "layer_types decides which layers slide")
-    key = types_key if types_key in r.raw else pattern_key
-    context = r.data.get("max_seq_len")
-    if isinstance(window, int) and isinstance(context, int) and window >= context:
-        for k in (window_key, key):
-            r.ignore(
-                k,
-                f"a window of {window} >= max_position_embeddings ({context}) limits nothing in the context",
-            )
-        return
-    if window is None or SLIDING not in types:
-        for k in (window_key, key):
-            r.ignore(k, "no layer uses sliding attention")
-        return
-    names = ["local" if t == SLIDING else "default" for t in types]
-    note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
-    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, f"{key}, {window_key}", note)
+    put_window_layout(r, layers, pattern_types(layers, pattern), window, window_key, pattern_key)
 
 
 def _read_cohere2(r: KeyReader) -> None:

@@ -116,6 +116,31 @@ def put_layout(
     r.put("layers", runs(names), key, origin(r, key), note)
 
 
+def put_window_layout(
+    r: KeyReader, layers: int, derived: Sequence[str] | None, window: Any, window_key: str, pattern_key: str
+) -> None:
+    """Sliding and global layers from ``layer_types`` (or the ``derived`` pattern) as ``layers`` runs of a ``local``
+    block with ``window``; a window of at least the context, or no sliding layer, sets none (the keys ignored)."""
+    types_key, types = layer_types(r, layers, derived)
+    if types is None:
+        return
+    if types_key in r.raw:
+        r.ignore(pattern_key, "layer_types decides which layers slide")
+    key = types_key if types_key in r.raw else pattern_key
+    context = r.data.get("max_seq_len")
+    if isinstance(window, int) and isinstance(context, int) and window >= context:
+        for k in (window_key, key):
+            r.ignore(k, f"a window of {window} >= max_position_embeddings ({context}) limits nothing in the context")
+        return
+    if window is None or SLIDING not in types:
+        for k in (window_key, key):
+            r.ignore(k, "no layer uses sliding attention")
+        return
+    names = ["local" if t == SLIDING else "default" for t in types]
+    note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
+    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, f"{key}, {window_key}", note)
+
+
 def int_list(r: KeyReader, key: str, value: Any, num_layers: int) -> list[int] | None:
     """A list of layer indices (``mlp_only_layers``, ``moe_layers``), checked; None (and a problem) if not."""
     if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
