@@ -25,9 +25,10 @@ import torch
 from torch import Tensor
 
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.attention import Attention, LatentAttention
+from embedcalc.modeling.attention import Attention
 from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCache
+from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
 from embedcalc.modeling.timing import (
