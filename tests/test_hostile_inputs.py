@@ -342,3 +342,20 @@ def test_load_target_refuses_devices_through_the_api() -> None:
     with pytest.raises(ConfigError) as info:
         load_target("/dev/zero")
     assert info.value.problems[0].code == "file_not_regular"
+
+
+# --- found by the long fuzz profile (10,303 cases, this session) --------------------------------------------------
+
+
+def test_a_mapping_where_an_activation_name_goes_is_refused(cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "t5", "d_model": 768, "d_ff": 2048, "d_kv": 64, "num_heads": 12,
+                                "num_layers": 12, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
+                                "dense_act_fn": {"": "x"}}))  # fmt: skip
+    result = cli("analyze", str(path))
+    assert result.exit_code == 3 and "dense_act_fn" in result.stderr and "Traceback" not in result.output
+
+
+def test_presets_show_with_a_name_too_long_for_a_file_is_an_unknown_preset(cli: Any) -> None:
+    result = cli("presets", "show", "x" * 300)
+    assert result.exit_code == 3 and "unknown preset" in result.stderr and "File name too long" not in result.stderr

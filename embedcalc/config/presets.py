@@ -20,9 +20,15 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in presets_dir().glob("*.yaml"))
 
 
+MAX_PRESET_NAME = 100  # characters; the longest shipped name is a fraction of it
+
+
 def preset_path(name: str) -> Path | None:
     """The preset file for ``name``, or None if there is no such preset."""
-    if not name or name.startswith(".") or "/" in name or "\\" in name:
-        return None
+    if not name or name.startswith(".") or "/" in name or "\\" in name or len(name) > MAX_PRESET_NAME:
+        return None  # a name longer than any preset's would only reach the file system to fail there
     path = presets_dir() / f"{name}.yaml"
-    return path if path.is_file() else None
+    try:
+        return path if path.is_file() else None
+    except OSError:  # e.g. a name the file system refuses
+        return None
