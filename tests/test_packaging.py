@@ -67,6 +67,11 @@ def test_wheel_ships_presets_and_entry_point(wheel: Path) -> None:
         assert "embedcalc = embedcalc.cli.app:main" in zf.read(entry_points).decode()
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert {f"embedcalc/presets/{p}.yaml" for p in PRESETS} <= set(names)
+    shipped = {p.name for p in (REPO_ROOT / "hardware").glob("*.yaml")}
+    assert {f"embedcalc/hardware/{h}" for h in shipped} <= set(names) and "h100-sxm.yaml" in shipped
+    for lang in ("en", "zh"):  # explain's message catalogues, source and compiled
+        assert {f"embedcalc/locale/{lang}/LC_MESSAGES/embedcalc.{ext}" for ext in ("po", "mo")} <= set(names)
+    assert "embedcalc/py.typed" in names
     assert not [n for n in names if n.startswith("tests/")]
     for dep in ("typer", "rich", "pydantic", "numpy", "pyyaml"):
         assert f"Requires-Dist: {dep}" in metadata.replace("PyYAML", "pyyaml")
@@ -93,5 +98,9 @@ def test_installed_wheel_analyzes_bert_base(venv: Path, tmp_path: Path) -> None:
     # python -m works too, and the package really came from the venv, not the checkout
     where = _run([str(venv / "bin" / "python"), "-c", "import embedcalc; print(embedcalc.__file__)"], cwd=tmp_path)
     assert str(REPO_ROOT) not in where.stdout
+    device = _run([str(venv / "bin" / "embedcalc"), "hardware", "show", "h100-sxm"], cwd=tmp_path)
+    assert "h100" in device.stdout.lower()
+    zh = _run([str(venv / "bin" / "embedcalc"), "explain", "bert-base", "heads", "--lang", "zh"], cwd=tmp_path)
+    assert "768" in zh.stdout and "head_dim" in zh.stdout
     module = _run([str(venv / "bin" / "python"), "-m", "embedcalc", "presets", "show", "gpt2"], cwd=tmp_path)
     assert "name: gpt2" in module.stdout
