@@ -288,7 +288,7 @@ def test_set_applies_to_every_compare_target(cli: Any) -> None:
 def test_analyze_table_shows_convention_and_score_term(cli: Any) -> None:
     result = cli("analyze", "bert-base")
     out = result.stdout
-    for word in ("Parameters", "Forward FLOPs", "Memory", "★", "2 per multiply-accumulate", "4608",
+    for word in ("Parameters", "Forward FLOPs", "Memory", "★", "2 per multiply-accumulate", "4,608",
                  "417.64 MiB", "training step"):
         assert word in out, word
 

@@ -561,7 +561,7 @@ class ModelConfig(ResolvedShape, BaseModel):
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
                     raise PydanticCustomError(
                         "unknown_block",
-                        "layers names block {name!r}{hint}, which blocks does not define; known: {known}",
+                        "layers names block '{name}'{hint}, which blocks does not define; known: {known}",
                         {"name": name, "hint": hint, "known": ", ".join(known)},
                     )
         total, expected = sum(run.num_layers for run in value), info.data["num_layers"]

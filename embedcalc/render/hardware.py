@@ -9,6 +9,7 @@ from rich.table import Table
 
 from embedcalc.config.hardware import PEAK_DTYPES, Device, Figure
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 CATALOGUE_CAPTION = (
     "Dense peaks (no 2:4 sparsity), TFLOP/s (int8: TOP/s); memory in binary units; links per direction. "
@@ -29,13 +30,14 @@ def hardware_table(devices: list[Device], local_measured: bool) -> Table:
     caption = CATALOGUE_CAPTION + (
         "" if local_measured else " `local` appears after `embedcalc bench --peak`."
     )
-    table = Table(title="Hardware catalogue", caption=caption, title_justify="left")
-    table.add_column("name")
+    table = FitTable(title="Hardware catalogue", caption=caption, title_justify="left",
+                     drop=("device", "interconnect", "int8", "tf32", "fp8", "fp16"))  # fmt: skip
+    table.add_column("name", whole=True)
     table.add_column("device")
     for dtype in PEAK_DTYPES:
-        table.add_column(dtype, justify="right")
+        table.add_column(dtype, justify="right", whole=True)
     for name in ("memory", "bandwidth", "interconnect"):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", whole=name != "interconnect")
     for d in devices:
         link = d.interconnect or d.host_link
         table.add_row(

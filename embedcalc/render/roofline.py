@@ -10,6 +10,7 @@ from rich.table import Table
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import Phase, RooflineEstimate
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 CAPTION = (
     "Roofline: per component time = max(FLOPs / (peak × e), bytes / (bandwidth × e)), summed; bytes = weights "
@@ -87,11 +88,11 @@ def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
 
 def phase_table(target: str, phase: Phase) -> Table:
     """One phase component by component: FLOPs, bytes by kind, intensity, bound, time and its share."""
-    table = Table(title=escape(f"Roofline, {phase.name} — {target}: {seconds(phase.time_s)}, {phase.bound}-bound"),
-                  title_justify="left")  # fmt: skip
+    table = FitTable(title=escape(f"Roofline, {phase.name} — {target}: {seconds(phase.time_s)}, {phase.bound}-bound"),
+                     title_justify="left", drop=("KV write", "activations", "share", "FLOP/B", "KV read"))  # fmt: skip
     for name in ("component", "FLOPs", "weights", "activations", "KV read", "KV write", "FLOP/B", "bound",
                  "time", "share"):  # fmt: skip
-        table.add_column(name, justify="left" if name in ("component", "bound") else "right")
+        table.add_column(name, justify="left" if name in ("component", "bound") else "right", whole=True)
     total = phase.time_s or 1.0
     for c in phase.components:
         t = c.traffic

@@ -96,7 +96,7 @@ def flops_table(a: Analysis) -> Table:
         f"[dim]{units.count(elementwise)}[/]",
         f"[dim]{units.flops(elementwise)}[/]",
     )
-    table.add_row("attention crossover n*", str(a.crossover_seq_len), "tokens")
+    table.add_row("attention crossover n*", crossover_text(a.crossover_seq_len), "tokens")
     return table
 
 
@@ -154,6 +154,13 @@ def _memory_caption(a: Analysis) -> str:
     return f"Weights + KV cache + peak activations of one forward pass (an estimate).{where}"
 
 
+def crossover_text(n: int | float) -> str:
+    """n* with thousands separators; a fractional one to one decimal (it is an exact ratio, rarely whole)."""
+    if isinstance(n, float) and not n.is_integer():
+        return f"{n:,.1f}" if n == n and abs(n) != float("inf") else str(n)
+    return f"{int(n):,}"
+
+
 def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], list[int | float | str | None]]]:
     """(label, formatted cells, raw values) per row; shared by the table, CSV and Markdown renderings."""
     rows: list[tuple[str, list[str], list[int | float | str | None]]] = []
@@ -167,7 +174,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
 
     row("architecture", [a.config.architecture for a in analyses])
     row("embed_dim", [a.config.embed_dim for a in analyses])
-    row("num_heads / head_dim", [f"{a.config.num_heads} / {a.config.resolved_head_dim}" for a in analyses])
+    row("num_heads / head_dim", [f"{a.config.num_heads} / {a.config.derived()['head_dim']}" for a in analyses])
     row("num_kv_heads", [a.config.resolved_kv_heads for a in analyses])
     row("layers", [a.config.num_layers + a.config.resolved_decoder_layers for a in analyses])
     row("ffn_dim", [a.config.resolved_ffn_dim for a in analyses])
@@ -187,7 +194,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     row("  attention score share", [a.flops.attention_score_share for a in analyses], units.percent)
     row("forward FLOPs, causal", [a.flops.forward_causal for a in analyses])
     row("training step FLOPs", [a.flops.training_step for a in analyses])
-    row("crossover seq_len n*", [a.crossover_seq_len for a in analyses], str)
+    row("crossover seq_len n*", [a.crossover_seq_len for a in analyses], crossover_text)
     for key in (
         "weights_bytes",
         "gradients_bytes",
