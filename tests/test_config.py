@@ -560,3 +560,15 @@ def test_every_preset_means_the_same_after_a_dump_and_a_load(mode: str) -> None:
             "encoder" if config.architecture == "encoder" else "decoder",)  # fmt: skip
         for stack in stacks:
             assert again.stack_plan(stack) == config.stack_plan(stack), name
+
+
+def test_unknown_fields_of_the_layer_model_get_a_did_you_mean(cli: Any, write_config: Any) -> None:
+    nested = cli("check", "mixtral-8x7b", "--set", "ffn.topk=2")
+    assert nested.exit_code == 3 and "did you mean 'top_k'?" in nested.stderr
+    flat = cli("check", "mixtral-8x7b", "--set", "top_k=2")
+    assert flat.exit_code == 3 and "did you mean 'ffn.top_k'?" in flat.stderr
+    path = write_config({"architecture": "decoder", "vocab_size": 100, "max_seq_len": 64, "embed_dim": 64,
+                         "num_heads": 4, "num_layers": 2, "blocks": {"local": {"attention": {"sliding_widow": 8}}}})
+    in_file = cli("check", str(path))
+    assert in_file.exit_code == 3 and "blocks.local.attention.sliding_widow" in in_file.stderr
+    assert "did you mean 'sliding_window'?" in in_file.stderr

@@ -15,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
+from embedcalc.config.blocks import AttentionSpec, FFNSpec
 from embedcalc.config.files import RefusedNumber, load_mapping, oversized_ints, parse_scalar, too_many_digits
 from embedcalc.config.hub import resolve_hub_id
 from embedcalc.config.presets import preset_names, preset_path
@@ -126,7 +127,15 @@ def _unknown_key(key: object, where: str, known: list[str]) -> Problem:
         shown = f"{key!r:.60}"
         return Problem(f"{where}{shown}", f"key {shown} is not a string", "key_not_string")
     shown = key if len(key) <= 60 else key[:60] + "..."
-    return Problem(f"{where}{shown}", f"unknown key {shown!r}{did_you_mean(key, known)}", "unknown_key")
+    hint = did_you_mean(key, known)
+    if not hint and where == "--set ":  # a field of the layer model's specs: --set top_k=2 means ffn.top_k
+        nested = [f"{spec}.{name}" for spec, fields in _SPEC_FIELDS.items() for name in fields if name == key]
+        hint = f" (did you mean {' or '.join(repr(n) for n in nested)}?)" if nested else ""
+    return Problem(f"{where}{shown}", f"unknown key {shown!r}{hint}", "unknown_key")
+
+
+# the fields ``--set attention.X`` / ``--set ffn.X`` reach (config/blocks.py)
+_SPEC_FIELDS = {"attention": tuple(AttentionSpec.model_fields), "ffn": tuple(FFNSpec.model_fields)}
 
 
 def canonical_mapping(

@@ -84,8 +84,27 @@ def _message(error: Mapping[str, Any], key: str) -> str:
         return f"{key} is required"
     if kind == "extra_forbidden":
         field = key.rsplit(".", 1)[-1]
-        return f"{key}: {field!r} is not a field here; `embedcalc schema` lists the fields of every part of a config"
+        fields = _nested_fields(tuple(str(part) for part in error.get("loc", ())))
+        hint = did_you_mean(field, fields) if fields else ""
+        return (f"{key}: {field!r} is not a field here{hint}; `embedcalc schema` lists the fields of every part "
+                "of a config")  # fmt: skip
     return f"{key}: {error['msg']}"
+
+
+def _nested_fields(loc: tuple[str, ...]) -> list[str]:
+    """The field names allowed where ``loc`` points inside the layer model (attention, ffn, a block, a run)."""
+    from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
+
+    inner = loc[:-1]
+    if "attention" in inner:
+        return list(AttentionSpec.model_fields)
+    if "ffn" in inner:
+        return list(FFNSpec.model_fields)
+    if inner[:1] == ("blocks",) and len(inner) == 2:
+        return list(BlockSpec.model_fields)
+    if inner[:1] == ("layers",):
+        return list(LayerRun.model_fields)
+    return []
 
 
 def problems_from_validation(

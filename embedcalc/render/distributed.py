@@ -11,6 +11,7 @@ from rich.table import Table
 from embedcalc.reconcile.distributed import DistributedBench
 from embedcalc.reconcile.sharding import ShardedVerify, ShardRow
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 
 def _pct(value: float | None) -> str:
@@ -72,9 +73,9 @@ def sharded_tables(result: ShardedVerify) -> Group:
             shards.add_row(key, str(r.rank), units.count(r.analytic), units.count(r.torch), "yes" if r.ok else "NO")
     parts: list[Any] = [shards]
     if result.collectives:
-        comm = Table(title="Collectives of one training step (CommDebugMode)", title_justify="left")
+        comm = FitTable(title="Collectives of one training step (CommDebugMode)", title_justify="left")
         for column in ("collective", "pass", "analytic calls", "torch calls", "analytic bytes", "torch bytes", "ok"):
-            comm.add_column(column, justify="left" if column in ("collective", "pass") else "right")
+            comm.add_column(column, justify="left" if column in ("collective", "pass") else "right", whole=True)
         for c in result.collectives:
             comm.add_row(c.kind, c.phase, str(c.analytic_count), str(c.torch_count), units.count(c.analytic_bytes),
                          units.count(c.torch_bytes), "yes" if c.ok else "NO")  # fmt: skip
@@ -97,15 +98,16 @@ def communication_table(analysis: Any) -> Table | None:
     if not comm.collectives:
         return None
     p = analysis.workload.parallel
-    table = Table(
+    table = FitTable(
         title=escape(f"Communication per device per {'step' if analysis.workload.mode == 'training' else 'forward'}"
                      f" — tp {p.tp}, pp {p.pp}, dp {p.dp}, zero {p.zero}, ep {p.ep}"),
-        title_justify="left",
+        title_justify="left", drop=("what", "payload"),
         caption="Ring volumes: all-reduce sends 2(N-1)/N of the payload per device, reduce-scatter and all-gather "
         "(N-1)/N, all-to-all (N-1)/N, a pipeline send all of it.",
     )  # fmt: skip
     for column in ("collective", "group", "pass", "calls", "payload", "sent per device", "what"):
-        table.add_column(column, justify="right" if column in ("calls", "payload", "sent per device") else "left")
+        table.add_column(column, justify="right" if column in ("calls", "payload", "sent per device") else "left",
+                         whole=column != "what")  # fmt: skip
     for c in comm.collectives:
         table.add_row(c.kind, f"{c.group} ({c.group_size})", c.phase, str(c.count), units.binary_bytes(c.payload_bytes),
                       units.binary_bytes(c.wire_bytes), c.purpose)  # fmt: skip
