@@ -33,7 +33,7 @@ from embedcalc.analysis.heads import (
     nearest_valid_heads,
 )
 from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
-from embedcalc.analysis.params import count_params
+from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 
@@ -247,7 +247,8 @@ class WidthDepthAnswer:
     depth_threshold: float  # log₃(embed_dim), Levine et al. 2020
     deeper_than_threshold: bool
     chinchilla_tokens: int  # 20 x params
-    chinchilla_training_flops: int  # 6 x params x tokens
+    chinchilla_training_flops: int  # 6 x active params x tokens (a token's compute: Kaplan et al. 2020 §2.1)
+    params_active: int  # parameters a token runs through (MoE: top_k of the routed experts); the total if dense
     references: list[ReferenceModel]
 
 
@@ -293,6 +294,9 @@ def explain_width_depth(
         categories[param_category(key)] += value
     d, layers = config.embed_dim, _layers(config)
     non_embedding = params.total - categories["embedding"]
+    # a token's compute runs through the active parameters (MoE: top_k of the routed experts; Fedus et al. 2021)
+    active = active_params(config)
+    active_non_embedding = non_embedding - (params.total - active)
     stack_params = categories["attention"] + categories["ffn"] + categories["norms"]
     approx = KAPLAN_LAYER_FACTOR * layers * d * d
     forward = forward_flops(config, workload).forward
@@ -309,14 +313,15 @@ def explain_width_depth(
         approx_ratio=round(non_embedding / approx, 3),
         seq_len=workload.seq_len,
         flops_per_token=forward // tokens if forward % tokens == 0 else forward / tokens,
-        kaplan_flops_per_token=2 * non_embedding + 2 * layers * workload.seq_len * config.q_dim,
+        kaplan_flops_per_token=2 * active_non_embedding + 2 * layers * workload.seq_len * config.q_dim,
         kv_cache_bytes_per_token=_per_token_kv_bytes(config, workload),
         crossover_seq_len=crossover_seq_len(config),
         aspect_ratio=round(d / layers, 1),
         depth_threshold=round(threshold, 2),
         deeper_than_threshold=layers > threshold,
         chinchilla_tokens=CHINCHILLA_TOKENS_PER_PARAM * params.total,
-        chinchilla_training_flops=6 * params.total * CHINCHILLA_TOKENS_PER_PARAM * params.total,
+        chinchilla_training_flops=6 * active * CHINCHILLA_TOKENS_PER_PARAM * params.total,
+        params_active=active,
         references=reference_models(config, label or config.label, presets),
     )
 
