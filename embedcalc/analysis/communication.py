@@ -37,7 +37,7 @@ stage with the most layers and parameters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Literal
 
@@ -337,8 +337,3 @@ def communication(
         [*_dp(config, workload), *_tp(config, workload, sequence_parallel), *_pp(config, workload),
          *_ep(config, workload)]
     )  # fmt: skip
-
-
-def without_parallelism(workload: Workload) -> Workload:
-    """The same workload on one device (what a scaling efficiency is measured against)."""
-    return replace(workload, parallel=type(workload.parallel)())
