@@ -36,8 +36,8 @@ _LAZY = {
     "sweep": "embedcalc._api",
     "verify": "embedcalc._api",
     "bench": "embedcalc._api",
-    "Comparison": "embedcalc._api",
-    "Sweep": "embedcalc._api",
+    "Comparison": "embedcalc._api_results",
+    "Sweep": "embedcalc._api_results",
     "ConfigLike": "embedcalc._api",
     "Analysis": "embedcalc.analysis.report",
     "Workload": "embedcalc.analysis.workload",
@@ -87,7 +87,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
-    from embedcalc._api import Comparison, ConfigLike, Sweep, analyze, bench, compare, load, sweep, verify
+    from embedcalc._api import ConfigLike, analyze, bench, compare, load, sweep, verify
+    from embedcalc._api_results import Comparison, Sweep
     from embedcalc.analysis.breakdown import Breakdown
     from embedcalc.analysis.flops import FlopsEstimate
     from embedcalc.analysis.memory import MemoryEstimate

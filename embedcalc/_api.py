@@ -5,17 +5,19 @@ Every function takes a config in any form :func:`load` accepts (a preset name, a
 fields, or what :func:`load` returned) and a workload (a :class:`Workload`, or its fields as keyword arguments).
 Errors are the package's own: :class:`ConfigError` for an invalid config or a workload that does not fit it,
 :class:`EmbedcalcError` for a bad argument, :class:`UnsupportedEnvironmentError` when torch (or CUDA) is missing.
-Nothing here prints. Import it through ``embedcalc``; this module's name is not part of the API.
+Nothing here prints; the result types of compare and sweep are in :mod:`embedcalc._api_results`. Import it through
+``embedcalc``; this module's name is not part of the API.
 """
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
+from embedcalc._api_results import Comparison, Sweep
 from embedcalc.analysis.checked import analyze_loaded
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import (
@@ -27,27 +29,18 @@ from embedcalc.analysis.workload import (
     Recompute,
     Workload,
 )
-from embedcalc.config.loading import (
-    LoadedConfig,
-    apply_overrides,
-    canonical_mapping,
-    normalise_keys,
-    resolve_target,
-    validate_config,
-)
+from embedcalc.config.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
 if TYPE_CHECKING:  # numpy and torch load only with the functions that need them
-    from embedcalc.analysis.sweep import SweepResult
     from embedcalc.reconcile.bench import BenchResult
     from embedcalc.reconcile.verify import VerifyResult
 
 ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ModelConfig
-Overrides: TypeAlias = Mapping[str, Any] | Sequence[str] | None
 AxisValues: TypeAlias = Sequence[int] | str | None
 
-__all__ = ["Comparison", "ConfigLike", "Sweep", "analyze", "bench", "compare", "load", "sweep", "verify"]
+__all__ = ["ConfigLike", "analyze", "bench", "compare", "load", "sweep", "verify"]
 
 
 # --- load ---------------------------------------------------------------------------------------------------------
@@ -77,47 +70,19 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
     --set num_heads | heads_indivisible
     """
     if isinstance(target, LoadedConfig | ModelConfig):
-        if not overrides:
-            return _as_loaded(target)
         loaded = _as_loaded(target)
+        if not overrides:
+            return loaded
         raw: dict[str, Any] = loaded.config.model_dump(exclude_unset=True)
-        name, source, origin, path = loaded.target, loaded.source, loaded.target, None
-    elif isinstance(target, Mapping):
-        raw = dict(target)
-        name = str(raw.get("name") or "config")
-        source, origin, path = "python", name, None
-    else:
-        name = str(target)
-        raw, source, found = resolve_target(name)
-        origin, path = (name if source == "preset" else str(found)), found
-    data, user_keys, problems, report = canonical_mapping(raw, origin, path)
-    before = data.get("name")
-    problems += _apply(data, user_keys, overrides)
-    if data.get("name") != before and isinstance(data.get("name"), str):
-        name = data["name"]  # renamed by an override: results carry the new name
-    if source == "preset" and "name" not in data:
-        data["name"] = name
-    config = validate_config(data, user_keys, problems, origin)
-    return LoadedConfig(
-        target=name,
-        config=config,
-        source="hf" if report is not None else source,
-        user_keys=user_keys,
-        hf=report,
-    )
-
-
-def _apply(data: dict[str, Any], user_keys: dict[str, str], overrides: Overrides) -> list[Problem]:
-    if overrides is None:
-        return []
-    if isinstance(overrides, Mapping):
-        extra, extra_keys, problems = normalise_keys(dict(overrides), "overrides: ")
-        data.update(extra)
-        user_keys.update(extra_keys)
-        return problems
-    if isinstance(overrides, str):
-        overrides = [overrides]
-    return apply_overrides(data, user_keys, list(overrides))
+        origin = loaded.target
+        return load_parsed(raw, loaded.source, origin, target=origin, overrides=overrides, rename=True)
+    if isinstance(target, Mapping):
+        name = str(target.get("name") or "config")
+        return load_parsed(dict(target), "python", name, target=name, overrides=overrides, rename=True)
+    name = str(target)
+    raw, source, path = resolve_target(name)
+    origin = target_origin(name, source, path)
+    return load_parsed(raw, source, origin, path, target=name, overrides=overrides, rename=True)
 
 
 def _as_loaded(config: ConfigLike) -> LoadedConfig:
@@ -190,27 +155,6 @@ def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fie
     return analyze_loaded(_as_loaded(config), _workload(workload, workload_fields))
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Several configs analysed for one workload, in the order given (``embedcalc compare``)."""
-
-    results: tuple[Analysis, ...]
-    workload: Workload
-
-    def __iter__(self) -> Iterator[Analysis]:
-        return iter(self.results)
-
-    def __len__(self) -> int:
-        return len(self.results)
-
-    def __getitem__(self, index: int) -> Analysis:
-        return self.results[index]
-
-    def to_json(self) -> list[dict[str, Any]]:
-        """The ``results`` list of ``embedcalc compare --format json``: one entry per config."""
-        return [a.to_json() for a in self.results]
-
-
 def compare(
     configs: Sequence[ConfigLike], workload: Workload | None = None, **workload_fields: Any
 ) -> Comparison:
@@ -246,34 +190,6 @@ def _label(config: ConfigLike) -> str:
 
 
 # --- sweep --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """Every point of a sweep (``embedcalc sweep``): ``points`` as dicts, the crossover, and the raw grid."""
-
-    result: SweepResult
-
-    @property
-    def target(self) -> str:
-        return self.result.target
-
-    @property
-    def crossover_seq_len(self) -> int | float | None:
-        """n* of the config as given: the seq_len where one layer's score FLOPs equal its projections + FFN."""
-        return self.result.crossover_seq_len
-
-    @property
-    def points(self) -> list[dict[str, Any]]:
-        """One dict per point (the swept values, ``valid``, ``params``/``flops``/``memory``, ``problems``)."""
-        points: list[dict[str, Any]] = self.to_json()["points"]
-        return points
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of ``embedcalc sweep --format json`` (DESIGN.md §5)."""
-        from embedcalc.render.sweep_output import result_json
-
-        return result_json(self.result)
 
 
 def sweep(

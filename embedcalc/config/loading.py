@@ -7,9 +7,10 @@ it family by family and reports what it did with every key; anything else is emb
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias, get_args
 
 import yaml
 from pydantic import ValidationError
@@ -268,12 +269,37 @@ def _oversized(where: str, value: int, user_keys: dict[str, str]) -> Problem:
     return Problem(key, too_many_digits(digits), "number_too_long")
 
 
-def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
-    """Load, override and validate TARGET (a preset name, a YAML/JSON config file or a Hugging Face config.json)."""
-    raw, source, path = resolve_target(target)
-    origin = target if source == "preset" else str(path)
+# overrides as the Python API takes them: a mapping of fields, or ``key=value`` strings read as ``--set`` reads them
+Overrides: TypeAlias = Mapping[str, Any] | Sequence[str] | None
+
+
+def target_origin(target: str, source: str, path: Path) -> str:
+    """How error messages name a resolved target: a preset by its name, a file by its path."""
+    return target if source == "preset" else str(path)
+
+
+def load_parsed(
+    raw: dict[Any, Any],
+    source: str,
+    origin: str,
+    path: Path | None = None,
+    *,
+    target: str,
+    overrides: Overrides = None,
+    rename: bool = False,
+) -> LoadedConfig:
+    """The loading pipeline after a target is read: canonical mapping -> overrides -> validation.
+
+    ``raw`` is the parsed mapping, ``source`` its kind (``preset``, ``file``, ``python``; a Hugging Face config
+    becomes ``hf``), ``origin`` the name error messages give it, ``target`` the name results carry. With
+    ``rename`` an override that sets ``name`` renames ``target`` too (the Python API); the CLI keeps its TARGET.
+    Raises ConfigError carrying every problem found.
+    """
     data, user_keys, problems, report = canonical_mapping(raw, origin, path)
-    problems += apply_overrides(data, user_keys, overrides or [])
+    before = data.get("name")
+    problems += _apply_any(data, user_keys, overrides)
+    if rename and data.get("name") != before and isinstance(data.get("name"), str):
+        target = data["name"]
     if source == "preset" and "name" not in data:
         data["name"] = target
     config = validate_config(data, user_keys, problems, origin)
@@ -286,12 +312,33 @@ def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig
     )
 
 
+def _apply_any(data: dict[str, Any], user_keys: dict[str, str], overrides: Overrides) -> list[Problem]:
+    """Apply overrides in either form (in place); a mapping's keys are reported as ``overrides: key``."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, Mapping):
+        extra, extra_keys, problems = normalise_keys(dict(overrides), "overrides: ")
+        data.update(extra)
+        user_keys.update(extra_keys)
+        return problems
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    return apply_overrides(data, user_keys, list(overrides))
+
+
+def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
+    """Load, override and validate TARGET (a preset name, a YAML/JSON config file or a Hugging Face config.json)."""
+    raw, source, path = resolve_target(target)
+    origin = target_origin(target, source, path)
+    return load_parsed(raw, source, origin, path, target=target, overrides=overrides)
+
+
 def raw_config(target: str, overrides: list[str] | None = None) -> dict[str, Any]:
     """TARGET's mapping with canonical keys and ``--set`` overrides applied, not validated (for suggestions).
 
     Raises ConfigError only when the target itself cannot be read.
     """
     raw, source, path = resolve_target(target)
-    data, user_keys, _, _ = canonical_mapping(raw, target if source == "preset" else str(path), path)
+    data, user_keys, _, _ = canonical_mapping(raw, target_origin(target, source, path), path)
     apply_overrides(data, user_keys, overrides or [])
     return data
