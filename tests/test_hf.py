@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory import kv_cache_bytes
+from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.sweep import evaluate_point, sweep_target
 from embedcalc.analysis.workload import Workload

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory import kv_cache_bytes
+from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.roofline import (
     Efficiency,

@@ -32,7 +32,8 @@ from embedcalc.analysis.heads import (
     nearest_divisors,
     nearest_valid_heads,
 )
-from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig

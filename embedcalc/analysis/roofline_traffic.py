@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory import kv_cache_bytes
+from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.workload import DTYPE_BYTES, Parallelism, Workload
 from embedcalc.config.schema import ModelConfig

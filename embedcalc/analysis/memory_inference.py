@@ -1,0 +1,176 @@
+"""Inference memory (bytes): weights in their inference format, the KV cache and the peak activations of one forward
+pass with no autograd, on one tensor-parallel rank. :mod:`embedcalc.analysis.memory` assembles them per device.
+
+Weights: float32 4 bytes per parameter, bfloat16 / float16 2; int8 / int4 are weight-only inference formats, 1 and
+0.5 bytes per parameter (activations in float16).
+
+KV cache (decoder self-attention; GQA-aware), a sum over the decoder's layers: 2 (K and V) x batch x tokens x
+num_kv_heads x head_dim x bytes per standard layer, tokens capped per layer at its window or chunk (Mistral's
+rolling buffer cache, Jiang et al. 2023, §2); multi-head latent attention caches kv_lora_rank + qk_rope_head_dim
+values per token (the compressed latent and the shared rope key, DeepSeek-V2 §2.1.2), the same on every TP rank.
+An encoder-decoder's decoder also caches the cross-attention K and V of the source: 2 x batch x src_len x decoder
+layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
+
+Peak inference activations are an estimate of the largest set of tensors alive at once in one forward pass with
+no autograd: the residual stream plus, for the costliest sublayer, its live intermediates: Q/K/V and the context
+(and with eager attention the score matrix and its softmax, 2 x b h n n), or the FFN's inner tensors (2 t f;
+gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the router logits), or the logits
+(t vocab). An encoder-decoder's decoder also holds the encoder output.
+
+:class:`RankWidths` (one block's attention and FFN widths on one TP rank) is shared with the training terms in
+:mod:`embedcalc.analysis.memory_training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
+sweep grid evaluates these same functions on numpy arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.parallel import Stage, stage_dims
+from embedcalc.analysis.structure import Dims, Num, cross_attention, maximum, minimum
+from embedcalc.analysis.workload import DTYPE_BYTES, Workload
+from embedcalc.config.blocks import Attention, Block
+from embedcalc.config.schema import ModelConfig
+
+
+def weight_bytes(num_params: Num, dtype: str) -> Num:
+    """Bytes of the weights; int4 packs two parameters per byte (rounded up)."""
+    if dtype == "int4":
+        return (num_params + 1) // 2
+    return num_params * int(DTYPE_BYTES[dtype])
+
+
+# --- widths on one tensor-parallel rank ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankWidths:
+    """Attention and FFN widths of one block on one TP rank (``tp`` 1: the whole block)."""
+
+    heads: Num
+    q: Num  # all query heads' width (Q and, for MLA, K)
+    kv: Num  # K (or V) width of standard attention
+    v: Num  # the context width (input of the output projection)
+    f: Num  # dense FFN width
+    fe: Num
+    fs: Num
+
+
+def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> RankWidths:
+    a = a or block.attention
+    w = x.widths(block)
+    if a.kind == "mla":
+        heads = x.h // tp if tp > 1 else x.h
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        return RankWidths(
+            heads, heads * qk, heads * qk, heads * a.v_head_dim, w.f // tp, w.fe // tp, w.fs // tp
+        )
+    if tp == 1:
+        return RankWidths(x.h, x.q, x.kv, x.q, w.f, w.fe, w.fs)
+    q = x.q // tp
+    return RankWidths(x.h // tp, q, maximum(1, x.g // tp) * x.hd, q, w.f // tp, w.fe // tp, w.fs // tp)
+
+
+# --- KV cache ------------------------------------------------------------------------------------------------------
+
+
+def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
+    """Values one layer caches per token on one TP rank: K and V of its KV heads, or MLA's latent + rope key."""
+    if a.kind == "mla":
+        return a.kv_lora_rank + a.qk_rope_head_dim
+    heads = x.g if tp == 1 else maximum(1, x.g // tp)
+    return 2 * heads * x.hd
+
+
+def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1) -> Num:
+    """KV cache bytes of the decoder layers in ``x`` on one TP rank (module docstring)."""
+    if config.architecture == "encoder":
+        return 0
+    cached = (x.n if config.architecture == "decoder" else x.n_dec) + workload.gen_tokens
+    values: Num = 0
+    for sd in x.stacks:
+        if sd.name != "decoder":
+            continue
+        for block, layers in sd.blocks:
+            limit = block.attention.cache_limit
+            tokens = cached if limit is None else minimum(cached, limit)
+            values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
+            if sd.stack.cross_attention:  # the cross-attention K and V of the source
+                values = values + layers * x.n * kv_cache_values(cross_attention(config), x, tp)
+    return x.b * values * workload.activation_bytes
+
+
+def kv_cache_bytes(config: ModelConfig, workload: Workload, decoder_layers: int | None = None) -> int:
+    """K and V of the first ``decoder_layers`` decoder layers (default all) on one TP rank (module docstring)."""
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
+    if decoder_layers is not None:
+        plans = tuple(
+            replace(sd, blocks=tuple(config.stack_plan("decoder").counts(0, decoder_layers)))
+            if sd.name == "decoder" else sd
+            for sd in x.stacks
+        )  # fmt: skip
+        x = replace(x, stacks=plans)
+    return int(kv_cache_terms(config, workload, x, workload.parallel.tp))
+
+
+# --- peak activations of one forward pass --------------------------------------------------------------------------
+
+
+def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1) -> dict[str, Num]:
+    """The sets of activations alive at once in one forward pass (no autograd) on one TP rank, by stage of the
+    pass; the peak is the largest (module docstring)."""
+    b, e = x.b, workload.activation_bytes
+    out: dict[str, Num] = {}
+
+    def keep(key: str, value: Num) -> None:
+        out[key] = maximum(out[key], value) if key in out else value
+
+    for sd in x.stacks:
+        if not sd.blocks:
+            continue
+        n, n_mem = x.tokens(config, sd.stack)
+        t = b * n
+        memory = (
+            b * n_mem * (e * x.d) if sd.stack.cross_attention else 0
+        )  # encoder output held by the decoder
+        base = t * (2 * e * x.d) + memory  # residual stream and the sublayer's input/output
+        for block, _ in sd.blocks:
+            a, r = block.attention, rank_widths(block, x, tp)
+            if a.kind == "mla":
+                q_path = e * (a.q_lora_rank or 0) + e * r.q
+                kv_path = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * (r.q + r.v)
+                attention = t * (q_path + kv_path + e * r.v)
+            else:
+                attention = t * (e * (r.q + 2 * r.kv) + e * r.q)
+            if workload.attention == "eager":
+                attention = attention + (b * n * n) * (2 * e * r.heads)
+            keep(f"{sd.name}/attention", base + attention)
+            inner = 3 if block.ffn.gated else 2
+            if block.ffn.moe:
+                ffn = block.ffn
+                keep(
+                    f"{sd.name}/moe", base + t * (e * (ffn.top_k * r.fe + r.fs) * inner + e * ffn.num_experts)
+                )
+            else:
+                keep(f"{sd.name}/ffn", base + t * (e * r.f * inner))
+    if config.resolved_lm_head and x.last:
+        n_last, _ = x.tokens(config, x.stacks[-1].stack)
+        vocab_rank = -(-config.vocab_size // tp)
+        keep("head/lm", (b * n_last) * (e * (x.d_tok + vocab_rank)))
+    return out
+
+
+def peak_inference_activations(
+    config: ModelConfig, workload: Workload, stage: Stage | None = None
+) -> Breakdown:
+    """The largest set of activations alive at once in one forward pass (no autograd) on one TP rank."""
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
+    if stage is not None:
+        x = stage_dims(config, stage, x)
+    stages = peak_candidates(config, workload, x, workload.parallel.tp)
+    out = Breakdown()
+    if stages:
+        key = max(stages, key=lambda k: stages[k])
+        out.add(key, stages[key])
+    return out

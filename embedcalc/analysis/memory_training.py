@@ -1,0 +1,224 @@
+"""Training memory (bytes) per parameter and the activations saved for the backward pass, on one tensor-parallel
+rank and one micro-batch. :mod:`embedcalc.analysis.memory` adds the ZeRO sharding and the pipeline's micro-batches
+in flight.
+
+Weights, gradients and optimizer state are exact for the stated precision recipe:
+
+- float32: weights 4, gradients 4, AdamW moments 8 bytes per parameter (4 + 4 + 8 = 16).
+- bfloat16 / float16 mixed precision (Micikevicius et al. 2018; Rajbhandari et al. 2020, ZeRO §3): weights 2,
+  gradients 2, and an fp32 master copy plus two fp32 moments, 12 bytes per parameter (2 + 2 + 12 = 16).
+- Optimizers (state per parameter, fp32): AdamW two moments (8 bytes); SGD with momentum one buffer (4 bytes);
+  Adafactor (Shazeer & Stern 2018, default beta1=None) factored second moments, rows + columns of each matrix and
+  the full vector for 1-D tensors. Mixed precision adds the 4-byte fp32 master copy to each.
+
+Saved activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models", §4.1, eq. 1: 34 s b h + 5 a s² b bytes per layer for 16-bit activations, a 4h FFN and dropout),
+generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and dropout 0:
+
+- attention: input of the QKV projection (t d), Q and K for Q·Kᵀ (t (q + kv)), V (t kv), the softmax output
+  (b h n²), with dropout its 1-byte mask and its output (b h n² each), the input of the output projection (t q),
+  the 1-byte mask of the residual dropout (t d);
+- FFN: input (t d), activation input and output (2 t f; gated: gate, up, act(gate), product = 4 t f), 1-byte
+  dropout mask (t d);
+- norms: each saves its input (t d); a layer has one per sublayer (two with sandwich norms, one for a parallel
+  block with one norm); q/k norms save Q and K once more;
+- latent attention: the input, q_a's and kv_a's outputs and their normalised copies, Q, K, V, the context;
+- mixture of experts: the input, the router logits (t E), each token's top_k routed copies with their inner
+  tensors (as a dense FFN of expert_dim, top_k times), the shared experts' inner tensors.
+
+``--attention sdpa`` (flash / memory-efficient kernels) saves no b h n² tensor, only its output and the fp32
+log-sum-exp (4 b h n bytes). ``--recompute selective`` drops the b h n² terms (recomputed, Korthikanti §4.3);
+``--recompute full`` keeps only each layer's input (t d). Either way the backward pass re-materialises one block
+(full) or one attention core (selective) at a time: that working set is added once (``<stack>/recompute_working_set``).
+Outside the layers: the embedding output (t d) and its dropout mask, the final norm input, and for an LM head its
+input (t d) plus fp32 logits for the loss (4 t vocab). With token_embed_dim != embed_dim (OPT-350m) two more
+inputs of t token_embed_dim are saved: the token lookup's (for embedding/project_in) and the LM matmul's (after
+head/project_out).
+
+With tensor parallelism (no sequence parallelism; Korthikanti eq. 2: s b h (10 + 24/t + 5 a s / (h t))) the
+terms inside the attention and FFN (Q, K, V, scores, context, FFN inner) are divided by tp; layer inputs, norms
+and residual dropout masks are replicated.
+"""
+
+from __future__ import annotations
+
+import functools
+from math import prod
+
+from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.memory_inference import RankWidths, rank_widths
+from embedcalc.analysis.parallel import Stage, stage_dims
+from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.blocks import Attention, Block
+from embedcalc.config.schema import ModelConfig
+
+FP32_BYTES = 4
+MASK_BYTES = 1  # torch saves dropout masks as bool tensors
+
+
+# --- bytes per parameter ------------------------------------------------------------------------------------------
+
+
+def mixed_precision(dtype: str) -> bool:
+    """Training in bfloat16 / float16 keeps an fp32 master copy (module docstring)."""
+    return dtype != "float32"
+
+
+def training_param_bytes(dtype: str) -> int:
+    """Bytes per parameter of the training weights, and of the gradients: 2 in mixed precision, else 4."""
+    return 2 if mixed_precision(dtype) else FP32_BYTES
+
+
+def optimizer_state_bytes(shape: tuple[Num, ...], optimizer: str, mixed: bool) -> Num:
+    """Optimizer state of one tensor (module docstring); ``mixed`` adds the fp32 master copy."""
+    numel = prod(shape)
+    if optimizer == "adamw":
+        state = 2 * numel
+    elif optimizer == "sgd":
+        state = numel
+    else:  # adafactor: factored second moment for matrices, full for vectors
+        state = sum(shape[:2]) * prod(shape[2:]) if len(shape) >= 2 else numel
+    return FP32_BYTES * (state + numel) if mixed else FP32_BYTES * state
+
+
+# --- saved activations, per layer and in total ---------------------------------------------------------------------
+
+
+def _attention_saved(
+    config: ModelConfig,
+    workload: Workload,
+    a: Attention,
+    r: RankWidths,
+    x: Dims,
+    n: Num,
+    n_kv: Num,
+    prefix: str,
+    recompute: str,
+    cross: bool = False,
+) -> list[tuple[str, Num]]:
+    """Saved bytes of one attention sublayer on one TP rank (queries on n tokens, keys/values on n_kv)."""
+    e, b, d, dropout = workload.activation_bytes, x.b, x.d, config.dropout > 0
+    t, t_kv = b * n, b * n_kv
+    if a.kind == "mla":  # input, q_a out + normed, kv_a out + normed latent, Q, K, V, the context
+        per_q = e * d + e * r.q + e * r.v + (2 * e * a.q_lora_rank if a.q_lora_rank is not None else 0)
+        per_kv = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * a.kv_lora_rank + e * r.q + e * r.v
+        linear = t * per_q + t_kv * per_kv
+    else:  # input, Q, K and V, the input of the output projection
+        linear = t * (e * d + 2 * e * r.q) + t_kv * (2 * e * r.kv)
+        if a.qk_norm != "none":
+            linear = linear + t * (e * r.q) + t_kv * (e * r.kv)  # the q/k norms' inputs
+    if cross:  # K and V come from the encoder output, saved as their input
+        linear = linear + t_kv * (e * d)
+    if dropout:
+        linear = linear + t * (MASK_BYTES * d)
+    if workload.attention == "sdpa":
+        scores: Num = t * (FP32_BYTES * r.heads)  # log-sum-exp statistics
+    elif recompute != "none":
+        scores = 0
+    else:
+        scores = (b * n * n_kv) * ((e + ((MASK_BYTES + e) if dropout else 0)) * r.heads)
+    return [(f"{prefix}/linear", linear), (f"{prefix}/scores", scores)]
+
+
+def _ffn_saved(
+    config: ModelConfig, workload: Workload, block: Block, r: RankWidths, x: Dims, t: Num
+) -> tuple[str, Num]:
+    e, d, ffn = workload.activation_bytes, x.d, block.ffn
+    inner = 4 if ffn.gated else 2  # activation input and output; gated: gate, up, act(gate), product
+    mask = MASK_BYTES * d if config.dropout > 0 else 0
+    if not ffn.moe:
+        return "ffn", t * (e * d + e * r.f * inner + mask)
+    routed = ffn.top_k * (e * d + e * r.fe * inner)
+    return "moe", t * (e * d + e * ffn.num_experts + routed + e * r.fs * inner + mask)
+
+
+def layer_saved(
+    config: ModelConfig, workload: Workload, x: Dims, block: Block, sd: StackDims, tp: int, recompute: str
+) -> list[tuple[str, Num]]:
+    """Saved bytes of one layer of ``block`` on one TP rank, by component (keys relative to the stack)."""
+    n, n_mem = x.tokens(config, sd.stack)
+    e, t = workload.activation_bytes, x.b * n
+    if recompute == "full":
+        return [("layer_input", t * (e * x.d))]
+    r = rank_widths(block, x, tp)
+    terms = _attention_saved(config, workload, block.attention, r, x, n, n, "attention", recompute)
+    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
+    norms = attention_norms + ffn_norms
+    if sd.stack.cross_attention:
+        a = cross_attention(config)
+        terms += _attention_saved(config, workload, a, rank_widths(block, x, tp, a), x, n, n_mem, "cross_attention",
+                                  recompute, cross=True)  # fmt: skip
+        norms += cross_norms
+    return [*terms, _ffn_saved(config, workload, block, r, x, t), ("norms", t * (norms * e * x.d))]
+
+
+def _add(out: dict[str, Num], key: str, value: Num) -> None:
+    out[key] = out[key] + value if key in out else value
+
+
+def saved_terms(
+    config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
+) -> tuple[dict[str, Num], list[tuple[str, Num]]]:
+    """Activations kept for the backward pass of one micro-batch on one TP rank of the layers in ``x``:
+    (by key, the recompute working set) — the working set is the largest of the candidates, added once."""
+    out: dict[str, Num] = {}
+    b, e, d = x.b, workload.activation_bytes, x.d
+    mask = MASK_BYTES * d if config.dropout > 0 else 0
+    working: list[tuple[str, Num]] = []
+    for sd in x.stacks:
+        n, _ = x.tokens(config, sd.stack)
+        t = b * n
+        if x.first:
+            projected = e * x.d_tok if config.embedding_projection else 0
+            _add(out, f"{sd.name}/embedding", t * (e * d + projected + mask))
+        for block, layers in sd.blocks:
+            for key, value in layer_saved(config, workload, x, block, sd, tp, workload.recompute):
+                _add(out, f"{sd.name}/{key}", layers * value)
+            if workload.recompute != "none":
+                plain = layer_saved(config, workload, x, block, sd, tp, "none")
+                if workload.recompute == "selective":
+                    # eager re-materialises the n² tensors; sdpa keeps its O(n) statistics either way: nothing
+                    plain = [
+                        (k, v) for k, v in plain if k.endswith("/scores") and workload.attention == "eager"
+                    ]
+                size: Num = 0
+                for _, value in plain:
+                    size = size + value
+                working.append((sd.name, size))
+        if config.resolved_final_norm and x.last:
+            _add(out, f"{sd.name}/final_norm", t * (e * d))
+    last = x.stacks[-1]
+    if config.resolved_lm_head and x.last:
+        n_last, _ = x.tokens(config, last.stack)
+        vocab_rank = -(-config.vocab_size // tp)
+        head_inputs = d + (x.d_tok if config.embedding_projection else 0)
+        _add(out, "head/lm", (b * n_last) * (e * head_inputs + FP32_BYTES * vocab_rank))
+    if config.resolved_pooler and x.last:
+        _add(out, "pooler", b * (e * d))
+    return out, working
+
+
+def recompute_working_set(working: list[tuple[str, Num]]) -> tuple[str, Num]:
+    """The largest working set and its stack: (stack, bytes); ties go to the later stack name, as max() does."""
+    if not working:
+        return "encoder", 0
+    if all(isinstance(v, int) for _, v in working):
+        size, name = max((v, k) for k, v in working)
+        return name, size
+    return working[0][0], functools.reduce(maximum, [v for _, v in working])
+
+
+def saved_activations(config: ModelConfig, workload: Workload, stage: Stage | None = None) -> Breakdown:
+    """Activations kept for the backward pass of one micro-batch on one TP rank of ``stage`` (default: all)."""
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
+    if stage is not None:
+        x = stage_dims(config, stage, x)
+    terms, working = saved_terms(config, workload, x, workload.parallel.tp)
+    out = Breakdown()
+    for key, value in terms.items():
+        out.add(key, value)
+    if workload.recompute != "none":
+        name, size = recompute_working_set(working)
+        out.add(f"{name}/recompute_working_set", size)
+    return out
