@@ -19,8 +19,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from embedcalc.config.files import MAX_CONFIG_BYTES, load_mapping
+from embedcalc.config.files import load_mapping
 from embedcalc.config.loading import load_target
+from embedcalc.config.reading import MAX_CONFIG_BYTES
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, ExitCode
 

@@ -181,7 +181,7 @@ def test_fifo_with_a_writer_is_still_refused(cli: Any, tmp_path: Path) -> None:
 
 def test_read_is_bounded_whatever_the_reported_size(tmp_path: Path) -> None:
     """read_bytes_bounded reads at most limit + 1 bytes, so a growing or lying file cannot be read unboundedly."""
-    from embedcalc.config.files import read_bytes_bounded
+    from embedcalc.config.reading import read_bytes_bounded
     from embedcalc.errors import ConfigError
 
     path = tmp_path / "big.json"

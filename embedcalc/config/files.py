@@ -1,14 +1,11 @@
-"""Reading config files safely: one bounded reader, encoding, YAML/JSON syntax, anchors, duplicate keys and the
-numbers in them.
+"""Parsing config text: YAML/JSON syntax, anchors, duplicate keys and the numbers in them; and
+:func:`load_mapping`, which reads a file (through :mod:`embedcalc.config.reading`) and parses it once.
 
 Every failure becomes a :class:`~embedcalc.errors.ConfigError` naming the file; nothing here raises a bare
-exception for bad input. The bounds, which make reading any input cost at most a fixed amount of time and memory:
+exception for bad input. The bounds, which make parsing any input cost at most a fixed amount of time and memory:
 
 - YAML text is parsed only up to :data:`MAX_YAML_CHARS` characters (the parser is pure Python); JSON up to
-  ``MAX_CONFIG_BYTES``;
-- only regular files are read (a FIFO, a device such as ``/dev/zero`` or ``/dev/urandom``, a socket or a
-  directory is refused before it is opened for reading, and again on the open descriptor), and at most
-  ``MAX_CONFIG_BYTES + 1`` bytes are read whatever the file claims its size is;
+  ``MAX_CONFIG_BYTES``, the bound of the reader;
 - a number is parsed once, here, before any arithmetic: an integer with more than :data:`MAX_INT_DIGITS` digits
   and a float that is not finite (``.inf``, ``.nan``, ``1e400``, JSON's ``NaN``/``Infinity``) are refused with
   the key they belong to (:func:`refused_numbers`); ``--set`` values go through the same parser (those longer
@@ -18,7 +15,6 @@ exception for bad input. The bounds, which make reading any input cost at most a
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import math
 import os
@@ -31,9 +27,9 @@ from typing import Any
 
 import yaml
 
+from embedcalc.config.reading import MAX_CONFIG_BYTES, file_error, read_text
 from embedcalc.errors import ConfigError, Problem
 
-MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
 # PyYAML's parser is pure Python, about 15-40 s per MiB of hostile YAML on a loaded core; JSON's is C (milliseconds
 # per MiB). So YAML (anything not named .json) is read up to 32 KiB, fifty times any real model config.
 MAX_YAML_CHARS = 1 << 15
@@ -172,106 +168,6 @@ def parse_scalar(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def _fail(path: Path, message: str, code: str) -> ConfigError:
-    return ConfigError(f"{path}: {message}", [Problem(str(path), message, code)], code)
-
-
-def _kind(mode: int) -> str | None:
-    """What a non-regular file is, for the message (None for a regular file)."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "directory"
-    if stat.S_ISFIFO(mode):
-        return "named pipe (FIFO)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "device"
-    if stat.S_ISSOCK(mode):
-        return "socket"
-    return "special file"
-
-
-def _refuse_kind(path: Path, kind: str) -> ConfigError:
-    if kind == "directory":
-        return _fail(path, "is a directory, not a config file", "file_is_directory")
-    return _fail(path, f"is a {kind}, not a regular file; embedcalc reads configs only from regular files",
-                 "file_not_regular")  # fmt: skip
-
-
-def _os_failure(path: Path, exc: OSError) -> ConfigError:
-    if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-        return _fail(path, "no such file (and not a preset name; see `embedcalc presets`)", "file_missing")
-    if exc.errno == errno.ENAMETOOLONG:
-        return _fail(path, "cannot be read: the file name is too long", "file_unreadable")
-    return _fail(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable")
-
-
-def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
-    """At most ``limit`` bytes of the regular file ``path``; ConfigError for anything else or anything larger.
-
-    The type is checked before opening (``open`` on a FIFO would block) and again on the descriptor, which is
-    opened non-blocking; at most ``limit + 1`` bytes are read, so a size the file does not report (a device, a
-    file growing while read) cannot make the read unbounded.
-    """
-    try:
-        kind = _kind(os.stat(path).st_mode)
-    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL in the name
-        if isinstance(exc, ValueError):
-            raise _fail(
-                path, "cannot be read: the file name contains a NUL byte", "file_unreadable"
-            ) from None
-        raise _os_failure(path, exc) from None
-    if kind is not None:
-        raise _refuse_kind(path, kind)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise _os_failure(path, exc) from None
-    try:
-        kind = _kind(os.fstat(fd).st_mode)
-        if kind is not None:
-            raise _refuse_kind(path, kind)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise _os_failure(path, exc) from None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise _fail(
-            path, f"is more than {limit:,} bytes; a model config is at most {limit:,}", "file_too_big"
-        )
-    return data
-
-
-def read_text(path: Path) -> str:
-    """The file's text, or a ConfigError for a missing file, a directory or other non-regular file, a binary or
-    oversized file (read through :func:`read_bytes_bounded`)."""
-    data = read_bytes_bounded(path)
-    if b"\x00" in data:
-        raise _fail(path, "is a binary file, not YAML or JSON text", "file_binary")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise _fail(
-            path, f"is not UTF-8 text (byte {exc.start}); expected YAML or JSON", "file_binary"
-        ) from exc
-    if not text.strip():
-        raise _fail(
-            path,
-            "is empty; expected a mapping of config keys (see `embedcalc presets show bert-base`)",
-            "file_empty",
-        )
-    return text
-
-
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """json.loads hook: refuse duplicate keys (json keeps the last silently)."""
     out: dict[str, Any] = {}
@@ -291,13 +187,13 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     if path.suffix.lower() != ".json" and len(text) > MAX_YAML_CHARS:
         message = (f"is {len(text):,} characters of YAML; a YAML model config is at most {MAX_YAML_CHARS:,} "
                    f"(JSON, named .json, up to {MAX_CONFIG_BYTES:,} bytes)")  # fmt: skip
-        raise _fail(path, message, "file_too_big")
+        raise file_error(path, message, "file_too_big")
     try:
         data = _parse(text, path)
     except RecursionError:
-        raise _fail(path, "is nested too deeply to be a model config", "malformed_yaml") from None
+        raise file_error(path, "is nested too deeply to be a model config", "malformed_yaml") from None
     except ValueError as exc:  # duplicate JSON key; a YAML !!int tag on a non-number
-        raise _fail(path, f"cannot be read: {exc}", "malformed_value") from None
+        raise file_error(path, f"cannot be read: {exc}", "malformed_value") from None
     refused = refused_numbers(data) if isinstance(data, dict) else []
     if refused:
         problems = [Problem(where, number.reason, number.code) for where, number in refused]
@@ -305,11 +201,11 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
         noun = "value" if len(problems) == 1 else "values"
         raise ConfigError(f"{path}: {len(problems)} {noun} refused\n{lines}", problems, problems[0].code)
     if data is None:
-        raise _fail(path, "is empty (only comments or blank lines); expected a mapping of config keys "
+        raise file_error(path, "is empty (only comments or blank lines); expected a mapping of config keys "
                     "(see `embedcalc presets show bert-base`)", "file_empty")  # fmt: skip
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
-        raise _fail(
+        raise file_error(
             path, f"holds {kind}; expected a mapping of config keys such as `embed_dim: 768`", "not_a_mapping"
         )
     return data
@@ -326,7 +222,7 @@ def _parse(text: str, path: Path) -> Any:
                 parse_constant=lambda t: _float_scalar(float(t), t),
             )
         except json.JSONDecodeError as exc:
-            raise _fail(
+            raise file_error(
                 path, f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "malformed_json"
             ) from exc
     try:
@@ -334,9 +230,9 @@ def _parse(text: str, path: Path) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise _fail(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
+        raise file_error(path, f"malformed YAML{where}: {exc.problem}", "malformed_yaml") from exc
     except yaml.YAMLError as exc:
-        raise _fail(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
+        raise file_error(path, f"malformed YAML: {exc}", "malformed_yaml") from exc
 
 
 MAX_REFUSED_LISTED = 20  # refused numbers named one by one; a file with more gets the first ones

@@ -1,0 +1,164 @@
+"""The layer model's rules (DESIGN.md §9): the ``attention``, ``ffn``, ``blocks``, ``layers`` and
+``shared_layers`` fields, whose specs come from :mod:`embedcalc.config.blocks`, checked against the flat shape, and
+those specs dumped as written.
+
+:class:`LayerRules` is a mixin of :class:`embedcalc.config.schema.ModelConfig`, which declares the fields (hence
+``check_fields=False``); like the flat rules (:mod:`embedcalc.config.shape_rules`) each is a field validator on the
+field at fault.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import SerializationInfo, ValidationError, ValidationInfo, field_serializer, field_validator
+from pydantic_core import PydanticCustomError
+
+from embedcalc.config.blocks import (
+    DEFAULT_BLOCK,
+    MLA_FIELDS,
+    AttentionSpec,
+    BlockSpec,
+    FFNSpec,
+    LayerRun,
+    base_attention_spec,
+    merge_spec,
+    moe_missing,
+)
+from embedcalc.config.shape_rules import written_key
+
+
+class LayerRules:
+    """Validators of ``ModelConfig``'s layer-model fields and the serializer of its specs."""
+
+    @field_serializer("attention", "ffn", "blocks", check_fields=False)
+    def _only_fields_set(self, value: Any, info: SerializationInfo) -> Any:
+        """Specs are dumped with the fields they set only: a block variant overrides exactly those (merge_spec),
+        so dumping its defaults too would change what a config means when it is read back."""
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            return {name: spec.model_dump(mode=info.mode, exclude_unset=True) for name, spec in value.items()}
+        return value.model_dump(mode=info.mode, exclude_unset=True)
+
+    @field_validator("attention", check_fields=False)
+    @classmethod
+    def _attention_fits(cls, value: AttentionSpec | None, info: ValidationInfo) -> AttentionSpec | None:
+        if value is not None:
+            _check_attention(value, info, "attention")
+        return value
+
+    @field_validator("blocks", check_fields=False)
+    @classmethod
+    def _blocks_resolve(cls, value: dict[str, BlockSpec], info: ValidationInfo) -> dict[str, BlockSpec]:
+        base_attention = base_attention_spec(info.data.get("sliding_window"), info.data.get("attention"))
+        base_ffn = info.data.get("ffn") or FFNSpec()
+        for name, block in value.items():
+            if name == DEFAULT_BLOCK:
+                raise PydanticCustomError(
+                    "block_name_reserved",
+                    "blocks.{name}: the name {name} means the flat fields' block; give the variant another name, or "
+                    "change the default block through attention / ffn",
+                    {"name": name},
+                )
+            try:
+                attention = merge_spec(base_attention, block.attention)
+                ffn = merge_spec(base_ffn, block.ffn)
+            except ValidationError as exc:
+                raise PydanticCustomError(
+                    "block_invalid",
+                    "blocks.{name}: {error}",
+                    {"name": name, "error": exc.errors()[0]["msg"]},
+                ) from None
+            _check_attention(attention, info, f"blocks.{name}.attention")
+            missing = moe_missing(ffn)
+            if missing:
+                raise PydanticCustomError(
+                    "moe_incomplete",
+                    "blocks.{name}.ffn: kind moe needs {field}; add {field}:",
+                    {"name": name, "field": missing},
+                )
+        return value
+
+    @field_validator("layers", check_fields=False)
+    @classmethod
+    def _layers_cover_stack(cls, value: list[LayerRun] | None, info: ValidationInfo) -> list[LayerRun] | None:
+        if value is None or "blocks" not in info.data or info.data.get("num_layers") is None:
+            return value
+        known = [DEFAULT_BLOCK, *info.data["blocks"]]
+        for run in value:
+            for name in run.pattern:
+                if name not in known:
+                    close = difflib.get_close_matches(name, known, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise PydanticCustomError(
+                        "unknown_block",
+                        "layers names block '{name}'{hint}, which blocks does not define; known: {known}",
+                        {"name": name, "hint": hint, "known": ", ".join(known)},
+                    )
+        total, expected = sum(run.num_layers for run in value), info.data["num_layers"]
+        if total != expected:
+            layers_key = written_key(info, "num_layers")
+            raise PydanticCustomError(
+                "layers_mismatch",
+                "layers add up to {total} layers but {layers_key} is {expected}; {fix}",
+                {
+                    "total": total,
+                    "expected": expected,
+                    "layers_key": layers_key,
+                    "fix": (
+                        f"add a run of {expected - total} more layers"
+                        if total < expected
+                        else f"remove {total - expected} layers from the runs"
+                    )
+                    + f" or set {layers_key}: {total}",
+                },
+            )
+        return value
+
+    @field_validator("shared_layers", check_fields=False)
+    @classmethod
+    def _sharing_needs_one_block(cls, value: bool, info: ValidationInfo) -> bool:
+        runs = info.data.get("layers") or []
+        names = {name for run in runs for name in run.pattern}
+        if value and len(names) > 1:
+            raise PydanticCustomError(
+                "shared_layers_mixed",
+                "shared_layers shares one set of layer weights across depth, but layers mixes blocks {names}; "
+                "use one block or set shared_layers: false",
+                {"names": ", ".join(sorted(names))},
+            )
+        return value
+
+
+def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
+    """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
+    if spec.kind == "mla":
+        missing = [name for name in MLA_FIELDS if getattr(spec, name) is None]
+        if missing:
+            raise PydanticCustomError(
+                "mla_incomplete",
+                "{where}: kind mla needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
+                "qk_rope_head_dim 64, v_head_dim 128)",
+                {"where": where, "fields": ", ".join(missing)},
+            )
+    arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
+    for name in ("sliding_window", "chunk_size"):
+        size = getattr(spec, name)
+        if size is None:
+            continue
+        if arch == "encoder":
+            raise PydanticCustomError(
+                "window_needs_decoder",
+                "{where}.{name} ({size}) limits causal self-attention and its KV cache; architecture encoder has "
+                "none. Remove {name}",
+                {"where": where, "name": name, "size": size},
+            )
+        if context is not None and size > context:
+            raise PydanticCustomError(
+                "window_over_context",
+                "{where}.{name} ({size}) is larger than the context max_seq_len ({context}), so it limits "
+                "nothing; use at most {context} or remove {name}",
+                {"where": where, "name": name, "size": size, "context": context},
+            )
