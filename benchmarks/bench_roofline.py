@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from embedcalc.analysis.roofline import TimeRequest, estimate_time
+from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import load_device
 from embedcalc.config.loading import load_target

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from embedcalc.analysis.roofline import RooflineEstimate, TimeRequest, estimate_time
+from embedcalc.analysis.roofline import RooflineEstimate
+from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target

@@ -150,7 +150,9 @@ def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, Roof
     kv = options.kv_dtype.value if options.kv_dtype else None
     if kv is None and not options.wanted:
         return analysis, None
-    from embedcalc.analysis.roofline import Efficiency, TimeRequest, capacity, estimate_time, with_kv_dtype
+    from embedcalc.analysis.roofline import Efficiency
+    from embedcalc.analysis.roofline_capacity import capacity, with_kv_dtype
+    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
     from embedcalc.config.hardware import load_device
 
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))

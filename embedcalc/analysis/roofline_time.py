@@ -1,0 +1,188 @@
+"""Roofline time per phase: the device's roofline (peak FLOP/s, bandwidth, efficiencies) applied to the traffic of
+each component, for prefill and decode (exact over the generated tokens), a forward, or a training step and a
+whole training run. The conventions are stated once, in :mod:`embedcalc.analysis.roofline`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from embedcalc.analysis.roofline import ComponentTime, Efficiency, Phase, RooflineEstimate, TrainingRun
+from embedcalc.analysis.roofline_capacity import kv_element_bytes
+from embedcalc.analysis.roofline_traffic import (
+    Lengths,
+    Traffic,
+    Weights,
+    decode_lengths,
+    decode_step_flops,
+    matmul_flops,
+    per_device,
+    phase_traffic,
+    prefill_lengths,
+    prompt_len,
+    weights_of,
+)  # fmt: skip
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.hardware import Device, peak_dtype
+from embedcalc.config.schema import ModelConfig
+from embedcalc.errors import UnsupportedEnvironmentError
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The device side: peak FLOP/s, bandwidth, efficiencies."""
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    efficiency: Efficiency
+
+    def component(self, key: str, t: Traffic) -> ComponentTime:
+        compute = t.flops / (self.peak_flops_per_s * self.efficiency.compute)
+        memory = t.bytes / (self.bandwidth_bytes_per_s * self.efficiency.memory)
+        return ComponentTime(key, t, compute, memory)
+
+    def phase(self, name: str, traffic: Mapping[str, Traffic]) -> Phase:
+        return Phase(name, tuple(self.component(k, t) for k, t in traffic.items()))
+
+
+def device_roofline(device: Device, dtype: str, efficiency: Efficiency) -> Roofline:
+    """The peak for the workload ``dtype`` on ``device``; exit 4 when the device has no such rate."""
+    peak = device.peak(peak_dtype(dtype))
+    if peak is None:
+        have = ", ".join(device.peak_flops_per_s)
+        raise UnsupportedEnvironmentError(
+            f"--hardware {device.name}: no {peak_dtype(dtype)} peak in the catalogue (it lists {have}); "
+            f"choose a --dtype it runs", code="no_peak_for_dtype",
+        )  # fmt: skip
+    return Roofline(peak, device.bandwidth, efficiency)
+
+
+# --- the estimate -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeRequest:
+    """What the user asked of the time model (the CLI's --hardware, --efficiency, --kv-dtype, --train-* flags)."""
+
+    device: Device | None = None
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    kv_dtype: str | None = None  # None: the activation dtype
+    train_tokens: int | None = None
+    devices: int | None = None
+    price_per_hour: float | None = None
+    memory_limit_bytes: int | None = None  # --max-memory (the device's memory otherwise)
+
+
+def _traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
+             kv_bytes: int, weights: Weights, divisor: int) -> dict[str, Traffic]:  # fmt: skip
+    raw = phase_traffic(config, w, flops, lengths, decode, kv_bytes, weights)
+    return per_device(config, w, raw, weights, divisor)
+
+
+def _decode_total(roof: Roofline, step: Any, first: int, last: int, kinks: list[int]) -> float:
+    """Σ over KV lengths first..last of the decode step time, exact for per-component times that are the max of
+    two affine functions of the length between kinks (every layer's window or chunk caps its cache there)."""
+    segments, lo = [], first
+    for kink in sorted(k for k in set(kinks) if first <= k < last):
+        segments.append((lo, kink))
+        lo = kink + 1
+    segments.append((lo, last))
+    total = 0.0
+    for lo, hi in segments:
+        a, z = step(lo), step(hi)
+        for key, ca in a.items():
+            cz = z.get(key, ca)
+            total += _sum_max_affine(hi - lo, (ca.compute_s, cz.compute_s), (ca.memory_s, cz.memory_s))
+    return total
+
+
+def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -> float:
+    """Σ_{x=0..span} max(f(x), g(x)) for f, g affine with the given values at x = 0 and x = span."""
+
+    def line_sum(v: tuple[float, float], lo: int, hi: int) -> float:  # Σ_{x=lo..hi} of the line through v
+        if hi < lo:
+            return 0.0
+        at = (lambda x: v[0]) if span == 0 else (lambda x: v[0] + (v[1] - v[0]) * x / span)
+        return (hi - lo + 1) * (at(lo) + at(hi)) / 2
+
+    d0, d1 = f[0] - g[0], f[1] - g[1]
+    if d0 >= 0 and d1 >= 0:
+        return line_sum(f, 0, span)
+    if d0 <= 0 and d1 <= 0:
+        return line_sum(g, 0, span)
+    cross = math.floor(span * d0 / (d0 - d1))  # last integer x on the side of x = 0
+    first, second = (f, g) if d0 > 0 else (g, f)
+    return line_sum(first, 0, cross) + line_sum(second, cross + 1, span)
+
+
+def estimate_time(
+    config: ModelConfig, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
+) -> RooflineEstimate:
+    """The roofline times of ``config`` on ``w`` for ``request.device`` (module docstring); ``optimizer_bytes`` is
+    the per-device weights + gradients + optimizer state a training step reads and writes once."""
+    device = request.device
+    if device is None:
+        return RooflineEstimate(
+            None, None, request.kv_dtype, None, None, request.efficiency, batch_size=w.batch_size
+        )
+    roof = device_roofline(device, w.dtype, request.efficiency)
+    weights = weights_of(config)
+    kv_bytes = kv_element_bytes(w, request.kv_dtype)
+    par = w.parallel
+    causal = w.attention == "sdpa"
+    phases: dict[str, Phase] = {}
+    base = RooflineEstimate(device.name, peak_dtype(w.dtype), request.kv_dtype, roof.peak_flops_per_s,
+                            roof.bandwidth_bytes_per_s, request.efficiency, batch_size=w.batch_size)  # fmt: skip
+    prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
+                       weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
+    if w.mode == "training":
+        step = {k: t.scaled(3) for k, t in prefill.items()}
+        step["optimizer"] = Traffic(weight_bytes=2 * optimizer_bytes)
+        phases["training_step"] = roof.phase("training_step", step)
+        return replace(
+            base, phases=phases, training=_training_run(config, w, request, phases["training_step"])
+        )
+    if config.architecture == "encoder":
+        phases["forward"] = roof.phase("forward", prefill)
+        return replace(base, phases=phases)
+    phases["prefill"] = roof.phase("prefill", prefill)
+    prompt = prompt_len(config, w)
+    steps = max(w.gen_tokens, 1)
+
+    def step_at(n: int) -> dict[str, ComponentTime]:
+        traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
+                           True, kv_bytes, weights, par.tp)  # fmt: skip
+        return {c.key: c for c in roof.phase("decode", traffic).components}
+
+    last = step_at(prompt + steps)
+    phases["decode"] = Phase("decode", tuple(last.values()))
+    total = None
+    if w.gen_tokens:
+        caps = [b.attention.cache_limit for b in config.named_blocks.values()]
+        kinks = [c for c in caps if c is not None]
+        total = _decode_total(roof, step_at, prompt + 1, prompt + w.gen_tokens, kinks)
+    return replace(
+        base, phases=phases, decode_kv_len=prompt + steps, decode_steps=steps, decode_total_s=total
+    )
+
+
+def _training_run(config: ModelConfig, w: Workload, request: TimeRequest, step: Phase) -> TrainingRun | None:
+    """Wall time, device-hours and cost of ``request.train_tokens`` tokens on ``request.devices`` devices."""
+    if request.train_tokens is None:
+        return None
+    par = w.parallel
+    devices = request.devices or par.devices
+    replicas = max(1, devices // (par.tp * par.pp))
+    # a full pipeline finishes one micro-batch per replica per step time
+    tokens_per_step = w.batch_size * _tokens_per_sequence(config, w) * replicas
+    wall = request.train_tokens / tokens_per_step * step.time_s
+    return TrainingRun(request.train_tokens, devices, tokens_per_step, wall, wall * devices / 3600,
+                       request.price_per_hour)  # fmt: skip
+
+
+def _tokens_per_sequence(config: ModelConfig, w: Workload) -> int:
+    """Training tokens in one sequence: seq_len, plus the target's tgt_len for an encoder-decoder."""
+    return w.seq_len + (prompt_len(config, w) if config.architecture == "encoder-decoder" else 0)
