@@ -1,7 +1,7 @@
 """Position encodings without learned tables: sinusoidal, rotary (RoPE, also partial), ALiBi and T5's
 relative-position buckets.
 
-Learned position tables are plain ``nn.Embedding`` modules owned by :mod:`embedcalc.modeling.model`; the relative
+Learned position tables are plain ``nn.Embedding`` modules owned by :mod:`embedcalc.modeling.embeddings`; the relative
 bias table (``nn.Embedding(buckets, num_heads)``) lives in the first block of each stack. This module holds the
 fixed buffers and the functions that compute them, so they can be recomputed after ``Module.to_empty``.
 """

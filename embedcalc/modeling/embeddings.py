@@ -1,0 +1,157 @@
+"""The two ends of the torch model around its stacks: :class:`Embeddings` (token table, learned or sinusoidal
+positions, segments, embedding norm, the factorised ``project_in``) on the way in, and :class:`Pooler` and
+:class:`Head` (``project_out``, the LM projection, tied to the token table or not, and ``lm_bias``) on the way out.
+
+:class:`embedcalc.modeling.model.TransformerModel` assembles them with its stacks as ``embedding``, ``pooler`` and
+``head``; their submodule names are the analytic breakdown keys of docs/layers.md ("Embeddings and head").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.layers import embedding_table, make_norm
+from embedcalc.modeling.positions import SinusoidalPositions
+
+
+class Embeddings(nn.Module):
+    """Token table (shared by every stack), per-stack learned positions and embedding norms, segment table.
+
+    Submodules: ``token`` (vocab x token_embed_dim); ``project_in`` (token_embed_dim -> embed_dim, a bias when
+    ``embedding_projection_bias``, only when the widths differ); ``position.<stack>`` (learned, max_seq_len +
+    position_offset rows, position p at row p + position_offset as OPT and RoBERTa do) or ``sinusoidal`` (a
+    buffer); ``type_`` (``type`` is a Module method); ``norm.<stack>``. The segment table is added to the first
+    stack's input only (the encoder's, for an encoder-decoder); segment ids default to 0.
+
+    Without ``factorized_embeddings`` (OPT-350m) ``project_in`` follows the token lookup and the rest is
+    embed_dim wide; with it (ALBERT, ELECTRA-small) positions, segments and the norm are token_embed_dim wide and
+    ``project_in`` comes last. ``scale_embeddings`` multiplies the token vectors by sqrt(embed_dim) (Gemma).
+    """
+
+    def __init__(self, config: ModelConfig, stack_names: list[str]) -> None:
+        super().__init__()
+        e = config.resolved_token_embed_dim
+        self.factorized = config.factorized_embeddings and config.embedding_projection
+        d = e if self.factorized else config.embed_dim  # width of positions, segments and the embedding norm
+        self.max_seq_len = config.max_seq_len
+        self.position_offset = config.position_offset
+        self.first_stack = stack_names[0]
+        self.scale = math.sqrt(config.embed_dim) if config.scale_embeddings else None
+        self.token = embedding_table(config.vocab_size, e)
+        self.project_in = (
+            nn.Linear(e, config.embed_dim, bias=config.embedding_projection_bias)
+            if config.embedding_projection
+            else None
+        )
+        self.position = (
+            nn.ModuleDict({s: embedding_table(config.position_rows, d) for s in stack_names})
+            if config.position == "learned"
+            else None
+        )
+        self.sinusoidal = (
+            SinusoidalPositions(config.max_seq_len, d) if config.position == "sinusoidal" else None
+        )
+        self.type_ = embedding_table(config.type_vocab_size, d) if config.type_vocab_size else None
+        self.norm = (
+            nn.ModuleDict({s: make_norm(config, d) for s in stack_names})
+            if config.resolved_embedding_norm
+            else None
+        )
+
+    def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
+        """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
+        length = ids.shape[1]
+        x: Tensor = self.token(ids)  # (B, T, d_tok)
+        if self.scale is not None:
+            x = x * self.scale
+        if self.project_in is not None and not self.factorized:
+            x = self.project_in(x)  # (B, T, d)
+        if self.position is not None:
+            if position + length > self.max_seq_len:
+                raise ValueError(
+                    f"sequence length ({position + length}) exceeds max_seq_len ({self.max_seq_len}), the size of the "
+                    "learned position table; use a shorter sequence or a larger max_seq_len"
+                )
+            rows = torch.arange(position, position + length, device=ids.device) + self.position_offset  # (T,)
+            x = x + self.position[stack](rows)  # (T, d) broadcast over B
+        elif self.sinusoidal is not None:
+            x = x + self.sinusoidal(position + length)[position:]  # (T, d) broadcast over B
+        if self.type_ is not None and stack == self.first_stack:
+            x = x + self.type_(type_ids if type_ids is not None else torch.zeros_like(ids))  # (B, T, d)
+        if self.norm is not None:
+            x = self.norm[stack](x)
+        if self.project_in is not None and self.factorized:
+            x = self.project_in(x)  # (B, T, d_tok) -> (B, T, d)
+        return x
+
+
+class Pooler(nn.Module):
+    """BERT's pooler (Devlin et al. 2019, §3): tanh(dense(first token))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.embed_dim, config.embed_dim, bias=config.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))  # (B, d)
+
+
+class VocabProjection(nn.Module):
+    """The LM head's matmul: its own vocab x token_embed_dim weight (no bias), or the token table's when tied.
+
+    The tied table is held in a tuple, so it is not registered twice, and read at call time (never passed in as
+    an input, which would make FlopCounterMode's module tracker hook a Parameter on every call).
+    """
+
+    def __init__(self, config: ModelConfig, tied_to: nn.Embedding | None) -> None:
+        super().__init__()
+        self._tied: tuple[nn.Embedding, ...] = (tied_to,) if tied_to is not None else ()
+        self.weight = (
+            None
+            if tied_to is not None
+            else nn.Parameter(torch.empty(config.vocab_size, config.resolved_token_embed_dim))
+        )
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        weight = self._tied[0].weight if self.weight is None else self.weight
+        return F.linear(hidden, weight)  # (B, T, vocab)
+
+
+class Bias(nn.Module):
+    """A bias vector on its own (the LM head's ``lm_bias``, which exists even when the head's weight is tied)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.empty(size))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.bias
+
+
+class Head(nn.Module):
+    """Output heads; ``lm`` projects every position of the last stack onto the vocabulary, after ``project_out``
+    (embed_dim -> token_embed_dim, no bias) when the token table has its own width (OPT-350m), and adds
+    ``lm_bias`` (vocab_size) when ``lm_head_bias`` (phi-2, GPT-J)."""
+
+    def __init__(self, config: ModelConfig, token: nn.Embedding) -> None:
+        super().__init__()
+        self.project_out = (
+            nn.Linear(config.embed_dim, config.resolved_token_embed_dim, bias=False)
+            if config.embedding_projection
+            else None
+        )
+        self.lm = VocabProjection(config, token if config.tie_embeddings else None)
+        self.lm_bias = Bias(config.vocab_size) if config.lm_head_bias else None
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        if self.project_out is not None:
+            hidden = self.project_out(hidden)  # (B, T, d_tok)
+        out: Tensor = self.lm(hidden)  # (B, T, vocab)
+        if self.lm_bias is not None:
+            out = self.lm_bias(out)  # (B, T, vocab)
+        return out
