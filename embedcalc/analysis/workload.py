@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import Field, asdict, dataclass, field, fields
+from numbers import Integral
 from typing import Any, Literal
 
 from embedcalc.errors import Problem, WorkloadError
@@ -12,10 +13,41 @@ Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["adamw", "sgd", "adafactor"]
+KvDtype = Literal["fp8", "int8", "bf16", "fp16", "fp32"]  # a KV cache stored apart from the activations
 
 # Bytes per element. int8/int4 are weight-only formats: activations and KV cache then use float16.
 DTYPE_BYTES: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
+
+
+def bounded(default: int | None, minimum: int, maximum: int | None = None) -> Any:
+    """A field with its bounds beside its default: checked by :func:`check_bounds` on every construction, and
+    read by the CLI for its option's ``min``/``max`` (one place for both)."""
+    return field(default=default, metadata={"min": minimum, "max": maximum})
+
+
+def field_bounds(cls: type, name: str) -> tuple[int, int | None]:
+    """``(min, max)`` of a :func:`bounded` field of ``cls``."""
+    [f] = [f for f in fields(cls) if f.name == name]
+    return f.metadata["min"], f.metadata["max"]
+
+
+def check_bounds(obj: Any) -> None:
+    """Refuse a field outside its bounds (or not an integer), naming the field and the range (exit 3)."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if "min" not in f.metadata or (value is None and f.default is None):
+            continue
+        if _outside(f, value):
+            upper = f" and <= {f.metadata['max']}" if f.metadata["max"] is not None else ""
+            message = f"{f.name} must be an integer >= {f.metadata['min']}{upper} (got {value!r})"
+            raise WorkloadError(message, [Problem(f.name, message, "workload_out_of_range")], "workload_out_of_range")
+
+
+def _outside(f: Field[Any], value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, Integral):  # numpy's integers are Integral too
+        return True
+    return value < f.metadata["min"] or (f.metadata["max"] is not None and value > f.metadata["max"])
 
 
 @dataclass(frozen=True)
@@ -30,11 +62,14 @@ class Parallelism:
     experts' state over the dp / ep ranks that hold the same experts.
     """
 
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    zero: int = 0
-    ep: int = 1
+    tp: int = bounded(1, 1)
+    pp: int = bounded(1, 1)
+    dp: int = bounded(1, 1)
+    zero: int = bounded(0, 0, 3)
+    ep: int = bounded(1, 1)
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
     @property
     def devices(self) -> int:
@@ -52,18 +87,19 @@ class Workload:
     sdpa (flash / memory-efficient kernels) does not.
     """
 
-    batch_size: int = 1
-    seq_len: int = 128
-    tgt_len: int | None = None
+    batch_size: int = bounded(1, 1)
+    seq_len: int = bounded(128, 1)
+    tgt_len: int | None = bounded(None, 1)
     dtype: Dtype = "float32"
     mode: Mode = "inference"
     attention: AttentionImpl = "sdpa"
     recompute: Recompute = "none"
     optimizer: Optimizer = "adamw"
-    gen_tokens: int = 0
+    gen_tokens: int = bounded(0, 0)
     parallel: Parallelism = field(default_factory=Parallelism)
 
     def __post_init__(self) -> None:
+        check_bounds(self)
         if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
             message = (
                 f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "

@@ -6,54 +6,21 @@ from typing import Annotated
 
 import typer
 
-from embedcalc.analysis.budget import Budget
 from embedcalc.analysis.checked import analyze_loaded
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
-    AttentionChoice,
-    AttentionOption,
-    BatchOption,
-    DpOption,
-    DtypeChoice,
-    DtypeOption,
-    EpOption,
     FormatOption,
-    GenTokensOption,
-    MaxFlopsOption,
-    MaxMemoryOption,
-    MaxParamsOption,
-    ModeChoice,
-    ModeOption,
-    OptimizerChoice,
-    OptimizerOption,
     OutputFormat,
-    PpOption,
-    RecomputeChoice,
-    RecomputeOption,
-    SeqOption,
     SetOption,
-    TgtOption,
-    TpOption,
-    ZeroOption,
     budget_problems,
     enforce_budget,
     handle_errors,
     load,
-    make_workload,
 )  # fmt: skip
-from embedcalc.cli.hardware_options import (
-    DevicesOption,
-    EfficiencyOption,
-    HardwareOption,
-    KvDtypeOption,
-    PriceOption,
-    TrainTokensOption,
-    apply_time,
-    time_json,
-    time_options,
-)  # fmt: skip
+from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
+from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 
 
 def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
@@ -64,31 +31,13 @@ def analyze_target(target: str, overrides: list[str] | None, workload: Workload)
 
 
 @handle_errors("analyze")
+@flags
 def analyze_command(
     target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    tgt_len: TgtOption = None,
-    dtype: DtypeOption = DtypeChoice.float32,
-    mode: ModeOption = ModeChoice.inference,
-    attention: AttentionOption = AttentionChoice.sdpa,
-    optimizer: OptimizerOption = OptimizerChoice.adamw,
-    recompute: RecomputeOption = RecomputeChoice.none,
-    gen_tokens: GenTokensOption = 0,
-    tp: TpOption = 1,
-    ep: EpOption = 1,
-    pp: PpOption = 1,
-    dp: DpOption = 1,
-    zero: ZeroOption = 0,
-    max_params: MaxParamsOption = None,
-    max_memory: MaxMemoryOption = None,
-    max_flops: MaxFlopsOption = None,
-    hardware: HardwareOption = None,
-    efficiency: EfficiencyOption = None,
-    kv_dtype: KvDtypeOption = None,
-    train_tokens: TrainTokensOption = None,
-    devices: DevicesOption = None,
-    price_per_hour: PriceOption = None,
+    run: WorkloadFlags,
+    layout: ParallelFlags,
+    limits: BudgetFlags,
+    timing: TimeFlags,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -102,14 +51,10 @@ def analyze_command(
     --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
     tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
     """
-    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep)
-    workload = make_workload(
-        batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
-    )
-    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
+    workload = run.workload(layout)
     result = analyze_target(target, overrides, workload)
-    result, estimate = apply_time(result, timing)
-    over = budget_problems(Budget(max_params, max_memory, max_flops), [result])
+    result, estimate = apply_time(result, timing, limits.max_memory)
+    over = budget_problems(limits.budget(), [result])
     if format is OutputFormat.json:
         status = "error" if over else "ok"
         output.emit_json("analyze", [result.as_json() | time_json(estimate)], workload.as_dict(), over, status)

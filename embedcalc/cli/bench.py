@@ -15,23 +15,8 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import (
-    AttentionChoice,
-    AttentionOption,
-    BatchOption,
-    DtypeChoice,
-    FormatOption,
-    GenTokensOption,
-    ModeChoice,
-    OutputFormat,
-    RecomputeChoice,
-    RecomputeOption,
-    SeqOption,
-    SetOption,
-    TgtOption,
-    handle_errors,
-    make_workload,
-)  # fmt: skip
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_device, require_torch
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
@@ -82,6 +67,7 @@ def _check_fits(analysis: Analysis, free: int, where: str) -> None:
 
 
 @handle_errors("bench")
+@flags
 def bench_command(
     target: Annotated[
         str | None, typer.Argument(help="Preset name or config file (omit with --peak).")
@@ -90,17 +76,15 @@ def bench_command(
     dtype: Annotated[
         BenchDtype, typer.Option("--dtype", help="Compute dtype (training: mixed precision).")
     ] = (BenchDtype.float32),
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    tgt_len: TgtOption = None,
+    *,
+    run: Annotated[
+        WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "attention", "recompute", "gen_tokens")
+    ],
     mode: BenchModeOption = BenchModeChoice.inference,
-    gen_tokens: GenTokensOption = 0,
-    attention: AttentionOption = AttentionChoice.sdpa,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed steps first.")] = 3,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Timed steps.")] = 10,
     compile: Annotated[bool, typer.Option("--compile", help="Run through torch.compile.")] = False,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="torch CPU threads.")] = None,
-    recompute: RecomputeOption = RecomputeChoice.none,
     memory_matrix: Annotated[
         bool,
         typer.Option(
@@ -152,18 +136,15 @@ def bench_command(
     if mode is BenchModeChoice.generate:
         from embedcalc.cli.bench_generate import run_generate
 
-        workload = make_workload(batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), ModeChoice.inference,
-                                 attention, gen_tokens=gen_tokens)  # fmt: skip
+        workload = run.workload(dtype=dtype.value, mode="inference")
         run_generate(target, overrides, workload, dev, warmup=warmup, repeat=repeat, compile=compile, force=force,
                      format=format)  # fmt: skip
         return
-    train_mode = ModeChoice(mode.value)
+    # inference or training: one forward or step of --seq-len tokens (--gen-tokens is generate's)
+    workload = run.workload(dtype=dtype.value, mode=mode.value, gen_tokens=0)
     if nproc is not None:
         from embedcalc.cli.bench_distributed import run_distributed
 
-        workload = make_workload(
-            batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), train_mode, attention, recompute=recompute
-        )
         run_distributed(target, overrides, workload, nproc=nproc, strategy=strategy.value, device=device.value,
                         warmup=warmup, repeat=repeat, threads=threads, force=force, baseline=baseline,
                         format=format)  # fmt: skip
@@ -171,24 +152,21 @@ def bench_command(
     if memory_matrix:
         from embedcalc.cli.bench_matrix import run_memory_matrix
 
-        run_memory_matrix(target, overrides, device.value, dtype.value, batch_size, seq_len, tgt_len, threads,
-                          force, format)  # fmt: skip
+        run_memory_matrix(target, overrides, device.value, dtype.value, run.batch_size, run.seq_len, run.tgt_len,
+                          threads, force, format)  # fmt: skip
         return
-    workload = make_workload(
-        batch_size, seq_len, tgt_len, DtypeChoice(dtype.value), train_mode, attention, recompute=recompute
-    )
     # the benchmarked model has no dropout layers, so the prediction is made for dropout 0 (no masks)
     analysis = analyze_target(target, [*(overrides or []), "dropout=0.0"], workload)
     if not force:
         _check_fits(
             analysis, free_memory_bytes(dev), "cuda" if dev.type == "cuda" else "this machine (MemAvailable)"
         )
-    run = _run(analysis, dev, workload, warmup, repeat, compile)
+    timed = _run(analysis, dev, workload, warmup, repeat, compile)
     from embedcalc.render.progress import step_progress
 
     with step_progress(output.stderr, "matmul peak") as on_step:
         measured_peak = measure_matmul_peak(dev, dtype.value, on_step=on_step)
-    measurement = bench_measurement(analysis, run, measured_peak, dev.type == "cuda", dtype.value).as_json()
+    measurement = bench_measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype.value).as_json()
     if format is OutputFormat.json:
         result = analysis.as_json() | {"measurement": measurement}
         output.emit_json("bench", [result], workload.as_dict())

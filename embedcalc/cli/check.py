@@ -6,48 +6,36 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.budget import Budget
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.suggest import suggest as suggest_fixes
-from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
-    BatchOption,
-    DtypeChoice,
-    DtypeOption,
     FormatOption,
-    MaxFlopsOption,
-    MaxMemoryOption,
-    MaxParamsOption,
-    ModeChoice,
-    ModeOption,
     OutputFormat,
-    SeqOption,
     SetOption,
     budget_problems,
     enforce_budget,
     handle_errors,
     load,
 )  # fmt: skip
+from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.config.loading import load_target, raw_config
 from embedcalc.errors import ConfigError, ExitCode, Problem, outcome
 
 
 @handle_errors("check")
+@flags
 def check_command(
     targets: Annotated[
         list[str],
         typer.Argument(help="Preset names or config files (YAML/JSON, or a Hugging Face config.json)."),
     ],
+    *,
     overrides: SetOption = None,
-    max_params: MaxParamsOption = None,
-    max_memory: MaxMemoryOption = None,
-    max_flops: MaxFlopsOption = None,
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    dtype: DtypeOption = DtypeChoice.float32,
-    mode: ModeOption = ModeChoice.inference,
+    limits: BudgetFlags,
+    run: WorkloadFlags,
+    layout: ParallelFlags,
     suggest: Annotated[
         bool,
         typer.Option(
@@ -61,10 +49,10 @@ def check_command(
     Prints the derived values (head_dim, FFN ratio, KV groups, ...) and warnings. A Hugging Face config.json
     also lists every key: mapped onto which field, or ignored and why. With a budget (--max-params,
     --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are then those of the
-    workload given by --batch-size/--seq-len/--dtype/--mode (sdpa attention, one device).
+    workload the options give, per device with --tp/--pp/--dp/--zero, as `analyze` reports them.
     """
-    workload = Workload(batch_size=batch_size, seq_len=seq_len, dtype=dtype.value, mode=mode.value)
-    budget = Budget(max_params, max_memory, max_flops)
+    workload = run.workload(layout)
+    budget = limits.budget()
     results: list[dict[str, Any]] = []
     problems: list[Problem] = []
     over: list[Problem] = []

@@ -1,4 +1,5 @@
-"""Options shared by several commands, target loading, and the error boundary that maps errors to exit codes."""
+"""The output-format and --set options, target loading, budget problems, and the error boundary that maps errors
+to exit codes (the workload, parallel and budget options are option groups in :mod:`embedcalc.cli.options`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,9 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from embedcalc.analysis.budget import Budget, SizeError, check_budget, parse_size
+from embedcalc.analysis.budget import Budget, check_budget
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
-from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.config.loading import LoadedConfig, load_target
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 from embedcalc.render.units import binary_bytes
@@ -44,58 +43,6 @@ class CompareFormat(StrEnum):
     markdown = "markdown"
 
 
-class DtypeChoice(StrEnum):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-    int8 = "int8"
-    int4 = "int4"
-
-
-class ModeChoice(StrEnum):
-    inference = "inference"
-    training = "training"
-
-
-class AttentionChoice(StrEnum):
-    sdpa = "sdpa"
-    eager = "eager"
-
-
-class OptimizerChoice(StrEnum):
-    adamw = "adamw"
-    sgd = "sgd"
-    adafactor = "adafactor"
-
-
-class RecomputeChoice(StrEnum):
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-
-def _size_callback(kind: str) -> Callable[[str | None], int | None]:
-    def parse(value: str | None) -> int | None:
-        if value is None:
-            return None
-        try:
-            return parse_size(value, kind)
-        except SizeError as exc:
-            raise typer.BadParameter(str(exc)) from None
-
-    return parse
-
-
-def bounded_int(value: int | None) -> int | None:
-    """Option callback: refuse an integer of more than ``MAX_INT_DIGITS`` digits (exit 2), the bound every size
-    in a config has too, so that no count derived from the flags can outgrow what is computed exactly and fast."""
-    if value is not None and abs(value) >= INT_BOUND:
-        raise typer.BadParameter(
-            f"at most {MAX_INT_DIGITS} digits (10^{MAX_INT_DIGITS} is beyond any workload)"
-        )
-    return value
-
-
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -106,137 +53,6 @@ SetOption = Annotated[
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
-BatchOption = Annotated[
-    int, typer.Option("--batch-size", "-b", min=1, callback=bounded_int, help="Sequences per batch.")
-]
-SeqOption = Annotated[
-    int,
-    typer.Option("--seq-len", "-n", min=1, callback=bounded_int, help="Tokens per sequence (encoder side)."),
-]
-TgtOption = Annotated[
-    int | None,
-    typer.Option(
-        "--tgt-len",
-        min=1,
-        callback=bounded_int,
-        help="Decoder tokens of an encoder-decoder (default --seq-len).",
-    ),
-]
-DtypeOption = Annotated[
-    DtypeChoice,
-    typer.Option(
-        "--dtype",
-        help="Weights/activations dtype; int8/int4 are weight-only (activations float16), inference only.",
-    ),
-]
-ModeOption = Annotated[
-    ModeChoice, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")
-]
-AttentionOption = Annotated[
-    AttentionChoice,
-    typer.Option(
-        "--attention", help="Memory model of attention: eager keeps batch×heads×n² scores, sdpa does not."
-    ),
-]
-
-
-OptimizerOption = Annotated[
-    OptimizerChoice, typer.Option("--optimizer", help="Optimizer state for training memory.")
-]
-RecomputeOption = Annotated[
-    RecomputeChoice,
-    typer.Option(
-        "--recompute",
-        help="Activation recomputation (Korthikanti et al. 2022): selective drops the n² attention tensors, "
-        "full keeps only each layer's input.",
-    ),
-]
-TpOption = Annotated[
-    int, typer.Option("--tp", min=1, callback=bounded_int, help="Tensor-parallel degree (Megatron-LM).")
-]
-EpOption = Annotated[
-    int,
-    typer.Option(
-        "--ep",
-        min=1,
-        callback=bounded_int,
-        help="Expert-parallel degree: the routed experts of each MoE layer spread over this many of the --dp "
-        "ranks (Megatron-core); must divide num_experts and --dp.",
-    ),
-]
-PpOption = Annotated[
-    int,
-    typer.Option(
-        "--pp", min=1, callback=bounded_int, help="Pipeline stages (1F1B); memory is the heaviest stage."
-    ),
-]
-DpOption = Annotated[
-    int,
-    typer.Option("--dp", min=1, callback=bounded_int, help="Data-parallel replicas (ZeRO shards over them)."),
-]
-ZeroOption = Annotated[
-    int, typer.Option("--zero", min=0, max=3, help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights.")
-]
-GenTokensOption = Annotated[
-    int,
-    typer.Option(
-        "--gen-tokens",
-        min=0,
-        callback=bounded_int,
-        help="Inference: tokens generated after the prompt (KV cache).",
-    ),
-]
-
-
-def _budget_option(flag: str, kind: str, help: str) -> Any:
-    return typer.Option(flag, parser=_size_callback(kind), metavar="SIZE", help=help)
-
-
-MaxParamsOption = Annotated[
-    int | None,
-    _budget_option("--max-params", "count", "Exit 5 if the parameter count exceeds SIZE (400M, 1.3B, 2e9)."),
-]
-MaxMemoryOption = Annotated[
-    int | None,
-    _budget_option(
-        "--max-memory", "bytes", "Exit 5 if per-device memory exceeds SIZE (16GiB, 16GB, 8e9 bytes)."
-    ),
-]
-MaxFlopsOption = Annotated[
-    int | None,
-    _budget_option(
-        "--max-flops",
-        "count",
-        "Exit 5 if FLOPs (forward; training step with --mode training) exceed SIZE (2e12, 5T).",
-    ),
-]
-
-
-def make_workload(
-    batch_size: int,
-    seq_len: int,
-    tgt_len: int | None,
-    dtype: DtypeChoice,
-    mode: ModeChoice,
-    attention: AttentionChoice,
-    optimizer: OptimizerChoice = OptimizerChoice.adamw,
-    recompute: RecomputeChoice = RecomputeChoice.none,
-    parallel: Parallelism | None = None,
-    gen_tokens: int = 0,
-) -> Workload:
-    # Workload refuses a weight-only dtype in training itself (exit 3, one message for every command)
-    return Workload(
-        batch_size=batch_size,
-        seq_len=seq_len,
-        tgt_len=tgt_len,
-        dtype=dtype.value,
-        mode=mode.value,
-        attention=attention.value,
-        recompute=recompute.value,
-        optimizer=optimizer.value,
-        gen_tokens=gen_tokens,
-        parallel=parallel or Parallelism(),
-    )
 
 
 def budget_problems(budget: Budget, analyses: list[Analysis]) -> list[Problem]:
@@ -280,7 +96,7 @@ def load(target: str, overrides: list[str] | None) -> LoadedConfig:
 
 def os_error_message(exc: OSError) -> str:
     """What an I/O error that reached the error edge was about. Input files never get here (they are read by
-    :func:`embedcalc.config.files.read_bytes_bounded`, which reports them as invalid input, exit 3): an error that
+    :func:`embedcalc.config.reading.read_bytes_bounded`, which reports them as invalid input, exit 3): an error that
     names a file is about that file (an output such as --plot), one that names none is about stdout/stderr."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     if exc.filename is not None:
@@ -327,7 +143,7 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
     return decorate
 
 
-__all__ = ["EmbedcalcError", "handle_errors", "load", "make_workload"]
+__all__ = ["EmbedcalcError", "handle_errors", "load"]
 
 
 # Hub ids as targets (config/hub.py): given once, before the command, they apply to every hub id it reads.

@@ -10,82 +10,31 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.budget import Budget
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
-    AttentionChoice,
-    AttentionOption,
-    BatchOption,
     CompareFormat,
-    DpOption,
-    DtypeChoice,
-    DtypeOption,
-    EpOption,
-    GenTokensOption,
-    MaxFlopsOption,
-    MaxMemoryOption,
-    MaxParamsOption,
-    ModeChoice,
-    ModeOption,
-    OptimizerChoice,
-    OptimizerOption,
-    PpOption,
-    RecomputeChoice,
-    RecomputeOption,
-    SeqOption,
     SetOption,
-    TgtOption,
-    TpOption,
-    ZeroOption,
     budget_problems,
     check_plot_file,
     enforce_budget,
     handle_errors,
-    make_workload,
 )  # fmt: skip
-from embedcalc.cli.hardware_options import (
-    DevicesOption,
-    EfficiencyOption,
-    HardwareOption,
-    KvDtypeOption,
-    PriceOption,
-    TrainTokensOption,
-    apply_time,
-    time_json,
-    time_options,
-)  # fmt: skip
+from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
+from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 from embedcalc.errors import ConfigError, Problem
 
 
 @handle_errors("compare")
+@flags
 def compare_command(
     targets: Annotated[list[str], typer.Argument(help="Two or more preset names or config files.")],
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    tgt_len: TgtOption = None,
-    dtype: DtypeOption = DtypeChoice.float32,
-    mode: ModeOption = ModeChoice.inference,
-    attention: AttentionOption = AttentionChoice.sdpa,
-    optimizer: OptimizerOption = OptimizerChoice.adamw,
-    recompute: RecomputeOption = RecomputeChoice.none,
-    gen_tokens: GenTokensOption = 0,
-    tp: TpOption = 1,
-    ep: EpOption = 1,
-    pp: PpOption = 1,
-    dp: DpOption = 1,
-    zero: ZeroOption = 0,
-    max_params: MaxParamsOption = None,
-    max_memory: MaxMemoryOption = None,
-    max_flops: MaxFlopsOption = None,
-    hardware: HardwareOption = None,
-    efficiency: EfficiencyOption = None,
-    kv_dtype: KvDtypeOption = None,
-    train_tokens: TrainTokensOption = None,
-    devices: DevicesOption = None,
-    price_per_hour: PriceOption = None,
+    run: WorkloadFlags,
+    layout: ParallelFlags,
+    limits: BudgetFlags,
+    timing: TimeFlags,
     overrides: SetOption = None,
     plot: Annotated[
         Path | None,
@@ -114,11 +63,7 @@ def compare_command(
                                  param_hint="'TARGETS...'")  # fmt: skip
     if plot is not None:
         check_plot_file(plot)  # as sweep: a usage error before any work
-    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero, ep=ep)
-    workload = make_workload(
-        batch_size, seq_len, tgt_len, dtype, mode, attention, optimizer, recompute, parallel, gen_tokens
-    )
-    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
+    workload = run.workload(layout)
     analyses = []
     problems: list[Problem] = []
     messages = []
@@ -132,9 +77,9 @@ def compare_command(
         raise ConfigError("\n".join(messages), problems)
     if plot is not None:
         _plot(targets, overrides, workload, plot, plot_seq_len)
-    timed = [apply_time(a, timing) for a in analyses]
+    timed = [apply_time(a, timing, limits.max_memory) for a in analyses]
     analyses = [a for a, _ in timed]
-    over = budget_problems(Budget(max_params, max_memory, max_flops), analyses)
+    over = budget_problems(limits.budget(), analyses)
     _render(analyses, format, workload.as_dict(), over, [e for _, e in timed])
     enforce_budget(over, json_emitted=format is CompareFormat.json)
 
@@ -177,7 +122,8 @@ def _plot(
     targets: list[str], overrides: list[str] | None, workload: Workload, path: Path, values: str
 ) -> None:
     """One seq_len sweep per target, drawn together (points past a learned position table are left out)."""
-    from embedcalc.analysis.sweep import AxisError, parse_axis, seq_len_curves, sweep_target
+    from embedcalc.analysis.sweep import seq_len_curves, sweep_target
+    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
     from embedcalc.cli.sweep_load import load_base
     from embedcalc.render.plot import plot_seq_len_curves, require_matplotlib
 

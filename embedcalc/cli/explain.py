@@ -26,21 +26,8 @@ from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_t
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import (
-    AttentionChoice,
-    BatchOption,
-    DtypeChoice,
-    DtypeOption,
-    FormatOption,
-    ModeChoice,
-    ModeOption,
-    OutputFormat,
-    SeqOption,
-    SetOption,
-    TgtOption,
-    handle_errors,
-    make_workload,
-)  # fmt: skip
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.config.loading import load_target, raw_config
 from embedcalc.config.presets import preset_names
 from embedcalc.config.schema import ModelConfig
@@ -126,6 +113,7 @@ def _invalid_heads(
 
 
 @handle_errors("explain")
+@flags
 def explain_command(
     target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
     topic: Annotated[
@@ -136,11 +124,8 @@ def explain_command(
         Language | None,
         typer.Option("--lang", help="Language of the text; default from LANGUAGE/LC_ALL/LC_MESSAGES/LANG."),
     ] = None,
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    tgt_len: TgtOption = None,
-    dtype: DtypeOption = DtypeChoice.float32,
-    mode: ModeOption = ModeChoice.inference,
+    *,
+    run: Annotated[WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "dtype", "mode")],
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -155,7 +140,7 @@ def explain_command(
     from embedcalc.render.i18n import language_from_env
 
     language = lang.value if lang is not None else language_from_env(os.environ)
-    workload = make_workload(batch_size, seq_len, tgt_len, dtype, mode, AttentionChoice.sdpa)
+    workload = run.workload()
     topics = [topic.value] if topic is not None else list(TOPICS)
     problems: list[Problem] = []
     config: ModelConfig | None = None

@@ -1,29 +1,22 @@
-"""The time options of analyze, compare and sweep (defined once): --hardware, --efficiency, --kv-dtype,
---train-tokens, --devices, --price-per-hour; and applying them to an analysis (roofline time, capacity, KV dtype)."""
+"""The time options of analyze, compare and sweep (one option group, :class:`TimeFlags`): --hardware, --efficiency,
+--kv-dtype, --train-tokens, --devices, --price-per-hour; and applying them to an analysis (roofline time, capacity,
+KV dtype)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
 from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import KvDtype
 from embedcalc.errors import UnsupportedEnvironmentError
 
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
     from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
     from embedcalc.config.hardware import Device
-
-
-class KvDtypeChoice(StrEnum):
-    fp8 = "fp8"
-    int8 = "int8"
-    bf16 = "bf16"
-    fp16 = "fp16"
-    fp32 = "fp32"
 
 
 def _efficiency(value: str | None) -> str | None:
@@ -68,7 +61,7 @@ EfficiencyOption = Annotated[
     ),
 ]
 KvDtypeOption = Annotated[
-    KvDtypeChoice | None,
+    KvDtype | None,
     typer.Option("--kv-dtype", help="KV cache dtype, apart from the weights (default: the activations')."),
 ]
 TrainTokensOption = Annotated[
@@ -91,37 +84,27 @@ PriceOption = Annotated[
 
 
 @dataclass(frozen=True)
-class TimeOptions:
-    """The parsed time options of one command."""
+class TimeFlags:
+    """The time options of one command (an option group, see :mod:`embedcalc.cli.options`); the combination is
+    checked when they are gathered (usage errors, exit 2)."""
 
-    hardware: str | None = None
-    efficiency: str | None = None
-    kv_dtype: KvDtypeChoice | None = None
-    train_tokens: int | None = None
-    devices: int | None = None
-    price_per_hour: float | None = None
-    max_memory: int | None = None
+    hardware: HardwareOption = None
+    efficiency: EfficiencyOption = None
+    kv_dtype: KvDtypeOption = None
+    train_tokens: TrainTokensOption = None
+    devices: DevicesOption = None
+    price_per_hour: PriceOption = None
 
-    @property
-    def wanted(self) -> bool:
-        """Whether any result gets a ``time`` object (a device, or a memory limit to fit a batch into)."""
-        return self.hardware is not None or self.max_memory is not None
-
-
-def time_options(hardware: str | None, efficiency: str | None, kv_dtype: KvDtypeChoice | None,
-                 train_tokens: int | None, devices: int | None, price_per_hour: float | None,
-                 max_memory: int | None) -> TimeOptions:  # fmt: skip
-    """Check the combination (usage errors, exit 2) and bundle it."""
-    if hardware is None:
-        for flag, value in (("--efficiency", efficiency), ("--train-tokens", train_tokens),
-                            ("--price-per-hour", price_per_hour)):  # fmt: skip
-            if value is not None:
-                raise typer.BadParameter(f"{flag} needs --hardware NAME", param_hint=f"'{flag}'")
-    if (devices is not None or price_per_hour is not None) and train_tokens is None:
-        raise typer.BadParameter(
-            "--devices and --price-per-hour apply to --train-tokens N", param_hint="'--devices'"
-        )
-    return TimeOptions(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, max_memory)
+    def __post_init__(self) -> None:
+        if self.hardware is None:
+            for flag, value in (("--efficiency", self.efficiency), ("--train-tokens", self.train_tokens),
+                                ("--price-per-hour", self.price_per_hour)):  # fmt: skip
+                if value is not None:
+                    raise typer.BadParameter(f"{flag} needs --hardware NAME", param_hint=f"'{flag}'")
+        if (self.devices is not None or self.price_per_hour is not None) and self.train_tokens is None:
+            raise typer.BadParameter(
+                "--devices and --price-per-hour apply to --train-tokens N", param_hint="'--devices'"
+            )
 
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
@@ -144,11 +127,15 @@ def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
                       f"measured by bench --peak on {m.measured_at} ({m.device})")  # fmt: skip
 
 
-def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, RooflineEstimate | None]:
-    """The analysis with its KV cache in --kv-dtype, and its roofline estimate (None when no time was asked)."""
+def apply_time(
+    analysis: Analysis, options: TimeFlags, max_memory: int | None = None
+) -> tuple[Analysis, RooflineEstimate | None]:
+    """The analysis with its KV cache in --kv-dtype, and its roofline estimate: when a device is named, or a
+    memory limit (``max_memory``, --max-memory) asks for the largest batch and context that fit (None otherwise)."""
     w = analysis.workload
-    kv = options.kv_dtype.value if options.kv_dtype else None
-    if kv is None and not options.wanted:
+    kv = options.kv_dtype
+    wanted = options.hardware is not None or max_memory is not None
+    if kv is None and not wanted:
         return analysis, None
     from embedcalc.analysis.roofline import Efficiency
     from embedcalc.analysis.roofline_capacity import capacity, with_kv_dtype
@@ -156,7 +143,7 @@ def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, Roof
     from embedcalc.config.hardware import load_device
 
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
-    if not options.wanted:
+    if not wanted:
         return analysis, None
     device = load_device(options.hardware) if options.hardware else None
     efficiency = Efficiency()
@@ -172,8 +159,8 @@ def apply_time(analysis: Analysis, options: TimeOptions) -> tuple[Analysis, Roof
     estimate = estimate_time(
         analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
     )
-    if options.max_memory is not None:
-        limit, source = options.max_memory, "--max-memory"
+    if max_memory is not None:
+        limit, source = max_memory, "--max-memory"
     elif device is not None:
         limit, source = device.memory, f"{device.name} memory"
     else:

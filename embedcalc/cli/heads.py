@@ -15,7 +15,8 @@ import typer
 
 from embedcalc.analysis.heads import MAX_LISTED_DIVISORS, HeadListing, head_listing
 from embedcalc.cli import output
-from embedcalc.cli.common import FormatOption, OutputFormat, bounded_int, handle_errors
+from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
+from embedcalc.cli.options import bounded_int
 
 MAX_TABLE_ROWS = 100  # a table of thousands of rows is unreadable and slow to draw; JSON holds them all
 

@@ -12,34 +12,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import (
-    AttentionChoice,
-    AttentionOption,
-    DtypeChoice,
-    DtypeOption,
-    GenTokensOption,
-    ModeChoice,
-    ModeOption,
-    OptimizerChoice,
-    OptimizerOption,
-    RecomputeChoice,
-    RecomputeOption,
-    SetOption,
-    TgtOption,
-    bounded_int,
-    check_plot_file,
-    handle_errors,
-    make_workload,
-)  # fmt: skip
-from embedcalc.cli.hardware_options import (
-    DevicesOption,
-    EfficiencyOption,
-    HardwareOption,
-    KvDtypeOption,
-    PriceOption,
-    TrainTokensOption,
-    time_options,
-)  # fmt: skip
+from embedcalc.cli.common import SetOption, check_plot_file, handle_errors
+from embedcalc.cli.hardware_options import TimeFlags
+from embedcalc.cli.options import WorkloadFlags, bounded_int, flags, only
 from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
@@ -49,8 +24,6 @@ if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `em
 # The axes in grid order (embedcalc.analysis.sweep.AXES; a test keeps the two equal).
 AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_len")
 
-DEFAULT_SEQ_LEN = 128
-DEFAULT_BATCH_SIZE = 1
 # A sweep costs about 0.1-0.25 ms and 5 KiB per point (JSON output included) on one core: 20,000 points answer in
 # a few seconds within about 100 MiB. --max-points raises it, up to the grid's own hard limit.
 DEFAULT_MAX_POINTS = 20_000
@@ -70,7 +43,7 @@ class AxisValues:
 
 
 def _axis_parser(value: str) -> AxisValues:
-    from embedcalc.analysis.sweep import AxisError, parse_axis
+    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
 
     try:
         return AxisValues(parse_axis(value))
@@ -98,6 +71,7 @@ FfnAxis = Annotated[AxisValues | None, _axis_option("--ffn-dim", "Inner FFN widt
 
 
 @handle_errors("sweep")
+@flags
 def sweep_command(
     target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
     seq_len: SeqAxis = None,
@@ -106,19 +80,12 @@ def sweep_command(
     num_heads: HeadsAxis = None,
     num_layers: LayersAxis = None,
     ffn_dim: FfnAxis = None,
-    tgt_len: TgtOption = None,
-    dtype: DtypeOption = DtypeChoice.float32,
-    mode: ModeOption = ModeChoice.inference,
-    attention: AttentionOption = AttentionChoice.sdpa,
-    optimizer: OptimizerOption = OptimizerChoice.adamw,
-    recompute: RecomputeOption = RecomputeChoice.none,
-    gen_tokens: GenTokensOption = 0,
-    hardware: HardwareOption = None,
-    efficiency: EfficiencyOption = None,
-    kv_dtype: KvDtypeOption = None,
-    train_tokens: TrainTokensOption = None,
-    devices: DevicesOption = None,
-    price_per_hour: PriceOption = None,
+    *,
+    # --batch-size and --seq-len are axes here; a point not on them has Workload's defaults (1 and 128)
+    run: Annotated[
+        WorkloadFlags, only("tgt_len", "dtype", "mode", "attention", "optimizer", "recompute", "gen_tokens")
+    ],
+    timing: TimeFlags,
     overrides: SetOption = None,
     format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
     plot: Annotated[
@@ -175,19 +142,7 @@ def sweep_command(
     }
     axes = {a: v.values for a in AXES if (v := given[a]) is not None}
     _check_grid_request(axes, max_points)
-    workload = make_workload(
-        DEFAULT_BATCH_SIZE,
-        DEFAULT_SEQ_LEN,
-        tgt_len,
-        dtype,
-        mode,
-        attention,
-        optimizer,
-        recompute,
-        None,
-        gen_tokens,
-    )
-    timing = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, None)
+    workload = run.workload()
     if plot is not None:
         _check_plot_request(plot, axes, format)
     from embedcalc.analysis.sweep import sweep_target
@@ -201,7 +156,7 @@ def sweep_command(
 
         measured = run_measure(target, overrides, axes, workload, device, repeat)
     times = None
-    if timing.wanted:
+    if timing.hardware is not None:
         from embedcalc.cli.sweep_time import sweep_times
 
         times = sweep_times(result, overrides, timing)

@@ -8,13 +8,13 @@ from typing import Any
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.sweep import SweepError, SweepResult
-from embedcalc.cli.hardware_options import TimeOptions, apply_time
+from embedcalc.cli.hardware_options import TimeFlags, apply_time
 
 MAX_TIMED_POINTS = 2_000
 
 
 def sweep_times(
-    result: SweepResult, overrides: list[str] | None, options: TimeOptions
+    result: SweepResult, overrides: list[str] | None, options: TimeFlags
 ) -> list[RooflineEstimate | None]:
     """Per point, its estimate (None for invalid points); a usage error past MAX_TIMED_POINTS valid points."""
     valid = int(result.valid.sum())

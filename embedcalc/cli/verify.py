@@ -12,40 +12,21 @@ from typing import Annotated
 
 import typer
 
-from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import (
-    AttentionChoice,
-    AttentionOption,
-    BatchOption,
-    DpOption,
-    FormatOption,
-    OutputFormat,
-    PpOption,
-    SeqOption,
-    SetOption,
-    TgtOption,
-    TpOption,
-    ZeroOption,
-    handle_errors,
-)  # fmt: skip
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.options import ParallelFlags, WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_torch
 from embedcalc.errors import ExitCode, outcome
 from embedcalc.reconcile.verify import verify_analysis
 
 
 @handle_errors("verify")
+@flags
 def verify_command(
     target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
-    batch_size: BatchOption = 1,
-    seq_len: SeqOption = 128,
-    tgt_len: TgtOption = None,
-    attention: AttentionOption = AttentionChoice.sdpa,
-    tp: TpOption = 1,
-    pp: PpOption = 1,
-    dp: DpOption = 1,
-    zero: ZeroOption = 0,
+    run: Annotated[WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "attention")],
+    layout: Annotated[ParallelFlags, only("tp", "pp", "dp", "zero")],
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -56,19 +37,18 @@ def verify_command(
     of one training step are reconciled with the analytic per-device numbers.
     """
     require_torch()
-    if zero not in (0, 3):
+    if layout.zero not in (0, 3):
         raise typer.BadParameter("verify shards with FSDP2 `fully_shard`, which is ZeRO-3: use --zero 3 or 0",
                                  param_hint="'--zero'")  # fmt: skip
-    parallel = Parallelism(tp=tp, pp=pp, dp=dp, zero=zero)
-    workload = Workload(batch_size=batch_size, seq_len=seq_len, tgt_len=tgt_len, parallel=parallel)
+    workload = run.workload(layout)
     analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
-    result = verify_analysis(analysis, attention.value)
+    result = verify_analysis(analysis, run.attention)
     params, flops, ok = result.params.row_dicts(), result.flops.row_dicts(), result.agree
     sharded = None
-    if tp > 1 or pp > 1 or (dp > 1 and zero == 3):
+    if layout.sharded:
         from embedcalc.reconcile.sharding import verify_sharded
 
-        sharded = verify_sharded(target, analysis.config, parallel, attention.value)
+        sharded = verify_sharded(target, analysis.config, workload.parallel, run.attention)
         ok = ok and sharded.agree
     if format is OutputFormat.json:
         entry = result.to_json() | ({"sharded": sharded.to_json()} if sharded is not None else {})
@@ -78,7 +58,7 @@ def verify_command(
 
         output.stdout.print(reconcile_table(f"Parameters — {target}: analytic vs torch numel", params))
         title = (
-            f"Forward FLOPs — {target} (batch {batch_size}, seq_len {seq_len}): analytic vs FlopCounterMode"
+            f"Forward FLOPs — {target} (batch {run.batch_size}, seq_len {run.seq_len}): analytic vs FlopCounterMode"
         )
         output.stdout.print(reconcile_table(title, flops))
         if sharded is not None:

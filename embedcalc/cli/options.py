@@ -1,0 +1,265 @@
+"""The options several commands share, each defined once, grouped as objects: the workload, the parallel layout,
+the budget (and, in :mod:`embedcalc.cli.hardware_options`, the time options).
+
+A group is a frozen dataclass whose fields carry their ``typer.Option``; its defaults and bounds are those of
+:class:`~embedcalc.analysis.workload.Workload` and :class:`~embedcalc.analysis.workload.Parallelism` (read from
+there, never repeated), and its choices are the analysis' own ``Literal`` types. A command takes a whole group
+as one parameter, or some of its fields::
+
+    @flags
+    def analyze_command(target: str, run: WorkloadFlags, layout: ParallelFlags, ...): ...
+    def explain_command(target: str, run: Annotated[WorkloadFlags, only("batch_size", "seq_len")], ...): ...
+
+and :func:`flags` spreads each group into its options for typer, and gathers them back into the object before
+the command runs. Every command then builds its workload the same way, :meth:`WorkloadFlags.workload`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+
+import typer
+
+from embedcalc.analysis.budget import Budget, SizeError, parse_size
+from embedcalc.analysis.workload import (
+    AttentionImpl,
+    Dtype,
+    Mode,
+    Optimizer,
+    Parallelism,
+    Recompute,
+    Workload,
+    field_bounds,
+)  # fmt: skip
+from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_W = Workload()  # the defaults, once
+_P = Parallelism()
+
+
+def bounded_int(value: int | None) -> int | None:
+    """Option callback: refuse an integer of more than ``MAX_INT_DIGITS`` digits (exit 2), the bound every size
+    in a config has too, so that no count derived from the flags can outgrow what is computed exactly and fast."""
+    if value is not None and abs(value) >= INT_BOUND:
+        raise typer.BadParameter(
+            f"at most {MAX_INT_DIGITS} digits (10^{MAX_INT_DIGITS} is beyond any workload)"
+        )
+    return value
+
+
+def _int_option(cls: type, name: str, *flags: str, help: str) -> Any:
+    """An integer option with the bounds of field ``name`` of ``cls``."""
+    low, high = field_bounds(cls, name)
+    return typer.Option(*flags, min=low, max=high, callback=bounded_int, help=help)
+
+
+def _size_parser(kind: str) -> Callable[[str | None], int | None]:
+    def parse(value: str | None) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_size(value, kind)
+        except SizeError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
+def _budget_option(flag: str, kind: str, help: str) -> Any:
+    return typer.Option(flag, parser=_size_parser(kind), metavar="SIZE", help=help)
+
+
+BatchOption = Annotated[int, _int_option(Workload, "batch_size", "--batch-size", "-b", help="Sequences per batch.")]
+SeqOption = Annotated[
+    int, _int_option(Workload, "seq_len", "--seq-len", "-n", help="Tokens per sequence (encoder side).")
+]
+TgtOption = Annotated[
+    int | None,
+    _int_option(
+        Workload, "tgt_len", "--tgt-len", help="Decoder tokens of an encoder-decoder (default --seq-len)."
+    ),
+]
+GenTokensOption = Annotated[
+    int,
+    _int_option(
+        Workload, "gen_tokens", "--gen-tokens", help="Inference: tokens generated after the prompt (KV cache)."
+    ),
+]
+AttentionOption = Annotated[
+    AttentionImpl,
+    typer.Option(
+        "--attention", help="Memory model of attention: eager keeps batch×heads×n² scores, sdpa does not."
+    ),
+]
+RecomputeOption = Annotated[
+    Recompute,
+    typer.Option(
+        "--recompute",
+        help="Activation recomputation (Korthikanti et al. 2022): selective drops the n² attention tensors, "
+        "full keeps only each layer's input.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class WorkloadFlags:
+    """--batch-size, --seq-len, --tgt-len, --dtype, --mode, --attention, --optimizer, --recompute, --gen-tokens."""
+
+    batch_size: BatchOption = _W.batch_size
+    seq_len: SeqOption = _W.seq_len
+    tgt_len: TgtOption = _W.tgt_len
+    dtype: Annotated[
+        Dtype,
+        typer.Option(
+            "--dtype",
+            help="Weights/activations dtype; int8/int4 are weight-only (activations float16), inference only.",
+        ),
+    ] = _W.dtype
+    mode: Annotated[Mode, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")] = _W.mode
+    attention: AttentionOption = _W.attention
+    optimizer: Annotated[
+        Optimizer, typer.Option("--optimizer", help="Optimizer state for training memory.")
+    ] = _W.optimizer
+    recompute: RecomputeOption = _W.recompute
+    gen_tokens: GenTokensOption = _W.gen_tokens
+
+    def workload(self, layout: ParallelFlags | None = None, **fixed: Any) -> Workload:
+        """The workload these flags describe, on ``layout`` (one device without), with ``fixed`` fields set by the
+        command itself (e.g. bench's dtype). Workload refuses what no command can run (int8 training: exit 3)."""
+        values = dataclasses.asdict(self) | fixed
+        return Workload(**values, parallel=layout.parallelism() if layout is not None else Parallelism())
+
+
+@dataclass(frozen=True)
+class ParallelFlags:
+    """--tp, --ep, --pp, --dp, --zero (Megatron-LM / ZeRO conventions; see Parallelism)."""
+
+    tp: Annotated[
+        int, _int_option(Parallelism, "tp", "--tp", help="Tensor-parallel degree (Megatron-LM).")
+    ] = _P.tp
+    ep: Annotated[
+        int,
+        _int_option(
+            Parallelism, "ep", "--ep",
+            help="Expert-parallel degree: the routed experts of each MoE layer spread over this many of the --dp "
+            "ranks (Megatron-core); must divide num_experts and --dp.",
+        ),
+    ] = _P.ep  # fmt: skip
+    pp: Annotated[
+        int,
+        _int_option(
+            Parallelism, "pp", "--pp", help="Pipeline stages (1F1B); memory is the heaviest stage."
+        ),
+    ] = _P.pp
+    dp: Annotated[
+        int,
+        _int_option(Parallelism, "dp", "--dp", help="Data-parallel replicas (ZeRO shards over them)."),
+    ] = _P.dp
+    zero: Annotated[
+        int,
+        _int_option(
+            Parallelism, "zero", "--zero", help="ZeRO stage: 1 optimizer, 2 + gradients, 3 + weights."
+        ),
+    ] = _P.zero
+
+    def parallelism(self) -> Parallelism:
+        return Parallelism(**dataclasses.asdict(self))
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the layout splits one model over devices (what verify reconciles shard by shard)."""
+        return self.tp > 1 or self.pp > 1 or (self.dp > 1 and self.zero == 3)
+
+
+@dataclass(frozen=True)
+class BudgetFlags:
+    """--max-params, --max-memory, --max-flops: exit 5 when a result exceeds one."""
+
+    max_params: Annotated[
+        int | None,
+        _budget_option(
+            "--max-params", "count", "Exit 5 if the parameter count exceeds SIZE (400M, 1.3B, 2e9)."
+        ),
+    ] = None
+    max_memory: Annotated[
+        int | None,
+        _budget_option(
+            "--max-memory", "bytes", "Exit 5 if per-device memory exceeds SIZE (16GiB, 16GB, 8e9 bytes)."
+        ),
+    ] = None
+    max_flops: Annotated[
+        int | None,
+        _budget_option(
+            "--max-flops",
+            "count",
+            "Exit 5 if FLOPs (forward; training step with --mode training) exceed SIZE (2e12, 5T).",
+        ),
+    ] = None
+
+    def budget(self) -> Budget:
+        return Budget(self.max_params, self.max_memory, self.max_flops)
+
+
+@dataclass(frozen=True)
+class Only:
+    """``Annotated[Group, only(...)]``: the command takes just these fields of the group (the rest keep their
+    defaults)."""
+
+    names: tuple[str, ...]
+
+
+def only(*names: str) -> Only:
+    return Only(names)
+
+
+def _group(hint: Any) -> tuple[type | None, tuple[str, ...] | None]:
+    """The option group a parameter's annotation names, and the fields it takes (None: all)."""
+    names = None
+    if get_origin(hint) is Annotated:
+        hint, *extras = get_args(hint)
+        names = next((e.names for e in extras if isinstance(e, Only)), None)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and hint.__module__.startswith("embedcalc.cli"):
+        fields = [f.name for f in dataclasses.fields(hint)]
+        unknown = set(names or ()) - set(fields)
+        if unknown:
+            raise TypeError(f"{hint.__name__} has no option field {sorted(unknown)}")
+        return hint, tuple(n for n in fields if names is None or n in names)
+    return None, None
+
+
+def flags(command: F) -> F:
+    """Spread every option-group parameter of ``command`` into its fields, for typer; gather them back into the
+    group object before ``command`` runs. Parameters that are not groups pass through unchanged."""
+    hints = get_type_hints(command, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, tuple[str, ...]]] = {}
+    for p in inspect.signature(command).parameters.values():
+        cls, names = _group(hints[p.name])
+        if cls is None or names is None:
+            # keyword-only, all of them (typer passes keywords): a group's fields may then follow any parameter
+            parameters.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name]))
+            continue
+        groups[p.name] = (cls, names)
+        field_hints = get_type_hints(cls, include_extras=True)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        parameters += [
+            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n], annotation=field_hints[n])
+            for n in names
+        ]
+
+    @functools.wraps(command)
+    def gathered(**kwargs: Any) -> Any:
+        for name, (cls, names) in groups.items():
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+        return command(**kwargs)
+
+    gathered.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    gathered.__annotations__ = {p.name: p.annotation for p in parameters}
+    return gathered  # type: ignore[return-value]

@@ -1,0 +1,86 @@
+"""Options as objects (issue 14): each shared option defined once, its default and bounds those of Workload and
+Parallelism, its choices the analysis' Literals; every command builds its workload through the same group."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from typing import Annotated, Any
+
+import pytest
+
+from embedcalc.analysis.workload import Dtype, Parallelism, Workload
+from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags, only
+from embedcalc.errors import WorkloadError
+
+
+def test_group_defaults_are_the_workloads() -> None:
+    assert WorkloadFlags().workload() == Workload()
+    assert ParallelFlags().parallelism() == Parallelism()
+    assert WorkloadFlags(seq_len=64).workload(ParallelFlags(tp=2), dtype="bfloat16") == Workload(
+        seq_len=64, dtype="bfloat16", parallel=Parallelism(tp=2)
+    )
+
+
+def test_dtype_choices_are_the_analysis_literal() -> None:
+    hint = typing.get_type_hints(WorkloadFlags, include_extras=True)["dtype"]
+    assert typing.get_args(hint)[0] is Dtype
+
+
+@pytest.mark.parametrize(("cls", "name", "bad"), [
+    (Workload, "batch_size", 0), (Workload, "seq_len", -1), (Workload, "gen_tokens", -1),
+    (Parallelism, "zero", 4), (Parallelism, "tp", 0), (Workload, "seq_len", 12.0),
+])  # fmt: skip
+def test_workload_refuses_out_of_bounds_for_api_users_too(cls: type, name: str, bad: Any) -> None:
+    with pytest.raises(WorkloadError) as info:
+        cls(**{name: bad})
+    assert info.value.problems[0].path == name
+    assert info.value.exit_code == 3
+
+
+def test_flags_spreads_and_gathers_groups() -> None:
+    seen: dict[str, Any] = {}
+
+    @flags
+    def command(target: str, *, run: Annotated[WorkloadFlags, only("seq_len", "mode")], limits: BudgetFlags) -> None:
+        seen.update(run=run, limits=limits, target=target)
+
+    import inspect
+
+    assert list(inspect.signature(command).parameters) == ["target", "seq_len", "mode", "max_params", "max_memory",
+                                                           "max_flops"]  # fmt: skip
+    command(target="x", seq_len=7, mode="training", max_params=None, max_memory=5, max_flops=None)
+    assert seen["run"] == WorkloadFlags(seq_len=7, mode="training")
+    assert seen["limits"].budget().max_memory_bytes == 5
+
+
+def test_only_names_a_real_field() -> None:
+    with pytest.raises(TypeError, match="no option field"):
+
+        @flags
+        def command(*, run: Annotated[WorkloadFlags, only("seqlen")]) -> None: ...
+
+
+def test_every_group_field_has_help() -> None:
+    for cls in (WorkloadFlags, ParallelFlags, BudgetFlags):
+        for f in dataclasses.fields(cls):
+            info = typing.get_args(typing.get_type_hints(cls, include_extras=True)[f.name])[1]
+            assert info.help, f"{cls.__name__}.{f.name}"
+
+
+def test_check_judges_memory_per_device_with_the_parallel_flags(cli: Any) -> None:
+    """A training budget llama-2-7b misses on one device but meets with --tp 8 --dp 8 --zero 3, as analyze says."""
+    args = ["llama-2-7b", "--mode", "training", "--max-memory", "40GB", "--format", "json"]
+    alone, sharded = cli("check", *args), cli("check", *args, "--tp", "8", "--dp", "8", "--zero", "3")
+    assert alone.exit_code == 5 and sharded.exit_code == 0, (alone.stderr, sharded.stderr)
+    workload = json.loads(sharded.stdout)["workload"]
+    assert workload["parallel"] == {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "ep": 1}
+    analyzed = cli("analyze", *args, "--tp", "8", "--dp", "8", "--zero", "3")
+    assert analyzed.exit_code == 0
+
+
+def test_check_int8_training_is_exit_3_with_the_fix(cli: Any) -> None:
+    result = cli("check", "bert-base", "--mode", "training", "--dtype", "int8")
+    assert (result.exit_code == 3 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert "use --dtype float32, bfloat16 or float16" in result.stderr
