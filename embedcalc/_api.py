@@ -216,7 +216,8 @@ def sweep(
     >>> embedcalc.sweep("bert-base", seq_len="256:1024:x2").crossover_seq_len
     4608
     """
-    from embedcalc.analysis.sweep import AxisError, SweepBase, parse_axis, sweep_target
+    from embedcalc.analysis.sweep import SweepBase, sweep_target
+    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
 
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if isinstance(value, int) and not isinstance(value, bool):

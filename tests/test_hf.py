@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.params import count_params
-from embedcalc.analysis.sweep import evaluate_point, sweep_target
+from embedcalc.analysis.sweep import sweep_target
+from embedcalc.analysis.sweep_reference import evaluate_point
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli.sweep_load import load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config

@@ -23,14 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from embedcalc.analysis.grid import INT64_SAFE_BOUND, grid_bound
-from embedcalc.analysis.sweep import (
-    AxisError,
-    SweepResult,
-    evaluate_point,
-    parse_axis,
-    seq_len_curves,
-)
+from embedcalc.analysis.sweep import SweepResult, seq_len_curves
 from embedcalc.analysis.sweep import sweep_target as sweep_loaded
+from embedcalc.analysis.sweep_axes import AxisError, parse_axis
+from embedcalc.analysis.sweep_reference import evaluate_point
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli.sweep import CSV_COLUMNS, result_csv
 from embedcalc.cli.sweep_load import load_base

@@ -1,4 +1,4 @@
-"""Sweeps: axis values, the cartesian grid, which points are valid and why, and the per-config reference path.
+"""Sweeps: the cartesian grid of axis values, which points are valid and why, and the seq-len curves for plots.
 
 A point of ``embedcalc sweep TARGET --embed-dim ... --seq-len ...`` is the target with each swept field set as by
 ``--set`` (so an ``ffn_dim`` written in the target stays fixed while ``embed_dim`` varies; ``--set ffn_dim=null``
@@ -8,8 +8,9 @@ product in the order of :data:`AXES` (seq_len varies fastest, so consecutive poi
 Validity per point is vectorised too (:mod:`embedcalc.analysis.sweep_rules`). Invalid points are kept and carry
 their problems; problems no swept axis can cause are raised once, as for ``analyze``.
 
-:func:`evaluate_point` is the per-config path (pydantic validation plus :func:`embedcalc.analysis.report.analyze`)
-that the vectorised grid is tested and benchmarked against; both count through the same term functions.
+Axis values are parsed in :mod:`embedcalc.analysis.sweep_axes`;
+:func:`embedcalc.analysis.sweep_reference.evaluate_point` is the per-config path that the vectorised grid is
+tested and benchmarked against.
 
 No file I/O here (DESIGN.md §7): the caller reads the target and applies ``--set``
 (:func:`embedcalc.cli.sweep_load.load_base`) and passes the resulting :class:`SweepBase`. ``--num-layers`` is
@@ -19,7 +20,6 @@ refused for a config with an explicit ``layers`` pattern: which runs would grow 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,10 +27,8 @@ from typing import Any
 import numpy as np
 
 from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
-from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep_rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
-from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
-from embedcalc.config.blocks import DEFAULT_BLOCK
+from embedcalc.analysis.workload import Workload
 from embedcalc.config.checks import workload_problems
 from embedcalc.config.loading import validate_config
 from embedcalc.config.schema import ModelConfig
@@ -38,13 +36,7 @@ from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 AXES = GRID_AXES
 CONFIG_AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim")
-MAX_AXIS_VALUES = 100_000
 MAX_POINTS = 2_000_000
-AXIS_SYNTAX = "a list 128,256,512, an arithmetic range 384:12288:+384 or a geometric one 64:16384:x2"
-
-
-class AxisError(ValueError):
-    """An axis value string that does not parse; the CLI reports it as a bad flag value (exit 2)."""
 
 
 class SweepError(EmbedcalcError):
@@ -52,57 +44,6 @@ class SweepError(EmbedcalcError):
 
     def __init__(self, message: str, code: str = "bad_sweep"):
         super().__init__(message, ExitCode.USAGE, [Problem("", message, code)], code)
-
-
-# --- axes --------------------------------------------------------------------------------------------------------
-
-
-def _positive(text: str, what: str) -> int:
-    text = text.strip()
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
-        raise AxisError(f"{what} {text!r} is not a positive integer")
-    return int(text)
-
-
-def parse_axis(text: str) -> tuple[int, ...]:
-    """``128,256,512`` | ``start:stop:+step`` | ``start:stop:xfactor`` -> the values, bounds inclusive.
-
-    A range stops at the last value that does not pass ``stop``; ``1:10:+4`` is 1, 5, 9.
-    """
-    spec = text.strip()
-    if not spec:
-        raise AxisError(f"empty; expected {AXIS_SYNTAX}")
-    if ":" not in spec:
-        values = [_positive(part, "value") for part in spec.split(",")]
-        duplicates = sorted({v for v in values if values.count(v) > 1})
-        if duplicates:
-            raise AxisError(f"{text!r} repeats {', '.join(map(str, duplicates))}")
-        if len(values) > MAX_AXIS_VALUES:
-            raise AxisError(f"{len(values)} values; at most {MAX_AXIS_VALUES:,} per axis")
-        return tuple(values)
-    parts = spec.split(":")
-    if len(parts) != 3:
-        raise AxisError(f"{text!r}: a range is start:stop:+step or start:stop:xfactor (e.g. 64:16384:x2)")
-    start, stop, step = _positive(parts[0], "start"), _positive(parts[1], "stop"), parts[2].strip()
-    if start > stop:
-        raise AxisError(f"{text!r}: start {start} is above stop {stop}")
-    if step[:1] == "+":
-        increment = _positive(step[1:], "step")
-        count = (stop - start) // increment + 1
-        if count > MAX_AXIS_VALUES:
-            raise AxisError(f"{text!r} has {count:,} values; at most {MAX_AXIS_VALUES:,} per axis")
-        return tuple(range(start, stop + 1, increment))
-    if step[:1] in ("x", "X", "*"):
-        factor = _positive(step[1:], "factor")
-        if factor < 2:
-            raise AxisError(f"{text!r}: a geometric factor must be at least 2")
-        values = []
-        value = start
-        while value <= stop:
-            values.append(value)
-            value *= factor
-        return tuple(values)
-    raise AxisError(f"{text!r}: the step must be +N (arithmetic) or xN (geometric), got {step!r}")
 
 
 # --- target -------------------------------------------------------------------------------------------------------
@@ -297,56 +238,6 @@ def sweep_target(
             "seq_len": workload.seq_len,
         },
     )
-
-
-# --- the per-config path ------------------------------------------------------------------------------------------
-
-
-def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload) -> dict[str, Any]:
-    """One point the slow, obviously-correct way: validate with pydantic, then ``analyze()`` per mode.
-
-    Returns the grid's column names (plus ``crossover_seq_len``) with Python ints, or ``{"problems": [...]}``.
-    """
-    try:
-        config = base.config_at(point, tuple(point))
-    except ConfigError as exc:
-        return {"problems": exc.problems}
-    run = replace(
-        workload,
-        batch_size=int(point.get("batch_size", workload.batch_size)),
-        seq_len=int(point.get("seq_len", workload.seq_len)),
-    )
-    errors, _ = workload_problems(config, run)
-    if errors:
-        return {"problems": errors}
-    inference = analyze(base.target, config, replace(run, mode="inference"))
-    out: dict[str, Any] = {
-        "params": inference.params.total,
-        "params_active": inference.active_params,
-        "flops_forward": inference.flops.forward,
-        "flops_attention_scores": inference.flops.attention_score_flops,
-        "flops_other": inference.flops.forward - inference.flops.attention_score_flops,
-        "flops_training_step": inference.flops.training_step,
-        "inference_weights_bytes": inference.memory.weights_bytes,
-        "inference_activations_bytes": inference.memory.activations_bytes,
-        "kv_cache_bytes": inference.memory.kv_cache_bytes,
-        "inference_total_bytes": inference.memory.total_bytes,
-        "crossover_seq_len": inference.crossover_seq_len,
-        "head_dim": config.named_blocks[DEFAULT_BLOCK].attention.head_dim,
-        "ffn_dim": config.resolved_ffn_dim,
-    }
-    if inference.flops.forward_causal is not None:
-        out["flops_forward_causal"] = inference.flops.forward_causal
-    if workload.dtype not in WEIGHT_ONLY_DTYPES:
-        training = analyze(base.target, config, replace(run, mode="training")).memory
-        out |= {
-            "training_weights_bytes": training.weights_bytes,
-            "gradients_bytes": training.gradients_bytes,
-            "optimizer_bytes": training.optimizer_bytes,
-            "training_activations_bytes": training.activations_bytes,
-            "training_total_bytes": training.total_bytes,
-        }
-    return out
 
 
 # --- seq-len curves (for plots) -----------------------------------------------------------------------------------
