@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from embedcalc.config.divisors import TRIAL_DIVISION_LIMIT, factorise, list_divisors
-from embedcalc.config.files import MAX_INT_DIGITS, MAX_YAML_CHARS
+from embedcalc.config.files import MAX_YAML_CHARS
+from embedcalc.config.limits import MAX_INT_DIGITS
 from embedcalc.config.loading import load_target
 
 GUARD_S = 30.0

@@ -9,16 +9,17 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from embedcalc.analysis.budget import Budget, check_budget
-from embedcalc.analysis.report import Analysis
 from embedcalc.cli import output
-from embedcalc.config.loading import LoadedConfig, load_target
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
-from embedcalc.render.units import binary_bytes
+
+if TYPE_CHECKING:  # loaded by the commands that analyse (`heads`, `schema` and --help do without pydantic)
+    from embedcalc.analysis.budget import Budget
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.config.loading import LoadedConfig
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -57,6 +58,9 @@ FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Outp
 
 def budget_problems(budget: Budget, analyses: list[Analysis]) -> list[Problem]:
     """One problem per exceeded limit, naming the flag, the limit, the value and the excess."""
+    from embedcalc.analysis.budget import check_budget
+    from embedcalc.render.units import binary_bytes
+
     problems = []
     for a in analyses:
         flops = a.flops.training_step if a.workload.mode == "training" else a.flops.forward
@@ -91,6 +95,8 @@ def check_plot_file(path: Path) -> None:
 
 
 def load(target: str, overrides: list[str] | None) -> LoadedConfig:
+    from embedcalc.config.loading import load_target
+
     return load_target(target, overrides or [])
 
 

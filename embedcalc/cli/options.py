@@ -36,7 +36,7 @@ from embedcalc.analysis.workload import (
     Workload,
     field_bounds,
 )  # fmt: skip
-from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 
 F = TypeVar("F", bound=Callable[..., Any])
 

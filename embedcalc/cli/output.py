@@ -63,7 +63,9 @@ def warn(problems: list[Problem], target: str | None = None) -> None:
     def line(p: Problem) -> str:  # "path: message", without repeating a path the message starts with
         return p.message if p.message.startswith(p.path) else f"{p.path}: {p.message}"
 
-    if problems and _plain_stderr():
+    if not problems:
+        return  # (nothing to say: no rich either)
+    if _plain_stderr():
         sys.stderr.write("".join(f"embedcalc: warning: {where}{line(p)}\n" for p in problems))
         return
     from embedcalc.render.console import print_warning

@@ -15,7 +15,7 @@ from embedcalc.cli import output
 from embedcalc.cli.common import SetOption, check_plot_file, handle_errors
 from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import WorkloadFlags, bounded_int, flags, only
-from embedcalc.config.files import INT_BOUND, MAX_INT_DIGITS
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `embedcalc --help` or `analyze`

@@ -27,19 +27,13 @@ from typing import Any
 
 import yaml
 
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.config.reading import MAX_CONFIG_BYTES, file_error, read_text
 from embedcalc.errors import ConfigError, Problem
 
 # PyYAML's parser is pure Python, about 15-40 s per MiB of hostile YAML on a loaded core; JSON's is C (milliseconds
 # per MiB). So YAML (anything not named .json) is read up to 32 KiB, fifty times any real model config.
 MAX_YAML_CHARS = 1 << 15
-# No size, count or length of a model has more than a handful of digits; 30 digits (10**30) is 10**17 times the
-# parameter count of the largest models trained. With every input integer below 10**30, every count embedcalc
-# derives (a product of at most ten inputs and small constants) stays below 10**300, so that the few places that
-# turn a count into a float (ratios, units, roofline times) cannot overflow, and int <-> str conversion stays far
-# below Python's 4,300-digit limit.
-MAX_INT_DIGITS = 30
-INT_BOUND = 10**MAX_INT_DIGITS  # integers must satisfy abs(value) < INT_BOUND
 
 
 @dataclass(frozen=True)
