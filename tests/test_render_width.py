@@ -33,9 +33,10 @@ from embedcalc.config.loading import load_target
 from embedcalc.config.presets import preset_names
 from embedcalc.errors import ConfigError
 from embedcalc.render import units
+from embedcalc.render.config_tables import check_table, hf_mapping_table
 from embedcalc.render.plot import score_share_table, sweep_table
 from embedcalc.render.sweep_output import result_json
-from embedcalc.render.tables import check_table, flops_table, hf_mapping_table, memory_table, params_table
+from embedcalc.render.tables import flops_table, memory_table, params_table
 
 WIDTHS = (80, 120)
 PRESETS = preset_names()

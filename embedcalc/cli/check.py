@@ -100,7 +100,7 @@ def check_command(
             | ({"hf": loaded.hf.as_dict()} if loaded.hf is not None else {})
         )  # fmt: skip
         if format is OutputFormat.table:
-            from embedcalc.render.tables import check_table, hf_mapping_table
+            from embedcalc.render.config_tables import check_table, hf_mapping_table
 
             output.stdout.print(check_table(target, derived, result.params.total))
             if loaded.hf is not None:
@@ -126,7 +126,7 @@ def _suggestions(target: str, overrides: list[str] | None, format: OutputFormat)
     rows = [{"set": list(s.overrides), "command_line": s.set_line, "params": s.params,
              "delta_params": s.delta_params} for s in found]  # fmt: skip
     if format is OutputFormat.table:
-        from embedcalc.render.tables import suggestions_table
+        from embedcalc.render.config_tables import suggestions_table
 
         if rows:
             output.stdout.print(suggestions_table(target, rows))

@@ -58,7 +58,7 @@ def heads_command(
         }
         output.emit_json("heads", [entry])
         return
-    from embedcalc.render.tables import heads_table
+    from embedcalc.render.config_tables import heads_table
 
     shown = listing.choices[:MAX_TABLE_ROWS]
     output.stdout.print(heads_table(embed_dim, shown))

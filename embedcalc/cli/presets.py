@@ -39,7 +39,7 @@ def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) 
     if format is OutputFormat.json:
         output.emit_json("presets", rows)
         return
-    from embedcalc.render.tables import presets_table
+    from embedcalc.render.config_tables import presets_table
 
     output.stdout.print(presets_table(rows))
 
