@@ -15,13 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.explain import (
-    TOPICS,
-    HeadShape,
-    explain_cost,
-    explain_heads,
-    explain_width_depth,
-)
+from embedcalc.analysis.explain import TOPICS, explain_cost, explain_width_depth
+from embedcalc.analysis.explain_heads import HeadShape, explain_heads
 from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_tune
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output

@@ -15,7 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from embedcalc.analysis.explain import CostAnswer, HeadsAnswer, WidthDepthAnswer
+from embedcalc.analysis.explain import CostAnswer, WidthDepthAnswer
+from embedcalc.analysis.explain_heads import HeadsAnswer
 from embedcalc.analysis.explain_weights import EmbedDimAnswer, FineTuneAnswer, Scenario
 from embedcalc.render import units
 from embedcalc.render.i18n import Messages
