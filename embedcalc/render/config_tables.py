@@ -7,15 +7,17 @@ are in :mod:`embedcalc.render.tables`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.heads import HeadChoice
-from embedcalc.config.hf import HFReport
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
+
+if TYPE_CHECKING:  # `heads` and `presets` render here without loading the Hugging Face readers (pydantic)
+    from embedcalc.config.hf import HFReport
 
 
 def check_table(target: str, derived: dict[str, object], params: int) -> Table:
