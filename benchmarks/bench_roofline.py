@@ -2,7 +2,7 @@
 
 Models: a small GPT (d 256, 4 layers), gpt2 (124M) and gpt2-medium (355M), float32, SDPA, batch 1, a
 ``--prompt`` token prompt, ``--gen-tokens`` greedy decode steps through embedcalc's static KV cache, projections
-fused as ``bench`` runs them. Predicted: :func:`embedcalc.analysis.roofline.estimate_time` on the ``local`` device
+fused as ``bench`` runs them. Predicted: :func:`embedcalc.analysis.roofline_time.estimate_time` on the ``local`` device
 (``embedcalc bench --peak`` must have measured it), efficiency 1; prefill_s against the median time to first
 token, the mean decode step over the generation against the median measured step. Error = (measured − predicted)
 / predicted. Each size runs ``--repeat`` generations after one warm-up.

@@ -2,7 +2,7 @@
 fallback, invalid points, output formats and plots.
 
 The grid (``analysis/grid.py``) is a second implementation of the closed forms; here it is compared, point by
-point, with ``analysis.report.analyze()`` run on the config built for that point (``sweep.evaluate_point``).
+point, with ``analysis.report.analyze()`` run on the config built for that point (``sweep_reference.evaluate_point``).
 """
 
 from __future__ import annotations
