@@ -163,6 +163,7 @@ def test_bench_generate_refuses_an_encoder_and_zero_tokens(run_cli: Any) -> None
     assert zero.returncode == 2 and "--gen-tokens" in zero.stderr
 
 
+@pytest.mark.slow  # about 15-20 s; the default suite runs generate end to end on a tiny decoder
 def test_bench_generate_gpt2(run_cli: Any) -> None:
     """The done-when test of DESIGN.md §10: gpt2, 32 tokens, CPU, JSON (about 15 s here)."""
     entry = _bench_generate(run_cli, "gpt2", "--gen-tokens", "32", "--repeat", "1", "--warmup", "0")

@@ -63,9 +63,15 @@ def test_preset_params_match_analysis(name: str) -> None:
     assert component_params(model) == analytic.as_dict()
 
 
-# gpt3-175b has its own test; the larger GPT-2s differ from gpt2 only in size, so they run with SDPA only.
+# gpt3-175b has its own test; the larger GPT-2s differ from gpt2 only in size, so they run with SDPA only. The
+# default suite takes one preset of each kind of layer (post-norm encoder, learned positions, encoder-decoder,
+# GQA + RoPE, MoE, MLA, layered local/global attention with sinks); the slow suite all of them (and `verify` of
+# every preset is in tests/test_golden_json.py's slow record too).
+_QUICK_FLOP_PRESETS = frozenset({"bert-base", "gpt2", "t5-small", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3",
+                                 "gemma-3-27b", "gpt-oss-20b"})  # fmt: skip
 _PRESET_FLOP_CASES = [
-    (name, impl) for name in preset_names() if name != "gpt3-175b" for impl in IMPLS
+    pytest.param(name, impl, marks=() if name in _QUICK_FLOP_PRESETS else pytest.mark.slow)
+    for name in preset_names() if name != "gpt3-175b" for impl in IMPLS
     if impl == "sdpa" or name not in ("gpt2-medium", "gpt2-large", "gpt2-xl")
 ]
 
@@ -155,11 +161,7 @@ def configs(draw: st.DrawFn) -> ModelConfig:
     return ModelConfig.model_validate(data)
 
 
-@settings(max_examples=200, deadline=None)
-@given(config=configs(), batch=st.integers(1, 3), seq_len=st.integers(1, 8), tgt_len=st.integers(1, 8))
-def test_random_configs_params_and_flops_match_analysis(
-    config: ModelConfig, batch: int, seq_len: int, tgt_len: int
-) -> None:
+def _check_random_config(config: ModelConfig, batch: int, seq_len: int, tgt_len: int) -> None:
     tgt = tgt_len if config.architecture == "encoder-decoder" else None
     analytic_params = count_params(config)
     analytic_flops = _analytic_flops(config, batch, seq_len, tgt)
@@ -171,6 +173,24 @@ def test_random_configs_params_and_flops_match_analysis(
         assert measured == analytic_flops, impl
         assert measured["decoder/attention/scores" if config.architecture == "decoder"
                         else "encoder/attention/scores"] > 0
+
+
+# the default suite draws 50 configs (about 8 s); the slow suite 400
+@settings(max_examples=50, deadline=None)
+@given(config=configs(), batch=st.integers(1, 3), seq_len=st.integers(1, 8), tgt_len=st.integers(1, 8))
+def test_random_configs_params_and_flops_match_analysis(
+    config: ModelConfig, batch: int, seq_len: int, tgt_len: int
+) -> None:
+    _check_random_config(config, batch, seq_len, tgt_len)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(config=configs(), batch=st.integers(1, 3), seq_len=st.integers(1, 8), tgt_len=st.integers(1, 8))
+def test_many_random_configs_params_and_flops_match_analysis(
+    config: ModelConfig, batch: int, seq_len: int, tgt_len: int
+) -> None:
+    _check_random_config(config, batch, seq_len, tgt_len)
 
 
 def test_score_flops_are_nonzero_for_both_impls() -> None:
