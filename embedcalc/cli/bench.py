@@ -18,10 +18,8 @@ from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_device, require_torch
-from embedcalc.config.hardware import datasheet_peak
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
-from embedcalc.reconcile.bench import check_fits
-from embedcalc.reconcile.bench import measurement as bench_measurement
+from embedcalc.reconcile.bench import BenchResult, check_fits, measurement
 
 
 class DeviceChoice(StrEnum):
@@ -166,14 +164,13 @@ def bench_command(
 
     with step_progress(output.stderr, "matmul peak") as on_step:
         measured_peak = measure_matmul_peak(dev, dtype.value, on_step=on_step)
-    measurement = bench_measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype.value).as_json()
+    result = BenchResult(analysis, measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype.value))
     if format is OutputFormat.json:
-        result = analysis.as_json() | {"measurement": measurement}
-        output.emit_json("bench", [result], workload.as_dict())
+        output.emit_json("bench", [result.to_json()], workload.as_dict())
         return
     from embedcalc.render.bench import bench_table
 
-    output.stdout.print(bench_table(analysis, measurement))
+    output.stdout.print(bench_table(result))
 
 
 def _run(analysis: Analysis, dev: Any, workload: Workload, warmup: int, repeat: int, compile: bool) -> Any:
@@ -201,22 +198,17 @@ def _run(analysis: Analysis, dev: Any, workload: Workload, warmup: int, repeat: 
 
 
 def _report_peak(dev: Any, dtype: str, format: OutputFormat) -> None:
+    from embedcalc.cli.hardware import measure_local
     from embedcalc.modeling.timing import device_name, measure_matmul_peak
+    from embedcalc.reconcile.peak import peak_result
     from embedcalc.render.progress import step_progress
 
     with step_progress(output.stderr, "matmul peak") as on_step:
         peak = measure_matmul_peak(dev, dtype, on_step=on_step)
     name = device_name(dev)
-    spec_flops, spec_source = datasheet_peak(name, dtype) if dev.type == "cuda" else (None, None)
-    result = {
-        "device": name, "dtype": dtype, "size": peak.size, "peak_flops_per_s": peak.flops_per_s,
-        "spec_peak_flops_per_s": spec_flops, "spec_peak_source": spec_source,
-    }  # fmt: skip
-    from embedcalc.cli.hardware import measure_local
-
-    result |= measure_local(dev, name, dtype, peak)
+    result = peak_result(name, dtype, peak, dev.type == "cuda", measure_local(dev, name, dtype, peak))
     if format is OutputFormat.json:
-        output.emit_json("bench", [{"target": None, "measurement": result}])
+        output.emit_json("bench", [result.to_json()])
         return
     from embedcalc.render.bench import peak_table
     from embedcalc.render.hardware import local_summary

@@ -15,6 +15,7 @@ from typing import Any
 from embedcalc.cli import output
 from embedcalc.cli.common import OutputFormat
 from embedcalc.errors import EmbedcalcError, ExitCode
+from embedcalc.reconcile.bench import MemoryMatrix, MemoryMatrixRow
 
 ATTENTIONS = ("sdpa", "eager")
 RECOMPUTES = ("none", "selective", "full")
@@ -55,16 +56,13 @@ def run_memory_matrix(
     combos = [(a, r) for a in ATTENTIONS for r in RECOMPUTES]
     with step_progress(output.stderr, f"{target} memory matrix") as on_step:
         for i, (attention, recompute) in enumerate(combos):
-            m = _one([*base, "--attention", attention, "--recompute", recompute])["measurement"]
-            rows.append({
-                "attention": attention, "recompute": recompute, "predicted_memory_bytes": m["predicted_memory_bytes"],
-                "peak_memory_bytes": m["peak_memory_bytes"], "memory_error_pct": m["memory_error_pct"],
-                "peak_memory_method": m["peak_memory_method"], "device": m["device"],
-            })  # fmt: skip
+            measured = _one([*base, "--attention", attention, "--recompute", recompute])["measurement"]
+            rows.append(MemoryMatrixRow.from_measurement(attention, recompute, measured))
             on_step("settings", i + 1, len(combos))
+    matrix = MemoryMatrix(target, tuple(rows))
     if format is OutputFormat.json:
-        output.emit_json("bench", [{"target": target, "memory_matrix": rows}])
+        output.emit_json("bench", [matrix.to_json()])
         return
     from embedcalc.render.bench import memory_matrix_table
 
-    output.stdout.print(memory_matrix_table(target, rows))
+    output.stdout.print(memory_matrix_table(matrix))

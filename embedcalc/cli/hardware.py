@@ -22,6 +22,7 @@ from embedcalc.config.hardware import (
     previous_local,
     save_local,
 )  # fmt: skip
+from embedcalc.reconcile.peak import LocalMeasurement
 
 app = typer.Typer(help="List the device catalogue (peaks, memory, bandwidths), or show one device.")
 
@@ -70,9 +71,9 @@ def show_hardware(
     output.stdout.print(device_table(device))
 
 
-def measure_local(dev: Any, name: str, dtype: str, peak: Any) -> dict[str, Any]:
+def measure_local(dev: Any, name: str, dtype: str, peak: Any) -> LocalMeasurement:
     """Measure this device's memory bandwidth (STREAM copy/triad), merge the matmul ``peak`` just measured, and
-    cache it all as the ``local`` device; returns the keys ``bench --peak`` adds to its measurement."""
+    cache it all as the ``local`` device; returns what ``bench --peak`` reports beside the peak."""
     from embedcalc.modeling.bandwidth import measure_memory_bandwidth, total_memory_bytes
     from embedcalc.render.progress import step_progress
 
@@ -85,14 +86,14 @@ def measure_local(dev: Any, name: str, dtype: str, peak: Any) -> dict[str, Any]:
     )  # fmt: skip
     path = save_local(device)
     measured = device.measured
-    return {
-        "memory_bandwidth_bytes_per_s": bandwidth.bytes_per_s,
-        "copy_bytes_per_s": bandwidth.copy_bytes_per_s,
-        "triad_bytes_per_s": bandwidth.triad_bytes_per_s,
-        "bandwidth_method": bandwidth.method,
-        "memory_bytes": device.memory,
-        "catalogue_match": measured.matches if measured else None,
-        "efficiency": measured.efficiency if measured else {},
-        "cached_as": LOCAL,
-        "cache_path": str(path),
-    }
+    return LocalMeasurement(
+        memory_bandwidth_bytes_per_s=bandwidth.bytes_per_s,
+        copy_bytes_per_s=bandwidth.copy_bytes_per_s,
+        triad_bytes_per_s=bandwidth.triad_bytes_per_s,
+        bandwidth_method=bandwidth.method,
+        memory_bytes=device.memory,
+        catalogue_match=measured.matches if measured else None,
+        efficiency=measured.efficiency if measured else {},
+        cached_as=LOCAL,
+        cache_path=str(path),
+    )

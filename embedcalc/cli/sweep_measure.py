@@ -1,33 +1,30 @@
 """``embedcalc sweep TARGET --seq-len ... --measure``: measured attention vs rest time beside the prediction.
 
 The prediction is the FLOP split (attention-score FLOPs vs everything else) and the closed-form crossover n*;
-the measurement times real forward passes with and without the attention core (embedcalc.modeling.measure).
+the measurement times real forward passes with and without the attention core (embedcalc.modeling.measure);
+:mod:`embedcalc.reconcile.attention_split` puts the two side by side.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import typer
 
-from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.torch_env import require_device, require_torch
-
-METHOD = (
-    "each seq_len: median of alternating forward passes with and without the attention core (Q·Kᵀ, softmax, ·V "
-    "replaced by a pass-through); attention = full − without, rest = without"
-)
+from embedcalc.reconcile.attention_split import AttentionSplit, attention_split
 
 
-def run_measure(
+def measure_split(
     target: str, overrides: list[str] | None, axes: dict[str, tuple[int, ...]], workload: Workload,
     device: str, repeat: int,
-) -> dict[str, Any]:  # fmt: skip
-    """Measure every --seq-len point (other axes must be single-valued); print a table; return the JSON part."""
+) -> AttentionSplit:  # fmt: skip
+    """Measure every --seq-len point (other axes must be single-valued) beside the predicted split."""
     others = [a for a, v in axes.items() if a != "seq_len" and len(v) > 1]
     if "seq_len" not in axes or others:
         raise typer.BadParameter(
@@ -39,7 +36,7 @@ def run_measure(
     from embedcalc.modeling.timing import set_threads
 
     dev = require_device(device)  # before any work: cuda without CUDA is exit 4, as in bench
-    from embedcalc.modeling.measure import measure_attention_split, measured_crossover
+    from embedcalc.modeling.measure import measure_attention_split
     from embedcalc.render.progress import step_progress
 
     fixed = [f"{a}={v[0]}" for a, v in axes.items() if a not in ("seq_len", "batch_size")]
@@ -54,22 +51,20 @@ def run_measure(
         points = measure_attention_split(
             analysis.config, seq_lens, batch, dtype, workload.attention, dev, repeat=repeat, on_step=on_step
         )
-    rows = []
-    for p in points:
-        flops = forward_flops(analysis.config, Workload(batch_size=batch, seq_len=p.seq_len))
-        rows.append({
-            "seq_len": p.seq_len, "full_s": p.full_s, "attention_s": p.attention_s, "rest_s": p.without_core_s,
-            "measured_attention_share": p.attention_share, "predicted_attention_share": flops.attention_score_share,
-        })  # fmt: skip
-    crossover = measured_crossover(points)
-    result = {
-        "device": str(dev), "threads": set_threads(None), "method": METHOD, "points": rows,
-        "measured_crossover_seq_len": crossover, "predicted_crossover_seq_len": analysis.crossover_seq_len,
-    }  # fmt: skip
-    return result
+    return attention_split(analysis, points, batch, str(dev), set_threads(None))
 
 
-def print_measure(target: str, measured: dict[str, Any]) -> None:
+def run_measure(
+    target: str, overrides: list[str] | None, axes: dict[str, tuple[int, ...]], workload: Workload,
+    device: str, repeat: int,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`measure_split` as the ``measured`` JSON object that ``sweep`` adds to its result."""
+    return measure_split(target, overrides, axes, workload, device, repeat).to_json()
+
+
+def print_measure(target: str, measured: AttentionSplit | Mapping[str, Any]) -> None:
+    """Print the measured split (also given as :func:`run_measure`'s JSON object, as ``sweep`` holds it)."""
     from embedcalc.render.tables import measure_table
 
-    output.stdout.print(measure_table(target, measured))
+    split = measured if isinstance(measured, AttentionSplit) else AttentionSplit.from_json(measured)
+    output.stdout.print(measure_table(target, split))

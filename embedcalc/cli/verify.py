@@ -43,7 +43,7 @@ def verify_command(
     workload = run.workload(layout)
     analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
     result = verify_analysis(analysis, run.attention)
-    params, flops, ok = result.params.row_dicts(), result.flops.row_dicts(), result.agree
+    ok = result.agree
     sharded = None
     if layout.sharded:
         from embedcalc.reconcile.sharding import verify_sharded
@@ -56,11 +56,11 @@ def verify_command(
     else:
         from embedcalc.render.tables import reconcile_table
 
-        output.stdout.print(reconcile_table(f"Parameters — {target}: analytic vs torch numel", params))
+        output.stdout.print(reconcile_table(f"Parameters — {target}: analytic vs torch numel", result.params))
         title = (
             f"Forward FLOPs — {target} (batch {run.batch_size}, seq_len {run.seq_len}): analytic vs FlopCounterMode"
         )
-        output.stdout.print(reconcile_table(title, flops))
+        output.stdout.print(reconcile_table(title, result.flops))
         if sharded is not None:
             from embedcalc.render.distributed import sharded_tables
 

@@ -7,7 +7,7 @@ step time; utilisation is against the device's measured matmul peak (and the dat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -160,5 +160,42 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement``."""
         return self.analysis.as_json() | {"measurement": self.measurement.as_json()}
+
+    as_json = to_json
+
+
+@dataclass(frozen=True)
+class MemoryMatrixRow:
+    """One ``--attention`` × ``--recompute`` setting of ``bench --memory-matrix``: predicted vs measured peak."""
+
+    attention: str
+    recompute: str
+    predicted_memory_bytes: int
+    peak_memory_bytes: int
+    memory_error_pct: float | None
+    peak_memory_method: str
+    device: str
+
+    @classmethod
+    def from_measurement(cls, attention: str, recompute: str, m: Mapping[str, Any]) -> MemoryMatrixRow:
+        """The row of one setting from the ``measurement`` object (:meth:`Measurement.as_json`) its run printed."""
+        return cls(attention=attention, recompute=recompute, predicted_memory_bytes=m["predicted_memory_bytes"],
+                   peak_memory_bytes=m["peak_memory_bytes"], memory_error_pct=m["memory_error_pct"],
+                   peak_memory_method=m["peak_memory_method"], device=m["device"])  # fmt: skip
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MemoryMatrix:
+    """Training-step peak memory of ``target``, predicted and measured, for every setting (each its own process)."""
+
+    target: str
+    rows: tuple[MemoryMatrixRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of ``embedcalc bench --memory-matrix --format json``."""
+        return {"target": self.target, "memory_matrix": [r.as_json() for r in self.rows]}
 
     as_json = to_json

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -10,6 +10,9 @@ from rich.table import Table
 from embedcalc.config.hardware import PEAK_DTYPES, Device, Figure
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
+
+if TYPE_CHECKING:  # the catalogue tables need no reconcile code
+    from embedcalc.reconcile.peak import PeakResult
 
 CATALOGUE_CAPTION = (
     "Dense peaks (no 2:4 sparsity), TFLOP/s (int8: TOP/s); memory in binary units; links per direction. "
@@ -82,16 +85,17 @@ def device_table(device: Device) -> Table:
     return table
 
 
-def local_summary(result: dict[str, Any]) -> Table:
+def local_summary(result: PeakResult) -> Table:
     """What ``bench --peak`` measured for memory and where it cached ``local``."""
-    table = Table(title=escape(f"Memory bandwidth — {result['device']}"), title_justify="left",
-                  caption=escape(str(result["bandwidth_method"])))  # fmt: skip
+    local = result.local
+    table = Table(title=escape(f"Memory bandwidth — {result.device}"), title_justify="left",
+                  caption=escape(local.bandwidth_method))  # fmt: skip
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    table.add_row("copy", _rate(result["copy_bytes_per_s"]))
-    table.add_row("triad", _rate(result["triad_bytes_per_s"]))
-    table.add_row("memory", units.binary_bytes(result["memory_bytes"]))
-    for key, value in result.get("efficiency", {}).items():
-        table.add_row(f"of {result['catalogue_match']} datasheet ({key})", units.percent(value))
-    table.add_row("cached as --hardware local", escape(result["cache_path"]))
+    table.add_row("copy", _rate(local.copy_bytes_per_s))
+    table.add_row("triad", _rate(local.triad_bytes_per_s))
+    table.add_row("memory", units.binary_bytes(local.memory_bytes))
+    for key, value in local.efficiency.items():
+        table.add_row(f"of {local.catalogue_match} datasheet ({key})", units.percent(value))
+    table.add_row("cached as --hardware local", escape(local.cache_path))
     return table

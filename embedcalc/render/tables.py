@@ -7,7 +7,7 @@ attention split; the tables about a config itself (check, heads, presets) are in
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -16,6 +16,10 @@ from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.report import Analysis
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
+
+if TYPE_CHECKING:  # analyze and compare render from here without loading the measured side
+    from embedcalc.reconcile.attention_split import AttentionSplit
+    from embedcalc.reconcile.verify import Reconciliation
 
 PARAMS_CAPTION = (
     "Trainable parameters; tied weights counted once; fixed buffers (sinusoidal tables) excluded."
@@ -225,23 +229,22 @@ def compare_table(analyses: Sequence[Analysis]) -> Table:
     return table
 
 
-def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
+def reconcile_table(title: str, reconciliation: Reconciliation) -> Table:
     """component | analytic | counted | difference, with a total row; mismatches in red."""
     table = FitTable(title=escape(title), title_justify="left")
     table.add_column("component")
     for name in ("analytic", "torch", "difference"):
         table.add_column(name, justify="right", whole=True)
-    for r in rows:
-        style = "red" if r["difference"] else None
+    for r in reconciliation.rows:
         table.add_row(
-            r["component"],
-            units.count(r["analytic"]),
-            units.count(r["counted"]),
-            f"{r['difference']:+,}" if r["difference"] else "0",
-            style=style,
+            r.component,
+            units.count(r.analytic),
+            units.count(r.counted),
+            f"{r.difference:+,}" if r.difference else "0",
+            style="red" if r.difference else None,
         )
     table.add_section()
-    a, c = sum(r["analytic"] for r in rows), sum(r["counted"] for r in rows)
+    a, c = reconciliation.analytic_total, reconciliation.counted_total
     table.add_row(
         "[bold]total[/]",
         f"[bold]{units.count(a)}[/]",
@@ -251,16 +254,16 @@ def reconcile_table(title: str, rows: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
-def measure_table(target: str, measured: dict[str, Any]) -> Table:
+def measure_table(target: str, measured: AttentionSplit) -> Table:
     """Measured attention vs rest time per seq_len, beside the FLOP-predicted attention share."""
-    crossover = measured["measured_crossover_seq_len"]
+    crossover = measured.measured_crossover_seq_len
     found = f"{crossover:,.0f}" if crossover is not None else "not reached in the range"
     table = FitTable(
-        title=escape(f"Measured attention split — {target} on {measured['device']} ({measured['threads']} threads)"),
+        title=escape(f"Measured attention split — {target} on {measured.device} ({measured.threads} threads)"),
         title_justify="left",
         caption=escape(
-            f"Crossover seq_len: measured {found}, predicted n* = {measured['predicted_crossover_seq_len']} "
-            f"(FLOPs). Method: {measured['method']}."
+            f"Crossover seq_len: measured {found}, predicted n* = {measured.predicted_crossover_seq_len} "
+            f"(FLOPs). Method: {measured.method}."
         ),
     )  # fmt: skip
     for name in (
@@ -272,10 +275,10 @@ def measure_table(target: str, measured: dict[str, Any]) -> Table:
         "(predicted, FLOPs)",
     ):
         table.add_column(name, justify="right", whole=True)
-    for r in measured["points"]:
+    for p in measured.points:
         table.add_row(
-            str(r["seq_len"]), f"{r['full_s'] * 1000:,.1f} ms", f"{r['attention_s'] * 1000:,.1f} ms",
-            f"{r['rest_s'] * 1000:,.1f} ms", units.percent(r["measured_attention_share"]),
-            units.percent(r["predicted_attention_share"]),
+            str(p.seq_len), f"{p.full_s * 1000:,.1f} ms", f"{p.attention_s * 1000:,.1f} ms",
+            f"{p.rest_s * 1000:,.1f} ms", units.percent(p.measured_attention_share),
+            units.percent(p.predicted_attention_share),
         )  # fmt: skip
     return table
