@@ -73,13 +73,13 @@ def test_memory_matrix_from_measurements() -> None:
     assert "tiny on cpu" in shown and "+50.0%" in shown and "peak RSS growth" in shown
 
 
-def test_attention_split_json_round_trip() -> None:
+def test_attention_split_json() -> None:
     data = SPLIT.to_json()
     assert list(data) == ["device", "threads", "method", "points", "measured_crossover_seq_len",
                           "predicted_crossover_seq_len"]  # fmt: skip
     assert list(data["points"][0]) == ["seq_len", "full_s", "attention_s", "rest_s", "measured_attention_share",
                                        "predicted_attention_share"]  # fmt: skip
-    assert AttentionSplit.from_json(json.loads(json.dumps(data))) == SPLIT
+    assert json.loads(json.dumps(data)) == data  # plain JSON types only
     shown = text(measure_table("tiny", SPLIT))
     assert "not reached in the range" in shown and "n* = 384" in shown and "22.0%" in shown
 

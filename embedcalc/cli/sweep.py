@@ -152,9 +152,9 @@ def sweep_command(
     _report_notes(result)
     measured = None
     if measure:
-        from embedcalc.cli.sweep_measure import run_measure
+        from embedcalc.cli.sweep_measure import measure_split
 
-        measured = run_measure(target, overrides, axes, workload, device, repeat)
+        measured = measure_split(target, overrides, axes, workload, device, repeat)
     times = None
     if timing.hardware is not None:
         from embedcalc.cli.sweep_time import sweep_times
@@ -171,7 +171,7 @@ def sweep_command(
     if format is SweepFormat.json:
         output.emit_json(
             "sweep",
-            [_timed(result_json(result), times) | ({"measured": measured} if measured else {})],
+            [_timed(result_json(result), times) | ({"measured": measured.to_json()} if measured else {})],
             workload_json(result),
             axes={a: list(v) for a, v in result.axes.items()},
         )

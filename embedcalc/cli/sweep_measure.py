@@ -7,9 +7,6 @@ the measurement times real forward passes with and without the attention core (e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import typer
 
 from embedcalc.analysis.report import Analysis
@@ -54,17 +51,8 @@ def measure_split(
     return attention_split(analysis, points, batch, str(dev), set_threads(None))
 
 
-def run_measure(
-    target: str, overrides: list[str] | None, axes: dict[str, tuple[int, ...]], workload: Workload,
-    device: str, repeat: int,
-) -> dict[str, Any]:  # fmt: skip
-    """:func:`measure_split` as the ``measured`` JSON object that ``sweep`` adds to its result."""
-    return measure_split(target, overrides, axes, workload, device, repeat).to_json()
-
-
-def print_measure(target: str, measured: AttentionSplit | Mapping[str, Any]) -> None:
-    """Print the measured split (also given as :func:`run_measure`'s JSON object, as ``sweep`` holds it)."""
+def print_measure(target: str, measured: AttentionSplit) -> None:
+    """Print the measured split beside the prediction."""
     from embedcalc.render.tables import measure_table
 
-    split = measured if isinstance(measured, AttentionSplit) else AttentionSplit.from_json(measured)
-    output.stdout.print(measure_table(target, split))
+    output.stdout.print(measure_table(target, measured))

@@ -1,7 +1,7 @@
 """The static KV cache of generation: every tensor allocated once, before the prompt, in the analytic layout.
 
-Per decoder layer (docs/layers.md, analysis/memory_inference.py): standard attention holds one K and one V tensor of shape
-(B, kv_heads, L, head_dim); multi-head latent attention one tensor (B, L, kv_lora_rank + qk_rope_head_dim), the
+Per decoder layer (docs/layers.md, analysis/memory_inference.py): standard attention holds one K and one V tensor of
+shape (B, kv_heads, L, head_dim); multi-head latent attention one tensor (B, L, kv_lora_rank + qk_rope_head_dim), the
 normalised compressed latent followed by the rotated rope key (DeepSeek-V2 §2.1.2). L is the tokens the sequence
 reaches (prompt + generated), capped at the layer's window or chunk; a capped layer is a rolling buffer (Mistral,
 Jiang et al. 2023, §2): position p lives in slot p mod L. An encoder-decoder's decoder layer also holds the

@@ -8,7 +8,7 @@ time first reaches the rest, interpolated in log-log.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,12 +59,6 @@ class AttentionSplit:
                 "predicted_crossover_seq_len": self.predicted_crossover_seq_len}  # fmt: skip
 
     as_json = to_json
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AttentionSplit:
-        """The inverse of :meth:`to_json`."""
-        fields = {k: v for k, v in data.items() if k != "points"}
-        return cls(points=tuple(SplitRow(**p) for p in data["points"]), **fields)
 
 
 def split_row(analysis: Analysis, point: SplitPoint, batch_size: int) -> SplitRow:
