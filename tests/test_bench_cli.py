@@ -376,6 +376,10 @@ ANNOUNCE_TIMING = textwrap.dedent(
 )
 
 
+# slow (issue 14: the subprocess Ctrl-C runs are in the slow suite). Once, in a full default run, the child did not
+# answer the SIGINT within 60 s and kept timing (not reproduced in eight reruns, two of them beside two busy cores):
+# whatever happens, the child is killed before the test ends, so a failure cannot leave it burning the suite's CPU.
+@pytest.mark.slow
 @pytest.mark.torch
 def test_ctrl_c_while_timing_exits_130(torch: Any, tiny: str) -> None:
     proc = subprocess.Popen(
@@ -399,6 +403,9 @@ def test_ctrl_c_while_timing_exits_130(torch: Any, tiny: str) -> None:
         stdout, rest = proc.communicate(timeout=60)
     finally:
         killer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     stderr = "".join(seen) + rest
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
