@@ -84,7 +84,8 @@ def _check_cached_equals_full(model: TransformerModel, source: Any = None) -> No
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+# every config with SDPA by default, with eager attention too in the slow suite
+@pytest.mark.parametrize("impl", ["sdpa", pytest.param("eager", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_cached_decode_equals_full_recomputation(name: str, impl: str) -> None:
     _check_cached_equals_full(_model(name, impl))
@@ -156,11 +157,11 @@ def test_bench_generate_tiny_decoder(run_cli: Any, tmp_path: Any) -> None:
     assert entry["measurement"]["gen_tokens"] == 12
 
 
-def test_bench_generate_refuses_an_encoder_and_zero_tokens(run_cli: Any) -> None:
-    encoder = run_cli("bench", "bert-base", "--mode", "generate", "--gen-tokens", "4", "--device", "cpu")
-    assert encoder.returncode == 2 and "encoder" in encoder.stderr
-    zero = run_cli("bench", "gpt2", "--mode", "generate", "--device", "cpu")
-    assert zero.returncode == 2 and "--gen-tokens" in zero.stderr
+def test_bench_generate_refuses_an_encoder_and_zero_tokens(cli: Any) -> None:
+    encoder = cli("bench", "bert-base", "--mode", "generate", "--gen-tokens", "4", "--device", "cpu")
+    assert encoder.exit_code == 2 and "encoder" in encoder.stderr
+    zero = cli("bench", "gpt2", "--mode", "generate", "--device", "cpu")
+    assert zero.exit_code == 2 and "--gen-tokens" in zero.stderr
 
 
 @pytest.mark.slow  # about 15-20 s; the default suite runs generate end to end on a tiny decoder

@@ -126,7 +126,8 @@ def hf_file(path: Path) -> Any:
         return None  # a family the reader does not take (the reference file of a layer-schema preset)
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+# 80 columns (the strictest) by default; 120 as well in the slow suite
+@pytest.mark.parametrize("width", [80, pytest.param(120, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("path", HF_FILES, ids=[p.stem for p in HF_FILES])
 def test_check_hugging_face_report(path: Path, width: int) -> None:
     loaded = hf_file(path)

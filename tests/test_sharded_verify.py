@@ -20,6 +20,7 @@ def _verify(cli: Any, *args: str) -> tuple[int, dict[str, Any], str]:
     return result.exit_code, json.loads(result.stdout), result.stderr
 
 
+@pytest.mark.slow  # about 4-9 s; the pipeline and column/row-parallel tests below cover sharding by default
 def test_gpt2_tp2_dp2_zero3_agrees_on_every_rank_and_collective(cli: Any) -> None:
     code, out, err = _verify(cli, "gpt2", "--tp", "2", "--dp", "2", "--zero", "3")
     assert code == 0, err

@@ -212,6 +212,7 @@ def test_quick_profile(category: str, workdir: Path) -> None:
     _run_category(category, QUICK[category], workdir, None)
 
 
+@pytest.mark.slow  # real processes (the quick profile runs the same categories in-process)
 def test_subprocess_sample(workdir: Path) -> None:
     """The same invariant across the process boundary (real streams, exit codes, a memory limit)."""
     paths = make_special_paths(workdir / "special")
