@@ -39,8 +39,8 @@ def with_kv_dtype(memory: MemoryEstimate, w: Workload, kv_dtype: str | None) -> 
 _MAX_BATCH = 1 << 40
 
 
-def _largest(fits: Any, lo: int, hi: int) -> int:
-    """The largest value in [lo, hi] with fits(value), given fits(lo) and a monotone fits."""
+def largest(fits: Any, lo: int, hi: int) -> int:
+    """The largest value in [lo, hi] with fits(value), given fits(lo) and a monotone fits (bisection)."""
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
@@ -64,7 +64,7 @@ def capacity(
         hi = 1
         while hi < _MAX_BATCH and fits(replace(w, batch_size=2 * hi)):
             hi *= 2
-        batch = _largest(lambda b: fits(replace(w, batch_size=b)), hi, min(2 * hi, _MAX_BATCH))
+        batch = largest(lambda b: fits(replace(w, batch_size=b)), hi, min(2 * hi, _MAX_BATCH))
     extra = w.gen_tokens if config.architecture == "decoder" else 0
     cap = config.max_seq_len - extra
     context: int | None = None
@@ -73,6 +73,6 @@ def capacity(
         if fits(replace(w, seq_len=cap)):
             context, limited = cap + extra, "max_seq_len"
         else:
-            context = _largest(lambda n: fits(replace(w, seq_len=n)), 1, cap) + extra
+            context = largest(lambda n: fits(replace(w, seq_len=n)), 1, cap) + extra
             limited = "memory"
     return Capacity(limit_bytes, source, batch, context, limited)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.roofline_capacity import largest
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.config.schema import ModelConfig
@@ -41,17 +42,9 @@ def largest_fitting(workload: Workload, config: ModelConfig, free: int, field: s
         )
         return run_bytes(estimate_memory(config, trial)) <= free
 
-    hi = getattr(workload, field)
     if not fits(1):
         return None
-    lo = 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest(fits, 1, getattr(workload, field))
 
 
 def check_fits(analysis: Analysis, free: int, where: str, sizes: Callable[[int], str]) -> None:
