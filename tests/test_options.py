@@ -84,3 +84,22 @@ def test_check_int8_training_is_exit_3_with_the_fix(cli: Any) -> None:
     result = cli("check", "bert-base", "--mode", "training", "--dtype", "int8")
     assert (result.exit_code == 3 and result.exception is None) or isinstance(result.exception, SystemExit)
     assert "use --dtype float32, bfloat16 or float16" in result.stderr
+
+
+def test_help_builds_every_command_without_the_config_models() -> None:
+    """`embedcalc --help` imports every command module for its signature: the options are all it needs, so
+    neither pydantic (the config models) nor yaml nor the analysis of a config is loaded (issue 14)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import io, sys, contextlib\n"
+        "sys.argv = ['embedcalc', '--help']\n"
+        "from embedcalc.cli.app import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main()\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml', 'torch', 'numpy')\n"
+        "             or m in ('embedcalc.config.schema', 'embedcalc.analysis.report')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout

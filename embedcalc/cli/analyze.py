@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedcalc.analysis.checked import analyze_loaded
-from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.common import (
     FormatOption,
@@ -22,9 +19,16 @@ from embedcalc.cli.common import (
 from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 
+if TYPE_CHECKING:  # the command modules import only their options at the top: `embedcalc --help` builds every
+    # command's signature without loading the config models or the analysis (tests/test_cli.py checks it)
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.analysis.workload import Workload
+
 
 def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
     """Load, validate against the workload and parallel layout, and analyse one target; warnings to stderr."""
+    from embedcalc.analysis.checked import analyze_loaded
+
     result = analyze_loaded(load(target, overrides), workload)
     output.warn(result.warnings, target)
     return result

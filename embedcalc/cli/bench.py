@@ -7,19 +7,20 @@ compares it with what is free; a run that cannot fit exits 4 with a batch size a
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_device, require_torch
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
-from embedcalc.reconcile.bench import BenchResult, check_fits, measurement
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.analysis.workload import Workload
 
 
 class DeviceChoice(StrEnum):
@@ -59,6 +60,7 @@ class BenchDtype(StrEnum):
 
 
 def _check_fits(analysis: Analysis, free: int, where: str) -> None:
+    from embedcalc.reconcile.bench import check_fits
     from embedcalc.render.units import binary_bytes
 
     check_fits(analysis, free, where, binary_bytes)
@@ -164,6 +166,8 @@ def bench_command(
 
     with step_progress(output.stderr, "matmul peak") as on_step:
         measured_peak = measure_matmul_peak(dev, dtype.value, on_step=on_step)
+    from embedcalc.reconcile.bench import BenchResult, measurement
+
     result = BenchResult(analysis, measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype.value))
     if format is OutputFormat.json:
         output.emit_json("bench", [result.to_json()], workload.as_dict())

@@ -6,8 +6,6 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.report import analyze
-from embedcalc.analysis.suggest import suggest as suggest_fixes
 from embedcalc.cli import output
 from embedcalc.cli.common import (
     FormatOption,
@@ -19,8 +17,6 @@ from embedcalc.cli.common import (
     load,
 )  # fmt: skip
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
-from embedcalc.config.checks import config_warnings, workload_problems
-from embedcalc.config.loading import load_target, raw_config
 from embedcalc.errors import ConfigError, ExitCode, Problem, outcome
 
 
@@ -51,6 +47,9 @@ def check_command(
     --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are then those of the
     workload the options give, per device with --tp/--pp/--dp/--zero, as `analyze` reports them.
     """
+    from embedcalc.analysis.report import analyze
+    from embedcalc.config.checks import config_warnings, workload_problems
+
     workload = run.workload(layout)
     budget = limits.budget()
     results: list[dict[str, Any]] = []
@@ -118,6 +117,9 @@ def check_command(
 
 def _suggestions(target: str, overrides: list[str] | None, format: OutputFormat) -> list[dict[str, Any]]:
     """Nearest valid alternatives, printed (table) and returned (JSON)."""
+    from embedcalc.analysis.suggest import suggest as suggest_fixes
+    from embedcalc.config.loading import load_target, raw_config
+
     try:
         raw = raw_config(target, overrides)
     except ConfigError:

@@ -6,12 +6,10 @@ import csv
 import io
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import (
@@ -25,6 +23,10 @@ from embedcalc.cli.common import (
 from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 from embedcalc.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.analysis.workload import Workload
 
 
 @handle_errors("compare")

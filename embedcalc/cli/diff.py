@@ -13,7 +13,6 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors, load
 from embedcalc.cli.torch_env import require_torch
-from embedcalc.config.checks import config_warnings
 
 
 @handle_errors("diff")
@@ -32,6 +31,7 @@ def diff_command(
     each common change (embed_dim, num_heads, layers, GQA, vocabulary, positions). --set overrides B only.
     """
     require_torch()
+    from embedcalc.config.checks import config_warnings
     from embedcalc.reconcile.diff import diff_models
 
     loaded_a, loaded_b = load(a, None), load(b, overrides)

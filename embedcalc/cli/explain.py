@@ -11,22 +11,20 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from embedcalc.analysis.explain import TOPICS, explain_cost, explain_width_depth
-from embedcalc.analysis.explain_heads import HeadShape, explain_heads
-from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_tune
-from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
 from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
-from embedcalc.config.loading import load_target, raw_config
-from embedcalc.config.presets import preset_names
-from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, Problem
+
+if TYPE_CHECKING:  # the answers load when a question is asked (`embedcalc --help` needs only the options)
+    from embedcalc.analysis.explain_heads import HeadShape
+    from embedcalc.analysis.workload import Workload
+    from embedcalc.config.schema import ModelConfig
 
 # validation problems the heads topic explains (DESIGN.md §3: the head split of the width)
 HEAD_PROBLEMS = frozenset({"heads_indivisible", "kv_heads_indivisible", "rope_head_dim_odd"})
@@ -52,6 +50,8 @@ def _positive_int(raw: dict[str, Any], key: str, default: int | None = None) -> 
 
 def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
     """The heads topic's numbers from an unvalidated mapping, or None if they are not all positive integers."""
+    from embedcalc.analysis.explain_heads import HeadShape
+
     d, h = _positive_int(raw, "embed_dim"), _positive_int(raw, "num_heads")
     layers = _positive_int(raw, "num_layers")
     if d is None or h is None or layers is None:
@@ -74,10 +74,17 @@ def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
 
 
 def _presets() -> list[tuple[str, ModelConfig]]:
+    from embedcalc.config.loading import load_target
+    from embedcalc.config.presets import preset_names
+
     return [(name, load_target(name).config) for name in preset_names()]
 
 
 def _answer(topic: str, config: ModelConfig, workload: Workload) -> Any:
+    from embedcalc.analysis.explain import explain_cost, explain_width_depth
+    from embedcalc.analysis.explain_heads import HeadShape, explain_heads
+    from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_tune
+
     if topic == "heads":
         return explain_heads(HeadShape.of(config), workload, config)
     if topic == "width-depth":
@@ -93,6 +100,9 @@ def _invalid_heads(
     target: str, overrides: list[str] | None, error: ConfigError, topics: list[str], workload: Workload
 ) -> tuple[Any, list[Problem]]:
     """The heads answer for a config invalid only in its heads; re-raise ``error`` for anything else."""
+    from embedcalc.analysis.explain_heads import explain_heads
+    from embedcalc.config.loading import raw_config
+
     codes = {p.code for p in error.problems}
     if (len(topics) == 1 and topics != ["heads"]) or not codes or not codes <= HEAD_PROBLEMS:
         raise error
@@ -132,6 +142,7 @@ def explain_command(
     heads is still explained by the heads topic (exit 0; `check` exits 3 on it); other topics need a valid
     config (exit 3).
     """
+    from embedcalc.analysis.explain import TOPICS
     from embedcalc.render.i18n import language_from_env
 
     language = lang.value if lang is not None else language_from_env(os.environ)

@@ -5,24 +5,16 @@ Also the ``local`` measurement that ``bench --peak`` makes and caches (:func:`me
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
-from embedcalc.config.hardware import (
-    LOCAL,
-    Device,
-    catalogue,
-    load_device,
-    local_device,
-    local_path,
-    peak_dtype,
-    previous_local,
-    save_local,
-)  # fmt: skip
-from embedcalc.reconcile.peak import LocalMeasurement
+
+if TYPE_CHECKING:  # the catalogue (pydantic models) loads when a hardware command runs, not for --help
+    from embedcalc.config.hardware import Device
+    from embedcalc.reconcile.peak import LocalMeasurement
 
 app = typer.Typer(help="List the device catalogue (peaks, memory, bandwidths), or show one device.")
 
@@ -41,6 +33,8 @@ def list_hardware(ctx: typer.Context, format: FormatOption = OutputFormat.table)
     """List the shipped devices (and `local` once `embedcalc bench --peak` has measured this machine)."""
     if ctx.invoked_subcommand is not None:
         return
+    from embedcalc.config.hardware import catalogue, local_path, previous_local
+
     devices = catalogue()
     local = previous_local()
     if local is not None:
@@ -62,6 +56,8 @@ def show_hardware(
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Print one device: every figure with its note and datasheet source."""
+    from embedcalc.config.hardware import load_device
+
     device = load_device(name)
     if format is OutputFormat.json:
         output.emit_json("hardware show", [device_json(device)])
@@ -74,7 +70,9 @@ def show_hardware(
 def measure_local(dev: Any, name: str, dtype: str, peak: Any) -> LocalMeasurement:
     """Measure this device's memory bandwidth (STREAM copy/triad), merge the matmul ``peak`` just measured, and
     cache it all as the ``local`` device; returns what ``bench --peak`` reports beside the peak."""
+    from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
     from embedcalc.modeling.bandwidth import measure_memory_bandwidth, total_memory_bytes
+    from embedcalc.reconcile.peak import LocalMeasurement
     from embedcalc.render.progress import step_progress
 
     with step_progress(output.stderr, "memory bandwidth") as on_step:

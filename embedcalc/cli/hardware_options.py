@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
-from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import KvDtype
 from embedcalc.errors import UnsupportedEnvironmentError
 
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
+    from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
     from embedcalc.config.hardware import Device
 

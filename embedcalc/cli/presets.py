@@ -7,11 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from embedcalc.analysis.params import count_params
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors, load
 from embedcalc.config.presets import preset_names, preset_path
-from embedcalc.config.problems import did_you_mean
 from embedcalc.errors import ConfigError, Problem
 
 app = typer.Typer(help="List the shipped presets, or show one.", no_args_is_help=False)
@@ -23,6 +21,8 @@ def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) 
     """List the shipped presets with their size."""
     if ctx.invoked_subcommand is not None:
         return
+    from embedcalc.analysis.params import count_params
+
     rows: list[dict[str, Any]] = []
     for name in preset_names():
         config = load(name, None).config
@@ -53,6 +53,8 @@ def show_preset(
     """Print one preset as YAML (with its sources), or as JSON with --format json."""
     path = preset_path(name)
     if path is None:
+        from embedcalc.config.problems import did_you_mean
+
         names = preset_names()
         message = f"unknown preset {name!r}{did_you_mean(name, names)}; presets: {', '.join(names)}"
         raise ConfigError(message, [Problem(name, message, "unknown_preset")], "unknown_preset")

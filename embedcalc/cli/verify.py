@@ -18,7 +18,6 @@ from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_e
 from embedcalc.cli.options import ParallelFlags, WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_torch
 from embedcalc.errors import ExitCode, outcome
-from embedcalc.reconcile.verify import verify_analysis
 
 
 @handle_errors("verify")
@@ -42,6 +41,8 @@ def verify_command(
                                  param_hint="'--zero'")  # fmt: skip
     workload = run.workload(layout)
     analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
+    from embedcalc.reconcile.verify import verify_analysis
+
     result = verify_analysis(analysis, run.attention)
     ok = result.agree
     sharded = None
