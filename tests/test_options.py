@@ -103,3 +103,12 @@ def test_help_builds_every_command_without_the_config_models() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_literal_choices_are_the_tables_keys() -> None:
+    """The dtype choices and the byte tables they index are the same sets (one list of names)."""
+    from embedcalc.analysis.roofline_capacity import KV_DTYPE_BYTES
+    from embedcalc.analysis.workload import DTYPE_BYTES, KvDtype
+
+    assert set(typing.get_args(Dtype)) == set(DTYPE_BYTES)
+    assert set(typing.get_args(KvDtype)) == set(KV_DTYPE_BYTES)
