@@ -157,42 +157,6 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     return seconds / steps, calls / steps, ops
 
 
-def _tp_step(model: Any, inputs: tuple[Any, Any], mode: str) -> Any:
-    """A training step (or forward) of a tensor-parallel model: vocab-sharded logits go through torch's parallel
-    cross-entropy (``loss_parallel``), every rank on the same batch."""
-    import torch.nn.functional as F
-    from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.parallel import loss_parallel
-
-    src, tgt = inputs
-    args = (src,) if tgt is None else (src, tgt)
-    targets = args[-1]
-    if mode == "inference":
-        model.eval()
-
-        def infer() -> None:
-            with torch.inference_mode():
-                model(*args)
-
-        return infer
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-
-    def train() -> None:
-        out = model(*args)
-        logits = getattr(out, "logits", None)
-        if isinstance(logits, DTensor):
-            with loss_parallel():
-                loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-                loss.backward()  # type: ignore[no-untyped-call]
-        else:
-            out.main.float().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
-
-    return train
-
-
 def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.device) -> None:
     """Two steps of a miniature of the model (same options, toy size) before the RSS baseline, so that the
     kernels' code pages and the process group's buffers are resident and not counted as the model's memory."""
@@ -207,9 +171,7 @@ def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.d
         tiny = sharding_config(tiny, settings.nproc)
     model = _wrap(build_model(tiny, attention=settings.attention, device=device), tiny, settings, device)
     inputs = make_inputs(tiny, 1, min(8, tiny.max_seq_len), None, device)
-    step = _tp_step(model, inputs, settings.mode) if settings.strategy == "tp" else make_step(
-        model, inputs, settings.mode
-    )
+    step = make_step(model, inputs, settings.mode, fused=settings.strategy != "tp")
     for _ in range(2):
         step()
     del model, step
@@ -261,9 +223,8 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
         wrapped = _wrap(model, config, settings, device)
         local_params = _local_numel(model)
         inputs = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
-        step = _tp_step(wrapped, inputs, settings.mode) if settings.strategy == "tp" else make_step(
-            wrapped, inputs, settings.mode
-        )
+        # tensor parallel: every rank on the same batch, the for-each AdamW over the DTensor shards
+        step = make_step(wrapped, inputs, settings.mode, fused=settings.strategy != "tp")
         for _ in range(settings.warmup):
             step()
         if os.environ.get(FAULT_ENV) == str(rank):

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from embedcalc.config.schema import ModelConfig
@@ -237,7 +236,6 @@ def shard_on_fake_group(
     """Shard ``config``'s model for tp x dp ranks on torch's fake process group and record what torch did."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import loss_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from embedcalc.modeling.model import build_model
@@ -271,7 +269,7 @@ def shard_on_fake_group(
         collectives = None
         if skipped is None:
             try:
-                collectives = _one_step(model, sharded, batch_size, seq_len, device, loss_parallel)
+                collectives = _one_step(model, sharded, batch_size, seq_len, device)
             except RuntimeError as exc:  # a plan whose shards do not compose fails in torch's own shape checks
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 notes.append(f"the sharded training step failed in torch: {first_line}")
@@ -286,13 +284,15 @@ def shard_on_fake_group(
 
 
 def _one_step(
-    model: nn.Module, config: ModelConfig, batch_size: int, seq_len: int, device: str, loss_parallel: Any
+    model: nn.Module, config: ModelConfig, batch_size: int, seq_len: int, device: str
 ) -> list[RecordedCollective]:
     """One forward and backward under the recording comm mode; the loss is cross-entropy on vocab-sharded logits
     (torch's parallel loss) when the model has an LM head, else the mean of its output."""
     import warnings
 
     from torch.distributed.tensor import DTensor
+
+    from embedcalc.modeling.timing import backward_parallel_loss
 
     recorder = _BytesCommMode()
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, T)
@@ -305,9 +305,7 @@ def _one_step(
         out = model(*args)
         logits = getattr(out, "logits", None)
         if isinstance(logits, DTensor):
-            with loss_parallel():
-                loss = F.cross_entropy(logits.flatten(0, 1), ids.flatten())
-                loss.backward()  # type: ignore[no-untyped-call]
+            backward_parallel_loss(logits, ids)
         else:
             main = out.main if hasattr(out, "main") else out
             main.float().mean().backward()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,6 +102,27 @@ def training_loss(output: Any, targets: Tensor) -> Tensor:
     return main.float().mean()
 
 
+def backward_parallel_loss(logits: Any, targets: Tensor) -> None:
+    """Cross-entropy over vocab-sharded DTensor logits (a tensor-parallel LM head) and its backward, both inside
+    torch's ``loss_parallel``, which computes the softmax across the shards without gathering the vocabulary."""
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    with loss_parallel():
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        loss.backward()  # type: ignore[no-untyped-call]
+
+
+def backward_training_loss(output: Any, targets: Tensor) -> None:
+    """Backpropagate :func:`training_loss`, or torch's parallel cross-entropy when the logits are sharded over the
+    vocabulary (:func:`backward_parallel_loss`; a DTensor can exist only once torch.distributed.tensor is loaded)."""
+    tensor = sys.modules.get("torch.distributed.tensor")
+    logits = getattr(output, "logits", None)
+    if tensor is not None and isinstance(logits, tensor.DTensor):
+        backward_parallel_loss(logits, targets)
+        return
+    training_loss(output, targets).backward()  # type: ignore[no-untyped-call]
+
+
 class _Clock:
     """Per-step wall time: CUDA events on a GPU, perf_counter on the CPU."""
 
@@ -123,9 +145,10 @@ class _Clock:
 
 
 def make_step(
-    model: nn.Module, inputs: tuple[Tensor, Tensor | None], mode: Literal["inference", "training"]
+    model: nn.Module, inputs: tuple[Tensor, Tensor | None], mode: Literal["inference", "training"], fused: bool = True
 ) -> Callable[[], None]:
-    """One inference forward, or one training step (forward, mean-of-output loss, backward, AdamW step)."""
+    """One inference forward, or one training step (forward, :func:`backward_training_loss`, AdamW step).
+    ``fused=False``: the for-each AdamW, for parameters the fused kernel does not take (tensor-parallel DTensors)."""
     src, tgt = inputs
     args = (src,) if tgt is None else (src, tgt)
     if mode == "inference":
@@ -139,12 +162,11 @@ def make_step(
     model.train()
     # the fused kernel (CUDA, and CPU since torch 2.4) updates in place with no full-size temporaries, so the
     # measured peak is the optimizer state itself
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=fused)
     targets = args[-1]  # next-token-style targets: the last stack's own ids (their values do not change cost)
 
     def train() -> None:
-        loss = training_loss(model(*args), targets)
-        loss.backward()  # type: ignore[no-untyped-call]
+        backward_training_loss(model(*args), targets)
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)  # persistent gradient buffers, as DDP/Megatron keep them
 
