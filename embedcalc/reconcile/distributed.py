@@ -13,14 +13,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.communication import CommunicationEstimate
 from embedcalc.analysis.memory import MemoryEstimate
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.workload import Parallelism
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.distributed import RankResult, Strategy
+
+if TYPE_CHECKING:  # types only: `analyze --tp/--dp` reaches this module through the communication table, and
+    # importing the torch side at run time would load torch there (and fail without it: issue 24)
+    from embedcalc.modeling.distributed import RankResult, Strategy
 
 
 def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
