@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from embedcalc.errors import UnsupportedEnvironmentError
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 
 
-def _cache(root: Path, repo: str, fixture: str, commit: str = "0123abcd", ref: str | None = "main") -> Path:
+def _cache(
+    root: Path, repo: str, fixture: str, commit: str = "0123abcd" * 5, ref: str | None = "main"
+) -> Path:
     base = root / ("models--" + repo.replace("/", "--"))
     snapshot = base / "snapshots" / commit
     snapshot.mkdir(parents=True)
@@ -54,16 +57,16 @@ def test_a_cached_hub_id_works_in_any_command(cli: Any, cache: Path, command: st
 
 
 def test_revision_picks_the_snapshot(cache: Path) -> None:
-    _cache(cache, "org/model", "granite-3.0-2b", commit="aaaa", ref="main")
-    other = _cache(cache, "org/other", "phi-2", commit="bbbb", ref="v1")
+    _cache(cache, "org/model", "granite-3.0-2b", commit="a" * 40, ref="main")
+    other = _cache(cache, "org/other", "phi-2", commit="b" * 40, ref="v1")
     assert hub.resolve_hub_id("org/other@v1") == other
-    hub.configure(revision="bbbb")
+    hub.configure(revision="b" * 40)
     assert hub.resolve_hub_id("org/other") == other  # a commit hash names its snapshot directly
     hub.configure()
 
 
 def test_revision_flag_through_the_cli(cli: Any, cache: Path) -> None:
-    _cache(cache, "org/model", "phi-2", commit="cafe", ref="v2")
+    _cache(cache, "org/model", "phi-2", commit="cafe" * 10, ref="v2")
     assert cli("check", "org/model").exit_code == 4
     assert cli("--revision", "v2", "check", "org/model").exit_code == 0
 
@@ -104,3 +107,83 @@ def test_paths_and_presets_are_not_hub_ids(cache: Path) -> None:
     assert hub.parse_hub_id("gpt2") is None
     assert hub.parse_hub_id("configs/model.yaml") is None
     assert hub.parse_hub_id("Qwen/Qwen3-8B@main") == ("Qwen/Qwen3-8B", "main")
+
+
+# --- hostile caches (issue 24): nothing outside the cache is read, every read is bounded ------------------------
+
+COMMIT = "0123abcd" * 5
+
+
+def test_revision_climbing_out_of_the_cache_is_refused(cli: Any, cache: Path, tmp_path_factory: Any) -> None:
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "config.json").write_text((FIXTURES / "phi-2.json").read_text())
+    _cache(cache, "org/m", "phi-2")
+    climb = "../" * 3 + str(elsewhere.relative_to(elsewhere.anchor))
+    result = cli("check", f"org/m@{climb}")
+    assert result.exit_code == 3, result.stderr
+    assert "revision" in result.stderr and "'..'" in result.stderr
+    flag = cli("--revision", "../../../x", "check", "org/m")
+    assert flag.exit_code == 2 and "--revision" in flag.stderr
+
+
+@pytest.mark.parametrize("content", ["../..", "/etc", "../../../../" + COMMIT])
+def test_a_ref_that_is_no_commit_hash_is_refused(cli: Any, cache: Path, content: str) -> None:
+    _cache(cache, "org/m", "phi-2")
+    (cache / "models--org--m" / "refs" / "main").write_text(content)
+    result = cli("check", "org/m")
+    assert result.exit_code == 3, result.stderr
+    assert "refs/main" in result.stderr and "not a 40-character commit hash" in result.stderr
+
+
+def test_a_huge_ref_is_read_bounded(cli: Any, cache: Path) -> None:
+    _cache(cache, "org/m", "phi-2")
+    ref = cache / "models--org--m" / "refs" / "main"
+    with ref.open("wb") as f:  # 3 GiB, sparse: nothing is written, a whole read would need 3 GiB of memory
+        f.truncate(3 << 30)
+    result = cli("check", "org/m")
+    assert result.exit_code == 3, result.stderr
+    assert "refs/main" in result.stderr and "found in the Hugging Face cache but unreadable" in result.stderr
+
+
+def test_a_snapshot_symlinked_out_of_the_cache_is_refused(
+    cli: Any, cache: Path, tmp_path_factory: Any
+) -> None:
+    outside = tmp_path_factory.mktemp("outside") / "config.json"
+    outside.write_text((FIXTURES / "phi-2.json").read_text())
+    snapshot = cache / "models--org--m" / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(outside)
+    (cache / "models--org--m" / "refs").mkdir()
+    (cache / "models--org--m" / "refs" / "main").write_text(COMMIT)
+    result = cli("check", "org/m")
+    assert result.exit_code == 3 and "outside the cache" in result.stderr
+
+
+def _special(path: Path, kind: str) -> None:
+    path.unlink()
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("{}")
+        path.chmod(0)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "unreadable"])
+def test_a_config_json_that_cannot_be_read_is_found_but_unreadable(cli: Any, cache: Path, kind: str) -> None:
+    if kind == "unreadable" and os.geteuid() == 0:
+        pytest.skip("root reads files without permission")
+    config = _cache(cache, "org/m", "phi-2")
+    _special(config, kind)
+    result = cli("check", "org/m")
+    assert result.exit_code == 3, result.stderr
+    assert "found in the Hugging Face cache but" in result.stderr and "not in the local" not in result.stderr
+
+
+def test_hub_grammar(cache: Path) -> None:
+    assert hub.parse_hub_id("org/a--b") is None  # the hub refuses "--" and ".." in ids
+    assert hub.parse_hub_id("org/a..b") is None
+    assert hub.parse_hub_id("org/m@refs/pr/1") == ("org/m", "refs/pr/1")
+    for bad in ("", "/abs", "a//b", ".hidden", "a/.b", "x.lock", "a b", "a:b", "x" * 300):
+        assert hub.revision_problem(bad) is not None, bad

@@ -55,6 +55,8 @@ def root(
     """embedcalc: Transformer shapes, costs and benchmarks."""
     if debug:
         os.environ[DEBUG_ENV] = "1"
+    if revision is not None and (why := hub.revision_problem(revision)) is not None:
+        raise typer.BadParameter(f"{revision[:80]!r} {why}", param_hint="'--revision'")
     hub.configure(revision, online)
 
 

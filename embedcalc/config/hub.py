@@ -8,20 +8,32 @@ default ``main``. The network is allowed by ``--online`` or ``EMBEDCALC_ONLINE=1
 is set, and needs the ``hub`` extra (``pip install 'embedcalc[hub]'``); huggingface_hub reads the token of a gated
 repository itself (``HF_TOKEN`` or ``huggingface-cli login``). Anything else is exit 4 with the command that
 fetches the file.
+
+Reading the cache is strict (issue 24): ids follow huggingface_hub's own grammar and revisions git's ref-name rules
+(no ``..``, no absolute path, no component starting with ``.``; exit 3, or 2 for ``--revision``); a ref file is
+read bounded and must hold a commit hash; the config.json found must resolve, symlinks followed, to a file inside
+the cache. A file the cache has but that cannot be read (a directory, a FIFO, no permission, a broken ref) is
+"found but unreadable" (exit 3), never "not in the cache".
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from embedcalc.errors import UnsupportedEnvironmentError
+from embedcalc.config.reading import read_bytes_bounded
+from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
 
-_HUB_ID = re.compile(
-    r"(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(?P<rev>[\w./-]+))?"
-)
+# huggingface_hub's own grammar (utils/_validators.py validate_repo_id): ORG/NAME, each 1-96 of [A-Za-z0-9_.-],
+# starting and ending with a letter or digit, no "--" or "..", not ending in ".git"
+_REPO_PART = r"(?=[A-Za-z0-9_])[A-Za-z0-9_.-]{1,96}(?<=[A-Za-z0-9_])"
+_HUB_ID = re.compile(rf"(?P<repo>{_REPO_PART}/{_REPO_PART})(?:@(?P<rev>.*))?", re.ASCII | re.DOTALL)
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a snapshot folder's name: huggingface_hub's REGEX_COMMIT_HASH
+MAX_REVISION_CHARS = 255
+MAX_REF_BYTES = 4096  # a refs/ file holds one 40-character commit hash (and maybe a newline)
 _TRUE = ("1", "true", "yes", "on")
 
 
@@ -41,12 +53,48 @@ def configure(revision: str | None = None, online: bool = False) -> None:
     SETTINGS.revision, SETTINGS.online = revision, online
 
 
+def revision_problem(revision: str) -> str | None:
+    """Why ``revision`` is not a git ref name or commit (``git check-ref-format``'s rules, which the hub's
+    branches and tags follow), or None when it is one. A ref name never climbs out of ``refs/`` or names an
+    absolute path: no ``..``, no component starting with ``.``, no leading or doubled ``/``."""
+    if not revision:
+        return "is empty"
+    if len(revision) > MAX_REVISION_CHARS:
+        return f"is {len(revision):,} characters long; a git ref name is at most {MAX_REVISION_CHARS}"
+    bad = sorted({c for c in revision if ord(c) < 0x20 or ord(c) == 0x7F or c in " ~^:?*[\\"})
+    if bad:
+        return "contains " + ", ".join(repr(c) for c in bad) + ", which git ref names cannot hold"
+    rules = (
+        (".." in revision, "holds '..'"),
+        (revision.startswith("/"), "is an absolute path"),
+        (revision.endswith("/") or "//" in revision, "ends with '/' or holds '//'"),
+        (revision.endswith((".", ".lock")), "ends with '.' or '.lock'"),
+        ("@{" in revision or revision == "@", "holds '@{' or is '@'"),
+        (any(part.startswith(".") for part in revision.split("/")), "has a component starting with '.'"),
+    )
+    return next((f"{why}, which a git ref name cannot" for broken, why in rules if broken), None)
+
+
+def _revision_error(target: str, revision: str, why: str) -> ConfigError:
+    message = (
+        f"{target}: revision {revision[:80]!r} {why}; give a branch or tag name (main, v1.0, refs/pr/1) or a "
+        "40-character commit hash"
+    )
+    return ConfigError(message, [Problem(target, message, "hub_revision_invalid")], "hub_revision_invalid")
+
+
 def parse_hub_id(target: str) -> tuple[str, str | None] | None:
-    """(ORG/NAME, revision or None) when ``target`` has the shape of a hub id, else None."""
+    """(ORG/NAME, revision or None) when ``target`` has the shape of a hub id, else None. A hub id whose
+    ``@REVISION`` is not a ref name or commit (``org/m@../../x``) is a ConfigError naming it (exit 3)."""
     match = _HUB_ID.fullmatch(target)
     if match is None or target.endswith((".json", ".yaml", ".yml")):
         return None
-    return match["repo"], match["rev"]
+    repo, revision = match["repo"], match["rev"]
+    if "--" in repo or ".." in repo or repo.endswith(".git"):
+        return None  # not a repository the hub can have (huggingface_hub refuses these): a path, if anything
+    if revision is not None and (why := revision_problem(revision)) is not None:
+        raise _revision_error(target, revision, why)
+    return repo, revision
 
 
 def cache_dir() -> Path:
@@ -59,16 +107,68 @@ def cache_dir() -> Path:
     return Path("~/.cache/huggingface/hub").expanduser()
 
 
-def cached_config(repo: str, revision: str = "main") -> Path | None:
-    """The cached ``config.json`` of ``repo`` at ``revision`` (a branch or tag in refs/, or a commit), or None."""
-    base = cache_dir() / ("models--" + repo.replace("/", "--"))
-    ref = base / "refs" / revision
+def _inside(path: Path, root: Path) -> bool:
+    """Whether ``path``, every symlink followed, stays inside ``root`` (itself resolved)."""
     try:
-        commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-        path = base / "snapshots" / commit / "config.json"
-        return path if path.is_file() else None
-    except (OSError, ValueError):
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop (Python 3.11's resolve)
+        return False
+
+
+def _cache_error(path: Path, why: str, code: str) -> ConfigError:
+    message = (
+        f"{path}: found in the Hugging Face cache but {why}; repair the cache entry (delete the folder and fetch "
+        "the file again with `huggingface-cli download`)"
+    )
+    return ConfigError(message, [Problem(str(path), message, code)], code)
+
+
+def _commit_of(ref: Path, root: Path) -> str | None:
+    """The commit hash ``refs/REVISION`` holds; None when there is no such ref. The read is bounded (a ref holds 40
+    characters) and the content must be a commit hash, so a ref naming ``../..`` or ``/etc`` leads nowhere."""
+    if not os.path.lexists(ref):
         return None
+    if not _inside(ref, root):
+        raise _cache_error(ref, f"it resolves outside the cache ({root})", "hub_path_outside_cache")
+    try:
+        data = read_bytes_bounded(ref, MAX_REF_BYTES, "a ref (one commit hash)")
+    except ConfigError as exc:
+        why = exc.problems[0].message if exc.problems else exc.message
+        raise _cache_error(ref, f"unreadable as a ref ({why})", "hub_ref_unreadable") from None
+    text = data.decode("ascii", errors="replace").strip()
+    if _COMMIT.fullmatch(text) is None:
+        raise _cache_error(ref, f"it holds {text[:60]!r}, not a 40-character commit hash", "hub_ref_invalid")
+    return text
+
+
+def cached_config(repo: str, revision: str = "main") -> Path | None:
+    """The cached ``config.json`` of ``repo`` at ``revision`` (a branch or tag in refs/, or a commit hash), or None
+    when the cache does not hold it. Anything the cache holds but embedcalc must not or cannot read (a path
+    leading out of the cache, a ref that is no commit hash, a config.json that is a directory, FIFO or unreadable)
+    is a ConfigError naming the file (exit 3), never "not cached"."""
+    if (why := revision_problem(revision)) is not None:
+        raise _revision_error(repo, revision, why)
+    root = cache_dir()
+    base = root / ("models--" + repo.replace("/", "--"))
+    commit = _commit_of(base / "refs" / revision, root)
+    if commit is None:
+        if _COMMIT.fullmatch(revision) is None:
+            return None  # a branch or tag this cache has never seen
+        commit = revision
+    path = base / "snapshots" / commit / "config.json"
+    if not os.path.lexists(path):
+        return None
+    if not _inside(path, root):
+        raise _cache_error(path, f"it resolves outside the cache ({root})", "hub_path_outside_cache")
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise _cache_error(path, f"unreadable ({exc.strerror or exc})", "hub_config_unreadable") from None
+    if not stat.S_ISREG(mode):
+        raise _cache_error(path, "it is not a regular file", "hub_config_unreadable")
+    if not os.access(path, os.R_OK):
+        raise _cache_error(path, "unreadable (permission denied)", "hub_config_unreadable")
+    return path
 
 
 def online_allowed() -> bool:

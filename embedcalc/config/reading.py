@@ -56,7 +56,7 @@ def _os_failure(path: Path, exc: OSError) -> ConfigError:
     return file_error(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable")
 
 
-def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
+def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES, what: str = "a model config") -> bytes:
     """At most ``limit`` bytes of the regular file ``path``; ConfigError for anything else or anything larger.
 
     The type is checked before opening (``open`` on a FIFO would block) and again on the descriptor, which is
@@ -95,9 +95,7 @@ def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        raise file_error(
-            path, f"is more than {limit:,} bytes; a model config is at most {limit:,}", "file_too_big"
-        )
+        raise file_error(path, f"is more than {limit:,} bytes; {what} is at most {limit:,}", "file_too_big")
     return data
 
 
