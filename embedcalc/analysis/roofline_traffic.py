@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory_inference import kv_cache_bytes
-from embedcalc.analysis.params import count_params, param_tensors
+from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.structure import cross_attention, stacks
 from embedcalc.analysis.workload import DTYPE_BYTES, Parallelism, Workload
+from embedcalc.config.blocks import Attention
 from embedcalc.config.schema import ModelConfig
 
 _CORE = ("scores", "context")
@@ -59,34 +60,41 @@ def _fields(t: Traffic) -> tuple[int, int, int, int, int]:
 
 @dataclass(frozen=True)
 class Weights:
-    """Parameters by breakdown key: element count, split element count, matrix shape (out, in), active count."""
+    """Parameters by breakdown key: element count, split element count, matrix shape (out, in), and for the routed
+    experts' key of each stack the (num_experts, top_k) of its MoE layers (from the layer model)."""
 
     numel: dict[str, int]
     split: dict[str, int]
     shape: dict[str, tuple[int, int]]
-    layers: dict[str, int]
-    active: dict[str, int] | None
-    experts: tuple[int, int] | None = None  # (num_experts, top_k) of the MoE layers, None without MoE
+    experts: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def weights_of(config: ModelConfig) -> Weights:
     numel: dict[str, int] = {}
     split: dict[str, int] = {}
     shape: dict[str, tuple[int, int]] = {}
-    layers: dict[str, int] = {}
     for t in param_tensors(config):
         numel[t.key] = numel.get(t.key, 0) + t.numel
         if getattr(t, "split", "none") != "none":
             split[t.key] = split.get(t.key, 0) + t.numel
         if len(t.shape) == 2 and t.key not in shape:
             shape[t.key] = (t.shape[0], t.shape[1])
-            layers[t.key] = t.copies
-    active: Any = getattr(
-        count_params(config), "active", None
-    )  # MoE: the layer model's active-per-token params
-    moe = [b.ffn for b in config.named_blocks.values() if b.ffn.moe]
-    experts = (moe[0].num_experts, moe[0].top_k) if moe else None
-    return Weights(numel, split, shape, layers, active.as_dict() if active is not None else None, experts)
+    experts = {}
+    for stack in stacks(config):
+        moe = [b.ffn for b in config.stack_plan(stack.name).blocks if b.ffn.moe]
+        if moe:
+            experts[f"{stack.name}/moe/experts"] = (moe[0].num_experts, moe[0].top_k)
+    return Weights(numel, split, shape, experts)
+
+
+def experts_reached(num_experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts a layer's ``tokens`` tokens route to, each choosing ``top_k`` of ``num_experts``
+    uniformly (balanced routing, what the load-balancing losses of GShard, Lepikhin et al. 2021 §2.2, and
+    DeepSeek-V3 §2.1.2 aim at): E (1 − (1 − k/E)^T), the occupancy of T draws of k distinct bins; exactly k for one
+    token."""
+    if tokens <= 1:
+        return float(min(top_k, num_experts))
+    return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
 
 
 def _weight_bytes(numel: int, dtype: str) -> int:
@@ -117,33 +125,53 @@ def decode_lengths(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int 
     """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
     that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
     encoder-decoder's cross-attention part, which the cross cores read."""
-    window = getattr(config, "sliding_window", None)
-    cached = kv_len if window is None else min(kv_len, window)
+    self_bytes, _ = cache_bytes(config, w, kv_len, kv_bytes)
+    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, self_bytes)
+
+
+def cache_bytes(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> tuple[int, int]:
+    """(self-attention, cross-attention) KV cache bytes of the whole model (every TP rank's share together) with
+    ``kv_len`` tokens cached per sequence: the memory model's :func:`kv_cache_bytes`, in the KV dtype."""
     at = replace(_at_kv_len(config, w, kv_len), parallel=Parallelism())  # the whole model; per_device splits it
     total = kv_cache_bytes(config, at)
+    cross = 0
     if config.architecture == "encoder-decoder":
-        cross_layers = config.resolved_decoder_layers
-        total -= 2 * w.batch_size * w.seq_len * cross_layers * config.kv_dim * at.activation_bytes
-    if kv_bytes is not None:
-        total = total * kv_bytes // at.activation_bytes
-    return Lengths({"decoder": 1}, {"decoder": cached}, w.seq_len, 1, total)
+        cross = 2 * w.batch_size * w.seq_len * config.resolved_decoder_layers * config.kv_dim * at.activation_bytes
+    scale = at.activation_bytes if kv_bytes is None else kv_bytes
+    return (total - cross) * scale // at.activation_bytes, cross * scale // at.activation_bytes
 
 
-def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, layers: int, decode: bool,
+def _attention_layers(config: ModelConfig, stack: str, cross: bool) -> list[tuple[Attention, int]]:
+    """(attention, layers) of ``stack`` from the layer model: each block's own heads, widths and MLA shape; the
+    cross-attention of an encoder-decoder's decoder layers."""
+    plan = config.stack_plan(stack).counts()
+    if cross:
+        return [(cross_attention(config), sum(n for _, n in plan))]
+    return [(block.attention, n) for block, n in plan]
+
+
+def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, decode: bool,
                   kv_bytes: int) -> Traffic:  # fmt: skip
-    """Bytes of one attention core (Q·Kᵀ or A·V) of one stack, all its layers (module docstring)."""
-    stack, kind, _ = key.split("/")[-3:]
+    """Bytes of one attention core (Q·Kᵀ or A·V) of one stack, summed over its layers (module docstring): Q and K
+    (scores) or the probabilities' V and the output (context), in each layer's own widths (MLA: the decompressed
+    per-head K and V the cores multiply)."""
+    stack, kind, core = key.split("/")[-3:]
+    cross = kind == "cross_attention"
+    if decode and not cross and lengths.self_cache_bytes is not None:
+        return Traffic(kv_read_bytes=lengths.self_cache_bytes // 2)  # K (scores) or V (context), exact halves
     b, e = w.batch_size, w.activation_bytes
-    q, kv = config.num_heads * config.resolved_head_dim, config.resolved_kv_heads * config.resolved_head_dim
     m = lengths.self_m.get(stack, 0)
-    n = lengths.cross_n if kind == "cross_attention" else lengths.self_n.get(stack, 0)
-    keys = b * n * kv * layers  # K (scores) or V (context) elements
-    activation = b * m * q * layers * e  # Q read (scores) or the output written (context)
-    if w.attention == "eager":
-        activation += b * config.num_heads * m * n * layers * e  # scores written / probabilities read
+    n = lengths.cross_n if cross else lengths.self_n.get(stack, 0)
+    activation = keys = 0
+    for a, layers in _attention_layers(config, stack, cross):
+        k_width = a.q_dim if a.kind == "mla" else a.kv_dim  # MLA: every head's own decompressed K
+        v_width = a.value_dim if a.kind == "mla" else a.kv_dim
+        out = a.q_dim if core == "scores" else a.value_dim  # Q read, or the context written
+        keys += b * n * (k_width if core == "scores" else v_width) * layers
+        activation += b * m * out * layers * e
+        if w.attention == "eager":
+            activation += b * a.num_heads * m * n * layers * e  # scores written / probabilities read
     if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
-        if kind != "cross_attention" and lengths.self_cache_bytes is not None:
-            return Traffic(kv_read_bytes=lengths.self_cache_bytes // 2)  # K (scores) or V (context), exact halves
         return Traffic(kv_read_bytes=keys * kv_bytes)
     return Traffic(activation_bytes=activation + keys * e)
 
@@ -159,8 +187,7 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         if f <= 0:
             continue
         if key.rsplit("/", 1)[-1] in _CORE:
-            layers = weights.layers.get(key.rsplit("/", 1)[0] + "/qkv", 1)
-            out[key] = Traffic(flops=f) + _core_traffic(key, config, w, lengths, layers, decode, kv_bytes)
+            out[key] = Traffic(flops=f) + _core_traffic(key, config, w, lengths, decode, kv_bytes)
             continue
         wkey = "embedding/token" if key == "head/lm" and tied else key
         out_f, in_f = weights.shape.get(wkey, (1, 1))
@@ -168,15 +195,14 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         numel = weights.numel.get(wkey, 0)
         if decode and key.endswith("cross_attention/qkv"):  # K and V of the source are cached: Q only
             numel = numel * (out_f - 2 * config.resolved_kv_heads * config.resolved_head_dim) // out_f
-        numel = _active(weights, wkey, numel, tokens)
-        if key.endswith("/moe/experts") and weights.experts is not None:
-            experts, top_k = weights.experts
-            per_layer_tokens = w.batch_size * (1 if decode else max(lengths.self_m.values(), default=1))
-            numel = numel * min(experts, per_layer_tokens * top_k) // experts  # the experts its tokens reach
+        if key in weights.experts:  # the routed experts a layer's tokens reach, not all of them
+            experts, top_k = weights.experts[key]
+            per_layer = b * (1 if decode else lengths.self_m.get(key.split("/")[0], 1))
+            numel = _experts_numel(numel, experts, top_k, per_layer)
         moved = 0 if decode else round(tokens * (in_f + out_f)) * e  # decode: b x width vectors, on chip
         out[key] = Traffic(flops=f, weight_bytes=_weight_bytes(numel, w.dtype), activation_bytes=moved)
     if caches and not decode:  # decode: the new token's K and V, 1/n of the cache read, are not counted
-        _add_kv_writes(config, w, lengths, decode, kv_bytes, weights, out)
+        _add_kv_writes(config, w, kv_bytes, out)
     for key, numel in weights.numel.items():
         if key in out:
             continue
@@ -193,27 +219,23 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
     return out
 
 
-def _active(weights: Weights, key: str, numel: int, tokens: float) -> int:
-    """MoE: a step reads at most the experts its tokens activate (active params per token × tokens)."""
-    if weights.active is None or key not in weights.active:
-        return numel
-    return min(numel, weights.active[key] * max(1, math.ceil(tokens)))
+def _experts_numel(numel: int, experts: int, top_k: int, tokens: int) -> int:
+    """Elements of a stack's routed experts read by a step whose layers each see ``tokens`` tokens."""
+    if tokens <= 1:
+        return numel * min(top_k, experts) // experts
+    return round(numel * experts_reached(experts, top_k, tokens) / experts)
 
 
-def _add_kv_writes(config: ModelConfig, w: Workload, lengths: Lengths, decode: bool, kv_bytes: int,
-                   weights: Weights, out: dict[str, Traffic]) -> None:  # fmt: skip
-    """K and V of the new tokens written to the cache, on the projection that makes them."""
-    kv = config.resolved_kv_heads * config.resolved_head_dim
-    b = w.batch_size
-    layers = weights.layers.get("decoder/attention/qkv", 0)
-    new = lengths.self_m.get("decoder", 0)
-    if "decoder/attention/qkv" in out:
-        out["decoder/attention/qkv"] += Traffic(kv_write_bytes=2 * b * new * kv * layers * kv_bytes)
-    if not decode and "decoder/cross_attention/qkv" in out:  # the source's K and V, once
-        cross_layers = weights.layers.get("decoder/cross_attention/qkv", 0)
-        out["decoder/cross_attention/qkv"] += Traffic(
-            kv_write_bytes=2 * b * lengths.cross_n * kv * cross_layers * kv_bytes
-        )
+def _add_kv_writes(config: ModelConfig, w: Workload, kv_bytes: int, out: dict[str, Traffic]) -> None:
+    """Prefill: the prompt's K and V written to the cache (the memory model's KV cache at the prompt length, per
+    layer windows and MLA's compressed latent), on the projection that makes them (qkv, or MLA's kv_a); an
+    encoder-decoder's cross-attention K and V of the source on its cross qkv, once."""
+    self_bytes, cross_bytes = cache_bytes(config, w, prompt_len(config, w), kv_bytes)
+    maker = next((k for k in ("decoder/attention/qkv", "decoder/attention/kv_a") if k in out), None)
+    if maker is not None:
+        out[maker] += Traffic(kv_write_bytes=self_bytes)
+    if cross_bytes and "decoder/cross_attention/qkv" in out:
+        out["decoder/cross_attention/qkv"] += Traffic(kv_write_bytes=cross_bytes)
 
 
 def per_device(config: ModelConfig, w: Workload, traffic: dict[str, Traffic], weights: Weights,
