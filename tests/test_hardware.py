@@ -26,7 +26,8 @@ from embedcalc.config.hardware import (
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 
 REQUIRED = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "l4", "l40s", "a10",
-            "rtx-4090", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p")  # fmt: skip
+            "rtx-4090", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "h800", "tpu-v4", "mi250x-gcd")  # fmt: skip
+PACKAGES = {"mi250x": "mi250x-gcd"}  # a multi-die package no process sees -> the entry torch's device name matches
 runner = CliRunner()
 
 
@@ -43,7 +44,8 @@ def test_every_device_is_complete_and_every_number_sourced(name: str) -> None:
     assert device.memory > 0 and device.bandwidth > 0
     assert device.interconnect is not None or device.host_link is not None
     if device.kind == "gpu":
-        assert device.host_link is not None and device.cuda_name_pattern
+        assert device.host_link is not None
+        assert bool(device.cuda_name_pattern) is (name not in PACKAGES), "a package is never a torch device"
     for label, figure in device.figures():
         citation = device.citation(figure)
         assert figure.value > 0, label
@@ -67,6 +69,7 @@ def test_spot_values_from_the_datasheets() -> None:
      ("NVIDIA A100-SXM4-40GB", "a100-40gb"), ("NVIDIA A100 80GB PCIe", "a100-80gb"), ("NVIDIA A10G", "a10"),
      ("NVIDIA L4", "l4"), ("NVIDIA L40S", "l40s"), ("NVIDIA B200", "b200"), ("NVIDIA GB200", "gb200"),
      ("NVIDIA GeForce RTX 4090", "rtx-4090"), ("AMD Instinct MI300X", "mi300x"), ("Tesla T4", "t4"),
+     ("NVIDIA H800", "h800"), ("AMD Instinct MI250X", "mi250x-gcd"),
      ("NVIDIA H100 NVL", None), ("NVIDIA GeForce RTX 3090", None)],
 )  # fmt: skip
 def test_cuda_names_match_exactly_one_device(cuda_name: str, expected: str | None) -> None:
@@ -78,6 +81,39 @@ def test_cuda_names_match_exactly_one_device(cuda_name: str, expected: str | Non
     assert matches == ([expected] if expected else [])
     found = match_cuda_name(cuda_name)
     assert (found.name if found else None) == expected
+
+
+def test_new_devices_fp8_fp4_and_one_gcd() -> None:
+    package, gcd = load_device("mi250x"), load_device("mi250x-gcd")
+    assert gcd.memory * 2 == package.memory and gcd.bandwidth * 2 == package.bandwidth
+    assert all(gcd.peak(d) * 2 == package.peak(d) for d in package.peak_flops_per_s)  # type: ignore[operator]
+    assert "PACKAGE" in (hardware_dir() / "mi250x.yaml").read_text(encoding="utf-8")
+    h800, h100 = load_device("h800"), load_device("h100-sxm")
+    assert {d: h800.peak(d) for d in PEAK_DTYPES} == {d: h100.peak(d) for d in PEAK_DTYPES}
+    assert h800.interconnect is not None and h800.interconnect.per_direction_bytes_per_s.value == 200e9
+    tpu = load_device("tpu-v4")
+    assert tpu.peak("bf16") == 275e12 and tpu.peak("fp8") is None
+    assert load_device("b200").peak("fp4") == 2 * load_device("b200").peak("fp8")  # type: ignore[operator]
+    assert load_device("h100-sxm").peak("fp4") is None  # Hopper has no FP4
+
+
+def test_prices_are_dated_sourced_defaults_or_absent() -> None:
+    priced = {d.name: d.price_per_hour for d in catalogue() if d.price_per_hour is not None}
+    assert {"h100-sxm", "a100-80gb", "h200", "b200", "l40s"} <= set(priced)
+    assert not {"h800", "mi250x", "mi250x-gcd"} & set(priced)  # no public hourly list: absent, never guessed
+    for name, price in priced.items():
+        assert 0 < price.value < 100 and price.date.count("-") == 2, name
+        assert "override" in (price.note or ""), f"{name}: the price says it is a default to override"
+    h100 = load_device("h100-sxm")
+    assert h100.price_per_hour is not None and h100.price_per_hour.value == 3.99
+    assert "lambda.ai/pricing" in h100.citation(h100.price_per_hour)
+
+
+def test_a_repeated_hardware_is_a_usage_error() -> None:
+    result = runner.invoke(app, ["analyze", "gpt2", "--hardware", "h100-sxm", "--hardware", "a100-80gb"])
+    assert result.exit_code == 2 and "--hardware" in result.stderr and "2 times" in result.stderr
+    one = runner.invoke(app, ["analyze", "gpt2", "--hardware", "h100-sxm", "--format", "json"])
+    assert one.exit_code == 0 and json.loads(one.stdout)["results"][0]["time"]["hardware"] == "h100-sxm"
 
 
 def test_datasheet_peak_never_borrows_another_dtype_or_device() -> None:
@@ -134,6 +170,7 @@ def test_hardware_commands() -> None:
     assert table.exit_code == 0 and "h100-sxm" in table.stdout and "989.4" in table.stdout
     shown = runner.invoke(app, ["hardware", "show", "h100-sxm"], env={"COLUMNS": "250"})
     assert shown.exit_code == 0 and "whitepaper" in shown.stdout and "3.35" in shown.stdout
+    assert "$3.99 / h" in shown.stdout and "default" in shown.stdout
     shown_json = runner.invoke(app, ["hardware", "show", "h200", "--format", "json"])
     one = json.loads(shown_json.stdout)["results"][0]
     assert one["memory_bytes"]["value"] == 141 * 2**30

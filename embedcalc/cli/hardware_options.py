@@ -11,6 +11,7 @@ import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
 from embedcalc.analysis.workload import KvDtype
+from embedcalc.cli.options import cli_field
 from embedcalc.errors import UnsupportedEnvironmentError
 
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
@@ -40,11 +41,25 @@ def _count(value: str | None) -> int | None:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _one_device(value: list[str] | None) -> list[str] | None:
+    """Option callback: ``--hardware`` names one device; given twice, the second would silently replace the first."""
+    if value and len(value) > 1:
+        raise typer.BadParameter(
+            f"given {len(value)} times ({', '.join(value)}); name one device (compare devices with one command each)"
+        )
+    return value
+
+
+def _first(value: list[str] | None) -> str | None:
+    return value[0] if value else None
+
+
 HardwareOption = Annotated[
-    str | None,
+    list[str] | None,
     typer.Option(
         "--hardware",
         metavar="NAME|FILE",
+        callback=_one_device,
         help="Predict time on this device by the roofline model (`embedcalc hardware` lists them; `local` is this "
         "machine as `bench --peak` measured it; or a device YAML file): prefill, decode per token, tokens/s, "
         "step time, and the largest batch and context that fit its memory.",
@@ -88,7 +103,7 @@ class TimeFlags:
     """The time options of one command (an option group, see :mod:`embedcalc.cli.options`); the combination is
     checked when they are gathered (usage errors, exit 2)."""
 
-    hardware: HardwareOption = None
+    hardware: str | None = cli_field(None, HardwareOption, _first)
     efficiency: EfficiencyOption = None
     kv_dtype: KvDtypeOption = None
     train_tokens: TrainTokensOption = None

@@ -219,6 +219,17 @@ def only(*names: str) -> Only:
     return Only(names)
 
 
+def cli_field(default: Any, option: Any, convert: Callable[[Any], Any]) -> Any:
+    """A group field whose command-line option has another type than the field: typer parses ``option`` (an
+    ``Annotated`` type with its ``typer.Option``) and ``convert`` turns what it parsed into the field's value (e.g.
+    a repeatable option read into one value, so that a repetition can be refused rather than silently dropped)."""
+    return dataclasses.field(default=default, metadata={"cli": option, "from_cli": convert})
+
+
+def _from_cli(f: dataclasses.Field[Any], value: Any) -> Any:
+    return f.metadata["from_cli"](value) if "from_cli" in f.metadata else value
+
+
 def _group(hint: Any) -> tuple[type | None, tuple[str, ...] | None]:
     """The option group a parameter's annotation names, and the fields it takes (None: all)."""
     names = None
@@ -248,16 +259,18 @@ def flags(command: F) -> F:
             continue
         groups[p.name] = (cls, names)
         field_hints = get_type_hints(cls, include_extras=True)
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
         parameters += [
-            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n], annotation=field_hints[n])
+            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=by_name[n].default,
+                              annotation=by_name[n].metadata.get("cli", field_hints[n]))
             for n in names
-        ]
+        ]  # fmt: skip
 
     @functools.wraps(command)
     def gathered(**kwargs: Any) -> Any:
         for name, (cls, names) in groups.items():
-            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+            by_name = {f.name: f for f in dataclasses.fields(cls)}
+            kwargs[name] = cls(**{n: _from_cli(by_name[n], kwargs.pop(n)) for n in names})
         return command(**kwargs)
 
     gathered.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]

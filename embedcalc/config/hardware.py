@@ -10,9 +10,13 @@ Conventions, stated once:
   citation written out) and an optional note on how it was read off the datasheet;
 - peaks are **dense** (no 2:4 structured sparsity; datasheets often print the sparse rate, twice these), per dtype
   ``fp32`` (the non-tensor-core rate on NVIDIA; PyTorch uses TF32 for float32 matmuls only when asked), ``tf32``,
-  ``bf16``, ``fp16``, ``fp8`` and ``int8`` where the device has them;
+  ``bf16``, ``fp16``, ``fp8``, ``fp4`` and ``int8`` where the device has them (absent, never zero, where it has
+  not: a100 has no fp8, hopper no fp4);
 - memory capacity in bytes: datasheet "GB" of HBM/GDDR is binary (an H100's 80 GB is 80 GiB); bandwidths in
-  bytes per second; links (NVLink, xGMI, ICI, PCIe) **per direction**: half the "total" a datasheet prints.
+  bytes per second; links (NVLink, xGMI, ICI, PCIe) **per direction**: half the "total" a datasheet prints;
+- ``price_per_hour`` is a *default*: one public on-demand list price per device-hour (USD), with its source and the
+  date it was read, for the cost lines; prices move, so ``--price-per-hour`` overrides it. A device no public list
+  rents by the hour (H800, MI250X, ...) has none, and the cost then needs ``--price-per-hour``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
-PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
-PEAK_DTYPES: tuple[PeakDtype, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
+PEAK_DTYPES: tuple[PeakDtype, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 LinkKind = Literal["nvlink", "xgmi", "ici", "pcie-gen3", "pcie-gen4", "pcie-gen5", "pcie-gen6", "nvlink-c2c"]
 LOCAL = "local"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
@@ -41,6 +45,7 @@ _MAX_FLOPS = (
 )
 _MAX_BYTES = 1 << 50  # 1 PiB of memory per device
 _MAX_BANDWIDTH = 1e15  # 1 PB/s
+_MAX_PRICE = 1e4  # USD per device-hour: far above any rental (a bound that catches a slipped unit)
 
 _BASE = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,6 +84,17 @@ class RateFigure(Figure):
 
     value: Annotated[float, Field(gt=0, le=_MAX_BANDWIDTH, allow_inf_nan=False)] = Field(
         description="Bytes per second."
+    )
+
+
+class PriceFigure(Figure):
+    """A default price per device-hour (USD, on-demand) from a public price list, with the date it was read."""
+
+    value: Annotated[float, Field(gt=0, le=_MAX_PRICE, allow_inf_nan=False)] = Field(
+        description="US dollars per device-hour, on demand (a default: `--price-per-hour` overrides it)."
+    )
+    date: str = Field(
+        pattern=r"^\d{4}-\d{2}-\d{2}$", description="The day the price was read off its list (YYYY-MM-DD)."
     )
 
 
@@ -132,7 +148,7 @@ class Device(BaseModel):
     )
     peak_flops_per_s: dict[PeakDtype, Figure] = Field(
         min_length=1,
-        description="Dense peak FLOP/s (int8: OP/s) by dtype: fp32, tf32, bf16, fp16, fp8, int8.",
+        description="Dense peak FLOP/s (int8: OP/s) by dtype: fp32, tf32, bf16, fp16, fp8, fp4, int8.",
     )
     memory_bytes: ByteFigure = Field(description="Device memory capacity in bytes.")
     memory_bandwidth_bytes_per_s: RateFigure = Field(
@@ -143,6 +159,11 @@ class Device(BaseModel):
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
     )
     host_link: Link | None = Field(default=None, description="The link to the host (PCIe, NVLink-C2C).")
+    price_per_hour: PriceFigure | None = Field(
+        default=None,
+        description="Default on-demand price of one device-hour (USD) from a public list, dated; none where no "
+        "public list rents the device by the hour. `--price-per-hour` overrides it.",
+    )
     measured: Measurement | None = Field(
         default=None, description="For a measured device (`local`): when, with which torch, on what."
     )
@@ -189,6 +210,8 @@ class Device(BaseModel):
         for label, link in (("interconnect", self.interconnect), ("host_link", self.host_link)):
             if link is not None:
                 out.append((f"{label}.per_direction_bytes_per_s", link.per_direction_bytes_per_s))
+        if self.price_per_hour is not None:
+            out.append(("price_per_hour", self.price_per_hour))
         return out
 
     def citation(self, figure: Figure) -> str:

@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # the catalogue tables need no reconcile code
     from embedcalc.reconcile.peak import PeakResult
 
 CATALOGUE_CAPTION = (
-    "Dense peaks (no 2:4 sparsity), TFLOP/s (int8: TOP/s); memory in binary units; links per direction. "
-    "`embedcalc hardware show NAME` prints every source. — : the device has no such rate."
+    "Dense peaks (no 2:4 sparsity), TFLOP/s (int8: TOP/s); memory in binary units; links per direction; $/h: a "
+    "dated default on-demand price per device-hour (override with --price-per-hour). `embedcalc hardware show "
+    "NAME` prints every source. — : the device has no such rate (or no public hourly price)."
 )
 
 
@@ -28,18 +29,22 @@ def _rate(value: float) -> str:
     return units.si(value, "B/s")
 
 
+def _dollars(value: float) -> str:
+    return f"${value:,.2f}"
+
+
 def hardware_table(devices: list[Device], local_measured: bool) -> Table:
     """One row per device: peaks by dtype, memory, bandwidth, interconnect."""
     caption = CATALOGUE_CAPTION + (
         "" if local_measured else " `local` appears after `embedcalc bench --peak`."
     )
     table = FitTable(title="Hardware catalogue", caption=caption, title_justify="left",
-                     drop=("device", "interconnect", "int8", "tf32", "fp8", "fp16"))  # fmt: skip
+                     drop=("device", "interconnect", "$/h", "fp4", "int8", "tf32", "fp8", "fp16"))  # fmt: skip
     table.add_column("name", whole=True)
     table.add_column("device")
     for dtype in PEAK_DTYPES:
         table.add_column(dtype, justify="right", whole=True)
-    for name in ("memory", "bandwidth", "interconnect"):
+    for name in ("memory", "bandwidth", "interconnect", "$/h"):
         table.add_column(name, justify="right", whole=name != "interconnect")
     for d in devices:
         link = d.interconnect or d.host_link
@@ -47,6 +52,7 @@ def hardware_table(devices: list[Device], local_measured: bool) -> Table:
             d.name, escape(d.title), *(_tera(d.peak_flops_per_s.get(t)) for t in PEAK_DTYPES),
             units.binary_bytes(d.memory), _rate(d.bandwidth),
             "—" if link is None else f"{link.kind} {_rate(link.per_direction_bytes_per_s.value)}",
+            "—" if d.price_per_hour is None else _dollars(d.price_per_hour.value),
         )  # fmt: skip
     return table
 
@@ -58,7 +64,8 @@ def _figure_row(table: Table, device: Device, label: str, shown: str, figure: Fi
 def device_table(device: Device) -> Table:
     """Every figure of one device with its note and full citation."""
     table = Table(title=escape(f"{device.name} — {device.title}"), title_justify="left",
-                  caption="Peaks are dense; links per direction.")  # fmt: skip
+                  caption="Peaks are dense; links per direction; the price is a dated default "
+                  "(--price-per-hour overrides).")  # fmt: skip
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("note")
@@ -75,6 +82,12 @@ def device_table(device: Device) -> Table:
         if link is not None:
             fig = link.per_direction_bytes_per_s
             _figure_row(table, device, f"{label} ({link.kind}, per direction)", _rate(fig.value), fig)
+    price = device.price_per_hour
+    if price is not None:
+        shown = f"{_dollars(price.value)} / h"
+        _figure_row(table, device, f"price (default, read {price.date})", shown, price)
+    else:
+        table.add_row("price", "—", "no public on-demand hourly price in the catalogue: give --price-per-hour", "")
     if device.measured is not None:
         m = device.measured
         table.add_section()
