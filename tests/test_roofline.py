@@ -207,7 +207,7 @@ def test_cli_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [
         (["analyze", "gpt2", "--hardware", "local"], 4, "bench --peak"),
         (["analyze", "gpt2", "--hardware", "h100-sxm", "--efficiency", "measured"], 4, "bench --peak"),
-        (["analyze", "gpt2", "--hardware", "h100-sxm", "--efficiency", "1.5"], 2, "(0, 1]"),
+        (["analyze", "gpt2", "--hardware", "h100-sxm", "--efficiency", "1.5"], 2, "[0.0001, 1]"),
         (["analyze", "gpt2", "--train-tokens", "1T"], 2, "--hardware"),
         (["analyze", "gpt2", "--hardware", "nope"], 2, "no such device"),
         (["analyze", "gpt2", "--hardware", "tpu-v5e"], 4, "no fp32 peak"),

@@ -27,8 +27,9 @@ from embedcalc.analysis.roofline_traffic import (
 )  # fmt: skip
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import Device, peak_dtype
+from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.schema import ModelConfig
-from embedcalc.errors import UnsupportedEnvironmentError
+from embedcalc.errors import Problem, UnsupportedEnvironmentError, WorkloadError
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,22 @@ class TimeRequest:
     devices: int | None = None
     price_per_hour: float | None = None
     memory_limit_bytes: int | None = None  # --max-memory (the device's memory otherwise)
+
+    def __post_init__(self) -> None:
+        """Refuse inputs that would make a time or cost non-finite (the CLI's options check the same rules)."""
+        checks = [
+            ("efficiency.compute (--efficiency)", self.efficiency.compute, efficiency_problem),
+            ("efficiency.memory (--efficiency)", self.efficiency.memory, efficiency_problem),
+            ("train_tokens (--train-tokens)", self.train_tokens, count_problem),
+            ("devices (--devices)", self.devices, count_problem),
+            ("price_per_hour (--price-per-hour)", self.price_per_hour, price_problem),
+        ]
+        for name, value, rule in checks:
+            if value is not None and (why := rule(value)) is not None:
+                shown = repr(value) if len(repr(value)) <= 40 else f"a {len(repr(value)):,}-character value"
+                message = f"{name}: {shown} is {why}"
+                raise WorkloadError(message, [Problem(name.split(" ")[0], message, "time_input_invalid")],
+                                    "time_input_invalid")  # fmt: skip
 
 
 def _traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,

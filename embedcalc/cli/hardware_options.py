@@ -12,6 +12,8 @@ import typer
 from embedcalc.analysis.budget import SizeError, parse_size
 from embedcalc.analysis.workload import KvDtype
 from embedcalc.cli.options import cli_field
+from embedcalc.cli.output import require_finite
+from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.errors import UnsupportedEnvironmentError
 
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
@@ -24,11 +26,23 @@ def _efficiency(value: str | None) -> str | None:
     if value is None or value == "measured":
         return value
     try:
-        number = float(value)
+        number: object = float(value)
     except ValueError:
-        number = -1.0
-    if not 0 < number <= 1:
-        raise typer.BadParameter(f"{value!r}: give a fraction in (0, 1], e.g. 0.6, or `measured`")
+        number = value
+    if (why := efficiency_problem(number)) is not None:
+        raise typer.BadParameter(f"{value!r}: {why}, or `measured`")
+    return value
+
+
+def _price(value: float | None) -> float | None:
+    if value is not None and (why := price_problem(value)) is not None:
+        raise typer.BadParameter(f"{value}: {why}")
+    return value
+
+
+def _devices(value: int | None) -> int | None:
+    if value is not None and (why := count_problem(value)) is not None:
+        raise typer.BadParameter(f"{len(str(value)):,} digits: {why}" if len(str(value)) > 40 else f"{value}: {why}")
     return value
 
 
@@ -90,11 +104,13 @@ TrainTokensOption = Annotated[
 ]
 DevicesOption = Annotated[
     int | None,
-    typer.Option("--devices", min=1, help="Devices for --train-tokens (default tp × pp × dp)."),
+    typer.Option("--devices", min=1, callback=_devices, help="Devices for --train-tokens (default tp × pp × dp)."),
 ]
 PriceOption = Annotated[
     float | None,
-    typer.Option("--price-per-hour", min=0.0, metavar="P", help="Price of one device-hour, for the cost."),
+    typer.Option(
+        "--price-per-hour", min=0.0, metavar="P", callback=_price, help="Price of one device-hour, for the cost."
+    ),
 ]
 
 
@@ -174,6 +190,7 @@ def apply_time(
     estimate = estimate_time(
         analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
     )
+    require_finite(estimate.as_json(), f"{analysis.target}: time")
     if max_memory is not None:
         limit, source = max_memory, "--max-memory"
     elif device is not None:

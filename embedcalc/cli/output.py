@@ -8,10 +8,11 @@ imports rich: warnings and errors are then plain lines.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.errors import EmbedcalcError, Problem
+from embedcalc.errors import EmbedcalcError, Problem, WorkloadError
 
 if TYPE_CHECKING:
     from embedcalc.render.console import Console
@@ -34,6 +35,30 @@ def _plain_stderr() -> bool:
     return not (consoles is not None and consoles.has_console("stderr")) and not sys.stderr.isatty()
 
 
+def _non_finite(value: Any, path: str) -> str | None:
+    """The path of the first float in ``value`` (nested dicts and lists) that is inf or nan, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
+def require_finite(data: Any, what: str = "output") -> None:
+    """Refuse (exit 3, naming the quantity) a result holding inf or nan: JSON has no such numbers, and a time or
+    cost that overflows a float comes from a workload beyond what the time model can express."""
+    path = _non_finite(data, "")
+    if path is not None:
+        message = (
+            f"{what}: {path or 'the result'} is beyond a float's range (inf or nan) for this workload; use smaller "
+            "sizes (--train-tokens, --devices, --batch-size, --seq-len) or a faster device"
+        )
+        raise WorkloadError(message, [Problem(path, message, "non_finite_result")], "non_finite_result")
+
+
 def emit_json(
     command: str,
     results: list[dict[str, Any]],
@@ -52,7 +77,8 @@ def emit_json(
         "problems": [p.as_dict() for p in problems or []],
         **extra,
     }
-    sys.stdout.write(json.dumps(envelope, indent=2) + "\n")
+    require_finite(envelope, command)
+    sys.stdout.write(json.dumps(envelope, indent=2, allow_nan=False) + "\n")
     sys.stdout.flush()
 
 

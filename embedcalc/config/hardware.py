@@ -43,7 +43,9 @@ _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _MAX_FLOPS = (
     1e19  # 10 EFLOP/s per device: far above any chip; a bound that catches unit slips (PFLOP vs FLOP)
 )
+_MIN_FLOPS = 1e6  # 1 MFLOP/s: below any device; catches TFLOP/s written as FLOP/s (312 for 312e12)
 _MAX_BYTES = 1 << 50  # 1 PiB of memory per device
+_MIN_BANDWIDTH = 1e6  # 1 MB/s: catches GB/s written as B/s; with _MIN_FLOPS keeps every roofline time finite
 _MAX_BANDWIDTH = 1e15  # 1 PB/s
 _MAX_PRICE = 1e4  # USD per device-hour: far above any rental (a bound that catches a slipped unit)
 
@@ -80,9 +82,9 @@ class ByteFigure(Figure):
 
 
 class RateFigure(Figure):
-    """A bandwidth: bytes per second, at most 1 PB/s (a bound that catches TB/s written for B/s)."""
+    """A bandwidth: bytes per second, from 1 MB/s to 1 PB/s (bounds that catch GB/s or TB/s written for B/s)."""
 
-    value: Annotated[float, Field(gt=0, le=_MAX_BANDWIDTH, allow_inf_nan=False)] = Field(
+    value: Annotated[float, Field(ge=_MIN_BANDWIDTH, le=_MAX_BANDWIDTH, allow_inf_nan=False)] = Field(
         description="Bytes per second."
     )
 
@@ -185,6 +187,11 @@ class Device(BaseModel):
             if figure.value > _MAX_FLOPS:
                 raise ValueError(
                     f"{dtype}: {figure.value:g} FLOP/s is above 10 EFLOP/s; write FLOP/s, not TFLOP/s"
+                )
+            if figure.value < _MIN_FLOPS:
+                raise ValueError(
+                    f"{dtype}: {figure.value:g} FLOP/s is below 1 MFLOP/s; write FLOP/s in full (312e12 for "
+                    "312 TFLOP/s)"
                 )
         return value
 
