@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from embedcalc.config.hf import accept
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.layered import MOE_KEYS_IGNORED, ignore_moe_keys
 from embedcalc.config.hf.reader import (
@@ -58,6 +59,7 @@ def _sub(r: KeyReader, key: str, defaults: dict[str, Any]) -> tuple[dict[str, An
         if sub in defaults:
             continue
         reason = _SUB_IGNORED.get(sub) or hf_keys.common_reason(str(sub), sub_value)
+        reason = reason or accept.sub_config_reason(r.family.model_type, key, str(sub), sub_value)
         if reason is None:
             message = (
                 f"unknown key {sub!r} in {written}: embedcalc cannot tell whether it changes the model's size or "
@@ -112,7 +114,8 @@ def _read_dbrx(r: KeyReader) -> None:
         r.ignore(key, hf_keys.ROPE)
     attn = _sub(r, "attn_config", _ATTN)
     if attn is not None:
-        _put(r, "attn_config", attn, "kv_n_heads", "num_kv_heads")
+        kv_heads = _put(r, "attn_config", attn, "kv_n_heads", "num_kv_heads")
+        r.derived("num_key_value_heads", kv_heads, "attn_config.kv_n_heads")
         _put(r, "attn_config", attn, "attn_pdrop", "dropout", _float)
     ffn = _sub(r, "ffn_config", _FFN)
     if ffn is None:

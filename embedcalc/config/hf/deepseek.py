@@ -52,6 +52,9 @@ def _mla(r: KeyReader) -> None:
         if value is not None:
             spec[name] = value
     r.put("attention", spec, ", ".join(keys), origin(r, ", ".join(keys)), "multi-head latent attention")
+    nope, rope = spec.get("qk_nope_head_dim"), spec.get("qk_rope_head_dim")
+    if isinstance(nope, int) and isinstance(rope, int):
+        r.derived("qk_head_dim", nope + rope, "qk_nope_head_dim + qk_rope_head_dim")
     r.ignore("num_key_value_heads", "MLA caches one latent per token; kv_b_proj expands it to every head")
     r.ignore("head_dim", "MLA's head widths are qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
     r.ignore("rope_interleave", hf_keys.ROPE)

@@ -43,6 +43,8 @@ def _read_gpt_bigcode(r: KeyReader) -> None:
         "num_kv_heads",
         lambda v: 1 if v is True else r.data.get("num_heads") if v is False else v,
     )
+    if isinstance(r.data.get("num_kv_heads"), int):
+        r.derived("num_key_value_heads", r.data["num_kv_heads"], "1 if multi_query else n_head")
     map_activation(r, "activation_function", gated=False)
     map_dropout(r, "resid_pdrop")
     r.copy("tie_word_embeddings", "tie_embeddings")

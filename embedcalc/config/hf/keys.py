@@ -106,6 +106,10 @@ COMMON_REASONS: dict[str, str] = {
     "classifier_dropout_prob": TASK + " (its dropout)",
     "unsloth_version": "written by Unsloth when it saves a model; " + METADATA,
     "unsloth_fixed": "written by Unsloth when it saves a model; " + METADATA,
+    "transformers.js_config": (
+        "transformers.js's runtime settings (ONNX dtypes per session, KV cache dtype, device), written by its "
+        "conversion scripts; transformers never reads it"
+    ),
     "is_llama_config": "a marker of nanotron / SmolLM conversions that transformers never reads",
     "rope_interleaved": (
         "nanotron's rotary channel layout (interleaved or halves), never read by transformers: rotary embeddings "

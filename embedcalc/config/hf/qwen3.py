@@ -114,7 +114,8 @@ def _read_qwen3_moe(r: KeyReader) -> None:
     _qk_norm(r)
     ignore_moe_keys(r)
     moe = read_moe(r, "num_experts")
-    _layout(r, moe, "num_experts, num_experts_per_tok, moe_intermediate_size", _all_rule)
+    experts_key = r.lookup("num_experts")[0]  # num_local_experts, as transformers 5 writes it
+    _layout(r, moe, f"{experts_key}, num_experts_per_tok, moe_intermediate_size", _all_rule)
 
 
 def _read_qwen2_moe(r: KeyReader) -> None:

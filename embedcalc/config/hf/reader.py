@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embedcalc.config.hf import keys
+from embedcalc.config.hf import accept, keys
 from embedcalc.errors import Problem
 
 Origin = Literal["file", "default", "family"]
@@ -162,6 +162,19 @@ class KeyReader:
             f"{written} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}",
         )
 
+    def derived(self, key: str, expected: Any, how: str) -> None:
+        """A key transformers' class computes from others (``qk_head_dim``): harmless when the file's value is the
+        one the class computes (``how``), else a problem (the modeling code would read the other value)."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return
+        if accept.same_value(value, expected):
+            self.ignored.append(IgnoredKey(written, value, f"{how} = {expected!r}, as {self.family.config_class} "
+                                                           "computes it: nothing beyond the keys mapped"))  # fmt: skip
+            return
+        self.problem(written, f"{written} = {value!r} disagrees with {how} = {expected!r}, from which "
+                              f"{self.family.config_class} computes it; fix the file")  # fmt: skip
+
     # the rest of the file
 
     def classify_rest(self) -> None:
@@ -187,15 +200,34 @@ class KeyReader:
             if key == "architectures":
                 reason = f"the checkpoint's head classes; embedcalc counts {self.family.counted_as} (counting rule)"
             if reason is None:
-                self.problem(
-                    key,
-                    f"unknown key {key!r} for model_type {self.family.model_type}: embedcalc cannot tell whether "
-                    f"it changes the model's size or cost. If transformers' {self.family.config_class} ignores it, "
-                    f"remove it from a copy of the file; otherwise {yaml_hint(self.family, lower=True)}",
-                    "hf_unknown_key",
-                )
+                self._classify_by_class(key, value)
                 continue
             self.ignored.append(IgnoredKey(key, value, reason))
+
+    def _classify_by_class(self, key: str, value: Any) -> None:
+        """A key no rule of the family or of every config covers: by what transformers' class declares and writes
+        (:mod:`embedcalc.config.hf.accept`), else unknown."""
+        class_keys = accept.class_keys(self.family.model_type)
+        version = accept.transformers_version()
+        verdict = None if class_keys is None else accept.classify(class_keys, key, value, version)
+        if verdict is not None and verdict.ignored:
+            self.ignored.append(IgnoredKey(key, value, verdict.text))
+        elif verdict is not None:
+            self.problem(key, f"{verdict.text}. {yaml_hint(self.family)}", "hf_unmapped_key")
+        else:
+            from embedcalc.config.problems import did_you_mean
+
+            cls = self.family.config_class
+            known = sorted(class_keys.params | class_keys.written) if class_keys is not None else []
+            self.problem(
+                key,
+                f"unknown key {key!r}{did_you_mean(key, known)} for model_type {self.family.model_type}: "
+                f"transformers' {cls} neither "
+                f"declares nor writes it (transformers {version}), so embedcalc cannot tell whether it changes the "
+                f"model's size or cost. If it is a typo, fix it; if {cls} ignores it, remove it from a copy of the "
+                f"file; otherwise {yaml_hint(self.family, lower=True)}",
+                "hf_unknown_key",
+            )
 
 
 def yaml_hint(family: Family, lower: bool = False) -> str:
