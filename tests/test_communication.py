@@ -97,7 +97,7 @@ def _communication(cli: Any, *flags: str) -> dict[str, Any]:
 
 def test_analyze_json_dp_all_reduce_equals_the_readme_formula(cli: Any) -> None:
     comm = _communication(cli, "--dp", "4")
-    # README: DP all-reduce bytes per device = 2 (N - 1) / N x params x gradient bytes
+    # docs/concepts/memory.md: DP all-reduce bytes per device = 2 (N - 1) / N x params x gradient bytes
     assert comm["by_group"] == {"dp": 2 * 3 * GPT2_PARAMS * 4 // 4}
 
 

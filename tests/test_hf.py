@@ -732,23 +732,23 @@ def test_relative_max_distance_matches_t5() -> None:
 # --- README: describing another family in embedcalc's YAML -------------------------------------------------------
 
 
-def _readme_pythia_yaml() -> str:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    start = readme.index("```yaml\nname: pythia-160m")
-    return readme[start + len("```yaml\n") : readme.index("```", start + 3)]
+def _docs_pythia_yaml() -> str:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "concepts" / "huggingface.md").read_text(encoding="utf-8")
+    start = page.index("```yaml\nname: pythia-160m")
+    return page[start + len("```yaml\n") : page.index("```", start + 3)]
 
 
-def test_readme_yaml_example_counts_what_it_says(write_config: Any) -> None:
-    config = load_target(str(write_config(_readme_pythia_yaml(), "pythia-160m.yaml"))).config
+def test_docs_yaml_example_counts_what_it_says(write_config: Any) -> None:
+    config = load_target(str(write_config(_docs_pythia_yaml(), "pythia-160m.yaml"))).config
     assert count_params(config).total == 162_322_944
     assert forward_flops(config, Workload(batch_size=1, seq_len=128)).forward == 32_237_420_544
 
 
 @pytest.mark.torch
-def test_readme_yaml_example_equals_transformers_gpt_neox(hf: Any, write_config: Any) -> None:
+def test_docs_yaml_example_equals_transformers_gpt_neox(hf: Any, write_config: Any) -> None:
     import torch
 
-    config = load_target(str(write_config(_readme_pythia_yaml(), "pythia-160m.yaml"))).config
+    config = load_target(str(write_config(_docs_pythia_yaml(), "pythia-160m.yaml"))).config
     neox = hf.GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                             intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25,
                             use_parallel_residual=True, tie_word_embeddings=False)  # fmt: skip

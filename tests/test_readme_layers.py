@@ -1,10 +1,11 @@
-"""The README's section "The layer model: describing today's models", checked number by number.
+"""The documentation page "The layer model: describing today's models" (docs/concepts/layer-model.md, once the
+README's section of that name), checked number by number.
 
 Every fenced ``yaml`` block of the section is a config whose first line names its file (``# mixtral.yaml``); each
 must load through ``load_target``. Every ``$ embedcalc analyze FILE ...`` line of a ``console`` block is run again
 with ``--format json``, and each table row shown under it (``│ total │ 46,702,792,704 │ ...``) must be the JSON
 value that row renders. The ``sweep`` line's jq output must be what the sweep gives. Where an example is a
-published shape with a hub fixture (``tests/fixtures/hf/<name>.json``), the README's total is also what transformers
+published shape with a hub fixture (``tests/fixtures/hf/<name>.json``), the page's total is also what transformers
 builds on the meta device, the active count is that total less the routed experts a token does not use, and the
 KV cache per token is what transformers' config implies (2 x KV heads x head_dim per layer, or MLA's
 kv_lora_rank + qk_rope_head_dim).
@@ -28,8 +29,8 @@ from typer.testing import CliRunner
 from embedcalc.cli.app import app
 from embedcalc.config.loading import load_target
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-HEADING = "## The layer model: describing today's models"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "concepts" / "layer-model.md"
+HEADING = "# The layer model: describing today's models"
 
 # table row label -> where `analyze --format json` keeps the number (results[0][group][key])
 ROWS = {
@@ -48,10 +49,9 @@ _JQ_FILTER = (
 
 
 def _section() -> str:
-    text = README.read_text(encoding="utf-8")
-    assert HEADING in text, f"README has no section {HEADING!r}"
-    body = text.split(HEADING, 1)[1]
-    return body.split("\n## ", 1)[0]
+    text = PAGE.read_text(encoding="utf-8")
+    assert text.startswith(HEADING + "\n"), f"{PAGE} does not start with {HEADING!r}"
+    return text
 
 
 def _fences(kind: str) -> list[str]:
@@ -102,7 +102,7 @@ def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def analyzed(example_dir: Path) -> dict[str, dict[str, Any]]:
-    """`analyze --format json` of every README command, keyed by the command as written."""
+    """`analyze --format json` of every command on the page, keyed by the command as written."""
     out = {}
     for argv, _ in COMMANDS:
         args = [str(example_dir / a) if a in EXAMPLES else a for a in argv]
@@ -117,7 +117,7 @@ def _stated(name: str, label: str) -> int:
     for argv, rows in COMMANDS:
         if name in argv and label in rows:
             return rows[label]
-    raise AssertionError(f"the README shows no {label!r} row for {name}")
+    raise AssertionError(f"the page shows no {label!r} row for {name}")
 
 
 def test_the_section_has_an_example_per_capability() -> None:
@@ -209,7 +209,7 @@ def test_totals_are_what_transformers_builds(transformers: Any, name: str) -> No
 
 
 def _per_token_kv(name: str) -> list[int]:
-    """KV cache rows the README shows for ``name`` at one token in bfloat16."""
+    """KV cache rows the page shows for ``name`` at one token in bfloat16."""
     return [
         rows["kv cache"]
         for argv, rows in COMMANDS
@@ -225,5 +225,5 @@ def test_kv_cache_per_token_is_transformers_config(transformers: Any, name: str)
         assert not _per_token_kv(name), "an encoder has no KV cache"
         return
     shown = _per_token_kv(name)
-    assert shown, f"the README shows {name}'s KV cache per token (--seq-len 1 --dtype bfloat16)"
+    assert shown, f"the page shows {name}'s KV cache per token (--seq-len 1 --dtype bfloat16)"
     assert shown[0] == 2 * _kv_values_per_token(config)  # 2 bytes a value

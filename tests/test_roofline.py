@@ -265,11 +265,11 @@ def test_layer_model_decode_reads_the_cache_the_memory_model_holds_and_only_the_
         assert sum(experts) == every * moe.top_k // moe.num_experts
 
 
-def test_the_readme_example_numbers() -> None:
-    """README, Time and hardware: the llama-2-7b example's printed numbers, from the same command."""
+def test_the_time_page_example_numbers() -> None:
+    """docs/concepts/time.md (the time model): the llama-2-7b example's printed numbers, from the same command."""
     args = ("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bfloat16", "--gen-tokens", "128")
     time = _json(*args)["time"]
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parent.parent / "docs" / "concepts" / "time.md").read_text(encoding="utf-8")
     shown = {
         "prefill (time to first token)                4.17 ms": f"{time['prefill_s'] * 1e3:.2f} ms",
         "decode per token at KV length 256            3.98 ms": f"{time['decode_s_per_token'] * 1e3:.2f} ms",
@@ -277,4 +277,4 @@ def test_the_readme_example_numbers() -> None:
         "largest batch in 80.00 GiB, h100-sxm memory  500": str(time["max_batch_size"]),
     }
     for line, value in shown.items():
-        assert line in readme and line.endswith(value), (line, value)
+        assert line in page and line.endswith(value), (line, value)

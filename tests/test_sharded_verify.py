@@ -75,7 +75,8 @@ def test_llama_2_70b_at_tp_8(cli: Any) -> None:
     assert qkv["torch"] == 80 * (8192 * 8192 // 8 + 2 * 128 * 8192)  # one of the 8 KV heads per rank
     assert sharded["collectives"] and all(c["ok"] for c in sharded["collectives"])
     calls = {c["phase"]: (c["torch_count"], c["torch_bytes"]) for c in sharded["collectives"]}
-    assert calls == {"forward": (164, 84_410_560), "backward": (401, 210_239_488)}  # the README's example
+    # the example of docs/concepts/memory.md
+    assert calls == {"forward": (164, 84_410_560), "backward": (401, 210_239_488)}
 
 
 @pytest.mark.slow

@@ -1,0 +1,305 @@
+"""The MkDocs hooks of the documentation site (``mkdocs.yml``: ``hooks: [scripts/docs_site.py]``): the pages that
+are generated, never hand-written, so they cannot drift from the code.
+
+- **Commands**: one page per top-level command of ``docs/cli.md`` (the reference ``scripts/cli_reference.py``
+  generates from typer and CI checks with ``--check``). A hand-written ``docs/commands/NAME.md`` gets the command's
+  generated reference appended; a command without one gets a page of its reference alone; a hand-written page for a
+  command that no longer exists fails the strict build. The nav's "Commands" section lists them in ``cli.md``'s
+  order.
+- **Hardware catalogue**: ``<!-- generated: hardware-catalogue -->`` becomes a summary table and every figure of
+  every shipped device, read through embedcalc's own catalogue loader (so a field the schema gains shows here as
+  soon as ``Device.figures()`` lists it).
+- **Python API**: ``<!-- generated: api-reference -->`` becomes one mkdocstrings block per name of
+  ``embedcalc.__all__`` (``::: embedcalc.NAME``: the public name, wherever its module lives).
+- **Published runs**: ``<!-- generated: published-runs -->`` becomes the output of
+  ``benchmarks/bench_published.py`` when that script exists, else a note saying so.
+
+``python scripts/docs_site.py PAGE`` prints one generated piece (``hardware-catalogue``, ``api-reference``,
+``published-runs``, or a command name) for a look without building the site.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI_REFERENCE = ROOT / "docs" / "cli.md"
+PUBLISHED_SCRIPT = ROOT / "benchmarks" / "bench_published.py"
+COMMANDS_DIR = "commands"
+MARKER = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
+
+log = logging.getLogger("mkdocs.plugins.embedcalc")
+
+
+# --- commands: docs/cli.md split per top-level command ------------------------------------------------------------
+
+
+def command_sections(text: str | None = None) -> dict[str, str]:
+    """Top-level command -> its section of ``docs/cli.md`` (subcommands included), heading line dropped; the key
+    ``""`` holds the section of ``embedcalc`` itself (the global options and the command list)."""
+    text = CLI_REFERENCE.read_text(encoding="utf-8") if text is None else text
+    sections: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        heading = re.fullmatch(r"(#{1,2}) `embedcalc ?(?P<cmd>[\w-]*)`", line)
+        if heading:
+            if name is not None:
+                sections[name] = "\n".join(lines).strip() + "\n"
+            name, lines = heading["cmd"], []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        sections[name] = "\n".join(lines).strip() + "\n"
+    return sections
+
+
+def command_page(name: str, hand_written: str | None, reference: str) -> str:
+    """The page of one command: the hand-written text (or a title) and the generated reference under it."""
+    head = hand_written.rstrip() + "\n" if hand_written else f"# `embedcalc {name}`\n"
+    return f"{head}\n## Reference\n\n<!-- generated from docs/cli.md (scripts/cli_reference.py) -->\n\n{reference}"
+
+
+# --- the hardware catalogue ---------------------------------------------------------------------------------------
+
+
+def _figure_value(label: str, value: float) -> str:
+    """A figure in the unit its label names (``peak_flops_per_s.*``, ``*_bytes_per_s``, ``*_bytes``), else as is."""
+    if label.startswith("peak_flops_per_s."):
+        unit = "TOP/s" if label.endswith("int8") or label.endswith("int4") else "TFLOP/s"
+        return f"{value / 1e12:,.1f} {unit}"
+    if label.endswith("_bytes_per_s"):
+        return f"{value / 1e9:,.1f} GB/s"
+    if label.endswith("_bytes"):
+        return f"{value / 2**30:,.2f} GiB ({int(value):,} B)"
+    return f"{value:,g}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def hardware_catalogue() -> str:
+    """Markdown: the catalogue at a glance, then every figure of every shipped device with its note and source."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from embedcalc.config.hardware import PEAK_DTYPES, catalogue
+
+    devices = catalogue()
+    dtypes = [t for t in PEAK_DTYPES if any(t in d.peak_flops_per_s for d in devices)]
+    out = [
+        f"{len(devices)} devices. Dense peaks (no 2:4 sparsity) in TFLOP/s (integer formats: TOP/s), memory in "
+        "GiB, memory bandwidth and links per direction in GB/s (10⁹ B/s); — : the device has no such rate.",
+        "",
+        "| name | device | " + " | ".join(dtypes) + " | memory | bandwidth | link |",
+        "| --- | --- | " + " | ".join("---:" for _ in dtypes) + " | ---: | ---: | --- |",
+    ]
+    for d in devices:
+        peaks = [d.peak_flops_per_s.get(t) for t in dtypes]  # type: ignore[call-overload]
+        link = d.interconnect or d.host_link
+        shown_link = "—" if link is None else f"{link.kind} {link.per_direction_bytes_per_s.value / 1e9:,.1f}"
+        out.append(
+            f"| [`{d.name}`](#{d.name}) | {_cell(d.title)} | "
+            + " | ".join("—" if p is None else f"{p.value / 1e12:,.1f}" for p in peaks)
+            + f" | {d.memory / 2**30:,.2f} | {d.bandwidth / 1e9:,.0f} | {shown_link} |"
+        )
+    for d in devices:
+        out += ["", f"## {d.name}", "", f"{_cell(d.title)} ({d.vendor}, {d.kind}). "
+                f"`--hardware {d.name}`; `embedcalc hardware show {d.name}` prints the same figures.", "",
+                "| figure | value | note | source |", "| --- | ---: | --- | --- |"]  # fmt: skip
+        for label, figure in d.figures():
+            out.append(f"| `{label}` | {_figure_value(label, figure.value)} | {_cell(figure.note or '')} | "
+                       f"{_cell(d.citation(figure))} |")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+# --- the Python API -----------------------------------------------------------------------------------------------
+
+
+def public_names() -> list[str]:
+    """``embedcalc.__all__`` read from the source (no import), less ``__version__``."""
+    tree = ast.parse((ROOT / "embedcalc" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            names = ast.literal_eval(node.value)
+            return [n for n in names if not n.startswith("__")]
+    raise RuntimeError("embedcalc/__init__.py defines no __all__")
+
+
+def api_reference() -> str:
+    """One mkdocstrings block per public name: functions first, then the types, each alphabetically."""
+    names = public_names()
+    functions = sorted(n for n in names if n[0].islower())
+    types = sorted(n for n in names if not n[0].islower())
+    out = ["## Functions", ""]
+    out += [f"::: embedcalc.{n}\n" for n in functions]
+    out += ["## Types", ""]
+    out += [f"::: embedcalc.{n}\n" for n in types]
+    return "\n".join(out)
+
+
+# --- published runs -----------------------------------------------------------------------------------------------
+
+
+def published_runs() -> str:
+    """The output of ``benchmarks/bench_published.py`` (published vs predicted for every run), if it exists."""
+    if not PUBLISHED_SCRIPT.exists():
+        return (
+            '!!! note "Not generated yet"\n'
+            "    `benchmarks/bench_published.py` is not in this checkout; when it is, this page shows its output "
+            "(every published run beside embedcalc's prediction and the median error), regenerated at each "
+            "build.\n"
+        )
+    done = subprocess.run([sys.executable, str(PUBLISHED_SCRIPT)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env=_script_env())  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmarks/bench_published.py exited {done.returncode}:\n{done.stderr}")
+    return f"```console\n$ python benchmarks/bench_published.py\n{done.stdout.rstrip()}\n```\n"
+
+
+def _script_env() -> dict[str, str]:
+    import os
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+GENERATORS = {
+    "hardware-catalogue": hardware_catalogue,
+    "api-reference": api_reference,
+    "published-runs": published_runs,
+}
+
+
+def expand_markers(markdown: str, where: str) -> str:
+    """Replace every ``<!-- generated: NAME -->`` line by its generator's output; an unknown NAME is an error."""
+
+    def generate(match: re.Match[str]) -> str:
+        generator = GENERATORS.get(match["name"])
+        if generator is None:
+            raise ValueError(
+                f"{where}: unknown generated block {match['name']!r}; known: {', '.join(GENERATORS)}"
+            )
+        return generator()
+
+    return MARKER.sub(generate, markdown)
+
+
+# --- the MkDocs hooks ---------------------------------------------------------------------------------------------
+
+
+def on_config(config: Any) -> Any:
+    """Fill the nav's "Commands" section with one page per command, in docs/cli.md's order."""
+    pages = [f"{COMMANDS_DIR}/{name}.md" for name in command_sections() if name]
+    for item in config["nav"] or []:
+        if isinstance(item, dict) and "Commands" in item:
+            item["Commands"] = [entry for entry in item["Commands"] if entry not in pages] + pages
+            break
+    else:
+        raise ValueError("mkdocs.yml: the nav has no 'Commands' section for the command pages")
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """A generated page for every command without a hand-written one; a hand-written page of no command is an error."""
+    from mkdocs.structure.files import File
+
+    commands = {name for name in command_sections() if name}
+    written = {
+        f.src_uri.removeprefix(f"{COMMANDS_DIR}/").removesuffix(".md")
+        for f in files
+        if f.src_uri.startswith(f"{COMMANDS_DIR}/") and f.src_uri.endswith(".md")
+    }
+    stale = sorted(written - commands - {"index"})
+    if stale:
+        log.warning("docs/commands/ has pages for commands that do not exist: %s", ", ".join(stale))
+    for name in sorted(commands - written):
+        files.append(File.generated(config, f"{COMMANDS_DIR}/{name}.md", content=f"# `embedcalc {name}`\n"))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Append each command page's reference; expand the generated blocks."""
+    src = page.file.src_uri
+    if src.startswith(f"{COMMANDS_DIR}/") and src != f"{COMMANDS_DIR}/index.md":
+        name = src.removeprefix(f"{COMMANDS_DIR}/").removesuffix(".md")
+        sections = command_sections()
+        if name in sections:
+            markdown = command_page(name, markdown, sections[name])
+    elif src == f"{COMMANDS_DIR}/index.md":
+        markdown = markdown.rstrip() + "\n\n## Global options\n\n" + command_sections()[""]
+    return expand_markers(markdown, src)
+
+
+# --- docstrings: embedcalc writes reST-style inline markup and doctests; the site renders Markdown ----------------
+
+_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?(?:[\w.]+\.)?([^`]+)`")
+
+
+def markdown_docstring(text: str) -> str:
+    """A docstring as Markdown: doctest runs (``>>>`` to the next blank line) fenced as ``pycon``, ``:role:`x```
+    and double backticks as inline code. Text inside fences is left alone."""
+    out: list[str] = []
+    in_fence = in_doctest = False
+    for line in text.splitlines():
+        if in_doctest and not line.strip():
+            out.append("```")
+            in_doctest = False
+        fence_line = line.lstrip().startswith("```") and not in_doctest
+        if fence_line:
+            in_fence = not in_fence
+        elif not in_fence and not in_doctest and line.lstrip().startswith(">>> "):
+            out += ["", "```pycon"] if out and out[-1].strip() else ["```pycon"]
+            in_doctest = True
+        if not (fence_line or in_fence or in_doctest):
+            line = _ROLE.sub(r"`\1`", line).replace("``", "`")
+        out.append(line)
+    if in_doctest:
+        out.append("```")
+    return "\n".join(out)
+
+
+try:  # the griffe extension exists only where the docs extra is installed (mkdocstrings loads it)
+    import griffe
+
+    class MarkdownDocstrings(griffe.Extension):
+        """mkdocs.yml: ``extensions: [scripts/docs_site.py:MarkdownDocstrings]`` of the python handler."""
+
+        def on_instance(self, *, node: Any, obj: Any, agent: Any, **kwargs: Any) -> None:
+            if obj.docstring is not None:
+                obj.docstring.value = markdown_docstring(obj.docstring.value)
+
+except ImportError:  # pragma: no cover - the site is built with the docs extra
+    pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    (what,) = argv
+    if what in GENERATORS:
+        print(GENERATORS[what](), end="")
+        return 0
+    sections = command_sections()
+    if what not in sections:
+        print(
+            f"unknown page {what!r}; one of: {', '.join([*GENERATORS, *filter(None, sections)])}",
+            file=sys.stderr,
+        )
+        return 2
+    print(command_page(what, None, sections[what]), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,130 @@
+"""The README, number by number: its tour is real output, and every number outside the tour is accounted for.
+
+Every ``console`` block is one command (``$ embedcalc ...``, optionally ``2>/dev/null`` and ``| jq FILTER``) and
+the output it printed; the test runs the command again (in-process, 100 columns, no colour) and compares the whole
+output, whitespace-insensitively (the README wraps a long message line). Every other number in the README is listed
+in :data:`PROSE_NUMBERS` with the check that holds it, so a number added to the README without a check fails here.
+The quick start's two commands are tests/test_newcomer.py's (CI runs them as written).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from embedcalc.cli.app import app
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
+
+
+def _readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def _consoles() -> list[tuple[str, str]]:
+    """(command after '$ ', output as printed) of every console block."""
+    out = []
+    for kind, body in _FENCE.findall(_readme()):
+        if kind == "console":
+            first, _, printed = body.partition("\n")
+            assert first.startswith("$ embedcalc "), f"a console block starts with its command: {first!r}"
+            out.append((first[2:], printed))
+    return out
+
+
+CONSOLES = _consoles()
+
+
+def _jq_path(document: Any, path: str) -> Any:
+    """A jq path of fields and indices (``.results[0].flops.forward``) applied to a JSON document."""
+    for field, index in re.findall(r"\.(\w+)|\[(\d+)\]", path):
+        document = document[field] if field else document[int(index)]
+    return document
+
+
+def _run(command: str) -> tuple[int, str]:
+    """Run a README command line in-process; (exit code, the output its console block shows)."""
+    pipeline, _, jq = command.partition(" | jq ")
+    argv = shlex.split(pipeline)
+    quiet = argv[-1] == "2>/dev/null"
+    argv = argv[1:-1] if quiet else argv[1:]
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "100", "NO_COLOR": "1"})
+    if jq:
+        (path,) = shlex.split(jq)
+        shown = json.dumps(_jq_path(json.loads(result.stdout), path))
+        if shutil.which("jq"):
+            done = subprocess.run(
+                ["jq", path], input=result.stdout, capture_output=True, text=True, check=True
+            )
+            assert done.stdout.strip() == shown
+        return result.exit_code, shown
+    return result.exit_code, result.stdout + ("" if quiet else result.stderr)
+
+
+def test_the_tour_shows_the_main_commands() -> None:
+    commands = [c.split()[1] for c, _ in CONSOLES]
+    assert {"check", "compare", "analyze"} <= set(commands)
+    assert any(c.startswith("embedcalc compare bert-base bert-large transformer-base") for c, _ in CONSOLES)
+
+
+@pytest.mark.parametrize(("command", "printed"), CONSOLES, ids=[c for c, _ in CONSOLES])
+def test_tour_output_is_what_the_command_prints(command: str, printed: str) -> None:
+    code, output = _run(command)
+    assert code == (3 if command.startswith("embedcalc check bert-base --set num_heads=10") else 0)
+    assert output.split() == printed.split(), f"README shows stale output for {command!r}:\n{output}"
+
+
+def _prose() -> str:
+    """The README outside its code blocks and inline code (console output is checked above, the quick start by
+    test_newcomer; inline code is commands and names, the presets among them checked below)."""
+    return re.sub(r"`[^`]+`", "", _FENCE.sub("", _readme()))
+
+
+def _quick_start_torch_pin() -> str:
+    block = _readme().split("## Quick start", 1)[1]
+    match = re.search(r"pip install (torch==[\d.]+) --index-url https://download.pytorch.org/whl/cpu", block)
+    assert match
+    return match.group(1)
+
+
+# every number of the README's prose -> why it holds
+PROSE_NUMBERS = {
+    "3.11": "Python >= 3.11 is pyproject's requires-python",
+    "3": "exit 3 for the invalid config of the tour (checked above)",
+}
+
+
+def test_every_prose_number_is_accounted_for() -> None:
+    found = set(_NUMBER.findall(_prose()))
+    unchecked = sorted(found - set(PROSE_NUMBERS))
+    assert not unchecked, f"numbers in the README without a check here: {unchecked}"
+
+
+def test_prose_numbers_hold() -> None:
+    prose = _prose()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "Python ≥ 3.11" in prose and project["requires-python"] == ">=3.11"
+    pin = _quick_start_torch_pin()
+    assert f"`pip install {pin} --index-url https://download.pytorch.org/whl/cu130`" in _readme()
+    assert "(exit 3)" in prose
+
+
+def test_presets_named_in_the_introduction_exist() -> None:
+    from embedcalc.config.presets import preset_names
+
+    intro = _readme().split("## Quick start", 1)[0]
+    named = re.findall(r"`([a-z][\w.-]*)`", intro.split("a shipped preset", 1)[1].split("your own", 1)[0])
+    assert len(named) >= 5
+    assert set(named) <= set(preset_names())
