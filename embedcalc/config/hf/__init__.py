@@ -91,7 +91,7 @@ def _unsupported(model_type: Any, origin: str) -> ConfigError:
         message = (
             f"{origin}: model_type {model_type!r} needs what embedcalc cannot describe yet: "
             f"{REFUSED[model_type]}, so it is refused rather than miscounted. Describe the nearest model in "
-            "embedcalc's own YAML (`embedcalc schema`; README: Hugging Face configs) if an estimate will do"
+            "embedcalc's own YAML (`embedcalc schema`; docs/concepts/huggingface.md) if an estimate will do"
         )
         return ConfigError(
             message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family"
@@ -101,7 +101,7 @@ def _unsupported(model_type: Any, origin: str) -> ConfigError:
         f"{origin}: model_type {model_type!r} is not a family embedcalc reads from a Hugging Face config.json "
         f"(supported: {families}). Describe the model in embedcalc's own YAML instead: architecture, vocab_size, "
         "max_seq_len, embed_dim, num_heads, num_layers, ffn_dim and the options that apply (`embedcalc presets "
-        "show llama-2-7b` prints a complete example, `embedcalc schema` every field; README: Hugging Face configs)"
+        "show llama-2-7b` prints a complete example, `embedcalc schema` every field; docs/concepts/huggingface.md)"
     )
     return ConfigError(
         message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family"
