@@ -78,11 +78,19 @@ def _figure_value(label: str, value: float) -> str:
         return f"{value / 1e9:,.1f} GB/s"
     if label.endswith("_bytes"):
         return f"{value / 2**30:,.2f} GiB ({int(value):,} B)"
+    if label.startswith("price"):
+        return f"${value:,.2f} / h"
     return f"{value:,g}"
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _note(figure: Any) -> str:
+    """A figure's note, with the day it was read for a dated figure (a price)."""
+    parts = [f"read {figure.date}" if getattr(figure, "date", None) else "", figure.note or ""]
+    return _cell("; ".join(p for p in parts if p))
 
 
 def hardware_catalogue() -> str:
@@ -93,28 +101,43 @@ def hardware_catalogue() -> str:
 
     devices = catalogue()
     dtypes = [t for t in PEAK_DTYPES if any(t in d.peak_flops_per_s for d in devices)]
+    prices = any(getattr(d, "price_per_hour", None) is not None for d in devices)
     out = [
         f"{len(devices)} devices. Dense peaks (no 2:4 sparsity) in TFLOP/s (integer formats: TOP/s), memory in "
-        "GiB, memory bandwidth and links per direction in GB/s (10⁹ B/s); — : the device has no such rate.",
+        "GiB, memory bandwidth and links per direction in GB/s (10⁹ B/s)"
+        + (
+            "; the price is a dated default in USD per device-hour (`--price-per-hour` overrides it)"
+            if prices
+            else ""
+        )
+        + "; — : the device has no such figure.",
         "",
-        "| name | device | " + " | ".join(dtypes) + " | memory | bandwidth | link |",
-        "| --- | --- | " + " | ".join("---:" for _ in dtypes) + " | ---: | ---: | --- |",
+        "| name | device | "
+        + " | ".join(dtypes)
+        + " | memory | bandwidth | link |"
+        + (" price |" if prices else ""),
+        "| --- | --- | "
+        + " | ".join("---:" for _ in dtypes)
+        + " | ---: | ---: | --- |"
+        + (" ---: |" if prices else ""),
     ]
     for d in devices:
         peaks = [d.peak_flops_per_s.get(t) for t in dtypes]  # type: ignore[call-overload]
         link = d.interconnect or d.host_link
         shown_link = "—" if link is None else f"{link.kind} {link.per_direction_bytes_per_s.value / 1e9:,.1f}"
+        price = getattr(d, "price_per_hour", None)
         out.append(
             f"| [`{d.name}`](#{d.name}) | {_cell(d.title)} | "
             + " | ".join("—" if p is None else f"{p.value / 1e12:,.1f}" for p in peaks)
             + f" | {d.memory / 2**30:,.2f} | {d.bandwidth / 1e9:,.0f} | {shown_link} |"
+            + ((" — |" if price is None else f" {price.value:,.2f} |") if prices else "")
         )
     for d in devices:
         out += ["", f"## {d.name}", "", f"{_cell(d.title)} ({d.vendor}, {d.kind}). "
                 f"`--hardware {d.name}`; `embedcalc hardware show {d.name}` prints the same figures.", "",
                 "| figure | value | note | source |", "| --- | ---: | --- | --- |"]  # fmt: skip
         for label, figure in d.figures():
-            out.append(f"| `{label}` | {_figure_value(label, figure.value)} | {_cell(figure.note or '')} | "
+            out.append(f"| `{label}` | {_figure_value(label, figure.value)} | {_note(figure)} | "
                        f"{_cell(d.citation(figure))} |")  # fmt: skip
     return "\n".join(out) + "\n"
 

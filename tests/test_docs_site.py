@@ -66,7 +66,7 @@ def test_hardware_page_has_every_figure_of_every_device() -> None:
         for label, figure in device.figures():
             assert f"| `{label}` |" in section, (device.name, label)
             if figure.note:
-                assert site._cell(figure.note) in section
+                assert site._cell(figure.note) in section, (device.name, label)
     h100 = page.split("\n## h100-sxm\n", 1)[1].split("\n## ", 1)[0]
     assert "| `peak_flops_per_s.bf16` | 989.4 TFLOP/s |" in h100
     assert "| `memory_bytes` | 80.00 GiB (85,899,345,920 B) |" in h100
