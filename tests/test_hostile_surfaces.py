@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -83,3 +86,54 @@ def test_json_is_never_written_with_infinity(capsys: pytest.CaptureFixture[str])
     with pytest.raises(WorkloadError, match=r"results\[0\]\.time\.cost"):
         emit_json("analyze", [{"time": {"cost": math.inf}}])
     assert capsys.readouterr().out == ""
+
+
+# --- streams and terminals (real processes: the streams are the point) ----------------------------------------
+
+
+def _embedcalc(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    from conftest import cli_env
+
+    base = cli_env(COLUMNS="120") if env is None else env
+    return subprocess.run([sys.executable, "-m", "embedcalc", *args], env=base, text=True, timeout=60,
+                          check=False, **kwargs)  # fmt: skip
+
+
+def test_closed_stdout_is_an_output_error() -> None:
+    proc = _embedcalc("analyze", "gpt2", stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))  # `>&-`
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot write output: stdout is closed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_closed_stderr_still_answers() -> None:
+    proc = _embedcalc("analyze", "gpt2", "--tp", "2", stdout=subprocess.PIPE, preexec_fn=lambda: os.close(2))
+    assert proc.returncode == 0 and "embedding" in proc.stdout
+
+
+def test_c_locale_without_utf8_mode_prints_ascii() -> None:
+    from conftest import cli_env
+
+    env = {k: v for k, v in cli_env(COLUMNS="100").items() if k not in ("PYTHONIOENCODING", "LANG", "LC_CTYPE")}
+    env.update(LC_ALL="C", PYTHONUTF8="0")
+    proc = _embedcalc("analyze", "gpt2", env=env, capture_output=True, encoding="ascii", errors="strict")
+    assert proc.returncode == 0, proc.stderr
+    assert "embedding" in proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_columns_zero_prints_the_table() -> None:
+    proc = _embedcalc("analyze", "gpt2", env={**os.environ, "COLUMNS": "0"}, capture_output=True)
+    assert proc.returncode == 0 and "embedding" in proc.stdout and "39,383,808" in proc.stdout
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_broken_pipe_exits_0_silently(fmt: str) -> None:
+    """The reader leaves before anything is written: exit 0, nothing on stderr (as when it leaves after)."""
+    from conftest import cli_env
+
+    args = [sys.executable, "-m", "embedcalc", "sweep", "gpt2", "--seq-len", "1:1024:+1", "--format", fmt]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), text=True)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Broken pipe" not in err and "Exception ignored" not in err

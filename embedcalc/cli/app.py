@@ -7,6 +7,7 @@ the command being run; ``--help`` and anything unrecognised get the full applica
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 from typing import Annotated
@@ -14,8 +15,9 @@ from typing import Annotated
 import typer
 
 from embedcalc import __version__
-from embedcalc.cli.common import DEBUG_ENV, OnlineOption, RevisionOption
+from embedcalc.cli.common import DEBUG_ENV, OnlineOption, RevisionOption, silence_stdout
 from embedcalc.config import hub
+from embedcalc.errors import ExitCode
 
 # command name -> (module, attribute); a Typer attribute is a sub-application (presets list / show)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -95,9 +97,56 @@ def _command_name(argv: list[str]) -> str | None:
     return None
 
 
+def _prepare_streams() -> None:
+    """Make the process's streams writable whatever the shell gave it (issue 24): a closed stderr (``2>&-``) is
+    replaced by /dev/null; a closed stdout (``>&-``) is an output error, exit 1, said on stderr; a stream whose
+    encoding is not UTF (``LC_ALL=C PYTHONUTF8=0``) writes ``?`` for what it cannot encode (rich draws its boxes in
+    ASCII there) instead of dying of UnicodeEncodeError."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - the process's stderr until exit
+    if sys.stdout is None:
+        sys.stderr.write("embedcalc: error: cannot write output: stdout is closed\n")
+        raise SystemExit(int(ExitCode.RUNTIME))
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("_", "-")
+        if not encoding.startswith("utf") and isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
+
+
 def main() -> None:
-    """Console-script entry point."""
-    build_app(_command_name(sys.argv[1:]))(prog_name="embedcalc")
+    """Console-script entry point. A reader that leaves early (``embedcalc ... | head``) is not a failure: exit 0
+    and nothing on stderr, whether the output still sat in our buffer or was already in the pipe (the one answer
+    that does not depend on the pipe's buffer size); any other exit code of the command is kept."""
+    _prepare_streams()
+    before = _stdout_identity()
+    code: int | str | None = 0
+    try:
+        build_app(_command_name(sys.argv[1:]))(prog_name="embedcalc")
+    except SystemExit as exc:
+        code = exc.code
+    try:
+        sys.stdout.flush()  # here, not at interpreter exit, where a broken pipe is "Exception ignored", exit 120
+    except BrokenPipeError:
+        silence_stdout()
+    if code == 1 and before != _stdout_identity() == _devnull_identity():
+        code = 0  # typer's help (its own rich console) met the broken pipe: rich moved stdout onto /dev/null
+    raise SystemExit(code)
+
+
+def _stdout_identity() -> tuple[int, int] | None:
+    try:
+        info = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _devnull_identity() -> tuple[int, int] | None:
+    try:
+        info = os.stat(os.devnull)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def __getattr__(name: str) -> typer.Typer:

@@ -110,6 +110,17 @@ def os_error_message(exc: OSError) -> str:
     return f"cannot write output: {reason}"
 
 
+def silence_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null, so that nothing more (the interpreter's final flush
+    included) fails writing to the reader that left."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no descriptor (an in-process runner's buffer): nothing to do
+        pass
+
+
 def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Turn :class:`EmbedcalcError` into ``embedcalc: error: ...`` plus its exit code (and a JSON error envelope
     on stdout when ``--format json``); Ctrl-C into exit 130. ``--debug`` re-raises for the traceback."""
@@ -118,7 +129,9 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                sys.stdout.flush()  # the output is complete (or the pipe found broken) before the command returns
+                return result
             except EmbedcalcError as exc:
                 if debugging():
                     raise
@@ -130,9 +143,9 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
                     problems = exc.problems or [Problem("", exc.message, exc.code)]
                     output.emit_json(command, [], problems=problems, status="error")
                 raise typer.Exit(int(exc.exit_code)) from None
-            except BrokenPipeError:  # `embedcalc ... | head`: the reader left; nothing more to say
-                sys.stderr.close()
-                raise typer.Exit(int(ExitCode.RUNTIME)) from None
+            except BrokenPipeError:  # `embedcalc ... | head`: the reader left; not a failure (cli.app.main)
+                silence_stdout()
+                raise typer.Exit(int(ExitCode.OK)) from None
             except OSError as exc:
                 if debugging():
                     raise

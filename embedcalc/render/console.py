@@ -3,6 +3,7 @@ so that a ``--format json`` run with a non-terminal stderr never imports rich.""
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -14,17 +15,40 @@ from rich.markup import escape
 _consoles: dict[str, Console] = {}
 
 
+class _Console(Console):
+    """rich's console, but a broken pipe is the BrokenPipeError the CLI's error edge handles (one exit code for it,
+    :func:`embedcalc.cli.app.main`), not rich's own ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout left")
+
+
+MAX_COLUMNS = 10_000  # a wider $COLUMNS is a mistake; rich would lay every table out that wide
+
+
 def _width(name: str) -> int | None:
-    """$COLUMNS if set; piped stdout gets 200 so that tables are never cut to rich's 80-column default."""
-    if os.environ.get("COLUMNS", "").isdigit():
-        return int(os.environ["COLUMNS"])
-    return 200 if name == "stdout" and not sys.stdout.isatty() else None
+    """$COLUMNS if it is a width (1 to MAX_COLUMNS); piped stdout gets 200 so that tables are never cut to rich's
+    80-column default. ``COLUMNS=0`` or a non-number means "not set" (rich would print nothing at width 0): the
+    terminal's width, or 200 when piped."""
+    text = os.environ.get("COLUMNS", "").strip()
+    columns = int(text) if text.isdigit() and len(text) <= len(str(MAX_COLUMNS)) else 0
+    if columns > 0:
+        return min(columns, MAX_COLUMNS)
+    if name == "stdout" and not sys.stdout.isatty():
+        return 200
+    if not text:
+        return None  # rich asks the terminal
+    try:  # $COLUMNS is set but no width: ask the terminal ourselves, as rich would take the 0 at its word
+        return os.get_terminal_size((sys.stdout if name == "stdout" else sys.stderr).fileno()).columns or 80
+    except (OSError, ValueError, AttributeError):
+        return 80
 
 
 def console(name: str) -> Console:
     """The console for ``name`` ("stdout" or "stderr"), created once; its width follows the environment."""
     if name not in _consoles:
-        _consoles[name] = Console(soft_wrap=False) if name == "stdout" else Console(stderr=True, highlight=False)
+        _consoles[name] = _Console(soft_wrap=False) if name == "stdout" else _Console(stderr=True, highlight=False)
     made = _consoles[name]
     width = _width(name)
     if width is not None:
