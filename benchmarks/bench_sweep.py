@@ -28,8 +28,8 @@ from embedcalc.analysis.sweep import sweep_target
 from embedcalc.analysis.sweep_axes import parse_axis
 from embedcalc.analysis.sweep_reference import evaluate_point
 from embedcalc.analysis.workload import Workload
+from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.cli.sweep import write_csv
-from embedcalc.cli.sweep_load import load_base
 
 TARGET = "bert-base"
 FLAGS = {

@@ -17,8 +17,8 @@ the README ("Python API").
 
 Importing ``embedcalc`` is cheap: the API's modules (pydantic, the analyzer; torch only for verify/bench) load on
 first use of a name. The package is split as DESIGN.md §7 describes: ``config``, ``analysis``, ``modeling``
-(the only torch code), ``reconcile``, ``render`` (the only rich code) and ``cli``; those layers never import this
-module's API.
+(the only torch code), ``reconcile``, ``api`` (the one orchestrator these names come from), ``render`` (the only
+rich code) and ``cli``; the layers below ``api`` never import it.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ __version__ = "0.1.0"
 
 # public name -> module defining it, imported on first access (PEP 562)
 _LAZY = {
-    "load": "embedcalc._api",
-    "analyze": "embedcalc._api",
-    "compare": "embedcalc._api",
-    "sweep": "embedcalc._api",
-    "verify": "embedcalc._api",
-    "bench": "embedcalc._api",
-    "Comparison": "embedcalc._api_results",
-    "Sweep": "embedcalc._api_results",
-    "ConfigLike": "embedcalc._api",
+    "load": "embedcalc.api.load",
+    "analyze": "embedcalc.api.analyze",
+    "compare": "embedcalc.api.analyze",
+    "sweep": "embedcalc.api.sweep",
+    "verify": "embedcalc.api.verify",
+    "bench": "embedcalc.api.bench",
+    "Comparison": "embedcalc.api.results",
+    "Sweep": "embedcalc.api.results",
+    "ConfigLike": "embedcalc.api.load",
     "Analysis": "embedcalc.analysis.report",
     "Workload": "embedcalc.analysis.workload",
     "Parallelism": "embedcalc.analysis.workload",
@@ -87,13 +87,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
-    from embedcalc._api import ConfigLike, analyze, bench, compare, load, sweep, verify
-    from embedcalc._api_results import Comparison, Sweep
     from embedcalc.analysis.breakdown import Breakdown
     from embedcalc.analysis.flops import FlopsEstimate
     from embedcalc.analysis.memory import MemoryEstimate
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.workload import Parallelism, Workload
+    from embedcalc.api.analyze import analyze, compare
+    from embedcalc.api.bench import bench
+    from embedcalc.api.load import ConfigLike, load
+    from embedcalc.api.results import Comparison, Sweep
+    from embedcalc.api.sweep import sweep
+    from embedcalc.api.verify import verify
     from embedcalc.config.loading import LoadedConfig
     from embedcalc.config.schema import ModelConfig
     from embedcalc.errors import ConfigError, EmbedcalcError, Problem, UnsupportedEnvironmentError

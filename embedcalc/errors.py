@@ -1,4 +1,5 @@
-"""The package's exit codes, its one error class and the problem records errors carry.
+"""The package's exit codes, its one error class, the problem records errors carry, and the refusal of a result
+holding inf or nan (:func:`require_finite`).
 
 Library code raises :class:`EmbedcalcError`; only ``cli/`` turns it into a message on stderr and an exit code
 (DESIGN.md §6).
@@ -6,8 +7,10 @@ Library code raises :class:`EmbedcalcError`; only ``cli/`` turns it into a messa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -75,3 +78,27 @@ class UnsupportedEnvironmentError(EmbedcalcError):
 
     def __init__(self, message: str, code: str = "environment"):
         super().__init__(message, ExitCode.ENVIRONMENT, [], code)
+
+
+def _non_finite(value: Any, path: str) -> str | None:
+    """The path of the first float in ``value`` (nested dicts and lists) that is inf or nan, or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
+def require_finite(data: Any, what: str = "output") -> None:
+    """Refuse (exit 3, naming the quantity) a result holding inf or nan: JSON has no such numbers, and a time or
+    cost that overflows a float comes from a workload beyond what the time model can express."""
+    path = _non_finite(data, "")
+    if path is not None:
+        message = (
+            f"{what}: {path or 'the result'} is beyond a float's range (inf or nan) for this workload; use smaller "
+            "sizes (--train-tokens, --devices, --batch-size, --seq-len) or a faster device"
+        )
+        raise WorkloadError(message, [Problem(path, message, "non_finite_result")], "non_finite_result")

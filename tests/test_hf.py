@@ -32,7 +32,7 @@ from embedcalc.analysis.params import count_params
 from embedcalc.analysis.sweep import sweep_target
 from embedcalc.analysis.sweep_reference import evaluate_point
 from embedcalc.analysis.workload import Workload
-from embedcalc.cli.sweep_load import load_base
+from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config
 from embedcalc.config.loading import load_target, validate_config
 from embedcalc.config.schema import ModelConfig

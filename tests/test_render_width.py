@@ -27,8 +27,8 @@ from typer.testing import CliRunner
 from embedcalc.analysis.report import Analysis, analyze
 from embedcalc.analysis.sweep import SweepResult, seq_len_curves, sweep_target
 from embedcalc.analysis.workload import Workload
+from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.cli.app import app
-from embedcalc.cli.sweep_load import load_base
 from embedcalc.config.loading import load_target
 from embedcalc.config.presets import preset_names
 from embedcalc.errors import ConfigError

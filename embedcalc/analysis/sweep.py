@@ -13,7 +13,7 @@ Axis values are parsed in :mod:`embedcalc.analysis.sweep_axes`;
 tested and benchmarked against.
 
 No file I/O here (DESIGN.md §7): the caller reads the target and applies ``--set``
-(:func:`embedcalc.cli.sweep_load.load_base`) and passes the resulting :class:`SweepBase`. ``--num-layers`` is
+(:func:`embedcalc.api.sweep.sweep_base`) and passes the resulting :class:`SweepBase`. ``--num-layers`` is
 refused for a config with an explicit ``layers`` pattern: which runs would grow is not defined.
 """
 

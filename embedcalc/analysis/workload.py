@@ -75,6 +75,11 @@ class Parallelism:
     def devices(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def splits_model(self) -> bool:
+        """Whether one model is split over devices (what verify reconciles shard by shard): tp, pp, or ZeRO-3."""
+        return self.tp > 1 or self.pp > 1 or (self.dp > 1 and self.zero == 3)
+
 
 @dataclass(frozen=True)
 class Workload:

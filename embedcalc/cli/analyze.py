@@ -1,37 +1,18 @@
-"""``embedcalc analyze TARGET``: params, FLOPs and memory of one config for one workload."""
+"""``embedcalc analyze TARGET``: params, FLOPs and memory breakdown for one workload (and time with --hardware)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import (
-    FormatOption,
-    OutputFormat,
-    SetOption,
-    budget_problems,
-    enforce_budget,
-    handle_errors,
-    load,
-)  # fmt: skip
-from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
+from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 
-if TYPE_CHECKING:  # the command modules import only their options at the top: `embedcalc --help` builds every
-    # command's signature without loading the config models or the analysis (tests/test_cli.py checks it)
-    from embedcalc.analysis.report import Analysis
-    from embedcalc.analysis.workload import Workload
-
-
-def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
-    """Load, validate against the workload and parallel layout, and analyse one target; warnings to stderr."""
-    from embedcalc.analysis.checked import analyze_loaded
-
-    result = analyze_loaded(load(target, overrides), workload)
-    output.warn(result.warnings, target)
-    return result
+# The command modules import only their options at the top: `embedcalc --help` builds every command's signature
+# without loading the config models or the analysis (tests/test_cli.py checks it); the API loads in the command.
 
 
 @handle_errors("analyze")
@@ -55,13 +36,15 @@ def analyze_command(
     --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
     tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
     """
+    from embedcalc.api.analyze import analyze_report
+
     workload = run.workload(layout)
-    result = analyze_target(target, overrides, workload)
-    result, estimate = apply_time(result, timing, limits.max_memory)
-    over = budget_problems(limits.budget(), [result])
+    report = analyze_report(target, overrides, workload, timing.options(), limits.budget())
+    result, estimate, over = report.analysis, report.time, report.over_budget
+    output.warn(result.warnings, target)
     if format is OutputFormat.json:
         status = "error" if over else "ok"
-        output.emit_json("analyze", [result.as_json() | time_json(estimate)], workload.as_dict(), over, status)
+        output.emit_json("analyze", [report.to_json()], workload.as_dict(), over, status)
     else:
         from embedcalc.render.tables import flops_table, memory_table, params_table
 

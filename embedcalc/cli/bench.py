@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from embedcalc.api.torch_env import require_torch
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, analyze_target, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
-from embedcalc.cli.torch_env import require_device, require_torch
+from embedcalc.cli.torch_env import require_device
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:

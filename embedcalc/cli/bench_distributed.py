@@ -13,8 +13,7 @@ from embedcalc.analysis.communication import communication
 from embedcalc.analysis.parallel import stage_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import OutputFormat
+from embedcalc.cli.common import OutputFormat, analyze_target
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 
 

@@ -11,8 +11,7 @@ from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Workload
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import OutputFormat
+from embedcalc.cli.common import OutputFormat, analyze_target
 from embedcalc.config.hardware import LOCAL, load_device
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
 from embedcalc.reconcile.bench import check_fits

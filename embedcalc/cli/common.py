@@ -1,5 +1,5 @@
-"""The output-format and --set options, target loading, budget problems, and the error boundary that maps errors
-to exit codes (the workload, parallel and budget options are option groups in :mod:`embedcalc.cli.options`)."""
+"""The output-format and --set options, the budget's exit, and the error boundary that maps errors to exit codes
+(the workload, parallel and budget options are option groups in :mod:`embedcalc.cli.options`)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ from embedcalc.cli import output
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:  # loaded by the commands that analyse (`heads`, `schema` and --help do without pydantic)
-    from embedcalc.analysis.budget import Budget
     from embedcalc.analysis.report import Analysis
-    from embedcalc.config.loading import LoadedConfig
+    from embedcalc.analysis.workload import Workload
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,22 +55,13 @@ SetOption = Annotated[
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
 
 
-def budget_problems(budget: Budget, analyses: list[Analysis]) -> list[Problem]:
-    """One problem per exceeded limit, naming the flag, the limit, the value and the excess."""
-    from embedcalc.analysis.budget import check_budget
-    from embedcalc.render.units import binary_bytes
+def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
+    """:func:`embedcalc.api.analyze.analyze_target`, its warnings on stderr."""
+    from embedcalc.api.analyze import analyze_target as analyzed
 
-    problems = []
-    for a in analyses:
-        flops = a.flops.training_step if a.workload.mode == "training" else a.flops.forward
-        for v in check_budget(budget, a.params.total, a.memory.total_bytes, flops):
-            fmt = binary_bytes if v.flag == "--max-memory" else (lambda x: f"{x:,}")
-            text = (
-                f"{a.target}: {v.flag} {fmt(v.limit)} exceeded: {fmt(v.value)} is {fmt(v.excess)} "
-                f"({v.excess_fraction:.1%}) over"
-            )
-            problems.append(Problem(f"{a.target}: {v.flag}", text, "over_budget"))
-    return problems
+    result = analyzed(target, overrides, workload)
+    output.warn(result.warnings, target)
+    return result
 
 
 def enforce_budget(problems: list[Problem], json_emitted: bool) -> None:
@@ -92,12 +82,6 @@ def check_plot_file(path: Path) -> None:
         plot_format(path)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--plot'") from None
-
-
-def load(target: str, overrides: list[str] | None) -> LoadedConfig:
-    from embedcalc.config.loading import load_target
-
-    return load_target(target, overrides or [])
 
 
 def os_error_message(exc: OSError) -> str:
@@ -162,7 +146,7 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
     return decorate
 
 
-__all__ = ["EmbedcalcError", "handle_errors", "load"]
+__all__ = ["EmbedcalcError", "handle_errors"]
 
 
 # Hub ids as targets (config/hub.py): given once, before the command, they apply to every hub id it reads.

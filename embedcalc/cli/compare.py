@@ -11,22 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import (
-    CompareFormat,
-    SetOption,
-    budget_problems,
-    check_plot_file,
-    enforce_budget,
-    handle_errors,
-)  # fmt: skip
-from embedcalc.cli.hardware_options import TimeFlags, apply_time, time_json
+from embedcalc.cli.common import CompareFormat, SetOption, check_plot_file, enforce_budget, handle_errors
+from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
-from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.workload import Workload
+    from embedcalc.api.results import AnalysisReport
+    from embedcalc.errors import Problem
 
 
 @handle_errors("compare")
@@ -65,42 +57,33 @@ def compare_command(
                                  param_hint="'TARGETS...'")  # fmt: skip
     if plot is not None:
         check_plot_file(plot)  # as sweep: a usage error before any work
+    from embedcalc.api.analyze import compare_reports
+
     workload = run.workload(layout)
-    analyses = []
-    problems: list[Problem] = []
-    messages = []
-    for target in targets:
-        try:
-            analyses.append(analyze_target(target, overrides, workload))
-        except ConfigError as exc:
-            problems += [Problem(f"{target}: {p.path}", p.message, p.code) for p in exc.problems]
-            messages.append(exc.message)
-    if problems:
-        raise ConfigError("\n".join(messages), problems)
+    reports = compare_reports(targets, overrides, workload, timing.options(), limits.budget())
+    for report in reports:
+        output.warn(report.analysis.warnings, report.analysis.target)
     if plot is not None:
         _plot(targets, overrides, workload, plot, plot_seq_len)
-    timed = [apply_time(a, timing, limits.max_memory) for a in analyses]
-    analyses = [a for a, _ in timed]
-    over = budget_problems(limits.budget(), analyses)
-    _render(analyses, format, workload.as_dict(), over, [e for _, e in timed])
+    over = [p for r in reports for p in r.over_budget]
+    _render(reports, format, workload.as_dict(), over)
     enforce_budget(over, json_emitted=format is CompareFormat.json)
 
 
 def _render(
-    analyses: list[Analysis], format: CompareFormat, workload: dict[str, Any], over: list[Problem],
-    estimates: list[Any] | None = None,
-) -> None:  # fmt: skip
-    times = estimates or [None] * len(analyses)
+    reports: list[AnalysisReport], format: CompareFormat, workload: dict[str, Any], over: list[Problem]
+) -> None:
+    analyses = [r.analysis for r in reports]
     if format is CompareFormat.json:
         status = "error" if over else "ok"
-        results = [a.as_json() | time_json(e) for a, e in zip(analyses, times, strict=True)]
-        output.emit_json("compare", results, workload, over, status)
+        output.emit_json("compare", [r.to_json() for r in reports], workload, over, status)
         return
     from embedcalc.render.tables import compare_rows, compare_table
 
     if format is CompareFormat.table:
         output.stdout.print(compare_table(analyses))
-        if all(e is not None for e in times):
+        times = [r.time for r in reports if r.time is not None]
+        if len(times) == len(reports):
             from embedcalc.render.roofline import compare_time_table
 
             output.stdout.print(compare_time_table(analyses, times))
@@ -124,9 +107,8 @@ def _plot(
     targets: list[str], overrides: list[str] | None, workload: Workload, path: Path, values: str
 ) -> None:
     """One seq_len sweep per target, drawn together (points past a learned position table are left out)."""
-    from embedcalc.analysis.sweep import seq_len_curves, sweep_target
     from embedcalc.analysis.sweep_axes import AxisError, parse_axis
-    from embedcalc.cli.sweep_load import load_base
+    from embedcalc.api.sweep import compare_curves
     from embedcalc.render.plot import plot_seq_len_curves, require_matplotlib
 
     try:
@@ -134,9 +116,7 @@ def _plot(
     except AxisError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--plot-seq-len'") from None
     require_matplotlib()
-    curves = []
-    for target in targets:
-        curves += seq_len_curves(sweep_target(load_base(target, overrides or []), {"seq_len": seq_lens}, workload))
+    curves = compare_curves(targets, overrides, workload, seq_lens)
     title = f"compare: {workload.dtype}, attention {workload.attention}, batch {workload.batch_size}"
     plot_seq_len_curves(curves, path, title)
     output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)

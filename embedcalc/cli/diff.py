@@ -11,8 +11,7 @@ from typing import Annotated
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors, load
-from embedcalc.cli.torch_env import require_torch
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 
 
 @handle_errors("diff")
@@ -30,16 +29,12 @@ def diff_command(
     component, with the parameters B can load from A's checkpoint and those it must initialise, and a note on
     each common change (embed_dim, num_heads, layers, GQA, vocabulary, positions). --set overrides B only.
     """
-    require_torch()
-    from embedcalc.config.checks import config_warnings
-    from embedcalc.reconcile.diff import diff_models
+    from embedcalc.api.diff import diff_targets
 
-    loaded_a, loaded_b = load(a, None), load(b, overrides)
-    for loaded in (loaded_a, loaded_b):
-        published = loaded.source != "file"  # a preset or a Hugging Face file: no vocabulary-padding advice
-        output.warn(config_warnings(loaded.config, loaded.user_keys, published), loaded.target)
-    label_b = b if not overrides else f"{b} --set " + " --set ".join(overrides)
-    diff = diff_models(a, loaded_a.config, label_b, loaded_b.config)
+    report = diff_targets(a, b, overrides)
+    output.warn(report.warnings_a, report.a.target)
+    output.warn(report.warnings_b, report.b.target)
+    diff = report.diff
     if format is OutputFormat.json:
         output.emit_json("diff", [diff.as_json()])
         return

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
-from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, analyze_target, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.errors import ConfigError, Problem
 

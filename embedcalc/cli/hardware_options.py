@@ -1,25 +1,21 @@
 """The time options of analyze, compare and sweep (one option group, :class:`TimeFlags`): --hardware, --efficiency,
---kv-dtype, --train-tokens, --devices, --price-per-hour; and applying them to an analysis (roofline time, capacity,
-KV dtype)."""
+--kv-dtype, --train-tokens, --devices, --price-per-hour, gathered into the API's
+:class:`~embedcalc.api.timing.TimeOptions` (which :func:`embedcalc.api.timing.apply_time` applies)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
 from embedcalc.analysis.workload import KvDtype
 from embedcalc.cli.options import cli_field
-from embedcalc.cli.output import require_finite
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
-from embedcalc.errors import UnsupportedEnvironmentError
 
-if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
-    from embedcalc.analysis.report import Analysis
-    from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
-    from embedcalc.config.hardware import Device
+if TYPE_CHECKING:  # the roofline model loads only when time is asked for (start-up)
+    from embedcalc.api.timing import TimeOptions
 
 
 def _efficiency(value: str | None) -> str | None:
@@ -137,69 +133,9 @@ class TimeFlags:
                 "--devices and --price-per-hour apply to --train-tokens N", param_hint="'--devices'"
             )
 
+    def options(self) -> TimeOptions:
+        """The API's form of these flags."""
+        from embedcalc.api.timing import TimeOptions
 
-def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
-    from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.config.hardware import LOCAL, load_local, peak_dtype
+        return TimeOptions(**asdict(self))
 
-    if device.name == LOCAL:
-        return Efficiency(1.0, 1.0, "measured: `local` is the measurement itself")
-    local = load_local()
-    m = local.measured
-    key = peak_dtype(dtype)
-    if m is None or m.matches != device.name or key not in m.efficiency or "memory" not in m.efficiency:
-        raise UnsupportedEnvironmentError(
-            f"--efficiency measured: no `bench --peak --dtype {dtype}` measurement on a {device.name} is cached "
-            f"(the last one was on {m.device if m else 'another device'}); run it on that device, or give a "
-            "fraction such as --efficiency 0.6",
-            code="no_measured_efficiency",
-        )
-    return Efficiency(m.efficiency[key], m.efficiency["memory"],
-                      f"measured by bench --peak on {m.measured_at} ({m.device})")  # fmt: skip
-
-
-def apply_time(
-    analysis: Analysis, options: TimeFlags, max_memory: int | None = None
-) -> tuple[Analysis, RooflineEstimate | None]:
-    """The analysis with its KV cache in --kv-dtype, and its roofline estimate: when a device is named, or a
-    memory limit (``max_memory``, --max-memory) asks for the largest batch and context that fit (None otherwise)."""
-    w = analysis.workload
-    kv = options.kv_dtype
-    wanted = options.hardware is not None or max_memory is not None
-    if kv is None and not wanted:
-        return analysis, None
-    from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.roofline_capacity import capacity, with_kv_dtype
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
-    from embedcalc.config.hardware import load_device
-
-    analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
-    if not wanted:
-        return analysis, None
-    device = load_device(options.hardware) if options.hardware else None
-    efficiency = Efficiency()
-    if device is not None and options.efficiency == "measured":
-        efficiency = _measured_efficiency(device, w.dtype)
-    elif options.efficiency is not None:
-        fraction = float(options.efficiency)
-        efficiency = Efficiency(fraction, fraction, f"--efficiency {options.efficiency}")
-    request = TimeRequest(
-        device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour
-    )
-    m = analysis.memory
-    estimate = estimate_time(
-        analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
-    )
-    require_finite(estimate.as_json(), f"{analysis.target}: time")
-    if max_memory is not None:
-        limit, source = max_memory, "--max-memory"
-    elif device is not None:
-        limit, source = device.memory, f"{device.name} memory"
-    else:
-        return analysis, estimate
-    return analysis, replace(estimate, capacity=capacity(analysis.config, w, limit, source, kv))
-
-
-def time_json(estimate: RooflineEstimate | None) -> dict[str, Any]:
-    """``{"time": ...}`` to merge into a result's JSON, or nothing."""
-    return {} if estimate is None else {"time": estimate.as_json()}

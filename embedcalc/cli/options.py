@@ -172,11 +172,6 @@ class ParallelFlags:
     def parallelism(self) -> Parallelism:
         return Parallelism(**dataclasses.asdict(self))
 
-    @property
-    def sharded(self) -> bool:
-        """Whether the layout splits one model over devices (what verify reconciles shard by shard)."""
-        return self.tp > 1 or self.pp > 1 or (self.dp > 1 and self.zero == 3)
-
 
 @dataclass(frozen=True)
 class BudgetFlags:

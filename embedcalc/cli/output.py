@@ -8,11 +8,12 @@ imports rich: warnings and errors are then plain lines.
 from __future__ import annotations
 
 import json
-import math
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.errors import EmbedcalcError, Problem, WorkloadError
+from embedcalc.errors import EmbedcalcError, Problem, require_finite
 
 if TYPE_CHECKING:
     from embedcalc.render.console import Console
@@ -29,34 +30,18 @@ def __getattr__(name: str) -> Console:
     raise AttributeError(name)
 
 
+def progress(title: str) -> AbstractContextManager[Callable[[str, int, int], None]]:
+    """A progress bar on stderr (drawn only on a terminal) for a long measurement: the API's ``Progress``."""
+    from embedcalc.render.console import console
+    from embedcalc.render.progress import step_progress
+
+    return step_progress(console("stderr"), title)
+
+
 def _plain_stderr() -> bool:
     """Whether to write warnings and errors as plain lines: stderr is no terminal and no console exists yet."""
     consoles = sys.modules.get("embedcalc.render.console")  # loaded only once a console was asked for
     return not (consoles is not None and consoles.has_console("stderr")) and not sys.stderr.isatty()
-
-
-def _non_finite(value: Any, path: str) -> str | None:
-    """The path of the first float in ``value`` (nested dicts and lists) that is inf or nan, or None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else path
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
-    for key, item in items:
-        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
-        if found is not None:
-            return found
-    return None
-
-
-def require_finite(data: Any, what: str = "output") -> None:
-    """Refuse (exit 3, naming the quantity) a result holding inf or nan: JSON has no such numbers, and a time or
-    cost that overflows a float comes from a workload beyond what the time model can express."""
-    path = _non_finite(data, "")
-    if path is not None:
-        message = (
-            f"{what}: {path or 'the result'} is beyond a float's range (inf or nan) for this workload; use smaller "
-            "sizes (--train-tokens, --devices, --batch-size, --seq-len) or a faster device"
-        )
-        raise WorkloadError(message, [Problem(path, message, "non_finite_result")], "non_finite_result")
 
 
 def emit_json(

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors, load
+from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
 from embedcalc.config.presets import preset_names, preset_path
 from embedcalc.errors import ConfigError, Problem
 
@@ -22,10 +22,11 @@ def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) 
     if ctx.invoked_subcommand is not None:
         return
     from embedcalc.analysis.params import count_params
+    from embedcalc.api.load import load_target
 
     rows: list[dict[str, Any]] = []
     for name in preset_names():
-        config = load(name, None).config
+        config = load_target(name).config
         rows.append(
             {
                 "name": name,
@@ -59,8 +60,10 @@ def show_preset(
         message = f"unknown preset {name!r}{did_you_mean(name, names)}; presets: {', '.join(names)}"
         raise ConfigError(message, [Problem(name, message, "unknown_preset")], "unknown_preset")
     if format is OutputFormat.json:
+        from embedcalc.api.load import load_target
+
         output.emit_json(
-            "presets show", [{"name": name, "config": load(name, None).config.model_dump(mode="json")}]
+            "presets show", [{"name": name, "config": load_target(name).config.model_dump(mode="json")}]
         )
         return
     sys.stdout.write(path.read_text(encoding="utf-8"))

@@ -19,7 +19,9 @@ from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `embedcalc --help` or `analyze`
+    from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.analysis.sweep import SweepResult
+    from embedcalc.api.bench import MeasureRequest
 
 # The axes in grid order (embedcalc.analysis.sweep.AXES; a test keeps the two equal).
 AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_len")
@@ -145,49 +147,35 @@ def sweep_command(
     workload = run.workload()
     if plot is not None:
         _check_plot_request(plot, axes, format)
-    from embedcalc.analysis.sweep import sweep_target
-    from embedcalc.cli.sweep_load import load_base
+    measured = _measure_request(axes, device, repeat) if measure else None
+    from embedcalc.api.sweep import sweep_report
 
-    result = sweep_target(load_base(target, overrides or []), axes, workload)
+    report = sweep_report(target, overrides, axes, workload, timing.options(), measured)
+    result, times = report.result, report.times
     _report_notes(result)
-    measured = None
-    if measure:
-        from embedcalc.cli.sweep_measure import measure_split
-
-        measured = measure_split(target, overrides, axes, workload, device, repeat)
-    times = None
-    if timing.hardware is not None:
-        from embedcalc.cli.sweep_time import sweep_times
-
-        times = sweep_times(result, overrides, timing)
     if plot is not None:
         _write_plot(result, plot)
         if times is not None:
-            from embedcalc.cli.sweep_time import write_roofline_plot
-
-            write_roofline_plot(result, times, plot)
-    from embedcalc.render.sweep_output import result_json, workload_json, write_csv
-
+            _write_roofline_plot(result, times, plot)
     if format is SweepFormat.json:
+        from embedcalc.analysis.sweep_json import workload_json
+
         output.emit_json(
-            "sweep",
-            [_timed(result_json(result), times) | ({"measured": measured.to_json()} if measured else {})],
-            workload_json(result),
-            axes={a: list(v) for a, v in result.axes.items()},
+            "sweep", [report.to_json()], workload_json(result), axes={a: list(v) for a, v in result.axes.items()}
         )
     elif format is SweepFormat.csv:
+        from embedcalc.render.sweep_output import write_csv
+
         write_csv(result, sys.stdout)
         sys.stdout.flush()
     else:
         _print_tables(result, max_rows)
         if times is not None:
-            from embedcalc.cli.sweep_time import print_time_table
+            _print_time_table(result, times, max_rows)
+        if report.measured:
+            from embedcalc.render.tables import measure_table
 
-            print_time_table(result, times, max_rows)
-        if measured:
-            from embedcalc.cli.sweep_measure import print_measure
-
-            print_measure(target, measured)
+            output.stdout.print(measure_table(target, report.measured))
 
 
 # --- checks and notes ---------------------------------------------------------------------------------------------
@@ -232,10 +220,22 @@ def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: Sw
     require_matplotlib()  # exit 4 with the install command (handle_errors reports it)
 
 
-def _timed(entry: dict[str, Any], times: Any) -> dict[str, Any]:
-    from embedcalc.cli.sweep_time import with_times
+def _measure_request(axes: dict[str, tuple[int, ...]], device: str, repeat: int) -> MeasureRequest:
+    """``--measure`` times one model over --seq-len: the other axes single-valued, a device this machine has."""
+    others = [a for a, v in axes.items() if a != "seq_len" and len(v) > 1]
+    if "seq_len" not in axes or others:
+        raise typer.BadParameter(
+            "--measure times one model over --seq-len: give --seq-len values and at most one value for "
+            f"{', '.join(others) or 'the other axes'}",
+            param_hint="'--measure'",
+        )
+    from embedcalc.api.bench import MeasureRequest
+    from embedcalc.api.torch_env import require_torch
+    from embedcalc.cli.torch_env import require_device
 
-    return entry if times is None else with_times(entry, times)
+    require_torch()
+    require_device(device)  # before any work: cuda without CUDA is exit 4, as in bench
+    return MeasureRequest(device, repeat, output.progress)
 
 
 def _report_notes(result: SweepResult) -> None:
@@ -270,6 +270,24 @@ def _write_plot(result: SweepResult, path: Path) -> None:
     output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)
 
 
+def _labelled(result: SweepResult, times: list[RooflineEstimate | None], limit: int = 8) -> list[tuple[str, Any]]:
+    """(label, estimate) of up to ``limit`` valid points, evenly spread, for the plot and the table."""
+    columns = {a: result.axis_column(a).tolist() for a in result.axes}
+    valid = [i for i, e in enumerate(times) if e is not None]
+    step = max(1, -(-len(valid) // limit))
+    return [(", ".join(f"{a} {columns[a][i]}" for a in columns) or result.target, times[i])
+            for i in valid[::step]]  # fmt: skip
+
+
+def _write_roofline_plot(result: SweepResult, times: list[RooflineEstimate | None], plot: Path) -> None:
+    """Beside the seq-len plot, ``FILE.roofline.SUFFIX``: every component of up to 8 points on the roofline."""
+    from embedcalc.render.roofline_plot import plot_roofline, roofline_plot_path
+
+    path = roofline_plot_path(plot)
+    plot_roofline(_labelled(result, times), path, f"{result.target}: roofline, {result.workload.dtype}")
+    output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)
+
+
 # --- table --------------------------------------------------------------------------------------------------------
 
 
@@ -288,6 +306,14 @@ def _print_tables(result: SweepResult, max_rows: int) -> None:
                 "combinations of the other axes; --plot FILE draws up to 8",
                 soft_wrap=True,
             )
+
+
+def _print_time_table(result: SweepResult, times: list[RooflineEstimate | None], max_rows: int) -> None:
+    from embedcalc.render.roofline import sweep_time_table
+
+    columns = {a: result.axis_column(a).tolist() for a in result.axes}
+    rows = [([str(columns[a][i]) for a in columns], e) for i, e in enumerate(times[:max_rows])]
+    output.stdout.print(sweep_time_table(result.target, list(columns), rows))
 
 
 def __getattr__(name: str) -> Any:

@@ -13,10 +13,8 @@ from typing import Annotated
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.analyze import analyze_target
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import ParallelFlags, WorkloadFlags, flags, only
-from embedcalc.cli.torch_env import require_torch
 from embedcalc.errors import ExitCode, outcome
 
 
@@ -35,25 +33,20 @@ def verify_command(
     FSDP2, a pipeline module split) on torch's fake process group, and every rank's parameters and the collectives
     of one training step are reconciled with the analytic per-device numbers.
     """
+    from embedcalc.api.torch_env import require_torch
+
     require_torch()
     if layout.zero not in (0, 3):
         raise typer.BadParameter("verify shards with FSDP2 `fully_shard`, which is ZeRO-3: use --zero 3 or 0",
                                  param_hint="'--zero'")  # fmt: skip
+    from embedcalc.api.verify import verify_report
+
     workload = run.workload(layout)
-    analysis = analyze_target(target, overrides, workload)  # the same loading and workload checks as analyze
-    from embedcalc.reconcile.verify import verify_analysis
-
-    result = verify_analysis(analysis, run.attention)
-    ok = result.agree
-    sharded = None
-    if layout.sharded:
-        from embedcalc.reconcile.sharding import verify_sharded
-
-        sharded = verify_sharded(target, analysis.config, workload.parallel, run.attention)
-        ok = ok and sharded.agree
+    report = verify_report(target, overrides, workload, run.attention)
+    output.warn(report.analysis.warnings, target)
+    result, sharded = report.result, report.sharded
     if format is OutputFormat.json:
-        entry = result.to_json() | ({"sharded": sharded.to_json()} if sharded is not None else {})
-        output.emit_json("verify", [entry], workload.as_dict(), status="ok" if ok else "mismatch")
+        output.emit_json("verify", [report.to_json()], workload.as_dict(), status="ok" if report.agree else "mismatch")
     else:
         from embedcalc.render.tables import reconcile_table
 
@@ -66,7 +59,7 @@ def verify_command(
             from embedcalc.render.distributed import sharded_tables
 
             output.stdout.print(sharded_tables(sharded))
-    if not ok:
+    if not report.agree:
         for line in sharded.mismatches() if sharded is not None else []:
             output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
         output.stderr.print(

@@ -1,22 +1,23 @@
-"""The result types of the Python API (DESIGN.md §13) that have no home in a layer: :class:`Comparison` (several
-analyses for one workload, what :func:`embedcalc.compare` returns) and :class:`Sweep` (the grid of
-:func:`embedcalc.sweep`, its points as dicts). The functions that make them are in :mod:`embedcalc._api`; import
-both through ``embedcalc``.
+"""The result types of the API that have no home in a lower layer: :class:`Comparison` (several analyses for one
+workload, :func:`embedcalc.compare`), :class:`Sweep` (the grid of :func:`embedcalc.sweep`, its points as dicts) and
+:class:`AnalysisReport` (an analysis with its time estimate and budget verdict: ``embedcalc analyze``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
+from embedcalc.errors import Problem
 
-if TYPE_CHECKING:  # numpy loads only with a sweep
+if TYPE_CHECKING:  # numpy loads only with a sweep, the roofline model only with time
+    from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.analysis.sweep import SweepResult
 
-__all__ = ["Comparison", "Sweep"]
+__all__ = ["AnalysisReport", "Comparison", "Sweep"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,21 @@ class Sweep:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc sweep --format json`` (DESIGN.md §5)."""
-        from embedcalc.render.sweep_output import result_json
+        from embedcalc.analysis.sweep_json import result_json
 
         return result_json(self.result)
+
+
+@dataclass(frozen=True)
+class AnalysisReport:
+    """One analysed target with what ``embedcalc analyze`` adds: the time estimate (None unless asked for) and
+    one problem per budget limit it exceeds."""
+
+    analysis: Analysis
+    time: RooflineEstimate | None = None
+    over_budget: list[Problem] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any."""
+        time = {} if self.time is None else {"time": self.time.as_json()}
+        return self.analysis.as_json() | time

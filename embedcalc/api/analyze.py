@@ -1,0 +1,131 @@
+"""``analyze`` and ``compare``: params, FLOPs and memory of configs for one workload, and what the CLI's commands
+of the same names add to them (the time options, budgets), as one call per command.
+
+:func:`analyze` and :func:`compare` are the public verbs; :func:`analyze_report` and :func:`compare_reports` are
+``embedcalc analyze`` and ``embedcalc compare`` (TARGET strings, ``--set`` on each, the time and budget options),
+returning :class:`~embedcalc.api.results.AnalysisReport`, whose ``to_json()`` is the command's ``results[]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from embedcalc.analysis.checked import analyze_loaded
+from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import Workload
+from embedcalc.api.load import ConfigLike, as_loaded, label, load_target
+from embedcalc.api.results import AnalysisReport, Comparison
+from embedcalc.api.timing import TimeOptions, apply_time
+from embedcalc.api.workload import usage, workload_of
+from embedcalc.config.loading import LoadedConfig
+from embedcalc.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.budget import Budget
+
+__all__ = ["analyze", "analyze_report", "analyze_target", "budget_problems", "compare", "compare_reports"]
+
+
+def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fields: Any) -> Analysis:
+    """Params, FLOPs and memory of one config for one workload: what ``embedcalc analyze`` renders.
+
+    Keyword arguments are :class:`Workload` fields (``batch_size``, ``seq_len``, ``tgt_len``, ``dtype``,
+    ``mode``, ``attention``, ``recompute``, ``optimizer``, ``gen_tokens``, ``parallel``) and replace those of
+    ``workload``. ``result.to_json()`` is the ``results[]`` entry of ``embedcalc analyze --format json``; the
+    config's warnings are on ``result.warnings``.
+
+    >>> import embedcalc
+    >>> r = embedcalc.analyze("bert-base", seq_len=128)
+    >>> r.params.total, r.flops.forward
+    (109482240, 22348431360)
+    >>> r.params.group(1)["encoder"]
+    85054464
+    >>> r.params["encoder/attention/qkv"]
+    21261312
+    >>> train = embedcalc.analyze("gpt2", batch_size=8, seq_len=1024, mode="training", dtype="bfloat16")
+    >>> train.memory.total_bytes > train.memory.weights_bytes
+    True
+    >>> r.to_json()["flops"]["forward"]
+    22348431360
+    """
+    return analyze_loaded(as_loaded(config), workload_of(workload, workload_fields))
+
+
+def compare(
+    configs: Sequence[ConfigLike], workload: Workload | None = None, **workload_fields: Any
+) -> Comparison:
+    """Analyse every config for the same workload; one :class:`ConfigError` names the problems of all of them.
+
+    >>> import embedcalc
+    >>> c = embedcalc.compare(["bert-base", "bert-large"], seq_len=512)
+    >>> [(a.target, a.params.total) for a in c]
+    [('bert-base', 109482240), ('bert-large', 335141888)]
+    """
+    if isinstance(configs, str | Path | Mapping):
+        raise usage("compare takes a list of configs, e.g. compare(['bert-base', 'bert-large'])", "configs")
+    run = workload_of(workload, workload_fields)
+    loaders = [(label(c), partial(as_loaded, c)) for c in configs]
+    return Comparison(tuple(_analyze_each(loaders, run)), run)
+
+
+def _analyze_each(loaders: Sequence[tuple[str, Callable[[], LoadedConfig]]], run: Workload) -> list[Analysis]:
+    """Load and analyse each; the problems of every one that fails in one :class:`ConfigError`, each problem's
+    path prefixed with the config's name."""
+    results, problems, messages = [], [], []
+    for where, loader in loaders:
+        try:
+            results.append(analyze_loaded(loader(), run))
+        except ConfigError as exc:
+            problems += [Problem(f"{where}: {p.path}", p.message, p.code) for p in exc.problems]
+            messages.append(exc.message)
+    if problems:
+        raise ConfigError("\n".join(messages), problems)
+    return results
+
+
+def budget_problems(budget: Budget, analyses: Sequence[Analysis]) -> list[Problem]:
+    """One problem per exceeded limit, naming the flag, the limit, the value and the excess."""
+    from embedcalc.analysis.budget import check_budget
+    from embedcalc.units import binary_bytes
+
+    problems = []
+    for a in analyses:
+        flops = a.flops.training_step if a.workload.mode == "training" else a.flops.forward
+        for v in check_budget(budget, a.params.total, a.memory.total_bytes, flops):
+            fmt = binary_bytes if v.flag == "--max-memory" else (lambda x: f"{x:,}")
+            text = (
+                f"{a.target}: {v.flag} {fmt(v.limit)} exceeded: {fmt(v.value)} is {fmt(v.excess)} "
+                f"({v.excess_fraction:.1%}) over"
+            )
+            problems.append(Problem(f"{a.target}: {v.flag}", text, "over_budget"))
+    return problems
+
+
+def _report(analysis: Analysis, time: TimeOptions, budget: Budget) -> AnalysisReport:
+    analysis, estimate = apply_time(analysis, time, budget.max_memory_bytes)
+    return AnalysisReport(analysis, estimate, budget_problems(budget, [analysis]))
+
+
+def analyze_target(target: str, overrides: Sequence[str] | None, run: Workload) -> Analysis:
+    """TARGET as the CLI names it, loaded with ``--set``, checked against the workload and analysed (its warnings
+    on the result)."""
+    return analyze_loaded(load_target(target, overrides), run)
+
+
+def analyze_report(
+    target: str, overrides: Sequence[str] | None, run: Workload, time: TimeOptions, budget: Budget
+) -> AnalysisReport:
+    """``embedcalc analyze``: :func:`analyze_target`, its time estimated as ``time`` asks, its budget judged."""
+    return _report(analyze_target(target, overrides, run), time, budget)
+
+
+def compare_reports(
+    targets: Sequence[str], overrides: Sequence[str] | None, run: Workload, time: TimeOptions, budget: Budget
+) -> list[AnalysisReport]:
+    """``embedcalc compare``: :func:`analyze_report` of every target (``--set`` applies to each); the problems of
+    every target that fails in one :class:`ConfigError`."""
+    loaders = [(t, partial(load_target, t, overrides)) for t in targets]
+    return [_report(a, time, budget) for a in _analyze_each(loaders, run)]

@@ -1,0 +1,90 @@
+"""Loading a target into a validated config: :func:`load` (the public verb) and the CLI's form of it, which keeps
+the name TARGET was given by (:func:`load_target`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from embedcalc.config.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
+from embedcalc.config.schema import ModelConfig
+
+ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ModelConfig
+
+__all__ = ["ConfigLike", "as_loaded", "label", "load", "load_target", "without_dropout"]
+
+
+def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
+    """Load and validate a config, as the CLI's TARGET and ``--set``.
+
+    ``target`` is a preset name (``"bert-base"``), a path to a YAML/JSON config or a Hugging Face ``config.json``,
+    a mapping of config fields (aliases such as ``n_head`` work; a mapping with ``model_type`` is read as a Hugging
+    Face config), or an already loaded config. ``overrides`` is a mapping ``{"num_heads": 16}`` or a list of
+    ``"key=value"`` strings (values read as ``--set`` reads them). Raises :class:`ConfigError` listing every
+    problem found.
+
+    >>> import embedcalc
+    >>> cfg = embedcalc.load("bert-base", overrides={"num_heads": 16})
+    >>> cfg.config.num_heads, cfg.config.embed_dim
+    (16, 768)
+    >>> small = {"architecture": "decoder", "embed_dim": 512, "n_head": 8, "num_layers": 6, "vocab_size": 32000,
+    ...          "max_seq_len": 2048}
+    >>> embedcalc.load(small).config.num_heads
+    8
+    >>> try:
+    ...     embedcalc.load("bert-base", overrides=["num_heads=7"])
+    ... except embedcalc.ConfigError as exc:
+    ...     print(exc.problems[0].path, "|", exc.problems[0].code)
+    --set num_heads | heads_indivisible
+    """
+    if isinstance(target, LoadedConfig | ModelConfig):
+        loaded = as_loaded(target)
+        if not overrides:
+            return loaded
+        raw: dict[str, Any] = loaded.config.model_dump(exclude_unset=True)
+        origin = loaded.target
+        return load_parsed(raw, loaded.source, origin, target=origin, overrides=overrides, rename=True)
+    if isinstance(target, Mapping):
+        name = str(target.get("name") or "config")
+        return load_parsed(dict(target), "python", name, target=name, overrides=overrides, rename=True)
+    return _load_named(str(target), overrides, rename=True)
+
+
+def load_target(target: str, overrides: Sequence[str] | None = None) -> LoadedConfig:
+    """TARGET as the CLI loads it (``--set`` strings): results keep the name TARGET was given by, even when an
+    override sets ``name``."""
+    return _load_named(target, list(overrides or []), rename=False)
+
+
+def _load_named(name: str, overrides: Overrides, rename: bool) -> LoadedConfig:
+    raw, source, path = resolve_target(name)
+    origin = target_origin(name, source, path)
+    return load_parsed(raw, source, origin, path, target=name, overrides=overrides, rename=rename)
+
+
+def as_loaded(config: ConfigLike) -> LoadedConfig:
+    """Any form :func:`load` accepts, loaded (a loaded config as it is)."""
+    if isinstance(config, LoadedConfig):
+        return config
+    if isinstance(config, ModelConfig):
+        return LoadedConfig(target=config.name or "config", config=config, source="python")
+    return load(config)
+
+
+def label(config: ConfigLike) -> str:
+    """How messages name a config: its TARGET, its file, or its ``name``."""
+    if isinstance(config, str | Path):
+        return str(config)
+    if isinstance(config, LoadedConfig):
+        return config.target
+    if isinstance(config, ModelConfig):
+        return config.name or "config"
+    return str(dict(config).get("name") or "config")
+
+
+def without_dropout(loaded: LoadedConfig) -> LoadedConfig:
+    """The config a measurement runs: embedcalc's torch model for timing has no dropout layers (no masks), so
+    every prediction placed beside a measurement is made for dropout 0."""
+    return replace(loaded, config=loaded.config.model_copy(update={"dropout": 0.0}))
