@@ -128,3 +128,30 @@ def test_presets_named_in_the_introduction_exist() -> None:
     named = re.findall(r"`([a-z][\w.-]*)`", intro.split("a shipped preset", 1)[1].split("your own", 1)[0])
     assert len(named) >= 5
     assert set(named) <= set(preset_names())
+
+
+def _compare_params_row() -> dict[str, int]:
+    """The tour's compare table: target -> its `params` row."""
+    command, printed = next(c for c in CONSOLES if c[0].startswith("embedcalc compare "))
+    targets = command.split()[2:]
+    row = next(line for line in printed.splitlines() if re.match(r"│ params\s+│", line))
+    values = [int(v.replace(",", "")) for v in re.findall(r"[\d,]+", row)]
+    return dict(zip(targets, values, strict=True))
+
+
+@pytest.mark.torch
+def test_compare_totals_are_what_transformers_builds() -> None:
+    """The tour says each total equals what transformers builds for the shape (Marian: trainable parameters; its
+    sinusoidal tables are frozen)."""
+    torch = pytest.importorskip("torch")
+    hf = pytest.importorskip("transformers")
+    marian = hf.MarianConfig(vocab_size=37000, d_model=512, encoder_layers=6, decoder_layers=6,
+                             encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                             decoder_ffn_dim=2048, max_position_embeddings=512, pad_token_id=0,
+                             decoder_start_token_id=0)  # fmt: skip
+    large = hf.BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    with torch.device("meta"):
+        models = {"bert-base": hf.BertModel(hf.BertConfig()), "bert-large": hf.BertModel(large),
+                  "transformer-base": hf.MarianModel(marian)}  # fmt: skip
+    built = {name: sum(p.numel() for p in m.parameters() if p.requires_grad) for name, m in models.items()}
+    assert _compare_params_row() == built
