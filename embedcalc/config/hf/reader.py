@@ -233,7 +233,7 @@ class KeyReader:
 def yaml_hint(family: Family, lower: bool = False) -> str:
     text = (
         "Describe the model in embedcalc's own YAML instead (`embedcalc presets show "
-        f"{family.example_preset}` prints a complete example; README: Hugging Face configs)"
+        f"{family.example_preset}` prints a complete example; docs/concepts/huggingface.md)"
     )
     return text[0].lower() + text[1:] if lower else text
 
