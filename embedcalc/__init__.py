@@ -13,7 +13,7 @@ The Python API (DESIGN.md §13) is the code the CLI runs, with the same typed re
 of fields; :func:`analyze`, :func:`compare` and :func:`sweep` count params, FLOPs and memory; :func:`verify` and
 :func:`bench` build the model in PyTorch (the ``torch`` extra). Every result has ``to_json()``, the ``results[]``
 entry of the CLI's ``--format json`` (DESIGN.md §5). The names in ``__all__`` are the API; the version rules are in
-the README ("Python API").
+the documentation's Python API page (docs/api.md).
 
 Importing ``embedcalc`` is cheap: the API's modules (pydantic, the analyzer; torch only for verify/bench) load on
 first use of a name. The package is split as DESIGN.md §7 describes: ``config``, ``analysis``, ``modeling``

@@ -2,7 +2,8 @@
 
 Before anything is launched the analyzer predicts each rank's memory under the strategy's parallel setting; if the
 ranks together (CPU: they share this machine) or one rank (CUDA: each has its GPU) would not fit, the command
-exits 4, as ``bench`` does. Multi-node runs are the same worker under torchrun's rendezvous flags (README).
+exits 4, as ``bench`` does. Multi-node runs are the same worker under torchrun's rendezvous flags
+(docs/concepts/memory.md).
 """
 
 from __future__ import annotations
