@@ -80,6 +80,11 @@ def _figure_value(label: str, value: float) -> str:
         return f"{value / 2**30:,.2f} GiB ({int(value):,} B)"
     if label.startswith("price"):
         return f"${value:,.2f} / h"
+    if label.endswith("_s"):  # a time: latencies are microseconds
+        for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+            if value >= scale:
+                return f"{value / scale:,.3g} {unit}"
+        return f"{value * 1e9:,.3g} ns"
     return f"{value:,g}"
 
 

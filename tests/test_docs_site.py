@@ -108,3 +108,20 @@ def test_nav_lists_every_page() -> None:
     pages -= {"cli.md"} | {p for p in pages if p.startswith("commands/") and p != "commands/index.md"}
     missing = sorted(p for p in pages if f" {p}" not in nav)
     assert not missing, f"pages not in mkdocs.yml's nav: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("label", "value", "shown"),
+    [
+        ("peak_flops_per_s.bf16", 989.4e12, "989.4 TFLOP/s"),
+        ("peak_flops_per_s.int8", 1978.9e12, "1,978.9 TOP/s"),
+        ("memory_bandwidth_bytes_per_s", 3.35e12, "3,350.0 GB/s"),
+        ("memory_bytes", 85899345920, "80.00 GiB (85,899,345,920 B)"),
+        ("price_per_hour", 3.99, "$3.99 / h"),
+        ("interconnect.latency_s", 0.47e-6, "470 ns"),
+        ("network.latency_s", 2.7e-6, "2.7 µs"),
+        ("domain_size", 8, "8"),
+    ],
+)
+def test_figures_are_shown_in_the_unit_their_label_names(label: str, value: float, shown: str) -> None:
+    assert site._figure_value(label, value) == shown
