@@ -155,3 +155,10 @@ def test_compare_totals_are_what_transformers_builds() -> None:
                   "transformer-base": hf.MarianModel(marian)}  # fmt: skip
     built = {name: sum(p.numel() for p in m.parameters() if p.requires_grad) for name, m in models.items()}
     assert _compare_params_row() == built
+
+
+def test_links_reach_files_of_the_checkout() -> None:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", _readme())
+    assert any(link.startswith("docs/") for link in links)
+    missing = [link for link in links if "://" not in link and not (ROOT / link).is_file()]
+    assert not missing, f"README links to files that do not exist: {missing}"
