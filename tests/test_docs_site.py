@@ -125,3 +125,14 @@ def test_nav_lists_every_page() -> None:
 )
 def test_figures_are_shown_in_the_unit_their_label_names(label: str, value: float, shown: str) -> None:
     assert site._figure_value(label, value) == shown
+
+
+def test_getting_started_installs_as_the_readme_does() -> None:
+    def first_bash_block(text: str) -> list[str]:
+        block = re.search(r"```bash\n(.*?)```", text, re.S)
+        assert block is not None
+        return [line for line in block.group(1).splitlines() if line.strip()]
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quick start", 1)[1]
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert first_bash_block(page) == first_bash_block(readme)
