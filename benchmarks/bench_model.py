@@ -101,7 +101,7 @@ def forward_pairs(args: argparse.Namespace) -> None:
         ratios.append(t_theirs / t_ours)
         our_times.append(t_ours)
         print(f"{i + 1:>4} {tokens / t_ours:>12,.0f} {tokens / t_theirs:>12,.0f} {t_theirs / t_ours:>7.3f}x")
-    peak = measure_matmul_peak(torch.device("cpu"), "float32")
+    peak = measure_matmul_peak(torch.device("cpu"), "fp32")
     achieved = flops / statistics.median(our_times)
     print(f"median throughput ratio ours/HF: {statistics.median(ratios):.3f}x (min {min(ratios):.3f}, "
           f"max {max(ratios):.3f})")  # fmt: skip

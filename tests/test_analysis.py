@@ -303,7 +303,7 @@ def test_kv_cache_gpt2_and_encoder_decoder() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "expected"),
-    [("float32", 4 * BERT_BASE_PARAMS), ("bfloat16", 2 * BERT_BASE_PARAMS), ("float16", 2 * BERT_BASE_PARAMS),
+    [("fp32", 4 * BERT_BASE_PARAMS), ("bf16", 2 * BERT_BASE_PARAMS), ("fp16", 2 * BERT_BASE_PARAMS),
      ("int8", BERT_BASE_PARAMS), ("int4", BERT_BASE_PARAMS // 2)],
 )
 def test_inference_weight_bytes(dtype: str, expected: int) -> None:

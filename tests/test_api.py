@@ -132,7 +132,8 @@ def test_errors_are_the_package_errors() -> None:
 def test_workload_object_and_fields_combine() -> None:
     base = embedcalc.Workload(batch_size=4, seq_len=64)
     a = embedcalc.analyze("gpt2", base, dtype="bfloat16", parallel={"tp": 2})
-    assert (a.workload.batch_size, a.workload.dtype, a.workload.parallel.tp) == (4, "bfloat16", 2)
+    assert (a.workload.batch_size, a.workload.dtype, a.workload.parallel.tp) == (4, "bf16", 2)
+    assert a.to_json() == embedcalc.analyze("gpt2", base, dtype="bf16", parallel={"tp": 2}).to_json()
     loaded = embedcalc.load("gpt2")
     assert embedcalc.analyze(loaded.config).params.total == embedcalc.analyze(loaded).params.total
 

@@ -297,7 +297,7 @@ def test_analyze_workload_in_json(cli: Any) -> None:
     result = cli("analyze", "transformer-base", "--batch-size", "4", "--seq-len", "64", "--tgt-len", "32",
                  "--dtype", "bfloat16", "--mode", "training", "--format", "json")
     data = json.loads(result.stdout)
-    expected = {"batch_size": 4, "seq_len": 64, "tgt_len": 32, "dtype": "bfloat16", "mode": "training",
+    expected = {"batch_size": 4, "seq_len": 64, "tgt_len": 32, "dtype": "bf16", "mode": "training",
                 "attention": "sdpa"}
     assert {k: data["workload"][k] for k in expected} == expected
     memory = data["results"][0]["memory"]

@@ -300,7 +300,7 @@ def test_int8_training_names_the_flag(cli: Any, command: str) -> None:
     targets = ["bert-base", "gpt2"] if command == "compare" else ["bert-base"]
     result = run(cli, command, *targets, "--mode", "training", "--dtype", "int8")
     assert_refused(result, 3, "--dtype")  # issue 14: exit 3 with the fix, the same in every command
-    assert "float32" in result.stderr and "bfloat16" in result.stderr
+    assert "fp32" in result.stderr and "bf16" in result.stderr
 
 
 # --- the README's bounds: worst-case time of check, analyze and sweep ---------------------------------------------

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import typing
 from typing import Annotated, Any
 
 import pytest
+import typer
 
 from embedcalc.analysis.workload import Dtype, Parallelism, Workload
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags, only
@@ -19,13 +21,23 @@ def test_group_defaults_are_the_workloads() -> None:
     assert WorkloadFlags().workload() == Workload()
     assert ParallelFlags().parallelism() == Parallelism()
     assert WorkloadFlags(seq_len=64).workload(ParallelFlags(tp=2), dtype="bfloat16") == Workload(
-        seq_len=64, dtype="bfloat16", parallel=Parallelism(tp=2)
+        seq_len=64, dtype="bf16", parallel=Parallelism(tp=2)
     )
+    chosen = WorkloadFlags(dtype="bf16").workload()
+    assert (chosen.dtype, chosen.dtype_source) == ("bf16", "flag")
+    assert WorkloadFlags().workload().dtype_source == "default"
 
 
-def test_dtype_choices_are_the_analysis_literal() -> None:
-    hint = typing.get_type_hints(WorkloadFlags, include_extras=True)["dtype"]
-    assert typing.get_args(hint)[0] is Dtype
+def test_dtype_flag_takes_the_vocabulary_and_its_aliases() -> None:
+    from embedcalc.cli.options import dtype_parser
+
+    parse = dtype_parser()
+    assert [parse(d) for d in typing.get_args(Dtype)] == list(typing.get_args(Dtype))
+    assert (parse("bfloat16"), parse("float32"), parse("float16")) == ("bf16", "fp32", "fp16")
+    with pytest.raises(typer.BadParameter, match=re.escape("fp32|bf16|fp16|fp8|int8|int4")):
+        parse("float8")
+    assert Workload(dtype="bfloat16").dtype == "bf16"  # type: ignore[arg-type]  # the API's aliases too
+    assert Workload(dtype="bfloat16") == Workload(dtype="bf16")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("cls", "name", "bad"), [
@@ -83,7 +95,7 @@ def test_check_judges_memory_per_device_with_the_parallel_flags(cli: Any) -> Non
 def test_check_int8_training_is_exit_3_with_the_fix(cli: Any) -> None:
     result = cli("check", "bert-base", "--mode", "training", "--dtype", "int8")
     assert (result.exit_code == 3 and result.exception is None) or isinstance(result.exception, SystemExit)
-    assert "use --dtype float32, bfloat16 or float16" in result.stderr
+    assert "use --dtype fp32, bf16, fp16 or fp8" in result.stderr
 
 
 def test_help_builds_every_command_without_the_config_models() -> None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Literal
 
+from embedcalc.analysis.memory_training import mixed_precision
 from embedcalc.analysis.parallel import stage_layout, stage_params
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload
@@ -268,7 +269,7 @@ def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
     if par.dp == 1:
         return []
     params = max(stage_params(config, par))
-    mixed = workload.dtype != "float32"
+    mixed = mixed_precision(workload.dtype)
     grads, weights = params * (2 if mixed else 4), params * (2 if mixed else 4)
     if workload.mode != "training":
         return [Collective("all-gather", "dp", par.dp, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []

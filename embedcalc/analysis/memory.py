@@ -196,7 +196,7 @@ def _stage_memory(
 def estimate_memory(config: ModelConfig, workload: Workload) -> MemoryEstimate:
     """Per-device memory of ``workload``: the heaviest pipeline stage, with every stage listed."""
     if workload.mode == "training" and workload.dtype in WEIGHT_ONLY_DTYPES:
-        raise ValueError(f"{workload.dtype} is a weight-only inference format; train in float32 or bfloat16")
+        raise ValueError(f"{workload.dtype} is a weight-only inference format; train in fp32, bf16, fp16 or fp8")
     layout = stage_layout(config, workload.parallel.pp)
     per_stage = stage_tensors(config, workload.parallel)
     stages = [_stage_memory(config, workload, s, t) for s, t in zip(layout, per_stage, strict=True)]

@@ -4,9 +4,11 @@ in flight.
 
 Weights, gradients and optimizer state are exact for the stated precision recipe:
 
-- float32: weights 4, gradients 4, AdamW moments 8 bytes per parameter (4 + 4 + 8 = 16).
-- bfloat16 / float16 mixed precision (Micikevicius et al. 2018; Rajbhandari et al. 2020, ZeRO §3): weights 2,
+- fp32: weights 4, gradients 4, AdamW moments 8 bytes per parameter (4 + 4 + 8 = 16).
+- bf16 / fp16 mixed precision (Micikevicius et al. 2018; Rajbhandari et al. 2020, ZeRO §3): weights 2,
   gradients 2, and an fp32 master copy plus two fp32 moments, 12 bytes per parameter (2 + 2 + 12 = 16).
+- fp8 training holds the same (Transformer Engine and DeepSeek-V3 §3.3 keep bf16 weights and gradients and cast
+  each GEMM's operands to fp8 as it runs; the transient fp8 copies are not counted); only its GEMMs are faster.
 - Optimizers (state per parameter, fp32): AdamW two moments (8 bytes); SGD with momentum one buffer (4 bytes);
   Adafactor (Shazeer & Stern 2018, default beta1=None) factored second moments, rows + columns of each matrix and
   the full vector for 1-D tensors. Mixed precision adds the 4-byte fp32 master copy to each.
@@ -61,8 +63,8 @@ MASK_BYTES = 1  # torch saves dropout masks as bool tensors
 
 
 def mixed_precision(dtype: str) -> bool:
-    """Training in bfloat16 / float16 keeps an fp32 master copy (module docstring)."""
-    return dtype != "float32"
+    """Training in bf16 / fp16 / fp8 keeps an fp32 master copy (module docstring)."""
+    return dtype != "fp32"
 
 
 def training_param_bytes(dtype: str) -> int:

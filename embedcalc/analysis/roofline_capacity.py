@@ -10,10 +10,11 @@ from typing import Any, Literal
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.roofline import Capacity
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import DTYPE_BYTES, Workload
+from embedcalc.config.dtypes import KV_DTYPES
 from embedcalc.config.schema import ModelConfig
 
-KV_DTYPE_BYTES: dict[str, int] = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
+KV_DTYPE_BYTES: dict[str, int] = {name: int(DTYPE_BYTES[name]) for name in KV_DTYPES}
 
 
 def kv_element_bytes(w: Workload, kv_dtype: str | None) -> int:

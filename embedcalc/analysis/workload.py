@@ -1,4 +1,6 @@
-"""The workload an estimate is for: batch, sequence lengths, dtype, mode, attention implementation."""
+"""The workload an estimate is for: batch, sequence lengths, dtype, mode, attention implementation.
+
+The dtype names and what each means for memory and time are :mod:`embedcalc.config.dtypes`' (one vocabulary)."""
 
 from __future__ import annotations
 
@@ -6,18 +8,24 @@ from dataclasses import Field, asdict, dataclass, field, fields
 from numbers import Integral
 from typing import Any, Literal
 
+from embedcalc.config.dtypes import (
+    ACTIVATION_DTYPE,
+    DEFAULT_DTYPE,
+    DTYPE_BYTES,
+    WEIGHT_ONLY_DTYPES,
+    Dtype,
+    DtypeError,
+    DtypeSource,
+    KvDtype,
+    canonical_dtype,
+)  # fmt: skip
 from embedcalc.errors import Problem, WorkloadError
 
-Dtype = Literal["float32", "bfloat16", "float16", "int8", "int4"]
+__all__ = ["DTYPE_BYTES", "WEIGHT_ONLY_DTYPES", "Dtype", "DtypeSource", "KvDtype", "Workload"]
 Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["adamw", "sgd", "adafactor"]
-KvDtype = Literal["fp8", "int8", "bf16", "fp16", "fp32"]  # a KV cache stored apart from the activations
-
-# Bytes per element. int8/int4 are weight-only formats: activations and KV cache then use float16.
-DTYPE_BYTES: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
-WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
 
 
 def bounded(default: int | None, minimum: int, maximum: int | None = None) -> Any:
@@ -90,12 +98,19 @@ class Workload:
     ``gen_tokens`` (inference) adds generated tokens to the KV cache of decoders.
     ``attention`` only changes memory: eager keeps the batch x heads x n x n score matrix,
     sdpa (flash / memory-efficient kernels) does not.
+
+    ``dtype`` takes the short names or their aliases (``bfloat16`` is ``bf16``). ``dtype_source`` says who chose
+    it: a workload left at the ``default`` (fp32, nobody chose) takes the model's own dtype when analysed
+    (:func:`embedcalc.analysis.checked.analyze_loaded`); any other dtype given here counts as chosen (``flag``).
+    ``quant_group_size``: input values per fp16 scale and zero of the weight-only int8/int4 formats.
     """
 
     batch_size: int = bounded(1, 1)
     seq_len: int = bounded(128, 1)
     tgt_len: int | None = bounded(None, 1)
-    dtype: Dtype = "float32"
+    dtype: Dtype = DEFAULT_DTYPE
+    dtype_source: DtypeSource = "default"
+    quant_group_size: int = bounded(128, 1)
     mode: Mode = "inference"
     attention: AttentionImpl = "sdpa"
     recompute: Recompute = "none"
@@ -105,10 +120,18 @@ class Workload:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        try:
+            dtype = canonical_dtype(self.dtype)
+        except DtypeError as exc:
+            message = f"dtype: {exc}"
+            raise WorkloadError(message, [Problem("--dtype", message, "unknown_dtype")], "unknown_dtype") from None
+        object.__setattr__(self, "dtype", dtype)
+        if self.dtype_source == "default" and dtype != DEFAULT_DTYPE:
+            object.__setattr__(self, "dtype_source", "flag")  # someone chose it
         if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
             message = (
                 f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "
-                "training use --dtype float32, bfloat16 or float16 (or --mode inference)"
+                "training use --dtype fp32, bf16, fp16 or fp8 (or --mode inference)"
             )
             raise WorkloadError(message, [Problem("--dtype", message, "dtype_not_trainable")], "dtype_not_trainable")
 
@@ -122,9 +145,14 @@ class Workload:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def activation_dtype(self) -> Dtype:
+        """The dtype of activations and (by default) the KV cache: bf16 under fp8, fp16 under int8/int4."""
+        return ACTIVATION_DTYPE[self.dtype]
+
+    @property
     def activation_bytes(self) -> int:
-        """Bytes per activation element: the dtype, or float16 for weight-only int formats."""
-        return 2 if self.dtype in WEIGHT_ONLY_DTYPES else int(DTYPE_BYTES[self.dtype])
+        """Bytes per activation element (:attr:`activation_dtype`)."""
+        return int(DTYPE_BYTES[self.activation_dtype])
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

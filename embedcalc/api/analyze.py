@@ -45,7 +45,7 @@ def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fie
     85054464
     >>> r.params["encoder/attention/qkv"]
     21261312
-    >>> train = embedcalc.analyze("gpt2", batch_size=8, seq_len=1024, mode="training", dtype="bfloat16")
+    >>> train = embedcalc.analyze("gpt2", batch_size=8, seq_len=1024, mode="training", dtype="bf16")
     >>> train.memory.total_bytes > train.memory.weights_bytes
     True
     >>> r.to_json()["flops"]["forward"]

@@ -19,6 +19,7 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.api.load import ConfigLike, as_loaded, load_target, without_dropout
 from embedcalc.api.torch_env import require_device
 from embedcalc.api.workload import usage, workload_of
+from embedcalc.config.dtypes import BENCH_DTYPES
 from embedcalc.errors import EmbedcalcError, ExitCode
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 StepCallback = Callable[[str, int, int], None]  # (phase, steps done, steps in phase)
 Progress = Callable[[str], AbstractContextManager[StepCallback]]
-BENCH_DTYPES = ("float32", "bfloat16", "float16")
 
 __all__ = ["BENCH_DTYPES", "MeasureRequest", "Progress", "bench", "measure_split", "no_progress"]
 
@@ -111,7 +111,7 @@ def measure_split(
     base = Workload(batch_size=batch, seq_len=max(seq_lens), dtype=run.dtype, attention=run.attention)
     loaded = without_dropout(load_target(target, [*(overrides or []), *fixed]))
     analysis = analyze_loaded(loaded, base)
-    dtype = run.dtype if run.dtype in BENCH_DTYPES else "float32"
+    dtype = run.dtype if run.dtype in BENCH_DTYPES else "fp32"
     with request.progress(f"{target} attention split") as on_step:
         points = measure_attention_split(
             analysis.config, seq_lens, batch, dtype, run.attention, dev, repeat=request.repeat, on_step=on_step

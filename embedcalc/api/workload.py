@@ -8,6 +8,7 @@ from dataclasses import fields, replace
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.config.dtypes import DtypeError, canonical_dtype
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 __all__ = ["usage", "workload_of"]
@@ -25,6 +26,12 @@ def workload_of(base: Workload | None, overrides: Mapping[str, Any]) -> Workload
     values = dict(overrides)
     if isinstance(values.get("parallel"), Mapping):
         values["parallel"] = Parallelism(**values["parallel"])
+    if "dtype" in values:  # a short name or an alias (dtype="bfloat16" is dtype="bf16"), chosen by the caller
+        try:
+            values["dtype"] = canonical_dtype(values["dtype"])
+        except DtypeError as exc:
+            raise usage(f"dtype: {exc}", "dtype") from None
+        values.setdefault("dtype_source", "flag")
     for name, value in values.items():
         allowed = _CHOICES.get(name)
         if allowed is not None and value not in allowed:

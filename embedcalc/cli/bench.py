@@ -16,6 +16,7 @@ from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, analyze_target, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.cli.torch_env import require_device
+from embedcalc.config.dtypes import ALIASES, BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
@@ -53,10 +54,21 @@ BenchModeOption = Annotated[
 ]
 
 
-class BenchDtype(StrEnum):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
+def _bench_dtype(value: str) -> str:
+    """--dtype of bench: fp32, bf16 or fp16 (or their long names); fp8 and the weight-only formats need kernels the
+    torch model does not use, so they are predicted by analyze, not measured (exit 2 with the fix)."""
+    try:
+        return canonical_dtype(value, BENCH_DTYPES)
+    except DtypeError:
+        name = canonical_dtype(value) if value in (*DTYPES, *ALIASES) else value
+        fix = f"use {dtype_choices(BENCH_DTYPES)}"
+        if name in DTYPES:
+            fix = (f"predict {name} with `embedcalc analyze TARGET --dtype {name} --hardware NAME`, and bench "
+                   "with --dtype fp32 (the CPU) or bf16")  # fmt: skip
+        raise typer.BadParameter(
+            f"{value!r}: bench measures the torch model in {', '.join(BENCH_DTYPES)}, which has no {name} "
+            f"kernels; {fix}"
+        ) from None
 
 
 def _check_fits(analysis: Analysis, free: int, where: str) -> None:
@@ -74,8 +86,12 @@ def bench_command(
     ] = None,
     device: Annotated[DeviceChoice, typer.Option("--device", help="Where to run.")] = DeviceChoice.auto,
     dtype: Annotated[
-        BenchDtype, typer.Option("--dtype", help="Compute dtype (training: mixed precision).")
-    ] = (BenchDtype.float32),
+        str,
+        typer.Option(
+            "--dtype", parser=_bench_dtype, metavar="|".join(BENCH_DTYPES),
+            help="Compute dtype (training: mixed precision); fp32 unless given, on the CPU as on a GPU.",
+        ),
+    ] = "fp32",
     *,
     run: Annotated[
         WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "attention", "recompute", "gen_tokens")
@@ -129,19 +145,19 @@ def bench_command(
             output.warn(
                 [Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")]
             )
-        _report_peak(dev, dtype.value, format)
+        _report_peak(dev, dtype, format)
         return
     if target is None:
         raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
     if mode is BenchModeChoice.generate:
         from embedcalc.cli.bench_generate import run_generate
 
-        workload = run.workload(dtype=dtype.value, mode="inference")
+        workload = run.workload(dtype=dtype, mode="inference")
         run_generate(target, overrides, workload, dev, warmup=warmup, repeat=repeat, compile=compile, force=force,
                      format=format)  # fmt: skip
         return
     # inference or training: one forward or step of --seq-len tokens (--gen-tokens is generate's)
-    workload = run.workload(dtype=dtype.value, mode=mode.value, gen_tokens=0)
+    workload = run.workload(dtype=dtype, mode=mode.value, gen_tokens=0)
     if nproc is not None:
         from embedcalc.cli.bench_distributed import run_distributed
 
@@ -152,7 +168,7 @@ def bench_command(
     if memory_matrix:
         from embedcalc.cli.bench_matrix import run_memory_matrix
 
-        run_memory_matrix(target, overrides, device.value, dtype.value, run.batch_size, run.seq_len, run.tgt_len,
+        run_memory_matrix(target, overrides, device.value, dtype, run.batch_size, run.seq_len, run.tgt_len,
                           threads, force, format)  # fmt: skip
         return
     # the benchmarked model has no dropout layers, so the prediction is made for dropout 0 (no masks)
@@ -165,10 +181,10 @@ def bench_command(
     from embedcalc.render.progress import step_progress
 
     with step_progress(output.stderr, "matmul peak") as on_step:
-        measured_peak = measure_matmul_peak(dev, dtype.value, on_step=on_step)
+        measured_peak = measure_matmul_peak(dev, dtype, on_step=on_step)
     from embedcalc.reconcile.bench import BenchResult, measurement
 
-    result = BenchResult(analysis, measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype.value))
+    result = BenchResult(analysis, measurement(analysis, timed, measured_peak, dev.type == "cuda", dtype))
     if format is OutputFormat.json:
         output.emit_json("bench", [result.to_json()], workload.as_dict())
         return

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedcalc.analysis.budget import SizeError, parse_size
-from embedcalc.analysis.workload import KvDtype
-from embedcalc.cli.options import cli_field
+from embedcalc.cli.options import cli_field, dtype_metavar, dtype_parser
+from embedcalc.config.dtypes import KV_DTYPES, dtype_choices
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 
 if TYPE_CHECKING:  # the roofline model loads only when time is asked for (start-up)
@@ -86,8 +86,13 @@ EfficiencyOption = Annotated[
     ),
 ]
 KvDtypeOption = Annotated[
-    KvDtype | None,
-    typer.Option("--kv-dtype", help="KV cache dtype, apart from the weights (default: the activations')."),
+    str | None,
+    typer.Option(
+        "--kv-dtype",
+        parser=dtype_parser(KV_DTYPES),
+        metavar=dtype_metavar(KV_DTYPES),
+        help=f"KV cache dtype, apart from the weights ({dtype_choices(KV_DTYPES)}; default: the activations').",
+    ),
 ]
 TrainTokensOption = Annotated[
     int | None,

@@ -28,7 +28,6 @@ import typer
 from embedcalc.analysis.budget import Budget, SizeError, parse_size
 from embedcalc.analysis.workload import (
     AttentionImpl,
-    Dtype,
     Mode,
     Optimizer,
     Parallelism,
@@ -36,6 +35,7 @@ from embedcalc.analysis.workload import (
     Workload,
     field_bounds,
 )  # fmt: skip
+from embedcalc.config.dtypes import DTYPES, DtypeError, canonical_dtype, dtype_choices
 from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +70,22 @@ def _size_parser(kind: str) -> Callable[[str | None], int | None]:
             raise typer.BadParameter(str(exc)) from None
 
     return parse
+
+
+def dtype_parser(choices: tuple[str, ...] = DTYPES) -> Callable[[str], str]:
+    """Option parser: a dtype by its short name or an alias (``bfloat16``) -> the short name; exit 2 otherwise."""
+
+    def parse(value: str) -> str:
+        try:
+            return canonical_dtype(value, choices)
+        except DtypeError as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    return parse
+
+
+def dtype_metavar(choices: tuple[str, ...] = DTYPES) -> str:
+    return "|".join(choices)
 
 
 def _budget_option(flag: str, kind: str, help: str) -> Any:
@@ -110,18 +126,30 @@ RecomputeOption = Annotated[
 
 @dataclass(frozen=True)
 class WorkloadFlags:
-    """--batch-size, --seq-len, --tgt-len, --dtype, --mode, --attention, --optimizer, --recompute, --gen-tokens."""
+    """--batch-size, --seq-len, --tgt-len, --dtype, --quant-group-size, --mode, --attention, --optimizer,
+    --recompute, --gen-tokens."""
 
     batch_size: BatchOption = _W.batch_size
     seq_len: SeqOption = _W.seq_len
     tgt_len: TgtOption = _W.tgt_len
     dtype: Annotated[
-        Dtype,
+        str | None,
         typer.Option(
             "--dtype",
-            help="Weights/activations dtype; int8/int4 are weight-only (activations float16), inference only.",
+            parser=dtype_parser(),
+            metavar=dtype_metavar(),
+            help=f"{dtype_choices()}. Default: the model's own (a preset's published dtype, a config's dtype or "
+            "torch_dtype), else fp32. fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest bf16; "
+            "int8/int4: weight-only with an fp16 scale and zero per --quant-group-size inputs, inference only.",
         ),
-    ] = _W.dtype
+    ] = None
+    quant_group_size: Annotated[
+        int,
+        _int_option(
+            Workload, "quant_group_size", "--quant-group-size",
+            help="int8/int4: input values per fp16 scale and zero point (GPTQ/AWQ group size).",
+        ),
+    ] = _W.quant_group_size  # fmt: skip
     mode: Annotated[Mode, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")] = _W.mode
     attention: AttentionOption = _W.attention
     optimizer: Annotated[
@@ -132,8 +160,14 @@ class WorkloadFlags:
 
     def workload(self, layout: ParallelFlags | None = None, **fixed: Any) -> Workload:
         """The workload these flags describe, on ``layout`` (one device without), with ``fixed`` fields set by the
-        command itself (e.g. bench's dtype). Workload refuses what no command can run (int8 training: exit 3)."""
-        values = dataclasses.asdict(self) | fixed
+        command itself (e.g. bench's dtype). Without --dtype the dtype is left to the model (``dtype_source``
+        default); with it, it is the flag's. Workload refuses what no command can run (int8 training: exit 3)."""
+        values = dataclasses.asdict(self)
+        if values["dtype"] is None:
+            del values["dtype"]
+        else:
+            values["dtype_source"] = "flag"
+        values |= fixed
         return Workload(**values, parallel=layout.parallelism() if layout is not None else Parallelism())
 
 

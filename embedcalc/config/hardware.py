@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from embedcalc.config.dtypes import canonical_dtype
 from embedcalc.config.files import load_mapping
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
@@ -325,7 +326,7 @@ def load_local() -> Device:
     if not path.is_file():
         raise UnsupportedEnvironmentError(
             f"--hardware local: this machine has not been measured yet ({path} does not exist); "
-            "run `embedcalc bench --peak` (and `--dtype bfloat16` for its bf16 peak) first",
+            "run `embedcalc bench --peak` (and `--dtype bf16` for its bf16 peak) first",
             code="local_not_measured",
         )
     return parse_device(load_mapping(path), str(path))
@@ -387,16 +388,16 @@ def previous_local() -> Device | None:
 
 # --- dtypes -------------------------------------------------------------------------------------------------------
 
-# The peak a workload dtype runs at. int8/int4 are weight-only formats here (analysis/workload.py): the weights are
-# dequantised and multiplied in float16.
+# The peak a workload dtype's linear-layer GEMMs run at (embedcalc.config.dtypes): int8/int4 are weight-only
+# formats, dequantised and multiplied in fp16; fp8 GEMMs run at the FP8 peak (the rest of an fp8 model at bf16's).
 _WORKLOAD_PEAK: dict[str, PeakDtype] = {
-    "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "fp16", "int4": "fp16",
+    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "fp16", "int4": "fp16",
 }  # fmt: skip
 
 
 def peak_dtype(dtype: str) -> PeakDtype:
-    """The catalogue dtype whose peak a workload ``dtype`` (float32, bfloat16, ...) computes at."""
-    return _WORKLOAD_PEAK[dtype]
+    """The catalogue dtype whose peak a workload ``dtype`` (fp32, bfloat16, ...) computes its GEMMs at."""
+    return _WORKLOAD_PEAK[canonical_dtype(dtype)]
 
 
 def datasheet_peak(cuda_name: str, dtype: str) -> tuple[float | None, str | None]:

@@ -182,7 +182,7 @@ def _timed(
     config: ModelConfig, settings: BenchSettings, device: torch.device, on_step: StepCallback | None
 ) -> tuple[Timings, float]:
     """Build the model and time its steps; returns the timings and the build time."""
-    mixed = settings.mode == "training" and settings.dtype != "float32"
+    mixed = settings.mode == "training" and settings.dtype != "fp32"
     model_dtype = torch.float32 if mixed or settings.mode == "training" else DTYPES[settings.dtype]
     start = time.perf_counter()
     model = build_model(config, attention=settings.attention, device=device, dtype=model_dtype)

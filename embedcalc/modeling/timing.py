@@ -20,10 +20,10 @@ from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
+DTYPES: dict[str, torch.dtype] = {  # embedcalc's dtype names (embedcalc.config.dtypes) -> torch's
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
 }
 StepCallback = Callable[[str, int, int], None]  # (phase, step done, steps in phase)
 

@@ -152,7 +152,7 @@ def _memory_caption(a: Analysis) -> str:
             f" Per device: tp {par.tp}, pp {par.pp}, dp {par.dp}, ZeRO {par.zero}; heaviest pipeline stage."
         )
     if w.mode == "training":
-        recipe = "fp32 weights and gradients" if w.dtype == "float32" else "mixed precision, fp32 master copy"
+        recipe = "fp32 weights and gradients" if w.dtype == "fp32" else "mixed precision, fp32 master copy"
         return (
             f"Weights + gradients + {w.optimizer} state ({recipe}) + saved activations (Korthikanti et al. "
             f"2022, recompute {w.recompute}).{where}"

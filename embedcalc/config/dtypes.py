@@ -1,0 +1,66 @@
+"""The one dtype vocabulary (DESIGN.md §14): the names every flag, config file, JSON output and the Python API use.
+
+Short names are canonical and are what JSON writes: ``fp32``, ``bf16``, ``fp16``, ``fp8``, ``int8``, ``int4``. The
+long names people and checkpoints also write (``float32``, ``bfloat16``, ``float16``: PyTorch's and a Hugging Face
+``config.json``'s ``torch_dtype``) are accepted as aliases wherever a dtype is read, and become the short ones.
+
+What each name means for the cost (stated once; memory and the roofline read it from here):
+
+- ``fp32``, ``bf16``, ``fp16``: weights, activations and KV cache in that format (4, 2, 2 bytes per element).
+- ``fp8`` (E4M3, as FP8 inference and training run it: NVIDIA Transformer Engine, DeepSeek-V3 §3.3, TensorRT-LLM):
+  weights stored in 1 byte and the linear layers' GEMMs run at the device's FP8 peak; everything else stays in
+  bf16: the activations and KV cache between layers (2 bytes; ``--kv-dtype fp8`` stores the cache in fp8), the
+  attention score and context matmuls (softmax(QKᵀ)V runs in bf16 in FlashAttention-2 and PyTorch's SDPA), norms,
+  softmax and element-wise work, and the embeddings and the LM head (kept in bf16 by Transformer Engine's
+  recipes and DeepSeek-V3's). A device without an FP8 peak refuses it (exit 3).
+- ``int8``, ``int4``: weight-only quantization (GPTQ, Frantar et al. 2022; AWQ, Lin et al. 2023): the weights of
+  the linear layers stored in 8 or 4 bits with an fp16 scale and zero point per group of ``quant_group_size``
+  input values (:func:`embedcalc.analysis.memory_inference.weight_bytes`); dequantized and multiplied in fp16,
+  so activations and KV cache are fp16 and the GEMMs run at the fp16 peak. Inference only.
+
+Where a workload's dtype came from (``dtype_source``): ``flag`` (``--dtype``, or ``dtype=`` in the Python API),
+``preset`` (the published dtype a shipped preset records), ``config`` (a config file's ``dtype``, or a Hugging
+Face ``config.json``'s ``torch_dtype`` / ``dtype``), ``default`` (none of these: fp32).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+DTYPES: tuple[Dtype, ...] = get_args(Dtype)
+KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]  # a KV cache stored apart from the activations
+KV_DTYPES: tuple[KvDtype, ...] = get_args(KvDtype)
+DtypeSource = Literal["flag", "preset", "config", "default"]
+DEFAULT_DTYPE: Dtype = "fp32"
+
+ALIASES: dict[str, Dtype] = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+# Bytes per stored element (int4 packs two per byte; quantization scales are counted apart, per group).
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
+BENCH_DTYPES: tuple[Dtype, ...] = ("fp32", "bf16", "fp16")  # what the torch model runs in (modeling.timing)
+
+# The activation (and default KV cache) dtype of each weight dtype: fp8 keeps bf16 between layers, the weight-only
+# formats dequantize to fp16 (module docstring).
+ACTIVATION_DTYPE: dict[str, Dtype] = {
+    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "int8": "fp16", "int4": "fp16",
+}  # fmt: skip
+
+
+class DtypeError(ValueError):
+    """A name that is not in the vocabulary (the caller turns it into its own error: a flag, a config field)."""
+
+
+def dtype_choices(choices: tuple[str, ...] = DTYPES) -> str:
+    """``fp32|bf16|...`` and the aliases that apply, for messages and help."""
+    aliases = [f"{long}={short}" for long, short in ALIASES.items() if short in choices]
+    return "|".join(choices) + (f" (or {', '.join(aliases)})" if aliases else "")
+
+
+def canonical_dtype(value: object, choices: tuple[str, ...] = DTYPES) -> str:
+    """The short name of ``value`` (a short name or an alias) among ``choices``; DtypeError otherwise."""
+    name = ALIASES.get(value, value) if isinstance(value, str) else value
+    if not isinstance(name, str) or name not in choices:
+        raise DtypeError(f"{value!r} is not a dtype here; use {dtype_choices(choices)}")
+    return name
