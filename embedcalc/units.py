@@ -43,3 +43,13 @@ def flops(value: int | float) -> str:
 
 def percent(fraction: float) -> str:
     return f"{100 * fraction:.1f}%"
+
+
+def seconds(value: float | None) -> str:
+    """``0.00399`` -> ``3.99 ms``; None -> ``—``."""
+    if value is None:
+        return "—"
+    for scale, unit in ((3600 * 24, "d"), (3600, "h"), (60, "min"), (1, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {unit}"
+    return f"{value * 1e9:,.1f} ns"

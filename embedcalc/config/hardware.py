@@ -17,6 +17,11 @@ Conventions, stated once:
 - ``price_per_hour`` is a *default*: one public on-demand list price per device-hour (USD), with its source and the
   date it was read, for the cost lines; prices move, so ``--price-per-hour`` overrides it. A device no public list
   rents by the hour (H800, MI250X, ...) has none, and the cost then needs ``--price-per-hour``.
+- a link's ``latency_s`` is the time one small message takes per hop (one step of a ring collective), as the
+  collective libraries model it (NCCL's and RCCL's ``src/graph/tuning.cc`` tables, low-latency protocol); its
+  ``domain_size`` the devices it joins directly (an 8-GPU NVLink node, a 72-GPU NVL72 rack, a TPU slice); the
+  ``network`` is the scale-out link between such domains, per device (one InfiniBand/RoCE NIC per GPU in DGX
+  systems).
 """
 
 from __future__ import annotations
@@ -38,7 +43,10 @@ from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem, Uns
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
 PEAK_DTYPES: tuple[PeakDtype, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
-LinkKind = Literal["nvlink", "xgmi", "ici", "pcie-gen3", "pcie-gen4", "pcie-gen5", "pcie-gen6", "nvlink-c2c"]
+LinkKind = Literal[
+    "nvlink", "xgmi", "ici", "pcie-gen3", "pcie-gen4", "pcie-gen5", "pcie-gen6", "nvlink-c2c", "infiniband", "roce",
+    "ethernet",
+]  # fmt: skip
 LOCAL = "local"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
 _MAX_FLOPS = (
@@ -99,19 +107,35 @@ class PriceFigure(Figure):
     date: str = Field(
         pattern=r"^\d{4}-\d{2}-\d{2}$", description="The day the price was read off its list (YYYY-MM-DD)."
     )
+class LatencyFigure(Figure):
+    """A latency in seconds, at most 1 ms (a bound that catches microseconds written as seconds' count)."""
+
+    value: Annotated[float, Field(gt=0, le=1e-3, allow_inf_nan=False)] = Field(description="Seconds.")
 
 
 class Link(BaseModel):
-    """A link to other devices or to the host, with its bandwidth in one direction."""
+    """A link to other devices or to the host: its bandwidth in one direction, its per-hop latency, and how many
+    devices it joins directly."""
 
     model_config = _BASE
 
     kind: LinkKind = Field(
-        description="nvlink, xgmi (AMD Infinity Fabric), ici (TPU), pcie-genN or nvlink-c2c."
+        description="nvlink, xgmi (AMD Infinity Fabric), ici (TPU), pcie-genN, nvlink-c2c, or a network: "
+        "infiniband, roce, ethernet."
     )
     per_direction_bytes_per_s: RateFigure = Field(
         description="Bytes per second in one direction, summed over the device's links (half a 'total' figure)."
     )
+    latency_s: LatencyFigure | None = Field(
+        default=None,
+        description="Seconds one small message takes per hop (one ring step), as the collective library's tuning "
+        "model has it; none: the time model assumes NCCL's NVLink figure and says so.",
+    )
+    domain_size: int | None = Field(
+        default=None, ge=2, le=1 << 20,
+        description="Devices this link joins directly (8 in an HGX/DGX node, 72 in an NVL72 rack, a TPU slice); "
+        "groups larger than this cross the device's `network`.",
+    )  # fmt: skip
 
 
 class Measurement(BaseModel):
@@ -160,6 +184,11 @@ class Device(BaseModel):
     interconnect: Link | None = Field(
         default=None,
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
+    )
+    network: Link | None = Field(
+        default=None,
+        description="The scale-out network per device between link domains (InfiniBand/RoCE NIC per GPU); none: "
+        "not published for this device.",
     )
     host_link: Link | None = Field(default=None, description="The link to the host (PCIe, NVLink-C2C).")
     price_per_hour: PriceFigure | None = Field(
@@ -215,9 +244,12 @@ class Device(BaseModel):
         ]
         out += [("memory_bytes", self.memory_bytes), ("memory_bandwidth_bytes_per_s",
                                                       self.memory_bandwidth_bytes_per_s)]  # fmt: skip
-        for label, link in (("interconnect", self.interconnect), ("host_link", self.host_link)):
+        for label, link in (("interconnect", self.interconnect), ("network", self.network),
+                            ("host_link", self.host_link)):  # fmt: skip
             if link is not None:
                 out.append((f"{label}.per_direction_bytes_per_s", link.per_direction_bytes_per_s))
+                if link.latency_s is not None:
+                    out.append((f"{label}.latency_s", link.latency_s))
         if self.price_per_hour is not None:
             out.append(("price_per_hour", self.price_per_hour))
         return out

@@ -78,10 +78,15 @@ def device_table(device: Device) -> Table:
     _figure_row(
         table, device, "memory bandwidth", _rate(device.bandwidth), device.memory_bandwidth_bytes_per_s
     )
-    for label, link in (("interconnect", device.interconnect), ("host link", device.host_link)):
+    for label, link in (("interconnect", device.interconnect), ("network", device.network),
+                        ("host link", device.host_link)):  # fmt: skip
         if link is not None:
             fig = link.per_direction_bytes_per_s
-            _figure_row(table, device, f"{label} ({link.kind}, per direction)", _rate(fig.value), fig)
+            domain = f", {link.domain_size} devices" if link.domain_size else ""
+            _figure_row(table, device, f"{label} ({link.kind}, per direction{domain})", _rate(fig.value), fig)
+            if link.latency_s is not None:
+                lat = link.latency_s
+                _figure_row(table, device, f"{label} latency per hop", units.seconds(lat.value), lat)
     price = device.price_per_hour
     if price is not None:
         shown = f"{_dollars(price.value)} / h"

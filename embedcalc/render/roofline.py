@@ -11,21 +11,12 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import Phase, RooflineEstimate
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
+from embedcalc.render.units import seconds
 
 CAPTION = (
     "Roofline: per component time = max(FLOPs / (peak × e), bytes / (bandwidth × e)), summed; bytes = weights "
     "read + activations read/written + KV cache read/written (element-wise ops assumed fused)."
 )
-
-
-def seconds(value: float | None) -> str:
-    """``0.00399`` -> ``3.99 ms``; None -> ``—``."""
-    if value is None:
-        return "—"
-    for scale, unit in ((3600 * 24, "d"), (3600, "h"), (60, "min"), (1, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(value) >= scale:
-            return f"{value / scale:,.2f} {unit}"
-    return f"{value * 1e9:,.1f} ns"
 
 
 def _rate(value: float | None, unit: str) -> str:

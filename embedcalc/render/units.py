@@ -3,6 +3,6 @@ under the name render's modules import them by."""
 
 from __future__ import annotations
 
-from embedcalc.units import binary_bytes, count, flops, percent, si
+from embedcalc.units import binary_bytes, count, flops, percent, seconds, si
 
-__all__ = ["binary_bytes", "count", "flops", "percent", "si"]
+__all__ = ["binary_bytes", "count", "flops", "percent", "seconds", "si"]
