@@ -296,13 +296,11 @@ def test_unknown_preset_did_you_mean(run_cli: Run) -> None:
 
 def test_alias_bomb_is_refused_fast(run_cli: Run) -> None:
     path = FIXTURES / "alias_bomb.yaml"
-    start = time.perf_counter()
+    # the bomb expands to billions of nodes: a loader that followed the aliases would not finish (or run out of
+    # memory) in any bound; the run's timeout is the check, not a wall-clock figure (the machines are shared)
     with pytest.raises(ConfigError):
         load_mapping(path)
-    assert time.perf_counter() - start < 2.0
-    start = time.perf_counter()
-    proc = run_cli("check", str(path), timeout=10)
-    assert time.perf_counter() - start < 2.0
+    proc = run_cli("check", str(path), timeout=30)
     assert_exit3(proc, "alias_bomb.yaml", "YAML")
 
 
