@@ -11,9 +11,9 @@ The Python API (DESIGN.md §13) is the code the CLI runs, with the same typed re
 
 :func:`load` reads a preset, a config file (embedcalc's YAML/JSON or a Hugging Face ``config.json``) or a mapping
 of fields; :func:`analyze`, :func:`compare` and :func:`sweep` count params, FLOPs and memory; :func:`verify` and
-:func:`bench` build the model in PyTorch (the ``torch`` extra). Every result has ``to_json()``, the ``results[]``
-entry of the CLI's ``--format json`` (DESIGN.md §5). The names in ``__all__`` are the API; the version rules are in
-the documentation's Python API page (docs/api.md).
+:func:`bench` build the model in PyTorch (the ``torch`` extra); :func:`plan` searches devices and layouts. Every
+result has ``to_json()``, the ``results[]`` entry of the CLI's ``--format json`` (DESIGN.md §5). The names in
+``__all__`` are the API; the version rules are in the documentation's Python API page (docs/api.md).
 
 Importing ``embedcalc`` is cheap: the API's modules (pydantic, the analyzer; torch only for verify/bench) load on
 first use of a name. The package is split as DESIGN.md §7 describes: ``config``, ``analysis``, ``modeling``
@@ -36,6 +36,8 @@ _LAZY = {
     "sweep": "embedcalc.api.sweep",
     "verify": "embedcalc.api.verify",
     "bench": "embedcalc.api.bench",
+    "plan": "embedcalc.api.plan",
+    "PlanResult": "embedcalc.analysis.plan",
     "Comparison": "embedcalc.api.results",
     "Sweep": "embedcalc.api.results",
     "ConfigLike": "embedcalc.api.load",
@@ -71,6 +73,7 @@ __all__ = [
     "MemoryEstimate",
     "ModelConfig",
     "Parallelism",
+    "PlanResult",
     "Problem",
     "Reconciliation",
     "Sweep",
@@ -82,6 +85,7 @@ __all__ = [
     "bench",
     "compare",
     "load",
+    "plan",
     "sweep",
     "verify",
 ]
@@ -90,11 +94,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from embedcalc.analysis.breakdown import Breakdown
     from embedcalc.analysis.flops import FlopsEstimate
     from embedcalc.analysis.memory import MemoryEstimate
+    from embedcalc.analysis.plan import PlanResult
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.workload import Parallelism, Workload
     from embedcalc.api.analyze import analyze, compare
     from embedcalc.api.bench import bench
     from embedcalc.api.load import ConfigLike, load
+    from embedcalc.api.plan import plan
     from embedcalc.api.results import Comparison, Sweep
     from embedcalc.api.sweep import sweep
     from embedcalc.api.verify import verify

@@ -63,7 +63,22 @@ def cases() -> list[list[str]]:
         ["sweep", "llama-2-7b", "--seq-len", "1024:8192:x2", "--hardware", "h100-sxm", "--gen-tokens", "16"],
         ["sweep", "mixtral-8x7b", "--num-layers", "8:32:+8", "--mode", "training", "--hardware", "h100-sxm"],
     ]
+    out += PLAN_CASES
     return out
+
+
+# plan (issue 21) and analyze's serving memory: the done-when serving plan over the whole catalogue, objectives,
+# a rate, a training plan with a deadline
+PLAN_CASES: list[list[str]] = [
+    ["plan", "llama-3.1-70b", "--seq-len", "2048", "--gen-tokens", "256", "--concurrency", "32"],
+    ["plan", "llama-3.1-8b", "--hardware", "h100-sxm,l4,t4", "--max-ttft", "0.2", "--max-tpot", "0.05",
+     "--concurrency", "64"],
+    ["plan", "llama-3.1-8b", "--hardware", "a100-80gb", "--rate", "4", "--price-per-hour", "a100-80gb=1.5"],
+    ["plan", "llama-3.1-8b", "--mode", "training", "--train-tokens", "1T", "--deadline", "30d", "--hardware",
+     "h100-sxm,a100-40gb", "--max-devices", "64"],
+    ["analyze", "llama-3.1-8b", "--dtype", "bfloat16", "--seq-len", "1000", "--gen-tokens", "50", "--hardware", "l4",
+     "--concurrency", "64"],
+]
 
 
 def command_of(args: list[str]) -> str:

@@ -9,6 +9,7 @@ returning :class:`~embedcalc.api.results.AnalysisReport`, whose ``to_json()`` is
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
+    from embedcalc.api.serving import ServingOptions
 
 __all__ = ["analyze", "analyze_report", "analyze_target", "budget_problems", "compare", "compare_reports"]
 
@@ -116,10 +118,22 @@ def analyze_target(target: str, overrides: Sequence[str] | None, run: Workload) 
 
 
 def analyze_report(
-    target: str, overrides: Sequence[str] | None, run: Workload, time: TimeOptions, budget: Budget
+    target: str,
+    overrides: Sequence[str] | None,
+    run: Workload,
+    time: TimeOptions,
+    budget: Budget,
+    serving: ServingOptions | None = None,
 ) -> AnalysisReport:
-    """``embedcalc analyze``: :func:`analyze_target`, its time estimated as ``time`` asks, its budget judged."""
-    return _report(analyze_target(target, overrides, run), time, budget)
+    """``embedcalc analyze``: :func:`analyze_target`, its time estimated as ``time`` asks, its budget judged, and
+    the serving memory ``serving`` asks for (:mod:`embedcalc.api.serving`)."""
+    report = _report(analyze_target(target, overrides, run), time, budget)
+    if serving is None or not serving.asked:
+        return report
+    from embedcalc.api.serving import apply_serving
+
+    held = apply_serving(report.analysis, serving, time.hardware, budget.max_memory_bytes, time.kv_dtype)
+    return replace(report, serving=held)
 
 
 def compare_reports(

@@ -15,6 +15,7 @@ from embedcalc.errors import Problem
 
 if TYPE_CHECKING:  # numpy loads only with a sweep, the roofline model only with time
     from embedcalc.analysis.roofline import RooflineEstimate
+    from embedcalc.analysis.serving_memory import ServingMemory
     from embedcalc.analysis.sweep import SweepResult
 
 __all__ = ["AnalysisReport", "Comparison", "Sweep"]
@@ -77,8 +78,13 @@ class AnalysisReport:
     analysis: Analysis
     time: RooflineEstimate | None = None
     over_budget: list[Problem] = field(default_factory=list)
+    serving: ServingMemory | None = None  # --concurrency / --memory-utilization
 
     def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any."""
+        """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any
+        (and ``memory.serving`` with serving memory)."""
         time = {} if self.time is None else {"time": self.time.as_json()}
-        return self.analysis.as_json() | time
+        out = self.analysis.as_json() | time
+        if self.serving is not None:
+            out["memory"]["serving"] = self.serving.as_json()
+        return out

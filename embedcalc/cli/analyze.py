@@ -10,6 +10,7 @@ from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
 from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
+from embedcalc.cli.serving_options import ServingFlags
 
 # The command modules import only their options at the top: `embedcalc --help` builds every command's signature
 # without loading the config models or the analysis (tests/test_cli.py checks it); the API loads in the command.
@@ -23,6 +24,7 @@ def analyze_command(
     layout: ParallelFlags,
     limits: BudgetFlags,
     timing: TimeFlags,
+    serving: ServingFlags,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -35,11 +37,15 @@ def analyze_command(
 
     --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
     tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
+
+    --concurrency C / --memory-utilization F (inference) add the memory a server holds (vLLM's convention): paged
+    KV for C sequences in 16-token blocks, one forward's activation workspace and a runtime reserve of 1 − F of the
+    device (default 0.9), and whether that fits.
     """
     from embedcalc.api.analyze import analyze_report
 
     workload = run.workload(layout)
-    report = analyze_report(target, overrides, workload, timing.options(), limits.budget())
+    report = analyze_report(target, overrides, workload, timing.options(), limits.budget(), serving.options())
     result, estimate, over = report.analysis, report.time, report.over_budget
     output.warn(result.warnings, target)
     if format is OutputFormat.json:
@@ -48,7 +54,7 @@ def analyze_command(
     else:
         from embedcalc.render.tables import flops_table, memory_table, params_table
 
-        for table in (params_table(result), flops_table(result), memory_table(result)):
+        for table in (params_table(result), flops_table(result), memory_table(result, report.serving)):
             output.stdout.print(table)
         if result.communication.collectives:
             from embedcalc.render.distributed import communication_table

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("embedcalc.cli.explain", "explain_command"),
     "diff": ("embedcalc.cli.diff", "diff_command"),
     "hardware": ("embedcalc.cli.hardware", "app"),
+    "plan": ("embedcalc.cli.plan", "plan_command"),
 }
 ROOT_FLAGS = frozenset({"--debug"})
 

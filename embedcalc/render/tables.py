@@ -18,6 +18,7 @@ from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 
 if TYPE_CHECKING:  # analyze and compare render from here without loading the measured side
+    from embedcalc.analysis.serving_memory import ServingMemory
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.verify import Reconciliation
 
@@ -106,7 +107,7 @@ def flops_table(a: Analysis) -> Table:
     return table
 
 
-def memory_table(a: Analysis) -> Table:
+def memory_table(a: Analysis, serving: ServingMemory | None = None) -> Table:
     w = a.workload
     table = FitTable(
         title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}",
@@ -140,7 +141,35 @@ def memory_table(a: Analysis) -> Table:
     table.add_section()
     total = memory["total_bytes"]
     table.add_row("[bold]total[/]", f"[bold]{units.count(total)}[/]", f"[bold]{units.binary_bytes(total)}[/]")
+    if serving is not None:
+        _serving_rows(table, serving)
     return table
+
+
+def _serving_rows(table: FitTable, s: ServingMemory) -> None:
+    """The memory a server holds for ``s.concurrency`` sequences, and whether it fits (analysis/serving_memory)."""
+    table.add_section()
+    table.add_row(f"[bold]serving: {s.concurrency:,} in flight[/]", "", "")
+    rows = [
+        ("weights", s.weights_bytes),
+        ("activation workspace", s.workspace_bytes),
+        (f"KV cache ({s.concurrency:,} sequences)", s.kv_cache_bytes),
+        (f"paged KV rounding ({s.tokens_per_sequence:,} -> {s.paged_tokens_per_sequence:,} tokens)",
+         s.kv_paging_bytes),
+    ]  # fmt: skip
+    if s.device_bytes is not None and s.utilization is not None:
+        rows.append((f"runtime reserve ({1 - s.utilization:.0%} of {units.binary_bytes(s.device_bytes)})",
+                     s.reserve_bytes))  # fmt: skip
+    for label, value in rows:
+        table.add_row(f"  {label}", units.count(value), units.binary_bytes(value))
+    table.add_row("[bold]  serving total[/]", f"[bold]{units.count(s.total_bytes)}[/]",
+                  f"[bold]{units.binary_bytes(s.total_bytes)}[/]")  # fmt: skip
+    if s.fits is not None:
+        verdict = "[green]fits[/]" if s.fits else "[red]does not fit[/]"
+        most = "" if s.max_concurrency is None else f"; at most {s.max_concurrency:,} sequences fit"
+        usable = s.usable_bytes or 0
+        table.add_row(f"  {verdict} in {units.binary_bytes(usable)} usable{most}", units.count(usable),
+                      units.binary_bytes(usable))  # fmt: skip
 
 
 def _memory_caption(a: Analysis) -> str:

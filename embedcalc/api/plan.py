@@ -1,0 +1,255 @@
+"""``embedcalc.plan``: the orchestration of ``embedcalc plan`` — load and check the target, resolve the devices and
+their prices, validate the workload and objectives, and run the search of :mod:`embedcalc.analysis.plan_inference`
+or :mod:`embedcalc.analysis.plan_training` (the conventions are stated in :mod:`embedcalc.analysis.plan`).
+
+Bad arguments raise :class:`~embedcalc.errors.EmbedcalcError` with exit code 2 (usage) naming the argument and the
+fix; an unknown device is the catalogue's own error (exit 2, with a did-you-mean); a workload the config cannot run
+is a :class:`~embedcalc.errors.ConfigError` (exit 3). Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+
+from embedcalc.analysis.workload import Optimizer, Workload
+from embedcalc.api.load import ConfigLike, as_loaded
+from embedcalc.api.workload import usage
+from embedcalc.config.dtypes import DEFAULT_DTYPE, DTYPES, KV_DTYPES, DtypeError, canonical_dtype
+from embedcalc.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.plan import PlanResult, Price, ServingRow, TrainingRow
+    from embedcalc.config.dtypes import Dtype
+    from embedcalc.config.hardware import Device
+
+__all__ = ["plan"]
+
+SERVING_SEQ_LEN, SERVING_GEN_TOKENS, TRAINING_SEQ_LEN = 1024, 256, 4096
+
+
+def _positive(name: str, value: float | None, integer: bool = False) -> None:
+    if value is None:
+        return
+    bad = (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    )
+    if integer and not bad:
+        bad = not isinstance(value, int)
+    if bad:
+        kind = "an integer >= 1" if integer else "a positive number"
+        raise usage(f"{name} must be {kind}, got {value!r}", name)
+
+
+def _devices(hardware: str | Sequence[str] | None) -> list[Device]:
+    from embedcalc.config.hardware import catalogue, load_device
+
+    if hardware is None:
+        return catalogue()
+    names = [hardware] if isinstance(hardware, str) else list(hardware)
+    if not names:
+        raise usage("hardware: give at least one device, or none for the whole catalogue", "hardware")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise usage(f"hardware: {repeated[0]!r} is given twice; name each device once", "hardware")
+    return [load_device(n) for n in names]
+
+
+def _prices(
+    devices: list[Device], overrides: Mapping[str, float] | None
+) -> list[tuple[Device, Price | None]]:
+    """Each device with its price: ``overrides`` (--price-per-hour DEVICE=PRICE) over the catalogue's default."""
+    from embedcalc.analysis.plan import Price
+
+    overrides = dict(overrides or {})
+    names = {d.name for d in devices}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise usage(f"price_per_hour: {unknown[0]!r} is not among the devices planned "
+                     f"({', '.join(sorted(names))}); name one of them", "price_per_hour")  # fmt: skip
+    out: list[tuple[Device, Price | None]] = []
+    for device in devices:
+        if device.name in overrides:
+            value = overrides[device.name]
+            _positive(f"price_per_hour[{device.name}]", value)
+            out.append((device, Price(float(value), "--price-per-hour")))
+            continue
+        figure = (
+            device.price_per_hour
+        )  # the catalogue's dated default, where a public list rents it by the hour
+        if figure is None:
+            out.append((device, None))
+            continue
+        source = f"{device.citation(figure)} (read {figure.date}; a default, --price-per-hour overrides it)"
+        out.append((device, Price(float(figure.value), source)))
+    return out
+
+
+def _dtype(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    """A dtype by its short name or an alias, as the short name; a usage error otherwise."""
+    if value is None:
+        return None
+    try:
+        return canonical_dtype(value, choices)
+    except DtypeError as exc:
+        raise usage(f"{name}: {exc}", name) from None
+
+
+def _check_choice(name: str, value: Any, allowed: Any) -> None:
+    choices = get_args(allowed)
+    if value is not None and value not in choices:
+        raise usage(f"{name} {value!r} is not one of {', '.join(choices)}", name)
+
+
+def plan(
+    config: ConfigLike,
+    *,
+    mode: Literal["inference", "training"] = "inference",
+    seq_len: int | None = None,
+    gen_tokens: int | None = None,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
+    hardware: str | Sequence[str] | None = None,
+    max_devices: int | None = None,
+    price_per_hour: Mapping[str, float] | None = None,
+    memory_utilization: float | None = None,
+    max_ttft: float | None = None,
+    max_tpot: float | None = None,
+    min_tokens_per_s: float | None = None,
+    train_tokens: int | None = None,
+    deadline_s: float | None = None,
+    global_batch: int | None = None,
+    batch_size: int = 1,
+    optimizer: Optimizer = "adamw",
+) -> PlanResult:
+    """Which devices, how many, with what layout, how fast and at what cost (``embedcalc plan``).
+
+    Inference (default): every catalogue device (or ``hardware``) × TP degree (× PP stages when one node is not
+    enough) for prompts of ``seq_len`` tokens (default 1024, or what the context leaves) and ``gen_tokens``
+    outputs (default 256) at ``concurrency`` requests in flight or ``rate`` requests/s; rows that fit and meet
+    ``max_ttft``/``max_tpot`` (seconds) and ``min_tokens_per_s`` come first, cheapest per million output tokens
+    first. Training: device × count × (TP, PP, DP, ZeRO, recompute) for ``train_tokens`` tokens in sequences of
+    ``seq_len`` (default 4096, at most the context), fastest first, those within ``deadline_s`` before the rest.
+    ``dtype`` default: the model's own (bf16 when it records none), fp16 on a device without bf16.
+
+    >>> import embedcalc
+    >>> p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], concurrency=8)
+    >>> best = p.rows[0]
+    >>> best.ok, best.layout.device, best.memory.fits
+    (True, 'h100-sxm', True)
+    >>> p.to_json()["mode"]
+    'inference'
+    """
+    from embedcalc.analysis.checked import analyze_loaded
+    from embedcalc.analysis.plan import DEFAULT_MAX_DEVICES, Objectives, PlanResult, recommend
+    from embedcalc.analysis.serving_memory import DEFAULT_UTILIZATION
+
+    _check_choice("mode", mode, Literal["inference", "training"])
+    dtype = cast("Dtype | None", _dtype("dtype", dtype, DTYPES))
+    kv_dtype = _dtype("kv_dtype", kv_dtype, KV_DTYPES)
+    _check_choice("optimizer", optimizer, Optimizer)
+    for name, value in (
+        ("seq_len", seq_len),
+        ("concurrency", concurrency),
+        ("max_devices", max_devices),
+        ("train_tokens", train_tokens),
+        ("global_batch", global_batch),
+        ("batch_size", batch_size),
+    ):
+        _positive(name, value, integer=True)  # fmt: skip
+    for name, number in (
+        ("rate", rate),
+        ("max_ttft", max_ttft),
+        ("max_tpot", max_tpot),
+        ("min_tokens_per_s", min_tokens_per_s),
+        ("deadline_s", deadline_s),
+    ):
+        _positive(name, number)  # fmt: skip
+    if gen_tokens is not None and (
+        isinstance(gen_tokens, bool) or not isinstance(gen_tokens, int) or gen_tokens < 0
+    ):
+        raise usage(f"gen_tokens must be an integer >= 0, got {gen_tokens!r}", "gen_tokens")
+    if memory_utilization is not None and not (
+        isinstance(memory_utilization, int | float) and 0 < memory_utilization <= 1
+    ):
+        raise usage(f"memory_utilization must be a fraction in (0, 1] (vLLM's gpu_memory_utilization, default "
+                     f"0.9), got {memory_utilization!r}; e.g. 0.9", "memory_utilization")  # fmt: skip
+    if concurrency is not None and rate is not None:
+        raise usage("give concurrency (requests in flight) or rate (requests/s), not both", "concurrency")
+    loaded = as_loaded(config)
+    devices = _prices(_devices(hardware), price_per_hour)
+    fallback = dtype is None
+    rows: tuple[ServingRow, ...] | tuple[TrainingRow, ...]
+    settings: dict[str, Any]
+    if mode == "training":
+        _training_only(concurrency=concurrency, rate=rate, max_ttft=max_ttft, max_tpot=max_tpot,
+                       min_tokens_per_s=min_tokens_per_s, memory_utilization=memory_utilization,
+                       kv_dtype=kv_dtype, gen_tokens=gen_tokens)  # fmt: skip
+        if train_tokens is None:
+            raise usage("mode training needs train_tokens (--train-tokens 2T): the token budget to plan for",
+                         "train_tokens")  # fmt: skip
+        default_len = min(TRAINING_SEQ_LEN, loaded.config.max_seq_len)
+        w = Workload(batch_size=batch_size, seq_len=seq_len or default_len, mode="training", optimizer=optimizer,
+                     dtype=dtype or DEFAULT_DTYPE, dtype_source="flag" if dtype else "default")  # fmt: skip
+        analysis = analyze_loaded(loaded, w)  # the workload checks analyze makes (exit 3), and the warnings
+        w = _serving_dtype(analysis.workload)
+        from embedcalc.analysis.plan_training import TrainingRequest, plan_training
+
+        train = TrainingRequest(w, train_tokens, deadline_s, global_batch, max_devices or 1024,
+                                dtype_fallback=fallback)  # fmt: skip
+        rows = tuple(plan_training(loaded.config, devices, train))
+        settings = {"workload": w.as_dict(), "train_tokens": train_tokens, "deadline_s": deadline_s,
+                    "global_batch": global_batch, "max_devices": train.max_devices}  # fmt: skip
+    else:
+        for name, training_value in (("train_tokens", train_tokens), ("deadline_s", deadline_s),
+                                     ("global_batch", global_batch)):  # fmt: skip
+            if training_value is not None:
+                raise usage(f"{name} applies to mode training (--mode training)", name)
+        if loaded.config.architecture == "encoder":
+            message = (f"{loaded.target} is an encoder: it generates no tokens, so there is nothing to serve; "
+                       "use `analyze --hardware NAME` for its forward time, or plan --mode training")  # fmt: skip
+            raise ConfigError(message, [Problem("mode", message, "plan_encoder")], "plan_encoder")
+        gen = SERVING_GEN_TOKENS if gen_tokens is None else gen_tokens
+        prompt = seq_len or max(1, min(SERVING_SEQ_LEN, loaded.config.max_seq_len - gen))
+        w = Workload(seq_len=prompt, gen_tokens=gen, dtype=dtype or DEFAULT_DTYPE,
+                     dtype_source="flag" if dtype else "default")  # fmt: skip
+        analysis = analyze_loaded(loaded, w)
+        w = _serving_dtype(analysis.workload)
+        from embedcalc.analysis.plan_inference import ServingRequest, plan_serving
+
+        serve = ServingRequest(
+            w, concurrency, rate, kv_dtype, memory_utilization or DEFAULT_UTILIZATION,
+            Objectives(max_ttft, max_tpot, min_tokens_per_s), max_devices or DEFAULT_MAX_DEVICES,
+            dtype_fallback=fallback,
+        )  # fmt: skip
+        rows = tuple(plan_serving(loaded.config, devices, serve))
+        settings = {"workload": w.as_dict(), "concurrency": concurrency, "rate": rate, "kv_dtype": kv_dtype,
+                    "memory_utilization": serve.utilization, "objectives": serve.objectives.as_json(),
+                    "max_devices": serve.max_devices}  # fmt: skip
+    settings["dtype_source"] = (
+        "given"
+        if not fallback
+        else f"default: {w.dtype} (the model's own, bf16 when it records none), fp16 on devices without bf16"
+    )
+    return PlanResult(
+        loaded.target, mode, rows, recommend(mode, rows), settings, warnings=tuple(analysis.warnings)
+    )
+
+
+def _serving_dtype(w: Workload) -> Workload:
+    """The workload analyze resolved (the model's own dtype when none was given), in bf16 when nobody chose one:
+    no server or trainer of these models runs them in fp32."""
+    return replace(w, dtype="bf16") if w.dtype_source == "default" else w
+
+
+def _training_only(**given: Any) -> None:
+    for name, value in given.items():
+        if value is not None:
+            raise usage(f"{name} applies to serving (mode inference), not to training plans", name)

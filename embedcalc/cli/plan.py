@@ -1,0 +1,268 @@
+"""``embedcalc plan TARGET``: which devices, how many, with what layout, how fast and at what cost (parse -> one
+call of :func:`embedcalc.plan` -> render -> exit code)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from embedcalc.analysis.workload import Mode, Optimizer
+from embedcalc.cli import output
+from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
+from embedcalc.cli.hardware_options import KvDtypeOption, TrainTokensOption
+from embedcalc.cli.options import bounded_int, dtype_metavar, dtype_parser
+from embedcalc.config.dtypes import dtype_choices
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.plan import PlanResult
+
+
+def _prices(values: list[str] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in values or []:
+        name, sep, price = item.partition("=")
+        try:
+            value = float(price) if sep and name else -1.0
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):
+            raise typer.BadParameter(f"{item!r}: write DEVICE=PRICE, e.g. h100-sxm=2.99 (US dollars per device-hour)",
+                                     param_hint="'--price-per-hour'")  # fmt: skip
+        if name in out:
+            raise typer.BadParameter(
+                f"{name} is priced twice; give each device once", param_hint="'--price-per-hour'"
+            )
+        out[name] = value
+    return out
+
+
+def _positive(value: float | None) -> float | None:
+    if value is not None and not 0 < value < float("inf"):
+        raise typer.BadParameter(f"{value:g}: give a positive number")
+    return value
+
+
+def _fraction(value: float | None) -> float | None:
+    if value is not None and not 0 < value <= 1:
+        raise typer.BadParameter(
+            f"{value:g}: give a fraction in (0, 1] of the device's memory, e.g. 0.9 (vLLM's default)"
+        )
+    return value
+
+
+def _hardware(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    return names or None
+
+
+def _deadline(value: str | None) -> float | None:
+    if value is None:
+        return None
+    from embedcalc.analysis.plan import DurationError, parse_duration
+
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@handle_errors("plan")
+def plan_command(
+    target: Annotated[
+        str, typer.Argument(help="Preset name, config file (YAML/JSON) or Hugging Face config.")
+    ],
+    mode: Annotated[
+        Mode, typer.Option("--mode", help="inference: serving plans; training: a token budget.")
+    ] = "inference",
+    seq_len: Annotated[
+        int | None,
+        typer.Option(
+            "--seq-len",
+            "-n",
+            min=1,
+            callback=bounded_int,
+            help="Prompt tokens (serving, default 1024); sequence length (training, default 4096).",
+        ),
+    ] = None,
+    gen_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--gen-tokens", min=0, callback=bounded_int, help="Output tokens per request (default 256)."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency",
+            min=1,
+            callback=bounded_int,
+            help="Requests in flight (closed loop). Default: as many as fit, at most 256.",
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            "--rate",
+            callback=_positive,
+            metavar="R",
+            help="Requests per second (Poisson arrivals), instead of --concurrency.",
+        ),
+    ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            parser=dtype_parser(),
+            metavar=dtype_metavar(),
+            help=f"{dtype_choices()}. Default: the model's own (bf16 when it records none); fp16 on devices "
+            "without bf16 (T4, V100).",
+        ),
+    ] = None,
+    kv_dtype: KvDtypeOption = None,
+    max_ttft: Annotated[
+        float | None,
+        typer.Option(
+            "--max-ttft",
+            callback=_positive,
+            metavar="SECONDS",
+            help="Objective: time to first token at most this.",
+        ),
+    ] = None,
+    max_tpot: Annotated[
+        float | None,
+        typer.Option(
+            "--max-tpot",
+            callback=_positive,
+            metavar="SECONDS",
+            help="Objective: time per output token (after the first) at most this.",
+        ),
+    ] = None,
+    min_tokens_per_s: Annotated[
+        float | None,
+        typer.Option(
+            "--min-tokens-per-s",
+            callback=_positive,
+            metavar="N",
+            help="Objective: output tokens/s over all requests at least this.",
+        ),
+    ] = None,
+    hardware: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--hardware",
+            metavar="NAME[,NAME]",
+            help="Devices to plan on (repeatable or comma-separated; default: the whole catalogue).",
+        ),
+    ] = None,
+    max_devices: Annotated[
+        int | None,
+        typer.Option(
+            "--max-devices",
+            min=1,
+            callback=bounded_int,
+            help="Devices at most per layout (default 64 serving, 1024 training).",
+        ),
+    ] = None,
+    price_per_hour: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--price-per-hour",
+            metavar="DEVICE=PRICE",
+            help="US dollars per device-hour, over the catalogue's dated default (repeatable).",
+        ),
+    ] = None,
+    memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--memory-utilization",
+            callback=_fraction,
+            metavar="F",
+            help="Fraction of device memory a server uses (vLLM's "
+            "gpu_memory_utilization; default 0.9); the rest is the runtime reserve.",
+        ),
+    ] = None,
+    train_tokens: TrainTokensOption = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--deadline",
+            metavar="DURATION",
+            help="Training: finish within this (30d, 36h, 2w); layouts that miss show the shortfall.",
+        ),
+    ] = None,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--global-batch",
+            min=1,
+            callback=bounded_int,
+            help="Training: sequences per optimizer step over all replicas.",
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", "-b", min=1, callback=bounded_int, help="Training: micro-batch per replica."
+        ),
+    ] = 1,
+    optimizer: Annotated[Optimizer, typer.Option("--optimizer", help="Training: optimizer state.")] = "adamw",
+    top: Annotated[int, typer.Option("--top", min=0, help="Table: show the best N layouts (0: all).")] = 20,
+    overrides: SetOption = None,
+    format: Annotated[
+        CompareFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = CompareFormat.table,
+) -> None:
+    """Which devices, how many, with what parallel layout, how fast and at what cost — serving or training.
+
+    Serving (default): every catalogue device (or --hardware) × tensor-parallel degree (× pipeline stages when one
+    node is not enough): weights and KV per device, the most sequences that fit (paged KV, --memory-utilization,
+    activation workspace), tokens/s, TTFT and TPOT at --concurrency or --rate under continuous batching, and the
+    cost per hour and per million output tokens. Layouts that fit and meet --max-ttft/--max-tpot/--min-tokens-per-s
+    come first, cheapest first; the others say why in the status column.
+
+    Training (--mode training --train-tokens 2T [--deadline 30d]): device × count × (TP, PP, DP, ZeRO, recompute)
+    layouts whose memory fits, with wall time, device-hours and cost, fastest first.
+
+    Exit 5 when no layout meets every constraint (the table is still printed, and the message says what to change).
+    """
+    from embedcalc.api.load import load_target
+    from embedcalc.api.plan import plan
+
+    result = plan(
+        load_target(target, overrides), mode=mode, seq_len=seq_len, gen_tokens=gen_tokens,
+        concurrency=concurrency, rate=rate, dtype=dtype, kv_dtype=kv_dtype, hardware=_hardware(hardware),
+        max_devices=max_devices, price_per_hour=_prices(price_per_hour), memory_utilization=memory_utilization,
+        max_ttft=max_ttft, max_tpot=max_tpot, min_tokens_per_s=min_tokens_per_s, train_tokens=train_tokens,
+        deadline_s=_deadline(deadline), global_batch=global_batch, batch_size=batch_size, optimizer=optimizer,
+    )  # fmt: skip
+    output.warn(list(result.warnings), result.target)
+    _render(result, format, top)
+    if not result.ok:
+        raise EmbedcalcError(result.recommendation, ExitCode.OVER_BUDGET, [_unmet(result)], "plan_unmet",
+                             json_emitted=format is CompareFormat.json)  # fmt: skip
+
+
+def _unmet(result: PlanResult) -> Problem:
+    return Problem("plan", result.recommendation, "plan_unmet")
+
+
+def _render(result: PlanResult, format: CompareFormat, top: int) -> None:
+    if format is CompareFormat.json:
+        problems = [] if result.ok else [_unmet(result)]
+        output.emit_json("plan", [result.to_json()], result.settings.get("workload"), problems,
+                         "ok" if result.ok else "error")  # fmt: skip
+        return
+    from embedcalc.render.plan import plan_csv, plan_markdown, plan_table, recommendation_text
+
+    if format is CompareFormat.csv:
+        sys.stdout.write(plan_csv(result))
+    elif format is CompareFormat.markdown:
+        sys.stdout.write(plan_markdown(result))
+    else:
+        output.stdout.print(recommendation_text(result))
+        output.stdout.print(plan_table(result, top))

@@ -1,0 +1,150 @@
+"""``embedcalc plan`` output: the recommendation line, the table of layouts (best first, the reason in the last
+column for those that are out), and the same rows as CSV or Markdown (every layout evaluated)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from typing import Any
+
+from rich.markup import escape
+from rich.text import Text
+
+from embedcalc.analysis.plan import PlanResult, ServingRow, TrainingRow
+from embedcalc.render import units
+from embedcalc.render.fit import FitTable
+from embedcalc.render.roofline import seconds
+
+Column = tuple[
+    str, Callable[[Any], Any], Callable[[Any], str], bool
+]  # header, raw value, text, right-aligned
+
+
+def _opt(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
+    return lambda v: "—" if v is None else fmt(v)
+
+
+def _money(v: float) -> str:
+    return f"${v:,.2f}"
+
+
+def _status(row: ServingRow | TrainingRow) -> str:
+    return "ok" if row.ok else "; ".join(row.reasons)
+
+
+def _times(row: ServingRow, key: str) -> Any:
+    return None if row.times is None else getattr(row.times, key)
+
+
+def _memory(row: ServingRow, key: str) -> Any:
+    return None if row.memory is None else getattr(row.memory, key)
+
+
+def _kv_per_sequence(row: ServingRow) -> int | None:
+    m = row.memory
+    return None if m is None else max(s.paged_kv_per_sequence_bytes for s in m.stages)
+
+
+SERVING: list[Column] = [
+    ("device", lambda r: r.layout.device, str, False),
+    ("devices", lambda r: r.layout.devices, str, True),
+    ("layout", lambda r: r.layout.label, str, False),
+    ("dtype", lambda r: r.dtype, str, False),
+    ("weights/device", lambda r: _memory(r, "weights_bytes"), _opt(units.binary_bytes), True),
+    ("KV/seq", _kv_per_sequence, _opt(units.binary_bytes), True),
+    ("max seqs", lambda r: r.max_concurrency, _opt(lambda v: f"{v:,}"), True),
+    ("in flight", lambda r: _times(r, "concurrency"), _opt(lambda v: f"{v:,.3g}"), True),
+    ("tokens/s", lambda r: _times(r, "tokens_per_s"), _opt(lambda v: f"{v:,.0f}"), True),
+    ("TTFT", lambda r: _times(r, "ttft_s"), seconds, True),
+    ("TPOT", lambda r: _times(r, "tpot_s"), seconds, True),
+    ("$/hour", lambda r: r.cost_per_hour, _opt(_money), True),
+    ("$/M tokens", lambda r: r.cost_per_million_tokens, _opt(_money), True),
+    ("status", _status, str, False),
+]
+
+TRAINING: list[Column] = [
+    ("device", lambda r: r.layout.device, str, False),
+    ("devices", lambda r: r.layout.devices, str, True),
+    ("layout", lambda r: r.layout.label, str, False),
+    ("ZeRO", lambda r: r.layout.zero, str, True),
+    ("recompute", lambda r: r.layout.recompute, str, False),
+    ("dtype", lambda r: r.dtype, str, False),
+    ("memory/device", lambda r: r.memory_bytes, _opt(units.binary_bytes), True),
+    ("step", lambda r: r.step_s, seconds, True),
+    ("wall time", lambda r: r.wall_s, seconds, True),
+    ("device-hours", lambda r: r.device_hours, _opt(lambda v: f"{v:,.0f}"), True),
+    ("cost", lambda r: r.cost, _opt(_money), True),
+    ("status", _status, str, False),
+]
+
+
+def _columns(result: PlanResult) -> list[Column]:
+    return TRAINING if result.mode == "training" else SERVING
+
+
+def _caption(result: PlanResult) -> str:
+    s = result.settings
+    if result.mode == "training":
+        deadline = s.get("deadline_s")
+        return (f"{s['train_tokens']:,} tokens; TP within a node (8 devices), PP across nodes, DP the rest; the "
+                "first ZeRO stage / recompute level that fits is chosen; memory judged against the device's "
+                f"memory; fastest first{', within the deadline first' if deadline else ''}. Times: the time "
+                "model's (analyze --mode training).")  # fmt: skip
+    w = s["workload"]
+    load = (f"{s['concurrency']} in flight" if s.get("concurrency") else f"{s['rate']:g} requests/s"
+            if s.get("rate") else "as many in flight as fit (at most 256)")  # fmt: skip
+    return (f"Prompt {w['seq_len']:,} + {w['gen_tokens']:,} output tokens, {load}; continuous batching (prefills "
+            f"interleaved with decode steps of the running batch); memory: {s['memory_utilization']:.0%} of the "
+            "device (runtime reserve), paged KV in 16-token blocks, activation workspace. Cheapest per million "
+            "output tokens first. Times: analyze's prefill and decode step on the device.")  # fmt: skip
+
+
+def plan_table(result: PlanResult, top: int = 20) -> FitTable:
+    """The first ``top`` layouts (0: all) as a table; the caption states the conventions and what was left out."""
+    columns = _columns(result)
+    rows = result.rows if top <= 0 else result.rows[:top]
+    left = len(result.rows) - len(rows)
+    caption = _caption(result) + (
+        f" {left} more layouts: --top 0 or --format json lists all." if left else ""
+    )
+    table = FitTable(
+        title=f"plan — {result.target}, {result.mode}", title_justify="left", caption=caption,
+        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step"),
+    )  # fmt: skip
+    for header, _, _, right in columns:
+        table.add_column(
+            header, justify="right" if right else "left", whole=header not in ("status", "layout")
+        )
+    for row in rows:
+        cells = [escape(text(value(row))) for _, value, text, _ in columns]
+        style = "" if row.ok else "dim"
+        table.add_row(*cells, style=style)
+    return table
+
+
+def recommendation_text(result: PlanResult) -> Text:
+    return Text(result.recommendation, style="bold" if result.ok else "yellow")
+
+
+def plan_csv(result: PlanResult) -> str:
+    """Every layout evaluated, one line each, raw numbers (seconds, bytes, dollars)."""
+    columns = _columns(result)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([header for header, *_ in columns])
+    for row in result.rows:
+        writer.writerow(["" if (v := value(row)) is None else v for _, value, _, _ in columns])
+    return buffer.getvalue()
+
+
+def plan_markdown(result: PlanResult) -> str:
+    """Every layout evaluated as a Markdown table, with the recommendation above it."""
+    columns = _columns(result)
+    lines = [result.recommendation, "", "| " + " | ".join(h for h, *_ in columns) + " |",
+             "|" + "".join("---:|" if right else "---|" for *_, right in columns)]  # fmt: skip
+    for row in result.rows:
+        lines.append(
+            "| " + " | ".join(text(value(row)).replace("|", "\\|") for _, value, text, _ in columns) + " |"
+        )
+    return "\n".join(lines) + "\n"

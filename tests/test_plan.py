@@ -1,0 +1,362 @@
+"""``embedcalc plan`` (issue 21): every listed layout fits by analyze's own memory model and its numbers are
+analyze's; rows sort as documented; the reasons name the figure that misses; the queue model's identities; bad
+input exits with the documented code. Structure and exact integers, never a speed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import embedcalc
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.plan import (
+    PlanResult,
+    ServingRow,
+    TrainingRow,
+    closed_loop,
+    open_loop,
+    parse_duration,
+)
+from embedcalc.analysis.serving_memory import max_concurrency, paged_tokens, serving_memory
+from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.cli.app import app
+from embedcalc.config.loading import load_target
+
+runner = CliRunner()
+
+
+def _analyze_json(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["analyze", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["results"][0]  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def llama70b() -> PlanResult:
+    """The done-when plan: llama-3.1-70b, 2048-token prompts, 256 output tokens, 32 in flight, whole catalogue."""
+    return embedcalc.plan("llama-3.1-70b", seq_len=2048, gen_tokens=256, concurrency=32)
+
+
+def _row(plan: PlanResult, device: str, tp: int, pp: int = 1) -> Any:
+    [row] = [r for r in plan.rows if (r.layout.device, r.layout.tp, r.layout.pp) == (device, tp, pp)]
+    return row
+
+
+def test_done_when_70b_lists_h100_tp4_tp8_and_h200_tp2(llama70b: PlanResult) -> None:
+    for device, tp in (("h100-sxm", 4), ("h100-sxm", 8), ("h200", 2)):
+        row = _row(llama70b, device, tp)
+        assert row.ok, row.reasons
+        t = row.times
+        assert row.max_concurrency >= 32 and t.concurrency == 32
+        assert t.tokens_per_s > 0 and t.ttft_s > 0 and t.tpot_s > 0
+    # h100-sxm at TP 2 holds the weights but not the KV of 32 sequences: the reason gives the most that fit
+    tp2 = _row(llama70b, "h100-sxm", 2)
+    assert not tp2.ok and tp2.reasons[0].startswith("KV for 32 sequences does not fit: at most ")
+    assert str(tp2.max_concurrency) in tp2.reasons[0]
+
+
+def test_done_when_l4_and_t4_single_node_layouts_are_out_for_memory(llama70b: PlanResult) -> None:
+    for device in ("l4", "t4"):
+        single_node = [r for r in llama70b.rows if r.layout.device == device and r.layout.pp == 1]
+        out = [r for r in single_node if not r.ok]
+        assert out, device
+        for row in out:
+            assert row.reasons[0].startswith(("weights do not fit", "KV for 32 sequences does not fit")), (
+                row.reasons
+            )
+            assert "per device" in row.reasons[0] or "each" in row.reasons[0]
+    # t4 has no bf16: without --dtype it is planned in fp16, as servers load a bf16 checkpoint there
+    assert {r.dtype for r in llama70b.rows if r.layout.device == "t4"} == {"fp16"}
+
+
+def test_every_listed_layout_fits_by_analyzes_memory_model(llama70b: PlanResult) -> None:
+    config = load_target("llama-3.1-70b").config
+    for row in llama70b.rows:
+        if not row.ok:
+            continue
+        m = row.memory
+        assert m.fits and m.used_bytes <= m.usable_bytes
+        w = Workload(seq_len=2048, gen_tokens=256, dtype=row.dtype,
+                     parallel=Parallelism(tp=row.layout.tp, pp=row.layout.pp))  # fmt: skip
+        one = estimate_memory(config, w)  # analyze's memory of one sequence on this layout
+        assert m.weights_bytes == one.weights_bytes
+        assert m.kv_cache_bytes == 32 * one.kv_cache_bytes  # 2048 + 256 is a whole number of 16-token blocks
+        assert m.kv_paging_bytes == 0
+
+
+def test_row_numbers_equal_analyze(llama70b: PlanResult) -> None:
+    """One row's prefill, decode step and weights are what `analyze` prints for that device, layout and batch."""
+    row = _row(llama70b, "h100-sxm", 4)
+    common = ["llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "4", "--dtype", "bf16", "--seq-len", "2048",
+              "--gen-tokens", "256"]  # fmt: skip
+    one = _analyze_json(*common, "--batch-size", "1")
+    batch = _analyze_json(*common, "--batch-size", "32")
+    assert row.times.prefill_s == one["time"]["prefill_s"]
+    assert row.times.decode_step_s == batch["time"]["decode_s_per_token_mean"]
+    assert row.memory.weights_bytes == one["memory"]["weights_bytes"]
+    assert row.memory.kv_cache_bytes == batch["memory"]["kv_cache_bytes"]
+    # and analyze's serving view of the same layout agrees
+    serving = _analyze_json(*common, "--concurrency", "32", "--memory-utilization", "0.9")
+    assert serving["memory"]["serving"] == row.memory.as_json()
+
+
+def test_rows_sort_ok_first_then_cheapest_per_million_tokens() -> None:
+    p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm", "a100-80gb", "l4"], concurrency=16,
+                       price_per_hour={"h100-sxm": 2.5, "a100-80gb": 1.3, "l4": 0.8})  # fmt: skip
+    oks = [r.ok for r in p.rows]
+    assert oks == sorted(oks, reverse=True) and any(oks)
+    costs = [r.cost_per_million_tokens for r in p.rows if r.ok]
+    assert costs == sorted(costs)
+    best = p.rows[0]
+    assert best.cost_per_hour == pytest.approx(best.price.per_device_hour * best.layout.devices)
+    assert best.cost_per_million_tokens == pytest.approx(
+        best.cost_per_hour / (3600 * best.times.tokens_per_s) * 1e6
+    )
+    assert p.recommendation.startswith(f"Serve on {best.layout.devices} × {best.layout.device}")
+    assert all(r.price.source == "--price-per-hour" for r in p.rows)
+
+
+def test_done_when_objectives_mark_the_figure_that_misses() -> None:
+    p = embedcalc.plan("llama-3.1-8b", max_ttft=0.2, max_tpot=0.05, concurrency=64)
+    served = [r for r in p.rows if r.times is not None]
+    assert served
+    for row in served:
+        t, text = row.times, "; ".join(row.reasons)
+        assert ("TTFT" in text) == (t.ttft_s > 0.2)
+        assert ("TPOT" in text) == (t.tpot_s > 0.05)
+        assert row.ok == (t.ttft_s <= 0.2 and t.tpot_s <= 0.05)
+    for row in p.rows:
+        assert row.ok == (not row.reasons)
+    misses = [r for r in served if not r.ok]
+    for row in misses:  # "TPOT 58.2 ms > 50 ms": the figure, then the objective
+        assert any(" > " in reason for reason in row.reasons)
+
+
+def test_concurrency_default_is_as_many_as_fit_up_to_256() -> None:
+    p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm", "l4"])
+    for row in p.rows:
+        if row.times is not None:
+            assert row.times.concurrency == min(row.max_concurrency, 256)
+
+
+def test_rate_is_sustained_with_the_smallest_batch_that_keeps_up() -> None:
+    p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], rate=2.0)
+    row = p.rows[0]
+    assert row.ok and row.times.tokens_per_s == pytest.approx(2.0 * 256)
+    assert row.memory.concurrency == row.times.batch <= row.max_concurrency
+    too_fast = embedcalc.plan("llama-3.1-8b", hardware=["l4"], rate=1e6)
+    assert not too_fast.ok and all("rate" in r.reasons[0] for r in too_fast.rows if r.memory is not None)
+
+
+# --- the queue model ----------------------------------------------------------------------------------------------
+
+
+def test_closed_loop_identities() -> None:
+    one = closed_loop(0.5, 0.01, 1, 100)
+    assert one.ttft_s == 0.5 and one.tpot_s == pytest.approx(0.01)  # alone: nothing to wait for
+    assert one.latency_s == pytest.approx(0.5 + 100 * 0.01)
+    many = closed_loop(0.2, 0.02, 64, 128)
+    assert many.requests_per_s * many.latency_s == pytest.approx(64)  # Little's law
+    assert many.tokens_per_s == pytest.approx(128 * many.requests_per_s)
+    assert many.ttft_s == 0.2  # 64/128 < 1 request finishes per decode step: no queue of prefills
+    assert many.ttft_s + 128 * many.tpot_s == pytest.approx(many.latency_s)
+    queued = closed_loop(0.2, 0.02, 256, 64)  # 4 requests finish per step: the prefills queue
+    assert queued.ttft_s == pytest.approx(0.2 * (1 + (4 - 1) / 2))
+
+
+def test_open_loop_identities() -> None:
+    t = open_loop(0.1, lambda n: 0.01 + 1e-4 * n, 2.0, 100, 512)
+    assert t is not None and t.tokens_per_s == pytest.approx(200)
+    busy = 2.0 * 0.1
+    assert t.batch * (1 - busy) >= 2.0 * 100 * (0.01 + 1e-4 * t.batch)
+    assert (t.batch - 1) * (1 - busy) < 2.0 * 100 * (0.01 + 1e-4 * (t.batch - 1))
+    assert t.tpot_s == pytest.approx(t.decode_step_s / (1 - busy))
+    assert open_loop(0.1, lambda n: 0.01, 10.0, 100, 512) is None  # prefill alone fills the engine
+    assert open_loop(0.01, lambda n: 0.01, 50.0, 100, 8) is None  # needs more sequences than fit
+
+
+# --- serving memory -----------------------------------------------------------------------------------------------
+
+
+def test_paged_kv_rounds_each_sequence_to_16_token_blocks() -> None:
+    config = load_target("llama-3.1-8b").config
+    w = Workload(seq_len=1000, gen_tokens=50, dtype="bf16")  # 1050 tokens -> 1056
+    assert paged_tokens(1050) == 1056 and paged_tokens(1056) == 1056
+    m = serving_memory(config, w, 8, 80 * 2**30, 0.9)
+    per_token = estimate_memory(config, replace(w, gen_tokens=51)).kv_cache_bytes - estimate_memory(
+        config, w).kv_cache_bytes  # fmt: skip
+    assert m.kv_cache_bytes == 8 * estimate_memory(config, w).kv_cache_bytes
+    assert m.kv_paging_bytes == 8 * 6 * per_token
+    assert m.reserve_bytes == 80 * 2**30 - int(0.9 * 80 * 2**30)
+    assert m.total_bytes == m.used_bytes + m.reserve_bytes
+    assert m.workspace_bytes == estimate_memory(config, replace(w, gen_tokens=0)).activations_bytes
+
+
+def test_max_concurrency_is_the_largest_that_fits() -> None:
+    config = load_target("llama-3.1-8b").config
+    for seq_len, usable in ((1024, 30 * 2**30), (64, 60 * 2**30), (2048, 17 * 2**30)):
+        w = Workload(seq_len=seq_len, gen_tokens=64, dtype="bf16")
+        most = max_concurrency(config, w, usable, None)
+        assert most is not None and most > 0
+        assert serving_memory(config, w, most, usable).fits
+        assert not serving_memory(config, w, most + 1, usable).fits
+    tiny = Workload(seq_len=128, gen_tokens=0, dtype="bf16")
+    assert max_concurrency(config, tiny, 2**30, None) == 0  # not even the weights
+
+
+def test_analyze_shows_the_reserve_and_paging_rows() -> None:
+    args = ["analyze", "llama-3.1-8b", "--dtype", "bf16", "--seq-len", "1000", "--gen-tokens", "50",
+            "--hardware", "l4", "--concurrency", "64"]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    for words in ("paged KV rounding", "runtime reserve", "KV cache (64 sequences)", "does not fit", "at most"):
+        assert words in result.stdout, words
+    j = _analyze_json(*args[1:])
+    s = j["memory"]["serving"]
+    assert s["utilization"] == 0.9 and s["kv_paging_bytes"] > 0 and s["fits"] is False
+    assert s["max_concurrency"] < 64
+
+
+# --- training -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def training() -> PlanResult:
+    return embedcalc.plan("llama-3.1-8b", mode="training", train_tokens=10**12, deadline_s=30 * 86400,
+                          hardware=["h100-sxm", "a100-40gb"], max_devices=256)  # fmt: skip
+
+
+def test_done_when_training_layouts_fit_by_analyze_and_show_the_deadline(training: PlanResult) -> None:
+    config = load_target("llama-3.1-8b").config
+    fits = [r for r in training.rows if r.fits]
+    assert fits and any(r.ok for r in fits) and any(not r.meets_deadline for r in fits)
+    for row in fits:
+        lay = row.layout
+        w = Workload(seq_len=4096, dtype="bf16", mode="training", recompute=lay.recompute,
+                     parallel=Parallelism(tp=lay.tp, pp=lay.pp, dp=lay.dp, zero=lay.zero))  # fmt: skip
+        assert estimate_memory(config, w).total_bytes == row.memory_bytes <= row.memory_limit_bytes
+        if not row.meets_deadline:
+            assert row.reasons[0].startswith("deadline 30 d: takes ") and "over)" in row.reasons[0]
+    # within the deadline first, fastest first
+    keys = [(not r.meets_deadline, r.wall_s) for r in fits]
+    assert keys == sorted(keys)
+    assert all(r.fits for r in training.rows[: len(fits)])
+
+
+def test_training_row_equals_analyze(training: PlanResult) -> None:
+    row = next(r for r in training.rows if r.ok and r.layout.dp > 1)
+    lay = row.layout
+    j = _analyze_json("llama-3.1-8b", "--mode", "training", "--hardware", lay.device, "--dtype", "bf16",
+                      "--seq-len", "4096", "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp),
+                      "--zero", str(lay.zero), "--recompute", lay.recompute, "--train-tokens", "1T")  # fmt: skip
+    assert j["memory"]["total_bytes"] == row.memory_bytes
+    assert j["time"]["step_s"] == row.step_s
+    assert j["time"]["train"]["wall_s"] == row.wall_s
+    assert j["time"]["train"]["device_hours"] == row.device_hours
+
+
+def test_training_chooses_recompute_only_when_it_makes_it_fit() -> None:
+    p = embedcalc.plan("llama-3.1-70b", mode="training", train_tokens=10**12, hardware=["h100-sxm"],
+                       max_devices=64)  # fmt: skip
+    config = load_target("llama-3.1-70b").config
+    limit = 80 * 2**30
+    chosen = [r for r in p.rows if r.fits and (r.layout.recompute != "none" or r.layout.zero > 1)]
+    assert chosen
+    for row in chosen:
+        lay = row.layout
+        lighter = Workload(seq_len=4096, dtype="bf16", mode="training", recompute="none",
+                           parallel=Parallelism(tp=lay.tp, pp=lay.pp, dp=lay.dp, zero=min(lay.zero, 1)))  # fmt: skip
+        assert estimate_memory(config, lighter).total_bytes > limit  # the plain layout does not fit
+        assert "makes it fit" in row.memory_choice
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30d") == 30 * 86400
+    assert parse_duration("36h") == 36 * 3600 and parse_duration("2w") == 14 * 86400
+    assert parse_duration("90min") == 5400 and parse_duration("1.5d") == 1.5 * 86400
+    for bad in ("30", "d", "-1d", "nand", "infd"):
+        with pytest.raises(ValueError, match="not a duration"):
+            parse_duration(bad)
+
+
+# --- the command --------------------------------------------------------------------------------------------------
+
+
+def test_cli_table_has_the_recommendation_and_the_reasons() -> None:
+    result = runner.invoke(app, ["plan", "llama-3.1-70b", "--hardware", "h100-sxm,l4", "--seq-len", "2048",
+                                 "--concurrency", "32", "--top", "0"], env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Serve on ")
+    assert "weights do not fit" in result.stdout and "TTFT" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "markdown"])
+def test_cli_formats_list_every_layout(fmt: str) -> None:
+    args = ["plan", "llama-3.1-8b", "--hardware", "h100-sxm", "--hardware", "l4", "--concurrency", "8",
+            "--format", fmt]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    evaluated = len(embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm", "l4"], concurrency=8).rows)
+    if fmt == "json":
+        j = json.loads(result.stdout)
+        assert j["command"] == "plan" and j["status"] == "ok"
+        [r] = j["results"]
+        assert r["layouts_evaluated"] == len(r["layouts"]) == evaluated
+        assert {"layout", "memory", "times", "reasons", "cost_per_million_tokens"} <= set(r["layouts"][0])
+    elif fmt == "csv":
+        assert len(result.stdout.splitlines()) == evaluated + 1
+    else:
+        assert len([line for line in result.stdout.splitlines() if line.startswith("| ")]) == evaluated + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--concurrency", "0"], 2, "--concurrency"),
+        (["--hardware", "h100"], 2, "no such device"),
+        (["--memory-utilization", "1.5"], 2, "fraction in (0, 1]"),
+        (["--concurrency", "4", "--rate", "1"], 2, "not both"),
+        (["--price-per-hour", "h100-sxm"], 2, "DEVICE=PRICE"),
+        (["--hardware", "h100-sxm", "--price-per-hour", "l4=1"], 2, "not among the devices"),
+        (["--mode", "training"], 2, "--train-tokens"),
+        (["--mode", "training", "--train-tokens", "1T", "--deadline", "30"], 2, "not a duration"),
+        (["--train-tokens", "1T"], 2, "training"),
+        (["--set", "num_heads=7"], 3, "num_heads"),
+    ],
+)
+def test_bad_input_exits_with_the_documented_code(args: list[str], code: int, words: str) -> None:
+    result = runner.invoke(app, ["plan", "llama-3.1-8b", *args])
+    assert result.exit_code == code, result.output
+    assert words in result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_deadline_no_layout_meets_exits_5_naming_the_fix() -> None:
+    args = ["plan", "llama-3.1-8b", "--mode", "training", "--train-tokens", "1T", "--deadline", "1d", "--hardware",
+            "h100-sxm", "--max-devices", "8"]  # fmt: skip
+    result = runner.invoke(app, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 5, result.output
+    assert "deadline" in result.stderr and "--max-devices" in result.stderr
+    assert "over)" in result.stdout  # the table was printed, with the shortfall
+    j = runner.invoke(app, [*args, "--format", "json"])
+    assert j.exit_code == 5
+    envelope = json.loads(j.stdout)
+    assert envelope["status"] == "error" and envelope["problems"][0]["code"] == "plan_unmet"
+    assert envelope["results"][0]["layouts"]
+
+
+def test_an_encoder_has_nothing_to_serve() -> None:
+    result = runner.invoke(app, ["plan", "bert-base"])
+    assert result.exit_code == 3 and "encoder" in result.stderr
+
+
+def test_rows_are_typed() -> None:
+    p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], concurrency=4)
+    assert all(isinstance(r, ServingRow) for r in p.rows)
+    t = embedcalc.plan("gpt2", mode="training", train_tokens=10**9, hardware=["h100-sxm"], max_devices=2)
+    assert all(isinstance(r, TrainingRow) for r in t.rows)
