@@ -158,7 +158,7 @@ def generate() -> dict[str, Any]:
     import transformers
     from transformers import CONFIG_MAPPING, PretrainedConfig
 
-    from embedcalc.config.hf.registry import FAMILIES
+    from embedcalc.config.hf.registry import CONFIG_TYPE, FAMILIES
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
@@ -168,7 +168,7 @@ def generate() -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for model_type in sorted(FAMILIES):
-            families[model_type] = _class_entry(CONFIG_MAPPING[model_type], base_written)
+            families[model_type] = _class_entry(CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)], base_written)
     return {
         "transformers_version": transformers.__version__,
         "generated_by": "scripts/hf_accept_list.py",

@@ -18,6 +18,18 @@ ENCODERS = {"albert"}
 _BUILD_IGNORED = ("quantization_config", "auto_map")
 
 
+def quiet_transformers() -> Any:
+    """transformers (the test is skipped without it) with its warnings about hub files silenced."""
+    import logging
+
+    import pytest
+
+    module = pytest.importorskip("transformers")
+    module.logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    return module
+
+
 def raw_fixture(name: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
     return data

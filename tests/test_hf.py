@@ -189,6 +189,10 @@ def test_family_defaults_are_transformers_defaults() -> None:
     own = {("t5", "n_positions"), ("t5", "tie_word_embeddings"), ("opt", "tie_word_embeddings"),
            ("roberta", "pad_token_id"), ("mt5", "n_positions"), ("xlm-roberta", "pad_token_id"),
            ("camembert", "pad_token_id"), ("ernie4_5", "attention_dropout")}  # fmt: skip
+    # the Qwen VL text configs have no tie_word_embeddings (the outer config's, default False, ties the head), and
+    # Qwen3VLTextConfig no sliding-window keys (its layers never slide): the readers' defaults say so
+    own |= {("qwen2_5_vl_text", "tie_word_embeddings"), ("qwen3_vl_text", "tie_word_embeddings")}
+    own |= {("qwen3_vl_text", key) for key in ("use_sliding_window", "sliding_window", "max_window_layers")}
     for family in FAMILIES.values():
         cls = getattr(transformers, family.config_class)
         fields = {f.name: f.default for f in dataclasses.fields(cls)}

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from hf_reference import FIXTURES
+from hf_reference import FIXTURES, quiet_transformers
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.hf import FAMILIES, accept, map_hf_config
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.reader import Family, KeyReader
+from embedcalc.config.hf.registry import CONFIG_TYPE
 from embedcalc.config.loading import load_target
 from embedcalc.errors import ConfigError
 
@@ -32,10 +32,7 @@ FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
 
 @pytest.fixture(scope="module")
 def transformers() -> Any:
-    module = pytest.importorskip("transformers")
-    module.logging.set_verbosity_error()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    return module
+    return quiet_transformers()
 
 
 def _script() -> ModuleType:
@@ -83,7 +80,8 @@ def test_derived_keys_are_classified_by_what_transformers_does_with_them() -> No
 
 
 def _defaults(transformers: Any, model_type: str) -> dict[str, Any]:
-    data: dict[str, Any] = transformers.CONFIG_MAPPING[model_type]().to_dict()
+    data: dict[str, Any] = transformers.CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)]().to_dict()
+    data["model_type"] = model_type  # kimi_k2's file names its own type beside DeepseekV3Config
     if model_type == "deepseek_v2":
         data["num_experts_per_tok"] = 6  # DeepseekV2Config's default is None, which no MoE model can use
     return data

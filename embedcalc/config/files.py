@@ -191,6 +191,12 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     refused = refused_numbers(data) if isinstance(data, dict) else []
     if refused:
         problems = [Problem(where, number.reason, number.code) for where, number in refused]
+        if isinstance(data, dict) and "model_type" in data:  # a Hugging Face file: its family comes first
+            from embedcalc.config.hf.unsupported import family_before_numbers
+
+            family_error = family_before_numbers(data, str(path), problems)
+            if family_error is not None:
+                raise family_error
         lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
         noun = "value" if len(problems) == 1 else "values"
         raise ConfigError(f"{path}: {len(problems)} {noun} refused\n{lines}", problems, problems[0].code)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from embedcalc.config.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
-from embedcalc.config.hf.registry import FAMILIES, REFUSED
+from embedcalc.config.hf.registry import FAMILIES, MULTIMODAL_TEXT
+from embedcalc.config.hf.unsupported import flat_text_config, unsupported_family
 from embedcalc.errors import ConfigError, Problem
 
 __all__ = ["FAMILIES", "HFMapping", "HFReport", "IgnoredKey", "MappedKey", "is_hf_config", "map_hf_config"]
@@ -86,26 +87,8 @@ def _no_model_type(raw: Mapping[str, Any], origin: str) -> ConfigError:
     return ConfigError(message, [Problem("model_type", message, "hf_no_model_type")], "hf_no_model_type")
 
 
-def _unsupported(model_type: Any, origin: str) -> ConfigError:
-    if isinstance(model_type, str) and model_type in REFUSED:
-        message = (
-            f"{origin}: model_type {model_type!r} needs what embedcalc cannot describe yet: "
-            f"{REFUSED[model_type]}, so it is refused rather than miscounted. Describe the nearest model in "
-            "embedcalc's own YAML (`embedcalc schema`; docs/concepts/huggingface.md) if an estimate will do"
-        )
-        return ConfigError(
-            message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family"
-        )
-    families = ", ".join(FAMILIES)
-    message = (
-        f"{origin}: model_type {model_type!r} is not a family embedcalc reads from a Hugging Face config.json "
-        f"(supported: {families}). Describe the model in embedcalc's own YAML instead: architecture, vocab_size, "
-        "max_seq_len, embed_dim, num_heads, num_layers, ffn_dim and the options that apply (`embedcalc presets "
-        "show llama-2-7b` prints a complete example, `embedcalc schema` every field; docs/concepts/huggingface.md)"
-    )
-    return ConfigError(
-        message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family"
-    )
+def _unsupported(model_type: Any, origin: str, raw: Mapping[str, Any]) -> ConfigError:
+    return unsupported_family(model_type, origin, raw)
 
 
 def _name(raw: Mapping[str, Any], path: Path | None) -> str | None:
@@ -128,8 +111,11 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
     text = raw.get("text_config")
     if family is None and isinstance(text, Mapping) and text.get("model_type") in FAMILIES:
         return _map_text_model(raw, text, origin, path)
+    if family is None and isinstance(model_type, str) and model_type in MULTIMODAL_TEXT and text is None:
+        inner = flat_text_config(raw, MULTIMODAL_TEXT[model_type])
+        return _map_text_model(raw, inner, origin, path, frozenset(inner))
     if family is None:
-        raise _unsupported(model_type, origin)
+        raise _unsupported(model_type, origin, raw)
     reader = KeyReader(raw, family)
     family.read(reader)
     name = _name(raw, path)
@@ -152,30 +138,38 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
 
 
 def _map_text_model(
-    raw: Mapping[str, Any], text: Mapping[str, Any], origin: str, path: Path | None
+    raw: Mapping[str, Any], text: Mapping[str, Any], origin: str, path: Path | None,
+    moved: frozenset[str] = frozenset(),
 ) -> HFMapping:
     """A multimodal file (LLaVA, Qwen2-VL, Gemma 3, ...) whose ``text_config`` is a supported family: counted as
     that text model; the vision tower and projector are not counted, and the report says so."""
     inner = dict(text)
     if "_name_or_path" not in inner and isinstance(raw.get("_name_or_path"), str):
         inner["_name_or_path"] = raw["_name_or_path"]
-    if "tie_word_embeddings" not in inner and isinstance(raw.get("tie_word_embeddings"), bool):
-        inner["tie_word_embeddings"] = raw["tie_word_embeddings"]
+    outer_tie = raw.get("tie_word_embeddings")
+    qwen_vl = raw.get("model_type") in MULTIMODAL_TEXT
+    forwarded = isinstance(outer_tie, bool) and (qwen_vl or "tie_word_embeddings" not in inner)
+    if forwarded and qwen_vl:
+        # the outer config ties the head (transformers 5); Qwen2.5-VL also honours a pre-5 text_config's true
+        either = raw.get("model_type") == "qwen2_5_vl" and inner.get("tie_word_embeddings") is True
+        inner["tie_word_embeddings"] = outer_tie or either
+    elif forwarded:
+        inner["tie_word_embeddings"] = outer_tie
     mapping = map_hf_config(inner, f"{origin} (text_config)", path)
-    others = sorted(k for k in raw if k not in ("text_config", "model_type"))
+    prefix = "text_config." if "text_config" in raw else ""
+    read = {"text_config", "model_type", *moved} | ({"tie_word_embeddings"} if forwarded else set())
+    others = sorted(k for k in raw if k not in read)
     note = (
-        f"a {raw.get('model_type')!r} multimodal file: counted as its text model, text_config "
+        f"a {raw.get('model_type')!r} multimodal file: counted as its text model, "
+        f"{'text_config' if 'text_config' in raw else 'the text keys at top level'} "
         f"({mapping.report.family}); the vision / audio towers and projector ({', '.join(others[:6])}"
         f"{', ...' if len(others) > 6 else ''}) are not counted"
     )
     report = HFReport(
         mapping.report.family,
         mapping.report.counted_as + ", text model of a multimodal file",
-        [
-            MappedKey(f"text_config.{m.key}", m.field, m.value, m.origin, m.note)
-            for m in mapping.report.mapped
-        ],
-        [IgnoredKey(f"text_config.{i.key}", i.value, i.reason) for i in mapping.report.ignored]
+        [MappedKey(prefix + m.key, m.field, m.value, m.origin, m.note) for m in mapping.report.mapped],
+        [IgnoredKey(prefix + i.key, i.value, i.reason) for i in mapping.report.ignored]
         + [IgnoredKey(k, raw[k], "outside the text model: not counted") for k in others],
         [*mapping.report.notes, note],
     )

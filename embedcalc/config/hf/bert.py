@@ -5,7 +5,15 @@ LayerNorm, post-norm blocks, the pooler where the family has one.
 from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import Family, IgnoredKey, KeyReader, Origin, map_activation, map_dropout
+from embedcalc.config.hf.reader import (
+    Family,
+    IgnoredKey,
+    KeyReader,
+    Origin,
+    expect_absolute_positions,
+    map_activation,
+    map_dropout,
+)
 
 
 def _read_bert_like(r: KeyReader) -> None:
@@ -24,7 +32,7 @@ def _read_bert_like(r: KeyReader) -> None:
     map_dropout(r, "hidden_dropout_prob")
     r.ignore("attention_probs_dropout_prob", hf_keys.dropout_reason("hidden_dropout_prob"))
     r.ignore("tie_word_embeddings", "AutoModel builds the backbone, which has no LM head to tie")
-    r.expect("position_embedding_type", ("absolute",), "older transformers built distance embeddings for it")
+    expect_absolute_positions(r)
     for legacy in ("directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers",
                    "pooler_size_per_head", "pooler_type"):  # fmt: skip
         r.ignore(legacy, "a key of Google's original BERT release that transformers never reads")

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.llama_like import refuse
-from embedcalc.config.hf.reader import Family, KeyReader, map_activation, map_dropout
+from embedcalc.config.hf.reader import (
+    Family,
+    KeyReader,
+    expect_absolute_positions,
+    map_activation,
+    map_dropout,
+)
 
 _ENCODER = (("architecture", "encoder"), ("norm", "layernorm"), ("embedding_norm", True), ("lm_head", False))
 
@@ -45,7 +51,7 @@ def _read_electra(r: KeyReader) -> None:
     _factorised(r)
     map_activation(r, "hidden_act", gated=False)
     map_dropout(r, "hidden_dropout_prob")
-    r.expect("position_embedding_type", ("absolute",), "older transformers built distance embeddings for it")
+    expect_absolute_positions(r)
     for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout"):
         r.ignore(key, "configures ELECTRA's sequence-summary head; ElectraModel has none")
 
@@ -64,7 +70,7 @@ def _read_albert(r: KeyReader) -> None:
     refuse(r, "inner_group_num", (1,), "ALBERT with several layers per group")
     for key in ("down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks", "layers_to_keep"):
         r.ignore(key, "a key of Google's original ALBERT release that transformers never reads")
-    r.expect("position_embedding_type", ("absolute",), "older transformers built distance embeddings for it")
+    expect_absolute_positions(r)
 
 
 def _read_modernbert(r: KeyReader) -> None:

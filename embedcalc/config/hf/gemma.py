@@ -15,17 +15,22 @@ from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.layered import FULL, SLIDING, layer_types, pattern_types, put_layout
-from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_activation, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, map_activation, map_dropout
 
 _NO_PARAMS = "a scalar of the attention or the logits (soft-capping, score scale); element-wise only"
 
 
-def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str = "pre") -> None:
+def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str = "pre",
+                 encoder: bool = False) -> None:  # fmt: skip
+    architecture = ("encoder", "use_bidirectional_attention: Gemma3TextModel (AutoModel), no LM head, no KV "
+                    "cache") if encoder else ("decoder", "")  # fmt: skip
     for name, value, note in (
-        ("architecture", "decoder", ""), ("norm", "rmsnorm", "GemmaRMSNorm: one weight, used as 1 + w"),
+        ("architecture", *architecture), ("norm", "rmsnorm", "GemmaRMSNorm: one weight, used as 1 + w"),
         ("norm_placement", placement, "norms before and after attention and the MLP" if placement == "sandwich"
          else ""), ("embedding_norm", False, ""), ("position", "rope", ""),
-        ("bias", False, ""), ("ffn_bias", False, "GemmaMLP builds no biases"), ("lm_head", True, ""),
+        ("bias", False, ""), ("ffn_bias", False, "GemmaMLP builds no biases"), ("lm_head", not encoder, ""),
+        *((("pooler", False, "sentence-transformers' pooling and dense layers are outside the model"),) if encoder
+          else ()),
         ("scale_embeddings", True, "embeddings times sqrt(hidden_size): a buffer, no parameter"),
     ):  # fmt: skip
         r.fixed(name, value, note)
@@ -39,7 +44,10 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
     r.copy(
         "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
     )
-    r.copy("tie_word_embeddings", "tie_embeddings")
+    if encoder:
+        r.ignore("tie_word_embeddings", "AutoModel builds the backbone, which has no LM head to tie")
+    else:
+        r.copy("tie_word_embeddings", "tie_embeddings")
     r.copy("attention_bias", "qkv_bias")
     r.copy("attention_bias", "out_bias")
     map_activation(r, act_key, gated=True)
@@ -53,7 +61,8 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
         "cache_implementation",
         "the KV cache class generate() uses (hybrid: sliding layers keep their window)",
     )
-    r.ignore("use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)")
+    if not encoder:
+        r.ignore("use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)")
 
 
 def _read_gemma(r: KeyReader) -> None:
@@ -90,9 +99,33 @@ def _read_gemma2(r: KeyReader) -> None:
     _windowed(r, derive)
 
 
+def _bidirectional_windows(r: KeyReader) -> None:
+    """EmbeddingGemma: Gemma3TextConfig turns a file's ``sliding_window`` w into w // 2 + 1, an exclusive bound on
+    each side (512 -> 257: a token sees the 256 on each side and itself). An encoder's attention computes the full
+    score matrix and masks it, and keeps no KV cache, so the window changes no count; the report says what it is."""
+    window_key, window, _ = r.value("sliding_window")
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        each = window // 2 + 1
+        reason = (f"bidirectional: Gemma3TextConfig makes it {window} // 2 + 1 = {each} (an exclusive bound), so "
+                  f"a sliding layer's token sees the {each - 1} tokens on each side and itself; the encoder computes "
+                  "the full score matrix and masks it, and keeps no KV cache")  # fmt: skip
+        r.ignore(window_key, reason)
+        r.notes.append(f"{window_key} {window} is bidirectional ({each - 1} tokens each way), as transformers reads it")
+    else:
+        r.ignore(window_key, "no sliding window")
+    for key in ("layer_types", "sliding_window_pattern"):
+        r.ignore(key, "which layers attend within the window: the same weights and matmuls in an encoder")
+
+
 def _read_gemma3_text(r: KeyReader) -> None:
-    _read_common(r, "hidden_activation", "hidden_act", "sandwich")
+    bidirectional = r.lookup("use_bidirectional_attention")[1] is True
+    if bidirectional:
+        r.ignored.append(IgnoredKey("use_bidirectional_attention", True, "read: an encoder (EmbeddingGemma)"))
+    _read_common(r, "hidden_activation", "hidden_act", "sandwich", encoder=bidirectional)
     r.put("attention", {"qk_norm": "head"}, "model_type", "family", "q_norm, k_norm: RMSNorm(head_dim)")
+    if bidirectional:
+        _bidirectional_windows(r)
+        return
     layers = r.data.get("num_layers")
     pattern_key, pattern = r.lookup("sliding_window_pattern")
     if pattern is MISSING or pattern is None:

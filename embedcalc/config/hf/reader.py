@@ -316,6 +316,25 @@ def map_biases(reader: KeyReader, **sources: bool | str) -> None:
             reader.copy(source, f"{part}_bias")
 
 
+def expect_absolute_positions(reader: KeyReader) -> None:
+    """``position_embedding_type`` of the BERT family: ``absolute`` is the learned table; ``relative_key`` /
+    ``relative_key_query`` are distance embeddings older transformers built; any other type (Jina v2's ``alibi``,
+    Jina v3's ``rotary``) comes from the file's remote code, never from transformers' class."""
+    written, value = reader.lookup("position_embedding_type")
+    if value is MISSING or value in ("relative_key", "relative_key_query") or value == "absolute":
+        reader.expect("position_embedding_type", ("absolute",), "older transformers built distance embeddings for it")
+        return
+    auto = reader.raw.get("auto_map")
+    named = ", ".join(sorted({str(v).rsplit(".", 1)[-1] for v in auto.values()})) if isinstance(auto, dict) else ""
+    source = f"its remote code ({named}, in auto_map)" if named else "remote code"
+    reader.problem(
+        written,
+        f"{written} = {value!r} is not a position type of transformers' {reader.family.config_class}: it comes from "
+        f"{source}, which embedcalc does not run or count (it counts transformers' own class, which has no such "
+        f"positions). {yaml_hint(reader.family)}",
+    )
+
+
 def map_dropout(reader: KeyReader, key: str) -> None:
     reader.copy(
         key, "dropout", lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v

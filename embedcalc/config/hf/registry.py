@@ -7,7 +7,9 @@ config class, its defaults, the mapping function). Adding a family is a module, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import ModuleType
+from typing import Any
 
 from embedcalc.config.hf import (
     bart,
@@ -45,6 +47,42 @@ MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model famil
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in MODULES for family in module.FAMILIES}
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""
+
+
+def _alias(model_type: str, of: str, config_class: str, counted_as: str, **defaults: Any) -> Family:
+    """A ``model_type`` whose file another family's reader reads: the same rules, its own class defaults."""
+    base = FAMILIES[of]
+    return replace(base, model_type=model_type, config_class=config_class, counted_as=counted_as,
+                   defaults=base.defaults | defaults)  # fmt: skip
+
+
+# Model types that are another family's config (issue 23): one row each, no reader of their own.
+ALIASES: tuple[Family, ...] = (
+    # moonshotai/Kimi-K2: auto_map and architectures name DeepseekV3Config / DeepseekV3ForCausalLM
+    _alias("kimi_k2", "deepseek_v3", "DeepseekV3Config",
+           "DeepseekV3ForCausalLM (the class its auto_map and architectures name)"),
+    # transformers maps internlm3 to LlamaForCausalLM; InternLM3Config aliases qkv_bias and bias
+    replace(_alias("internlm3", "llama", "InternLM3Config", "LlamaForCausalLM (AutoModelForCausalLM)",
+                   vocab_size=128512, intermediate_size=10240, num_hidden_layers=48, num_key_value_heads=2,
+                   max_position_embeddings=32768, head_dim=128),
+            attribute_map={"qkv_bias": "attention_bias", "bias": "mlp_bias"}),
+    # the text models of Qwen2.5-VL and Qwen3-VL: Qwen2's and Qwen3's decoders with an LM head
+    _alias("qwen2_5_vl_text", "qwen2", "Qwen2_5_VLTextConfig",
+           "Qwen2_5_VLForConditionalGeneration's language model and LM head (Qwen2's decoder)",
+           vocab_size=152064, hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+           num_attention_heads=64, num_key_value_heads=8, max_window_layers=80),
+    _alias("qwen3_vl_text", "qwen3", "Qwen3VLTextConfig",
+           "Qwen3VLForConditionalGeneration's language model and LM head (Qwen3's decoder)",
+           max_position_embeddings=128000, use_sliding_window=False, sliding_window=None),
+)  # fmt: skip
+FAMILIES |= {family.model_type: family for family in ALIASES}
+
+CONFIG_TYPE: dict[str, str] = {"kimi_k2": "deepseek_v3"}
+"""A ``model_type`` transformers has no class for -> the model_type of the class its file names (``auto_map``)."""
+
+MULTIMODAL_TEXT: dict[str, str] = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text"}
+"""Multimodal model types -> their text config's model_type, for files that keep the text keys at top level
+(Qwen2.5-VL before transformers 5: the class then takes every key its text config declares)."""
 
 REFUSED: dict[str, str] = {
     "deberta-v2": (
