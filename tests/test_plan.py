@@ -240,7 +240,7 @@ def test_done_when_training_layouts_fit_by_analyze_and_show_the_deadline(trainin
                      parallel=Parallelism(tp=lay.tp, pp=lay.pp, dp=lay.dp, zero=lay.zero))  # fmt: skip
         assert estimate_memory(config, w).total_bytes == row.memory_bytes <= row.memory_limit_bytes
         if not row.meets_deadline:
-            assert row.reasons[0].startswith("deadline 30 d: takes ") and "over)" in row.reasons[0]
+            assert row.reasons[0].startswith("deadline 30.00 d: takes ") and "over)" in row.reasons[0]
     # within the deadline first, fastest first
     keys = [(not r.meets_deadline, r.wall_s) for r in fits]
     assert keys == sorted(keys)

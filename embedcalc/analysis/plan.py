@@ -60,6 +60,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from embedcalc.units import seconds
+
 NODE_DEVICES = 8  # devices per node: HGX/DGX H100/H200/B200, MI300X platforms; TP stays inside one
 DEFAULT_MAX_SEQS = 256  # vLLM's default --max-num-seqs
 DEFAULT_MAX_DEVICES = 64
@@ -187,19 +189,6 @@ class Objectives:
     def as_json(self) -> dict[str, Any]:
         return {"max_ttft_s": self.max_ttft_s, "max_tpot_s": self.max_tpot_s,
                 "min_tokens_per_s": self.min_tokens_per_s}  # fmt: skip
-
-
-def seconds(value: float) -> str:
-    """A time for a reason: 2.3 s, 45 ms, 120 µs (3 significant figures at most)."""
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
-
-
-def days(value_s: float) -> str:
-    return f"{value_s / 86400:.3g} d" if value_s >= 86400 else f"{value_s / 3600:.3g} h"
 
 
 @dataclass(frozen=True)
@@ -369,7 +358,7 @@ def _training_line(rows: tuple[TrainingRow, ...]) -> str:
 
         def line(r: TrainingRow) -> str:
             cost = f", {_money(r.cost)}" if r.cost is not None else ""
-            return (f"{_where(r.layout, r.dtype)} in {days(r.wall_s or 0.0)}, {r.device_hours or 0:,.0f} "
+            return (f"{_where(r.layout, r.dtype)} in {seconds(r.wall_s or 0.0)}, {r.device_hours or 0:,.0f} "
                     f"device-hours{cost}")  # fmt: skip
 
         text = f"Fastest: {line(fastest)}"
@@ -378,7 +367,7 @@ def _training_line(rows: tuple[TrainingRow, ...]) -> str:
     if fits:
         near = fits[0]
         return (f"No layout meets the deadline; the fastest, {_where(near.layout, near.dtype)}, takes "
-                f"{days(near.wall_s or 0.0)} ({near.reasons[0].split('(')[-1].rstrip(')')}). Allow more devices "
+                f"{seconds(near.wall_s or 0.0)} ({near.reasons[0].split('(')[-1].rstrip(')')}). Allow more devices "
                 "(--max-devices), extend --deadline, or train on fewer tokens")  # fmt: skip
     return (
         "No training layout fits in memory: "
@@ -415,11 +404,3 @@ def parse_duration(text: str) -> float:
         raise DurationError(f"{text!r} is not a duration; write a positive number and a unit "
                             f"({', '.join(_DURATION_UNITS)}), e.g. 30d, 36h, 2w")  # fmt: skip
     return value * _DURATION_UNITS[unit]
-
-
-def binary_size(value: int) -> str:
-    """Bytes for a reason: 360 MiB, 65.7 GiB."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value} B"

@@ -19,7 +19,6 @@ from embedcalc.analysis.plan import (
     Price,
     ServingRow,
     ServingTimes,
-    binary_size,
     closed_loop,
     open_loop,
 )
@@ -35,6 +34,7 @@ from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.hardware import Device, peak_dtype
 from embedcalc.config.schema import ModelConfig
+from embedcalc.units import binary_bytes
 
 
 @dataclass(frozen=True)
@@ -82,17 +82,17 @@ def no_peak(device: Device, w: Workload) -> str | None:
 def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
     usable = memory.usable_bytes or 0
     share = (
-        f"{binary_size(usable)} usable = {memory.utilization:.0%} of {binary_size(memory.device_bytes or 0)}"
+        f"{binary_bytes(usable)} usable = {memory.utilization:.0%} of {binary_bytes(memory.device_bytes or 0)}"
     )
     if memory.weights_bytes > usable:
-        return f"weights do not fit: {binary_size(memory.weights_bytes)} per device > {share}"
+        return f"weights do not fit: {binary_bytes(memory.weights_bytes)} per device > {share}"
     if memory.weights_bytes + memory.workspace_bytes > usable:
-        return (f"weights + workspace do not fit: {binary_size(memory.weights_bytes)} + "
-                f"{binary_size(memory.workspace_bytes)} per device > {share}")  # fmt: skip
+        return (f"weights + workspace do not fit: {binary_bytes(memory.weights_bytes)} + "
+                f"{binary_bytes(memory.workspace_bytes)} per device > {share}")  # fmt: skip
     most = memory.max_concurrency
     if most is not None and most < wanted:
         seq = memory.stages[0].paged_kv_per_sequence_bytes
-        return f"KV for {wanted} sequences does not fit: at most {most} ({binary_size(seq)} each; {share})"
+        return f"KV for {wanted} sequences does not fit: at most {most} ({binary_bytes(seq)} each; {share})"
     return None
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
-from embedcalc.analysis.plan import NODE_DEVICES, Layout, Price, TrainingRow, binary_size, days
+from embedcalc.analysis.plan import NODE_DEVICES, Layout, Price, TrainingRow
 from embedcalc.analysis.plan_inference import device_dtype, no_peak, tp_degrees
 from embedcalc.analysis.roofline import Efficiency
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
@@ -19,6 +19,7 @@ from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Recompute, Workload
 from embedcalc.config.hardware import Device
 from embedcalc.config.schema import ModelConfig
+from embedcalc.units import binary_bytes, seconds
 
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
 
@@ -98,7 +99,7 @@ def evaluate_training(
     w, memory, why = _fitting(config, base, device.memory, {} if cache is None else cache)
     if w is None:
         return TrainingRow(layout, price, base.dtype, memory.total_bytes, device.memory, reasons=(
-            f"memory does not fit: {binary_size(memory.total_bytes)} per device > {binary_size(device.memory)} "
+            f"memory does not fit: {binary_bytes(memory.total_bytes)} per device > {binary_bytes(device.memory)} "
             f"({why})",),
             memory_choice=why)  # fmt: skip
     layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
@@ -111,7 +112,7 @@ def evaluate_training(
     reasons: tuple[str, ...] = ()
     if request.deadline_s is not None and train["wall_s"] > request.deadline_s:
         over = train["wall_s"] - request.deadline_s
-        reasons = (f"deadline {days(request.deadline_s)}: takes {days(train['wall_s'])} ({days(over)} over)",)
+        reasons = (f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",)
     return TrainingRow(layout, price, w.dtype, m.total_bytes, device.memory, run["step_s"], train["wall_s"],
                        train["device_hours"], request.deadline_s, reasons, why)  # fmt: skip
 

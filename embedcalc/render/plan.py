@@ -11,10 +11,9 @@ from typing import Any
 from rich.markup import escape
 from rich.text import Text
 
+from embedcalc import units
 from embedcalc.analysis.plan import PlanResult, ServingRow, TrainingRow
-from embedcalc.render import units
 from embedcalc.render.fit import FitTable
-from embedcalc.render.roofline import seconds
 
 Column = tuple[
     str, Callable[[Any], Any], Callable[[Any], str], bool
@@ -56,8 +55,8 @@ SERVING: list[Column] = [
     ("max seqs", lambda r: r.max_concurrency, _opt(lambda v: f"{v:,}"), True),
     ("in flight", lambda r: _times(r, "concurrency"), _opt(lambda v: f"{v:,.3g}"), True),
     ("tokens/s", lambda r: _times(r, "tokens_per_s"), _opt(lambda v: f"{v:,.0f}"), True),
-    ("TTFT", lambda r: _times(r, "ttft_s"), seconds, True),
-    ("TPOT", lambda r: _times(r, "tpot_s"), seconds, True),
+    ("TTFT", lambda r: _times(r, "ttft_s"), units.seconds, True),
+    ("TPOT", lambda r: _times(r, "tpot_s"), units.seconds, True),
     ("$/hour", lambda r: r.cost_per_hour, _opt(_money), True),
     ("$/M tokens", lambda r: r.cost_per_million_tokens, _opt(_money), True),
     ("status", _status, str, False),
@@ -71,8 +70,8 @@ TRAINING: list[Column] = [
     ("recompute", lambda r: r.layout.recompute, str, False),
     ("dtype", lambda r: r.dtype, str, False),
     ("memory/device", lambda r: r.memory_bytes, _opt(units.binary_bytes), True),
-    ("step", lambda r: r.step_s, seconds, True),
-    ("wall time", lambda r: r.wall_s, seconds, True),
+    ("step", lambda r: r.step_s, units.seconds, True),
+    ("wall time", lambda r: r.wall_s, units.seconds, True),
     ("device-hours", lambda r: r.device_hours, _opt(lambda v: f"{v:,.0f}"), True),
     ("cost", lambda r: r.cost, _opt(_money), True),
     ("status", _status, str, False),
