@@ -5,6 +5,9 @@ the output it printed; the test runs the command again (in-process, 100 columns,
 output, whitespace-insensitively (the README wraps a long message line). Every other number in the README is listed
 in :data:`PROSE_NUMBERS` with the check that holds it, so a number added to the README without a check fails here.
 The quick start's two commands are tests/test_newcomer.py's (CI runs them as written).
+
+When an intended change alters what a tour command prints, ``python tests/test_readme.py --update`` writes the new
+output into the README (long message lines wrapped at 110 columns); review the diff and commit it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -71,6 +76,32 @@ def _run(command: str) -> tuple[int, str]:
             assert done.stdout.strip() == shown
         return result.exit_code, shown
     return result.exit_code, result.stdout + ("" if quiet else result.stderr)
+
+
+def _wrapped(output: str) -> str:
+    """``output`` as the README shows it: trailing blanks dropped, lines of prose over 110 columns wrapped."""
+    lines = []
+    for line in output.rstrip().splitlines():
+        line = line.rstrip()
+        if len(line) <= 110 or any(c in line for c in "│┃━─"):
+            lines.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        lines += textwrap.wrap(line, 110, initial_indent="", subsequent_indent=indent, break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
+
+
+def update_readme() -> int:
+    """Rewrite every console block's output with what its command prints now; the count of blocks changed."""
+    text = _readme()
+    changed = 0
+    for command, printed in CONSOLES:
+        _, output = _run(command)
+        if output.split() != printed.split():
+            text = text.replace(f"$ {command}\n{printed}", f"$ {command}\n{_wrapped(output)}", 1)
+            changed += 1
+    README.write_text(text, encoding="utf-8")
+    return changed
 
 
 def test_the_tour_shows_the_main_commands() -> None:
@@ -162,3 +193,9 @@ def test_links_reach_files_of_the_checkout() -> None:
     assert any(link.startswith("docs/") for link in links)
     missing = [link for link in links if "://" not in link and not (ROOT / link).is_file()]
     assert not missing, f"README links to files that do not exist: {missing}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/test_readme.py --update")
+    print(f"README: {update_readme()} console block(s) re-recorded")

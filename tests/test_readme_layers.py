@@ -209,11 +209,11 @@ def test_totals_are_what_transformers_builds(transformers: Any, name: str) -> No
 
 
 def _per_token_kv(name: str) -> list[int]:
-    """KV cache rows the page shows for ``name`` at one token in bfloat16."""
+    """KV cache rows the page shows for ``name`` at one token in bf16."""
     return [
         rows["kv cache"]
         for argv, rows in COMMANDS
-        if name in argv and "kv cache" in rows and " --seq-len 1 --dtype bfloat16" in f" {shlex.join(argv)}"
+        if name in argv and "kv cache" in rows and " --seq-len 1 --dtype bf16" in f" {shlex.join(argv)}"
     ]
 
 
@@ -225,5 +225,5 @@ def test_kv_cache_per_token_is_transformers_config(transformers: Any, name: str)
         assert not _per_token_kv(name), "an encoder has no KV cache"
         return
     shown = _per_token_kv(name)
-    assert shown, f"the page shows {name}'s KV cache per token (--seq-len 1 --dtype bfloat16)"
+    assert shown, f"the page shows {name}'s KV cache per token (--seq-len 1 --dtype bf16)"
     assert shown[0] == 2 * _kv_values_per_token(config)  # 2 bytes a value
