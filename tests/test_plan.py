@@ -143,6 +143,19 @@ def test_concurrency_default_is_as_many_as_fit_up_to_256() -> None:
             assert row.times.concurrency == min(row.max_concurrency, 256)
 
 
+def test_without_a_load_latency_objectives_cap_the_sequences_in_flight() -> None:
+    p = embedcalc.plan("llama-3.1-70b", max_tpot=0.03, hardware=["h100-sxm", "h200", "l4"])
+    served = [r for r in p.rows if r.times is not None]
+    capped = [r for r in served if r.ok and r.times.concurrency < min(r.max_concurrency, 256)]
+    assert capped  # some layout serves fewer than fit, to stay within the TPOT objective
+    for row in served:
+        assert row.times.concurrency <= min(row.max_concurrency, 256)
+        assert row.memory.concurrency == row.times.concurrency
+        assert row.ok == (row.times.tpot_s <= 0.03)
+        if not row.ok:  # not even one sequence meets it
+            assert row.times.concurrency == 1
+
+
 def test_rate_is_sustained_with_the_smallest_batch_that_keeps_up() -> None:
     p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], rate=2.0)
     row = p.rows[0]

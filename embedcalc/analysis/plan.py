@@ -34,7 +34,8 @@ sequences whose positions are spread over their generation takes T_d(B) = ``anal
   R·T_p)) (the M/D/1 queue of prefills); TPOT = T_d(N)/(1 − R·T_p). A rate the layout cannot sustain (R·T_p ≥ 1,
   or N beyond the sequences that fit) is a reason of its own.
 - Neither: each layout serves as many sequences as fit, at most ``DEFAULT_MAX_SEQS`` = 256 (vLLM's
-  ``--max-num-seqs``).
+  ``--max-num-seqs``); with ``--max-ttft``/``--max-tpot``, the most of those whose TTFT and TPOT still meet them
+  (both grow with the sequences in flight), so a row says what load the layout serves within the objectives.
 
 Memory is judged as servers do (:mod:`embedcalc.analysis.serving_memory`: ``--memory-utilization``, paged KV in
 blocks of 16 tokens, the activation workspace); the times are the time model's, so they carry its assumptions
@@ -65,6 +66,8 @@ from embedcalc.units import seconds
 NODE_DEVICES = 8  # devices per node: HGX/DGX H100/H200/B200, MI300X platforms; TP stays inside one
 DEFAULT_MAX_SEQS = 256  # vLLM's default --max-num-seqs
 DEFAULT_MAX_DEVICES = 64
+DEFAULT_MAX_TRAINING_DEVICES = 1024
+MAX_DEVICES = 1 << 20  # beyond the largest clusters built (~10^5 accelerators); bounds the training search
 
 
 @dataclass(frozen=True)
@@ -366,9 +369,13 @@ def _training_line(rows: tuple[TrainingRow, ...]) -> str:
     fits = [r for r in rows if r.fits]
     if fits:
         near = fits[0]
+        wall, deadline = near.wall_s or 0.0, near.deadline_s or 1.0
+        # throughput scales at best linearly with the replicas: the fewest devices that could meet it, in powers of 2
+        needed = 1 << max(0, math.ceil(math.log2(near.layout.devices * wall / deadline)))
         return (f"No layout meets the deadline; the fastest, {_where(near.layout, near.dtype)}, takes "
-                f"{seconds(near.wall_s or 0.0)} ({near.reasons[0].split('(')[-1].rstrip(')')}). Allow more devices "
-                "(--max-devices), extend --deadline, or train on fewer tokens")  # fmt: skip
+                f"{seconds(wall)} ({seconds(wall - deadline)} over). Allow at least {needed:,} devices "
+                f"(--max-devices {needed}), extend --deadline to {seconds(wall)}, or train on fewer "
+                "tokens")  # fmt: skip
     return (
         "No training layout fits in memory: "
         + (rows[0].reasons[0] if rows and rows[0].reasons else "no layout to evaluate")

@@ -23,6 +23,7 @@ from embedcalc.analysis.plan import (
     open_loop,
 )
 from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
+from embedcalc.analysis.roofline_capacity import largest
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.serving_memory import (
     DEFAULT_UTILIZATION,
@@ -81,9 +82,7 @@ def no_peak(device: Device, w: Workload) -> str | None:
 
 def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
     usable = memory.usable_bytes or 0
-    share = (
-        f"{binary_bytes(usable)} usable = {memory.utilization:.0%} of {binary_bytes(memory.device_bytes or 0)}"
-    )
+    share = f"{binary_bytes(usable)} usable = {memory.utilization:.0%} of {binary_bytes(memory.device_bytes or 0)}"
     if memory.weights_bytes > usable:
         return f"weights do not fit: {binary_bytes(memory.weights_bytes)} per device > {share}"
     if memory.weights_bytes + memory.workspace_bytes > usable:
@@ -96,15 +95,23 @@ def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
     return None
 
 
+def _latency_met(objectives: Objectives, t: ServingTimes) -> bool:
+    return (objectives.max_ttft_s is None or t.ttft_s <= objectives.max_ttft_s) and (
+        objectives.max_tpot_s is None or t.tpot_s <= objectives.max_tpot_s
+    )
+
+
 def _times(
     config: ModelConfig, w: Workload, device: Device, request: ServingRequest, batch: int, most: int
 ) -> ServingTimes | None:
+    """The serving times at ``batch`` in flight (or at ``request.rate``). Without a load asked for and with a
+    latency objective, the most sequences up to ``batch`` whose TTFT and TPOT still meet it (both grow with the
+    batch); none does: one."""
     # the prefill of one prompt: analyze's prefill_s at batch 1 (which the generated tokens do not change)
-    prefill: float = _time(config, replace(w, batch_size=1, gen_tokens=0), device, request).as_json()[
-        "prefill_s"
-    ]
+    one = replace(w, batch_size=1, gen_tokens=0)
+    prefill: float = _time(config, one, device, request).as_json()["prefill_s"]
 
-    def step(n: int) -> float:
+    def step(n: int) -> float:  # analyze's mean decode step at batch n over the generation
         mean: float = _time(config, replace(w, batch_size=n), device, request).as_json()[
             "decode_s_per_token_mean"
         ]
@@ -112,6 +119,20 @@ def _times(
 
     if request.rate is not None:
         return open_loop(prefill, step, request.rate, w.gen_tokens, most)
+    objectives = request.objectives
+    if request.concurrency is None and (
+        objectives.max_ttft_s is not None or objectives.max_tpot_s is not None
+    ):
+
+        def meets(c: int) -> bool:
+            return _latency_met(objectives, closed_loop(prefill, step(c), c, w.gen_tokens))
+
+        if meets(batch):
+            pass
+        elif not meets(1):
+            batch = 1
+        else:
+            batch = largest(meets, 1, batch - 1)
     return closed_loop(prefill, step(batch), batch, w.gen_tokens)
 
 
@@ -144,7 +165,7 @@ def evaluate_serving(
         why = (f"rate {request.rate:g}/s exceeds what {room} sequences in flight sustain"
                if request.rate is not None else "no steady state")  # fmt: skip
         return ServingRow(layout, price, w.dtype, memory, most, reasons=(why,))
-    if request.rate is not None:  # the memory of the batch the rate keeps running
+    if times.batch != wanted:  # the memory of the batch the rate or the latency objectives keep running
         memory = serving_memory(config, w, times.batch, device.memory, request.utilization, request.kv_dtype,
                                 most=most)  # fmt: skip
     return ServingRow(layout, price, w.dtype, memory, most, times, tuple(request.objectives.misses(times)))

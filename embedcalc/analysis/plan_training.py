@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
-from embedcalc.analysis.plan import NODE_DEVICES, Layout, Price, TrainingRow
+from embedcalc.analysis.plan import DEFAULT_MAX_TRAINING_DEVICES, NODE_DEVICES, Layout, Price, TrainingRow
 from embedcalc.analysis.plan_inference import device_dtype, no_peak, tp_degrees
 from embedcalc.analysis.roofline import Efficiency
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
@@ -32,7 +32,7 @@ class TrainingRequest:
     train_tokens: int
     deadline_s: float | None = None
     global_batch: int | None = None  # sequences per optimizer step over all replicas
-    max_devices: int = 1024
+    max_devices: int = DEFAULT_MAX_TRAINING_DEVICES
     efficiency: Efficiency = field(default_factory=Efficiency)
     dtype_fallback: bool = False  # the dtype was not given: fp16 where a device has no bf16 peak
 

@@ -148,7 +148,14 @@ def plan(
     'inference'
     """
     from embedcalc.analysis.checked import analyze_loaded
-    from embedcalc.analysis.plan import DEFAULT_MAX_DEVICES, Objectives, PlanResult, recommend
+    from embedcalc.analysis.plan import (
+        DEFAULT_MAX_DEVICES,
+        DEFAULT_MAX_TRAINING_DEVICES,
+        MAX_DEVICES,
+        Objectives,
+        PlanResult,
+        recommend,
+    )
     from embedcalc.analysis.serving_memory import DEFAULT_UTILIZATION
 
     _check_choice("mode", mode, Literal["inference", "training"])
@@ -172,6 +179,10 @@ def plan(
         ("deadline_s", deadline_s),
     ):
         _positive(name, number)  # fmt: skip
+    if max_devices is not None and max_devices > MAX_DEVICES:
+        raise usage(
+            f"max_devices {max_devices:,} is beyond any cluster; give at most {MAX_DEVICES:,}", "max_devices"
+        )
     if gen_tokens is not None and (
         isinstance(gen_tokens, bool) or not isinstance(gen_tokens, int) or gen_tokens < 0
     ):
@@ -202,7 +213,7 @@ def plan(
         w = _serving_dtype(analysis.workload)
         from embedcalc.analysis.plan_training import TrainingRequest, plan_training
 
-        train = TrainingRequest(w, train_tokens, deadline_s, global_batch, max_devices or 1024,
+        train = TrainingRequest(w, train_tokens, deadline_s, global_batch, max_devices or DEFAULT_MAX_TRAINING_DEVICES,
                                 dtype_fallback=fallback)  # fmt: skip
         rows = tuple(plan_training(loaded.config, devices, train))
         settings = {"workload": w.as_dict(), "train_tokens": train_tokens, "deadline_s": deadline_s,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from embedcalc.analysis.plan import MAX_DEVICES
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
@@ -164,8 +165,9 @@ def plan_command(
         typer.Option(
             "--max-devices",
             min=1,
+            max=MAX_DEVICES,
             callback=bounded_int,
-            help="Devices at most per layout (default 64 serving, 1024 training).",
+            help="Devices at most per layout (default 64 serving, 1024 training; at most 2^20).",
         ),
     ] = None,
     price_per_hour: Annotated[

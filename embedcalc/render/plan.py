@@ -82,6 +82,17 @@ def _columns(result: PlanResult) -> list[Column]:
     return TRAINING if result.mode == "training" else SERVING
 
 
+def _default_load(settings: dict[str, Any]) -> str:
+    objectives = settings.get("objectives") or {}
+    latency = [
+        flag
+        for flag, key in (("--max-ttft", "max_ttft_s"), ("--max-tpot", "max_tpot_s"))
+        if objectives.get(key)
+    ]
+    within = f" within {' and '.join(latency)}" if latency else ""
+    return f"as many in flight as fit{within} (at most 256)"
+
+
 def _caption(result: PlanResult) -> str:
     s = result.settings
     if result.mode == "training":
@@ -92,7 +103,7 @@ def _caption(result: PlanResult) -> str:
                 "model's (analyze --mode training).")  # fmt: skip
     w = s["workload"]
     load = (f"{s['concurrency']} in flight" if s.get("concurrency") else f"{s['rate']:g} requests/s"
-            if s.get("rate") else "as many in flight as fit (at most 256)")  # fmt: skip
+            if s.get("rate") else _default_load(s))  # fmt: skip
     return (f"Prompt {w['seq_len']:,} + {w['gen_tokens']:,} output tokens, {load}; continuous batching (prefills "
             f"interleaved with decode steps of the running batch); memory: {s['memory_utilization']:.0%} of the "
             "device (runtime reserve), paged KV in 16-token blocks, activation workspace. Cheapest per million "
