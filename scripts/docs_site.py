@@ -98,6 +98,21 @@ def _note(figure: Any) -> str:
     return _cell("; ".join(p for p in parts if p))
 
 
+def _links(device: Any) -> str:
+    """The device's links by kind, with the plain (unsourced) fields a link has beside its figures."""
+    from embedcalc.config.hardware import Figure
+
+    shown = []
+    for label in ("interconnect", "network", "host_link"):
+        link = getattr(device, label, None)
+        if link is None:
+            continue
+        extra = [f"{k.replace('_', ' ')} {v}" for k, v in link if k != "kind" and v is not None
+                 and not isinstance(v, Figure)]  # fmt: skip
+        shown.append(f"{label.replace('_', ' ')}: {link.kind}" + (f" ({', '.join(extra)})" if extra else ""))
+    return "Links: " + "; ".join(shown) + ". " if shown else ""
+
+
 def hardware_catalogue() -> str:
     """Markdown: the catalogue at a glance, then every figure of every shipped device with its note and source."""
     if str(ROOT) not in sys.path:
@@ -138,7 +153,7 @@ def hardware_catalogue() -> str:
             + ((" — |" if price is None else f" {price.value:,.2f} |") if prices else "")
         )
     for d in devices:
-        out += ["", f"## {d.name}", "", f"{_cell(d.title)} ({d.vendor}, {d.kind}). "
+        out += ["", f"## {d.name}", "", f"{_cell(d.title)} ({d.vendor}, {d.kind}). {_links(d)}"
                 f"`--hardware {d.name}`; `embedcalc hardware show {d.name}` prints the same figures.", "",
                 "| figure | value | note | source |", "| --- | ---: | --- | --- |"]  # fmt: skip
         for label, figure in d.figures():

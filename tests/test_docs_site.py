@@ -63,6 +63,10 @@ def test_hardware_page_has_every_figure_of_every_device() -> None:
     for device in devices:
         assert f"\n## {device.name}\n" in page
         section = page.split(f"\n## {device.name}\n", 1)[1].split("\n## ", 1)[0]
+        for kind in ("interconnect", "network", "host_link"):
+            link = getattr(device, kind, None)
+            if link is not None:
+                assert f"{kind.replace('_', ' ')}: {link.kind}" in section, (device.name, kind)
         for label, figure in device.figures():
             assert f"| `{label}` |" in section, (device.name, label)
             if figure.note:
