@@ -17,7 +17,7 @@ import pytest
 from embedcalc.analysis.crossover import crossover_fraction, crossover_seq_len
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory_inference import kv_cache_bytes, weight_bytes
-from embedcalc.analysis.params import count_params
+from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.loading import load_target
@@ -301,22 +301,32 @@ def test_kv_cache_gpt2_and_encoder_decoder() -> None:
     assert kv_cache_bytes(load_target("bert-base").config, w) == 0
 
 
+BERT_LINEAR = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)  # the layers' weight matrices: 84,934,656
+BERT_OTHER = BERT_BASE_PARAMS - BERT_LINEAR  # embeddings, biases, norms, pooler: kept in the activation dtype
+BERT_GROUPS = BERT_LINEAR // 128  # every input width (768, 3072) is a multiple of 128: one scale+zero per 128
+
+
 @pytest.mark.parametrize(
     ("dtype", "expected"),
     [("fp32", 4 * BERT_BASE_PARAMS), ("bf16", 2 * BERT_BASE_PARAMS), ("fp16", 2 * BERT_BASE_PARAMS),
-     ("int8", BERT_BASE_PARAMS), ("int4", BERT_BASE_PARAMS // 2)],
-)
+     ("fp8", BERT_LINEAR + 2 * BERT_OTHER),
+     ("int8", BERT_LINEAR + 4 * BERT_GROUPS + 2 * BERT_OTHER),
+     ("int4", BERT_LINEAR // 2 + 4 * BERT_GROUPS + 2 * BERT_OTHER)],
+)  # fmt: skip
 def test_inference_weight_bytes(dtype: str, expected: int) -> None:
-    assert weight_bytes(BERT_BASE_PARAMS, dtype) == expected
     config = load_target("bert-base").config
-    memory = analyze("bert-base", config, Workload(dtype=dtype)).memory  # type: ignore[arg-type]
+    workload = Workload(dtype=dtype)  # type: ignore[arg-type]
+    tensors = [(t.key, t.shape, t.copies) for t in param_tensors(config)]
+    assert weight_bytes(tensors, workload) == expected
+    memory = analyze("bert-base", config, workload).memory
     assert memory.weights_bytes == expected
     assert memory.gradients_bytes == memory.optimizer_bytes == 0
     assert memory.total_bytes == expected + memory.activations_bytes + memory.kv_cache_bytes
+    assert (BERT_LINEAR, BERT_OTHER) == (84_934_656, 24_547_584)
 
 
 def test_int4_rounds_odd_param_counts_up() -> None:
-    assert weight_bytes(3, "int4") == 2
+    assert weight_bytes([("decoder/ffn/in", (3, 1), 1)], Workload(dtype="int4")) == 2 + 3 * 4
 
 
 def test_training_rejects_weight_only_dtypes() -> None:

@@ -348,17 +348,24 @@ def test_encoder_caches_nothing(cli: Any) -> None:
     assert analyze_json(cli, "bert-base", "--gen-tokens", "5")["results"][0]["memory"]["kv_cache_bytes"] == 0
 
 
-@pytest.mark.parametrize(("dtype", "weights"), [("int8", N_BERT_BASE), ("int4", N_BERT_BASE // 2)])
+LINEAR_12 = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)  # bert-base's and gpt2's layer matrices: 84,934,656
+SCALES_12 = 4 * (LINEAR_12 // 128)  # an fp16 scale and zero per 128 inputs (every input width divides)
+
+
+@pytest.mark.parametrize(("dtype", "weights"), [
+    ("int8", LINEAR_12 + SCALES_12 + 2 * (N_BERT_BASE - LINEAR_12)),
+    ("int4", LINEAR_12 // 2 + SCALES_12 + 2 * (N_BERT_BASE - LINEAR_12)),
+])  # fmt: skip
 def test_weight_only_int_formats(cli: Any, dtype: str, weights: int) -> None:
     memory = analyze_json(cli, "bert-base", "--dtype", dtype)["results"][0]["memory"]
-    assert memory["weights_bytes"] == weights  # 1 and 0.5 bytes a parameter
+    assert memory["weights_bytes"] == weights  # 1 and 0.5 bytes a layer weight + scales; the rest fp16
     fp16 = analyze_json(cli, "bert-base", "--dtype", "float16")["results"][0]["memory"]
     assert memory["activations_bytes"] == fp16["activations_bytes"]  # activations stay 16-bit
 
 
 def test_int8_kv_cache_is_float16(cli: Any) -> None:
     memory = analyze_json(cli, "gpt2", "--dtype", "int8", "--seq-len", "64")["results"][0]["memory"]
-    assert memory["weights_bytes"] == N_GPT2
+    assert memory["weights_bytes"] == LINEAR_12 + SCALES_12 + 2 * (N_GPT2 - LINEAR_12) == 166_599_168
     assert memory["kv_cache_bytes"] == 2 * 1 * 64 * 12 * 12 * 64 * 2
 
 

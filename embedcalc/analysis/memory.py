@@ -114,7 +114,7 @@ class MemoryEstimate(_MemoryKinds):
 
 def memory_terms(config: ModelConfig, workload: Workload, x: Dims, params: Num) -> dict[str, Num]:
     """Inference and training memory of one device without parallelism at sizes ``x`` (ints or arrays)."""
-    weights = weight_bytes(params, workload.dtype)
+    weights = weight_bytes(((t.key, t.shape, t.copies) for t in model_tensors(config, x)), workload)
     candidates = list(peak_candidates(config, workload, x).values())
     activations = functools.reduce(maximum, candidates) if candidates else 0
     kv_cache = kv_cache_terms(config, workload, x)
@@ -158,8 +158,10 @@ def _stage_memory(
     x = stage_dims(config, stage, Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len))
     if workload.mode == "inference":
         activations = peak_inference_activations(config, workload, stage)
+        stored = weight_bytes(((t.key, shape, n) for (t, _), (shape, n, _) in zip(tensors, shapes, strict=True)),
+                              workload)  # fmt: skip
         return StageMemory(
-            stage.index, stage.num_layers, params, weight_bytes(params, workload.dtype), 0, 0,
+            stage.index, stage.num_layers, params, int(stored), 0, 0,
             activations.total, int(kv_cache_terms(config, workload, x, par.tp)),
         )  # fmt: skip
     mixed = mixed_precision(workload.dtype)

@@ -1,8 +1,21 @@
 """Inference memory (bytes): weights in their inference format, the KV cache and the peak activations of one forward
 pass with no autograd, on one tensor-parallel rank. :mod:`embedcalc.analysis.memory` assembles them per device.
 
-Weights: float32 4 bytes per parameter, bfloat16 / float16 2; int8 / int4 are weight-only inference formats, 1 and
-0.5 bytes per parameter (activations in float16).
+Weights, in the format each tensor is stored in (:func:`stored_bytes`; the formats are
+:mod:`embedcalc.config.dtypes`'): fp32 4 bytes per parameter, bf16 / fp16 2. Under fp8 and the weight-only
+int8 / int4 only the linear layers' weight matrices inside the layers are low-precision (:func:`low_precision`);
+embeddings, the LM head, the pooler, norms, biases and the MoE router stay in the activation dtype (bf16 under
+fp8, fp16 under int8/int4), as DeepSeek-V3 (§3.3.1) keeps its embedding, output head, gating and norms out of FP8
+and GPTQ / AWQ quantize only the layers' ``nn.Linear`` weights. fp8 stores 1 byte per parameter (its per-tensor
+or per-block scales, one fp32 per 128 x 128 block at most, are not counted). int8 / int4 pack 8 / 4 bits per
+parameter (a tensor's bits rounded up to whole bytes) plus, per row of the (out, in) matrix and per group of
+``quant_group_size`` consecutive input values (the last group of a row may be shorter), an fp16 scale and an
+fp16 zero point: 4 bytes a group. The convention: GPTQ (Frantar et al. 2022, §"group-wise quantization") and AWQ
+(Lin et al. 2023) choose a scale and a zero per group of g input channels of every output row; their
+checkpoints (AutoGPTQ's ``QuantLinear``: ``scales`` fp16 [in / g, out], ``qzeros`` packed [in / g, out x bits /
+32]) pack the zero in ``bits`` bits, so this count, a full fp16 zero, is an upper bound by 2 - bits / 8 bytes a
+group (int4 at g = 128: 4 bytes vs 2.5 per 64 bytes of weights). int4 at group size 32 adds exactly 25 % to the
+packed weights: 4 bytes of scale and zero per 16 bytes of weights.
 
 KV cache (decoder self-attention; GQA-aware), a sum over the decoder's layers: 2 (K and V) x batch x tokens x
 num_kv_heads x head_dim x bytes per standard layer, tokens capped per layer at its window or chunk (Mistral's
@@ -24,7 +37,9 @@ sweep grid evaluates these same functions on numpy arrays.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.parallel import Stage, stage_dims
@@ -33,12 +48,41 @@ from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.blocks import Attention, Block
 from embedcalc.config.schema import ModelConfig
 
+SCALE_ZERO_BYTES = 4  # an fp16 scale and an fp16 zero point per group of a weight-only format
+_HIGH_PRECISION = frozenset({"router", "shared_gate", "relative_bias", "scores", "context"})
+_STACKS = ("encoder/", "decoder/")
+_BITS = {"int8": 8, "int4": 4}
 
-def weight_bytes(num_params: Num, dtype: str) -> Num:
-    """Bytes of the weights; int4 packs two parameters per byte (rounded up)."""
-    if dtype == "int4":
-        return (num_params + 1) // 2
-    return num_params * int(DTYPE_BYTES[dtype])
+
+def low_precision(key: str, matrix: bool = True) -> bool:
+    """Whether the tensor (or matmul) of breakdown ``key`` is a linear layer's weight inside the layers, what fp8
+    and the weight-only formats hold in low precision (module docstring): a weight matrix (``matrix``; biases and
+    norms are vectors) of a stack's layers, not the MoE router or gate, nor attention's score and context
+    matmuls (which multiply activations: they run in the activation dtype)."""
+    return matrix and key.startswith(_STACKS) and key.rsplit("/", 1)[-1] not in _HIGH_PRECISION
+
+
+def stored_bytes(key: str, shape: tuple[Num, ...], copies: Num, w: Workload) -> Num:
+    """Bytes of ``copies`` copies of one parameter tensor of ``shape`` as ``w.dtype`` stores it (module
+    docstring): the activation dtype for every tensor but the low-precision ones; fp8 1 byte a parameter; int8 /
+    int4 the packed bits plus an fp16 scale and zero per group of ``w.quant_group_size`` inputs of each row."""
+    numel = prod(shape)
+    if w.dtype not in ("fp8", *_BITS) or not low_precision(key, len(shape) == 2):
+        return copies * numel * int(DTYPE_BYTES[w.activation_dtype])
+    if w.dtype == "fp8":
+        return copies * numel
+    out_f, in_f = shape
+    packed = -(-(numel * _BITS[w.dtype]) // 8)
+    groups = out_f * -(-in_f // w.quant_group_size)
+    return copies * (packed + groups * SCALE_ZERO_BYTES)
+
+
+def weight_bytes(tensors: Iterable[tuple[str, tuple[Num, ...], Num]], w: Workload) -> Num:
+    """Bytes of the weights ``(key, shape, copies)`` in their stored formats (:func:`stored_bytes`)."""
+    total: Num = 0
+    for key, shape, copies in tensors:
+        total = total + stored_bytes(key, shape, copies, w)
+    return total
 
 
 # --- widths on one tensor-parallel rank ----------------------------------------------------------------------------

@@ -35,8 +35,11 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
 - **Training step** = 3 × the forward's FLOPs and bytes per component (backward ≈ two forward-shaped passes,
   Kaplan et al. 2020 §2.1), plus an ``optimizer`` component that reads and writes weights, gradients and
   optimizer state once (bytes from the memory estimate, with ZeRO sharding).
-- **Peaks**: the workload dtype's dense peak (float32 -> fp32, bfloat16 -> bf16, float16 and the weight-only
-  int8/int4 -> fp16, multiplied after dequantisation).
+- **Peaks**: the workload dtype's dense peak (fp32, bf16, fp16; the weight-only int8/int4 -> fp16, multiplied
+  after dequantisation); under fp8 the linear layers' GEMMs run at the FP8 peak and the other matmuls (attention's
+  score and context, the LM head, the MoE router) at bf16's (:mod:`embedcalc.config.dtypes`); a device without
+  FP8 refuses fp8 (exit 3). Weight bytes are those the weights are stored in (fp8 1 byte, int8/int4 packed with
+  their fp16 scales and zeros per group: :func:`embedcalc.analysis.memory_inference.stored_bytes`).
 
 This module owns the conventions and the result types (:class:`RooflineEstimate` and its parts); the times are
 computed in :mod:`embedcalc.analysis.roofline_time`, the bytes moved in :mod:`embedcalc.analysis.roofline_traffic`,

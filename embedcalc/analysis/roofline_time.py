@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from embedcalc.analysis.memory_inference import low_precision
 from embedcalc.analysis.roofline import ComponentTime, Efficiency, Phase, RooflineEstimate, TrainingRun
 from embedcalc.analysis.roofline_capacity import kv_element_bytes
 from embedcalc.analysis.roofline_traffic import (
@@ -26,6 +27,7 @@ from embedcalc.analysis.roofline_traffic import (
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.dtypes import ACTIVATION_DTYPE
 from embedcalc.config.hardware import Device, peak_dtype
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.schema import ModelConfig
@@ -34,14 +36,22 @@ from embedcalc.errors import Problem, UnsupportedEnvironmentError, WorkloadError
 
 @dataclass(frozen=True)
 class Roofline:
-    """The device side: peak FLOP/s, bandwidth, efficiencies."""
+    """The device side: peak FLOP/s of the linear layers' GEMMs (the workload dtype's), bandwidth, efficiencies,
+    and ``other_peak_flops_per_s`` for the matmuls the dtype does not cover (fp8: attention's cores, the LM head,
+    the router run in bf16; :func:`embedcalc.analysis.memory_inference.low_precision`), default the same."""
 
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float
     efficiency: Efficiency
+    other_peak_flops_per_s: float | None = None
+
+    def peak(self, key: str) -> float:
+        if self.other_peak_flops_per_s is None or low_precision(key):
+            return self.peak_flops_per_s
+        return self.other_peak_flops_per_s
 
     def component(self, key: str, t: Traffic) -> ComponentTime:
-        compute = t.flops / (self.peak_flops_per_s * self.efficiency.compute)
+        compute = t.flops / (self.peak(key) * self.efficiency.compute)
         memory = t.bytes / (self.bandwidth_bytes_per_s * self.efficiency.memory)
         return ComponentTime(key, t, compute, memory)
 
@@ -50,15 +60,23 @@ class Roofline:
 
 
 def device_roofline(device: Device, dtype: str, efficiency: Efficiency) -> Roofline:
-    """The peak for the workload ``dtype`` on ``device``; exit 4 when the device has no such rate."""
+    """The peaks for the workload ``dtype`` on ``device``: its GEMMs' and, under fp8, bf16's for the rest; exit 3
+    when the device has no FP8 (the dtype cannot run there), exit 4 when the catalogue lacks another rate."""
+    have = ", ".join(device.peak_flops_per_s)
     peak = device.peak(peak_dtype(dtype))
-    if peak is None:
-        have = ", ".join(device.peak_flops_per_s)
+    if peak is None and dtype == "fp8":
+        message = (f"--dtype fp8 --hardware {device.name}: the {device.title} has no FP8 tensor cores (its "
+                   f"catalogue peaks: {have}); use --dtype bf16 or fp16 on it, or a device with FP8 (H100, H200, "
+                   "L4, L40S, B200, MI300X)")  # fmt: skip
+        raise WorkloadError(message, [Problem("--dtype", message, "device_lacks_fp8")], "device_lacks_fp8")
+    other = device.peak(peak_dtype(ACTIVATION_DTYPE[dtype]))
+    if peak is None or other is None:
+        missing = peak_dtype(dtype) if peak is None else peak_dtype(ACTIVATION_DTYPE[dtype])
         raise UnsupportedEnvironmentError(
-            f"--hardware {device.name}: no {peak_dtype(dtype)} peak in the catalogue (it lists {have}); "
+            f"--hardware {device.name}: no {missing} peak in the catalogue (it lists {have}); "
             f"choose a --dtype it runs", code="no_peak_for_dtype",
         )  # fmt: skip
-    return Roofline(peak, device.bandwidth, efficiency)
+    return Roofline(peak, device.bandwidth, efficiency, other if other != peak else None)
 
 
 # --- the estimate -------------------------------------------------------------------------------------------------
@@ -146,7 +164,7 @@ def estimate_time(
             None, None, request.kv_dtype, None, None, request.efficiency, batch_size=w.batch_size
         )
     roof = device_roofline(device, w.dtype, request.efficiency)
-    weights = weights_of(config)
+    weights = weights_of(config, w)
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
     par = w.parallel
     causal = w.attention == "sdpa"

@@ -7,15 +7,14 @@ for FLOPs by the same keys).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory_inference import kv_cache_bytes, stored_bytes
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import cross_attention, stacks
-from embedcalc.analysis.workload import DTYPE_BYTES, Parallelism, Workload
+from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.blocks import Attention
 from embedcalc.config.schema import ModelConfig
 
@@ -60,21 +59,32 @@ def _fields(t: Traffic) -> tuple[int, int, int, int, int]:
 
 @dataclass(frozen=True)
 class Weights:
-    """Parameters by breakdown key: element count, split element count, matrix shape (out, in), and for the routed
-    experts' key of each stack the (num_experts, top_k) of its MoE layers (from the layer model)."""
+    """Parameters by breakdown key: element count, split element count, matrix shape (out, in), for the routed
+    experts' key of each stack the (num_experts, top_k) of its MoE layers (from the layer model), and the bytes
+    the key's tensors are stored in (the memory model's :func:`stored_bytes`: fp8, quantization scales)."""
 
     numel: dict[str, int]
     split: dict[str, int]
     shape: dict[str, tuple[int, int]]
     experts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    stored: dict[str, int] = field(default_factory=dict)
+
+    def bytes_read(self, key: str, numel: int) -> int:
+        """Bytes of ``numel`` of the elements of ``key``: its stored bytes pro rata (all of them: exact)."""
+        total = self.numel.get(key, 0)
+        if not total:
+            return 0
+        return self.stored[key] if numel == total else -(-self.stored[key] * numel // total)
 
 
-def weights_of(config: ModelConfig) -> Weights:
+def weights_of(config: ModelConfig, w: Workload) -> Weights:
     numel: dict[str, int] = {}
     split: dict[str, int] = {}
     shape: dict[str, tuple[int, int]] = {}
+    stored: dict[str, int] = {}
     for t in param_tensors(config):
         numel[t.key] = numel.get(t.key, 0) + t.numel
+        stored[t.key] = stored.get(t.key, 0) + int(stored_bytes(t.key, t.shape, t.copies, w))
         if getattr(t, "split", "none") != "none":
             split[t.key] = split.get(t.key, 0) + t.numel
         if len(t.shape) == 2 and t.key not in shape:
@@ -84,7 +94,7 @@ def weights_of(config: ModelConfig) -> Weights:
         moe = [b.ffn for b in config.stack_plan(stack.name).blocks if b.ffn.moe]
         if moe:
             experts[f"{stack.name}/moe/experts"] = (moe[0].num_experts, moe[0].top_k)
-    return Weights(numel, split, shape, experts)
+    return Weights(numel, split, shape, experts, stored)
 
 
 def experts_reached(num_experts: int, top_k: int, tokens: int) -> float:
@@ -95,10 +105,6 @@ def experts_reached(num_experts: int, top_k: int, tokens: int) -> float:
     if tokens <= 1:
         return float(min(top_k, num_experts))
     return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
-
-
-def _weight_bytes(numel: int, dtype: str) -> int:
-    return math.ceil(numel * DTYPE_BYTES[dtype])
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,7 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
             per_layer = b * (1 if decode else lengths.self_m.get(key.split("/")[0], 1))
             numel = _experts_numel(numel, experts, top_k, per_layer)
         moved = 0 if decode else round(tokens * (in_f + out_f)) * e  # decode: b x width vectors, on chip
-        out[key] = Traffic(flops=f, weight_bytes=_weight_bytes(numel, w.dtype), activation_bytes=moved)
+        out[key] = Traffic(flops=f, weight_bytes=weights.bytes_read(wkey, numel), activation_bytes=moved)
     if caches and not decode:  # decode: the new token's K and V, 1/n of the cache read, are not counted
         _add_kv_writes(config, w, kv_bytes, out)
     for key, numel in weights.numel.items():
@@ -213,9 +219,9 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
             rows = b * lengths.lookups if key == "embedding/token" else lengths.lookups
             read = min(numel, rows * width)
             looked_up = 0 if decode else b * lengths.lookups * width * e
-            out[key] = Traffic(weight_bytes=_weight_bytes(read, w.dtype), activation_bytes=looked_up)
+            out[key] = Traffic(weight_bytes=weights.bytes_read(key, read), activation_bytes=looked_up)
         elif key not in flops:
-            out[key] = Traffic(weight_bytes=_weight_bytes(numel, w.dtype))
+            out[key] = Traffic(weight_bytes=weights.bytes_read(key, numel))
     return out
 
 
