@@ -137,3 +137,37 @@ def test_broken_pipe_exits_0_silently(fmt: str) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "Broken pipe" not in err and "Exception ignored" not in err
+
+
+# --- the Python API: wrong types are the package's own errors, sizes bounded as on the command line -----------
+
+
+@pytest.mark.parametrize(
+    ("call", "path", "code"),
+    [
+        (lambda e: e.load("gpt2", overrides=5), "overrides", 2),
+        (lambda e: e.load("gpt2", overrides=[5]), "overrides", 2),
+        (lambda e: e.analyze("gpt2", parallel=5), "parallel", 3),
+        (lambda e: e.analyze("gpt2", batch_size=10**1000), "batch_size", 3),
+        (lambda e: e.analyze("gpt2", parallel={"tp": 10**40}), "tp", 3),
+    ],
+)
+def test_api_wrong_types_are_embedcalc_errors(call: Any, path: str, code: int) -> None:
+    import embedcalc
+
+    with pytest.raises(embedcalc.EmbedcalcError) as info:
+        call(embedcalc)
+    assert info.value.exit_code == code and info.value.problems[0].path == path
+
+
+def test_workload_checks_its_own_fields() -> None:
+    from embedcalc.analysis.workload import Parallelism, Workload
+    from embedcalc.errors import WorkloadError
+
+    assert Workload(parallel={"tp": 2}).parallel == Parallelism(tp=2)  # type: ignore[arg-type]
+    for kwargs, path in (({"dtype": 5}, "dtype"), ({"mode": "train"}, "mode"), ({"parallel": {"tpp": 2}}, "parallel")):
+        with pytest.raises(WorkloadError) as info:
+            Workload(**kwargs)  # type: ignore[arg-type]
+        assert info.value.problems[0].path.startswith(path)
+    with pytest.raises(WorkloadError, match="did you mean 'tp'"):
+        Workload(parallel={"tpp": 2})  # type: ignore[arg-type]

@@ -4,9 +4,10 @@ The dtype names and what each means for memory and time are :mod:`embedcalc.conf
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
 from numbers import Integral
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from embedcalc.config.dtypes import (
     ACTIVATION_DTYPE,
@@ -19,6 +20,7 @@ from embedcalc.config.dtypes import (
     KvDtype,
     canonical_dtype,
 )  # fmt: skip
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import Problem, WorkloadError
 
 __all__ = ["DTYPE_BYTES", "WEIGHT_ONLY_DTYPES", "Dtype", "DtypeSource", "KvDtype", "Workload"]
@@ -41,21 +43,74 @@ def field_bounds(cls: type, name: str) -> tuple[int, int | None]:
 
 
 def check_bounds(obj: Any) -> None:
-    """Refuse a field outside its bounds (or not an integer), naming the field and the range (exit 3)."""
+    """Refuse a field outside its bounds (or not an integer, or of more than MAX_INT_DIGITS digits, the bound of
+    every integer embedcalc reads), naming the field and the range (exit 3)."""
     for f in fields(obj):
         value = getattr(obj, f.name)
         if "min" not in f.metadata or (value is None and f.default is None):
             continue
         if _outside(f, value):
             upper = f" and <= {f.metadata['max']}" if f.metadata["max"] is not None else ""
-            message = f"{f.name} must be an integer >= {f.metadata['min']}{upper} (got {value!r})"
+            if isinstance(value, Integral) and abs(int(value)) >= INT_BOUND:
+                upper = f" of at most {MAX_INT_DIGITS} digits"
+                shown = f"an integer of more than {MAX_INT_DIGITS} digits"
+            else:
+                shown = f"{value!r:.60}"
+            message = f"{f.name} must be an integer >= {f.metadata['min']}{upper} (got {shown})"
             raise WorkloadError(message, [Problem(f.name, message, "workload_out_of_range")], "workload_out_of_range")
 
 
 def _outside(f: Field[Any], value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, Integral):  # numpy's integers are Integral too
         return True
+    if abs(int(value)) >= INT_BOUND:
+        return True
     return value < f.metadata["min"] or (f.metadata["max"] is not None and value > f.metadata["max"])
+
+
+def _refuse(name: str, message: str, code: str) -> WorkloadError:
+    return WorkloadError(f"{name}: {message}", [Problem(name, message, code)], code)
+
+
+_CHOICES: dict[str, dict[str, tuple[Any, ...]]] = {}
+
+
+def _choices(cls: type[object]) -> dict[str, tuple[Any, ...]]:
+    """The fields of ``cls`` whose type is a Literal (dtype, mode, ...): name -> the allowed values (read once)."""
+    key = f"{cls.__module__}.{cls.__qualname__}"
+    if key not in _CHOICES:
+        hints = get_type_hints(cls)
+        _CHOICES[key] = {name: get_args(hint) for name, hint in hints.items() if get_origin(hint) is Literal}
+    return _CHOICES[key]
+
+
+def check_choices(obj: Any) -> None:
+    """Refuse a Literal field (dtype, mode, attention, ...) holding a value not among its choices (exit 3)."""
+    for name, allowed in _choices(type(obj)).items():
+        value = getattr(obj, name)
+        if not isinstance(value, str) or value not in allowed:
+            shown = f"{value!r:.60}" if isinstance(value, str) else type(value).__name__
+            raise _refuse(name, f"{shown} is not one of {', '.join(map(str, allowed))}", "workload_bad_choice")
+
+
+def parallelism_from(value: object) -> Parallelism:
+    """A :class:`Parallelism` from itself or from a mapping of its fields (``{"tp": 2, "dp": 4}``); a WorkloadError
+    naming the field for anything else (an unknown key with the nearest known one, a value of the wrong type)."""
+    if isinstance(value, Parallelism):
+        return value
+    if not isinstance(value, Mapping):
+        raise _refuse("parallel", f"must be a Parallelism or a mapping such as {{'tp': 2}}, got {type(value).__name__}",
+                      "workload_bad_parallel")  # fmt: skip
+    known = [f.name for f in fields(Parallelism)]
+    for key in value:
+        if key not in known:
+            from embedcalc.config.problems import did_you_mean
+
+            shown = f"{key!r:.40}"
+            hint = did_you_mean(key, known) if isinstance(key, str) else ""
+            raise _refuse(f"parallel.{shown}", f"unknown field{hint}; fields: {', '.join(known)}",
+                          "workload_bad_parallel")  # fmt: skip
+    return Parallelism(**value)
 
 
 @dataclass(frozen=True)
@@ -128,6 +183,8 @@ class Workload:
         object.__setattr__(self, "dtype", dtype)
         if self.dtype_source == "default" and dtype != DEFAULT_DTYPE:
             object.__setattr__(self, "dtype_source", "flag")  # someone chose it
+        check_choices(self)
+        object.__setattr__(self, "parallel", parallelism_from(self.parallel))  # a mapping becomes a Parallelism
         if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
             message = (
                 f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "

@@ -323,7 +323,23 @@ def _apply_any(data: dict[str, Any], user_keys: dict[str, str], overrides: Overr
         return problems
     if isinstance(overrides, str):
         overrides = [overrides]
+    if not isinstance(overrides, Sequence) or isinstance(overrides, bytes):
+        raise _overrides_error(f"overrides must be a mapping {{'num_heads': 16}} or a list of 'key=value' strings, "
+                               f"got {type(overrides).__name__}")  # fmt: skip
+    if len(overrides) > MAX_OVERRIDES:
+        raise _overrides_error(f"{len(overrides):,} overrides; at most {MAX_OVERRIDES:,}")
+    bad = next((item for item in overrides if not isinstance(item, str)), None)
+    if bad is not None:
+        raise _overrides_error(f"every override is a 'key=value' string, got {type(bad).__name__} {bad!r:.60}")
     return apply_overrides(data, user_keys, list(overrides))
+
+
+MAX_OVERRIDES = 10_000  # one per field, many times over
+
+
+def _overrides_error(message: str) -> EmbedcalcError:
+    """A Python caller's ``overrides`` argument of the wrong type (exit 2, like a malformed --set)."""
+    return EmbedcalcError(message, ExitCode.USAGE, [Problem("overrides", message, "bad_override")], "bad_override")
 
 
 def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:
