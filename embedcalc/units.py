@@ -53,3 +53,16 @@ def seconds(value: float | None) -> str:
         if abs(value) >= scale:
             return f"{value / scale:,.2f} {unit}"
     return f"{value * 1e9:,.1f} ns"
+
+
+def dollars(value: float) -> str:
+    """``59377.0`` -> ``$59,377.00``; below a cent with 3 significant digits (``$0.00412``), never ``$0.00``."""
+    if 0 < abs(value) < 0.01:
+        return f"${value:.3g}"
+    return f"${value:,.2f}"
+
+
+def amount(value: float) -> str:
+    """A count that is a float (tokens/s, device-hours): whole above 100 (``14,881``), 3 significant digits below
+    (``0.0256``, ``42.7``), never a bare ``0`` for a positive value."""
+    return f"{value:,.0f}" if abs(value) >= 100 or value == 0 else f"{value:.3g}"

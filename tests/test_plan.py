@@ -373,3 +373,16 @@ def test_rows_are_typed() -> None:
     assert all(isinstance(r, ServingRow) for r in p.rows)
     t = embedcalc.plan("gpt2", mode="training", train_tokens=10**9, hardware=["h100-sxm"], max_devices=2)
     assert all(isinstance(r, TrainingRow) for r in t.rows)
+
+
+def test_small_costs_and_rates_keep_their_digits() -> None:
+    from embedcalc.units import amount, dollars
+
+    assert dollars(0.00299) == "$0.00299" and dollars(59377.0) == "$59,377.00" and dollars(0) == "$0.00"
+    assert amount(0.0256) == "0.0256" and amount(42.71) == "42.7" and amount(14881.3) == "14,881"
+
+
+def test_a_device_without_the_dtype_says_so_and_nothing_else() -> None:
+    result = runner.invoke(app, ["plan", "llama-3.1-8b", "--hardware", "v100-sxm2", "--dtype", "bf16"])
+    assert result.exit_code == 5
+    assert "v100-sxm2 has no bf16 peak" in result.stderr and "--max-devices" not in result.stderr

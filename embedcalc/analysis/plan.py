@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embedcalc.units import seconds
+from embedcalc.units import amount, dollars, seconds
 
 NODE_DEVICES = 8  # devices per node: HGX/DGX H100/H200/B200, MI300X platforms; TP stays inside one
 DEFAULT_MAX_SEQS = 256  # vLLM's default --max-num-seqs
@@ -186,7 +186,7 @@ class Objectives:
         if self.max_tpot_s is not None and t.tpot_s > self.max_tpot_s:
             out.append(f"TPOT {seconds(t.tpot_s)} > {seconds(self.max_tpot_s)}")
         if self.min_tokens_per_s is not None and t.tokens_per_s < self.min_tokens_per_s:
-            out.append(f"{t.tokens_per_s:,.0f} tokens/s < {self.min_tokens_per_s:,.0f}")
+            out.append(f"{amount(t.tokens_per_s)} tokens/s < {amount(self.min_tokens_per_s)}")
         return out
 
     def as_json(self) -> dict[str, Any]:
@@ -322,7 +322,7 @@ class PlanResult:
 
 
 def _money(value: float | None) -> str:
-    return "no price" if value is None else f"${value:,.2f}"
+    return "no price" if value is None else dollars(value)
 
 
 def _where(layout: Layout, dtype: str) -> str:
@@ -340,7 +340,7 @@ def _serving_line(rows: tuple[ServingRow, ...]) -> str:
             if cost is not None
             else f"no price for {best.layout.device} (--price-per-hour {best.layout.device}=P for the cost)"
         )
-        return (f"Serve on {_where(best.layout, best.dtype)}: {price}, {t.tokens_per_s:,.0f} tokens/s, TTFT "
+        return (f"Serve on {_where(best.layout, best.dtype)}: {price}, {amount(t.tokens_per_s)} tokens/s, TTFT "
                 f"{seconds(t.ttft_s)}, TPOT {seconds(t.tpot_s)} at {t.concurrency:,.3g} in flight")  # fmt: skip
     served = [r for r in rows if r.times is not None]
     if served:
@@ -348,6 +348,8 @@ def _serving_line(rows: tuple[ServingRow, ...]) -> str:
         return (f"No layout meets every objective; the cheapest that fits, {_where(near.layout, near.dtype)}, "
                 f"misses: {'; '.join(near.reasons)}. Relax the objective, lower --concurrency/--rate, or allow "
                 "more devices (--max-devices)")  # fmt: skip
+    if rows and all(r.memory is None for r in rows):  # no device planned runs the dtype
+        return "No device planned runs this dtype: " + "; ".join(r.reasons[0] for r in rows if r.reasons)
     return ("No layout holds the model and the load: " + (rows[0].reasons[0] if rows and rows[0].reasons else "no "
             "layout to evaluate") + ". Allow more devices (--max-devices), lower --concurrency, --seq-len or "
             "--gen-tokens, or hold less (--dtype int8, --kv-dtype fp8, --memory-utilization 0.95)")  # fmt: skip
@@ -361,7 +363,7 @@ def _training_line(rows: tuple[TrainingRow, ...]) -> str:
 
         def line(r: TrainingRow) -> str:
             cost = f", {_money(r.cost)}" if r.cost is not None else ""
-            return (f"{_where(r.layout, r.dtype)} in {seconds(r.wall_s or 0.0)}, {r.device_hours or 0:,.0f} "
+            return (f"{_where(r.layout, r.dtype)} in {seconds(r.wall_s or 0.0)}, {amount(r.device_hours or 0.0)} "
                     f"device-hours{cost}")  # fmt: skip
 
         text = f"Fastest: {line(fastest)}"
@@ -376,6 +378,8 @@ def _training_line(rows: tuple[TrainingRow, ...]) -> str:
                 f"{seconds(wall)} ({seconds(wall - deadline)} over). Allow at least {needed:,} devices "
                 f"(--max-devices {needed}), extend --deadline to {seconds(wall)}, or train on fewer "
                 "tokens")  # fmt: skip
+    if rows and all(r.memory_bytes is None and r.reasons and "peak" in r.reasons[0] for r in rows):
+        return "No device planned runs this dtype: " + "; ".join(r.reasons[0] for r in rows)
     return (
         "No training layout fits in memory: "
         + (rows[0].reasons[0] if rows and rows[0].reasons else "no layout to evaluate")

@@ -24,10 +24,6 @@ def _opt(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
     return lambda v: "—" if v is None else fmt(v)
 
 
-def _money(v: float) -> str:
-    return f"${v:,.2f}"
-
-
 def _status(row: ServingRow | TrainingRow) -> str:
     return "ok" if row.ok else "; ".join(row.reasons)
 
@@ -54,11 +50,11 @@ SERVING: list[Column] = [
     ("KV/seq", _kv_per_sequence, _opt(units.binary_bytes), True),
     ("max seqs", lambda r: r.max_concurrency, _opt(lambda v: f"{v:,}"), True),
     ("in flight", lambda r: _times(r, "concurrency"), _opt(lambda v: f"{v:,.3g}"), True),
-    ("tokens/s", lambda r: _times(r, "tokens_per_s"), _opt(lambda v: f"{v:,.0f}"), True),
+    ("tokens/s", lambda r: _times(r, "tokens_per_s"), _opt(units.amount), True),
     ("TTFT", lambda r: _times(r, "ttft_s"), units.seconds, True),
     ("TPOT", lambda r: _times(r, "tpot_s"), units.seconds, True),
-    ("$/hour", lambda r: r.cost_per_hour, _opt(_money), True),
-    ("$/M tokens", lambda r: r.cost_per_million_tokens, _opt(_money), True),
+    ("$/hour", lambda r: r.cost_per_hour, _opt(units.dollars), True),
+    ("$/M tokens", lambda r: r.cost_per_million_tokens, _opt(units.dollars), True),
     ("status", _status, str, False),
 ]
 
@@ -72,8 +68,8 @@ TRAINING: list[Column] = [
     ("memory/device", lambda r: r.memory_bytes, _opt(units.binary_bytes), True),
     ("step", lambda r: r.step_s, units.seconds, True),
     ("wall time", lambda r: r.wall_s, units.seconds, True),
-    ("device-hours", lambda r: r.device_hours, _opt(lambda v: f"{v:,.0f}"), True),
-    ("cost", lambda r: r.cost, _opt(_money), True),
+    ("device-hours", lambda r: r.device_hours, _opt(units.amount), True),
+    ("cost", lambda r: r.cost, _opt(units.dollars), True),
     ("status", _status, str, False),
 ]
 
