@@ -1,7 +1,12 @@
 """``bench`` and ``sweep --measure``: the torch model run on a real device, each measurement beside its
-prediction (needs the ``torch`` extra). Every prediction placed beside a measurement is made for dropout 0
+prediction (needs the ``torch`` extra).
+
+One setting object, :class:`RunOptions` (device, warm-up and timed steps, compile, CPU threads, force, progress),
+serves every kind of run; the modeling side's settings are built from it and the workload by one function
+(:func:`run_settings`). Every prediction placed beside a measurement is made for dropout 0
 (:func:`~embedcalc.api.load.without_dropout`), and a run predicted not to fit in free memory is refused (exit 4)
-unless forced.
+unless forced. Generation, torchrun ranks and the memory matrix are in :mod:`embedcalc.api.generate`,
+:mod:`embedcalc.api.distributed` and :mod:`embedcalc.api.memory_matrix`.
 
 Long runs report progress through a :data:`Progress`: a function of a title that returns a context manager
 yielding ``on_step(phase, done, total)``; the CLI passes rich progress bars, the default draws nothing.
@@ -11,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from embedcalc.analysis.checked import analyze_loaded
 from embedcalc.analysis.workload import Workload
@@ -23,19 +28,84 @@ from embedcalc.config.dtypes import BENCH_DTYPES
 from embedcalc.errors import EmbedcalcError, ExitCode
 
 if TYPE_CHECKING:
+    from embedcalc.analysis.report import Analysis
+    from embedcalc.config.loading import LoadedConfig
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.bench import BenchResult
+    from embedcalc.reconcile.peak import LocalMeasurement, PeakResult
 
 StepCallback = Callable[[str, int, int], None]  # (phase, steps done, steps in phase)
 Progress = Callable[[str], AbstractContextManager[StepCallback]]
+S = TypeVar("S")
 
-__all__ = ["BENCH_DTYPES", "MeasureRequest", "Progress", "bench", "measure_split", "no_progress"]
+__all__ = ["BENCH_DTYPES", "MeasureRequest", "Progress", "RunOptions", "bench", "bench_target", "measure_peak",
+           "measure_split", "no_progress", "run_settings"]  # fmt: skip
 
 
 @contextmanager
 def no_progress(title: str) -> Iterator[StepCallback]:
     """A :data:`Progress` that draws nothing."""
     yield lambda phase, done, total: None
+
+
+def _silent(line: str) -> None:
+    """A note nobody reads (the default of :attr:`RunOptions.notify`)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a measurement: ``device`` (auto, cpu, cuda), ``warmup`` untimed and ``repeat`` timed steps,
+    ``compile`` through torch.compile, torch's CPU ``threads`` (None: its choice), ``force`` past the memory
+    check, the ``progress`` display, and ``notify`` for a line worth telling (ranks being launched)."""
+
+    device: str = "auto"
+    warmup: int = 3
+    repeat: int = 10
+    compile: bool = False
+    threads: int | None = None
+    force: bool = False
+    progress: Progress = no_progress
+    notify: Callable[[str], None] = _silent
+
+    def resolve(self) -> Any:
+        """The torch device, with torch's CPU threads set (exit 4 for a device this machine does not have)."""
+        dev = require_device(self.device)
+        from embedcalc.modeling.timing import set_threads
+
+        set_threads(self.threads)
+        return dev
+
+
+def run_settings(cls: Callable[..., S], run: Workload, options: RunOptions, **fixed: Any) -> S:
+    """The modeling side's settings dataclass ``cls`` (BenchSettings, GenerateSettings, DistributedSettings) from
+    the workload's and the options' fields of the same names, and ``fixed`` ones (built once, for every run)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    values = {n: getattr(run, n) for n in names if hasattr(run, n)} | {
+        n: getattr(options, n) for n in names if hasattr(options, n) and not hasattr(run, n)
+    }
+    return cls(**(values | fixed))
+
+
+def where(dev: Any) -> str:
+    """How a refusal names the memory it compared with."""
+    return "cuda" if dev.type == "cuda" else "this machine (MemAvailable)"
+
+
+def refuse_unless_fits(analysis: Analysis, dev: Any, options: RunOptions, decodes: bool = False) -> None:
+    """Refuse (exit 4) a run predicted to need more than is free on ``dev``, unless forced (``decodes``: the run
+    allocates the KV cache, :func:`embedcalc.reconcile.bench.run_bytes`)."""
+    if options.force:
+        return
+    from embedcalc.modeling.timing import free_memory_bytes
+    from embedcalc.reconcile.bench import check_fits
+    from embedcalc.units import binary_bytes
+
+    check_fits(analysis, free_memory_bytes(dev), where(dev), binary_bytes, decodes)
+
+
+def measured_analysis(loaded: LoadedConfig, run: Workload) -> Analysis:
+    """The prediction a measurement of ``loaded`` is put beside: for dropout 0, checked against the workload."""
+    return analyze_loaded(without_dropout(loaded), run)
 
 
 def bench(
@@ -57,32 +127,80 @@ def bench(
     >>> b.measurement.tokens_per_s > 0  # doctest: +SKIP
     True
     """
-    from embedcalc.modeling.benchmark import BenchSettings, run_benchmark
-    from embedcalc.modeling.timing import free_memory_bytes, measure_matmul_peak
-    from embedcalc.reconcile.bench import BenchResult, check_fits, measurement
-    from embedcalc.units import binary_bytes
-
     run = workload_of(workload, workload_fields)
     if run.dtype not in BENCH_DTYPES:
         raise usage(f"bench runs in {', '.join(BENCH_DTYPES)}, not {run.dtype}", "dtype")
     if warmup < 0 or repeat < 1:
         raise usage(f"warmup must be >= 0 and repeat >= 1, got {warmup} and {repeat}", "repeat")
-    dev = require_device(device, flag="device")
-    analysis = analyze_loaded(without_dropout(as_loaded(config)), run)
-    if not force:
-        check_fits(analysis, free_memory_bytes(dev), str(dev), binary_bytes)
-    settings = BenchSettings(
-        batch_size=run.batch_size, seq_len=run.seq_len, tgt_len=run.tgt_len, dtype=run.dtype, mode=run.mode,
-        attention=run.attention, compile=compile, warmup=warmup, repeat=repeat, recompute=run.recompute,
-    )  # fmt: skip
+    return _bench(as_loaded(config), run, RunOptions(device, warmup, repeat, compile, force=force))
+
+
+def bench_target(target: str, overrides: Sequence[str] | None, run: Workload, options: RunOptions) -> BenchResult:
+    """``embedcalc bench TARGET``: one forward or training step of ``run`` timed (the analysis' warnings on
+    ``result.analysis``)."""
+    return _bench(load_target(target, overrides), run, options)
+
+
+def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchResult:
+    from embedcalc.modeling.benchmark import BenchSettings, run_benchmark
+    from embedcalc.reconcile.bench import BenchResult, measurement
+
+    dev = options.resolve()
+    analysis = measured_analysis(loaded, run)
+    refuse_unless_fits(analysis, dev, options)
+    settings = run_settings(BenchSettings, run, options)
     try:
-        timed = run_benchmark(analysis.config, settings, dev)
-    except (MemoryError, RuntimeError) as exc:
-        raise EmbedcalcError(
-            f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
-        ) from None
-    peak = measure_matmul_peak(dev, run.dtype)
+        with options.progress(analysis.target) as on_step:
+            timed = run_benchmark(analysis.config, settings, dev, on_step)
+    except MemoryError as exc:
+        raise EmbedcalcError(f"out of memory on {dev}: {exc}", ExitCode.RUNTIME, code="out_of_memory") from None
+    except RuntimeError as exc:  # torch raises RuntimeError (and its OutOfMemoryError subclass) for device faults
+        raise EmbedcalcError(f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed") from None
+    peak = matmul_peak(dev, run.dtype, options)
     return BenchResult(analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype))
+
+
+def matmul_peak(dev: Any, dtype: str, options: RunOptions) -> Any:
+    from embedcalc.modeling.timing import measure_matmul_peak
+
+    with options.progress("matmul peak") as on_step:
+        return measure_matmul_peak(dev, dtype, on_step=on_step)
+
+
+def measure_peak(dtype: str, options: RunOptions) -> PeakResult:
+    """``embedcalc bench --peak``: the device's matmul peak beside its datasheet peak, and its memory bandwidth,
+    measured and cached as the ``local`` device."""
+    from embedcalc.modeling.timing import device_name
+    from embedcalc.reconcile.peak import peak_result
+
+    dev = options.resolve()
+    peak = matmul_peak(dev, dtype, options)
+    name = device_name(dev)
+    return peak_result(name, dtype, peak, dev.type == "cuda", measure_local(dev, name, dtype, peak, options.progress))
+
+
+def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress = no_progress) -> LocalMeasurement:
+    """Measure this device's memory bandwidth (STREAM copy/triad), merge the matmul ``peak`` just measured, and
+    cache it all as the ``local`` device; returns what ``bench --peak`` reports beside the peak."""
+    from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
+    from embedcalc.modeling.bandwidth import measure_memory_bandwidth, total_memory_bytes
+    from embedcalc.reconcile.peak import LocalMeasurement
+
+    with progress("memory bandwidth") as on_step:
+        bandwidth = measure_memory_bandwidth(dev, on_step=on_step)
+    how = f"best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls"
+    device = local_device(
+        name, "gpu" if dev.type == "cuda" else "cpu", {peak_dtype(dtype): (peak.flops_per_s, how)},
+        total_memory_bytes(dev), (bandwidth.bytes_per_s, bandwidth.method), bandwidth.torch_version, previous_local(),
+    )  # fmt: skip
+    path = save_local(device)
+    measured = device.measured
+    return LocalMeasurement(
+        memory_bandwidth_bytes_per_s=bandwidth.bytes_per_s, copy_bytes_per_s=bandwidth.copy_bytes_per_s,
+        triad_bytes_per_s=bandwidth.triad_bytes_per_s, bandwidth_method=bandwidth.method, memory_bytes=device.memory,
+        catalogue_match=measured.matches if measured else None, efficiency=measured.efficiency if measured else {},
+        cached_as=LOCAL, cache_path=str(path),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -109,12 +227,10 @@ def measure_split(
     batch = axes.get("batch_size", (run.batch_size,))[0]
     seq_lens = sorted(axes["seq_len"])
     base = Workload(batch_size=batch, seq_len=max(seq_lens), dtype=run.dtype, attention=run.attention)
-    loaded = without_dropout(load_target(target, [*(overrides or []), *fixed]))
-    analysis = analyze_loaded(loaded, base)
+    analysis = measured_analysis(load_target(target, [*(overrides or []), *fixed]), base)
     dtype = run.dtype if run.dtype in BENCH_DTYPES else "fp32"
     with request.progress(f"{target} attention split") as on_step:
         points = measure_attention_split(
             analysis.config, seq_lens, batch, dtype, run.attention, dev, repeat=request.repeat, on_step=on_step
         )
     return attention_split(analysis, points, batch, str(dev), set_threads(None))
-

@@ -1,6 +1,5 @@
 """``embedcalc hardware`` lists the device catalogue; ``hardware show NAME`` prints one device with its sources.
-
-Also the ``local`` measurement that ``bench --peak`` makes and caches (:func:`measure_local`).
+(The ``local`` measurement that ``bench --peak`` makes and caches is :func:`embedcalc.api.bench.measure_local`.)
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
 
 if TYPE_CHECKING:  # the catalogue (pydantic models) loads when a hardware command runs, not for --help
     from embedcalc.config.hardware import Device
-    from embedcalc.reconcile.peak import LocalMeasurement
 
 app = typer.Typer(help="List the device catalogue (peaks, memory, bandwidths), or show one device.")
 
@@ -65,33 +63,3 @@ def show_hardware(
     from embedcalc.render.hardware import device_table
 
     output.stdout.print(device_table(device))
-
-
-def measure_local(dev: Any, name: str, dtype: str, peak: Any) -> LocalMeasurement:
-    """Measure this device's memory bandwidth (STREAM copy/triad), merge the matmul ``peak`` just measured, and
-    cache it all as the ``local`` device; returns what ``bench --peak`` reports beside the peak."""
-    from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
-    from embedcalc.modeling.bandwidth import measure_memory_bandwidth, total_memory_bytes
-    from embedcalc.reconcile.peak import LocalMeasurement
-    from embedcalc.render.progress import step_progress
-
-    with step_progress(output.stderr, "memory bandwidth") as on_step:
-        bandwidth = measure_memory_bandwidth(dev, on_step=on_step)
-    how = f"best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls"
-    device = local_device(
-        name, "gpu" if dev.type == "cuda" else "cpu", {peak_dtype(dtype): (peak.flops_per_s, how)},
-        total_memory_bytes(dev), (bandwidth.bytes_per_s, bandwidth.method), bandwidth.torch_version, previous_local(),
-    )  # fmt: skip
-    path = save_local(device)
-    measured = device.measured
-    return LocalMeasurement(
-        memory_bandwidth_bytes_per_s=bandwidth.bytes_per_s,
-        copy_bytes_per_s=bandwidth.copy_bytes_per_s,
-        triad_bytes_per_s=bandwidth.triad_bytes_per_s,
-        bandwidth_method=bandwidth.method,
-        memory_bytes=device.memory,
-        catalogue_match=measured.matches if measured else None,
-        efficiency=measured.efficiency if measured else {},
-        cached_as=LOCAL,
-        cache_path=str(path),
-    )

@@ -26,7 +26,6 @@ import gc
 import logging
 import os
 import signal
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from typing import Any, Literal
 import torch
 
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.timing import Timings
 
 Strategy = Literal["ddp", "fsdp", "tp"]
 FAULT_ENV = "EMBEDCALC_FAULT_RANK"
@@ -79,11 +79,10 @@ class RankResult:
 
     @property
     def median_s(self) -> float:
-        return statistics.median(self.step_seconds)
+        return Timings(self.step_seconds).median_s
 
     def quantile_s(self, q: float) -> float:
-        ordered = sorted(self.step_seconds)
-        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+        return Timings(self.step_seconds).quantile_s(q)
 
 
 def _local_numel(model: torch.nn.Module) -> int:

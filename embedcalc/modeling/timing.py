@@ -11,7 +11,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,6 +28,16 @@ DTYPES: dict[str, torch.dtype] = {  # embedcalc's dtype names (embedcalc.config.
 StepCallback = Callable[[str, int, int], None]  # (phase, step done, steps in phase)
 
 
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (q in [0, 1]) of ``values``, interpolated linearly between the two nearest order
+    statistics (Hyndman & Fan 1996, definition 7: numpy's and R's default)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 @dataclass(frozen=True)
 class Timings:
     """Seconds per step of the timed runs, in order."""
@@ -39,14 +49,8 @@ class Timings:
         return statistics.median(self.seconds)
 
     def quantile_s(self, q: float) -> float:
-        """Linear-interpolated quantile (q in [0, 1]) of the step times."""
-        ordered = sorted(self.seconds)
-        if len(ordered) == 1:
-            return ordered[0]
-        pos = q * (len(ordered) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(ordered) - 1)
-        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+        """The ``q`` quantile of the step times (:func:`quantile`)."""
+        return quantile(self.seconds, q)
 
 
 def resolve_device(name: str) -> torch.device:

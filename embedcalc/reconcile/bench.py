@@ -1,8 +1,10 @@
 """``bench``: a timed run on a real device beside the analytic prediction (throughput, FLOP/s, memory).
 
 The prediction of what a timed run peaks at is the analyzer's memory estimate without its KV cache (bench runs
-whole-sequence forwards or training steps, it does not decode). Achieved FLOP/s is analytic FLOPs over the median
-step time; utilisation is against the device's measured matmul peak (and the datasheet peak for a known GPU).
+whole-sequence forwards or training steps, it does not decode; generation, which does, with it): :func:`run_bytes`,
+the one prediction every measured run (bench, generation, distributed) is compared with, by :func:`error_pct`.
+Achieved FLOP/s is analytic FLOPs over the median step time; utilisation is against the device's measured matmul
+peak (and the datasheet peak for a known GPU).
 """
 
 from __future__ import annotations
@@ -24,38 +26,50 @@ if TYPE_CHECKING:  # torch loads with the benchmark, not with the analyzer
     from embedcalc.modeling.timing import PeakMeasurement
 
 
-def run_bytes(memory: MemoryEstimate) -> int:
-    """What the timed run should peak at: the estimate without its KV cache."""
-    return memory.total_bytes - memory.kv_cache_bytes
+def run_bytes(memory: MemoryEstimate, decodes: bool = False) -> int:
+    """What a measured run should peak at: the estimate without its KV cache, unless the run decodes (generation
+    allocates the cache before the prompt)."""
+    return memory.total_bytes - (0 if decodes else memory.kv_cache_bytes)
 
 
-def predicted_bytes(analysis: Analysis) -> int:
-    return run_bytes(analysis.memory)
+def predicted_bytes(analysis: Analysis, decodes: bool = False) -> int:
+    return run_bytes(analysis.memory, decodes)
 
 
-def largest_fitting(workload: Workload, config: ModelConfig, free: int, field: str) -> int | None:
+def error_pct(measured: float | None, predicted: float | None) -> float | None:
+    """(measured − predicted) / predicted in percent, or None without a prediction."""
+    if measured is None or not predicted:
+        return None
+    return 100.0 * (measured - predicted) / predicted
+
+
+def largest_fitting(
+    workload: Workload, config: ModelConfig, free: int, field: str, decodes: bool = False
+) -> int | None:
     """The largest batch_size (or seq_len) at which the prediction fits in ``free`` bytes, by bisection."""
 
     def fits(value: int) -> bool:
         trial = (
             replace(workload, batch_size=value) if field == "batch_size" else replace(workload, seq_len=value)
         )
-        return run_bytes(estimate_memory(config, trial)) <= free
+        return run_bytes(estimate_memory(config, trial), decodes) <= free
 
     if not fits(1):
         return None
     return largest(fits, 1, getattr(workload, field))
 
 
-def check_fits(analysis: Analysis, free: int, where: str, sizes: Callable[[int], str]) -> None:
+def check_fits(
+    analysis: Analysis, free: int, where: str, sizes: Callable[[int], str], decodes: bool = False
+) -> None:
     """Raise :class:`UnsupportedEnvironmentError` (exit 4) when the predicted peak exceeds ``free`` bytes, naming
     a batch size and a seq-len that would fit. ``sizes`` formats a byte count."""
-    need = predicted_bytes(analysis)
+    need = predicted_bytes(analysis, decodes)
     if need <= free:
         return
     config, w = analysis.config, analysis.workload
-    batch = largest_fitting(w, config, free, "batch_size")
-    seq = largest_fitting(w, config, free, "seq_len")
+    batch = largest_fitting(w, config, free, "batch_size", decodes)
+    seq = largest_fitting(w, config, free, "seq_len", decodes)
     hints = []
     if batch:
         hints.append(f"--batch-size {batch}")
@@ -135,7 +149,7 @@ def measurement(
         peak_memory_bytes=run.peak_memory_bytes,
         peak_memory_method=run.memory_method,
         predicted_memory_bytes=predicted,
-        memory_error_pct=100.0 * (run.peak_memory_bytes - predicted) / predicted if predicted else None,
+        memory_error_pct=error_pct(run.peak_memory_bytes, predicted),
     )
 
 

@@ -15,15 +15,18 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.analysis.communication import CommunicationEstimate
+from embedcalc.analysis.communication import CommunicationEstimate, communication
 from embedcalc.analysis.memory import MemoryEstimate
+from embedcalc.analysis.parallel import stage_params
 from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Parallelism
 from embedcalc.config.schema import ModelConfig
 
 if TYPE_CHECKING:  # types only: `analyze --tp/--dp` reaches this module through the communication table, and
     # importing the torch side at run time would load torch there (and fail without it: issue 24)
     from embedcalc.modeling.distributed import RankResult, Strategy
+from embedcalc.reconcile.bench import error_pct, run_bytes
 
 
 def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
@@ -36,6 +39,26 @@ def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
         size = -(-rows // nproc)
         total += max(0, min(size, rows - rank * size)) * rest * tensor.copies
     return total
+
+
+def distributed_bench(
+    analysis: Analysis, strategy: Strategy, nproc: int, ranks: list[RankResult], baseline: RankResult | None
+) -> DistributedBench:
+    """Put the measured ``ranks`` (and the one-process ``baseline``) of ``analysis`` (its workload the strategy's
+    layout, :func:`strategy_parallelism`) beside the prediction (module docstring)."""
+    w = analysis.workload
+    flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
+    return DistributedBench(
+        target=analysis.target, strategy=strategy, nproc=nproc, tokens_per_rank_step=w.batch_size * w.seq_len,
+        ranks=ranks, baseline=baseline, predicted_memory=analysis.memory,
+        predicted_params=[
+            fsdp_rank_params(analysis.config, nproc, rank) if strategy == "fsdp"
+            else max(stage_params(analysis.config, w.parallel))
+            for rank in range(nproc)
+        ],
+        predicted_comm=communication(analysis.config, w),
+        flops_per_rank_step=flops // (nproc if strategy == "tp" else 1),
+    )  # fmt: skip
 
 
 def strategy_parallelism(strategy: Strategy, nproc: int) -> Parallelism:
@@ -91,13 +114,13 @@ class DistributedBench:
         return self.predicted_comm.wire_bytes / self.comm_s if self.comm_s > 0 else None
 
     def rank_rows(self) -> list[dict[str, Any]]:
-        predicted = self.predicted_memory.total_bytes - self.predicted_memory.kv_cache_bytes
+        predicted = run_bytes(self.predicted_memory)
         rows = []
         for r in self.ranks:
             rows.append({
                 "rank": r.rank, "median_s": r.median_s, "p10_s": r.quantile_s(0.1), "p90_s": r.quantile_s(0.9),
                 "peak_memory_bytes": r.peak_memory_bytes, "predicted_memory_bytes": predicted,
-                "memory_error_pct": 100.0 * (r.peak_memory_bytes - predicted) / predicted if predicted else None,
+                "memory_error_pct": error_pct(r.peak_memory_bytes, predicted),
                 "local_params": r.local_params, "predicted_params": self.predicted_params[r.rank],
                 "comm_s_per_step": r.comm_seconds_per_step, "comm_calls_per_step": r.comm_calls_per_step,
                 "comm_ops": r.comm_ops, "device": r.device, "threads": r.threads,

@@ -19,28 +19,13 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import RooflineEstimate
+from embedcalc.reconcile.bench import error_pct, run_bytes
 
 if TYPE_CHECKING:  # torch loads with the run, not with the analyzer
     from embedcalc.modeling.generate import GenerationRun
 
 KEYS = ("ttft_s", "decode_s_per_token_median", "decode_s_per_token_p90", "decode_tokens_per_s",
         "kv_cache_bytes_measured", "peak_memory_bytes")  # fmt: skip
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (q in [0, 1])."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def error_pct(measured: float | None, predicted: float | None) -> float | None:
-    """(measured − predicted) / predicted in percent, or None without a prediction."""
-    if measured is None or not predicted:
-        return None
-    return 100.0 * (measured - predicted) / predicted
 
 
 @dataclass(frozen=True)
@@ -101,7 +86,7 @@ def predicted_values(analysis: Analysis, roofline: RooflineEstimate | None) -> d
         "decode_s_per_token_p90": roofline.decode_s_per_token if roofline is not None else None,
         "decode_tokens_per_s": 1.0 / mean if mean else None,
         "kv_cache_bytes_measured": kv,
-        "peak_memory_bytes": analysis.memory.total_bytes,
+        "peak_memory_bytes": run_bytes(analysis.memory, decodes=True),
     }
 
 
@@ -109,6 +94,8 @@ def generation_measurement(
     analysis: Analysis, run: GenerationRun, roofline: RooflineEstimate | None, note: str
 ) -> GenerationMeasurement:
     """Reconcile a measured generation of ``analysis.config`` with the analytic KV cache and ``roofline``."""
+    from embedcalc.modeling.timing import quantile
+
     w = analysis.workload
     steps = [s for generation in run.decode_s for s in generation]
     if not steps:
