@@ -22,7 +22,7 @@ from embedcalc.analysis.plan import (
     closed_loop,
     open_loop,
 )
-from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
+from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.roofline_capacity import largest
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.serving_memory import (
@@ -51,7 +51,6 @@ class ServingRequest:
     utilization: float = DEFAULT_UTILIZATION
     objectives: Objectives = field(default_factory=Objectives)
     max_devices: int = 64
-    efficiency: Efficiency = field(default_factory=Efficiency)
     dtype_fallback: bool = False  # the dtype was not given: fp16 where a device has no bf16 peak
 
 
@@ -70,7 +69,8 @@ def tp_degrees(config: ModelConfig, most: int) -> list[int]:
 
 def _time(config: ModelConfig, w: Workload, device: Device, request: ServingRequest) -> RooflineEstimate:
     """``analyze``'s time estimate for ``w`` on ``device`` (the same call its --hardware makes)."""
-    return estimate_time(config, w, TimeRequest(device, request.efficiency, request.kv_dtype))
+    # the time model's defaults, as analyze without --efficiency: the same call, the same numbers
+    return estimate_time(config, w, TimeRequest(device=device, kv_dtype=request.kv_dtype))
 
 
 def no_peak(device: Device, w: Workload) -> str | None:

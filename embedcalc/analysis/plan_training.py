@@ -8,12 +8,11 @@ ZeRO stage and recompute level that fit) are stated in :mod:`embedcalc.analysis.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.plan import DEFAULT_MAX_TRAINING_DEVICES, NODE_DEVICES, Layout, Price, TrainingRow
 from embedcalc.analysis.plan_inference import device_dtype, no_peak, tp_degrees
-from embedcalc.analysis.roofline import Efficiency
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Recompute, Workload
@@ -33,7 +32,6 @@ class TrainingRequest:
     deadline_s: float | None = None
     global_batch: int | None = None  # sequences per optimizer step over all replicas
     max_devices: int = DEFAULT_MAX_TRAINING_DEVICES
-    efficiency: Efficiency = field(default_factory=Efficiency)
     dtype_fallback: bool = False  # the dtype was not given: fp16 where a device has no bf16 peak
 
 
@@ -103,8 +101,8 @@ def evaluate_training(
             f"({why})",),
             memory_choice=why)  # fmt: skip
     layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
-    request_time = TimeRequest(device, request.efficiency, None, request.train_tokens, layout.devices,
-                               price.per_device_hour if price else None)  # fmt: skip
+    request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
+                               price_per_hour=price.per_device_hour if price else None)  # fmt: skip
     m = memory
     estimate = estimate_time(config, w, request_time, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)
     run = estimate.as_json()
