@@ -119,8 +119,9 @@ def test_tour_output_is_what_the_command_prints(command: str, printed: str) -> N
 
 def _prose() -> str:
     """The README outside its code blocks and inline code (console output is checked above, the quick start by
-    test_newcomer; inline code is commands and names, the presets among them checked below)."""
-    return re.sub(r"`[^`]+`", "", _FENCE.sub("", _readme()))
+    test_newcomer; inline code is commands and names, the presets among them checked below), except a code span that
+    is only a number: that is a number of the prose."""
+    return re.sub(r"`([^`]+)`", lambda m: m[1] if _NUMBER.fullmatch(m[1]) else "", _FENCE.sub("", _readme()))
 
 
 def _quick_start_torch_pin() -> str:
@@ -134,6 +135,8 @@ def _quick_start_torch_pin() -> str:
 PROSE_NUMBERS = {
     "3.11": "Python >= 3.11 is pyproject's requires-python",
     "3": "exit 3 for the invalid config of the tour (checked above)",
+    "0.9": "plan's default --memory-utilization, vLLM's gpu_memory_utilization",
+    "16": "the KV cache's block size in tokens, vLLM's --block-size",
 }
 
 
@@ -150,6 +153,10 @@ def test_prose_numbers_hold() -> None:
     pin = _quick_start_torch_pin()
     assert f"`pip install {pin} --index-url https://download.pytorch.org/whl/cu130`" in _readme()
     assert "(exit 3)" in prose
+    from embedcalc.analysis.serving_memory import BLOCK_TOKENS, DEFAULT_UTILIZATION
+
+    assert f"default `{DEFAULT_UTILIZATION}`" in _readme()
+    assert f"blocks of `{BLOCK_TOKENS}` tokens" in _readme()
 
 
 def test_presets_named_in_the_introduction_exist() -> None:
@@ -180,7 +187,9 @@ def test_compare_totals_are_what_transformers_builds() -> None:
                              encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
                              decoder_ffn_dim=2048, max_position_embeddings=512, pad_token_id=0,
                              decoder_start_token_id=0)  # fmt: skip
-    large = hf.BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    large = hf.BertConfig(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+    )
     with torch.device("meta"):
         models = {"bert-base": hf.BertModel(hf.BertConfig()), "bert-large": hf.BertModel(large),
                   "transformer-base": hf.MarianModel(marian)}  # fmt: skip
