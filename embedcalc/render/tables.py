@@ -153,7 +153,7 @@ def _serving_rows(table: FitTable, s: ServingMemory) -> None:
     rows = [
         ("weights", s.weights_bytes),
         ("activation workspace", s.workspace_bytes),
-        (f"KV cache ({s.concurrency:,} sequences)", s.kv_cache_bytes),
+        (f"KV cache ({s.concurrency:,} sequence{'s' if s.concurrency != 1 else ''})", s.kv_cache_bytes),
         (f"paged KV rounding ({s.tokens_per_sequence:,} -> {s.paged_tokens_per_sequence:,} tokens)",
          s.kv_paging_bytes),
     ]  # fmt: skip
