@@ -9,9 +9,10 @@ token budget. What plan adds is the search and, for serving, the queue model bel
 **Layouts searched** (:mod:`embedcalc.analysis.plan_inference`, :mod:`embedcalc.analysis.plan_training`):
 tensor parallelism within a node (a node holds ``NODE_DEVICES`` = 8 devices, as an HGX/DGX or MI300X platform;
 TPU slices too), only at degrees ``analyze`` accepts (dividing the heads and FFN widths, KV heads split or
-replicated); pipeline stages across nodes; data parallelism for the rest. Serving adds pipeline stages (with TP
-over the whole node) only when one node does not hold the model; training searches PP ∈ {1, 2, 4, ...} with TP
-over the node, DP in powers of two, and per layout the first ZeRO stage and recompute level that make it fit
+replicated); pipeline stages across nodes; data parallelism for the rest. Both add pipeline stages (with TP over
+the whole node) only where they are needed: serving when one node does not hold the model and the load, training
+(DP in powers of two) doubling PP ∈ {2, 4, ...} until the layout fits; per training layout the first ZeRO stage
+and recompute level that make it fit
 (recompute none before selective before full; ZeRO 1 (Megatron's distributed optimizer) before 2 before 3; no
 ZeRO without DP). ``--max-devices`` bounds the count. Expert parallelism is not searched (ep 1).
 

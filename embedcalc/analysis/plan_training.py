@@ -42,18 +42,6 @@ def _powers(most: int) -> Iterator[int]:
         n *= 2
 
 
-def training_layouts(config: ModelConfig, device: Device, max_devices: int) -> Iterator[tuple[int, int, int]]:
-    """(tp, pp, dp): TP at every accepted degree within a node; PP in powers of two (with TP over the whole node,
-    so stages span nodes) up to the layers; DP in powers of two; at most ``max_devices`` in all."""
-    degrees = tp_degrees(config, min(NODE_DEVICES, max_devices))
-    layers = sum(s.num_layers for s in stacks(config))
-    for tp in degrees:
-        pps = _powers(min(layers, max_devices // tp)) if tp == degrees[-1] else iter((1,))
-        for pp in pps:
-            for dp in _powers(max_devices // (tp * pp)):
-                yield tp, pp, dp
-
-
 MemoryCache = dict[Workload, MemoryEstimate]  # the same layout on every device has the same memory
 
 
@@ -115,6 +103,27 @@ def evaluate_training(
                        train["device_hours"], request.deadline_s, reasons, why)  # fmt: skip
 
 
+def _device_rows(
+    config: ModelConfig, device: Device, request: TrainingRequest, price: Price | None, cache: MemoryCache
+) -> list[TrainingRow]:
+    """TP at every accepted degree within a node, DP in powers of two; with TP over the whole node, pipeline stages
+    (powers of two, across nodes) added one doubling at a time until the layout fits: PP only where it is needed."""
+    most = request.max_devices
+    degrees = tp_degrees(config, min(NODE_DEVICES, most))
+    layers = sum(s.num_layers for s in stacks(config))
+    rows = []
+    for tp in degrees:
+        for dp in _powers(most // tp):
+            pp = 1
+            while True:
+                row = evaluate_training(config, device, tp, pp, dp, request, price, cache)
+                rows.append(row)
+                if row.fits or tp != degrees[-1] or 2 * pp > layers or tp * 2 * pp * dp > most:
+                    break
+                pp *= 2
+    return rows
+
+
 def plan_training(
     config: ModelConfig, devices: Sequence[tuple[Device, Price | None]], request: TrainingRequest
 ) -> list[TrainingRow]:
@@ -127,6 +136,5 @@ def plan_training(
         if missing:  # one row says it for the device
             rows.append(TrainingRow(Layout(device.name), price, w.dtype, reasons=(missing,)))
             continue
-        rows += [evaluate_training(config, device, tp, pp, dp, replace(request, workload=w), price, cache)
-                 for tp, pp, dp in training_layouts(config, device, request.max_devices)]  # fmt: skip
+        rows += _device_rows(config, device, replace(request, workload=w), price, cache)
     return sorted(rows, key=TrainingRow.sort_key)
