@@ -386,3 +386,19 @@ def test_a_device_without_the_dtype_says_so_and_nothing_else() -> None:
     result = runner.invoke(app, ["plan", "llama-3.1-8b", "--hardware", "v100-sxm2", "--dtype", "bf16"])
     assert result.exit_code == 5
     assert "v100-sxm2 has no bf16 peak" in result.stderr and "--max-devices" not in result.stderr
+
+
+def test_training_adds_pipeline_stages_only_where_memory_needs_them() -> None:
+    p = embedcalc.plan("llama-3.1-70b", mode="training", train_tokens=10**12, hardware=["a100-40gb"],
+                       max_devices=256)  # fmt: skip
+    by_layout = {(r.layout.tp, r.layout.pp, r.layout.dp): r for r in p.rows}
+    staged = [r for r in p.rows if r.layout.pp > 1]
+    assert staged
+    for row in staged:
+        lay = row.layout
+        assert lay.tp == 8  # TP over the whole node first
+        fewer = by_layout[(lay.tp, lay.pp // 2, lay.dp)]
+        assert not fewer.fits  # the layout with half the stages did not fit
+    for (tp, pp, dp), row in by_layout.items():
+        if row.fits and tp == 8:
+            assert (tp, 2 * pp, dp) not in by_layout  # nothing beyond the first that fits
