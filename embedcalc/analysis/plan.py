@@ -11,10 +11,10 @@ tensor parallelism within a node (a node holds ``NODE_DEVICES`` = 8 devices, as 
 TPU slices too), only at degrees ``analyze`` accepts (dividing the heads and FFN widths, KV heads split or
 replicated); pipeline stages across nodes; data parallelism for the rest. Both add pipeline stages (with TP over
 the whole node) only where they are needed: serving when one node does not hold the model and the load, training
-(DP in powers of two) doubling PP ∈ {2, 4, ...} until the layout fits; per training layout the first ZeRO stage
-and recompute level that make it fit
-(recompute none before selective before full; ZeRO 1 (Megatron's distributed optimizer) before 2 before 3; no
-ZeRO without DP). ``--max-devices`` bounds the count. Expert parallelism is not searched (ep 1).
+(DP in powers of two) doubling PP ∈ {2, 4, ...} until the layout fits. Per training layout, the first ZeRO stage
+and recompute level that make it fit (recompute none before selective before full; ZeRO 1, Megatron's
+distributed optimizer, before 2 before 3; no ZeRO without DP). ``--max-devices`` bounds the count. Expert
+parallelism is not searched (ep 1).
 
 **Serving under continuous batching** (Yu et al. 2022, Orca; Kwon et al. 2023, vLLM): a request is a prefill of
 its P prompt tokens (time T_p: ``analyze``'s ``prefill_s`` at batch 1) and G decode steps (the cache then holds
@@ -48,7 +48,8 @@ million output tokens = cost per hour / (3600 × tokens/s) × 10⁶. No price: t
 sort by device-seconds per token instead.
 
 **Training**: ``analyze --mode training``'s step and run on each layout (micro-batch ``--batch-size`` per
-replica; ``--global-batch`` when the time model takes it); rows that fit sort fastest first, those that meet the
+replica; a layout whose micro-batch × DP does not divide ``--global-batch`` is out); memory is judged against the
+device's whole memory, as ``analyze``'s capacity is. Rows that fit sort fastest first, those that meet the
 ``--deadline`` before those that miss it (with the shortfall).
 
 This module owns the conventions, the result types and the queue model; the searches are in
