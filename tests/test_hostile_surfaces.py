@@ -171,3 +171,29 @@ def test_workload_checks_its_own_fields() -> None:
         assert info.value.problems[0].path.lstrip("-").startswith(path)
     with pytest.raises(WorkloadError, match="did you mean 'tp'"):
         Workload(parallel={"tpp": 2})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("call", "path"),
+    [
+        (lambda e: e.analyze("gpt2", parallel={"foo": 2}), "parallel.foo"),
+        (lambda e: e.analyze("gpt2", workload=5), "workload"),
+        (lambda e: e.compare(None), "configs"),
+        (lambda e: e.compare(5), "configs"),
+        (lambda e: e.sweep("gpt2", seq_len=iter(int, 1)), "seq_len"),  # endless: refused after 100,001 values
+        (lambda e: e.sweep("gpt2", seq_len=["x"]), "seq_len"),
+        (lambda e: e.sweep("gpt2", embed_dim=[64] * 3), "embed_dim"),
+    ],
+)
+def test_api_arguments_name_the_field(call: Any, path: str) -> None:
+    import embedcalc
+
+    with pytest.raises(embedcalc.EmbedcalcError) as info:
+        call(embedcalc)
+    assert info.value.problems[0].path == path, info.value.problems
+
+
+def test_api_sweep_takes_an_int_shape_axis() -> None:
+    import embedcalc
+
+    assert [p["embed_dim"] for p in embedcalc.sweep("gpt2", embed_dim=768).points] == [768]

@@ -5,7 +5,12 @@ into a grid.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections import Counter
+from collections.abc import Iterable
+
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 
 MAX_AXIS_VALUES = 100_000
 AXIS_SYNTAX = "a list 128,256,512, an arithmetic range 384:12288:+384 or a geometric one 64:16384:x2"
@@ -17,9 +22,38 @@ class AxisError(ValueError):
 
 def _positive(text: str, what: str) -> int:
     text = text.strip()
+    if len(text) > MAX_INT_DIGITS:
+        raise AxisError(f"{what} has {len(text):,} characters; values have at most {MAX_INT_DIGITS} digits")
     if not re.fullmatch(r"[0-9]+", text) or int(text) < 1:
         raise AxisError(f"{what} {text!r} is not a positive integer")
     return int(text)
+
+
+def _no_repeats(values: list[int], shown: str) -> None:
+    duplicates = sorted(v for v, n in Counter(values).items() if n > 1)
+    if duplicates:
+        raise AxisError(f"{shown} repeats {', '.join(map(str, duplicates[:10]))}")
+
+
+def axis_values(values: Iterable[object]) -> tuple[int, ...]:
+    """A Python caller's axis: an iterable of positive ints (at most MAX_AXIS_VALUES are read, so a long list or
+    an endless generator is refused before anything is built from it), or a string in the CLI's syntax."""
+    if isinstance(values, str):
+        return parse_axis(values)
+    if isinstance(values, bytes) or not isinstance(values, Iterable):
+        raise AxisError(f"expected a list of ints or {AXIS_SYNTAX}, got {type(values).__name__}")
+    taken = list(itertools.islice(values, MAX_AXIS_VALUES + 1))
+    if len(taken) > MAX_AXIS_VALUES:
+        raise AxisError(f"more than {MAX_AXIS_VALUES:,} values; at most {MAX_AXIS_VALUES:,} per axis")
+    if not taken:
+        raise AxisError(f"empty; expected {AXIS_SYNTAX}")
+    for value in taken:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < INT_BOUND:
+            shown = f"{value!r:.40}" if not isinstance(value, int) or abs(value) < INT_BOUND else "a huge integer"
+            raise AxisError(f"{shown} is not a positive integer of at most {MAX_INT_DIGITS} digits")
+    ints = [int(v) for v in taken]  # type: ignore[call-overload]
+    _no_repeats(ints, "the axis")
+    return tuple(ints)
 
 
 def parse_axis(text: str) -> tuple[int, ...]:
@@ -31,12 +65,10 @@ def parse_axis(text: str) -> tuple[int, ...]:
     if not spec:
         raise AxisError(f"empty; expected {AXIS_SYNTAX}")
     if ":" not in spec:
+        if spec.count(",") >= MAX_AXIS_VALUES:
+            raise AxisError(f"{spec.count(',') + 1:,} values; at most {MAX_AXIS_VALUES:,} per axis")
         values = [_positive(part, "value") for part in spec.split(",")]
-        duplicates = sorted({v for v in values if values.count(v) > 1})
-        if duplicates:
-            raise AxisError(f"{text!r} repeats {', '.join(map(str, duplicates))}")
-        if len(values) > MAX_AXIS_VALUES:
-            raise AxisError(f"{len(values)} values; at most {MAX_AXIS_VALUES:,} per axis")
+        _no_repeats(values, f"{text[:60]!r}")
         return tuple(values)
     parts = spec.split(":")
     if len(parts) != 3:

@@ -106,7 +106,7 @@ def parallelism_from(value: object) -> Parallelism:
         if key not in known:
             from embedcalc.config.problems import did_you_mean
 
-            shown = f"{key!r:.40}"
+            shown = key[:40] if isinstance(key, str) else f"{key!r:.40}"
             hint = did_you_mean(key, known) if isinstance(key, str) else ""
             raise _refuse(f"parallel.{shown}", f"unknown field{hint}; fields: {', '.join(known)}",
                           "workload_bad_parallel")  # fmt: skip

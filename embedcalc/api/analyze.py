@@ -66,8 +66,9 @@ def compare(
     >>> [(a.target, a.params.total) for a in c]
     [('bert-base', 109482240), ('bert-large', 335141888)]
     """
-    if isinstance(configs, str | Path | Mapping):
-        raise usage("compare takes a list of configs, e.g. compare(['bert-base', 'bert-large'])", "configs")
+    if isinstance(configs, str | Path | Mapping) or not isinstance(configs, Sequence):
+        raise usage(f"compare takes a list of configs, e.g. compare(['bert-base', 'bert-large']), got "
+                    f"{type(configs).__name__}", "configs")  # fmt: skip
     run = workload_of(workload, workload_fields)
     loaders = [(label(c), partial(as_loaded, c)) for c in configs]
     return Comparison(tuple(_analyze_each(loaders, run)), run)

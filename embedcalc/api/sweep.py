@@ -56,7 +56,7 @@ def sweep(
     4608
     """
     from embedcalc.analysis.sweep import SweepBase, sweep_target
-    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
+    from embedcalc.analysis.sweep_axes import AxisError, axis_values
 
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -65,12 +65,10 @@ def sweep(
              "num_layers": num_layers, "ffn_dim": ffn_dim}  # fmt: skip
     axes: dict[str, tuple[int, ...]] = {}
     for name, value in given.items():
-        if value is None or isinstance(value, int):
-            continue
+        if value is None or (isinstance(value, int) and name in ("seq_len", "batch_size")):
+            continue  # (an int seq_len/batch_size fixes the workload; an int embed_dim is a one-value axis)
         try:
-            axes[name] = (
-                parse_axis(value) if isinstance(value, str) else parse_axis(",".join(map(str, value)))
-            )
+            axes[name] = axis_values([value] if isinstance(value, int) else value)
         except AxisError as exc:
             raise usage(f"{name}: {exc}", name) from None
     loaded = as_loaded(config)

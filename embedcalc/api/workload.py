@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.analysis.workload import Workload, parallelism_from
 from embedcalc.config.dtypes import DtypeError, canonical_dtype
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
@@ -23,9 +23,12 @@ def workload_of(base: Workload | None, overrides: Mapping[str, Any]) -> Workload
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise usage(f"unknown workload field {unknown[0]!r}; fields: {', '.join(sorted(names))}", unknown[0])
+    if base is not None and not isinstance(base, Workload):
+        message = f"workload must be a Workload, got {type(base).__name__}; or pass its fields as keywords"
+        raise usage(message, "workload")
     values = dict(overrides)
-    if isinstance(values.get("parallel"), Mapping):
-        values["parallel"] = Parallelism(**values["parallel"])
+    if "parallel" in values:  # a Parallelism or a mapping of its fields; anything else names the field
+        values["parallel"] = parallelism_from(values["parallel"])
     if "dtype" in values:  # a short name or an alias (dtype="bfloat16" is dtype="bf16"), chosen by the caller
         try:
             values["dtype"] = canonical_dtype(values["dtype"])
