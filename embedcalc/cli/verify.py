@@ -26,13 +26,28 @@ def verify_command(
     layout: Annotated[ParallelFlags, only("tp", "pp", "dp", "zero")],
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
+    checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint",
+            help="TARGET is a model directory (or a cached hub id) with config.json and *.safetensors: reconcile "
+            "its "
+            "stored tensors with the config's analytic count per component, from the headers alone (no torch); "
+            "exit 3 naming the tensors that disagree.",
+        ),
+    ] = False,
 ) -> None:
     """Reconcile analytic params and FLOPs with a torch model built on the meta device; exit 1 on any difference.
 
     With --tp/--dp --zero 3/--pp the model is also sharded the way torch shards it (DTensor tensor parallelism,
     FSDP2, a pipeline module split) on torch's fake process group, and every rank's parameters and the collectives
-    of one training step are reconciled with the analytic per-device numbers.
+    of one training step are reconciled with the analytic per-device numbers. With --checkpoint, the checkpoint
+    on disk is reconciled instead: tensors, shapes, dtypes and bytes per component, quantized ones with their
+    scales, a tied head stored once.
     """
+    if checkpoint:
+        _verify_checkpoint(target, overrides, format)
+        return
     from embedcalc.api.torch_env import require_torch
 
     require_torch()
@@ -66,3 +81,22 @@ def verify_command(
             f"embedcalc: {target}: analytic and torch counts differ (see the difference column)", markup=False
         )
         raise outcome(ExitCode.RUNTIME, f"{target}: analytic and torch counts differ", "mismatch")
+
+
+def _verify_checkpoint(target: str, overrides: list[str] | None, format: OutputFormat) -> None:
+    from embedcalc.api.checkpoint import verify_checkpoint
+
+    check = verify_checkpoint(target, overrides)
+    if format is OutputFormat.json:
+        output.emit_json("verify", [check.to_json()], status="ok" if check.agree else "mismatch")
+    else:
+        from embedcalc.render.checkpoint import checkpoint_lines, checkpoint_table
+
+        output.stdout.print(checkpoint_table(check))
+        for line in checkpoint_lines(check):
+            output.stdout.print(line, markup=False, highlight=False)
+    if not check.agree:
+        for line in check.problems():
+            output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
+        raise outcome(ExitCode.INVALID_CONFIG, f"{target}: the checkpoint disagrees with its config",
+                      "checkpoint_mismatch")  # fmt: skip

@@ -1,0 +1,43 @@
+"""``verify --checkpoint``: a model directory or hub-cache snapshot, its config loaded as any target is, and its
+safetensors headers reconciled with the analytic counts (no torch: headers only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from embedcalc.api.load import load_target
+from embedcalc.config.checkpoint import read_checkpoint
+from embedcalc.config.hub import resolve_hub_id
+from embedcalc.errors import ConfigError, Problem
+from embedcalc.reconcile.checkpoint import CheckpointCheck, reconcile_checkpoint
+
+__all__ = ["checkpoint_directory", "verify_checkpoint"]
+
+
+def checkpoint_directory(target: str) -> Path:
+    """The directory of TARGET's checkpoint: TARGET itself, the directory of a ``config.json``, or the snapshot of
+    a hub id in the local Hugging Face cache (exit 4 when it is not there)."""
+    path = Path(target).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_file():
+        return path.parent
+    snapshot = resolve_hub_id(target)
+    if snapshot is not None:
+        return snapshot.parent
+    message = f"{target}: no such directory or file, and not a hub id (ORG/NAME); --checkpoint reads a model directory"
+    raise ConfigError(message, [Problem("target", message, "checkpoint_not_found")], "checkpoint_not_found")
+
+
+def verify_checkpoint(target: str, overrides: Sequence[str] | None = None) -> CheckpointCheck:
+    """The checkpoint of ``target`` (a directory with ``config.json`` and ``*.safetensors``, or a cached hub id)
+    reconciled with the analytic counts of its config, component by component (``embedcalc verify
+    --checkpoint``). ``result.agree`` is False when a shape, a count or a component disagrees."""
+    directory = checkpoint_directory(target)
+    config = directory / "config.json"
+    if not config.is_file():
+        message = f"{directory}: no config.json beside the checkpoint; the counts come from it"
+        raise ConfigError(message, [Problem("config.json", message, "checkpoint_no_config")], "checkpoint_no_config")
+    loaded = load_target(str(config), overrides)
+    return reconcile_checkpoint(target, loaded.config, read_checkpoint(directory))

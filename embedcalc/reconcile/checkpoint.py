@@ -1,0 +1,225 @@
+"""``embedcalc verify DIR --checkpoint``: a real checkpoint's tensors beside the analytic count, component by
+component, from the safetensors headers alone (no tensor loaded, no torch).
+
+Per breakdown key: the tensors stored, their dtypes and bytes on disk, the parameters they hold against the analytic
+count, and the analytic weight memory at the config's dtype. Conventions:
+
+- a tensor's component comes from its module name (:mod:`embedcalc.reconcile.checkpoint_names`);
+- a packed quantized weight (GPTQ/AWQ ``qweight``, compressed-tensors ``weight_packed``, int32) holds 32 / bits
+  parameters per element (``bits`` from the config's ``quantization_config``, default 4); an FP8 weight holds one
+  per element; their scales, zeros and group indices are no parameters: their bytes are reported as ``scale_bytes``;
+- a tied head is stored once (transformers saves ``lm_head.weight`` only when untied); a stored one beside
+  ``tie_word_embeddings`` is listed as stored twice;
+- layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
+  listed as extra, not counted;
+- standard shapes are checked tensor by tensor where the config fixes them (embeddings and head: vocab x hidden;
+  q/k/v/o: heads x head_dim; a dense MLP; norms), so a disagreement names the tensor.
+
+The checkpoint agrees when every component's parameters equal the analytic count, no shape disagrees and no
+component the config has is missing; otherwise ``verify`` exits 3 naming the tensors.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from embedcalc.analysis.params import count_params
+from embedcalc.config.checkpoint import Checkpoint, StoredTensor
+from embedcalc.config.dtypes import DTYPE_BYTES
+from embedcalc.config.schema import ModelConfig
+from embedcalc.reconcile.checkpoint_names import TensorRole, tensor_role
+
+_HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
+
+
+@dataclass(frozen=True)
+class ComponentCheck:
+    """One breakdown key: stored vs analytic."""
+
+    key: str
+    analytic_params: int
+    stored_params: int
+    tensors: int
+    dtypes: tuple[str, ...]
+    stored_bytes: int
+    scale_bytes: int
+    quantized_tensors: int
+    analytic_bytes: int
+
+    @property
+    def agree(self) -> bool:
+        return self.analytic_params == self.stored_params
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "analytic_params": self.analytic_params, "stored_params": self.stored_params,
+                "agree": self.agree, "tensors": self.tensors, "dtypes": list(self.dtypes),
+                "stored_bytes": self.stored_bytes, "scale_bytes": self.scale_bytes,
+                "quantized_tensors": self.quantized_tensors, "analytic_bytes": self.analytic_bytes}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TensorNote:
+    """A tensor named in the result: a wrong shape, or one outside every component, and why."""
+
+    tensor: str
+    shape: tuple[int, ...]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "shape": list(self.shape), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    """A checkpoint reconciled with its config's analytic counts."""
+
+    target: str
+    directory: str
+    files: tuple[str, ...]
+    sharded: bool
+    dtype: str
+    components: list[ComponentCheck]
+    shape_errors: list[TensorNote]
+    extra: list[TensorNote]
+    missing: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def agree(self) -> bool:
+        return not self.shape_errors and not self.missing and all(c.agree for c in self.components)
+
+    @property
+    def stored_params(self) -> int:
+        return sum(c.stored_params for c in self.components)
+
+    @property
+    def analytic_params(self) -> int:
+        return sum(c.analytic_params for c in self.components)
+
+    def problems(self) -> list[str]:
+        """One line per disagreement, each naming the tensors."""
+        lines = [f"{n.tensor} has shape {list(n.shape)}: {n.reason}" for n in self.shape_errors]
+        lines += [f"{key}: the config has it, the checkpoint holds no tensor of it" for key in self.missing]
+        lines += [f"{c.key}: {c.stored_params:,} parameters stored, {c.analytic_params:,} counted from the config"
+                  for c in self.components if not c.agree and c.key not in self.missing]  # fmt: skip
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "directory": self.directory, "files": list(self.files),
+                "sharded": self.sharded, "dtype": self.dtype, "agree": self.agree,
+                "analytic_params": self.analytic_params, "stored_params": self.stored_params,
+                "components": [c.to_json() for c in self.components],
+                "shape_errors": [n.to_json() for n in self.shape_errors], "missing": list(self.missing),
+                "extra": [n.to_json() for n in self.extra], "notes": list(self.notes)}  # fmt: skip
+
+
+def _bits(raw: dict[str, Any]) -> int:
+    """Bits per packed weight: ``quantization_config.bits`` (GPTQ/AWQ) or compressed-tensors' ``num_bits``."""
+    quant = raw.get("quantization_config") or raw.get("compression_config") or {}
+    if isinstance(quant, dict):
+        if isinstance(quant.get("bits"), int) and quant["bits"] > 0:
+            return int(quant["bits"])
+        for group in (quant.get("config_groups") or {}).values():
+            weights = group.get("weights") if isinstance(group, dict) else None
+            if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int) and weights["num_bits"] > 0:
+                return int(weights["num_bits"])
+    return 4
+
+
+def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
+    for key in ("dtype", "torch_dtype"):
+        if raw.get(key) in _HF_DTYPES:
+            return _HF_DTYPES[raw[key]]
+    floats = [t for t in tensors if t.dtype in _STORED_DTYPES]
+    return _STORED_DTYPES[max(floats, key=lambda t: t.nbytes).dtype] if floats else "fp32"
+
+
+def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[tuple[int, ...], str] | None:
+    """The shape the config fixes for a standard tensor, and the config's reason; None where it fixes none here
+    (MoE experts, latent attention, per-layer blocks: their component totals are checked instead)."""
+    d, vocab = config.embed_dim, config.vocab_size
+    if role.key in ("embedding/token", "head/lm") and param == "weight":
+        width = (config.token_embed_dim or d) if role.key == "embedding/token" else d
+        return (vocab, width), "vocab_size, hidden"
+    if role.layer is None or config.blocks or role.key is None:
+        return None
+    last = role.module.rsplit(".", 1)[-1]
+    standard = config.attention is None or config.attention.kind == "standard"
+    q, kv = config.num_heads * config.resolved_head_dim, config.resolved_kv_heads * config.resolved_head_dim
+    outs = {"q_proj": (q, "num_heads x head_dim"), "k_proj": (kv, "num_kv_heads x head_dim"),
+            "v_proj": (kv, "num_kv_heads x head_dim")}  # fmt: skip
+    if standard and last in outs:
+        rows, why = outs[last]
+        return ((rows, d), f"{why}, hidden") if param == "weight" else ((rows,), why)
+    if standard and last == "o_proj" and param == "weight":
+        return (d, q), "hidden, num_heads x head_dim"
+    dense = config.ffn is None or config.ffn.kind == "dense"
+    width = config.resolved_ffn_dim
+    if dense and last in ("gate_proj", "up_proj") and param == "weight":
+        return (width, d), "intermediate_size, hidden"
+    if dense and last == "down_proj" and param == "weight":
+        return (d, width), "hidden, intermediate_size"
+    if last in ("input_layernorm", "post_attention_layernorm") and param == "weight":
+        return (d,), "hidden"
+    return None
+
+
+def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoint) -> CheckpointCheck:
+    """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring)."""
+    stack = "encoder" if config.architecture == "encoder" else "decoder"
+    placement = config.resolved_norm_placement
+    analytic = count_params(config).as_dict()
+    dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
+    bits = _bits(checkpoint.raw_config)
+    stored: dict[str, list[tuple[StoredTensor, int]]] = defaultdict(list)
+    scales: dict[str, int] = defaultdict(int)
+    shape_errors: list[TensorNote] = []
+    extra: list[TensorNote] = []
+    notes: list[str] = []
+    tied = config.tie_embeddings and "head/lm" not in analytic
+    for tensor in checkpoint.tensors:
+        role = tensor_role(tensor.name, stack, placement != "pre")
+        param = tensor.name.rsplit(".", 1)[-1]
+        if role.kind == "buffer":
+            extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
+            continue
+        if role.layer is not None and role.layer >= config.num_layers:
+            extra.append(TensorNote(tensor.name, tensor.shape, f"layer {role.layer} is past the config's "
+                                    f"{config.num_layers} layers (multi-token prediction): not built by transformers"))
+            continue
+        if role.key == "head/lm" and tied:
+            extra.append(TensorNote(tensor.name, tensor.shape, "the head is tied to the token embedding: stored twice"))
+            continue
+        if role.key is None:
+            extra.append(TensorNote(tensor.name, tensor.shape, "no component of the config holds it"))
+            continue
+        if role.kind == "scale":
+            scales[role.key] += tensor.nbytes
+            stored[role.key].append((tensor, 0))
+            continue
+        params = tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
+        stored[role.key].append((tensor, params))
+        expected = expected_shape(config, role, param) if role.kind == "weight" else None
+        if expected is not None and tensor.shape != expected[0]:
+            shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
+                                           f"({expected[1]})"))  # fmt: skip
+    if tied:
+        notes.append("LM head tied to the token embedding: stored once, as embedding/token")
+    components = []
+    for key in [*analytic, *(k for k in stored if k not in analytic)]:
+        rows = stored.get(key, [])
+        weights = [t for t, p in rows if p]
+        components.append(ComponentCheck(
+            key, analytic.get(key, 0), sum(p for _, p in rows), len(rows), tuple(sorted({t.dtype for t, _ in rows})),
+            sum(t.nbytes for t, _ in rows), scales.get(key, 0),
+            sum(1 for t in weights if t.dtype.startswith("F8") or t.dtype == "I32"),
+            int(analytic.get(key, 0) * DTYPE_BYTES[dtype])))  # fmt: skip
+    missing = [key for key, count in analytic.items() if count and not stored.get(key)]
+    quantized = sum(c.quantized_tensors for c in components)
+    if quantized:
+        notes.append(f"{quantized} quantized weight tensors (packed int32 at {bits} bits, or FP8), their scales apart")
+    return CheckpointCheck(target, str(checkpoint.directory), checkpoint.files, checkpoint.sharded, dtype,
+                           components, shape_errors, extra, missing, notes)  # fmt: skip

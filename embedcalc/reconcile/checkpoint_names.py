@@ -1,0 +1,119 @@
+"""Checkpoint tensor names -> embedcalc's breakdown keys (DESIGN §4: ``embedding/token``, ``decoder/attention/qkv``,
+``decoder/moe/experts``, ``head/lm``), read off transformers' module names.
+
+A name is ``[prefix.]<module path>.<parameter>``; the layer index is the number after ``layers`` / ``h`` /
+``layer`` / ``block(s)``; the module's own segment decides the component (``q_proj`` -> ``attention/qkv``,
+``down_proj`` -> ``ffn/out``, anything under ``experts`` -> ``moe/experts``). Quantization's side tensors (GPTQ/AWQ
+``qweight``/``qzeros``/``scales``/``g_idx``, FP8's ``weight_scale_inv``/``weight_scale``/``input_scale``,
+compressed-tensors' ``weight_packed``/``weight_zero_point``) belong to the module they quantize; buffers a
+checkpoint may carry (``rotary_emb.inv_freq``, DeepSeek-V3's ``e_score_correction_bias``) are not parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["weight", "packed", "scale", "buffer"]
+
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
+PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
+SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
+          "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
+BUFFERS = ("inv_freq", "e_score_correction_bias", "masked_bias", "attn.bias", "position_ids")
+
+# (module segment, component below the stack) for modules inside a layer, first match wins
+_IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("experts",), "moe/experts"),
+    (("shared_expert", "shared_experts", "shared_expert_gate", "shared_mlp"), "moe/shared"),
+    (("q_a_proj",), "attention/q_a"), (("q_a_layernorm",), "attention/q_a_norm"), (("q_b_proj",), "attention/q_b"),
+    (("kv_a_proj_with_mqa",), "attention/kv_a"), (("kv_a_layernorm",), "attention/kv_a_norm"),
+    (("kv_b_proj",), "attention/kv_b"),
+    (("q_norm", "k_norm", "query_layernorm", "key_layernorm"), "attention/qk_norm"),
+    (("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "query", "key", "value", "Wqkv",
+      "qkv"), "attention/qkv"),
+    (("o_proj", "out_proj", "dense_out"), "attention/out"),
+    (("sinks",), "attention/sinks"),
+    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h"), "ffn/in"),
+    (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h"), "ffn/out"),
+    (("input_layernorm", "ln_1", "attention_norm"), "attention/norm"),
+    (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm"), "ffn/norm"),
+)  # fmt: skip
+_ROUTERS = ("gate", "router")  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
+_EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
+               "tok_embeddings": "embedding/token", "wpe": "embedding/position",
+               "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
+               "token_type_embeddings": "embedding/type"}  # fmt: skip
+_FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_layer_norm")
+
+
+@dataclass(frozen=True)
+class TensorRole:
+    """Where a checkpoint tensor goes: its breakdown key (None when no component), its layer (None outside the
+    stack), what kind of tensor it is, and the module it belongs to (``model.layers.0.self_attn.q_proj``)."""
+
+    key: str | None
+    layer: int | None
+    kind: Kind
+    module: str
+
+
+def _split(name: str) -> tuple[str, str, Kind]:
+    """(module path, parameter name, kind) of a tensor name."""
+    module, _, param = name.rpartition(".")
+    if any(name.endswith(b) for b in BUFFERS):
+        return module, param, "buffer"
+    if param in PACKED:
+        return module, param, "packed"
+    if param in SCALES:
+        return module, param, "scale"
+    return module, param, "weight"
+
+
+def tensor_role(name: str, stack: str, sandwich: bool) -> TensorRole:
+    """The component of checkpoint tensor ``name`` in a model whose layers are ``stack`` (``decoder`` /
+    ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
+    FFN's pre-norm (LLaMA)."""
+    module, _, kind = _split(name)
+    segments = module.split(".")
+    match = _LAYER.search(name)
+    layer = int(match.group(1)) if match is not None else None
+    if kind == "buffer":
+        return TensorRole(None, layer, kind, module)
+    last = segments[-1] if segments else ""
+    if match is None:
+        if "lm_head" in segments or last in ("embed_out", "output"):
+            return TensorRole("head/lm", None, kind, module)
+        for segment in segments:
+            if segment in _EMBEDDINGS:
+                return TensorRole(_EMBEDDINGS[segment], None, kind, module)
+        if "embeddings" in segments and last in ("LayerNorm", "norm"):
+            return TensorRole("embedding/norm", None, kind, module)
+        if "pooler" in segments:
+            return TensorRole("pooler", None, kind, module)
+        if last in _FINAL_NORMS:
+            return TensorRole(f"{stack}/final_norm", None, kind, module)
+        return TensorRole(None, None, kind, module)
+    inside = segments[segments.index(match.group(1)) + 1:] if match.group(1) in segments else segments
+    return TensorRole(_layer_key(inside, stack, sandwich), layer, kind, module)
+
+
+def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
+    for names, component in _IN_LAYER:
+        if any(segment in names for segment in inside):
+            return f"{stack}/{component}"
+    if inside and inside[-1] in _ROUTERS and len(inside) >= 2:
+        return f"{stack}/moe/router"
+    if "post_attention_layernorm" in inside:
+        return f"{stack}/{'attention' if sandwich else 'ffn'}/norm"
+    # BERT: attention.output.dense / attention.output.LayerNorm, intermediate.dense, output.dense / .LayerNorm
+    if "attention" in inside and "output" in inside:
+        return f"{stack}/attention/{'norm' if inside[-1] == 'LayerNorm' else 'out'}"
+    if "intermediate" in inside:
+        return f"{stack}/ffn/in"
+    if "output" in inside:
+        return f"{stack}/ffn/{'norm' if inside[-1] == 'LayerNorm' else 'out'}"
+    if inside[-1:] in (["c_proj"], ["dense"]):  # GPT-2's attn.c_proj and mlp.c_proj, GPT-NeoX's attention.dense
+        return f"{stack}/{'ffn' if 'mlp' in inside else 'attention'}/out"
+    return None
