@@ -60,7 +60,7 @@ def _int_option(cls: type, name: str, *flags: str, help: str) -> Any:
     return typer.Option(*flags, min=low, max=high, callback=bounded_int, help=help)
 
 
-def _size_parser(kind: str) -> Callable[[str | None], int | None]:
+def size_parser(kind: str) -> Callable[[str | None], int | None]:
     def parse(value: str | None) -> int | None:
         if value is None:
             return None
@@ -89,7 +89,7 @@ def dtype_metavar(choices: tuple[str, ...] = DTYPES) -> str:
 
 
 def _budget_option(flag: str, kind: str, help: str) -> Any:
-    return typer.Option(flag, parser=_size_parser(kind), metavar="SIZE", help=help)
+    return typer.Option(flag, parser=size_parser(kind), metavar="SIZE", help=help)
 
 
 BatchOption = Annotated[int, _int_option(Workload, "batch_size", "--batch-size", "-b", help="Sequences per batch.")]

@@ -12,8 +12,8 @@ from embedcalc.analysis.plan import MAX_DEVICES
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
-from embedcalc.cli.hardware_options import KvDtypeOption, TrainTokensOption
-from embedcalc.cli.options import bounded_int, dtype_metavar, dtype_parser
+from embedcalc.cli.hardware_options import KvDtypeOption
+from embedcalc.cli.options import bounded_int, dtype_metavar, dtype_parser, size_parser
 from embedcalc.config.dtypes import dtype_choices
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
@@ -188,7 +188,13 @@ def plan_command(
             "gpu_memory_utilization; default 0.9); the rest is the runtime reserve.",
         ),
     ] = None,
-    train_tokens: TrainTokensOption = None,
+    train_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--train-tokens", metavar="N", parser=size_parser("count"),
+            help="Training: the token budget to plan for (1T, 2e12); needed with --mode training.",
+        ),
+    ] = None,
     deadline: Annotated[
         str | None,
         typer.Option(
