@@ -90,7 +90,7 @@ def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
                 f"{binary_bytes(memory.workspace_bytes)} per device > {share}")  # fmt: skip
     most = memory.max_concurrency
     if most is not None and most < wanted:
-        seq = memory.stages[0].paged_kv_per_sequence_bytes
+        seq = memory.paged_kv_per_sequence_bytes
         return f"KV for {wanted} sequences does not fit: at most {most} ({binary_bytes(seq)} each; {share})"
     return None
 

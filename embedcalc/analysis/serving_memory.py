@@ -70,6 +70,11 @@ class ServingMemory:
     stages: tuple[ServingStage, ...]
 
     @property
+    def paged_kv_per_sequence_bytes(self) -> int:
+        """One sequence's KV cache in whole blocks, on the heaviest stage's device."""
+        return max((s.paged_kv_per_sequence_bytes for s in self.stages), default=0)
+
+    @property
     def used_bytes(self) -> int:
         """What the server holds: weights + workspace + the paged KV cache."""
         return self.weights_bytes + self.workspace_bytes + self.kv_cache_bytes + self.kv_paging_bytes
@@ -104,6 +109,7 @@ class ServingMemory:
             "paged_tokens_per_sequence": self.paged_tokens_per_sequence,
             "weights_bytes": self.weights_bytes, "workspace_bytes": self.workspace_bytes,
             "kv_cache_bytes": self.kv_cache_bytes, "kv_paging_bytes": self.kv_paging_bytes,
+            "paged_kv_per_sequence_bytes": self.paged_kv_per_sequence_bytes,
             "reserve_bytes": self.reserve_bytes, "used_bytes": self.used_bytes, "total_bytes": self.total_bytes,
             "device_bytes": self.device_bytes, "utilization": self.utilization, "usable_bytes": self.usable_bytes,
             "fits": self.fits, "max_concurrency": self.max_concurrency,

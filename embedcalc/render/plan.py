@@ -36,9 +36,14 @@ def _memory(row: ServingRow, key: str) -> Any:
     return None if row.memory is None else getattr(row.memory, key)
 
 
-def _kv_per_sequence(row: ServingRow) -> int | None:
+def _kv_per_device(row: ServingRow) -> int | None:
+    """The paged KV cache of the sequences served (or asked for) on the heaviest device."""
     m = row.memory
-    return None if m is None else max(s.paged_kv_per_sequence_bytes for s in m.stages)
+    return None if m is None else m.kv_cache_bytes + m.kv_paging_bytes
+
+
+def _kv_per_sequence(row: ServingRow) -> int | None:
+    return None if row.memory is None else int(row.memory.paged_kv_per_sequence_bytes)
 
 
 SERVING: list[Column] = [
@@ -47,6 +52,7 @@ SERVING: list[Column] = [
     ("layout", lambda r: r.layout.label, str, False),
     ("dtype", lambda r: r.dtype, str, False),
     ("weights/device", lambda r: _memory(r, "weights_bytes"), _opt(units.binary_bytes), True),
+    ("KV/device", _kv_per_device, _opt(units.binary_bytes), True),
     ("KV/seq", _kv_per_sequence, _opt(units.binary_bytes), True),
     ("max seqs", lambda r: r.max_concurrency, _opt(lambda v: f"{v:,}"), True),
     ("in flight", lambda r: _times(r, "concurrency"), _opt(lambda v: f"{v:,.3g}"), True),
@@ -116,7 +122,7 @@ def plan_table(result: PlanResult, top: int = 20) -> FitTable:
     )
     table = FitTable(
         title=f"plan — {result.target}, {result.mode}", title_justify="left", caption=caption,
-        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step"),
+        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step", "KV/device"),
     )  # fmt: skip
     for header, _, _, right in columns:
         table.add_column(
