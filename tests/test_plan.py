@@ -267,6 +267,8 @@ def test_training_row_equals_analyze(training: PlanResult) -> None:
                       "--seq-len", "4096", "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp),
                       "--zero", str(lay.zero), "--recompute", lay.recompute, "--train-tokens", "1T")  # fmt: skip
     assert j["memory"]["total_bytes"] == row.memory_bytes
+    assert {key: j["memory"][key] for key in row.memory} == row.memory  # every kind, not only the total
+    assert j["time"]["train"] == row.train
     assert j["time"]["step_s"] == row.step_s
     assert j["time"]["train"]["wall_s"] == row.wall_s
     assert j["time"]["train"]["device_hours"] == row.device_hours

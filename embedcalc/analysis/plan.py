@@ -260,6 +260,8 @@ class TrainingRow:
     deadline_s: float | None = None
     reasons: tuple[str, ...] = ()
     memory_choice: str = ""  # why this ZeRO stage / recompute level
+    memory: dict[str, int] = field(default_factory=dict)  # analyze's memory keys (DESIGN.md §5) per device
+    train: dict[str, Any] = field(default_factory=dict)  # analyze's time.train object for the run
 
     @property
     def fits(self) -> bool:
@@ -290,6 +292,7 @@ class TrainingRow:
             "memory_bytes": self.memory_bytes, "memory_limit_bytes": self.memory_limit_bytes, "step_s": self.step_s,
             "wall_s": self.wall_s, "device_hours": self.device_hours,
             "price": None if self.price is None else self.price.as_json(), "cost": self.cost,
+            "memory": self.memory, "train": self.train,
         }  # fmt: skip
 
 

@@ -87,7 +87,7 @@ def evaluate_training(
         return TrainingRow(layout, price, base.dtype, memory.total_bytes, device.memory, reasons=(
             f"memory does not fit: {binary_bytes(memory.total_bytes)} per device > {binary_bytes(device.memory)} "
             f"({why})",),
-            memory_choice=why)  # fmt: skip
+            memory_choice=why, memory=memory.as_dict())  # fmt: skip
     layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
                                price_per_hour=price.per_device_hour if price else None)  # fmt: skip
@@ -100,7 +100,7 @@ def evaluate_training(
         over = train["wall_s"] - request.deadline_s
         reasons = (f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",)
     return TrainingRow(layout, price, w.dtype, m.total_bytes, device.memory, run["step_s"], train["wall_s"],
-                       train["device_hours"], request.deadline_s, reasons, why)  # fmt: skip
+                       train["device_hours"], request.deadline_s, reasons, why, m.as_dict(), train)  # fmt: skip
 
 
 def _device_rows(
