@@ -267,10 +267,10 @@ def test_bench_refusal_json_envelope(cli: Any, no_run: None) -> None:
 def test_bench_refusal_hints_a_batch_size_that_fits(
     cli: Any, no_run: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import embedcalc.modeling.timing as timing
+    import embedcalc.modeling.device as device
 
     free = 2 << 30  # pretend 2 GiB are free
-    monkeypatch.setattr(timing, "free_memory_bytes", lambda device: free)
+    monkeypatch.setattr(device, "free_memory_bytes", lambda device: free)
     result = cli("bench", "gpt2", "--device", "cpu", "--batch-size", "64", "--seq-len", "1024")
     assert result.exit_code == 4
     err = " ".join(result.stderr.split())
@@ -293,9 +293,9 @@ def test_bench_refusal_hints_a_batch_size_that_fits(
 def test_bench_force_overrides_the_refusal(
     cli: Any, tiny: str, small_peak: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import embedcalc.modeling.timing as timing
+    import embedcalc.modeling.device as device
 
-    monkeypatch.setattr(timing, "free_memory_bytes", lambda device: 1)
+    monkeypatch.setattr(device, "free_memory_bytes", lambda device: 1)
     refused = cli("bench", tiny, *BENCH_SMALL)
     assert refused.exit_code == 4
     assert "even batch 1" in " ".join(refused.stderr.split())

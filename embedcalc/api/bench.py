@@ -70,7 +70,7 @@ class RunOptions:
     def resolve(self) -> Any:
         """The torch device, with torch's CPU threads set (exit 4 for a device this machine does not have)."""
         dev = require_device(self.device)
-        from embedcalc.modeling.timing import set_threads
+        from embedcalc.modeling.device import set_threads
 
         set_threads(self.threads)
         return dev
@@ -96,7 +96,7 @@ def refuse_unless_fits(analysis: Analysis, dev: Any, options: RunOptions, decode
     allocates the KV cache, :func:`embedcalc.reconcile.bench.run_bytes`)."""
     if options.force:
         return
-    from embedcalc.modeling.timing import free_memory_bytes
+    from embedcalc.modeling.device import free_memory_bytes
     from embedcalc.reconcile.bench import check_fits
     from embedcalc.units import binary_bytes
 
@@ -170,7 +170,7 @@ def matmul_peak(dev: Any, dtype: str, options: RunOptions) -> Any:
 def measure_peak(dtype: str, options: RunOptions) -> PeakResult:
     """``embedcalc bench --peak``: the device's matmul peak beside its datasheet peak, and its memory bandwidth,
     measured and cached as the ``local`` device."""
-    from embedcalc.modeling.timing import device_name
+    from embedcalc.modeling.device import device_name
     from embedcalc.reconcile.peak import peak_result
 
     dev = options.resolve()
@@ -183,7 +183,8 @@ def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress
     """Measure this device's memory bandwidth (STREAM copy/triad), merge the matmul ``peak`` just measured, and
     cache it all as the ``local`` device; returns what ``bench --peak`` reports beside the peak."""
     from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
-    from embedcalc.modeling.bandwidth import measure_memory_bandwidth, total_memory_bytes
+    from embedcalc.modeling.bandwidth import measure_memory_bandwidth
+    from embedcalc.modeling.device import total_memory_bytes
     from embedcalc.reconcile.peak import LocalMeasurement
 
     with progress("memory bandwidth") as on_step:
@@ -219,8 +220,8 @@ def measure_split(
     """Time TARGET's forward passes with and without the attention core at every ``axes["seq_len"]`` (the other
     axes single-valued) beside the predicted split."""
     dev = require_device(request.device)  # before any work: cuda without CUDA is exit 4, as in bench
+    from embedcalc.modeling.device import set_threads
     from embedcalc.modeling.measure import measure_attention_split
-    from embedcalc.modeling.timing import set_threads
     from embedcalc.reconcile.attention_split import attention_split
 
     fixed = [f"{a}={v[0]}" for a, v in axes.items() if a not in ("seq_len", "batch_size")]

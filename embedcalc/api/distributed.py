@@ -60,8 +60,8 @@ def bench_ranks(
 ) -> DistributedReport:  # fmt: skip
     """Predict, check the fit, launch ``nproc`` ranks (and, with ``baseline``, one more run on one process for the
     scaling efficiency), reconcile."""
+    from embedcalc.modeling.device import free_memory_bytes
     from embedcalc.modeling.distributed import DistributedRunError, DistributedSettings, launch
-    from embedcalc.modeling.timing import free_memory_bytes
     from embedcalc.reconcile.distributed import distributed_bench, strategy_parallelism
 
     dev = options.resolve()

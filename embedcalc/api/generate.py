@@ -44,7 +44,7 @@ def _local_roofline(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[
     """The roofline for ``local`` and a note on where its numbers came from (or why there is none)."""
     from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
     from embedcalc.config.hardware import LOCAL, load_device
-    from embedcalc.modeling.timing import device_name
+    from embedcalc.modeling.device import device_name
 
     dtype = analysis.workload.dtype
     note = "roofline for local (efficiency 1: a lower bound)"

@@ -34,7 +34,7 @@ def require_device(name: str, flag: str = "--device") -> Any:
     """The torch device for ``name`` (one of :data:`DEVICES`; ``auto``: cuda if available); raises when it is not
     there (cuda without CUDA), naming ``flag`` in the way out."""
     require_torch()
-    from embedcalc.modeling.timing import resolve_device
+    from embedcalc.modeling.device import resolve_device
 
     try:
         return resolve_device(name)

@@ -39,7 +39,7 @@ ALIASES: dict[str, Dtype] = {"float32": "fp32", "bfloat16": "bf16", "float16": "
 # Bytes per stored element (int4 packs two per byte; quantization scales are counted apart, per group).
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
-BENCH_DTYPES: tuple[Dtype, ...] = ("fp32", "bf16", "fp16")  # what the torch model runs in (modeling.timing)
+BENCH_DTYPES: tuple[Dtype, ...] = ("fp32", "bf16", "fp16")  # what the torch model runs in (modeling.device)
 
 # The activation (and default KV cache) dtype of each weight dtype: fp8 keeps bf16 between layers, the weight-only
 # formats dequantize to fp16 (module docstring).

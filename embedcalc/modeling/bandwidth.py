@@ -70,14 +70,3 @@ def measure_memory_bandwidth(
         copy_bw = best(copy, 2 * n * _ELEMENT_BYTES)
         triad_bw = best(triad, 3 * n * _ELEMENT_BYTES)
     return BandwidthMeasurement(copy_bw, triad_bw, n, repeat)
-
-
-def total_memory_bytes(device: torch.device) -> int:
-    """The device's memory capacity: CUDA total memory, or MemTotal from /proc/meminfo."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    with open("/proc/meminfo", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("cannot read MemTotal from /proc/meminfo")

@@ -1,37 +1,24 @@
-"""Build a model on a real device and time it: the measurement side of ``embedcalc bench``.
+"""Build a model on a real device and time it: the measurement side of ``embedcalc bench``, and
+:func:`miniature`, the same architecture at toy size that every run's page-in uses.
 
-Memory is measured as honestly as the device allows and the method is named in the result:
-CUDA ``torch.cuda.max_memory_allocated`` over build and timed steps (weights, optimizer state, activations;
-not the allocator's cached-but-free blocks); on the CPU the growth of the process's peak resident set size from
-just before the model is built (includes allocator slack and anything else the process touches; an upper bound).
-bfloat16/float16 training keeps float32 weights and runs the forward under ``torch.autocast`` (mixed precision);
-inference casts the model to the dtype.
+Peak memory covers the build and the timed steps (weights, optimizer state, activations), measured by
+:func:`embedcalc.modeling.device.peak_memory` after a page-in run of the miniature. bf16/fp16 training keeps fp32
+weights and runs the forward under ``torch.autocast`` (mixed precision); inference casts the model to the dtype.
 """
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
 
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.layers import AttentionImpl
 from embedcalc.modeling.model import build_model
-from embedcalc.modeling.timing import (
-    DTYPES,
-    StepCallback,
-    Timings,
-    current_rss_bytes,
-    device_name,
-    make_inputs,
-    make_step,
-    peak_rss_bytes,
-    time_steps,
-)  # fmt: skip
+from embedcalc.modeling.steps import apply_recompute, make_inputs, make_step
+from embedcalc.modeling.timing import StepCallback, Timings, time_steps, timed_call
 
 
 @dataclass(frozen=True)
@@ -48,30 +35,6 @@ class BenchSettings:
     warmup: int
     repeat: int
     recompute: Literal["none", "selective", "full"] = "none"
-
-
-def apply_recompute(model: torch.nn.Module, recompute: Literal["selective", "full"]) -> None:
-    """Activation checkpointing (``torch.utils.checkpoint``, non-reentrant) as Korthikanti et al. 2022 define it.
-
-    full: every block keeps only its input and recomputes itself in the backward pass.
-    selective: only the attention core (Q·Kᵀ, softmax, ·V: the n² tensors) is recomputed.
-    """
-    from torch.utils.checkpoint import checkpoint
-
-    from embedcalc.modeling.attention import AttentionBase
-    from embedcalc.modeling.layers import Block
-
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def checkpointed(*args: Any, **kwargs: Any) -> Any:
-            return checkpoint(fn, *args, use_reentrant=False, **kwargs)
-
-        return checkpointed
-
-    for module in model.modules():
-        if recompute == "full" and isinstance(module, Block):
-            module.forward = wrap(module.forward)  # type: ignore[method-assign]
-        elif recompute == "selective" and isinstance(module, AttentionBase):
-            module._core = wrap(module._core)  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)
@@ -148,34 +111,17 @@ def _mini_ffn(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _page_in(config: ModelConfig, settings: BenchSettings, device: torch.device) -> None:
-    """Run two steps of a miniature of the model first, so that the kernels' code pages the real run touches are
-    already resident: the RSS baseline taken afterwards then excludes them (hundreds of MiB of libtorch)."""
-    tiny = miniature(config)
-    length = min(8, tiny.max_seq_len)
-    mini = replace(settings, batch_size=1, seq_len=length, tgt_len=None, warmup=1, repeat=1, compile=False)
-    _timed(tiny, mini, device, None)
-    gc.collect()
-
-
 def run_benchmark(
     config: ModelConfig, settings: BenchSettings, device: torch.device, on_step: StepCallback | None = None
 ) -> BenchRun:
-    """Build ``config`` on ``device`` and time ``settings.repeat`` steps after ``settings.warmup``."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        _page_in(config, settings, device)
-    rss_before = current_rss_bytes()
-    timings, build_s = _timed(config, settings, device, on_step)
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-        method = "torch.cuda.max_memory_allocated (tensors only, allocator cache excluded)"
-    else:
-        peak = max(0, peak_rss_bytes() - rss_before)
-        method = "peak RSS growth over a warmed-up baseline (ru_maxrss; includes allocator slack)"
-    return BenchRun(timings, build_s, peak, method, device_name(device), torch.get_num_threads())
+    """Build ``config`` on ``device`` and time ``settings.repeat`` steps after ``settings.warmup``; on the CPU a
+    miniature runs two steps first (the page-in of :func:`~embedcalc.modeling.device.peak_memory`)."""
+    tiny = miniature(config)
+    length = min(8, tiny.max_seq_len)
+    mini = replace(settings, batch_size=1, seq_len=length, tgt_len=None, warmup=1, repeat=1, compile=False)
+    with peak_memory(device, lambda: _timed(tiny, mini, device, None)) as peak:
+        timings, build_s = _timed(config, settings, device, on_step)
+    return BenchRun(timings, build_s, peak.bytes, peak.method, device_name(device), torch.get_num_threads())
 
 
 def _timed(
@@ -184,11 +130,8 @@ def _timed(
     """Build the model and time its steps; returns the timings and the build time."""
     mixed = settings.mode == "training" and settings.dtype != "fp32"
     model_dtype = torch.float32 if mixed or settings.mode == "training" else DTYPES[settings.dtype]
-    start = time.perf_counter()
-    model = build_model(config, attention=settings.attention, device=device, dtype=model_dtype)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    build_s = time.perf_counter() - start
+    model, build_s = timed_call(lambda: build_model(config, attention=settings.attention, device=device,
+                                                    dtype=model_dtype), device)  # fmt: skip
     if settings.mode == "training" and settings.recompute != "none":
         apply_recompute(model, settings.recompute)
     runnable: torch.nn.Module = torch.compile(model) if settings.compile else model  # type: ignore[assignment]

@@ -22,11 +22,9 @@ step, the way an out-of-memory kill or a lost node ends a rank.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -35,7 +33,9 @@ from typing import Any, Literal
 import torch
 
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.timing import Timings
+from embedcalc.modeling.device import peak_memory
+from embedcalc.modeling.steps import make_inputs, make_step
+from embedcalc.modeling.timing import Clock, Timings
 
 Strategy = Literal["ddp", "fsdp", "tp"]
 FAULT_ENV = "EMBEDCALC_FAULT_RANK"
@@ -157,11 +157,10 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
 
 
 def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.device) -> None:
-    """Two steps of a miniature of the model (same options, toy size) before the RSS baseline, so that the
-    kernels' code pages and the process group's buffers are resident and not counted as the model's memory."""
+    """Two steps of a miniature of the model (same options, toy size): the page-in of the rank's peak memory, so
+    that the kernels' code pages and the process group's buffers are resident and not counted as the model's."""
     from embedcalc.modeling.benchmark import miniature
     from embedcalc.modeling.model import build_model
-    from embedcalc.modeling.timing import make_inputs, make_step
 
     tiny = miniature(config)
     if settings.strategy == "tp":
@@ -173,8 +172,6 @@ def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.d
     step = make_step(model, inputs, settings.mode, fused=settings.strategy != "tp")
     for _ in range(2):
         step()
-    del model, step
-    gc.collect()
 
 
 def _worker(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +190,6 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
     import torch.distributed as dist
 
     from embedcalc.modeling.model import build_model
-    from embedcalc.modeling.timing import current_rss_bytes, make_inputs, make_step, peak_rss_bytes
 
     settings = DistributedSettings(**settings_data)
     config = ModelConfig.model_validate(config_data)
@@ -209,45 +205,30 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
     threads = settings.threads or max(1, (os.cpu_count() or 1) // settings.nproc)
     torch.set_num_threads(threads)
     try:
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        else:
-            _page_in(config, settings, device)
-        baseline = current_rss_bytes()
-        if settings.strategy == "tp":
-            from embedcalc.modeling.sharding import sharding_config
+        with peak_memory(device, lambda: _page_in(config, settings, device)) as peak:
+            if settings.strategy == "tp":
+                from embedcalc.modeling.sharding import sharding_config
 
-            config = sharding_config(config, settings.nproc)  # vocabulary padded, KV heads for every rank
-        model = build_model(config, attention=settings.attention, device=device, dtype=torch.float32)
-        wrapped = _wrap(model, config, settings, device)
-        local_params = _local_numel(model)
-        inputs = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
-        # tensor parallel: every rank on the same batch, the for-each AdamW over the DTensor shards
-        step = make_step(wrapped, inputs, settings.mode, fused=settings.strategy != "tp")
-        for _ in range(settings.warmup):
-            step()
-        if os.environ.get(FAULT_ENV) == str(rank):
-            os.kill(os.getpid(), signal.SIGKILL)
-        seconds: list[float] = []
-        for _ in range(settings.repeat):
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            start = time.perf_counter()
-            step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds.append(time.perf_counter() - start)
-        if device.type == "cuda":
-            peak = int(torch.cuda.max_memory_allocated(device))
-            method = "torch.cuda.max_memory_allocated (tensors only)"
-        else:
-            peak = max(0, peak_rss_bytes() - baseline)
-            method = "peak RSS growth over a warmed-up baseline before the build (includes allocator slack)"
+                config = sharding_config(config, settings.nproc)  # vocabulary padded, KV heads for every rank
+            model = build_model(config, attention=settings.attention, device=device, dtype=torch.float32)
+            wrapped = _wrap(model, config, settings, device)
+            local_params = _local_numel(model)
+            inputs = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
+            # tensor parallel: every rank on the same batch, the for-each AdamW over the DTensor shards
+            step = make_step(wrapped, inputs, settings.mode, fused=settings.strategy != "tp")
+            for _ in range(settings.warmup):
+                step()
+            if os.environ.get(FAULT_ENV) == str(rank):
+                os.kill(os.getpid(), signal.SIGKILL)
+            clock = Clock(device)
+            seconds: list[float] = []
+            for _ in range(settings.repeat):
+                dist.barrier()  # the slowest rank sets the pace, as in training
+                seconds.append(clock.time(step))
         comm_s, comm_calls, ops = _comm_profile(step, 2)  # after the memory reading: the profiler allocates
         result = RankResult(
             rank=rank, step_seconds=seconds, comm_seconds_per_step=comm_s, comm_calls_per_step=comm_calls,
-            comm_ops=ops, peak_memory_bytes=peak, memory_method=method, local_params=local_params,
+            comm_ops=ops, peak_memory_bytes=peak.bytes, memory_method=peak.method, local_params=local_params,
             device=str(device), threads=threads,
         )  # fmt: skip
         return asdict(result)

@@ -8,15 +8,12 @@ token, one per sequence, and picks the next: G decode steps after a prompt of P 
 P+1 … P+G, leaving P+G tokens in the cache (the analytic convention, analysis/roofline.py). The logits of every
 prompt position are computed at prefill, as the analytic prefill counts the LM head on every token.
 
-Timing: CUDA events with a synchronisation around each step on a GPU, ``perf_counter`` on the CPU (the argmax
-makes each step's result concrete). Memory: CUDA ``max_memory_allocated``, or on the CPU the growth of peak RSS
-over a warmed-up baseline, as :mod:`embedcalc.modeling.benchmark` measures it.
+Timing: :class:`embedcalc.modeling.timing.Clock` around each step (the argmax makes each step's result
+concrete). Memory: :func:`embedcalc.modeling.device.peak_memory`, paged in by a few tokens of a miniature.
 """
 
 from __future__ import annotations
 
-import gc
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -26,20 +23,14 @@ from torch import Tensor
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.attention import Attention
+from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCache
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
-from embedcalc.modeling.timing import (
-    DTYPES,
-    StepCallback,
-    _Clock,
-    current_rss_bytes,
-    device_name,
-    make_inputs,
-    peak_rss_bytes,
-)  # fmt: skip
+from embedcalc.modeling.steps import make_inputs
+from embedcalc.modeling.timing import Clock, StepCallback, timed_call
 
 Forward = Callable[[Tensor, KVCache, Tensor | None], Tensor]  # (ids, cache, memory) -> logits
 
@@ -96,13 +87,13 @@ class Generated:
 
 def greedy_generate(
     model: TransformerModel, prompt: Tensor, gen_tokens: int, cache: KVCache, source: Tensor | None = None,
-    forward: Forward | None = None, clock: _Clock | None = None,
+    forward: Forward | None = None, clock: Clock | None = None,
 ) -> Generated:  # fmt: skip
     """Prefill ``prompt`` (B, P) (after encoding ``source`` (B, S) for an encoder-decoder) and decode
     ``gen_tokens`` steps greedily through ``cache``: G + 1 tokens per sequence. ``forward`` replaces
     :meth:`TransformerModel.decode_step` (a compiled one)."""
     step = forward or model.decode_step
-    clock = clock or _Clock(prompt.device)
+    clock = clock or Clock(prompt.device)
     cache.reset()
     out: list[Tensor] = []
     memory: list[Tensor | None] = [None]
@@ -174,50 +165,39 @@ def run_generation(
     """Build ``config`` on ``device``, allocate the cache, run ``warmup`` then ``repeat`` timed generations."""
     if config.architecture == "encoder":
         raise ValueError(f"{config.name or 'this model'} is an encoder: it does not generate")
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-    else:
-        _page_in(config, settings, device)
-    rss_before = current_rss_bytes()
-    start = time.perf_counter()
-    model = build_model(config, attention=settings.attention, device=device, dtype=DTYPES[settings.dtype])
-    fuse_projections(model)  # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    build_s = time.perf_counter() - start
-    src, tgt = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
-    prompt, source = (src, None) if tgt is None else (tgt, src)
-    total = prompt.shape[1] + settings.gen_tokens
-    cache = allocate_cache(model, settings.batch_size, total, source.shape[1] if source is not None else 0)
-    forward: Forward | None = (
-        cast(Forward, torch.compile(model.decode_step, dynamic=True)) if settings.compile else None
-    )
-    clock = _Clock(device)
-    for i in range(settings.warmup):
-        greedy_generate(model, prompt, settings.gen_tokens, cache, source, forward, clock)
-        if on_step:
-            on_step("warm-up", i + 1, settings.warmup)
-    ttft, decode = [], []
-    for i in range(settings.repeat):
-        run = greedy_generate(model, prompt, settings.gen_tokens, cache, source, forward, clock)
-        ttft.append(run.ttft_s)
-        decode.append(run.decode_s)
-        if on_step:
-            on_step("timing", i + 1, settings.repeat)
-    if device.type == "cuda":
-        peak = int(torch.cuda.max_memory_allocated(device))
-        method = "torch.cuda.max_memory_allocated (tensors only, allocator cache excluded)"
-    else:
-        peak = max(0, peak_rss_bytes() - rss_before)
-        method = "peak RSS growth over a warmed-up baseline (ru_maxrss; includes allocator slack)"
-    return GenerationRun(ttft, decode, cache.nbytes, peak, method, build_s, device_name(device),
+    with peak_memory(device, lambda: _page_in(config, settings, device)) as peak:
+        model, build_s = timed_call(lambda: _build(config, settings, device), device)
+        src, tgt = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
+        prompt, source = (src, None) if tgt is None else (tgt, src)
+        total = prompt.shape[1] + settings.gen_tokens
+        cache = allocate_cache(model, settings.batch_size, total, source.shape[1] if source is not None else 0)
+        forward: Forward | None = (
+            cast(Forward, torch.compile(model.decode_step, dynamic=True)) if settings.compile else None
+        )
+        clock = Clock(device)
+        for i in range(settings.warmup):
+            greedy_generate(model, prompt, settings.gen_tokens, cache, source, forward, clock)
+            if on_step:
+                on_step("warm-up", i + 1, settings.warmup)
+        ttft, decode = [], []
+        for i in range(settings.repeat):
+            run = greedy_generate(model, prompt, settings.gen_tokens, cache, source, forward, clock)
+            ttft.append(run.ttft_s)
+            decode.append(run.decode_s)
+            if on_step:
+                on_step("timing", i + 1, settings.repeat)
+    return GenerationRun(ttft, decode, cache.nbytes, peak.bytes, peak.method, build_s, device_name(device),
                          torch.get_num_threads(), prompt.shape[1])  # fmt: skip
 
 
+def _build(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> TransformerModel:
+    model = build_model(config, attention=settings.attention, device=device, dtype=DTYPES[settings.dtype])
+    fuse_projections(model)  # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
+    return model
+
+
 def _page_in(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> None:
-    """Generate a few tokens with a miniature of the model first, so that the kernels' code pages are resident
-    before the RSS baseline is taken (as :func:`embedcalc.modeling.benchmark._page_in` does for forwards)."""
+    """Generate a few tokens with a miniature of the model: the page-in of :func:`run_generation`'s peak memory."""
     from embedcalc.modeling.benchmark import miniature
 
     tiny = miniature(config)
@@ -227,5 +207,3 @@ def _page_in(config: ModelConfig, settings: GenerateSettings, device: torch.devi
     prompt, source = (src, None) if tgt is None else (tgt, src)
     cache = allocate_cache(model, 1, length + 2, length)
     greedy_generate(model, prompt, 2, cache, source)
-    del model, cache
-    gc.collect()

@@ -21,8 +21,10 @@ from torch import Tensor
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.attention import AttentionBase, AttentionImpl
+from embedcalc.modeling.device import DTYPES
 from embedcalc.modeling.model import build_model
-from embedcalc.modeling.timing import DTYPES, StepCallback, make_inputs, time_steps
+from embedcalc.modeling.steps import make_inputs
+from embedcalc.modeling.timing import StepCallback, time_steps
 
 
 @dataclass(frozen=True)

@@ -292,7 +292,7 @@ def _one_step(
 
     from torch.distributed.tensor import DTensor
 
-    from embedcalc.modeling.timing import backward_parallel_loss
+    from embedcalc.modeling.steps import backward_parallel_loss
 
     recorder = _BytesCommMode()
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, T)

@@ -1,0 +1,116 @@
+"""The device a measurement runs on and what it says about memory: device resolution, torch's CPU threads, free and
+total memory, the process's resident set size, and :func:`peak_memory`, the one way every run (bench, generation,
+each torchrun rank) measures its peak and names the method.
+
+Peak memory is measured as honestly as the device allows, and the method is part of the reading: on CUDA
+``torch.cuda.max_memory_allocated`` after a reset (tensors only, not the allocator's cached-but-free blocks); on
+the CPU the growth of the process's peak resident set size (``ru_maxrss``) over a baseline taken after a page-in
+run, a miniature of the same work, has made the kernels' code pages resident (they are hundreds of MiB of
+libtorch, not the model's memory). The CPU figure includes allocator slack and anything else the process touches:
+an upper bound.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {  # embedcalc's dtype names (embedcalc.config.dtypes) -> torch's
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+CUDA_METHOD = "torch.cuda.max_memory_allocated (tensors only, allocator cache excluded)"
+RSS_METHOD = "peak RSS growth over a warmed-up baseline (ru_maxrss; includes allocator slack)"
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available else cpu; raises RuntimeError for cuda without CUDA."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch.cuda.is_available() is False")
+    return torch.device(name)
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads, {os.cpu_count()} cores)"
+
+
+def set_threads(threads: int | None) -> int:
+    """Use ``threads`` CPU threads for torch's kernels (None: leave torch's choice); the count in effect."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+def _meminfo_bytes(key: str) -> int:
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"cannot read {key} from /proc/meminfo")
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory free for this run: CUDA ``mem_get_info`` free bytes, or MemAvailable from /proc/meminfo."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    return _meminfo_bytes("MemAvailable")
+
+
+def total_memory_bytes(device: torch.device) -> int:
+    """The device's memory capacity: CUDA total memory, or MemTotal from /proc/meminfo."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return _meminfo_bytes("MemTotal")
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process now (from /proc/self/statm)."""
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        pages = int(fh.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (``ru_maxrss``, KiB on Linux)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+@dataclass
+class PeakMemory:
+    """What :func:`peak_memory` read when its block ended: the peak in bytes and how it was measured."""
+
+    bytes: int = 0
+    method: str = ""
+
+
+@contextmanager
+def peak_memory(device: torch.device, page_in: Callable[[], object] | None = None) -> Iterator[PeakMemory]:
+    """Measure the peak memory of the block (module docstring): on CUDA reset the peak statistics first; on the
+    CPU run ``page_in`` (a miniature of the block's work) and take the RSS baseline after it. The reading is filled
+    in when the block ends."""
+    reading = PeakMemory()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    elif page_in is not None:
+        page_in()
+        gc.collect()
+    baseline = current_rss_bytes()
+    yield reading
+    if cuda:
+        reading.bytes, reading.method = int(torch.cuda.max_memory_allocated(device)), CUDA_METHOD
+    else:
+        reading.bytes, reading.method = max(0, peak_rss_bytes() - baseline), RSS_METHOD
