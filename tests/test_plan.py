@@ -265,7 +265,8 @@ def test_training_row_equals_analyze(training: PlanResult) -> None:
     lay = row.layout
     j = _analyze_json("llama-3.1-8b", "--mode", "training", "--hardware", lay.device, "--dtype", "bf16",
                       "--seq-len", "4096", "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp),
-                      "--zero", str(lay.zero), "--recompute", lay.recompute, "--train-tokens", "1T")  # fmt: skip
+                      "--zero", str(lay.zero), "--recompute", lay.recompute, "--train-tokens", "1T",
+                      "--price-per-hour", str(row.price.per_device_hour))  # fmt: skip
     assert j["memory"]["total_bytes"] == row.memory_bytes
     assert {key: j["memory"][key] for key in row.memory} == row.memory  # every kind, not only the total
     assert j["time"]["train"] == row.train
