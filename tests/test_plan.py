@@ -311,6 +311,22 @@ def test_cli_table_has_the_recommendation_and_the_reasons() -> None:
     assert "weights do not fit" in result.stdout and "TTFT" in result.stdout
 
 
+def test_done_when_default_table_shows_why_l4_and_t4_are_out(llama70b: PlanResult) -> None:
+    from embedcalc.render.plan import _shown
+
+    shown, folded = _shown(llama70b, 20)
+    assert all(r.times is not None for r in shown) and len(shown) == 20
+    lines = {(row.layout.device, label): row.reasons[0] for row, label in folded}
+    assert lines[("l4", "TP 1, 2, 4")].startswith("weights do not fit")
+    assert lines[("t4", "TP 1, 2, 4, 8")].startswith("weights do not fit")
+    assert lines[("h100-sxm", "TP 1")].startswith("weights do not fit")
+    assert lines[("h100-sxm", "TP 2")].startswith("KV for 32 sequences does not fit")
+    result = runner.invoke(app, ["plan", "llama-3.1-70b", "--seq-len", "2048", "--gen-tokens", "256",
+                                 "--concurrency", "32"], env={"COLUMNS": "220"})  # fmt: skip
+    assert result.exit_code == 0
+    assert "TP 1, 2, 4, 8" in result.stdout and "weights do not fit" in result.stdout
+
+
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown"])
 def test_cli_formats_list_every_layout(fmt: str) -> None:
     args = ["plan", "llama-3.1-8b", "--hardware", "h100-sxm", "--hardware", "l4", "--concurrency", "8",

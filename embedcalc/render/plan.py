@@ -112,11 +112,38 @@ def _caption(result: PlanResult) -> str:
             "output tokens first. Times: analyze's prefill and decode step on the device.")  # fmt: skip
 
 
+def _shown(result: PlanResult, top: int) -> tuple[list[Any], list[tuple[Any, str]]]:
+    """The rows the table shows, and the serving layouts it folds. Training: the first ``top`` layouts (0: all).
+    Serving: the first ``top`` layouts that were served (ok, or missing an objective with the figure), then one
+    line per device and reason for the layouts that are out on memory or dtype (the one closest to fitting, the
+    largest, speaks for them; ``layout`` lists them all)."""
+    rows: list[Any] = list(result.rows)
+    if result.mode == "training":
+        return (rows if top <= 0 else rows[:top]), []
+    served = [r for r in rows if r.times is not None]
+    shown = served if top <= 0 else served[:top]
+    out: dict[tuple[str, str], list[Any]] = {}
+    for row in rows:
+        if row.times is None:
+            kind = row.reasons[0].split(":")[0] if row.reasons else ""
+            out.setdefault((row.layout.device, kind), []).append(row)
+    folded: list[tuple[Any, str]] = []
+    for _, group in sorted(out.items(), key=lambda item: item[0]):
+        group.sort(key=lambda r: r.layout.devices)
+        if all(r.layout.pp == 1 for r in group):
+            label = "TP " + ", ".join(str(r.layout.tp) for r in group)
+        else:
+            label = ", ".join(r.layout.label for r in group)
+        folded.append((group[-1], label))
+    return shown, folded
+
+
 def plan_table(result: PlanResult, top: int = 20) -> FitTable:
-    """The first ``top`` layouts (0: all) as a table; the caption states the conventions and what was left out."""
+    """The best layouts as a table (serving: the first ``top`` that are ok, then each device's layouts that are out,
+    one line per device with the reason of the one closest to fitting); the caption states the conventions."""
     columns = _columns(result)
-    rows = result.rows if top <= 0 else result.rows[:top]
-    left = len(result.rows) - len(rows)
+    shown, folded = _shown(result, top)
+    left = len(result.rows) - len(shown) - sum(1 + label.count(",") for _, label in folded)
     caption = _caption(result) + (
         f" {left} more layouts: --top 0 or --format json lists all." if left else ""
     )
@@ -128,10 +155,16 @@ def plan_table(result: PlanResult, top: int = 20) -> FitTable:
         table.add_column(
             header, justify="right" if right else "left", whole=header not in ("status", "layout")
         )
-    for row in rows:
+    for row in shown:
         cells = [escape(text(value(row))) for _, value, text, _ in columns]
-        style = "" if row.ok else "dim"
-        table.add_row(*cells, style=style)
+        table.add_row(*cells, style="" if row.ok else "dim")
+    if folded:
+        table.add_section()
+    for row, label in folded:
+        cells = [
+            escape(label if header == "layout" else text(value(row))) for header, value, text, _ in columns
+        ]
+        table.add_row(*cells, style="dim")
     return table
 
 
