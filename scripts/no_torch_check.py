@@ -1,7 +1,7 @@
 """Run every analytic command (the ones that need no torch) in one interpreter and check that none imports torch.
 
 DESIGN.md §7: ``check``, ``analyze`` (with ``--tp/--pp/--dp/--ep``, training and ``--hardware``), ``compare``,
-``sweep``, ``heads``, ``presets``, ``schema``, ``hardware`` and ``explain`` answer from arithmetic alone, so they
+``sweep``, ``heads``, ``presets``, ``schema``, ``hardware``, ``explain`` and ``plan`` answer from arithmetic alone, so they
 work in the documented ``pip install -e .`` install without torch. ``.ci/run`` runs this script in a virtual
 environment without torch; ``tests/test_cli.py`` runs it with ``--block-torch`` (every ``import torch`` raises, as
 it does where torch is not installed, and is recorded).
@@ -64,6 +64,9 @@ ANALYTIC_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("hardware", "show", "h100-sxm"),
     ("explain", "gpt2"),
     ("explain", "llama-2-7b", "cost", "--format", "json"),
+    ("plan", "llama-2-7b"),
+    ("plan", "gpt2", "--hardware", "h100-sxm", "--format", "json"),
+    ("plan", "gpt2", "--mode", "training", "--train-tokens", "1e9", "--hardware", "a100-80gb"),
 )
 # the commands whose documented answer is not 0 (check --suggest on an invalid config is exit 3)
 EXPECTED_CODES = {("check", "bert-base", "--set", "num_heads=10", "--suggest"): 3}
