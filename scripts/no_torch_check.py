@@ -1,8 +1,8 @@
 """Run every analytic command (the ones that need no torch) in one interpreter and check that none imports torch.
 
 DESIGN.md §7: ``check``, ``analyze`` (with ``--tp/--pp/--dp/--ep``, training and ``--hardware``), ``compare``,
-``sweep``, ``heads``, ``presets``, ``schema``, ``hardware``, ``explain`` and ``plan`` answer from arithmetic alone, so they
-work in the documented ``pip install -e .`` install without torch. ``.ci/run`` runs this script in a virtual
+``sweep``, ``heads``, ``presets``, ``schema``, ``hardware``, ``explain`` and ``plan`` answer from arithmetic alone,
+so they work in the documented ``pip install -e .`` install without torch. ``.ci/run`` runs this script in a virtual
 environment without torch; ``tests/test_cli.py`` runs it with ``--block-torch`` (every ``import torch`` raises, as
 it does where torch is not installed, and is recorded).
 

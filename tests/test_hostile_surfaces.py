@@ -197,3 +197,31 @@ def test_api_sweep_takes_an_int_shape_axis() -> None:
     import embedcalc
 
     assert [p["embed_dim"] for p in embedcalc.sweep("gpt2", embed_dim=768).points] == [768]
+
+
+# --- fields that only mean something under another kind are refused, not ignored ---------------------------------
+
+SMALL_YAML = "architecture: decoder\nvocab_size: 1000\nmax_seq_len: 256\nembed_dim: 64\nnum_heads: 4\nnum_layers: 2\n"
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        ("ffn: {num_experts: 8, top_k: 2}", ["ffn.num_experts (8)", "add kind: moe"]),
+        ("attention: {kv_lora_rank: 512, qk_rope_head_dim: 64}", ["attention.kv_lora_rank", "add kind: mla"]),
+        ("ffn: {kind: moe, num_experts: 8, top_k: 2, ffn_dim: 128}", ["ffn.ffn_dim (128)", "expert_dim: 128"]),
+        ("ffn: {router_bias: true}", ["ffn.router_bias (true)", "add kind: moe"]),
+    ],
+)
+def test_a_field_of_another_kind_is_refused(cli: Any, tmp_path: Path, block: str, words: list[str]) -> None:
+    path = tmp_path / "model.yaml"
+    path.write_text(SMALL_YAML + block + "\n")
+    assert_refused(run(cli, "check", str(path)), 3, *words)
+
+
+def test_a_dense_variant_of_a_moe_default_drops_the_moe_fields(cli: Any, tmp_path: Path) -> None:
+    """A variant that changes the kind starts from that kind's defaults (DeepSeek's dense first layers)."""
+    path = tmp_path / "model.yaml"
+    path.write_text(SMALL_YAML + "ffn: {kind: moe, num_experts: 4, top_k: 2}\nblocks: {dense: {ffn: {kind: dense}}}\n"
+                    "layers: [{pattern: [dense], repeat: 1}, {pattern: [default], repeat: 1}]\n")  # fmt: skip
+    assert run(cli, "check", str(path)).exit_code == 0

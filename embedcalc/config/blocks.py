@@ -127,6 +127,12 @@ class AttentionSpec(BaseModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _mla_fields_need_mla(self) -> AttentionSpec:
+        if self.kind != "mla":
+            _refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
+        return self
+
     @field_validator("qk_norm")
     @classmethod
     def _mla_has_no_qk_norm(cls, value: str, info: ValidationInfo) -> str:
@@ -198,6 +204,19 @@ class FFNSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> FFNSpec:
+        if self.kind != "moe":
+            _refuse_other_kind(self, MOE_ONLY_FIELDS, "ffn", "moe")
+        elif self.ffn_dim is not None:
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "ffn.ffn_dim ({value}) is the width of a dense FFN; under kind moe the width of one expert is "
+                "expert_dim: write expert_dim: {value} (and shared_expert_dim for the shared experts)",
+                {"value": self.ffn_dim},
+            )
+        return self
+
+    @model_validator(mode="after")
     def _moe_complete(self) -> FFNSpec:
         if self.shared_expert_gate and self.kind == "moe" and self.num_shared_experts == 0:
             raise PydanticCustomError(
@@ -214,6 +233,26 @@ class FFNSpec(BaseModel):
                 {"name": missing},
             )
         return self
+
+
+# the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
+MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
+MOE_ONLY_FIELDS = ("num_experts", "top_k", "expert_dim", "num_shared_experts", "shared_expert_dim",
+                   "shared_expert_gate", "router_bias", "expert_bias")  # fmt: skip
+
+
+def _refuse_other_kind(spec: AttentionSpec | FFNSpec, names: tuple[str, ...], where: str, kind: str) -> None:
+    """Refuse the first of ``names`` that ``spec`` sets to other than its default while its kind is not ``kind``."""
+    for name in names:
+        value, default = getattr(spec, name), type(spec).model_fields[name].default
+        if value != default:
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "{where}.{name} ({value}) applies to kind {kind} only, but kind is {actual}, so it would be ignored: "
+                "add kind: {kind} to {where}, or remove {name}",
+                {"where": where, "name": name, "value": shown, "kind": kind, "actual": spec.kind},
+            )
 
 
 def moe_missing(spec: FFNSpec) -> str | None:
@@ -394,4 +433,9 @@ def merge_spec(base: S, override: S | None) -> S:
     if override is None or not override.model_fields_set:
         return base
     update = {name: getattr(override, name) for name in override.model_fields_set}
-    return type(base).model_validate({**base.model_dump(), **update})
+    merged = base.model_dump()
+    if "kind" in update and update["kind"] != base.kind:  # a new kind starts without the old kind's fields
+        for name in (*MLA_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim"):
+            if name in merged:
+                merged[name] = type(base).model_fields[name].default
+    return type(base).model_validate({**merged, **update})
