@@ -9,16 +9,12 @@ import sys
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from embedcalc.cli import output
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
-
-if TYPE_CHECKING:  # loaded by the commands that analyse (`heads`, `schema` and --help do without pydantic)
-    from embedcalc.analysis.report import Analysis
-    from embedcalc.analysis.workload import Workload
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,15 +51,6 @@ SetOption = Annotated[
 FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
 
 
-def analyze_target(target: str, overrides: list[str] | None, workload: Workload) -> Analysis:
-    """:func:`embedcalc.api.analyze.analyze_target`, its warnings on stderr."""
-    from embedcalc.api.analyze import analyze_target as analyzed
-
-    result = analyzed(target, overrides, workload)
-    output.warn(result.warnings, target)
-    return result
-
-
 def enforce_budget(problems: list[Problem], json_emitted: bool) -> None:
     """Exit 5 after the results were printed, if any limit was exceeded."""
     if problems:
@@ -71,6 +58,11 @@ def enforce_budget(problems: list[Problem], json_emitted: bool) -> None:
         raise EmbedcalcError(
             message, ExitCode.OVER_BUDGET, problems, "over_budget", json_emitted=json_emitted
         )
+
+
+def plot_option(help: str) -> Any:
+    """``--plot FILE`` (a file, checked by :func:`check_plot_file` before any work)."""
+    return typer.Option("--plot", metavar="FILE", dir_okay=False, help=help)
 
 
 def check_plot_file(path: Path) -> None:

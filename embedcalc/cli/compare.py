@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import CompareFormat, SetOption, check_plot_file, enforce_budget, handle_errors
+from embedcalc.cli.common import (
+    CompareFormat,
+    SetOption,
+    check_plot_file,
+    enforce_budget,
+    handle_errors,
+    plot_option,
+)
 from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 
@@ -30,16 +37,10 @@ def compare_command(
     limits: BudgetFlags,
     timing: TimeFlags,
     overrides: SetOption = None,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            "--plot",
-            metavar="FILE",
-            dir_okay=False,
-            help="Also draw FLOPs (attention scores vs the rest) and memory against seq_len for every target, "
-            "one colour each, crossovers marked (.png/.svg/.pdf; needs `pip install 'embedcalc[plot]'`).",
-        ),
-    ] = None,
+    plot: Annotated[Path | None, plot_option(
+        "Also draw FLOPs (attention scores vs the rest) and memory against seq_len for every target, "
+            "one colour each, crossovers marked (.png/.svg/.pdf; needs `pip install 'embedcalc[plot]'`)."
+    )] = None,
     plot_seq_len: Annotated[
         str,
         typer.Option("--plot-seq-len", metavar="VALUES", help="seq_len values for --plot (list or range)."),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from embedcalc.cli import output
-from embedcalc.cli.common import SetOption, check_plot_file, handle_errors
+from embedcalc.cli.common import SetOption, check_plot_file, handle_errors, plot_option
 from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import WorkloadFlags, bounded_int, flags, only
 from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
@@ -90,16 +90,10 @@ def sweep_command(
     timing: TimeFlags,
     overrides: SetOption = None,
     format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            "--plot",
-            metavar="FILE",
-            dir_okay=False,
-            help="Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
-            "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]').",
-        ),
-    ] = None,
+    plot: Annotated[Path | None, plot_option(
+        "Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
+            "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]')."
+    )] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Table format: points shown.")] = 50,
     measure: Annotated[
         bool,

@@ -1,0 +1,135 @@
+"""``explain``: the questions the tool grew from (DESIGN.md §12), answered on the user's config and workload.
+
+Each topic's answer is computed by :mod:`embedcalc.analysis.explain` and its siblings; this module picks the topics,
+and answers the heads topic even for a config invalid only in its heads (explaining that failure is what was
+asked for), from the unvalidated mapping. Every other topic needs a valid config (the validation error is raised).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from embedcalc.analysis.workload import Workload
+from embedcalc.api.analyze import analyze_target
+from embedcalc.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.explain_heads import HeadShape
+    from embedcalc.config.schema import ModelConfig
+
+# validation problems the heads topic explains (DESIGN.md §3: the head split of the width)
+HEAD_PROBLEMS = frozenset({"heads_indivisible", "kv_heads_indivisible", "rope_head_dim_odd"})
+
+__all__ = ["HEAD_PROBLEMS", "Explanation", "explain", "head_shape_from_raw"]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The answers, one per topic, on ``config`` (None when it is invalid in its heads: then the heads topic alone,
+    with the ``problems`` that make it invalid; ``narrowed`` when more topics were asked for)."""
+
+    target: str
+    config: ModelConfig | None
+    answers: list[tuple[str, Any]]
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    narrowed: bool = False
+
+    @property
+    def valid(self) -> bool:
+        return self.config is not None
+
+    @property
+    def label(self) -> str:
+        return self.config.label if self.config is not None else self.target
+
+
+def _positive_int(raw: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = raw.get(key, default)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
+    """The heads topic's numbers from an unvalidated mapping, or None if they are not all positive integers."""
+    from embedcalc.analysis.explain_heads import HeadShape
+
+    d, h = _positive_int(raw, "embed_dim"), _positive_int(raw, "num_heads")
+    layers = _positive_int(raw, "num_layers")
+    if d is None or h is None or layers is None:
+        return None
+    kv = _positive_int(raw, "num_kv_heads", h) if raw.get("num_kv_heads") is not None else h
+    decoder = _positive_int(raw, "num_decoder_layers", layers) if raw.get("num_decoder_layers") else layers
+    arch = raw.get("architecture")
+    if kv is None or decoder is None or arch not in ("encoder", "decoder", "encoder-decoder"):
+        return None
+    head_dim = raw.get("head_dim")
+    return HeadShape(
+        embed_dim=d,
+        num_heads=h,
+        num_kv_heads=kv,
+        head_dim=head_dim if isinstance(head_dim, int) and not isinstance(head_dim, bool) else None,
+        num_layers=layers + (decoder if arch == "encoder-decoder" else 0),
+        cache_layers={"encoder": 0, "decoder": layers, "encoder-decoder": decoder}[arch],
+        rope=raw.get("position") == "rope",
+    )
+
+
+def _presets() -> list[tuple[str, ModelConfig]]:
+    from embedcalc.config.loading import load_target
+    from embedcalc.config.presets import preset_names
+
+    return [(name, load_target(name).config) for name in preset_names()]
+
+
+def _answer(topic: str, config: ModelConfig, workload: Workload) -> Any:
+    from embedcalc.analysis.explain import explain_cost, explain_width_depth
+    from embedcalc.analysis.explain_heads import HeadShape, explain_heads
+    from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_tune
+
+    if topic == "heads":
+        return explain_heads(HeadShape.of(config), workload, config)
+    if topic == "width-depth":
+        return explain_width_depth(config, workload, _presets(), config.label)
+    if topic == "fine-tune":
+        return explain_fine_tune(config)
+    if topic == "embed-dim":
+        return explain_embed_dim(config, workload)
+    return explain_cost(config, workload)
+
+
+def explain(
+    target: str, overrides: Sequence[str] | None, run: Workload, topics: Sequence[str] | None = None
+) -> Explanation:
+    """``embedcalc explain TARGET [TOPIC]``: ``topics`` (default every one of
+    :data:`embedcalc.analysis.explain.TOPICS`) answered on TARGET with ``--set``."""
+    from embedcalc.analysis.explain import TOPICS
+
+    asked = list(topics) if topics else list(TOPICS)
+    config: ModelConfig | None = None
+    try:
+        analysis = analyze_target(target, overrides, run)
+        config = analysis.config
+        answers = [(t, _answer(t, config, run)) for t in asked]
+    except ConfigError as error:
+        if config is not None:
+            raise
+        return _invalid_heads(target, overrides, error, asked, run)
+    return Explanation(target, config, answers, warnings=analysis.warnings)
+
+
+def _invalid_heads(
+    target: str, overrides: Sequence[str] | None, error: ConfigError, topics: list[str], run: Workload
+) -> Explanation:
+    """The heads answer for a config invalid only in its heads; re-raise ``error`` for anything else."""
+    from embedcalc.analysis.explain_heads import explain_heads
+    from embedcalc.config.loading import raw_config
+
+    codes = {p.code for p in error.problems}
+    if (len(topics) == 1 and topics != ["heads"]) or not codes or not codes <= HEAD_PROBLEMS:
+        raise error
+    shape = head_shape_from_raw(raw_config(target, list(overrides or [])))
+    if shape is None:
+        raise error
+    return Explanation(target, None, [("heads", explain_heads(shape, run))], error.problems, narrowed=len(topics) > 1)
