@@ -172,11 +172,15 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     no collective of their own here; a shared-expert FFN is a dense FFN.
     """
     attention, ffn = block.attention, block.ffn
-    columns = [attention.q_lora_rank or d, attention.kv_lora_rank] if attention.kind == "mla" else [d, d, d]
-    rows = 1
+    if attention is None:  # a recurrent mixer is replicated (analysis/mixers.py): no collective; or no mixer
+        columns, rows = [], 0
+    elif attention.kind == "mla":
+        columns, rows = [attention.q_lora_rank or d, attention.kv_lora_rank], 1
+    else:
+        columns, rows = [d, d, d], 1
     if cross:
         rows, columns = rows + 1, [*columns, d, d, d]
-    if not ffn.moe or ffn.shared_dim:
+    if ffn is not None and (not ffn.moe or ffn.shared_dim):
         rows, columns = rows + 1, [*columns, *([d, d] if ffn.gated else [d])]
     return rows, columns
 
@@ -320,7 +324,7 @@ def _ep(config: ModelConfig, workload: Workload) -> list[Collective]:
         if start >= stop:
             continue
         for block, count in plan.counts(start, stop):
-            if not block.ffn.moe:
+            if block.ffn is None or not block.ffn.moe:
                 continue
             tokens = workload.batch_size * lengths[stack.name]
             payload = tokens * block.ffn.top_k * config.embed_dim * workload.activation_bytes

@@ -15,7 +15,8 @@ from math import prod
 from typing import Any
 
 from embedcalc.analysis.heads import divisors, nearest_valid_heads
-from embedcalc.analysis.params import ParamTensor, param_tensors
+from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.mixers import mixer_flops
 from embedcalc.analysis.structure import (
     Dims,
     Num,
@@ -164,18 +165,24 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
 
 
 def layer_flops(
-    config: ModelConfig, x: Dims, block: Block, layers: Num, n: Num, n_mem: Num, causal: bool, cross: bool
+    config: ModelConfig, x: Dims, block: Block, layers: Num, n: Num, n_mem: Num, causal: bool, cross: bool,
+    pad_chunks: bool = True,
 ) -> list[tuple[str, Num]]:
-    """Forward FLOPs of ``layers`` layers of ``block`` (keys relative to the stack)."""
+    """Forward FLOPs of ``layers`` layers of ``block`` (keys relative to the stack); ``pad_chunks`` false counts a
+    chunked scan per token, without the last chunk's padding (the crossover's per-token rate)."""
     b = x.b
     t = b * n
     a = block.attention
-    pairs = score_pairs(n, causal, a.window, a.chunk)
-    terms = attention_flops(a, x, layers, t, t, b * pairs, "attention")
+    terms: list[tuple[str, Num]] = []
+    if a is not None:
+        pairs = score_pairs(n, causal, a.window, a.chunk)
+        terms += attention_flops(a, x, layers, t, t, b * pairs, "attention")
+    if block.mixer is not None:
+        terms += mixer_flops(block.mixer, x, layers, n, pad=pad_chunks)
     if cross:
         terms += attention_flops(cross_attention(config), x, layers, t, b * n_mem, b * (n * n_mem), "cross_attention",
                                  cross=True)  # fmt: skip
-    return terms + ffn_flops(block.ffn, block, x, layers, t)
+    return terms + (ffn_flops(block.ffn, block, x, layers, t) if block.ffn is not None else [])
 
 
 def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
@@ -215,7 +222,7 @@ def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
     linear: Num = 0
     quadratic: Num = 0
     for block, layers in sd.blocks:
-        for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention):
+        for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention, False):
             if is_score_key(key):
                 quadratic = quadratic + value
             else:
@@ -242,6 +249,8 @@ _ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4, "swi
 
 def _activation_width(block: Block, x: Dims) -> Num:
     w = x.widths(block)
+    if block.ffn is None:
+        return 0
     return block.ffn.top_k * w.fe + w.fs if block.ffn.moe else w.f
 
 
@@ -260,7 +269,8 @@ def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
         norms = attention_norms + ffn_norms + (cross_norms if cross else 0)
         scores = h * n * n + (h * n * n_mem if cross else 0)
         for block, layers in sd.blocks:
-            out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
+            if block.attention is not None:
+                out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
             out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)
             act = _ACTIVATION_PER_ELEMENT[config.activation]
             out.add(f"{sd.name}/activation", layers * t * _activation_width(block, x) * act)

@@ -89,6 +89,9 @@ def _ffn_widths(config: ModelConfig, flat_f: Num) -> dict[str, FFNWidths]:
     out = {}
     for name, spec in _follows(config).items():
         block = config.named_blocks[name].ffn
+        if block is None:
+            out[name] = FFNWidths(0, 0, 0)
+            continue
         f = spec.ffn_dim if spec.ffn_dim is not None else flat_f
         fe = spec.expert_dim if spec.expert_dim is not None else flat_f
         shared = spec.shared_expert_dim if spec.shared_expert_dim is not None else fe
@@ -240,7 +243,8 @@ def evaluate_grid(
     columns_by_name, breakdowns = quantities(config, workload, x)
     columns = {k: _column(v, shape, dtype) for k, v in columns_by_name.items()}
     default = config.named_blocks[DEFAULT_BLOCK].attention
-    columns["head_dim"] = _column(x.hd if default.kind == "standard" else default.head_dim, shape, dtype)
+    head_dim = x.hd if default is None or default.kind == "standard" else default.head_dim
+    columns["head_dim"] = _column(head_dim, shape, dtype)
     columns["ffn_dim"] = _column(flat_ffn, shape, dtype)
     return GridResult(columns=columns, method=method, bound=bound, breakdowns=breakdowns, shape=shape)
 

@@ -39,6 +39,7 @@ from embedcalc.analysis.memory_training import (
     saved_terms,
     training_param_bytes,
 )
+from embedcalc.analysis.mixers import state_terms
 from embedcalc.analysis.parallel import Stage, sharded_shape, stage_dims, stage_layout, stage_tensors
 from embedcalc.analysis.params import model_tensors
 from embedcalc.analysis.structure import Dims, Num, maximum
@@ -58,13 +59,21 @@ class _MemoryKinds:
     optimizer_bytes: int
     activations_bytes: int
     kv_cache_bytes: int
+    recurrent_state_bytes: int  # the recurrent mixers' state (Mamba-2): constant in the context, beside the KV cache
 
     @property
     def total_bytes(self) -> int:
         return (
             self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.kv_cache_bytes
+            + self.activations_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
         )  # fmt: skip
+
+    def _kinds(self) -> dict[str, int]:
+        """The DESIGN.md §5 keys, and the recurrent state where the model has one (a key added, none renamed)."""
+        out = {k: getattr(self, k) for k in MEMORY_KEYS}
+        if self.recurrent_state_bytes:
+            out["recurrent_state_bytes"] = self.recurrent_state_bytes
+        return out
 
 
 @dataclass(frozen=True)
@@ -79,12 +88,10 @@ class StageMemory(_MemoryKinds):
     optimizer_bytes: int
     activations_bytes: int
     kv_cache_bytes: int
+    recurrent_state_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "stage": self.index, "num_layers": self.num_layers, "params": self.params,
-            **{k: getattr(self, k) for k in MEMORY_KEYS},
-        }  # fmt: skip
+        return {"stage": self.index, "num_layers": self.num_layers, "params": self.params, **self._kinds()}
 
 
 @dataclass(frozen=True)
@@ -98,9 +105,10 @@ class MemoryEstimate(_MemoryKinds):
     kv_cache_bytes: int
     activations: Breakdown
     stages: list[StageMemory] = field(default_factory=list)
+    recurrent_state_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in MEMORY_KEYS}
+        return self._kinds()
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.as_dict(), "activations_breakdown": self.activations.as_dict()}
@@ -118,12 +126,15 @@ def memory_terms(config: ModelConfig, workload: Workload, x: Dims, params: Num) 
     candidates = list(peak_candidates(config, workload, x).values())
     activations = functools.reduce(maximum, candidates) if candidates else 0
     kv_cache = kv_cache_terms(config, workload, x)
+    state = state_terms(config, x, workload.activation_bytes)
     out: dict[str, Num] = {
         "inference_weights_bytes": weights,
         "inference_activations_bytes": activations,
         "kv_cache_bytes": kv_cache,
-        "inference_total_bytes": weights + activations + kv_cache,
+        "inference_total_bytes": weights + activations + kv_cache + state,
     }
+    if config.has_recurrent_state:
+        out["recurrent_state_bytes"] = state
     if workload.dtype in WEIGHT_ONLY_DTYPES:
         return out
     mixed = mixed_precision(workload.dtype)
@@ -163,6 +174,7 @@ def _stage_memory(
         return StageMemory(
             stage.index, stage.num_layers, params, int(stored), 0, 0,
             activations.total, int(kv_cache_terms(config, workload, x, par.tp)),
+            int(state_terms(config, x, workload.activation_bytes)),
         )  # fmt: skip
     mixed = mixed_precision(workload.dtype)
     in_flight = par.pp - stage.index  # 1F1B: micro-batches whose activations stage i holds
@@ -219,4 +231,5 @@ def estimate_memory(config: ModelConfig, workload: Workload) -> MemoryEstimate:
         kv_cache_bytes=heaviest.kv_cache_bytes,
         activations=activations,
         stages=stages,
+        recurrent_state_bytes=heaviest.recurrent_state_bytes,
     )

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, cross_attention, maximum, minimum
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
@@ -104,7 +105,7 @@ class RankWidths:
 def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> RankWidths:
     a = a or block.attention
     w = x.widths(block)
-    if a.kind == "mla":
+    if a is not None and a.kind == "mla":
         heads = x.h // tp if tp > 1 else x.h
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         return RankWidths(
@@ -137,6 +138,8 @@ def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
         if sd.name != "decoder":
             continue
         for block, layers in sd.blocks:
+            if block.attention is None:
+                continue
             limit = block.attention.cache_limit
             tokens = cached if limit is None else minimum(cached, limit)
             values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
@@ -181,18 +184,25 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
         base = t * (2 * e * x.d) + memory  # residual stream and the sublayer's input/output
         for block, _ in sd.blocks:
             a, r = block.attention, rank_widths(block, x, tp)
-            if a.kind == "mla":
+            if block.mixer is not None:
+                keep(f"{sd.name}/mixer", base + mixer_live_bytes(block.mixer, x, n, e))
+            if a is None:
+                pass
+            elif a.kind == "mla":
                 q_path = e * (a.q_lora_rank or 0) + e * r.q
                 kv_path = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * (r.q + r.v)
                 attention = t * (q_path + kv_path + e * r.v)
             else:
                 attention = t * (e * (r.q + 2 * r.kv) + e * r.q)
-            if workload.attention == "eager":
-                attention = attention + (b * n * n) * (2 * e * r.heads)
-            keep(f"{sd.name}/attention", base + attention)
-            inner = 3 if block.ffn.gated else 2
-            if block.ffn.moe:
-                ffn = block.ffn
+            if a is not None:
+                if workload.attention == "eager":
+                    attention = attention + (b * n * n) * (2 * e * r.heads)
+                keep(f"{sd.name}/attention", base + attention)
+            ffn = block.ffn
+            if ffn is None:
+                continue
+            inner = 3 if ffn.gated else 2
+            if ffn.moe:
                 keep(
                     f"{sd.name}/moe", base + t * (e * (ffn.top_k * r.fe + r.fs) * inner + e * ffn.num_experts)
                 )

@@ -49,10 +49,11 @@ from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.memory_inference import RankWidths, rank_widths
+from embedcalc.analysis.mixers import mixer_saved_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.blocks import Attention, Block
+from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
 
 FP32_BYTES = 4
@@ -124,9 +125,9 @@ def _attention_saved(
 
 
 def _ffn_saved(
-    config: ModelConfig, workload: Workload, block: Block, r: RankWidths, x: Dims, t: Num
+    config: ModelConfig, workload: Workload, ffn: FFN, r: RankWidths, x: Dims, t: Num
 ) -> tuple[str, Num]:
-    e, d, ffn = workload.activation_bytes, x.d, block.ffn
+    e, d = workload.activation_bytes, x.d
     inner = 4 if ffn.gated else 2  # activation input and output; gated: gate, up, act(gate), product
     mask = MASK_BYTES * d if config.dropout > 0 else 0
     if not ffn.moe:
@@ -144,15 +145,22 @@ def layer_saved(
     if recompute == "full":
         return [("layer_input", t * (e * x.d))]
     r = rank_widths(block, x, tp)
-    terms = _attention_saved(config, workload, block.attention, r, x, n, n, "attention", recompute)
+    terms: list[tuple[str, Num]] = []
+    if block.attention is not None:
+        terms += _attention_saved(config, workload, block.attention, r, x, n, n, "attention", recompute)
+    if block.mixer is not None:
+        terms.append(("mixer", mixer_saved_bytes(block.mixer, x, n, e)))
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
-    norms = attention_norms + ffn_norms
+    mixes = block.attention is not None or block.mixer is not None
+    norms = (attention_norms if mixes else 0) + (ffn_norms if block.ffn is not None else 0)
     if sd.stack.cross_attention:
         a = cross_attention(config)
         terms += _attention_saved(config, workload, a, rank_widths(block, x, tp, a), x, n, n_mem, "cross_attention",
                                   recompute, cross=True)  # fmt: skip
         norms += cross_norms
-    return [*terms, _ffn_saved(config, workload, block, r, x, t), ("norms", t * (norms * e * x.d))]
+    if block.ffn is not None:
+        terms.append(_ffn_saved(config, workload, block.ffn, r, x, t))
+    return [*terms, ("norms", t * (norms * e * x.d))]
 
 
 def _add(out: dict[str, Num], key: str, value: Num) -> None:

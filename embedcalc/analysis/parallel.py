@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import prod
 
-from embedcalc.analysis.params import ParamTensor, param_tensors
+from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, Num, StackDims, stacks
+from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Parallelism
 from embedcalc.config.blocks import Block
 from embedcalc.config.schema import ModelConfig
@@ -42,6 +43,8 @@ def _ffn_widths(config: ModelConfig) -> list[tuple[str, int]]:
     for stack in stacks(config):
         for block in config.stack_plan(stack.name).blocks:
             ffn = block.ffn
+            if ffn is None:
+                continue
             widths = [("expert_dim", ffn.expert_dim), ("shared experts' width", ffn.shared_dim)] if ffn.moe else [
                 ("ffn_dim", ffn.ffn_dim)]  # fmt: skip
             out += [(name, value) for name, value in widths if value and (name, value) not in out]
@@ -52,7 +55,7 @@ def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
     if par.ep == 1:
         return []
     experts = sorted({b.ffn.num_experts for s in stacks(config) for b in config.stack_plan(s.name).blocks
-                      if b.ffn.moe})  # fmt: skip
+                      if b.ffn is not None and b.ffn.moe})  # fmt: skip
     if not experts:
         return [Problem("--ep", f"--ep {par.ep} spreads the routed experts of mixture-of-experts layers over ranks, "
                         f"but {config.label} has none; use --ep 1", "ep_without_moe")]  # fmt: skip

@@ -33,11 +33,11 @@ The functions take a :class:`embedcalc.analysis.structure.Dims`, so the sweep gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from math import prod
-from typing import Literal
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
     Dims,
     Num,
@@ -45,48 +45,10 @@ from embedcalc.analysis.structure import (
     norm_has_bias,
     sublayer_norms,
 )
+from embedcalc.analysis.tensor import ParamTensor, Split
+from embedcalc.analysis.tensor import linear as _linear
 from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
-
-# How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
-# their output features (weight and bias), row-parallel layers split their input features (the bias is
-# replicated), vocab-parallel embeddings split their rows; ``qkv`` is the fused Q/K/V (KV heads replicated when
-# fewer than ranks) and ``kv`` a key-width tensor under the same rule; everything else is replicated.
-Split = Literal["column", "row", "vocab", "qkv", "kv", "none"]
-
-
-@dataclass(frozen=True)
-class ParamTensor:
-    """One kind of parameter tensor: its breakdown key, shape, how many identical copies, how TP shards it.
-
-    A per-layer tensor has ``per_layer_copies`` in each layer of its ``block`` (two norms of a sandwich, the
-    ``num_experts`` experts of an MoE layer, which expert parallelism spreads over ``--ep`` ranks) and ``copies`` =
-    layers x ``per_layer_copies`` in the model (once per stack with ``shared_layers``).
-    """
-
-    key: str
-    shape: tuple[Num, ...]
-    copies: Num = 1
-    split: Split = "none"
-    stack: str | None = None  # the stack whose layers hold it (pipeline stages split these), else None
-    per_layer: bool = False
-    block: str | None = None
-    per_layer_copies: int = 1
-    expert: bool = False
-
-    @property
-    def numel(self) -> Num:
-        return prod(self.shape) * self.copies
-
-
-def _linear(
-    key: str, in_f: Num, out_f: Num, bias: bool, split: Split, instances: int = 1, expert: bool = False
-) -> list[ParamTensor]:
-    weight = ParamTensor(key, (out_f, in_f), instances, split, expert=expert)
-    if not bias:
-        return [weight]
-    bias_split: Split = split if split in ("column", "qkv") else "none"
-    return [weight, ParamTensor(key, (out_f,), instances, bias_split, expert=expert)]
 
 
 def _norm(
@@ -155,13 +117,19 @@ def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[Pa
 def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
     """The tensors of one layer of ``block``; keys relative to the stack, in model order."""
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
-    out = attention_tensors(config, block.attention, x, "attention")
-    out += _norm(config, "attention/norm", x.d, attention_norms)
+    out: list[ParamTensor] = []
+    if block.attention is not None:
+        out += attention_tensors(config, block.attention, x, "attention")
+        out += _norm(config, "attention/norm", x.d, attention_norms)
+    if block.mixer is not None:
+        out += mixer_tensors(block.mixer, x)
+        out += _norm(config, "mixer/norm", x.d, attention_norms)
     if cross:
         out += attention_tensors(config, cross_attention(config), x, "cross_attention")
         out += _norm(config, "cross_attention/norm", x.d, cross_norms)
-    out += ffn_tensors(config, block.ffn, block, x)
-    out += _norm(config, "ffn/norm", x.d, ffn_norms)
+    if block.ffn is not None:
+        out += ffn_tensors(config, block.ffn, block, x)
+        out += _norm(config, "ffn/norm", x.d, ffn_norms)
     return out
 
 
@@ -226,7 +194,7 @@ def inactive_params(config: ModelConfig, x: Dims) -> Num:
     for sd in x.stacks:
         for block, count in sd.blocks:
             ffn = block.ffn
-            if not ffn.moe:
+            if ffn is None or not ffn.moe:
                 continue
             per_expert = sum(prod(t.shape) for t in ffn_tensors(config, ffn, block, x) if t.expert)
             layers = 1 if config.shared_layers else count

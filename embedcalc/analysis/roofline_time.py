@@ -196,7 +196,7 @@ def estimate_time(
     phases["decode"] = Phase("decode", tuple(last.values()))
     total = None
     if w.gen_tokens:
-        caps = [b.attention.cache_limit for b in config.named_blocks.values()]
+        caps = [b.attention.cache_limit for b in config.named_blocks.values() if b.attention is not None]
         kinks = [c for c in caps if c is not None]
         total = _decode_total(roof, step_at, prompt + 1, prompt + w.gen_tokens, kinks)
     return replace(

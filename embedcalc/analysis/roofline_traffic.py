@@ -12,13 +12,15 @@ from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory_inference import kv_cache_bytes, stored_bytes
+from embedcalc.analysis.mixers import decode_step_terms
 from embedcalc.analysis.params import param_tensors
-from embedcalc.analysis.structure import cross_attention, stacks
+from embedcalc.analysis.structure import Dims, cross_attention, stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.blocks import Attention
 from embedcalc.config.schema import ModelConfig
 
 _CORE = ("scores", "context")
+_STATEFUL = ("/mixer/ssm", "/mixer/conv")  # the recurrent mixers' parts that read and write a state
 _LOOKUPS = ("embedding/token", "embedding/position", "embedding/type")
 
 
@@ -91,7 +93,7 @@ def weights_of(config: ModelConfig, w: Workload) -> Weights:
             shape[t.key] = (t.shape[0], t.shape[1])
     experts = {}
     for stack in stacks(config):
-        moe = [b.ffn for b in config.stack_plan(stack.name).blocks if b.ffn.moe]
+        moe = [b.ffn for b in config.stack_plan(stack.name).blocks if b.ffn is not None and b.ffn.moe]
         if moe:
             experts[f"{stack.name}/moe/experts"] = (moe[0].num_experts, moe[0].top_k)
     return Weights(numel, split, shape, experts, stored)
@@ -153,7 +155,7 @@ def _attention_layers(config: ModelConfig, stack: str, cross: bool) -> list[tupl
     plan = config.stack_plan(stack).counts()
     if cross:
         return [(cross_attention(config), sum(n for _, n in plan))]
-    return [(block.attention, n) for block, n in plan]
+    return [(block.attention, n) for block, n in plan if block.attention is not None]
 
 
 def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, decode: bool,
@@ -195,6 +197,9 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         if key.rsplit("/", 1)[-1] in _CORE:
             out[key] = Traffic(flops=f) + _core_traffic(key, config, w, lengths, decode, kv_bytes)
             continue
+        if key.endswith(_STATEFUL):
+            out[key] = _state_traffic(config, w, key, f, lengths, decode, kv_bytes, weights, caches)
+            continue
         wkey = "embedding/token" if key == "head/lm" and tied else key
         out_f, in_f = weights.shape.get(wkey, (1, 1))
         tokens = f / (2 * out_f * in_f)  # token-layers through this matmul
@@ -223,6 +228,27 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
         elif key not in flops:
             out[key] = Traffic(weight_bytes=weights.bytes_read(key, numel))
     return out
+
+
+def _state_traffic(config: ModelConfig, w: Workload, key: str, f: int, lengths: Lengths, decode: bool,
+                   kv_bytes: int, weights: Weights, caches: bool) -> Traffic:  # fmt: skip
+    """A recurrent mixer's scan or convolution, all its layers (analysis/mixers.py): a decode step reads and writes
+    the state (the SSM state, or the convolution's window); a prefill reads the inputs and writes the outputs, and
+    writes the final state once."""
+    stack, _, part = key.split("/")
+    mixers = [(b.mixer, n) for b, n in config.stack_plan(stack).counts() if b.mixer is not None]
+    b, e = w.batch_size, w.activation_bytes
+    per_layer = [(m.ssm_state_values if part == "ssm" else m.conv_state_values, n) for m, n in mixers]
+    state = b * sum(values * n for values, n in per_layer) * kv_bytes
+    weight = weights.bytes_read(key, weights.numel.get(key, 0))
+    if decode:
+        return Traffic(flops=f, weight_bytes=weight, kv_read_bytes=state, kv_write_bytes=state)
+    # ssm: reads x, B, C, dt and writes y; conv: reads and writes conv_dim channels
+    io = sum(n * (2 * m.inner + 2 * m.groups * m.state_size + m.num_heads if part == "ssm" else 2 * m.conv_dim)
+             for m, n in mixers)  # fmt: skip
+    tokens = b * lengths.self_m.get(stack, 0)
+    return Traffic(flops=f, weight_bytes=weight, activation_bytes=tokens * io * e,
+                   kv_write_bytes=state if caches else 0)  # fmt: skip
 
 
 def _experts_numel(numel: int, experts: int, top_k: int, tokens: int) -> int:
@@ -272,10 +298,12 @@ def _at_kv_len(config: ModelConfig, w: Workload, n: int) -> Workload:
 
 
 def decode_step_flops(config: ModelConfig, w: Workload, kv_len: int) -> dict[str, int]:
-    """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key."""
+    """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key; a
+    recurrent mixer's, one step of its recurrence (analysis/mixers.py)."""
     now = matmul_flops(config, _at_kv_len(config, w, kv_len), True)
     before = matmul_flops(config, _at_kv_len(config, w, kv_len - 1), True)
-    return {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0)}
+    out = {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) and "/mixer/" not in k}
+    return out | decode_step_terms(config, Dims.of(config, w.batch_size, 1))  # recurrent mixers: one step
 
 
 def prompt_len(config: ModelConfig, w: Workload) -> int:

@@ -128,6 +128,8 @@ class Dims:
             n_dec=tgt_len if tgt_len is not None else seq_len,
             ffn={
                 name: FFNWidths(block.ffn.ffn_dim, block.ffn.expert_dim, block.ffn.shared_dim)
+                if block.ffn is not None
+                else FFNWidths(0, 0, 0)
                 for name, block in config.named_blocks.items()
             },
             stacks=tuple(

@@ -12,7 +12,6 @@ from typing import Any
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep import SweepBase
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
-from embedcalc.config.blocks import DEFAULT_BLOCK
 from embedcalc.config.checks import workload_problems
 from embedcalc.errors import ConfigError
 
@@ -47,7 +46,7 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
         "kv_cache_bytes": inference.memory.kv_cache_bytes,
         "inference_total_bytes": inference.memory.total_bytes,
         "crossover_seq_len": inference.crossover_seq_len,
-        "head_dim": config.named_blocks[DEFAULT_BLOCK].attention.head_dim,
+        "head_dim": config.derived()["head_dim"],
         "ffn_dim": config.resolved_ffn_dim,
     }
     if inference.flops.forward_causal is not None:

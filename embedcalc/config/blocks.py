@@ -27,12 +27,14 @@ from typing import Annotated, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from embedcalc.config.mixers import Mixer, MixerSpec
+
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
 AttentionKind = Literal["standard", "mla"]
 QKNorm = Literal["none", "head", "full"]
-FFNKind = Literal["dense", "moe"]
+FFNKind = Literal["dense", "moe", "none"]
 
 DEFAULT_BLOCK = "default"
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -153,7 +155,10 @@ class FFNSpec(BaseModel):
 
     kind: FFNKind = Field(
         default="dense",
-        description="dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token.",
+        description=(
+            "dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token. none: the "
+            "block has no FFN (Nemotron-H's mixer-only layers)."
+        ),
     )
     ffn_dim: PositiveInt | None = Field(
         default=None,
@@ -263,10 +268,14 @@ def moe_missing(spec: FFNSpec) -> str | None:
 
 
 class BlockSpec(BaseModel):
-    """A named variant of the default block: the attention and FFN fields it changes."""
+    """A named variant of the default block: the mixer, attention and FFN fields it changes."""
 
     model_config = _FROZEN
 
+    mixer: MixerSpec | None = Field(
+        default=None,
+        description="The token mixer fields that differ from the default block's (kind attention, mamba2, none).",
+    )
     attention: AttentionSpec | None = Field(
         default=None, description="The attention fields that differ from the default block's (only those set)."
     )
@@ -365,11 +374,19 @@ class FFN:
 
 @dataclass(frozen=True)
 class Block:
-    """One layer: its attention and its FFN."""
+    """One layer: its token mixer (attention, a recurrent ``mixer`` or neither) and its FFN (or none)."""
 
     name: str
-    attention: Attention
-    ffn: FFN
+    attention: Attention | None
+    ffn: FFN | None
+    mixer: Mixer | None = None
+
+    @property
+    def mixer_kind(self) -> str:
+        """attention, the recurrent mixer's kind, or none."""
+        if self.attention is not None:
+            return "attention"
+        return self.mixer.kind if self.mixer is not None else "none"
 
 
 @dataclass(frozen=True)
@@ -419,7 +436,7 @@ class StackPlan:
         return [block for block, _ in self.counts()]
 
 
-S = TypeVar("S", AttentionSpec, FFNSpec)
+S = TypeVar("S", AttentionSpec, FFNSpec, MixerSpec)
 
 
 def base_attention_spec(flat_window: int | None, spec: AttentionSpec | None) -> AttentionSpec:

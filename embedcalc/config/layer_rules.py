@@ -26,13 +26,14 @@ from embedcalc.config.blocks import (
     merge_spec,
     moe_missing,
 )
+from embedcalc.config.mixers import MixerSpec
 from embedcalc.config.shape_rules import written_key
 
 
 class LayerRules:
     """Validators of ``ModelConfig``'s layer-model fields and the serializer of its specs."""
 
-    @field_serializer("attention", "ffn", "blocks", check_fields=False)
+    @field_serializer("attention", "ffn", "mixer", "blocks", check_fields=False)
     def _only_fields_set(self, value: Any, info: SerializationInfo) -> Any:
         """Specs are dumped with the fields they set only: a block variant overrides exactly those (merge_spec),
         so dumping its defaults too would change what a config means when it is read back."""
@@ -49,11 +50,19 @@ class LayerRules:
             _check_attention(value, info, "attention")
         return value
 
+    @field_validator("mixer", check_fields=False)
+    @classmethod
+    def _mixer_fits(cls, value: MixerSpec | None, info: ValidationInfo) -> MixerSpec | None:
+        if value is not None:
+            _check_mixer(value, info, "mixer")
+        return value
+
     @field_validator("blocks", check_fields=False)
     @classmethod
     def _blocks_resolve(cls, value: dict[str, BlockSpec], info: ValidationInfo) -> dict[str, BlockSpec]:
         base_attention = base_attention_spec(info.data.get("sliding_window"), info.data.get("attention"))
         base_ffn = info.data.get("ffn") or FFNSpec()
+        base_mixer = info.data.get("mixer") or MixerSpec()
         for name, block in value.items():
             if name == DEFAULT_BLOCK:
                 raise PydanticCustomError(
@@ -65,6 +74,7 @@ class LayerRules:
             try:
                 attention = merge_spec(base_attention, block.attention)
                 ffn = merge_spec(base_ffn, block.ffn)
+                mixer = merge_spec(base_mixer, block.mixer)
             except ValidationError as exc:
                 raise PydanticCustomError(
                     "block_invalid",
@@ -72,6 +82,7 @@ class LayerRules:
                     {"name": name, "error": exc.errors()[0]["msg"]},
                 ) from None
             _check_attention(attention, info, f"blocks.{name}.attention")
+            _check_mixer(mixer, info, f"blocks.{name}.mixer")
             missing = moe_missing(ffn)
             if missing:
                 raise PydanticCustomError(
@@ -130,6 +141,18 @@ class LayerRules:
                 {"names": ", ".join(sorted(names))},
             )
         return value
+
+
+def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
+    """A recurrent mixer scans causally: decoders only (an encoder's layers see the whole sequence)."""
+    arch = info.data.get("architecture")
+    if spec.kind != "attention" and arch != "decoder":
+        raise PydanticCustomError(
+            "mixer_needs_decoder",
+            "{where}.kind {kind} is for decoder stacks (a causal scan, or no mixer); architecture {arch} "
+            "needs attention. Use kind attention or architecture decoder",
+            {"where": where, "kind": spec.kind, "arch": arch},
+        )
 
 
 def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:

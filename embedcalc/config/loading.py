@@ -212,7 +212,7 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
 
 
 # fields that hold mappings (layers as data): ``--set`` reaches inside them with a dotted key
-NESTED_FIELDS = frozenset({"attention", "ffn", "blocks"})
+NESTED_FIELDS = frozenset({"attention", "ffn", "mixer", "blocks"})
 
 
 def _set_nested(data: dict[str, Any], field: str, path: list[str], value: Any, key: str) -> Problem | None:

@@ -25,6 +25,7 @@ from embedcalc.config.blocks import (
     merge_spec,
 )
 from embedcalc.config.blocks import FFN as ResolvedFFN
+from embedcalc.config.mixers import MixerSpec, resolve_mixer
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
@@ -64,6 +65,7 @@ class ResolvedShape:
         sliding_window: int | None
         attention: AttentionSpec | None
         ffn: FFNSpec | None
+        mixer: MixerSpec | None
         blocks: dict[str, BlockSpec]
         layers: list[LayerRun] | None
         shared_layers: bool
@@ -174,9 +176,11 @@ class ResolvedShape:
             v_head_dim=spec.v_head_dim or 0,
         )  # fmt: skip
 
-    def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN:
-        """An FFN spec with this config's widths, activation and biases filled in."""
+    def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN | None:
+        """An FFN spec with this config's widths, activation and biases filled in (None: the block has none)."""
         gated, bias = self.gated, self.resolved_ffn_bias
+        if spec.kind == "none":
+            return None
         if spec.kind == "dense":
             return ResolvedFFN("dense", gated, bias, spec.ffn_dim or self.resolved_ffn_dim)
         expert_dim = spec.expert_dim or self.resolved_ffn_dim
@@ -191,17 +195,23 @@ class ResolvedShape:
         """The cross-attention of an encoder-decoder's decoder: standard attention from the flat fields."""
         return self.resolve_attention(AttentionSpec())
 
+    def _block(self, name: str, mixer: MixerSpec, attention: AttentionSpec, ffn: FFNSpec) -> Block:
+        resolved = self.resolve_attention(attention) if mixer.kind == "attention" else None
+        return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer))
+
     @cached_property
     def named_blocks(self) -> dict[str, Block]:
         """The default block and every variant of ``blocks``, resolved."""
         attention = base_attention_spec(self.sliding_window, self.attention)
         ffn = self.ffn or FFNSpec()
-        out = {DEFAULT_BLOCK: Block(DEFAULT_BLOCK, self.resolve_attention(attention), self.resolve_ffn(ffn))}
+        mixer = self.mixer or MixerSpec()
+        out = {DEFAULT_BLOCK: self._block(DEFAULT_BLOCK, mixer, attention, ffn)}
         for name, spec in self.blocks.items():
-            out[name] = Block(
+            out[name] = self._block(
                 name,
-                self.resolve_attention(merge_spec(attention, spec.attention)),
-                self.resolve_ffn(merge_spec(ffn, spec.ffn)),
+                merge_spec(mixer, spec.mixer),
+                merge_spec(attention, spec.attention),
+                merge_spec(ffn, spec.ffn),
             )
         return out
 
@@ -216,7 +226,12 @@ class ResolvedShape:
 
     @property
     def has_moe(self) -> bool:
-        return any(block.ffn.moe for block in self.named_blocks.values())
+        return any(block.ffn is not None and block.ffn.moe for block in self.named_blocks.values())
+
+    @property
+    def has_recurrent_state(self) -> bool:
+        """Whether a layer of the model keeps a recurrent state (a Mamba-2 or other recurrent mixer)."""
+        return any(block.mixer is not None for block in self.named_blocks.values())
 
     @property
     def label(self) -> str:
@@ -227,7 +242,7 @@ class ResolvedShape:
         its layers as data (attention, ffn, blocks, layers) also gets the facts of its blocks."""
         default = self.named_blocks[DEFAULT_BLOCK]
         return {
-            "head_dim": default.attention.head_dim,  # MLA: qk_nope_head_dim + qk_rope_head_dim
+            "head_dim": default.attention.head_dim if default.attention is not None else self.resolved_head_dim,
             "num_kv_heads": self.resolved_kv_heads,
             "kv_groups": self.num_heads // self.resolved_kv_heads,
             "ffn_dim": self.resolved_ffn_dim,
@@ -248,17 +263,24 @@ class ResolvedShape:
         out: dict[str, Any] = {}
         if self.architecture != "encoder":  # K and V (or MLA's latent) values one token adds to the cache
             decoder = self.stack_plan("decoder").counts()
-            out["kv_cache_values_per_token"] = sum(b.attention.kv_cache_width * n for b, n in decoder)
-        if self.attention is None and self.ffn is None and not self.blocks and self.layers is None:
+            out["kv_cache_values_per_token"] = sum(
+                b.attention.kv_cache_width * n for b, n in decoder if b.attention is not None
+            )
+            if self.has_recurrent_state:  # the constant state of the recurrent layers, per sequence
+                out["recurrent_state_values"] = sum(b.mixer.state_values * n for b, n in decoder if b.mixer)
+        if self.attention is None and self.ffn is None and self.mixer is None and not self.blocks and not self.layers:
             return out
         first = "encoder" if self.architecture != "decoder" else "decoder"
         counts = self.stack_plan(first).counts()
-        kinds = sorted({block.attention.kind for block, _ in counts})
+        kinds = sorted({block.attention.kind for block, _ in counts if block.attention is not None})
         out["attention_kinds"] = ", ".join(kinds)
-        limited = sum(n for block, n in counts if block.attention.cache_limit is not None)
+        if self.mixer is not None or any(b.mixer_kind != "attention" for b, _ in counts):
+            out["mixer_layers"] = {kind: sum(n for b, n in counts if b.mixer_kind == kind)
+                                   for kind in sorted({b.mixer_kind for b, _ in counts})}  # fmt: skip
+        limited = sum(n for b, n in counts if b.attention is not None and b.attention.cache_limit is not None)
         if limited:
             out["windowed_layers"] = limited
-        moe = [(block.ffn, n) for block, n in counts if block.ffn.moe]
+        moe = [(block.ffn, n) for block, n in counts if block.ffn is not None and block.ffn.moe]
         if moe:
             ffn = moe[0][0]
             out |= {

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
 from embedcalc.config.layer_rules import LayerRules
+from embedcalc.config.mixers import MixerSpec
 from embedcalc.config.resolved import (
     Activation,
     Architecture,
@@ -228,6 +229,13 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
     ffn: FFNSpec | None = Field(
         default=None,
         description="The default block's FFN: dense (the flat ffn_dim) or a mixture of experts. Default dense.",
+    )
+    mixer: MixerSpec | None = Field(
+        default=None,
+        description=(
+            "The default block's token mixer: attention (the default), mamba2 (a state-space layer with a "
+            "constant recurrent state) or none. Hybrid stacks set it per block variant in blocks."
+        ),
     )
     blocks: dict[str, BlockSpec] = Field(
         default_factory=dict,

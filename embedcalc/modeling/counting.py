@@ -224,6 +224,8 @@ def _check_complete(config: ModelConfig, out: dict[str, int], total: int) -> Non
         )
     names = ["encoder", "decoder"] if config.architecture == "encoder-decoder" else [config.architecture]
     for name in names:
+        if all(block.attention is None for block in config.stack_plan(name).blocks):
+            continue  # no attention layer (a recurrent or mixer-free stack): no core to miss
         if not out.get(f"{name}/attention/scores") or not out.get(f"{name}/attention/context"):
             raise RuntimeError(
                 f"{name} attention was counted as 0 FLOPs: FlopCounterMode missed the attention op "

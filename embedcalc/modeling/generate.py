@@ -29,6 +29,7 @@ from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCa
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
+from embedcalc.modeling.ssm import allocate_state
 from embedcalc.modeling.steps import make_inputs
 from embedcalc.modeling.timing import Clock, StepCallback, timed_call
 
@@ -52,6 +53,10 @@ def allocate_cache(
     for i in range(decoder.num_layers):
         block = cast(Block, decoder.layers[i if len(decoder.layers) > 1 else 0])
         attn = block.attention
+        if attn is None:  # a recurrent mixer's fixed-size state, or nothing for a block without a mixer
+            state = allocate_state(block.mixer, batch_size, weight) if block.mixer is not None else None
+            layers.append(BlockCache(None, None, state))
+            continue
         limits = [x for x in (attn.window, attn.chunk) if x is not None]
         limit = min(limits) if limits else None
         size = total_tokens if limit is None else min(total_tokens, limit)
@@ -157,6 +162,7 @@ class GenerationRun:
     device: str
     threads: int
     prompt_len: int
+    state_bytes: int = 0  # the recurrent mixers' states (Mamba-2), constant in the sequence length
 
 
 def run_generation(
@@ -187,7 +193,7 @@ def run_generation(
             if on_step:
                 on_step("timing", i + 1, settings.repeat)
     return GenerationRun(ttft, decode, cache.nbytes, peak.bytes, peak.method, build_s, device_name(device),
-                         torch.get_num_threads(), prompt.shape[1])  # fmt: skip
+                         torch.get_num_threads(), prompt.shape[1], cache.state_nbytes)  # fmt: skip
 
 
 def _build(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> TransformerModel:

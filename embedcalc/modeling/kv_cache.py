@@ -6,7 +6,9 @@ normalised compressed latent followed by the rotated rope key (DeepSeek-V2 §2.1
 reaches (prompt + generated), capped at the layer's window or chunk; a capped layer is a rolling buffer (Mistral,
 Jiang et al. 2023, §2): position p lives in slot p mod L. An encoder-decoder's decoder layer also holds the
 cross-attention K and V of the source, (B, kv_heads, S, head_dim), written once at prefill. So the sum of
-numel × element size over :meth:`KVCache.tensors` is the analytic ``kv_cache_bytes`` of the same workload.
+numel × element size over :meth:`KVCache.tensors` is the analytic ``kv_cache_bytes`` of the same workload. A
+recurrent mixer's layer (Mamba-2, :mod:`embedcalc.modeling.ssm`) holds a fixed-size state instead, whose bytes
+(:attr:`KVCache.state_nbytes`) are the analytic recurrent state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from embedcalc.modeling.ssm import MixerState
 
 
 @dataclass
@@ -91,10 +95,12 @@ class CrossCache:
 
 @dataclass
 class BlockCache:
-    """What one decoder layer caches: its self-attention and, in an encoder-decoder, its cross-attention."""
+    """What one decoder layer caches: its self-attention (None for a recurrent mixer or none) and, in an
+    encoder-decoder, its cross-attention; a recurrent mixer's fixed-size ``state`` instead of K and V."""
 
-    self_attention: LayerCache
+    self_attention: LayerCache | None
     cross_attention: CrossCache | None = None
+    state: MixerState | None = None
 
 
 @dataclass
@@ -110,19 +116,28 @@ class KVCache:
         out: list[Tensor] = []
         for block in self.layers:
             attn = block.self_attention
-            out += [attn.keys] if attn.values is None else [attn.keys, attn.values]
+            if attn is not None:
+                out += [attn.keys] if attn.values is None else [attn.keys, attn.values]
             if block.cross_attention is not None:
                 out += [block.cross_attention.keys, block.cross_attention.values]
         return out
 
     @property
     def nbytes(self) -> int:
-        """Bytes the cache tensors hold: the sum of numel × element size."""
+        """Bytes the KV cache tensors hold: the sum of numel × element size."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes the recurrent states hold (constant in the sequence length): the sum of numel × element size."""
+        return sum(t.numel() * t.element_size() for b in self.layers if b.state for t in b.state.tensors())
+
     def reset(self) -> None:
-        """Start a new sequence in the same storage (nothing is zeroed: reads never pass what was written)."""
+        """Start a new sequence in the same storage (KV slots are not zeroed: reads never pass what was written;
+        recurrent states are, as a new sequence starts from the zero state)."""
         self.position = 0
         for block in self.layers:
+            if block.state is not None:
+                block.state.reset()
             if block.cross_attention is not None:
                 block.cross_attention.ready = False

@@ -31,6 +31,7 @@ from embedcalc.modeling.ffn import MLP
 from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
+from embedcalc.modeling.ssm import Mamba2Mixer
 
 __all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding_table", "make_norm"]
 
@@ -84,20 +85,25 @@ class Block(nn.Module):
     ) -> None:
         super().__init__()
         self.parallel = config.resolved_norm_placement == "parallel"
-        self.attention = make_attention(
-            config, spec.attention, impl=impl, causal=causal, cross=False, relative_bias=relative_bias
+        self.attention: AttentionBase | None = (
+            make_attention(config, spec.attention, impl=impl, causal=causal, cross=False, relative_bias=relative_bias)
+            if spec.attention is not None
+            else None
         )
+        self.mixer = Mamba2Mixer(config, spec.mixer) if spec.mixer is not None else None
         self.cross_attention: AttentionBase | None = (
             make_attention(config, cross_attention, impl=impl, causal=causal, cross=True, relative_bias=False)
             if cross_attention is not None
             else None
         )
         ffn_norm = not self.parallel or config.parallel_norms == 2
-        self.ffn: FeedForward | MoEFeedForward = (
-            MoEFeedForward(config, spec.ffn, ffn_norm, routing)
-            if spec.ffn.moe
-            else FeedForward(config, spec.ffn, ffn_norm)
-        )
+        self.ffn: FeedForward | MoEFeedForward | None = None
+        if spec.ffn is not None:
+            self.ffn = (
+                MoEFeedForward(config, spec.ffn, ffn_norm, routing)
+                if spec.ffn.moe
+                else FeedForward(config, spec.ffn, ffn_norm)
+            )
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
@@ -106,6 +112,12 @@ class Block(nn.Module):
         """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``."""
         own = cache.self_attention if cache is not None else None
         cross = cache.cross_attention if cache is not None else None
+        if self.attention is None or self.ffn is None:  # a mixer-only, FFN-only or recurrent block: pre/post
+            if self.attention is not None:
+                x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
+            if self.mixer is not None:
+                x = self.mixer(x, cache.state if cache is not None else None)  # (B, T, d)
+            return self.ffn(x) if self.ffn is not None else x
         if self.parallel:
             if self.cross_attention is not None:
                 x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)

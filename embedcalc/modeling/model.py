@@ -72,7 +72,7 @@ class Stack(nn.Module):
             for i in range(built)
         )  # fmt: skip
         self.alibi_heads = config.num_heads if config.position == "alibi" else None
-        widths = rotary_widths(config, [block.attention for block in plan.blocks])
+        widths = rotary_widths(config, [b.attention for b in plan.blocks if b.attention is not None])
         self.rotary = (
             nn.ModuleDict({str(w): RotaryPositions(config.max_seq_len, w) for w in sorted(widths)})
             if config.position == "rope"
@@ -85,7 +85,7 @@ class Stack(nn.Module):
         length - 1: (1, h, T, S), or None."""
         first = cast(Block, self.layers[0])
         end = position + length
-        if first.attention.relative_bias is not None:
+        if first.attention is not None and first.attention.relative_bias is not None:
             return first.attention.position_bias(length, end, position)  # (1, h, T, S)
         if self.alibi_heads is not None:
             return alibi_bias(self.alibi_heads, length, end, device=device, query_offset=position)  # (1, h, T, S)
@@ -93,7 +93,8 @@ class Stack(nn.Module):
 
     def has_bias(self) -> bool:
         """Whether attention scores get a position bias (T5 relative buckets, ALiBi)."""
-        return cast(Block, self.layers[0]).attention.relative_bias is not None or self.alibi_heads is not None
+        first = cast(Block, self.layers[0]).attention
+        return (first is not None and first.relative_bias is not None) or self.alibi_heads is not None
 
     def forward(self, x: Tensor, memory: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d). With ``cache`` (generation, decoder only) the T tokens start at

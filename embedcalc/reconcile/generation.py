@@ -6,7 +6,8 @@ decode latency (median, p10, p90 over every decode step of every timed generatio
 batch, peak memory, and the bytes the cache tensors hold. Predicted: the roofline for the ``local`` device
 (:func:`embedcalc.analysis.roofline_time.estimate_time`, efficiency 1, so a lower bound): ``ttft_s`` is ``prefill_s``,
 the median's counterpart the mean decode step over the generation (KV lengths P+1 … P+G), p90's the last step's,
-tokens/s 1 / mean; the KV cache the analytic ``kv_cache_bytes`` (which the measured bytes must equal); peak memory
+tokens/s 1 / mean; the KV cache the analytic ``kv_cache_bytes`` (which the measured bytes must equal), and for
+recurrent mixers the state the torch tensors hold beside the analytic ``recurrent_state_bytes``; peak memory
 the inference estimate (weights + KV cache + peak activations). Error = (measured − predicted) / predicted.
 """
 
@@ -53,10 +54,16 @@ class GenerationMeasurement:
     peak_memory_method: str
     predicted: dict[str, float | int | None]
     prediction_note: str
+    recurrent_state_bytes_measured: int = 0
+    recurrent_state_bytes: int = 0
 
     @property
     def kv_cache_matches(self) -> bool:
         return self.kv_cache_bytes_measured == self.kv_cache_bytes
+
+    @property
+    def state_matches(self) -> bool:
+        return self.recurrent_state_bytes_measured == self.recurrent_state_bytes
 
     @property
     def errors_pct(self) -> dict[str, float | None]:
@@ -64,9 +71,12 @@ class GenerationMeasurement:
 
     def as_json(self) -> dict[str, Any]:
         """The ``measurement`` object of ``bench --mode generate --format json``."""
+        state = ("recurrent_state_bytes_measured", "recurrent_state_bytes")
         out: dict[str, Any] = {
-            key: getattr(self, key) for key in self.__dataclass_fields__ if key not in ("predicted",)
+            key: getattr(self, key) for key in self.__dataclass_fields__ if key not in ("predicted", *state)
         }
+        if self.recurrent_state_bytes:  # a model with recurrent mixers: the state beside the KV cache
+            out |= {key: getattr(self, key) for key in state} | {"recurrent_state_matches": self.state_matches}
         growth = self.decode_s_per_token_last_quarter / self.decode_s_per_token_first_quarter
         return out | {
             "decode_growth_last_vs_first_quarter": growth,
@@ -121,4 +131,6 @@ def generation_measurement(
         peak_memory_method=run.memory_method,
         predicted=predicted_values(analysis, roofline),
         prediction_note=note,
+        recurrent_state_bytes_measured=run.state_bytes,
+        recurrent_state_bytes=analysis.memory.recurrent_state_bytes,
     )  # fmt: skip

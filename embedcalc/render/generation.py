@@ -6,6 +6,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.report import Analysis
+from embedcalc.reconcile.bench import error_pct
 from embedcalc.reconcile.generation import GenerationMeasurement
 from embedcalc.render import units
 
@@ -59,6 +60,10 @@ def generation_table(analysis: Analysis, m: GenerationMeasurement) -> Table:
         ("peak memory", _bytes(m.peak_memory_bytes), _bytes(p["peak_memory_bytes"]),
          _error(e["peak_memory_bytes"])),
     ]  # fmt: skip
+    if m.recurrent_state_bytes:
+        state = m.recurrent_state_bytes_measured, m.recurrent_state_bytes
+        rows.insert(-1, ("recurrent state (tensors vs analytic)", _bytes(state[0]), _bytes(state[1]),
+                         "equal" if m.state_matches else _error(error_pct(*state))))  # fmt: skip
     for row in rows:
         table.add_row(*row)
     return table

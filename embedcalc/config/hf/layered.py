@@ -100,11 +100,12 @@ def put_layout(
     note: str = "",
 ) -> None:
     """Store the per-layer block ``names`` (each ``default`` or a key of ``variants``, whose values are
-    ``{"attention": {...}, "ffn": {...}}`` overrides). A uniform stack is the default block changed in place."""
+    ``{"attention": {...}, "ffn": {...}, "mixer": {...}}`` overrides). A uniform stack is the default block changed
+    in place."""
     used = set(names)
     if len(used) == 1 and DEFAULT_BLOCK not in used:
         (only,) = used
-        for part in ("attention", "ffn"):
+        for part in ("attention", "ffn", "mixer"):
             if variants[only].get(part):
                 merged = {**(r.data.get(part) or {}), **variants[only][part]}
                 r.put(part, merged, key, origin(r, key), note)

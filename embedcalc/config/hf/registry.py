@@ -23,6 +23,7 @@ from embedcalc.config.hf import (
     gpt,
     gpt2,
     gpt_oss,
+    hybrid,
     llama,
     llama4,
     llama_like,
@@ -44,6 +45,7 @@ MODULES += (
     olmo,
 )  # the layer-model families (layers as data, DESIGN §9)
 MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model families
+MODULES += (hybrid,)  # token mixers beyond attention (issue 23, DESIGN §16)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in MODULES for family in module.FAMILIES}
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""

@@ -1,0 +1,140 @@
+"""The recurrent token mixers' terms (DESIGN.md §16; config/mixers.py): parameters, FLOPs of the chunked form and of
+one decode step, and the recurrent state per sequence. Every function takes a
+:class:`~embedcalc.analysis.structure.Dims`, so the sweep grid calls these same formulas on numpy arrays.
+
+Conventions (the ones of analysis/flops.py: 2 FLOPs per multiply-accumulate, what ``FlopCounterMode`` counts on the
+torch model of ``modeling/ssm.py``), for a Mamba-2 layer (Dao & Gu 2024, "Transformers are SSMs", §6 and Listing 1)
+with d embed_dim, H heads of P channels (inner I = H P), G groups, state N, conv kernel K, chunk Q, on b sequences of
+n tokens (t = b n), the sequence padded to L = ceil(n / Q) Q tokens as the chunked scan pads it:
+
+| key | tensors | forward FLOPs |
+| --- | --- | --- |
+| ``mixer/in`` | Linear(d, 2 I + 2 G N + H) (z, x, B, C, dt), bias when ``bias`` | 2 t d (2 I + 2 G N + H) |
+| ``mixer/conv`` | depthwise Conv1d, conv_dim = I + 2 G N channels, K taps, bias when ``conv_bias`` | 2 t conv_dim K |
+| ``mixer/ssm`` | A_log, D, dt_bias: H each | 2 b H L (Q N + Q P + 2 P N) |
+| ``mixer/gate_norm`` | the gated RMSNorm over I (I weights) | 0 |
+| ``mixer/out`` | Linear(I, d), bias when ``bias`` | 2 t I d |
+| ``mixer/norm`` | the sublayer's norms (as ``attention/norm``) | 0 |
+
+The scan's four matmuls per chunk are the SSD algorithm's: C Bᵀ within the chunk (Q x Q x N), its product with X
+(Q x Q x P), the chunk's final state Bᵀ X (P x Q x N) and the state's contribution C h (Q x N x P). The state is
+passed from chunk to chunk by a scan (a multiply-add per state element per chunk, element-wise, like the fused
+kernels' state passing); transformers' CPU path (``torch_forward``) does that step as a (c + 1) x (c + 1) matrix
+product instead, 2 b H (c + 1)² P N more FLOPs with c = ceil(n / Q) chunks, and pads its convolution on both sides,
+2 b conv_dim K (K - 1) more: tests/test_mixers_hf.py checks transformers' count equals ours plus exactly those two.
+Cost is linear in n (up to the last chunk's padding), where attention's scores grow as n².
+
+One **decode step** runs the recurrence instead: ``in`` and ``out`` on one token, ``conv`` 2 b conv_dim K (the
+window of K inputs against the kernel), ``ssm`` 2 b H P N (the state read out by C; its update is element-wise).
+
+**State** per sequence and layer, constant in the context: conv_dim x K (the last K inputs of the convolution,
+transformers' and mamba_ssm's layout) + H x P x N (the SSM state), in the activation dtype.
+"""
+
+from __future__ import annotations
+
+from embedcalc.analysis.structure import Dims, Num
+from embedcalc.analysis.tensor import ParamTensor, linear
+from embedcalc.config.blocks import Block
+from embedcalc.config.mixers import Mixer
+from embedcalc.config.schema import ModelConfig
+
+MIXER_KEYS = ("in", "conv", "ssm", "gate_norm", "out")
+
+
+def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]:
+    """The tensors of one Mamba-2 mixer (keys ``prefix/...``, module docstring); replicated under tensor
+    parallelism (not modelled as sharded)."""
+    d = x.d
+    out = linear(f"{prefix}/in", d, m.in_width, m.bias, "none")
+    out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
+    if m.conv_bias:
+        out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
+    out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)) for _ in ("A_log", "D", "dt_bias")]
+    out.append(ParamTensor(f"{prefix}/gate_norm", (m.inner,)))
+    out += linear(f"{prefix}/out", m.inner, d, m.bias, "none")
+    return out
+
+
+def padded_tokens(n: Num, chunk: int) -> Num:
+    """Tokens per sequence once padded to whole chunks: ceil(n / chunk) x chunk."""
+    return (n + chunk - 1) // chunk * chunk
+
+
+def mixer_flops(
+    m: Mixer, x: Dims, layers: Num, n: Num, prefix: str = "mixer", pad: bool = True
+) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` Mamba-2 layers on ``x.b`` sequences of ``n`` tokens (chunked form); ``pad``
+    false: the scan per token, without the last chunk's padding."""
+    b, d = x.b, x.d
+    t = b * n
+    q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
+    scanned = padded_tokens(n, q) if pad else n
+    scan = (b * scanned) * (layers * 2 * heads * (q * state + q * p + 2 * p * state))
+    return [
+        (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
+        (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        (f"{prefix}/ssm", scan),
+        (f"{prefix}/out", t * (layers * 2 * m.inner * d)),
+    ]
+
+
+def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> list[tuple[str, Num]]:
+    """FLOPs of one decode step (one token per sequence) of ``layers`` Mamba-2 layers: the recurrent form."""
+    b, d = x.b, x.d
+    return [
+        (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),
+        (f"{prefix}/conv", b * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        (f"{prefix}/ssm", b * (layers * 2 * m.num_heads * m.head_dim * m.state_size)),
+        (f"{prefix}/out", b * (layers * 2 * m.inner * d)),
+    ]
+
+
+def state_values(block: Block) -> int:
+    """Values of one layer's recurrent state per sequence (0 for attention and for no mixer)."""
+    return block.mixer.state_values if block.mixer is not None else 0
+
+
+def state_terms(config: ModelConfig, x: Dims, element_bytes: int) -> Num:
+    """Bytes of the recurrent state of the decoder layers in ``x`` for ``x.b`` sequences: constant in n."""
+    values: Num = 0
+    for sd in x.stacks:
+        if sd.name != "decoder":
+            continue
+        for block, layers in sd.blocks:
+            if block.mixer is not None:
+                values = values + layers * block.mixer.state_values
+    return x.b * values * element_bytes
+
+
+def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:
+    """Decode-step FLOPs of the decoder's recurrent mixers by breakdown key (one token per sequence)."""
+    out: dict[str, int] = {}
+    for sd in x.stacks:
+        if sd.name != "decoder":
+            continue
+        for block, layers in sd.blocks:
+            if block.mixer is None:
+                continue
+            for key, value in mixer_step_flops(block.mixer, x, layers, f"{sd.name}/mixer"):
+                out[key] = out.get(key, 0) + int(value)
+    return out
+
+
+def chunk_score_values(m: Mixer, x: Dims, n: Num) -> Num:
+    """Values of one intra-chunk score tensor (C Bᵀ, or it masked by the decays) of ``x.b`` sequences: b L Q H."""
+    return (x.b * padded_tokens(n, m.chunk_size)) * (m.chunk_size * m.num_heads)
+
+
+def mixer_live_bytes(m: Mixer, x: Dims, n: Num, e: int) -> Num:
+    """Activations of one Mamba-2 layer alive at once in a forward pass without autograd (an estimate): in_proj's
+    output, the convolution's output, the scan's output and its two intra-chunk score tensors."""
+    t = x.b * n
+    return t * (e * (m.in_width + m.conv_dim + m.inner)) + chunk_score_values(m, x, n) * (2 * e)
+
+
+def mixer_saved_bytes(m: Mixer, x: Dims, n: Num, e: int) -> Num:
+    """Activations one Mamba-2 layer keeps for the backward pass (an estimate): its input, in_proj's output, the
+    convolution's output, the two score tensors, the gated norm's two inputs and out_proj's input."""
+    t = x.b * n
+    return t * (e * (x.d + m.in_width + m.conv_dim + 3 * m.inner)) + chunk_score_values(m, x, n) * (2 * e)

@@ -1,0 +1,54 @@
+"""One kind of parameter tensor (:class:`ParamTensor`: breakdown key, shape, copies, tensor-parallel split) and the
+Linear layer's tensors, shared by the term functions of ``params.py`` (attention, FFN, embeddings) and
+``mixers.py`` (the recurrent token mixers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+from typing import Literal
+
+from embedcalc.analysis.structure import Num
+
+# How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
+# their output features (weight and bias), row-parallel layers split their input features (the bias is
+# replicated), vocab-parallel embeddings split their rows; ``qkv`` is the fused Q/K/V (KV heads replicated when
+# fewer than ranks) and ``kv`` a key-width tensor under the same rule; everything else is replicated.
+Split = Literal["column", "row", "vocab", "qkv", "kv", "none"]
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One kind of parameter tensor: its breakdown key, shape, how many identical copies, how TP shards it.
+
+    A per-layer tensor has ``per_layer_copies`` in each layer of its ``block`` (two norms of a sandwich, the
+    ``num_experts`` experts of an MoE layer, which expert parallelism spreads over ``--ep`` ranks) and ``copies`` =
+    layers x ``per_layer_copies`` in the model (once per stack with ``shared_layers``).
+    """
+
+    key: str
+    shape: tuple[Num, ...]
+    copies: Num = 1
+    split: Split = "none"
+    stack: str | None = None  # the stack whose layers hold it (pipeline stages split these), else None
+    per_layer: bool = False
+    block: str | None = None
+    per_layer_copies: int = 1
+    expert: bool = False
+
+    @property
+    def numel(self) -> Num:
+        return prod(self.shape) * self.copies
+
+
+def linear(
+    key: str, in_f: Num, out_f: Num, bias: bool, split: Split, instances: int = 1, expert: bool = False
+) -> list[ParamTensor]:
+    weight = ParamTensor(key, (out_f, in_f), instances, split, expert=expert)
+    if not bias:
+        return [weight]
+    bias_split: Split = split if split in ("column", "qkv") else "none"
+    return [weight, ParamTensor(key, (out_f,), instances, bias_split, expert=expert)]
+
+

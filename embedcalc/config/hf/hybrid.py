@@ -1,0 +1,134 @@
+"""Hybrid state-space / attention families (DESIGN.md §16): Granite 4.0-H (GraniteMoeHybridForCausalLM).
+
+Granite 4.0-H (IBM 2025; transformers' ``modeling_granitemoehybrid.py``): a LLaMA-shaped decoder whose layer i is
+a Mamba-2 layer (``GraniteMoeHybridMambaLayer``) when ``layer_types[i]`` is ``mamba`` / ``linear_attention`` and
+GQA attention (no RoPE unless ``position_embedding_type`` is ``rope``) when it is ``attention`` /
+``full_attention``; every layer then has a mixture of ``num_local_experts`` experts of ``intermediate_size``
+(router without bias, gated experts) plus a gated shared MLP of ``shared_intermediate_size`` that every token
+goes through, or only that MLP when ``num_local_experts`` is 0. The Mamba-2 layer: in_proj hidden ->
+2 x inner + 2 x groups x d_state + heads (bias ``mamba_proj_bias``), a depthwise conv of ``mamba_d_conv`` taps over
+inner + 2 x groups x d_state channels (bias ``mamba_conv_bias``), A_log / D / dt_bias per head, a gated RMSNorm
+over inner and out_proj inner -> hidden, with inner = ``mamba_expand`` x hidden = ``mamba_n_heads`` x
+``mamba_d_head`` (transformers checks both).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_decoder, read_moe
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin
+
+_MAMBA = frozenset({"mamba", "linear_attention"})
+_ATTENTION = frozenset({"attention", "full_attention"})
+_MAMBA_KEYS = ("mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
+               "mamba_expand", "mamba_conv_bias", "mamba_proj_bias")  # fmt: skip
+_GRANITE_SCALARS = ("embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier")
+
+
+def replace_mapped(r: KeyReader, name: str, value: Any, key: str, how: Origin, note: str = "") -> None:
+    """Map ``name`` again, dropping what an earlier (shared) rule mapped onto it, so the report shows one entry."""
+    r.mapped = [m for m in r.mapped if m.field != name]
+    r.put(name, value, key, how, note)
+
+
+def _positive(r: KeyReader, key: str) -> int | None:
+    written, value, _ = r.value(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        r.problem(written, f"{written} = {value!r} must be a positive integer")
+        return None
+    return value
+
+
+def _mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
+    """The Mamba-2 mixer of the ``mamba`` layers as an embedcalc mixer spec (None and a problem if unusable)."""
+    hidden = r.data.get("embed_dim")
+    sizes = {name: _positive(r, key) for name, key in (("num_heads", "mamba_n_heads"), ("state_size", "mamba_d_state"),
+             ("groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"), ("chunk_size", "mamba_chunk_size"),
+             ("expand", "mamba_expand"))}  # fmt: skip
+    head_key, head, _ = r.value("mamba_d_head")
+    if any(v is None for v in sizes.values()) or not isinstance(hidden, int):
+        return None
+    heads, expand = sizes.pop("num_heads"), sizes.pop("expand")
+    assert heads is not None and expand is not None
+    inner = expand * hidden
+    if head == "auto":
+        head = inner // heads
+    if not isinstance(head, int) or isinstance(head, bool) or head * heads != inner:
+        r.problem(head_key, f"mamba_d_head ({head!r}) x mamba_n_heads ({heads}) must equal mamba_expand x "
+                            f"hidden_size = {inner} (transformers refuses the file otherwise)")  # fmt: skip
+        return None
+    spec: dict[str, Any] = {"kind": "mamba2", "num_heads": heads, "head_dim": head, **sizes}
+    for name, key in (("conv_bias", "mamba_conv_bias"), ("bias", "mamba_proj_bias")):
+        _, value, _ = r.value(key)
+        spec[name] = bool(value)
+    return spec
+
+
+def _read_granitemoehybrid(r: KeyReader) -> None:
+    read_decoder(r)
+    pos_key, pos, _ = r.value("position_embedding_type")
+    position = "rope" if pos == "rope" else "none"
+    replace_mapped(r, "position", position, pos_key, origin(r, pos_key), "GraniteMoeHybridModel: RoPE only for rope")
+    for key in _GRANITE_SCALARS:
+        r.ignore(key, "a scalar multiplier; element-wise only")
+    r.ignore("time_step_limit", "clamps the Mamba-2 time step; element-wise only")
+    r.ignore("normalization_function", "RMSNorm, which GraniteMoeHybridModel always builds")
+    r.ignore("init_method", "an initialisation scheme (mup); no effect on sizes or FLOPs")
+    ignore_moe_keys(r)
+    shared = _positive(r, "shared_intermediate_size")
+    _, experts, _ = r.value("num_local_experts")
+    if shared is None:
+        return
+    replace_mapped(r, "ffn_dim", shared, "shared_intermediate_size", origin(r, "shared_intermediate_size"),
+                   "the shared MLP every layer has")  # fmt: skip
+    if experts == 0:
+        r.ignore("intermediate_size", "num_local_experts is 0: no experts, only the shared MLP")
+        r.ignore("num_experts_per_tok", "num_local_experts is 0: no experts, only the shared MLP")
+        ffn: dict[str, Any] | None = None
+    else:
+        extra = {"num_shared_experts": 1, "shared_expert_dim": shared}
+        ffn = read_moe(r, "num_local_experts", width_key="intermediate_size", extra=extra)
+        if ffn is None:
+            return
+        key = "num_local_experts, num_experts_per_tok, intermediate_size, shared_intermediate_size"
+        r.put("ffn", ffn, key, origin(r, key), "every layer: router + experts + the shared MLP")
+    _layout(r)
+
+
+def _layout(r: KeyReader) -> None:
+    layers = r.data.get("num_layers")
+    if not isinstance(layers, int):
+        return
+    types_key, types = r.lookup("layer_types")
+    if types is MISSING or types is None:
+        types = ["linear_attention"] * layers  # GraniteMoeHybridConfig's default
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= _MAMBA | _ATTENTION:
+        r.problem(types_key, f"layer_types must list mamba / linear_attention or attention / full_attention for "
+                             f"each of the {layers} layers; got {types!r}")  # fmt: skip
+        return
+    mamba = _mamba2_spec(r) if set(types) & _MAMBA else None
+    if set(types) & _MAMBA and mamba is None:
+        return
+    if mamba is None:
+        for key in _MAMBA_KEYS:
+            r.ignore(key, "no layer is a Mamba-2 layer")
+    names = ["mamba" if t in _MAMBA else "default" for t in types]
+    note = f"{names.count('mamba')} Mamba-2 layers, {names.count('default')} attention layers"
+    wanted = [types_key, *(_MAMBA_KEYS if mamba is not None else ())]
+    put_layout(r, names, {"mamba": {"mixer": mamba or {}}}, ", ".join(k for k in wanted if k in r.raw) or types_key,
+               note)  # fmt: skip
+
+
+_DEFAULTS: dict[str, Any] = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
+    attention_bias=False, attention_dropout=0.0, num_local_experts=8, num_experts_per_tok=2,
+    shared_intermediate_size=1024, position_embedding_type=None, mamba_n_heads=128, mamba_n_groups=1,
+    mamba_d_state=256, mamba_d_head="auto", mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256,
+    mamba_conv_bias=True, mamba_proj_bias=False,
+)  # fmt: skip
+FAMILIES = (
+    Family("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM (AutoModelForCausalLM)",
+           "granite-4.0-h-small", _DEFAULTS, _read_granitemoehybrid, {"layers_block_type": "layer_types"}),
+)  # fmt: skip

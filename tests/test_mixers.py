@@ -1,0 +1,154 @@
+"""Token mixers beyond attention (DESIGN.md §16, issue 23): the layer model's ``mixer`` kinds, analysis and torch.
+
+A tiny hybrid decoder (a Mamba-2 layer with an FFN, an attention layer, an FFN-only layer, a Mamba-2-only layer):
+parameters and FLOPs per breakdown key equal the torch model's numel and ``FlopCounterMode`` (meta device), at
+lengths on and off the chunk size; the numbers follow analysis/mixers.py by hand; generation through the recurrent
+state gives the tokens of full recomputation, and the state tensors hold exactly the analytic bytes; the sweep grid
+evaluates the same formulas; bad mixer specs are refused with the field named.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from embedcalc.analysis.flops import forward_flops
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.roofline_traffic import decode_step_flops
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.schema import ModelConfig
+
+D, V, LAYERS = 32, 64, 4
+N_STATE, HEADS, P, GROUPS, K, Q = 8, 4, 16, 2, 4, 8  # inner = 64, conv_dim = 64 + 2 * 2 * 8 = 96
+INNER, CONV = HEADS * P, HEADS * P + 2 * GROUPS * N_STATE
+IN_WIDTH = INNER + CONV + HEADS
+HYBRID: dict[str, Any] = {
+    "name": "tiny-hybrid", "architecture": "decoder", "vocab_size": V, "max_seq_len": 64, "embed_dim": D,
+    "num_heads": 4, "num_kv_heads": 2, "num_layers": LAYERS, "ffn_dim": 48, "activation": "swiglu",
+    "norm": "rmsnorm", "position": "none", "bias": False, "tie_embeddings": True, "dropout": 0.0,
+    "mixer": {"kind": "mamba2", "state_size": N_STATE, "num_heads": HEADS, "head_dim": P, "groups": GROUPS,
+              "conv_kernel": K, "chunk_size": Q},
+    "blocks": {"attn": {"mixer": {"kind": "attention"}}, "mlp": {"mixer": {"kind": "none"}},
+               "ssm_only": {"ffn": {"kind": "none"}}},
+    "layers": [{"pattern": ["default", "attn", "mlp", "ssm_only"]}],
+}  # fmt: skip
+MAMBA_LAYERS = 2
+STATE_VALUES = CONV * K + HEADS * P * N_STATE  # per layer per sequence
+
+
+def _config(**extra: Any) -> ModelConfig:
+    return ModelConfig.model_validate({**HYBRID, **extra})
+
+
+def test_params_follow_the_mamba2_layout_by_hand() -> None:
+    p = count_params(_config()).as_dict()
+    assert p["decoder/mixer/in"] == MAMBA_LAYERS * D * IN_WIDTH
+    assert p["decoder/mixer/conv"] == MAMBA_LAYERS * (CONV * K + CONV)  # weight (C, 1, K) and bias
+    assert p["decoder/mixer/ssm"] == MAMBA_LAYERS * 3 * HEADS  # A_log, D, dt_bias
+    assert p["decoder/mixer/gate_norm"] == MAMBA_LAYERS * INNER
+    assert p["decoder/mixer/out"] == MAMBA_LAYERS * INNER * D
+    assert p["decoder/mixer/norm"] == MAMBA_LAYERS * D
+    assert p["decoder/ffn/norm"] == 3 * D  # the mixer-only layer has no FFN
+    assert p["decoder/attention/norm"] == D  # one attention layer
+
+
+@pytest.mark.parametrize("n", [1, 8, 13])
+def test_scan_flops_pad_to_whole_chunks(n: int) -> None:
+    flops = forward_flops(_config(), Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    padded = -(-n // Q) * Q
+    assert flops["decoder/mixer/ssm"] == MAMBA_LAYERS * 2 * 2 * HEADS * padded * (Q * N_STATE + Q * P + 2 * P * N_STATE)
+    assert flops["decoder/mixer/conv"] == MAMBA_LAYERS * 2 * (2 * n) * CONV * K
+    assert flops["decoder/mixer/in"] == MAMBA_LAYERS * 2 * (2 * n) * D * IN_WIDTH
+
+
+def test_state_is_constant_in_length_and_beside_the_kv_cache() -> None:
+    config = _config()
+    short = estimate_memory(config, Workload(batch_size=3, seq_len=8))
+    long = estimate_memory(config, Workload(batch_size=3, seq_len=64))
+    assert short.recurrent_state_bytes == long.recurrent_state_bytes == 3 * MAMBA_LAYERS * STATE_VALUES * 4
+    assert long.kv_cache_bytes == 8 * short.kv_cache_bytes  # one attention layer: grows with the context
+    assert short.as_dict()["recurrent_state_bytes"] == short.recurrent_state_bytes
+    assert short.total_bytes == sum(v for k, v in short.as_dict().items() if k != "total_bytes")
+    assert config.derived()["recurrent_state_values"] == MAMBA_LAYERS * STATE_VALUES
+    assert config.derived()["mixer_layers"] == {"attention": 1, "mamba2": 2, "none": 1}
+
+
+def test_models_without_a_state_keep_their_memory_keys() -> None:
+    dense = ModelConfig.model_validate({k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers")})
+    assert "recurrent_state_bytes" not in estimate_memory(dense, Workload()).as_dict()
+
+
+def test_decode_step_runs_the_recurrence() -> None:
+    """A decode step costs one token of the recurrence whatever the context: the state read out by C."""
+    config = _config()
+    step = decode_step_flops(config, Workload(batch_size=2, seq_len=30), 31)
+    assert step["decoder/mixer/ssm"] == MAMBA_LAYERS * 2 * 2 * HEADS * P * N_STATE
+    assert step["decoder/mixer/conv"] == MAMBA_LAYERS * 2 * 2 * CONV * K
+    assert step == decode_step_flops(config, Workload(batch_size=2, seq_len=30), 41) | {
+        k: v for k, v in step.items() if "/attention/" in k
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "code"),
+    [
+        ({"mixer": {"kind": "mamba2", "state_size": 8, "num_heads": 4}}, "mixer_incomplete"),
+        ({"mixer": {"kind": "mamba2", "state_size": 8, "num_heads": 6, "head_dim": 8, "groups": 4}}, "mixer_groups"),
+        ({"architecture": "encoder", "pooler": False, "blocks": {}, "layers": None}, "mixer_needs_decoder"),
+    ],
+)
+def test_bad_mixers_are_refused_naming_the_field(extra: dict[str, Any], code: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        _config(**extra)
+    error = info.value.errors()[0]
+    assert error["type"] == code
+    assert "mixer" in str(error["loc"]) or code != "mixer_incomplete"
+
+
+def test_sweep_grid_evaluates_the_same_formulas() -> None:
+    from embedcalc.analysis.grid import evaluate_grid
+
+    config = _config()
+    lengths = (5, 8, 40)
+    grid = evaluate_grid(config, Workload(batch_size=3), {"seq_len": lengths})
+    for i, n in enumerate(lengths):
+        w = Workload(batch_size=3, seq_len=n)
+        assert grid.columns["flops_forward"][i] == forward_flops(config, w).forward
+        assert grid.columns["recurrent_state_bytes"][i] == estimate_memory(config, w).recurrent_state_bytes
+        assert grid.columns["inference_total_bytes"][i] == estimate_memory(config, w).total_bytes
+
+
+# --- the torch model ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n", [8, 13])
+def test_torch_model_reconciles_exactly(n: int) -> None:
+    pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_flops, component_params
+
+    config = _config()
+    model = build_model(config)
+    assert component_params(model) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    breakdown = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    analytic = {k: v for k, v in breakdown.items() if v}
+    assert component_flops(config, model, batch_size=2, seq_len=n) == analytic
+
+
+@pytest.mark.torch
+def test_generation_through_the_state_equals_recomputation() -> None:
+    torch = pytest.importorskip("torch")
+    from embedcalc.modeling import build_model
+    from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
+
+    config = _config()
+    model = build_model(config, attention="eager", device="cpu")
+    prompt = torch.randint(0, V, (2, 11), generator=torch.Generator().manual_seed(0))  # (B, P): 11 = 8 + 3
+    cache = allocate_cache(model, 2, 11 + 6)
+    run = greedy_generate(model, prompt, 6, cache)
+    assert run.tokens.tolist() == reference_generate(model, prompt, 6).tolist()
+    assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11)).recurrent_state_bytes
+    assert cache.nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11, gen_tokens=6)).kv_cache_bytes

@@ -1,0 +1,108 @@
+"""Hybrid families with recurrent mixers against transformers (issue 23): the published file and the preset count what
+transformers builds on the meta device; the per-layer cache (KV of the attention layers, the Mamba-2 state of the
+others) follows transformers' own config object; forward FLOPs on a small eager variant equal ``FlopCounterMode``
+on transformers' CPU path less exactly the two terms analysis/mixers.py documents (the inter-chunk state passing
+as a matrix product, the convolution's padded tail).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hf_reference import FIXTURES, forward_flops, hf_config, hf_model, numel, raw_fixture
+
+from embedcalc.analysis.flops import forward_flops as analytic_flops
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.params import active_params, count_params
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.hf import map_hf_config
+from embedcalc.config.loading import load_target, validate_config
+from embedcalc.config.schema import ModelConfig
+
+# fixture -> (model_type, transformers' numel on the meta device, the preset that transcribes it)
+PUBLISHED = {"granite-4.0-h-small": ("granitemoehybrid", 32_207_337_984, "granite-4.0-h-small")}
+# Granite-4.0-H-Small: 40 layers x (72 - 10) unused experts x (gate_up 2 x 768 x 4096 + down 4096 x 768)
+UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096}
+
+
+@pytest.fixture(scope="module")
+def transformers() -> Any:
+    pytest.importorskip("torch")
+    return pytest.importorskip("transformers")
+
+
+def _config(raw: dict[str, Any]) -> ModelConfig:
+    mapping = map_hf_config(raw, "test")
+    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_file_and_preset_count_the_published_size(name: str) -> None:
+    _, total, preset = PUBLISHED[name]
+    for config in (load_target(str(FIXTURES / f"{name}.json")).config, load_target(preset).config):
+        assert count_params(config).total == total
+        assert active_params(config) == total - UNUSED[name]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_transformers_builds_the_published_size(transformers: Any, name: str) -> None:
+    assert numel(hf_model(transformers, raw_fixture(name))) == PUBLISHED[name][1]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_per_layer_cache_follows_transformers_config(transformers: Any, name: str) -> None:
+    """Attention layers cache 2 x kv_heads x head_dim per token; Mamba-2 layers hold conv_dim x d_conv +
+    heads x d_head x d_state per sequence, whatever the length (transformers' cache layout)."""
+    hf = hf_config(transformers, raw_fixture(name))
+    config = _config(raw_fixture(name))
+    attention = [t == "full_attention" for t in hf.layer_types]
+    head_dim = hf.hidden_size // hf.num_attention_heads
+    conv_dim = hf.mamba_expand * hf.hidden_size + 2 * hf.mamba_n_groups * hf.mamba_d_state
+    state = conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
+    plan = config.stack_plan("decoder")
+    for i, is_attention in enumerate(attention):
+        block = plan.block_at(i)
+        assert (block.attention is not None) == is_attention
+        if is_attention:
+            assert block.attention is not None
+            assert block.attention.kv_cache_width == 2 * hf.num_key_value_heads * head_dim
+        else:
+            assert block.mixer is not None and block.mixer.state_values == state
+    for n in (4096, 262144):
+        memory = estimate_memory(config, Workload(batch_size=2, seq_len=n, dtype="bfloat16"))
+        assert memory.kv_cache_bytes == 2 * n * sum(attention) * 2 * hf.num_key_value_heads * head_dim * 2
+        assert memory.recurrent_state_bytes == 2 * (len(attention) - sum(attention)) * state * 2
+
+
+def _small(raw: dict[str, Any]) -> dict[str, Any]:
+    return raw | dict(
+        hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
+        shared_intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, mamba_n_heads=8, mamba_d_head=32,
+        mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=8, vocab_size=512, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, layer_types=["mamba", "attention", "mamba", "mamba"],
+    )  # fmt: skip
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("seq_len", [16, 21])
+def test_forward_flops_equal_transformers_torch_path(transformers: Any, seq_len: int) -> None:
+    import torch
+
+    small = _small(raw_fixture("granite-4.0-h-small"))
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    b, measured = 2, forward_flops(model.to("cpu"), batch=2, seq_len=seq_len)
+    config = _config(small)
+    ours = analytic_flops(config, Workload(batch_size=b, seq_len=seq_len)).forward
+    mamba = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
+    chunks = [-(-seq_len // m.chunk_size) for m in mamba]
+    state_passing = sum(
+        2 * b * m.num_heads * (c + 1) ** 2 * m.head_dim * m.state_size for m, c in zip(mamba, chunks, strict=True)
+    )
+    conv_tail = sum(2 * b * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mamba)
+    assert measured == ours + state_passing + conv_tail
