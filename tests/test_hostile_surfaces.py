@@ -225,3 +225,45 @@ def test_a_dense_variant_of_a_moe_default_drops_the_moe_fields(cli: Any, tmp_pat
     path.write_text(SMALL_YAML + "ffn: {kind: moe, num_experts: 4, top_k: 2}\nblocks: {dense: {ffn: {kind: dense}}}\n"
                     "layers: [{pattern: [dense], repeat: 1}, {pattern: [default], repeat: 1}]\n")  # fmt: skip
     assert run(cli, "check", str(path)).exit_code == 0
+
+
+# --- races on the local device cache ------------------------------------------------------------------------------
+
+
+def test_concurrent_local_writers_and_a_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `bench --peak` writers at once and a reader: no writer fails, the reader never sees a partial file."""
+    import threading
+
+    from embedcalc.config.hardware import load_local, local_device, local_path, save_local
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    devices = [local_device(f"cpu {i}", "cpu", {"fp32": (1e11 * (i + 1), "matmul")}, 1 << 34, (1e10, "copy"), "2.x")
+               for i in range(2)]  # fmt: skip
+    save_local(devices[0])
+    errors: list[BaseException] = []
+
+    def write(device: Any) -> None:
+        try:
+            for _ in range(100):
+                save_local(device)
+        except BaseException as exc:  # the test reports every failure
+            errors.append(exc)
+
+    writers = [threading.Thread(target=write, args=(d,)) for d in devices]
+    for t in writers:
+        t.start()
+    titles = set()
+    while any(t.is_alive() for t in writers):
+        titles.add(load_local().title)  # raises on an empty or partial file
+    for t in writers:
+        t.join()
+    assert not errors, errors
+    assert titles <= {"cpu 0", "cpu 1"}
+    assert [p.name for p in local_path().parent.iterdir()] == ["local.json"]  # no temporary file left behind
+
+
+def test_an_empty_local_json_is_not_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "embedcalc").mkdir()
+    (tmp_path / "embedcalc" / "local.json").write_text("")
+    assert_refused(run(cli, "analyze", "gpt2", "--hardware", "local"), 4, "is empty", "bench --peak")

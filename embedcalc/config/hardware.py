@@ -26,9 +26,12 @@ Conventions, stated once:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -361,7 +364,21 @@ def load_local() -> Device:
             "run `embedcalc bench --peak` (and `--dtype bf16` for its bf16 peak) first",
             code="local_not_measured",
         )
-    return parse_device(load_mapping(path), str(path))
+    for _ in range(_EMPTY_RETRIES):  # a writer of an older embedcalc truncates before it writes: wait it out
+        try:
+            return parse_device(load_mapping(path), str(path))
+        except ConfigError as exc:
+            if exc.code != "file_empty":
+                raise
+            time.sleep(0.05)
+    raise UnsupportedEnvironmentError(
+        f"--hardware local: {path} is empty (a `bench --peak` was interrupted while writing it?); run "
+        "`embedcalc bench --peak` again",
+        code="local_not_measured",
+    )
+
+
+_EMPTY_RETRIES = 5
 
 
 def local_device(
@@ -401,12 +418,23 @@ def local_device(
 
 
 def save_local(device: Device) -> Path:
-    """Write ``device`` to the local cache atomically; returns the path."""
+    """Write ``device`` to the local cache atomically; returns the path. The text goes to a temporary file of a
+    name no other writer uses (two `bench --peak` at once shared one and failed, issue 24), flushed to disk, then
+    renamed over local.json: a reader sees the old file or the new one, never a part."""
     path = local_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(device.model_dump(mode="json", exclude_none=True), indent=2) + "\n", "utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(device.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=".local.", suffix=".json.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 
