@@ -308,8 +308,6 @@ def test_keys_that_could_change_the_cost_are_errors(
         ("bert-base-uncased", {"position_embedding_type": "relative_key"}, "position_embedding_type"),
         ("bert-base-uncased", {"is_decoder": True}, "is_decoder"),
         ("opt-125m", {"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine"),
-        ("qwen2-0.5b", {"use_sliding_window": True, "max_window_layers": 12, "sliding_window": 4096},
-         "use_sliding_window"),
         ("t5-small", {"feed_forward_proj": "gated-gelu", "is_gated_act": False}, "is_gated_act"),
         ("t5-small", {"feed_forward_proj": "gated-relu"}, "feed_forward_proj"),
         ("roberta-base", {"pad_token_id": None}, "pad_token_id"),
@@ -328,10 +326,39 @@ def test_invalid_values_name_the_hugging_face_key(cli: Any, write_config: Any) -
     assert "num_attention_heads (30) must divide hidden_size (4096)" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"use_sliding_window": True, "max_window_layers": 12, "sliding_window": 4096},
+        {"use_sliding_window": True, "sliding_window": 1024,
+         "layer_types": ["full_attention", "sliding_attention"] * 12},
+        {"use_sliding_window": False, "sliding_window": 1024, "layer_types": ["sliding_attention"] * 24},
+    ],
+)  # fmt: skip
+def test_qwen2_mixed_sliding_and_full_layers_count_as_transformers(extra: dict[str, Any]) -> None:
+    """Qwen2Config: sliding_window only when use_sliding_window, on the layers layer_types (or, without it,
+    i >= max_window_layers) marks sliding. The KV cache equals the per-layer sum over transformers' own config
+    object (it was refused before the one decoder core of issue 22)."""
+    transformers = pytest.importorskip("transformers")
+    raw = _raw(FIXTURES / "qwen2-0.5b.json") | extra
+    ours = _config(raw)
+    theirs = transformers.Qwen2Config.from_dict(raw)
+    head_dim, kv_heads = theirs.hidden_size // theirs.num_attention_heads, theirs.num_key_value_heads
+    for tokens in (100, 2000, 8192):
+        expected = sum(
+            2 * kv_heads * head_dim * 2
+            * (min(tokens, theirs.sliding_window) if t == "sliding_attention" and theirs.sliding_window else tokens)
+            for t in theirs.layer_types
+        )  # fmt: skip
+        assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == expected, tokens
+    assert count_params(ours).total == PUBLISHED["qwen2-0.5b"]
+
+
 def test_qwen2_all_sliding_layers_map_the_window() -> None:
     raw = _raw(FIXTURES / "qwen2-0.5b.json") | {"use_sliding_window": True, "max_window_layers": 0,
                                                 "sliding_window": 1024}  # fmt: skip
-    assert _config(raw).sliding_window == 1024
+    config = _config(raw)  # the one window mapper puts a window every layer shares on the default block
+    assert config.attention is not None and config.attention.sliding_window == 1024 and not config.blocks
 
 
 # --- the CLI ------------------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import pattern_types, put_window_layout
-from embedcalc.config.hf.llama import read_llama_like
-from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_biases
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader
 
 _UNREAD = "a key of Cohere's original release that transformers never reads"
 
@@ -36,10 +36,9 @@ def _windows(r: KeyReader) -> None:
 
 
 def _read_cohere2(r: KeyReader) -> None:
-    read_llama_like(r, attention_bias=False, mlp_bias=False, norm="layernorm", placement="parallel")
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel")
     r.fixed("norm_bias", False, "Cohere2LayerNorm has a weight and no bias")
     r.fixed("parallel_norms", 1, "one input_layernorm feeds attention and the MLP")
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.ignore("mlp_bias", "Cohere2MLP builds no biases whatever this says")
     hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
     if "head_dim" in r.data:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_decoder, read_moe
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 
@@ -62,13 +63,13 @@ def _mla(r: KeyReader) -> None:
 
 
 def _read_deepseek(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _mla(r)
     _moe_layout(r)
 
 
 def _read_glm4_moe(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed("out_bias", False, "Glm4MoeAttention: o_proj without bias")
     hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
     if "head_dim" not in r.data and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import FULL, SLIDING, pattern_types, put_window_layout, read_decoder
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import FULL, SLIDING, pattern_types, put_window_layout
 from embedcalc.config.hf.reader import Family, KeyReader
 
 
@@ -45,7 +46,7 @@ def _windows(r: KeyReader) -> None:
 
 
 def _read_exaone4(r: KeyReader) -> None:
-    read_decoder(r, bias_key=None)
+    read_core(r, qkv=False, out=False, ffn=False)
     r.fixed(
         "norm_placement", "pre", "post-sublayer RMSNorms and a final norm: the same parameters as pre-norm"
     )

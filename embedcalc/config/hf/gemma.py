@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
+from embedcalc.config.hf.core import read_shape
 from embedcalc.config.hf.layered import FULL, SLIDING, layer_types, pattern_types, put_layout
 from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, map_activation, map_dropout
 
@@ -34,16 +35,7 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
         ("scale_embeddings", True, "embeddings times sqrt(hidden_size): a buffer, no parameter"),
     ):  # fmt: skip
         r.fixed(name, value, note)
-    r.copy("vocab_size", "vocab_size")
-    r.copy("hidden_size", "embed_dim")
-    r.copy("intermediate_size", "ffn_dim")
-    r.copy("num_hidden_layers", "num_layers")
-    heads = r.copy("num_attention_heads", "num_heads")
-    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
-    r.copy("head_dim", "head_dim")
-    r.copy(
-        "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
-    )
+    read_shape(r)  # every Gemma config has head_dim (Gemma 7B: 16 x 256 != 3072)
     if encoder:
         r.ignore("tie_word_embeddings", "AutoModel builds the backbone, which has no LM head to tie")
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.llama import read_llama_like
+from embedcalc.config.hf.core import read_core, read_shape
 from embedcalc.config.hf.llama_like import map_layer_windows, refuse
 from embedcalc.config.hf.reader import (
     MISSING,
@@ -165,25 +165,11 @@ def _read_phi(r: KeyReader) -> None:
     r.ignore("qk_layernorm", "mapped as attention.qk_norm")
 
 
-def read_shape(r: KeyReader) -> None:
-    """The LLaMA-named shape keys (vocab, width, depth, heads, KV heads, FFN, context)."""
-    r.copy("vocab_size", "vocab_size")
-    r.copy("hidden_size", "embed_dim")
-    r.copy("intermediate_size", "ffn_dim")
-    r.copy("num_hidden_layers", "num_layers")
-    heads = r.copy("num_attention_heads", "num_heads")
-    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
-    if r.has("head_dim"):
-        r.copy("head_dim", "head_dim")
-    r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table")
-
-
 def _read_cohere(r: KeyReader) -> None:
     """CohereForCausalLM: CohereLayerNorm (weight only), attention and MLP in parallel off one norm, tied head."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, norm="layernorm", placement="parallel")
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel")
     r.fixed("norm_bias", False, "CohereLayerNorm has no bias")
     r.fixed("parallel_norms", 1)
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn=False)
     refuse(r, "use_qk_norm", (False,), "CohereLayerNorm q/k norms with separate weights for every head")
     r.ignore("logit_scale", "scales the logits: no parameters")
 
@@ -191,8 +177,7 @@ def _read_cohere(r: KeyReader) -> None:
 def _read_stablelm(r: KeyReader) -> None:
     """StableLmForCausalLM: LayerNorm, q/k/v biases (use_qkv_bias), partial rotary, gated MLP without biases;
     use_parallel_residual: one norm feeding both branches."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, norm="layernorm")
-    map_biases(r, qkv="use_qkv_bias", out=False, ffn=False)
+    read_core(r, qkv="use_qkv_bias", out=False, ffn=False, norm="layernorm")
     map_partial_rotary(r, 0.25)
     _, parallel, _ = r.value("use_parallel_residual")
     if parallel is True:

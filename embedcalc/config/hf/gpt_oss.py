@@ -9,6 +9,7 @@ clamped SwiGLU (``swiglu_limit``, ``swiglu_alpha``) is element-wise. transformer
 
 from __future__ import annotations
 
+from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import (
     FULL,
     SLIDING,
@@ -16,14 +17,13 @@ from embedcalc.config.hf.layered import (
     layer_types,
     origin,
     put_layout,
-    read_decoder,
     read_moe,
 )
 from embedcalc.config.hf.reader import Family, KeyReader
 
 
 def _read_gpt_oss(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.put("attention", {"sinks": True}, "model_type", "family", "GptOssAttention.sinks: one logit per head")
     ignore_moe_keys(r)
     r.ignore("experts_per_token", "a duplicate of num_experts_per_tok that transformers never reads")

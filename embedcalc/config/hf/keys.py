@@ -123,7 +123,7 @@ COMMON_REASONS: dict[str, str] = {
     "rope_scaling": ROPE,
     "rope_type": ROPE,
     "rope_parameters": ROPE,
-    "pretraining_tp": "how Meta split matmuls over tensor-parallel ranks in pre-training; the same FLOPs",
+    "pretraining_tp": "how the matmuls were split over tensor-parallel ranks in pre-training; the same FLOPs",
     "layerdrop": "skips whole layers at random during training; the model holds and runs all of them",
     "encoder_layerdrop": "skips whole layers at random during training; the model holds and runs all of them",
     "decoder_layerdrop": "skips whole layers at random during training; the model holds and runs all of them",

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from embedcalc.config.blocks import DEFAULT_BLOCK
-from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import MISSING, KeyReader, Origin, map_activation, map_dropout, yaml_hint
+from embedcalc.config.hf.reader import MISSING, KeyReader, Origin, yaml_hint
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 MOE_KEYS_IGNORED = {
@@ -157,43 +156,6 @@ def int_list(r: KeyReader, key: str, value: Any, num_layers: int) -> list[int] |
 def refuse(r: KeyReader, key: str, what: str) -> None:
     """A feature that changes the count and that embedcalc cannot describe."""
     r.problem(key, f"{what}, which embedcalc's layer model cannot describe. {yaml_hint(r.family)}")
-
-
-def read_decoder(
-    r: KeyReader, *, act_key: str = "hidden_act", bias_key: str | None = "attention_bias"
-) -> None:
-    """The LLaMA-shaped core every family here shares: RMSNorm pre-norm, RoPE, a gated MLP, bias-free MLP,
-    attention biases from ``bias_key`` (None: none), an LM head (tied as ``tie_word_embeddings`` says)."""
-    for name, value in (("architecture", "decoder"), ("norm", "rmsnorm"), ("norm_placement", "pre"),
-                        ("embedding_norm", False), ("position", "rope"), ("bias", False),
-                        ("ffn_bias", False), ("lm_head", True)):  # fmt: skip
-        r.fixed(name, value)
-    r.copy("vocab_size", "vocab_size")
-    r.copy("hidden_size", "embed_dim")
-    r.copy("intermediate_size", "ffn_dim")
-    r.copy("num_hidden_layers", "num_layers")
-    heads = r.copy("num_attention_heads", "num_heads")
-    r.copy_or("num_key_value_heads", "num_kv_heads", heads, "null: num_attention_heads")
-    if r.has("head_dim") or "head_dim" in r.family.defaults:
-        r.copy("head_dim", "head_dim")  # null keeps hidden_size / num_attention_heads
-    r.copy(
-        "max_position_embeddings", "max_seq_len", note="RoPE has no table; used for the extrapolation warning"
-    )
-    r.copy("tie_word_embeddings", "tie_embeddings")
-    map_activation(r, act_key, gated=True)
-    map_dropout(r, "attention_dropout")
-    if bias_key is not None:
-        r.copy(bias_key, "qkv_bias")
-        r.copy(bias_key, "out_bias")
-    else:
-        r.fixed("qkv_bias", False)
-        r.fixed("out_bias", False)
-    for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_type"):
-        r.ignore(key, hf_keys.ROPE)
-    r.ignore(
-        "pretraining_tp",
-        "how the matmuls were split over tensor-parallel ranks in pre-training; the same FLOPs",
-    )
 
 
 def read_moe(

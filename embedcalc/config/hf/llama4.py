@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import ignore_moe_keys, int_list, put_layout, read_decoder, read_moe
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import ignore_moe_keys, int_list, put_layout, read_moe
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader
 
 CHUNKED, FULL = "chunked_attention", "full_attention"
@@ -77,7 +78,7 @@ def _chunked(r: KeyReader, layers: int, chunk: Any) -> list[bool] | None:
 
 
 def _read_llama4_text(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed("ffn_bias", False, "Llama4TextMLP and the experts build no biases")
     ignore_moe_keys(r)
     qk_key, _, _ = r.value("use_qk_norm")

@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.llama import read_llama_like
+from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.reader import (
     MISSING,
     Family,
     IgnoredKey,
     KeyReader,
     Origin,
-    map_biases,
     map_partial_rotary,
     yaml_hint,
 )
@@ -26,8 +25,7 @@ SCALARS = "a scalar multiplier: no parameters, no matmul FLOPs"
 
 def _llama_biases(r: KeyReader) -> None:
     """q/k/v/o from attention_bias, the MLP from mlp_bias (LlamaAttention, LlamaMLP)."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
 
 
 def _read_granite(r: KeyReader) -> None:
@@ -38,24 +36,20 @@ def _read_granite(r: KeyReader) -> None:
 
 def _read_arcee(r: KeyReader) -> None:
     """ArceeMLP: up_proj, down_proj and squared ReLU, no gate."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, gated=False)
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias", gated=False)
 
 
 def _read_helium(r: KeyReader) -> None:
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv="attention_bias", out=False, ffn="mlp_bias")
+    read_core(r, qkv="attention_bias", out=False, ffn="mlp_bias")
 
 
 def _read_seed_oss(r: KeyReader) -> None:
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv="attention_bias", out="attention_out_bias", ffn="mlp_bias")
+    read_core(r, qkv="attention_bias", out="attention_out_bias", ffn="mlp_bias")
     r.ignore("pretraining_tp", "tensor-parallel split of pre-training; the same FLOPs")
 
 
 def _read_ernie4_5(r: KeyReader) -> None:
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv="use_bias", out="use_bias", ffn="use_bias")
+    read_core(r, qkv="use_bias", out="use_bias", ffn="use_bias")
 
 
 def _read_smollm3(r: KeyReader) -> None:
@@ -69,8 +63,7 @@ def _read_smollm3(r: KeyReader) -> None:
 def _read_hunyuan(r: KeyReader) -> None:
     """HunYuanDenseV1Attention: query_layernorm / key_layernorm, RMSNorm(head_dim) shared by the heads; the MLP
     has no biases."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn=False)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.ignore("mlp_bias", "HunYuanDenseV1MLP builds no biases whatever this says")
     r.fixed("attention", {"qk_norm": "head"}, "query_layernorm, key_layernorm: RMSNorm(head_dim)")
     for key in ("use_qk_norm", "eod_token_id", "pretraining_tp"):
@@ -80,15 +73,13 @@ def _read_hunyuan(r: KeyReader) -> None:
 
 def _read_nemotron(r: KeyReader) -> None:
     """NemotronForCausalLM: LayerNorm1P (weight and bias), up/down MLP with squared ReLU, partial rotary."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, norm="layernorm", gated=False)
-    map_biases(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias", norm="layernorm", gated=False)
     map_partial_rotary(r, 0.5)
 
 
 def _read_starcoder2(r: KeyReader) -> None:
     """Starcoder2ForCausalLM: LayerNorm, biases on every projection (use_bias), c_fc/c_proj MLP, tied head."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, norm="layernorm", gated=False)
-    map_biases(r, qkv="use_bias", out="use_bias", ffn="use_bias")
+    read_core(r, qkv="use_bias", out="use_bias", ffn="use_bias", norm="layernorm", gated=False)
     r.ignore("activation_function", "Starcoder2MLP reads hidden_act")
     r.expect("mlp_type", ("default",), "another MLP layout")
     r.expect("norm_type", ("layer_norm",), "another norm")
@@ -101,8 +92,7 @@ def _read_starcoder2(r: KeyReader) -> None:
 
 def _read_glm(r: KeyReader, placement: str = "pre") -> None:
     """GlmForCausalLM: q/k/v biases (attention_bias), o_proj without, a fused gate_up_proj, half rotary."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False, placement=placement)
-    map_biases(r, qkv="attention_bias", out=False, ffn=False)
+    read_core(r, qkv="attention_bias", out=False, ffn=False, placement=placement)
     map_partial_rotary(r, 0.5)
 
 
@@ -114,8 +104,7 @@ def _read_glm4(r: KeyReader) -> None:
 def _read_phi3(r: KeyReader) -> None:
     """Phi3ForCausalLM: fused qkv_proj and gate_up_proj (the same counts as separate ones), no biases, partial
     rotary (Phi-4-mini), a window on every layer when sliding_window is set."""
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv=False, out=False, ffn=False)
+    read_core(r, qkv=False, out=False, ffn=False)
     for key in ("attention_bias", "mlp_bias"):
         r.ignore(key, "Phi3Attention and Phi3MLP build no biases whatever this says")
     map_partial_rotary(r, 1.0)
@@ -128,8 +117,7 @@ def _read_phi3(r: KeyReader) -> None:
 
 
 def _read_ministral(r: KeyReader) -> None:
-    read_llama_like(r, attention_bias=False, mlp_bias=False)
-    map_biases(r, qkv=False, out=False, ffn=False)
+    read_core(r, qkv=False, out=False, ffn=False)
     _windows(r, default_all_sliding=True)
 
 

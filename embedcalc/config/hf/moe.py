@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_decoder, read_moe
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 _GRANITE_SCALARS = ("embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier")
@@ -33,13 +34,13 @@ def _window(r: KeyReader) -> None:
 
 
 def _read_mixtral(r: KeyReader) -> None:
-    read_decoder(r, bias_key=None)
+    read_core(r, qkv=False, out=False, ffn=False)
     _experts(r)
     _window(r)
 
 
 def _read_phimoe(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed("norm", "layernorm", "PhimoeDecoderLayer: nn.LayerNorm with bias")
     r.copy("lm_head_bias", "lm_head_bias")
     r.ignore("original_max_position_embeddings", "the LongRoPE pre-training context: " + hf_keys.ROPE)
@@ -48,7 +49,7 @@ def _read_phimoe(r: KeyReader) -> None:
 
 
 def _read_granitemoe(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _experts(r)
     for key in _GRANITE_SCALARS:
         r.ignore(key, "a scalar multiplier; element-wise only")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_decoder, read_moe
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 _CLIP = "clamps q, k and v element-wise; no parameters or matmul FLOPs"
@@ -21,14 +22,14 @@ _FULL_QK = "q_norm RMSNorm(heads x head_dim), k_norm RMSNorm(kv_heads x head_dim
 
 
 def _read_olmo(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed("norm", "layernorm", "OlmoLayerNorm")
     r.fixed("norm_affine", False, "OlmoLayerNorm has no weight and no bias")
     r.ignore("clip_qkv", _CLIP)
 
 
 def _read_olmo2(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed(
         "norm_placement", "pre", "post-sublayer RMSNorms and a final norm: the same parameters as pre-norm"
     )
@@ -36,7 +37,7 @@ def _read_olmo2(r: KeyReader) -> None:
 
 
 def _read_olmoe(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.put("attention", {"qk_norm": "full"}, "model_type", "family", _FULL_QK)
     r.ignore("clip_qkv", _CLIP)
     ignore_moe_keys(r)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import (
     FULL,
     SLIDING,
@@ -22,7 +23,6 @@ from embedcalc.config.hf.layered import (
     int_list,
     layer_types,
     put_layout,
-    read_decoder,
     read_moe,
 )
 from embedcalc.config.hf.reader import Family, KeyReader
@@ -30,7 +30,7 @@ from embedcalc.config.hf.reader import Family, KeyReader
 Rule = Callable[[int, bool, int], bool]  # (layer, use_sliding_window, max_window_layers) -> slides
 
 
-def _qwen3_rule(i: int, use: bool, first: int) -> bool:
+def qwen3_rule(i: int, use: bool, first: int) -> bool:
     return use and i >= first  # Qwen3Config: layers from max_window_layers on
 
 
@@ -46,6 +46,7 @@ def _windows(r: KeyReader, layers: int, rule: Rule) -> list[int | None] | None:
     """The sliding window of each layer (None: full attention), by the family's rule or ``layer_types``."""
     use_key, use, _ = r.value("use_sliding_window")
     window_key, window, _ = r.value("sliding_window")
+    window = window if use is True else None  # every Qwen config: sliding_window = ... if use_sliding_window else None
     first_key, first = "max_window_layers", 0
     if rule is _all_rule:
         r.ignore(first_key, "Qwen3MoeConfig does not read max_window_layers")
@@ -56,8 +57,9 @@ def _windows(r: KeyReader, layers: int, rule: Rule) -> list[int | None] | None:
     if types is None:
         return None
     if SLIDING not in types or not window:
+        reason = "no layer slides (use_sliding_window is not true)" if use is not True else "no layer slides"
         for key in (use_key, window_key, first_key, types_key):
-            r.ignore(key, "no layer uses sliding attention (use_sliding_window is not true)")
+            r.ignore(key, reason)
         return [None] * layers
     for key in (use_key, first_key):
         r.ignore(key, "decides which layers slide (mapped as layers)")
@@ -75,7 +77,7 @@ def _moe_flags(r: KeyReader, layers: int) -> list[bool] | None:
     return [i not in dense and (i + 1) % step == 0 for i in range(layers)]
 
 
-def _layout(r: KeyReader, moe: dict[str, Any] | None, moe_key: str, rule: Rule) -> None:
+def put_qwen_layout(r: KeyReader, moe: dict[str, Any] | None, moe_key: str, rule: Rule) -> None:
     layers = r.data.get("num_layers")
     if not isinstance(layers, int):
         return
@@ -104,22 +106,22 @@ def _qk_norm(r: KeyReader) -> None:
 
 
 def _read_qwen3(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _qk_norm(r)
-    _layout(r, None, "layer_types", _qwen3_rule)
+    put_qwen_layout(r, None, "layer_types", qwen3_rule)
 
 
 def _read_qwen3_moe(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _qk_norm(r)
     ignore_moe_keys(r)
     moe = read_moe(r, "num_experts")
     experts_key = r.lookup("num_experts")[0]  # num_local_experts, as transformers 5 writes it
-    _layout(r, moe, f"{experts_key}, num_experts_per_tok, moe_intermediate_size", _all_rule)
+    put_qwen_layout(r, moe, f"{experts_key}, num_experts_per_tok, moe_intermediate_size", _all_rule)
 
 
 def _read_qwen2_moe(r: KeyReader) -> None:
-    read_decoder(r, bias_key=None)
+    read_core(r, qkv=False, out=False, ffn=False)
     q_key, qkv_bias, _ = r.value("qkv_bias")
     r.put(
         "qkv_bias", qkv_bias, q_key, "file" if q_key in r.raw else "default", "Qwen2MoeAttention: q/k/v bias"
@@ -131,7 +133,7 @@ def _read_qwen2_moe(r: KeyReader) -> None:
         {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
     )
     moe = read_moe(r, "num_experts", extra=extra)
-    _layout(
+    put_qwen_layout(
         r,
         moe,
         "num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size",
