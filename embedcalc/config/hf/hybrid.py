@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_decoder, read_moe
+from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin
 
 _MAMBA = frozenset({"mamba", "linear_attention"})
@@ -66,7 +67,7 @@ def _mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
 
 
 def _read_granitemoehybrid(r: KeyReader) -> None:
-    read_decoder(r)
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     pos_key, pos, _ = r.value("position_embedding_type")
     position = "rope" if pos == "rope" else "none"
     replace_mapped(r, "position", position, pos_key, origin(r, pos_key), "GraniteMoeHybridModel: RoPE only for rope")
