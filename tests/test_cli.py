@@ -434,6 +434,48 @@ def test_help_imports_no_torch_importtime() -> None:
     assert not [m for m in imported if m.split(".")[0] == "torch"]
 
 
+# The modules `analyze PRESET --format json` imports (issue 22, start-up: its import work is what the command costs
+# beyond its dependencies). A module joining this path is a deliberate choice: add it here. The HF readers, the
+# device catalogue, the roofline, plotting, explain, render (rich) and numpy stay off it.
+ANALYZE_PRESET_MODULES = frozenset({
+    "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
+    "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
+    "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory_inference",
+    "embedcalc.analysis.memory_training", "embedcalc.analysis.parallel", "embedcalc.analysis.params",
+    "embedcalc.analysis.report", "embedcalc.analysis.structure", "embedcalc.analysis.workload", "embedcalc.api",
+    "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.serving",
+    "embedcalc.api.timing", "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app",
+    "embedcalc.cli.common", "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
+    "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.blocks",
+    "embedcalc.config.checks", "embedcalc.config.divisors", "embedcalc.config.dtypes", "embedcalc.config.files",
+    "embedcalc.config.hub", "embedcalc.config.layer_rules", "embedcalc.config.limits", "embedcalc.config.loading",
+    "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading", "embedcalc.config.resolved",
+    "embedcalc.config.schema", "embedcalc.config.shape_rules", "embedcalc.errors", "embedcalc.units",
+})  # fmt: skip
+
+
+LIST_MODULES_AT_EXIT = (  # python -c ... LISTING ARGS...: run `embedcalc ARGS...`, write sys.modules to LISTING
+    "import atexit, json, sys\n"
+    "listing = sys.argv[1]\n"
+    "atexit.register(lambda: open(listing, 'w').write(json.dumps(sorted(sys.modules))))\n"
+    "sys.argv = ['embedcalc', *sys.argv[2:]]\n"
+    "from embedcalc.cli.app import main\n"
+    "main()\n"
+)
+
+
+def test_analyze_a_preset_imports_only_its_own_path(tmp_path: Path) -> None:
+    listing = tmp_path / "modules.json"
+    proc = subprocess.run([sys.executable, "-c", LIST_MODULES_AT_EXIT, str(listing), "analyze", "bert-base",
+                           "--format", "json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = set(json.loads(listing.read_text(encoding="utf-8")))
+    ours = {m for m in imported if _top(m) == "embedcalc"}
+    assert ours == ANALYZE_PRESET_MODULES, f"new: {sorted(ours - ANALYZE_PRESET_MODULES)}, " \
+        f"gone: {sorted(ANALYZE_PRESET_MODULES - ours)}"
+    assert not {_top(m) for m in imported} & {"torch", "numpy", "rich", "matplotlib", "transformers", "safetensors"}
+
+
 # --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------
 
 PACKAGE = Path(__file__).resolve().parent.parent / "embedcalc"

@@ -117,7 +117,12 @@ def _prepare_streams() -> None:
 def main() -> None:
     """Console-script entry point. A reader that leaves early (``embedcalc ... | head``) is not a failure: exit 0
     and nothing on stderr, whether the output still sat in our buffer or was already in the pipe (the one answer
-    that does not depend on the pipe's buffer size); any other exit code of the command is kept."""
+    that does not depend on the pipe's buffer size); any other exit code of the command is kept.
+
+    pydantic's plugin discovery (a scan of every installed distribution's entry points when the first model class
+    is built, tens of ms of start-up) is off for the command, unless PYDANTIC_DISABLE_PLUGINS says otherwise: the
+    CLI validates its own configs and has no plugin to serve."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _prepare_streams()
     before = _stdout_identity()
     code: int | str | None = 0
