@@ -421,3 +421,18 @@ def test_training_adds_pipeline_stages_only_where_memory_needs_them() -> None:
     for (tp, pp, dp), row in by_layout.items():
         if row.fits and tp == 8:
             assert (tp, 2 * pp, dp) not in by_layout  # nothing beyond the first that fits
+
+
+def test_a_recurrent_state_is_held_per_sequence_in_flight() -> None:
+    config = load_target("granite-4.0-h-small").config
+    w = Workload(seq_len=1024, gen_tokens=256, dtype="bf16")
+    one = estimate_memory(config, w)
+    assert one.recurrent_state_bytes > 0
+    usable = 72 * 2**30
+    m = serving_memory(config, w, 8, usable)
+    assert m.recurrent_state_bytes == 8 * one.recurrent_state_bytes
+    assert m.used_bytes == (m.weights_bytes + m.workspace_bytes + m.kv_cache_bytes + m.kv_paging_bytes
+                            + m.recurrent_state_bytes)  # fmt: skip
+    most = m.max_concurrency
+    assert most is not None and serving_memory(config, w, most, usable).fits
+    assert not serving_memory(config, w, most + 1, usable).fits

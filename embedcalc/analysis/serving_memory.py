@@ -16,6 +16,8 @@ Conventions, stated once (vLLM's engine arguments, https://docs.vllm.ai/en/lates
   (prefills are admitted one at a time), or one decode step of the C running sequences (C tokens); with SDPA the
   activations depend only on the tokens in the forward, so it is :func:`estimate_memory`'s activations of one
   sequence of max(P, C) tokens (decoders; an encoder-decoder's of one prompt).
+- **Recurrent state** (Mamba-2 and the other recurrent mixers): each sequence in flight holds its state, constant
+  in the context and not paged (:func:`estimate_memory`'s ``recurrent_state_bytes`` of one sequence).
 - With pipeline parallelism every term is per stage and the heaviest stage decides (as in ``analyze``); the most
   sequences that fit is the smallest over the stages.
 
@@ -46,14 +48,21 @@ class ServingStage:
     workspace_bytes: int
     kv_per_sequence_bytes: int
     paged_kv_per_sequence_bytes: int
+    state_per_sequence_bytes: int = 0  # a recurrent mixer's state (Mamba-2): constant in the context
+
+    @property
+    def per_sequence_bytes(self) -> int:
+        """What one more sequence in flight holds: its KV blocks and its recurrent state."""
+        return self.paged_kv_per_sequence_bytes + self.state_per_sequence_bytes
 
     def total_bytes(self, concurrency: int) -> int:
-        return self.weights_bytes + self.workspace_bytes + concurrency * self.paged_kv_per_sequence_bytes
+        return self.weights_bytes + self.workspace_bytes + concurrency * self.per_sequence_bytes
 
     def as_json(self, concurrency: int) -> dict[str, int]:
         return {"stage": self.index, "weights_bytes": self.weights_bytes, "workspace_bytes": self.workspace_bytes,
                 "kv_per_sequence_bytes": self.kv_per_sequence_bytes,
                 "paged_kv_per_sequence_bytes": self.paged_kv_per_sequence_bytes,
+                "state_per_sequence_bytes": self.state_per_sequence_bytes,
                 "total_bytes": self.total_bytes(concurrency)}  # fmt: skip
 
 
@@ -70,6 +79,7 @@ class ServingMemory:
     workspace_bytes: int
     kv_cache_bytes: int  # concurrency × exact KV of one sequence
     kv_paging_bytes: int  # the blocks' rounding on top of it
+    recurrent_state_bytes: int  # concurrency × a recurrent mixer's state of one sequence (Mamba-2; else 0)
     device_bytes: int | None
     utilization: float | None
     max_concurrency: int | None  # None: no limit known, or nothing cached per sequence
@@ -82,8 +92,9 @@ class ServingMemory:
 
     @property
     def used_bytes(self) -> int:
-        """What the server holds: weights + workspace + the paged KV cache."""
-        return self.weights_bytes + self.workspace_bytes + self.kv_cache_bytes + self.kv_paging_bytes
+        """What the server holds: weights + workspace + the paged KV cache + the recurrent states."""
+        return (self.weights_bytes + self.workspace_bytes + self.kv_cache_bytes + self.kv_paging_bytes
+                + self.recurrent_state_bytes)  # fmt: skip
 
     @property
     def usable_bytes(self) -> int | None:
@@ -116,6 +127,7 @@ class ServingMemory:
             "weights_bytes": self.weights_bytes, "workspace_bytes": self.workspace_bytes,
             "kv_cache_bytes": self.kv_cache_bytes, "kv_paging_bytes": self.kv_paging_bytes,
             "paged_kv_per_sequence_bytes": self.paged_kv_per_sequence_bytes,
+            "recurrent_state_bytes": self.recurrent_state_bytes,
             "reserve_bytes": self.reserve_bytes, "used_bytes": self.used_bytes, "total_bytes": self.total_bytes,
             "device_bytes": self.device_bytes, "utilization": self.utilization, "usable_bytes": self.usable_bytes,
             "fits": self.fits, "max_concurrency": self.max_concurrency,
@@ -158,7 +170,7 @@ def serving_stages(
         paged = exact
     workspace = _workspace(config, w, concurrency, kv_dtype)
     return tuple(
-        ServingStage(e.index, e.weights_bytes, ws, e.kv_cache_bytes, p.kv_cache_bytes)
+        ServingStage(e.index, e.weights_bytes, ws, e.kv_cache_bytes, p.kv_cache_bytes, e.recurrent_state_bytes)
         for e, p, ws in zip(exact, paged, workspace, strict=True)
     )
 
@@ -177,19 +189,19 @@ def max_concurrency(
     base = base or serving_stages(config, w, 1, kv_dtype, block_tokens)
     if any(s.total_bytes(0) > usable_bytes for s in base):
         return 0
-    per = [s for s in base if s.paged_kv_per_sequence_bytes]
+    per = [s for s in base if s.per_sequence_bytes]
     if not per:
         return None
     # an upper bound: the workspace only grows with the concurrency
     hi = min(
-        (usable_bytes - s.weights_bytes - s.workspace_bytes) // s.paged_kv_per_sequence_bytes for s in per
+        (usable_bytes - s.weights_bytes - s.workspace_bytes) // s.per_sequence_bytes for s in per
     )
     if hi < 1 or config.architecture != "decoder" or hi <= w.seq_len:
         return max(hi, 0)
 
     def fits(c: int) -> bool:  # only the workspace changes with c
         workspace = _workspace(config, w, c, kv_dtype)
-        return all(s.weights_bytes + ws + c * s.paged_kv_per_sequence_bytes <= usable_bytes
+        return all(s.weights_bytes + ws + c * s.per_sequence_bytes <= usable_bytes
                    for s, ws in zip(base, workspace, strict=True))  # fmt: skip
 
     # fits(seq_len) holds (the check above); with SDPA the workspace grows in proportion to the tokens of the
@@ -197,7 +209,7 @@ def max_concurrency(
     guess = min(
         (usable_bytes - s.weights_bytes)
         * w.seq_len
-        // (s.workspace_bytes + w.seq_len * s.paged_kv_per_sequence_bytes)
+        // (s.workspace_bytes + w.seq_len * s.per_sequence_bytes)
         for s in per
     )
     guess = min(max(guess, w.seq_len), hi)
@@ -233,6 +245,7 @@ def serving_memory(
         weights_bytes=heaviest.weights_bytes, workspace_bytes=heaviest.workspace_bytes,
         kv_cache_bytes=concurrency * heaviest.kv_per_sequence_bytes,
         kv_paging_bytes=concurrency * (heaviest.paged_kv_per_sequence_bytes - heaviest.kv_per_sequence_bytes),
+        recurrent_state_bytes=concurrency * heaviest.state_per_sequence_bytes,
         device_bytes=device_bytes, utilization=utilization,
         max_concurrency=most,
         stages=stages,

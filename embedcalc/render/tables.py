@@ -157,6 +157,8 @@ def _serving_rows(table: FitTable, s: ServingMemory) -> None:
         (f"paged KV rounding ({s.tokens_per_sequence:,} -> {s.paged_tokens_per_sequence:,} tokens)",
          s.kv_paging_bytes),
     ]  # fmt: skip
+    if s.recurrent_state_bytes:
+        rows.append((f"recurrent state ({s.concurrency:,} sequences)", s.recurrent_state_bytes))
     if s.device_bytes is not None and s.utilization is not None:
         rows.append((f"runtime reserve ({1 - s.utilization:.0%} of {units.binary_bytes(s.device_bytes)})",
                      s.reserve_bytes))  # fmt: skip
