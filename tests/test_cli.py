@@ -441,7 +441,8 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
     "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory_inference",
-    "embedcalc.analysis.memory_training", "embedcalc.analysis.parallel", "embedcalc.analysis.params",
+    "embedcalc.analysis.memory_training", "embedcalc.analysis.mixers", "embedcalc.analysis.parallel",
+    "embedcalc.analysis.params", "embedcalc.analysis.tensor",
     "embedcalc.analysis.report", "embedcalc.analysis.structure", "embedcalc.analysis.workload", "embedcalc.api",
     "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.serving",
     "embedcalc.api.timing", "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app",
@@ -449,6 +450,7 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.blocks",
     "embedcalc.config.checks", "embedcalc.config.divisors", "embedcalc.config.dtypes", "embedcalc.config.files",
     "embedcalc.config.hub", "embedcalc.config.layer_rules", "embedcalc.config.limits", "embedcalc.config.loading",
+    "embedcalc.config.mixers",
     "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading", "embedcalc.config.resolved",
     "embedcalc.config.schema", "embedcalc.config.shape_rules", "embedcalc.errors", "embedcalc.units",
 })  # fmt: skip
