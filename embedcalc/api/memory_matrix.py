@@ -78,7 +78,7 @@ def _child() -> int:
     except EmbedcalcError as exc:
         sys.stdout.write(json.dumps({"error": exc.message}))
         return int(exc.exit_code)
-    sys.stdout.write(json.dumps({"measurement": result.measurement.as_json()}))
+    sys.stdout.write(json.dumps({"measurement": result.measurement.to_json()}))
     return 0
 
 

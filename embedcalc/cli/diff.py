@@ -36,7 +36,7 @@ def diff_command(
     output.warn(report.warnings_b, report.b.target)
     diff = report.diff
     if format is OutputFormat.json:
-        output.emit_json("diff", [diff.as_json()])
+        output.emit_json("diff", [diff.to_json()])
         return
     from embedcalc.render.diff import render_diff
 

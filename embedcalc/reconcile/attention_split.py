@@ -36,7 +36,7 @@ class SplitRow:
     measured_attention_share: float
     predicted_attention_share: float
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -54,11 +54,9 @@ class AttentionSplit:
     def to_json(self) -> dict[str, Any]:
         """The ``measured`` object of ``embedcalc sweep --measure --format json``."""
         return {"device": self.device, "threads": self.threads, "method": self.method,
-                "points": [p.as_json() for p in self.points],
+                "points": [p.to_json() for p in self.points],
                 "measured_crossover_seq_len": self.measured_crossover_seq_len,
                 "predicted_crossover_seq_len": self.predicted_crossover_seq_len}  # fmt: skip
-
-    as_json = to_json
 
 
 def split_row(analysis: Analysis, point: SplitPoint, batch_size: int) -> SplitRow:

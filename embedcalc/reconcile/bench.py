@@ -109,7 +109,7 @@ class Measurement:
     predicted_memory_bytes: int
     memory_error_pct: float | None
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``measurement`` object of DESIGN.md §5."""
         return asdict(self)
 
@@ -166,9 +166,7 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement``."""
-        return self.analysis.as_json() | {"measurement": self.measurement.as_json()}
-
-    as_json = to_json
+        return self.analysis.as_json() | {"measurement": self.measurement.to_json()}
 
 
 @dataclass(frozen=True)
@@ -185,12 +183,12 @@ class MemoryMatrixRow:
 
     @classmethod
     def from_measurement(cls, attention: str, recompute: str, m: Mapping[str, Any]) -> MemoryMatrixRow:
-        """The row of one setting from the ``measurement`` object (:meth:`Measurement.as_json`) its run printed."""
+        """The row of one setting from the ``measurement`` object (:meth:`Measurement.to_json`) its run printed."""
         return cls(attention=attention, recompute=recompute, predicted_memory_bytes=m["predicted_memory_bytes"],
                    peak_memory_bytes=m["peak_memory_bytes"], memory_error_pct=m["memory_error_pct"],
                    peak_memory_method=m["peak_memory_method"], device=m["device"])  # fmt: skip
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -203,6 +201,4 @@ class MemoryMatrix:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --memory-matrix --format json``."""
-        return {"target": self.target, "memory_matrix": [r.as_json() for r in self.rows]}
-
-    as_json = to_json
+        return {"target": self.target, "memory_matrix": [r.to_json() for r in self.rows]}

@@ -124,7 +124,7 @@ class ModelDiff:
             out.setdefault(row.group, []).append(row)
         return out
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         groups = {
             name: {"tensors": self.counts(rows),
                    "params_a": sum(r.params_a for r in rows), "params_b": sum(r.params_b for r in rows),

@@ -127,7 +127,7 @@ class DistributedBench:
             })  # fmt: skip
         return rows
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
             "nproc": self.nproc,

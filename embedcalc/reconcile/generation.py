@@ -69,7 +69,7 @@ class GenerationMeasurement:
     def errors_pct(self) -> dict[str, float | None]:
         return {key: error_pct(getattr(self, key), self.predicted.get(key)) for key in KEYS}
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``measurement`` object of ``bench --mode generate --format json``."""
         state = ("recurrent_state_bytes_measured", "recurrent_state_bytes")
         out: dict[str, Any] = {

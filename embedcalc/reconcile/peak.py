@@ -31,7 +31,7 @@ class LocalMeasurement:
     cached_as: str
     cache_path: str
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -47,15 +47,15 @@ class PeakResult:
     spec_peak_source: str | None
     local: LocalMeasurement
 
-    def as_json(self) -> dict[str, Any]:
+    def measurement_json(self) -> dict[str, Any]:
         """The ``measurement`` object of ``bench --peak --format json``: the peak's keys, then the local ones."""
         return {"device": self.device, "dtype": self.dtype, "size": self.size,
                 "peak_flops_per_s": self.peak_flops_per_s, "spec_peak_flops_per_s": self.spec_peak_flops_per_s,
-                "spec_peak_source": self.spec_peak_source} | self.local.as_json()  # fmt: skip
+                "spec_peak_source": self.spec_peak_source} | self.local.to_json()  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --peak --format json`` (no target)."""
-        return {"target": None, "measurement": self.as_json()}
+        return {"target": None, "measurement": self.measurement_json()}
 
 
 def peak_result(device: str, dtype: str, peak: PeakMeasurement, cuda: bool, local: LocalMeasurement) -> PeakResult:

@@ -53,7 +53,7 @@ class Reconciliation:
     def row_dicts(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self.rows]
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"rows": self.row_dicts(), "analytic_total": self.analytic_total,
                 "counted_total": self.counted_total}  # fmt: skip
 
@@ -82,9 +82,7 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc verify --format json`` (DESIGN.md §5)."""
         return {"target": self.target, "agree": self.agree, "attention": self.attention,
-                "params": self.params.as_json(), "flops": self.flops.as_json()}  # fmt: skip
-
-    as_json = to_json
+                "params": self.params.to_json(), "flops": self.flops.to_json()}  # fmt: skip
 
 
 def verify_analysis(analysis: Analysis, attention: AttentionImpl = "sdpa") -> VerifyResult:

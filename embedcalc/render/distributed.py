@@ -20,7 +20,7 @@ def _pct(value: float | None) -> str:
 
 def distributed_table(result: DistributedBench) -> Group:
     """Summary table and per-rank table."""
-    data = result.as_json()
+    data = result.to_json()
     summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks"), title_justify="left")
     summary.add_column("quantity")
     summary.add_column("value", justify="right")
