@@ -267,3 +267,39 @@ def test_an_empty_local_json_is_not_measured(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "embedcalc").mkdir()
     (tmp_path / "embedcalc" / "local.json").write_text("")
     assert_refused(run(cli, "analyze", "gpt2", "--hardware", "local"), 4, "is empty", "bench --peak")
+
+
+# --- one rule for check and analyze; closed forms where the answer is one -------------------------------------
+
+
+def test_check_refuses_the_tp_analyze_refuses(cli: Any) -> None:
+    check, analyze = run(cli, "check", "bert-base", "--tp", "5"), run(cli, "analyze", "bert-base", "--tp", "5")
+    assert check.exit_code == analyze.exit_code == 3
+    assert "--tp 5 must divide num_heads (12)" in check.stderr and "--tp 5 must divide num_heads (12)" in analyze.stderr
+
+
+def test_a_billion_layers_under_zero3_is_counted_in_closed_form(cli: Any) -> None:
+    for zero in ("3", "0"):
+        result = run(cli, "analyze", "gpt2", "--set", "num_layers=1000000000", "--dp", "2", "--zero", zero, "--mode",
+                     "training", "--format", "json")  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        counts = [c["count"] for c in json.loads(result.stdout)["results"][0]["communication"]["collectives"]]
+        assert counts == ([10**9 + 1, 10**9, 10**9 + 1] if zero == "3" else [10**9 + 1])  # a block each, + root
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ddp_bucket_count_equals_the_written_out_sequence(seed: int) -> None:
+    import random
+
+    from embedcalc.analysis.communication import ddp_bucket_count, ddp_buckets
+
+    rng = random.Random(seed)
+    runs = [([rng.choice([0, 1, 3 << 18, 5 << 20, 9 << 20, 30 << 20]) for _ in range(rng.randint(1, 5))],
+             rng.randint(1, 60)) for _ in range(rng.randint(1, 4))]  # fmt: skip
+    assert ddp_bucket_count(runs) == ddp_buckets([s for period, n in runs for _ in range(n) for s in period])
+
+
+@pytest.mark.parametrize("command", [["verify", "gpt2"], ["verify", "gpt2", "--tp", "2"], ["diff", "gpt2", "gpt2"]])
+def test_building_100000_layers_is_refused_before_torch(cli: Any, command: list[str]) -> None:
+    result = run(cli, *command, "--set", "num_layers=100000")
+    assert_refused(result, 4, "100,000 layers", "--set num_layers=2", "analyze")

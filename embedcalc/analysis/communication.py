@@ -118,19 +118,51 @@ def ddp_buckets(tensor_bytes: list[int]) -> int:
     """All-reduce calls DDP makes for gradients of these sizes, in the order they become ready (the reverse of the
     model's parameter order): DDP fills a bucket with whole tensors until it holds at least its limit (1 MiB for
     the first, 25 MiB after), so one tensor larger than the limit is a bucket of its own."""
-    buckets, filled, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
-    for size in tensor_bytes:
+    return ddp_bucket_count([(tensor_bytes, 1)])
+
+
+Runs = list[tuple[list[int], int]]  # a sequence written as (period, repeats) pieces: the tensors of layer after layer
+
+
+def _fill(period: list[int], buckets: int, filled: int, limit: int) -> tuple[int, int, int]:
+    for size in period:
         if size <= 0:
             continue
         filled += size
         if filled >= limit:
             buckets, filled, limit = buckets + 1, 0, DDP_BUCKET_BYTES
+    return buckets, filled, limit
+
+
+def ddp_bucket_count(runs: Runs) -> int:
+    """:func:`ddp_buckets` of the sequence ``runs`` describes, in time that does not grow with the repeats: the
+    filling state at the start of a period (bytes in the open bucket) takes few values (a bucket closes at some
+    tensor of the period and restarts empty, or it keeps growing by the period's bytes, at most limit / bytes
+    times), so once a state recurs the buckets of the cycle are counted by multiplication."""
+    buckets, filled, limit = 0, 0, DDP_FIRST_BUCKET_BYTES
+    for period, repeats in runs:
+        seen: dict[tuple[int, int], tuple[int, int]] = {}  # state -> (repeats done, buckets) when first seen
+        done = 0
+        while done < repeats:
+            state = (filled, limit)
+            if state in seen:
+                first_done, first_buckets = seen[state]
+                cycle, gained = done - first_done, buckets - first_buckets
+                jumps = (repeats - done) // cycle
+                buckets, done = buckets + jumps * gained, done + jumps * cycle
+                seen.clear()  # the rest (fewer than one cycle) is simulated
+                if done >= repeats:
+                    break
+            seen[state] = (done, buckets)
+            buckets, filled, limit = _fill(period, buckets, filled, limit)
+            done += 1
     return buckets + (1 if filled else 0)
 
 
-def gradient_tensor_bytes(config: ModelConfig, par: Any, bytes_per_param: int) -> list[int]:
+def gradient_tensor_runs(config: ModelConfig, par: Any, bytes_per_param: int) -> Runs:
     """One device's parameter tensors (one TP rank of the heaviest stage), each layer's its own, in the reverse of
-    module order (embeddings, the blocks layer by layer, final norms and heads): the order DDP's gradients arrive."""
+    module order (embeddings, the blocks layer by layer, final norms and heads): the order DDP's gradients arrive.
+    Written as runs of identical layers, so its size does not grow with the depth."""
     from embedcalc.analysis.parallel import sharded_shape, stage_tensors
 
     stages = stage_tensors(config, par)
@@ -148,12 +180,20 @@ def gradient_tensor_bytes(config: ModelConfig, par: Any, bytes_per_param: int) -
             front += [one] * int(copies)
         else:
             back += [one] * int(copies)
-    ordered = list(front)
-    for entries in layers.values():
-        count = max((n for _, n in entries), default=0)
-        for i in range(count):
-            ordered += [size for size, n in entries if i < n]
-    return list(reversed(ordered + back))
+    runs: Runs = [(front, 1)]
+    for entries in layers.values():  # layer i holds the tensors with more than i layers: constant between counts
+        start = 0
+        for stop in sorted({n for _, n in entries if n > 0}):
+            runs.append(([size for size, n in entries if start < n], stop - start))
+            start = stop
+    runs.append((back, 1))
+    return [(list(reversed(period)), repeats) for period, repeats in reversed(runs) if period and repeats]
+
+
+def gradient_tensor_bytes(config: ModelConfig, par: Any, bytes_per_param: int) -> list[int]:
+    """:func:`gradient_tensor_runs` written out, tensor by tensor (small models: tests and reconciliation)."""
+    return [size for period, repeats in gradient_tensor_runs(config, par, bytes_per_param)
+            for _ in range(repeats) for size in period]  # fmt: skip
 
 
 def _stack_lengths(config: ModelConfig, workload: Workload) -> dict[str, int]:
@@ -226,10 +266,11 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
     return out
 
 
-def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
-    """(unit, bytes it all-gathers) of FSDP2 ``fully_shard`` on every block and on the root, one TP rank's
-    tensors: each parameter tensor is padded along its first dimension to a multiple of dp (FSDP2's rule), in the
-    torch layout (q, k, v and gate, up separate; experts stacked as (E, ·, ·))."""
+def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int, int]]:
+    """(unit, bytes it all-gathers, how many such units) of FSDP2 ``fully_shard`` on every block and on the root
+    (last, one), one TP rank's tensors: each parameter tensor is padded along its first dimension to a multiple of
+    dp (FSDP2's rule), in the torch layout (q, k, v and gate, up separate; experts stacked as (E, ·, ·)). One
+    entry per kind of block, whatever the depth."""
     from embedcalc.analysis.parallel import sharded_shape
     from embedcalc.analysis.params import param_tensors
     from embedcalc.analysis.workload import Parallelism
@@ -247,9 +288,13 @@ def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[
             layers_of[unit] = int(tensor.copies) // max(tensor.per_layer_copies, 1)
         else:
             root += padded * int(tensor.copies) * dtype_bytes
-    out = [(f"{stack} {block} block", size) for (stack, block), size in blocks.items()
-           for _ in range(layers_of[(stack, block)])]  # fmt: skip
-    return [*out, ("root", root)]
+    runs = [(f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()]
+    return [*runs, ("root", root, 1)]
+
+
+def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
+    """:func:`fsdp_unit_runs` written out, one (unit, bytes) per unit (small models: tests and reconciliation)."""
+    return [(name, size) for name, size, count in fsdp_unit_runs(config, tp, dp, dtype_bytes) for _ in range(count)]
 
 
 def torch_row_splits(tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int) -> list[tuple[int, int]]:
@@ -278,16 +323,16 @@ def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
     if workload.mode != "training":
         return [Collective("all-gather", "dp", par.dp, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []
     if par.zero == 0:
-        calls = ddp_buckets(gradient_tensor_bytes(config, par, 2 if mixed else 4))
+        calls = ddp_bucket_count(gradient_tensor_runs(config, par, 2 if mixed else 4))
         return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", calls, grads, "backward")]
     if par.zero == 3:  # FSDP2: per unit, gathered in the forward and again in the backward (not the root)
-        units = fsdp_units(config, par.tp, par.dp, 2 if mixed else 4)
-        forward = sum(size for _, size in units)
+        units = fsdp_unit_runs(config, par.tp, par.dp, 2 if mixed else 4)
+        forward, count = sum(size * n for _, size, n in units), sum(n for _, _, n in units)
         backward = forward - units[-1][1]
         return [
-            Collective("all-gather", "dp", par.dp, "FSDP2 units' weights", len(units), forward, "forward"),
-            Collective("all-gather", "dp", par.dp, "FSDP2 blocks' weights", len(units) - 1, backward, "backward"),
-            Collective("reduce-scatter", "dp", par.dp, "FSDP2 units' gradients", len(units), forward, "backward"),
+            Collective("all-gather", "dp", par.dp, "FSDP2 units' weights", count, forward, "forward"),
+            Collective("all-gather", "dp", par.dp, "FSDP2 blocks' weights", count - 1, backward, "backward"),
+            Collective("reduce-scatter", "dp", par.dp, "FSDP2 units' gradients", count, forward, "backward"),
         ]
     return [
         Collective("reduce-scatter", "dp", par.dp, "gradients", 1, grads),

@@ -90,8 +90,9 @@ def check(
 ) -> CheckReport:
     """``embedcalc check``: each target loaded with ``--set`` and validated; with a budget, also the workload
     (the budget is judged on it, so it must be possible) and the budget itself."""
+    from embedcalc.analysis.checked import does_not_fit, fit_problems
     from embedcalc.analysis.report import analyze
-    from embedcalc.config.checks import config_warnings, workload_problems
+    from embedcalc.config.checks import config_warnings
 
     results: list[TargetCheck] = []
     over: list[Problem] = []
@@ -102,11 +103,12 @@ def check(
             found = _suggestions(target, overrides) if suggest else None
             results.append(TargetCheck(target, error=exc, suggestions=found))
             continue
-        workload_errors, workload_warnings = workload_problems(loaded.config, run)
-        if workload_errors and not budget.empty:
-            lines = "\n".join(f"  {p.message}" for p in workload_errors)
-            error = ConfigError(f"{target}: the workload does not fit the config\n{lines}", workload_errors)
-            results.append(TargetCheck(target, error=error))
+        # the rules analyze applies (one place: fit_problems); the workload's own only with a budget, which is judged
+        # on it, the parallel layout's always (--tp 5 on 12 heads is invalid whether or not a budget is given)
+        workload_errors, parallel_errors, workload_warnings = fit_problems(loaded.config, run)
+        errors = parallel_errors + (workload_errors if not budget.empty else [])
+        if errors:
+            results.append(TargetCheck(target, error=does_not_fit(target, errors)))
             continue
         warnings = config_warnings(loaded.config, loaded.user_keys, published=loaded.source != "file")
         if not budget.empty:

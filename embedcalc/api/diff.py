@@ -32,13 +32,17 @@ class DiffReport:
 def diff_targets(a: str, b: str, overrides: Sequence[str] | None) -> DiffReport:
     """``embedcalc diff A B``: ``--set`` applies to B only (``diff llama-2-7b llama-2-7b --set num_kv_heads=8`` is
     the GQA conversion); B is labelled with its overrides."""
-    require_torch()
     from embedcalc.config.checks import config_warnings
-    from embedcalc.reconcile.diff import diff_models
+    from embedcalc.reconcile.verify import check_buildable
 
     loaded_a, loaded_b = load_target(a), load_target(b, overrides)
+    label_b = b if not overrides else f"{b} --set " + " --set ".join(overrides)
+    check_buildable(loaded_a.config, a, "diff")  # before torch loads: a refusal costs nothing
+    check_buildable(loaded_b.config, label_b, "diff")
+    require_torch()
+    from embedcalc.reconcile.diff import diff_models
+
     # a preset or a Hugging Face file: the model's own sizes, so no vocabulary-padding advice
     warnings_a, warnings_b = (config_warnings(x.config, x.user_keys, x.source != "file") for x in (loaded_a, loaded_b))
-    label_b = b if not overrides else f"{b} --set " + " --set ".join(overrides)
     diff = diff_models(a, loaded_a.config, label_b, loaded_b.config)
     return DiffReport(loaded_a, loaded_b, diff, warnings_a, warnings_b)

@@ -36,10 +36,12 @@ def verify(
     >>> v.agree, v.params.counted_total  # doctest: +SKIP
     (True, 109482240)
     """
-    require_torch()
-    from embedcalc.reconcile.verify import verify_analysis
+    from embedcalc.reconcile.verify import check_buildable, verify_analysis
 
-    return verify_analysis(analyze(config, workload, **workload_fields), attention)
+    analysis = analyze(config, workload, **workload_fields)
+    check_buildable(analysis.config, analysis.target, "verify")  # before torch loads: a refusal costs nothing
+    require_torch()
+    return verify_analysis(analysis, attention)
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,11 @@ def verify_report(
 ) -> VerifyReport:
     """``embedcalc verify``: TARGET with ``--set``, checked against the workload as ``analyze`` does, reconciled;
     sharded too when ``run.parallel`` splits one model over devices (tp, pp, or dp with ZeRO-3)."""
-    require_torch()
-    from embedcalc.reconcile.verify import verify_analysis
+    from embedcalc.reconcile.verify import check_buildable, verify_analysis
 
     analysis = analyze_loaded(load_target(target, overrides), run)
+    check_buildable(analysis.config, target, "verify")  # before torch loads: a refusal costs nothing
+    require_torch()
     result = verify_analysis(analysis, attention)
     if not run.parallel.splits_model:
         return VerifyReport(analysis, result)

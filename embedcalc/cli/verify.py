@@ -48,9 +48,6 @@ def verify_command(
     if checkpoint:
         _verify_checkpoint(target, overrides, format)
         return
-    from embedcalc.api.torch_env import require_torch
-
-    require_torch()
     if layout.zero not in (0, 3):
         raise typer.BadParameter("verify shards with FSDP2 `fully_shard`, which is ZeRO-3: use --zero 3 or 0",
                                  param_hint="'--zero'")  # fmt: skip

@@ -281,6 +281,10 @@ def change_notes(config_a: ModelConfig, config_b: ModelConfig, rows: list[Tensor
 
 def diff_models(target_a: str, config_a: ModelConfig, target_b: str, config_b: ModelConfig) -> ModelDiff:
     """Build both torch models on the meta device and compare every tensor."""
+    from embedcalc.reconcile.verify import check_buildable
+
+    check_buildable(config_a, target_a, "diff")
+    check_buildable(config_b, target_b, "diff")
     rows = compare_tensors(named_tensors(config_a), named_tensors(config_b))
     return ModelDiff(target_a, target_b, rows, change_notes(config_a, config_b, rows),
                      changed_fields(config_a, config_b))  # fmt: skip

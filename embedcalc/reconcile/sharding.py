@@ -158,6 +158,9 @@ def verify_sharded(
     seq_len: int = 16, plan_override: dict[str, Any] | None = None,
 ) -> ShardedVerify:  # fmt: skip
     """Shard ``config`` on a fake process group and reconcile every rank and every collective (module docstring)."""
+    from embedcalc.reconcile.verify import check_buildable
+
+    check_buildable(config, target, "verify")
     from embedcalc.modeling.counting import component_key
     from embedcalc.modeling.model import build_model
     from embedcalc.modeling.sharding import shard_on_fake_group, sharding_config, stage_module_params

@@ -8,11 +8,34 @@ implementations of DESIGN.md §4 (analysis and modeling share no code), so agree
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import AttentionImpl, Workload
-from embedcalc.errors import EmbedcalcError, ExitCode
+from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
+
+if TYPE_CHECKING:
+    from embedcalc.config.schema import ModelConfig
+
+# verify, diff and sharded verify build one torch module per layer (on the meta device: no memory, but time: 500
+# gpt2 layers took 36 s to verify on a shared 2-core machine). The deepest published models have ~130 layers.
+MAX_BUILT_LAYERS = 512
+
+
+def check_buildable(config: ModelConfig, target: str, command: str) -> None:
+    """Refuse (exit 4, before torch builds anything) a model of more than MAX_BUILT_LAYERS layers: building it
+    layer by layer would not end in reasonable time, while analyze counts any depth in closed form."""
+    from embedcalc.analysis.structure import stacks
+
+    layers = sum(s.num_layers for s in stacks(config))
+    if layers > MAX_BUILT_LAYERS:
+        shown = f"{layers:,}" if layers < 10**12 else f"about 10^{len(str(layers)) - 1}"
+        raise UnsupportedEnvironmentError(
+            f"{target}: {command} builds the torch model layer by layer, and {shown} layers is more than the "
+            f"{MAX_BUILT_LAYERS} it builds; every layer of a block is built alike, so {command} a shallower copy "
+            f"(--set num_layers=2, or fewer repeats in layers) and use analyze for the full depth",
+            code="too_many_layers_to_build",
+        )
 
 
 @dataclass(frozen=True)
@@ -93,6 +116,7 @@ def verify_analysis(analysis: Analysis, attention: AttentionImpl = "sdpa") -> Ve
     from embedcalc.modeling import build_model, component_flops, component_params
 
     config, w = analysis.config, analysis.workload
+    check_buildable(config, analysis.target, "verify")
     model = build_model(config, attention=attention, device="meta")
     try:
         counted_flops = component_flops(config, model, w.batch_size, w.seq_len, w.tgt_len)
