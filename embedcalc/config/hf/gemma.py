@@ -15,7 +15,7 @@ from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_shape
-from embedcalc.config.hf.layered import FULL, SLIDING, layer_types, pattern_types, put_layout
+from embedcalc.config.hf.layered import FULL, SLIDING, pattern_types, put_window_layout
 from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, map_activation, map_dropout
 
 _NO_PARAMS = "a scalar of the attention or the logits (soft-capping, score scale); element-wise only"
@@ -66,21 +66,8 @@ def _windowed(r: KeyReader, derive: list[str] | None, derive_key: str | None = N
     ``sliding_window`` as their window."""
     layers = r.data.get("num_layers")
     window_key, window, _ = r.value("sliding_window")
-    if not isinstance(layers, int):
-        return
-    types_key, types = layer_types(r, layers, derive)
-    if types is None:
-        return
-    if types_key not in r.raw and derive_key is not None and derive_key in r.raw:
-        types_key = derive_key
-    if window is None or SLIDING not in types:
-        for key in (window_key, types_key):
-            r.ignore(key, "no layer uses sliding attention")
-        return
-    names = ["local" if t == SLIDING else "default" for t in types]
-    key = f"{types_key}, {window_key}" if types_key in r.raw else window_key
-    note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
-    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, key, note)
+    if isinstance(layers, int):
+        put_window_layout(r, layers, derive, window, window_key, derive_key, cap_at_context=False)
 
 
 def _read_gemma2(r: KeyReader) -> None:
@@ -122,8 +109,6 @@ def _read_gemma3_text(r: KeyReader) -> None:
     pattern_key, pattern = r.lookup("sliding_window_pattern")
     if pattern is MISSING or pattern is None:
         pattern = 6  # Gemma3TextConfig's default when the file has neither layer_types nor the pattern
-    elif "layer_types" in r.raw:
-        r.ignore(pattern_key, "layer_types decides which layers slide")
     derive = pattern_types(layers, pattern) if isinstance(layers, int) and isinstance(pattern, int) else None
     _windowed(r, derive, pattern_key)
 

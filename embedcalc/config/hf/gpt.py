@@ -10,7 +10,8 @@ from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_core, read_shape
-from embedcalc.config.hf.llama_like import map_layer_windows, refuse
+from embedcalc.config.hf.layered import put_windows
+from embedcalc.config.hf.llama_like import refuse
 from embedcalc.config.hf.reader import (
     MISSING,
     Family,
@@ -94,7 +95,7 @@ def _read_gpt_neo(r: KeyReader) -> None:
     for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                 "summary_first_dropout"):  # fmt: skip
         r.ignore(key, "configures a double-heads model's multiple-choice head; the causal LM has none")
-    map_layer_windows(r, types, window, window_key, types_key)
+    put_windows(r, types, window, window_key, types_key)
 
 
 def _parallel(r: KeyReader, parallel: Any, norms: int) -> None:

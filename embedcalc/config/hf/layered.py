@@ -116,29 +116,45 @@ def put_layout(
     r.put("layers", runs(names), key, origin(r, key), note)
 
 
-def put_window_layout(
-    r: KeyReader, layers: int, derived: Sequence[str] | None, window: Any, window_key: str, pattern_key: str
+def put_windows(
+    r: KeyReader, types: Any, window: Any, window_key: str, types_key: str, *, cap_at_context: bool = False
 ) -> None:
-    """Sliding and global layers from ``layer_types`` (or the ``derived`` pattern) as ``layers`` runs of a ``local``
-    block with ``window``; a window of at least the context, or no sliding layer, sets none (the keys ignored)."""
-    types_key, types = layer_types(r, layers, derived)
-    if types is None:
+    """The one per-layer window mapper: ``sliding_attention`` / ``full_attention`` per layer (``types``, decided by
+    ``types_key``) as ``layers`` runs of a ``local`` block with ``window`` (a window every layer shares: the default
+    block's). No window, or no sliding layer, sets none; with ``cap_at_context``, neither does a window of at least
+    the context (the family's config then limits nothing)."""
+    if not isinstance(types, list) or not set(types) <= {SLIDING, FULL}:
+        r.problem(types_key, f"{types_key} = {types!r}: expected a list of {SLIDING} / {FULL}")
         return
-    if types_key in r.raw:
-        r.ignore(pattern_key, "layer_types decides which layers slide")
-    key = types_key if types_key in r.raw else pattern_key
+    keys = list(dict.fromkeys((types_key, window_key)))
     context = r.data.get("max_seq_len")
-    if isinstance(window, int) and isinstance(context, int) and window >= context:
-        for k in (window_key, key):
+    if cap_at_context and isinstance(window, int) and isinstance(context, int) and window >= context:
+        for k in keys:
             r.ignore(k, f"a window of {window} >= max_position_embeddings ({context}) limits nothing in the context")
         return
     if window is None or SLIDING not in types:
-        for k in (window_key, key):
+        for k in keys:
             r.ignore(k, "no layer uses sliding attention")
         return
     names = ["local" if t == SLIDING else "default" for t in types]
     note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
-    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, f"{key}, {window_key}", note)
+    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, ", ".join(keys), note)
+
+
+def put_window_layout(
+    r: KeyReader, layers: int, derived: Sequence[str] | None, window: Any, window_key: str, pattern_key: str | None,
+    *, cap_at_context: bool = True,
+) -> None:  # fmt: skip
+    """Per-layer windows from ``layer_types`` (or the ``derived`` list, the family's rule for files without it,
+    from ``pattern_key`` when the file has that key) through :func:`put_windows`."""
+    types_key, types = layer_types(r, layers, derived)
+    if types is None:
+        return
+    if types_key in r.raw and pattern_key is not None:
+        r.ignore(pattern_key, "layer_types decides which layers slide")
+    if types_key not in r.raw:
+        types_key = pattern_key if pattern_key is not None and pattern_key in r.raw else window_key
+    put_windows(r, types, window, window_key, types_key, cap_at_context=cap_at_context)
 
 
 def int_list(r: KeyReader, key: str, value: Any, num_layers: int) -> list[int] | None:

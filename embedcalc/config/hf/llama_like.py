@@ -10,12 +10,11 @@ from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_core
+from embedcalc.config.hf.layered import FULL, SLIDING, put_window_layout
 from embedcalc.config.hf.reader import (
     MISSING,
     Family,
-    IgnoredKey,
     KeyReader,
-    Origin,
     map_partial_rotary,
     yaml_hint,
 )
@@ -124,50 +123,14 @@ def _read_ministral(r: KeyReader) -> None:
 def _windows(r: KeyReader, default_all_sliding: bool = False) -> None:
     """layer_types / sliding_window / use_sliding_window as a window on the layers that slide."""
     window_key, window, _ = r.value("sliding_window")
-    types_key, types = r.lookup("layer_types")
     use_key, use = r.lookup("use_sliding_window")
     layers = r.data.get("num_layers")
-    if types is MISSING or types is None:
-        sliding = window is not None and (use is True or (use is MISSING and default_all_sliding))
-        types = ["sliding_attention" if sliding else "full_attention"] * (
-            layers if isinstance(layers, int) else 0
-        )
-    for key in (use_key,) + ((types_key,) if types is None else ()):
-        r.ignore(key, "read with layer_types and sliding_window")
-    map_layer_windows(r, types, window, window_key, types_key)
-
-
-def map_layer_windows(r: KeyReader, types: Any, window: Any, window_key: str, types_key: str) -> None:
-    """Per-layer ``sliding_attention`` / ``full_attention`` as embedcalc's layers: one window for all, none, or
-    a ``local`` block laid out where the file says."""
-    if not isinstance(types, list) or not set(types) <= {"sliding_attention", "full_attention"}:
-        r.problem(
-            types_key, f"{types_key} = {types!r}: expected a list of sliding_attention / full_attention"
-        )
+    if not isinstance(layers, int):
         return
-    if types_key in r.raw:
-        r.ignored.append(IgnoredKey(types_key, types, "read as the layers' windows (sliding_window, layers)"))
-    kinds = set(types)
-    if window is None or kinds <= {"full_attention"}:
-        r.ignore(window_key, "no layer uses sliding attention")
-        return
-    if kinds == {"sliding_attention"}:
-        r.put("sliding_window", window, window_key, _origin(r, window_key), "every layer is sliding_attention")
-        return
-    r.put("blocks", {"local": {"attention": {"sliding_window": window}}}, window_key, _origin(r, window_key),
-          "sliding_attention layers")  # fmt: skip
-    runs: list[dict[str, Any]] = []
-    for kind in types:
-        name = "local" if kind == "sliding_attention" else "default"
-        if runs and runs[-1]["pattern"] == [name]:
-            runs[-1]["repeat"] += 1
-        else:
-            runs.append({"pattern": [name], "repeat": 1})
-    r.put("layers", runs, types_key, _origin(r, types_key), "full and sliding layers")
-
-
-def _origin(r: KeyReader, key: str) -> Origin:
-    return "file" if key in r.raw else "default"
+    sliding = window is not None and (use is True or (use is MISSING and default_all_sliding))
+    r.ignore(use_key, "read with layer_types and sliding_window")
+    put_window_layout(r, layers, [SLIDING if sliding else FULL] * layers, window, window_key, None,
+                      cap_at_context=False)  # fmt: skip
 
 
 def refuse(r: KeyReader, key: str, harmless: tuple[Any, ...], missing: str) -> None:
