@@ -66,7 +66,7 @@ def compare(
     >>> [(a.target, a.params.total) for a in c]
     [('bert-base', 109482240), ('bert-large', 335141888)]
     """
-    if isinstance(configs, str | Path | Mapping) or not isinstance(configs, Sequence):
+    if isinstance(configs, str | bytes | Path | Mapping) or not isinstance(configs, Sequence):
         raise usage(f"compare takes a list of configs, e.g. compare(['bert-base', 'bert-large']), got "
                     f"{type(configs).__name__}", "configs")  # fmt: skip
     run = workload_of(workload, workload_fields)

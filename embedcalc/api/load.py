@@ -49,6 +49,11 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
     if isinstance(target, Mapping):
         name = str(target.get("name") or "config")
         return load_parsed(dict(target), "python", name, target=name, overrides=overrides, rename=True)
+    if not isinstance(target, str | Path):
+        from embedcalc.api.workload import usage
+
+        raise usage(f"a config is a preset name, a file path, a mapping of fields or a loaded config, got "
+                    f"{type(target).__name__}", "target")  # fmt: skip
     return _load_named(str(target), overrides, rename=True)
 
 
@@ -81,7 +86,9 @@ def label(config: ConfigLike) -> str:
         return config.target
     if isinstance(config, ModelConfig):
         return config.name or "config"
-    return str(dict(config).get("name") or "config")
+    if isinstance(config, Mapping):
+        return str(config.get("name") or "config")
+    return f"{config!r:.60}"  # not a config at all: load says so, naming it
 
 
 def without_dropout(loaded: LoadedConfig) -> LoadedConfig:

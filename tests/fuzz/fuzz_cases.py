@@ -508,15 +508,17 @@ _APP = None
 _RUNNER = CliRunner()
 
 
-def run_in_process(args: list[str], timeout_s: float = IN_PROCESS_TIMEOUT_S) -> Outcome:
-    """Run ``embedcalc ARGS`` through typer's CliRunner under the time bound."""
+def run_in_process(
+    args: list[str], timeout_s: float = IN_PROCESS_TIMEOUT_S, env: dict[str, str] | None = None
+) -> Outcome:
+    """Run ``embedcalc ARGS`` through typer's CliRunner under the time bound (``env`` added to the environment)."""
     global _APP
     if _APP is None:
         _APP = build_app()
     start = time.perf_counter()
     try:
         with time_bound(timeout_s):
-            result = _RUNNER.invoke(_APP, args, env={"COLUMNS": "120", "NO_COLOR": "1"})
+            result = _RUNNER.invoke(_APP, args, env={"COLUMNS": "120", "NO_COLOR": "1", **(env or {})})
     except CaseTimeout as exc:
         return Outcome(args, -1, "", "", exc, time.perf_counter() - start, timed_out=True)
     exception = None if isinstance(result.exception, SystemExit) else result.exception

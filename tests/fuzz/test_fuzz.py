@@ -12,6 +12,7 @@ Hypothesis runs derandomized (the same cases on every run, as CI needs); ``FUZZ_
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from fuzz_cases import (
     SPECIAL_PATHS,
     Outcome,
@@ -34,6 +36,17 @@ from fuzz_cases import (
     targets,
     violations,
 )
+from fuzz_surfaces import (
+    LAYERED,
+    api_calls,
+    device_files,
+    hub_args,
+    layer_model_configs,
+    make_hub_cache,
+    nested_set_args,
+    run_api,
+    time_flag_args,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,15 +54,24 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGALRM, FIFOs 
 
 DERANDOMIZE = os.environ.get("FUZZ_RANDOM", "") != "1"
 SCALE = float(os.environ.get("FUZZ_SCALE", "1"))
-QUICK = {"config-file": 45, "set": 35, "flags": 45, "hf": 25, "special-path": 25, "heads": 15, "presets": 10}
+QUICK = {"config-file": 45, "set": 35, "flags": 45, "hf": 25, "special-path": 25, "heads": 15, "presets": 10,
+         "layer-model": 30, "nested-set": 20, "hub-cache": 20, "time-flags": 20, "device-file": 10,
+         "api": 30}  # fmt: skip
+# the surfaces of issue 15 (first block) and of issue 24 (second block, >= 10,000 cases on their own)
 LONG = {
-    "config-file": 3400,
-    "set": 2200,
-    "flags": 2500,
-    "hf": 1300,
-    "special-path": 400,
-    "heads": 600,
-    "presets": 300,
+    "config-file": 1700,
+    "set": 1100,
+    "flags": 1250,
+    "hf": 650,
+    "special-path": 200,
+    "heads": 300,
+    "presets": 150,
+    "layer-model": 3000,
+    "nested-set": 2000,
+    "hub-cache": 1000,
+    "time-flags": 2000,
+    "device-file": 1000,
+    "api": 1500,
 }
 SUBPROCESS_SAMPLE = 5
 
@@ -168,8 +190,8 @@ def presets_case(draw: st.DrawFn) -> list[str]:
 # --- running ------------------------------------------------------------------------------------------------------
 
 
-def _check(category: str, args: list[str], summary: Summary | None,
-           runner: Callable[[list[str]], Outcome] = run_in_process) -> None:  # fmt: skip
+def _check(category: str, args: Any, summary: Summary | None,
+           runner: Callable[[Any], Outcome] = run_in_process) -> None:  # fmt: skip
     outcome = runner(args)
     problems = violations(outcome)
     if summary is not None:
@@ -178,26 +200,67 @@ def _check(category: str, args: list[str], summary: Summary | None,
     assert not problems, (args, problems, outcome.stderr[-1000:])
 
 
-def _builders(workdir: Path, paths: dict[str, str], quick: bool) -> dict[str, st.SearchStrategy[list[str]]]:
+@st.composite
+def layer_model_case(draw: st.DrawFn, workdir: Path) -> list[str]:
+    data = draw(layer_model_configs())
+    name = draw(st.sampled_from(["layered.yaml", "layered.json"]))
+    path = workdir / name
+    path.write_text(json.dumps(data) if name.endswith(".json") else yaml.safe_dump(data), encoding="utf-8")
+    return _file_command(draw, str(path)) + draw(st.sampled_from([[], ["--format", "json"]]))
+
+
+@st.composite
+def nested_set_case(draw: st.DrawFn, workdir: Path) -> list[str]:
+    layered = workdir / "layered-base.yaml"
+    if not layered.exists():
+        layered.write_text(yaml.safe_dump(LAYERED), encoding="utf-8")
+    command = draw(st.sampled_from(["check", "analyze", "sweep", "check --suggest"])).split()
+    target = draw(st.sampled_from(["gpt2", "mixtral-8x7b", "deepseek-v3", str(layered)]))
+    extra = ["--seq-len", "128,256"] if command[0] == "sweep" else []
+    return [*command, target, *draw(nested_set_args()), *extra, *draw(st.sampled_from([[], ["--format", "json"]]))]
+
+
+@st.composite
+def device_file_case(draw: st.DrawFn, workdir: Path) -> list[str]:
+    path = workdir / "device.yaml"
+    path.write_text(draw(device_files()), encoding="utf-8")
+    mode = draw(st.sampled_from([[], ["--mode", "training", "--train-tokens", "1e9"], ["--gen-tokens", "8"]]))
+    return ["analyze", "gpt2", "--hardware", str(path), *mode, *draw(st.sampled_from([[], ["--format", "json"]]))]
+
+
+Case = Any  # a command line, or for the api category a (description, call) pair
+
+
+def _categories(workdir: Path, quick: bool) -> dict[str, tuple[st.SearchStrategy[Case], Callable[[Case], Outcome]]]:
+    """category -> (the strategy of its cases, how one case runs)."""
+    paths = make_special_paths(workdir / "special")
+    cache = make_hub_cache(workdir / "hf", workdir / "outside-the-cache")
+    hub_env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "EMBEDCALC_ONLINE": "0"}
+    cli: Callable[[Case], Outcome] = run_in_process
     return {
-        "config-file": config_file_case(workdir),
-        "set": set_case(),
-        "flags": flags_case(with_verify=not quick),  # verify imports torch: the long profile covers it
-        "hf": hf_case(workdir),
-        "special-path": special_path_case(paths),
-        "heads": heads_case(),
-        "presets": presets_case(),
+        "config-file": (config_file_case(workdir), cli),
+        "set": (set_case(), cli),
+        "flags": (flags_case(with_verify=not quick), cli),  # verify imports torch: the long profile covers it
+        "hf": (hf_case(workdir), cli),
+        "special-path": (special_path_case(paths), cli),
+        "heads": (heads_case(), cli),
+        "presets": (presets_case(), cli),
+        "layer-model": (layer_model_case(workdir), cli),
+        "nested-set": (nested_set_case(workdir), cli),
+        "hub-cache": (hub_args(), lambda args: run_in_process(args, env=hub_env)),
+        "time-flags": (time_flag_args(), cli),
+        "device-file": (device_file_case(workdir), cli),
+        "api": (api_calls(), lambda case: run_api(*case)),
     }
 
 
 def _run_category(category: str, examples: int, workdir: Path, summary: Summary | None) -> None:
-    paths = make_special_paths(workdir / "special")
-    strategy = _builders(workdir, paths, quick=summary is None)[category]
+    strategy, runner = _categories(workdir, quick=summary is None)[category]
 
     @_settings(examples)
     @given(strategy)
-    def case(args: list[str]) -> None:
-        _check(category, args, summary)
+    def case(args: Case) -> None:
+        _check(category, args, summary, runner)
 
     case()
 
