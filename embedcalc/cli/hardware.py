@@ -1,28 +1,19 @@
 """``embedcalc hardware`` lists the device catalogue; ``hardware show NAME`` prints one device with its sources.
-(The ``local`` measurement that ``bench --peak`` makes and caches is :func:`embedcalc.api.bench.measure_local`.)
+
+The catalogue (pydantic models, :mod:`embedcalc.api.catalogue`) loads when a hardware command runs, not for
+--help. The ``local`` measurement that ``bench --peak`` makes and caches is :func:`embedcalc.api.bench.measure_local`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
 
-if TYPE_CHECKING:  # the catalogue (pydantic models) loads when a hardware command runs, not for --help
-    from embedcalc.config.hardware import Device
-
 app = typer.Typer(help="List the device catalogue (peaks, memory, bandwidths), or show one device.")
-
-
-def device_json(device: Device) -> dict[str, Any]:
-    """A device as JSON: the schema's fields plus every figure's citation written out."""
-    out = device.model_dump(mode="json", exclude_none=True)
-    out["memory_bytes"]["value"] = device.memory
-    out["citations"] = {label: device.citation(figure) for label, figure in device.figures()}
-    return out
 
 
 @app.callback(invoke_without_command=True)
@@ -31,18 +22,15 @@ def list_hardware(ctx: typer.Context, format: FormatOption = OutputFormat.table)
     """List the shipped devices (and `local` once `embedcalc bench --peak` has measured this machine)."""
     if ctx.invoked_subcommand is not None:
         return
-    from embedcalc.config.hardware import catalogue, local_path, previous_local
+    from embedcalc.api.catalogue import device_json, devices
 
-    devices = catalogue()
-    local = previous_local()
-    if local is not None:
-        devices.append(local)
+    listed = devices()
     if format is OutputFormat.json:
-        output.emit_json("hardware", [device_json(d) for d in devices], local_cache=str(local_path()))
+        output.emit_json("hardware", [device_json(d) for d in listed.devices], local_cache=listed.local_cache)
         return
     from embedcalc.render.hardware import hardware_table
 
-    output.stdout.print(hardware_table(devices, local_measured=local is not None))
+    output.stdout.print(hardware_table(listed.devices, local_measured=listed.local_measured))
 
 
 @app.command("show")
@@ -54,12 +42,12 @@ def show_hardware(
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Print one device: every figure with its note and datasheet source."""
-    from embedcalc.config.hardware import load_device
+    from embedcalc.api.catalogue import device, device_json
 
-    device = load_device(name)
+    found = device(name)
     if format is OutputFormat.json:
-        output.emit_json("hardware show", [device_json(device)])
+        output.emit_json("hardware show", [device_json(found)])
         return
     from embedcalc.render.hardware import device_table
 
-    output.stdout.print(device_table(device))
+    output.stdout.print(device_table(found))

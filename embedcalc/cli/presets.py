@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, handle_errors
-from embedcalc.config.presets import preset_names, preset_path
-from embedcalc.errors import ConfigError, Problem
 
 app = typer.Typer(help="List the shipped presets, or show one.", no_args_is_help=False)
 
@@ -21,22 +19,9 @@ def list_presets(ctx: typer.Context, format: FormatOption = OutputFormat.table) 
     """List the shipped presets with their size."""
     if ctx.invoked_subcommand is not None:
         return
-    from embedcalc.analysis.params import count_params
-    from embedcalc.api.load import load_target
+    from embedcalc.api.catalogue import preset_rows
 
-    rows: list[dict[str, Any]] = []
-    for name in preset_names():
-        config = load_target(name).config
-        rows.append(
-            {
-                "name": name,
-                "architecture": config.architecture,
-                "params": count_params(config).total,
-                "embed_dim": config.embed_dim,
-                "num_heads": config.num_heads,
-                "num_layers": config.num_layers + config.resolved_decoder_layers,
-            }
-        )
+    rows = preset_rows()
     if format is OutputFormat.json:
         output.emit_json("presets", rows)
         return
@@ -52,13 +37,9 @@ def show_preset(
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Print one preset as YAML (with its sources), or as JSON with --format json."""
-    path = preset_path(name)
-    if path is None:
-        from embedcalc.config.problems import did_you_mean
+    from embedcalc.api.catalogue import preset_file
 
-        names = preset_names()
-        message = f"unknown preset {name!r}{did_you_mean(name, names)}; presets: {', '.join(names)}"
-        raise ConfigError(message, [Problem(name, message, "unknown_preset")], "unknown_preset")
+    path = preset_file(name)
     if format is OutputFormat.json:
         from embedcalc.api.load import load_target
 
