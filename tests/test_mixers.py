@@ -152,3 +152,56 @@ def test_generation_through_the_state_equals_recomputation() -> None:
     assert run.tokens.tolist() == reference_generate(model, prompt, 6).tolist()
     assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11)).recurrent_state_bytes
     assert cache.nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11, gen_tokens=6)).kv_cache_bytes
+
+
+# --- gated DeltaNet with gated attention (Qwen3-Next's layers) -------------------------------------------------------
+
+HK, DK, HV, DV, C = 2, 8, 4, 16, 8
+KEY, VALUE = HK * DK, HV * DV
+NEXT: dict[str, Any] = {
+    **{k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers")},
+    "position": "rope", "head_dim": 8, "attention": {"qk_norm": "head", "output_gate": True},
+    "mixer": {"kind": "gated_deltanet", "num_heads": HV, "head_dim": DV, "num_k_heads": HK, "head_k_dim": DK,
+              "chunk_size": C},
+    "blocks": {"full": {"mixer": {"kind": "attention"}}},
+    "layers": [{"pattern": ["default", "default", "default", "full"]}],
+}  # fmt: skip
+DELTANET_LAYERS = 3
+
+
+def test_deltanet_terms_by_hand() -> None:
+    config = ModelConfig.model_validate(NEXT)
+    p = count_params(config).as_dict()
+    conv = 2 * KEY + VALUE
+    assert p["decoder/mixer/in"] == DELTANET_LAYERS * D * (conv + VALUE + 2 * HV)
+    assert p["decoder/mixer/conv"] == DELTANET_LAYERS * conv * 4  # no bias
+    assert p["decoder/mixer/ssm"] == DELTANET_LAYERS * 2 * HV  # A_log, dt_bias
+    assert p["decoder/mixer/gate_norm"] == DELTANET_LAYERS * DV  # one head-wide weight
+    assert p["decoder/attention/gate"] == D * 4 * 8  # the output gate of the attention layer
+    n = 13
+    flops = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    padded = 16
+    assert flops["decoder/mixer/ssm"] == DELTANET_LAYERS * 2 * 2 * HV * padded * (2 * C * DK + C * DV + 3 * DK * DV)
+    assert estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes == (
+        2 * DELTANET_LAYERS * (conv * 4 + HV * DK * DV) * 4
+    )
+    step = decode_step_flops(config, Workload(batch_size=2, seq_len=30), 31)
+    assert step["decoder/mixer/ssm"] == DELTANET_LAYERS * 2 * 2 * HV * DV * 2 * DK
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n", [8, 13])
+def test_deltanet_torch_model_reconciles_and_generates(n: int) -> None:
+    torch = pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_flops, component_params
+    from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
+
+    config = ModelConfig.model_validate(NEXT)
+    assert component_params(build_model(config)) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    breakdown = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    assert component_flops(config, batch_size=2, seq_len=n) == {k: v for k, v in breakdown.items() if v}
+    model = build_model(config, attention="eager", device="cpu")
+    prompt = torch.randint(0, V, (2, n), generator=torch.Generator().manual_seed(1))
+    cache = allocate_cache(model, 2, n + 5)
+    assert greedy_generate(model, prompt, 5, cache).tokens.tolist() == reference_generate(model, prompt, 5).tolist()
+    assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes

@@ -21,9 +21,12 @@ from embedcalc.config.loading import load_target, validate_config
 from embedcalc.config.schema import ModelConfig
 
 # fixture -> (model_type, transformers' numel on the meta device, the preset that transcribes it)
-PUBLISHED = {"granite-4.0-h-small": ("granitemoehybrid", 32_207_337_984, "granite-4.0-h-small")}
-# Granite-4.0-H-Small: 40 layers x (72 - 10) unused experts x (gate_up 2 x 768 x 4096 + down 4096 x 768)
-UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096}
+PUBLISHED = {
+    "granite-4.0-h-small": ("granitemoehybrid", 32_207_337_984, "granite-4.0-h-small"),
+    "qwen3-next-80b-a3b": ("qwen3_next", 79_674_391_296, "qwen3-next-80b-a3b"),
+}
+# layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
+UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
 
 
 @pytest.fixture(scope="module")
@@ -51,17 +54,28 @@ def test_transformers_builds_the_published_size(transformers: Any, name: str) ->
     assert numel(hf_model(transformers, raw_fixture(name))) == PUBLISHED[name][1]
 
 
+def _hf_state(hf: Any) -> int:
+    """Values of one recurrent layer's state per sequence, read off transformers' config object: the conv window
+    (conv_dim x kernel) and the scan's state (Mamba-2: heads x d_head x d_state; DeltaNet: v heads x dk x dv)."""
+    if hf.model_type == "qwen3_next":
+        key = hf.linear_num_key_heads * hf.linear_key_head_dim
+        value = hf.linear_num_value_heads * hf.linear_value_head_dim
+        conv = (2 * key + value) * hf.linear_conv_kernel_dim
+        return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
+    conv_dim = hf.mamba_expand * hf.hidden_size + 2 * hf.mamba_n_groups * hf.mamba_d_state
+    return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_per_layer_cache_follows_transformers_config(transformers: Any, name: str) -> None:
-    """Attention layers cache 2 x kv_heads x head_dim per token; Mamba-2 layers hold conv_dim x d_conv +
-    heads x d_head x d_state per sequence, whatever the length (transformers' cache layout)."""
+    """Attention layers cache 2 x kv_heads x head_dim per token; recurrent layers hold a state per sequence
+    (:func:`_hf_state`), whatever the length (transformers' cache layout)."""
     hf = hf_config(transformers, raw_fixture(name))
     config = _config(raw_fixture(name))
     attention = [t == "full_attention" for t in hf.layer_types]
-    head_dim = hf.hidden_size // hf.num_attention_heads
-    conv_dim = hf.mamba_expand * hf.hidden_size + 2 * hf.mamba_n_groups * hf.mamba_d_state
-    state = conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    state = _hf_state(hf)
     plan = config.stack_plan("decoder")
     for i, is_attention in enumerate(attention):
         block = plan.block_at(i)
@@ -106,3 +120,27 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, seq_len:
     )
     conv_tail = sum(2 * b * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mamba)
     assert measured == ours + state_passing + conv_tail
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("seq_len", [16, 70])
+def test_deltanet_flops_equal_transformers_torch_path(transformers: Any, seq_len: int) -> None:
+    """Qwen3-Next on a small variant: transformers' CPU path counts the same matmuls (its triangular solves none)
+    plus its convolution's padded tail."""
+    import torch
+
+    small = raw_fixture("qwen3-next-80b-a3b") | dict(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24, num_experts=4,
+        num_experts_per_tok=2, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+        linear_value_head_dim=16, vocab_size=256, bos_token_id=1, eos_token_id=2, max_position_embeddings=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(
+        hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    config = _config(small)
+    ours = analytic_flops(config, Workload(batch_size=2, seq_len=seq_len)).forward
+    mixers = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
+    conv_tail = sum(2 * 2 * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mixers)
+    assert forward_flops(model, batch=2, seq_len=seq_len) == ours + conv_tail

@@ -131,7 +131,8 @@ def attention_flops(
             qkv = t * (layers * 2 * d * (h * x.hd + 2 * kv))
         else:  # K and V of the encoder output
             qkv = t * (layers * 2 * d * h * x.hd) + t_kv * (layers * 2 * d * 2 * kv)
-        return [(f"{prefix}/qkv", qkv), scores, context, out]
+        gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * x.hd))] if a.output_gate else []
+        return [(f"{prefix}/qkv", qkv), scores, context, *gate, out]
     terms: list[tuple[str, Num]] = []
     if a.q_lora_rank is not None:
         terms.append((f"{prefix}/q_a", t * (layers * 2 * d * a.q_lora_rank)))

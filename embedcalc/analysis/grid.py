@@ -196,6 +196,8 @@ def quantities(
     }
     if any(s.causal for s in stacks(config)):
         out["flops_forward_causal"] = _sum(forward_terms(config, x, causal=True).values())
+    if config.has_recurrent_state:  # the recurrent mixers' FLOPs, linear in n beside the scores' n²
+        out["flops_recurrent_mixers"] = _sum(v for k, v in flops_by_key.items() if "/mixer/" in k)
     out |= memory_terms(config, workload, x, params)
     linear, quadratic = crossover_terms(config, x)
     out["crossover_numerator"], out["crossover_denominator"] = linear, quadratic

@@ -24,6 +24,16 @@ product instead, 2 b H (c + 1)² P N more FLOPs with c = ceil(n / Q) chunks, and
 2 b conv_dim K (K - 1) more: tests/test_mixers_hf.py checks transformers' count equals ours plus exactly those two.
 Cost is linear in n (up to the last chunk's padding), where attention's scores grow as n².
 
+A gated DeltaNet layer (Yang, Kautz & Hatamizadeh 2025, §3; transformers' ``torch_chunk_gated_delta_rule``), with
+Hv value heads of dv, Hk query/key heads of dk (key_dim = Hk dk, q and k repeated to Hv heads), chunk C: ``in``
+Linear(d, 2 key_dim + 2 Hv dv + 2 Hv) (q, k, v, z, beta, a), ``conv`` over 2 key_dim + Hv dv channels (no bias),
+``ssm`` A_log and dt_bias (Hv each), ``gate_norm`` one RMSNorm weight of dv shared by the heads, ``out``
+Linear(Hv dv, d); the scan 2 b Hv L (2 C dk + C dv + 3 dk dv): (β K) Kᵀ and Q Kᵀ within each chunk, the intra-chunk
+output, and per chunk the state read twice (by the decayed keys and by Q) and updated once (Kᵀ V). The two
+unit-triangular solves of the UT transform (C² (dk + dv) / 2 multiply-adds per chunk and head) are not matmuls:
+``FlopCounterMode`` counts none, and neither does this count. State: conv_dim x K + Hv x dk x dv; a decode step's
+scan is 2 b Hv dv 2 dk (the state read by k and by q).
+
 One **decode step** runs the recurrence instead: ``in`` and ``out`` on one token, ``conv`` 2 b conv_dim K (the
 window of K inputs against the kernel), ``ssm`` 2 b H P N (the state read out by C; its update is element-wise).
 
@@ -43,15 +53,16 @@ MIXER_KEYS = ("in", "conv", "ssm", "gate_norm", "out")
 
 
 def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]:
-    """The tensors of one Mamba-2 mixer (keys ``prefix/...``, module docstring); replicated under tensor
+    """The tensors of one recurrent mixer (keys ``prefix/...``, module docstring); replicated under tensor
     parallelism (not modelled as sharded)."""
     d = x.d
     out = linear(f"{prefix}/in", d, m.in_width, m.bias, "none")
     out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
-    out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)) for _ in ("A_log", "D", "dt_bias")]
-    out.append(ParamTensor(f"{prefix}/gate_norm", (m.inner,)))
+    per_head = ("A_log", "dt_bias") if m.deltanet else ("A_log", "D", "dt_bias")
+    out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)) for _ in per_head]
+    out.append(ParamTensor(f"{prefix}/gate_norm", (m.head_dim if m.deltanet else m.inner,)))
     out += linear(f"{prefix}/out", m.inner, d, m.bias, "none")
     return out
 
@@ -70,7 +81,10 @@ def mixer_flops(
     t = b * n
     q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
     scanned = padded_tokens(n, q) if pad else n
-    scan = (b * scanned) * (layers * 2 * heads * (q * state + q * p + 2 * p * state))
+    # per head and token; DeltaNet: Q Kᵀ and (β K) Kᵀ (2 Q dk), the intra-chunk output (Q dv), the state 3 dk dv
+    delta = q * 2 * m.head_k_dim + q * p + 3 * m.head_k_dim * p
+    per_token = delta if m.deltanet else q * state + q * p + 2 * p * state
+    scan = (b * scanned) * (layers * 2 * heads * per_token)
     return [
         (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
         (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
@@ -82,10 +96,11 @@ def mixer_flops(
 def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> list[tuple[str, Num]]:
     """FLOPs of one decode step (one token per sequence) of ``layers`` Mamba-2 layers: the recurrent form."""
     b, d = x.b, x.d
+    read = 2 * m.head_k_dim if m.deltanet else m.state_size  # DeltaNet reads the state with k and with q
     return [
         (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),
         (f"{prefix}/conv", b * (layers * 2 * m.conv_dim * m.conv_kernel)),
-        (f"{prefix}/ssm", b * (layers * 2 * m.num_heads * m.head_dim * m.state_size)),
+        (f"{prefix}/ssm", b * (layers * 2 * m.num_heads * m.head_dim * read)),
         (f"{prefix}/out", b * (layers * 2 * m.inner * d)),
     ]
 

@@ -89,6 +89,8 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
         value = h * a.v_head_dim
     if a.sinks:
         out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
+    if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
+        out += _linear(f"{prefix}/gate", d, h * x.hd, a.qkv_bias, "column")
     out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
     return out
 

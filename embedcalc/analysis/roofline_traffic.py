@@ -243,9 +243,8 @@ def _state_traffic(config: ModelConfig, w: Workload, key: str, f: int, lengths: 
     weight = weights.bytes_read(key, weights.numel.get(key, 0))
     if decode:
         return Traffic(flops=f, weight_bytes=weight, kv_read_bytes=state, kv_write_bytes=state)
-    # ssm: reads x, B, C, dt and writes y; conv: reads and writes conv_dim channels
-    io = sum(n * (2 * m.inner + 2 * m.groups * m.state_size + m.num_heads if part == "ssm" else 2 * m.conv_dim)
-             for m, n in mixers)  # fmt: skip
+    # ssm: reads its inputs and writes its output; conv: reads and writes conv_dim channels
+    io = sum(n * (m.scan_io_values if part == "ssm" else 2 * m.conv_dim) for m, n in mixers)
     tokens = b * lengths.self_m.get(stack, 0)
     return Traffic(flops=f, weight_bytes=weight, activation_bytes=tokens * io * e,
                    kv_write_bytes=state if caches else 0)  # fmt: skip

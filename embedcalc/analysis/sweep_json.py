@@ -85,11 +85,15 @@ def result_json(result: SweepResult) -> dict[str, Any]:
                 "training_step": training_step[i],
                 "breakdown": _at(breakdowns["flops"], i),
             }
+            if "flops_recurrent_mixers" in cols:  # linear in seq_len, where attention_scores grow as its square
+                point["flops"]["recurrent_mixers"] = cols["flops_recurrent_mixers"][i]
             point["memory"] = {
                 **{k: c[i] for k, c in memory_cols.items()},
                 "inference_total_bytes": inference_total[i],
                 "training_total_bytes": training_total[i],
             }
+            if "recurrent_state_bytes" in cols:  # constant in seq_len, beside the KV cache that grows
+                point["memory"]["recurrent_state_bytes"] = cols["recurrent_state_bytes"][i]
             point["crossover_seq_len"] = crossover[i]
             point["problems"] = []
         else:

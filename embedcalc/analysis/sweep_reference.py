@@ -51,6 +51,9 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
     }
     if inference.flops.forward_causal is not None:
         out["flops_forward_causal"] = inference.flops.forward_causal
+    if config.has_recurrent_state:
+        out["recurrent_state_bytes"] = inference.memory.recurrent_state_bytes
+        out["flops_recurrent_mixers"] = sum(v for k, v in inference.flops.breakdown.items() if "/mixer/" in k)
     if workload.dtype not in WEIGHT_ONLY_DTYPES:
         training = analyze(base.target, config, replace(run, mode="training")).memory
         out |= {

@@ -86,6 +86,13 @@ class AttentionSpec(BaseModel):
             "Qwen3, Gemma 3) or full (over all query / all key heads: OLMo 2); none."
         ),
     )
+    output_gate: bool = Field(
+        default=False,
+        description=(
+            "A sigmoid gate on the attention output, Linear(embed_dim, num_heads x head_dim) (Qwen3-Next's gated "
+            "attention: q_proj twice as wide); biases as qkv_bias."
+        ),
+    )
     sinks: bool = Field(
         default=False,
         description="A learned sink logit per head joins the softmax (gpt-oss): num_heads parameters per layer.",
@@ -321,6 +328,7 @@ class Attention:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    output_gate: bool = False
 
     @property
     def q_dim(self) -> int:

@@ -8,6 +8,10 @@ A block mixes tokens with one of:
   "Transformers are SSMs", §6-7; transformers' ``Mamba2Mixer`` / ``GraniteMoeHybridMambaLayer`` /
   ``NemotronHMamba2Mixer``): in_proj d -> (z, x, B, C, dt), a causal depthwise conv over (x, B, C), the SSD scan
   with per-head A, D, dt_bias, a gated RMSNorm, out_proj inner -> d;
+- ``gated_deltanet``: gated DeltaNet linear attention (Yang, Kautz & Hatamizadeh 2025, "Gated Delta Networks";
+  transformers' ``Qwen3NextGatedDeltaNet``): in_proj d -> (q, k, v, z, beta, a), a causal depthwise conv over
+  (q, k, v), the chunked gated delta rule with per-value-head A_log and dt_bias, an RMSNorm over each value head
+  (one head_dim-wide weight) gated by silu(z), out_proj -> d; its state is num_heads x head_k_dim x head_dim;
 - ``none``: no mixer at all (Nemotron-H's MLP-only and MoE-only layers, the NAS models' attention-free layers).
 
 A recurrent mixer carries a fixed-size **state** per sequence instead of a KV cache that grows with the context:
@@ -26,11 +30,18 @@ from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
-MixerKind = Literal["attention", "mamba2", "none"]
-RECURRENT_KINDS = frozenset({"mamba2"})
+MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
+RECURRENT_KINDS = frozenset({"mamba2", "gated_deltanet"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
-_REQUIRED = {"mamba2": ("state_size", "num_heads", "head_dim")}
-_EXAMPLE = {"mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64"}
+_REQUIRED = {
+    "mamba2": ("state_size", "num_heads", "head_dim"),
+    "gated_deltanet": ("num_heads", "head_dim", "num_k_heads", "head_k_dim"),
+}
+_EXAMPLE = {
+    "mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64",
+    "gated_deltanet": "Qwen3-Next-80B-A3B has num_heads: 32, head_dim: 128, num_k_heads: 16, head_k_dim: 128",
+}
+_CHUNK = {"mamba2": 256, "gated_deltanet": 64}  # transformers' mamba_chunk_size default; the fixed GDN chunk
 
 
 class MixerSpec(BaseModel):
@@ -50,10 +61,22 @@ class MixerSpec(BaseModel):
         default=None, description="mamba2: SSM state size N per head and group (mamba_d_state, ssm_state_size)."
     )
     num_heads: PositiveInt | None = Field(
-        default=None, description="mamba2: SSM heads H (mamba_n_heads); the inner width is num_heads x head_dim."
+        default=None,
+        description=(
+            "mamba2: SSM heads H (mamba_n_heads); the inner width is num_heads x head_dim. gated_deltanet: value "
+            "heads (linear_num_value_heads)."
+        ),
     )
     head_dim: PositiveInt | None = Field(
-        default=None, description="mamba2: channels P per SSM head (mamba_d_head)."
+        default=None,
+        description="mamba2: channels P per SSM head (mamba_d_head). gated_deltanet: value head width.",
+    )
+    num_k_heads: PositiveInt | None = Field(
+        default=None,
+        description="gated_deltanet: query/key heads (linear_num_key_heads); must divide num_heads.",
+    )
+    head_k_dim: PositiveInt | None = Field(
+        default=None, description="gated_deltanet: query/key head width (linear_key_head_dim)."
     )
     groups: PositiveInt = Field(
         default=1,
@@ -62,11 +85,17 @@ class MixerSpec(BaseModel):
     conv_kernel: PositiveInt = Field(
         default=4, description="mamba2: width K of the causal depthwise convolution over x, B and C (mamba_d_conv)."
     )
-    chunk_size: PositiveInt = Field(
-        default=256,
-        description="mamba2: tokens per chunk Q of the chunked SSD scan (mamba_chunk_size); FLOPs pad to whole chunks.",
+    chunk_size: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Tokens per chunk Q of the chunked scan (mamba2: mamba_chunk_size, default 256; gated_deltanet: 64, "
+            "transformers' fixed chunk); FLOPs pad to whole chunks."
+        ),
     )
-    conv_bias: bool = Field(default=True, description="mamba2: the convolution has a bias (mamba_conv_bias).")
+    conv_bias: bool | None = Field(
+        default=None,
+        description="The convolution has a bias (mamba2: mamba_conv_bias, default true; gated_deltanet: none).",
+    )
     bias: bool = Field(default=False, description="mamba2: in_proj and out_proj have biases (mamba_proj_bias).")
     norm_before_gate: bool = Field(
         default=False,
@@ -85,6 +114,14 @@ class MixerSpec(BaseModel):
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
             )
+        if self.kind == "gated_deltanet" and self.num_heads and self.num_k_heads and self.num_heads % self.num_k_heads:
+            raise PydanticCustomError(
+                "mixer_groups",
+                "num_k_heads ({groups}) must divide num_heads ({heads}): each query/key head serves num_heads / "
+                "num_k_heads value heads; use num_k_heads {fix}",
+                {"groups": self.num_k_heads, "heads": self.num_heads,
+                 "fix": _divisor_near(self.num_heads, self.num_k_heads)},
+            )  # fmt: skip
         if self.kind == "mamba2" and self.num_heads is not None and self.num_heads % self.groups:
             raise PydanticCustomError(
                 "mixer_groups",
@@ -102,7 +139,7 @@ def _divisor_near(n: int, k: int) -> int:
 
 @dataclass(frozen=True)
 class Mixer:
-    """One block's recurrent token mixer, every default resolved (kind ``mamba2``)."""
+    """One block's recurrent token mixer, every default resolved (kind ``mamba2`` or ``gated_deltanet``)."""
 
     kind: MixerKind
     state_size: int
@@ -114,21 +151,52 @@ class Mixer:
     conv_bias: bool
     bias: bool
     norm_before_gate: bool
+    num_k_heads: int = 0
+    head_k_dim: int = 0
+
+    @property
+    def deltanet(self) -> bool:
+        return self.kind == "gated_deltanet"
 
     @property
     def inner(self) -> int:
-        """Width of x, z and the scan's output: num_heads x head_dim (Mamba-2's d_inner = expand x d_model)."""
+        """Width of the scan's output (and of z): num_heads x head_dim (Mamba-2's d_inner; DeltaNet's value dim)."""
         return self.num_heads * self.head_dim
 
     @property
+    def key_dim(self) -> int:
+        """gated_deltanet: width of all query (or key) heads, num_k_heads x head_k_dim."""
+        return self.num_k_heads * self.head_k_dim
+
+    @property
     def conv_dim(self) -> int:
-        """Channels the convolution runs over: x, B and C (inner + 2 x groups x state_size)."""
+        """Channels the convolution runs over: Mamba-2's x, B and C (inner + 2 x groups x state_size); DeltaNet's
+        q, k and v (2 key_dim + inner)."""
+        if self.deltanet:
+            return 2 * self.key_dim + self.inner
         return self.inner + 2 * self.groups * self.state_size
 
     @property
     def in_width(self) -> int:
-        """Output width of in_proj: z, (x, B, C) and dt (one per head)."""
+        """Output width of the input projection: Mamba-2's z, (x, B, C) and dt (one per head); DeltaNet's q, k, v,
+        z and beta, a (one each per value head)."""
+        if self.deltanet:
+            return self.conv_dim + self.inner + 2 * self.num_heads
         return self.inner + self.conv_dim + self.num_heads
+
+    @property
+    def ssm_state_shape(self) -> tuple[int, int, int]:
+        """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet."""
+        if self.deltanet:
+            return self.num_heads, self.head_k_dim, self.head_dim
+        return self.num_heads, self.head_dim, self.state_size
+
+    @property
+    def scan_io_values(self) -> int:
+        """Values per token the scan reads and writes: its inputs after the convolution and gates, and its output."""
+        if self.deltanet:
+            return 2 * self.key_dim + 2 * self.inner + 2 * self.num_heads
+        return 2 * self.inner + 2 * self.groups * self.state_size + self.num_heads
 
     @property
     def conv_state_values(self) -> int:
@@ -137,8 +205,9 @@ class Mixer:
 
     @property
     def ssm_state_values(self) -> int:
-        """Values of the SSM state per sequence: num_heads x head_dim x state_size."""
-        return self.num_heads * self.head_dim * self.state_size
+        """Values of the SSM (or delta-rule) state per sequence: the product of :attr:`ssm_state_shape`."""
+        heads, rows, cols = self.ssm_state_shape
+        return heads * rows * cols
 
     @property
     def state_values(self) -> int:
@@ -150,9 +219,12 @@ def resolve_mixer(spec: MixerSpec) -> Mixer | None:
     """The resolved recurrent mixer of ``spec``, or None for attention and for no mixer."""
     if spec.kind not in RECURRENT_KINDS:
         return None
-    assert spec.state_size is not None and spec.num_heads is not None and spec.head_dim is not None
+    assert spec.num_heads is not None and spec.head_dim is not None
+    deltanet = spec.kind == "gated_deltanet"
     return Mixer(
-        kind=spec.kind, state_size=spec.state_size, num_heads=spec.num_heads, head_dim=spec.head_dim,
-        groups=spec.groups, conv_kernel=spec.conv_kernel, chunk_size=spec.chunk_size, conv_bias=spec.conv_bias,
-        bias=spec.bias, norm_before_gate=spec.norm_before_gate,
+        kind=spec.kind, state_size=spec.state_size or 0, num_heads=spec.num_heads, head_dim=spec.head_dim,
+        groups=spec.groups, conv_kernel=spec.conv_kernel, chunk_size=spec.chunk_size or _CHUNK[spec.kind],
+        conv_bias=spec.conv_bias if spec.conv_bias is not None else not deltanet, bias=spec.bias,
+        norm_before_gate=spec.norm_before_gate or deltanet, num_k_heads=spec.num_k_heads or 0,
+        head_k_dim=spec.head_k_dim or 0,
     )  # fmt: skip

@@ -166,6 +166,7 @@ class ResolvedShape:
             kind="standard", num_heads=self.num_heads, num_kv_heads=self.resolved_kv_heads,
             head_dim=self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias, out_bias=self.resolved_out_bias,
             qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window, chunk=spec.chunk_size,
+            output_gate=spec.output_gate,
         )  # fmt: skip
         if spec.kind != "mla":
             return standard

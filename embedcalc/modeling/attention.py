@@ -281,6 +281,7 @@ class Attention(AttentionBase):
         self.rotary_width = config.rotary_dim or spec.head_dim
         self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias)
         self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
+        self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
         self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
 
     def _project(self, x: Tensor, memory: Tensor | None, rotary: Rotary | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -351,6 +352,8 @@ class Attention(AttentionBase):
             k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
             context = self._core(q, k, v, bias)  # (B, h, T, d_head)
         merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
+        if self.gate is not None:  # gated attention (Qwen3-Next): sigmoid(gate(x)) per channel
+            merged = merged * torch.sigmoid(self.gate(x))
         out: Tensor = self.out(merged)  # (B, T, d)
         return out
 

@@ -54,7 +54,8 @@ def allocate_cache(
         block = cast(Block, decoder.layers[i if len(decoder.layers) > 1 else 0])
         attn = block.attention
         if attn is None:  # a recurrent mixer's fixed-size state, or nothing for a block without a mixer
-            state = allocate_state(block.mixer, batch_size, weight) if block.mixer is not None else None
+            mixer = model.config.stack_plan("decoder").block_at(i).mixer
+            state = allocate_state(mixer, batch_size, weight) if mixer is not None else None
             layers.append(BlockCache(None, None, state))
             continue
         limits = [x for x in (attn.window, attn.chunk) if x is not None]

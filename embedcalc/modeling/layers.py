@@ -31,7 +31,7 @@ from embedcalc.modeling.ffn import MLP
 from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
-from embedcalc.modeling.ssm import Mamba2Mixer
+from embedcalc.modeling.ssm import make_mixer
 
 __all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding_table", "make_norm"]
 
@@ -90,7 +90,7 @@ class Block(nn.Module):
             if spec.attention is not None
             else None
         )
-        self.mixer = Mamba2Mixer(config, spec.mixer) if spec.mixer is not None else None
+        self.mixer = make_mixer(config, spec.mixer) if spec.mixer is not None else None
         self.cross_attention: AttentionBase | None = (
             make_attention(config, cross_attention, impl=impl, causal=causal, cross=True, relative_bias=False)
             if cross_attention is not None

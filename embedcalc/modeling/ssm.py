@@ -46,11 +46,11 @@ class MixerState:
         self.ssm.zero_()
 
 
-def allocate_state(mixer: Mamba2Mixer, batch_size: int, like: Tensor) -> MixerState:
-    """A zero state for ``batch_size`` sequences on ``like``'s device and dtype."""
-    m = mixer.spec
+def allocate_state(m: Mixer, batch_size: int, like: Tensor) -> MixerState:
+    """A zero state of mixer ``m`` for ``batch_size`` sequences on ``like``'s device and dtype: the conv window
+    (B, conv_dim, K) and the scan's state (B, *ssm_state_shape)."""
     conv = torch.zeros(batch_size, m.conv_dim, m.conv_kernel, device=like.device, dtype=like.dtype)
-    ssm = torch.zeros(batch_size, m.num_heads, m.head_dim, m.state_size, device=like.device, dtype=like.dtype)
+    ssm = torch.zeros(batch_size, *m.ssm_state_shape, device=like.device, dtype=like.dtype)
     return MixerState(conv, ssm)
 
 
@@ -205,3 +205,15 @@ class Mamba2Mixer(nn.Module):
 
     def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
         return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)
+
+
+def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
+    """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 here, gated DeltaNet in
+    :mod:`embedcalc.modeling.deltanet`."""
+    if m.deltanet:
+        from embedcalc.modeling.deltanet import (
+            GatedDeltaNetMixer,  # it builds on CausalConv and MixerState, above
+        )
+
+        return GatedDeltaNetMixer(config, m)
+    return Mamba2Mixer(config, m)

@@ -1,4 +1,15 @@
-"""Hybrid state-space / attention families (DESIGN.md §16): Granite 4.0-H (GraniteMoeHybridForCausalLM).
+"""Hybrid recurrent / attention families (DESIGN.md §16): Granite 4.0-H (GraniteMoeHybridForCausalLM) and
+Qwen3-Next (Qwen3NextForCausalLM).
+
+Qwen3-Next (Qwen team 2025; transformers' ``modeling_qwen3_next.py``): layer i is gated DeltaNet linear attention
+(``Qwen3NextGatedDeltaNet``) when ``layer_types[i]`` is ``linear_attention`` (default: every layer but each
+``full_attention_interval``-th), else gated full attention: q_proj twice as wide (the queries and a sigmoid output
+gate), q/k RMSNorm(head_dim), partial rotary (``partial_rotary_factor``); the FFN is Qwen2-MoE's (``num_experts``
+experts of ``moe_intermediate_size``, a shared expert of ``shared_expert_intermediate_size`` behind a sigmoid gate)
+on the layers ``decoder_sparse_step`` and ``mlp_only_layers`` select, a dense MLP of ``intermediate_size`` on the
+others. The DeltaNet layer: in_proj_qkvz and in_proj_ba (d -> 2 key_dim + 2 value_dim, d -> 2 value heads, no
+bias), a bias-free conv of ``linear_conv_kernel_dim`` over q, k, v, A_log and dt_bias per value head, a per-head
+RMSNorm of ``linear_value_head_dim`` and out_proj.
 
 Granite 4.0-H (IBM 2025; transformers' ``modeling_granitemoehybrid.py``): a LLaMA-shaped decoder whose layer i is
 a Mamba-2 layer (``GraniteMoeHybridMambaLayer``) when ``layer_types[i]`` is ``mamba`` / ``linear_attention`` and
@@ -17,8 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf.core import read_core
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
-from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin
+from embedcalc.config.hf.layered import ignore_moe_keys, int_list, origin, put_layout, read_moe
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin, map_partial_rotary
 
 _MAMBA = frozenset({"mamba", "linear_attention"})
 _ATTENTION = frozenset({"attention", "full_attention"})
@@ -121,6 +132,71 @@ def _layout(r: KeyReader) -> None:
                note)  # fmt: skip
 
 
+_GDN_KEYS = (("num_heads", "linear_num_value_heads"), ("head_dim", "linear_value_head_dim"),
+             ("num_k_heads", "linear_num_key_heads"), ("head_k_dim", "linear_key_head_dim"),
+             ("conv_kernel", "linear_conv_kernel_dim"))  # fmt: skip
+
+
+def _read_qwen3_next(r: KeyReader) -> None:
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
+    r.put("attention", {"qk_norm": "head", "output_gate": True}, "model_type", "family",
+          "Qwen3NextAttention: q_norm / k_norm RMSNorm(head_dim); q_proj also makes a sigmoid output gate")  # fmt: skip
+    map_partial_rotary(r, 0.25)
+    ignore_moe_keys(r)
+    r.ignore("full_attention_interval", "decides which layers are full attention (mapped as layers)")
+    for key in ("use_sliding_window", "sliding_window", "max_window_layers"):
+        r.ignore(key, "Qwen3NextForCausalLM never reads it: no layer slides")
+    _, shared, _ = r.value("shared_expert_intermediate_size")
+    extra = {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
+    moe = read_moe(r, "num_experts", extra=extra)
+    layers = r.data.get("num_layers")
+    if moe is None or not isinstance(layers, int):
+        return
+    types_key, types = r.lookup("layer_types")
+    if types is MISSING or types is None:
+        _, interval = r.lookup("full_attention_interval")
+        every = interval if isinstance(interval, int) and interval > 0 else 4
+        types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"linear_attention", "full_attention"}:
+        r.problem(types_key, f"layer_types must list linear_attention or full_attention for each of the {layers} "
+                             f"layers; got {types!r}")  # fmt: skip
+        return
+    step_key, step, _ = r.value("decoder_sparse_step")
+    only_key, only, _ = r.value("mlp_only_layers")
+    dense = [] if only is None else int_list(r, only_key, only, layers)
+    if dense is None or not isinstance(step, int) or step < 1:
+        if not isinstance(step, int) or step < 1:
+            r.problem(step_key, f"{step_key} = {step!r} must be a positive integer")
+        return
+    gdn: dict[str, Any] = {"kind": "gated_deltanet"}
+    for name, key in _GDN_KEYS:
+        value = _positive(r, key)
+        if value is None:
+            return
+        gdn[name] = value
+    names, variants = [], {}
+    for i, kind in enumerate(types):
+        is_moe = i not in dense and (i + 1) % step == 0
+        name = ("linear" if kind == "linear_attention" else "full") + ("_moe" if is_moe else "")
+        spec: dict[str, Any] = {"ffn": moe} if is_moe else {}
+        if kind == "linear_attention":
+            spec["mixer"] = gdn
+        variants[name] = spec
+        names.append("default" if name == "full" else name)
+    note = f"{types.count('linear_attention')} gated DeltaNet layers, {types.count('full_attention')} gated attention"
+    wanted = [types_key, *(key for _, key in _GDN_KEYS), "num_experts", "num_experts_per_tok",
+              "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"]
+    put_layout(r, names, variants, ", ".join(k for k in wanted if k in r.raw) or types_key, note)
+
+
+_QWEN3_NEXT: dict[str, Any] = dict(
+    vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=48, num_attention_heads=16,
+    num_key_value_heads=2, hidden_act="silu", max_position_embeddings=32768, tie_word_embeddings=False,
+    attention_bias=False, attention_dropout=0.0, head_dim=256, linear_conv_kernel_dim=4, linear_key_head_dim=128,
+    linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32, decoder_sparse_step=1,
+    moe_intermediate_size=512, shared_expert_intermediate_size=512, num_experts_per_tok=10, num_experts=512,
+    mlp_only_layers=None,
+)  # fmt: skip
 _DEFAULTS: dict[str, Any] = dict(
     vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
     num_key_value_heads=None, hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
@@ -132,4 +208,6 @@ _DEFAULTS: dict[str, Any] = dict(
 FAMILIES = (
     Family("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM (AutoModelForCausalLM)",
            "granite-4.0-h-small", _DEFAULTS, _read_granitemoehybrid, {"layers_block_type": "layer_types"}),
+    Family("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM (AutoModelForCausalLM)", "qwen3-next-80b-a3b",
+           _QWEN3_NEXT, _read_qwen3_next),
 )  # fmt: skip
