@@ -49,17 +49,17 @@ FFN_FIELDS = ("kind", "ffn_dim", "num_experts", "top_k", "expert_dim", "num_shar
 ATTENTION_FIELDS = ("kind", *[k for k in MLA if k != "kind"], "qk_head_dim", "qk_norm", "sinks", "sliding_window",
                     "chunk_size", "nonsense")  # fmt: skip
 SPEC_VALUES = st.one_of(
-    st.sampled_from(HOSTILE_NUMBERS).map(lambda t: yaml.safe_load(t) if t.strip() and _loads(t) else t),
+    st.sampled_from(HOSTILE_NUMBERS).map(lambda t: _value(t)),
     st.sampled_from(["moe", "dense", "mla", "standard", "head", "full", "none", True, False, None, [], {}, 0, 3]),
 )
 
 
-def _loads(text: str) -> bool:
+def _value(text: str) -> Any:
+    """``text`` as YAML reads it, or the text itself where YAML cannot (a 4,301-digit integer, a bad tag)."""
     try:
-        yaml.safe_load(text)
-    except yaml.YAMLError:
-        return False
-    return True
+        return yaml.safe_load(text) if text.strip() else text
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return text
 
 
 @st.composite
