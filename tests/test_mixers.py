@@ -205,3 +205,21 @@ def test_deltanet_torch_model_reconciles_and_generates(n: int) -> None:
     cache = allocate_cache(model, 2, n + 5)
     assert greedy_generate(model, prompt, 5, cache).tokens.tolist() == reference_generate(model, prompt, 5).tolist()
     assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("layers", [HYBRID, NEXT], ids=["mamba2-hybrid", "deltanet-hybrid"])
+def test_bench_generate_measures_the_analytic_state(cli: Any, write_config: Any, layers: dict[str, Any]) -> None:
+    """``bench --mode generate`` decodes through real recurrent states whose bytes equal the analytic state."""
+    import json
+
+    pytest.importorskip("torch")
+    path = write_config(layers, "hybrid.json")
+    result = cli("bench", str(path), "--mode", "generate", "--device", "cpu", "--format", "json", "--seq-len", "9",
+                 "--gen-tokens", "4", "--batch-size", "2", "--repeat", "1", "--warmup", "0")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    entry = json.loads(result.stdout)["results"][0]
+    m = entry["measurement"]
+    assert m["recurrent_state_bytes_measured"] == m["recurrent_state_bytes"] == entry["memory"]["recurrent_state_bytes"]
+    assert m["recurrent_state_matches"] is True
+    assert m["kv_cache_bytes_measured"] == m["kv_cache_bytes"]

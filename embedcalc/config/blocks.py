@@ -21,20 +21,37 @@ and Jiang et al. 2023 (Mistral); chunked attention, Llama 4 (transformers' ``att
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.mixers import Mixer, MixerSpec
+from embedcalc.config.layer_plan import FFN, Attention, AttentionKind, Block, FFNKind, QKNorm, StackPlan
+from embedcalc.config.mixers import MixerSpec
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
-AttentionKind = Literal["standard", "mla"]
-QKNorm = Literal["none", "head", "full"]
-FFNKind = Literal["dense", "moe", "none"]
+__all__ = [
+    "DEFAULT_BLOCK",
+    "FFN",
+    "MLA_FIELDS",
+    "MLA_ONLY_FIELDS",
+    "MOE_ONLY_FIELDS",
+    "Attention",
+    "AttentionKind",
+    "AttentionSpec",
+    "Block",
+    "BlockSpec",
+    "FFNKind",
+    "FFNSpec",
+    "LayerRun",
+    "QKNorm",
+    "StackPlan",
+    "base_attention_spec",
+    "merge_spec",
+    "moe_missing",
+]  # the resolved view lives in config/layer_plan.py and is re-exported here
 
 DEFAULT_BLOCK = "default"
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -304,144 +321,6 @@ class LayerRun(BaseModel):
     @property
     def num_layers(self) -> int:
         return len(self.pattern) * self.repeat
-
-
-# --- the resolved view both implementations read ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attention:
-    """One block's self-attention, every default resolved."""
-
-    kind: AttentionKind
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int  # standard: per-head width; mla: qk_nope_head_dim + qk_rope_head_dim
-    qkv_bias: bool
-    out_bias: bool
-    qk_norm: QKNorm
-    sinks: bool
-    window: int | None
-    chunk: int | None
-    q_lora_rank: int | None = None
-    kv_lora_rank: int = 0
-    qk_nope_head_dim: int = 0
-    qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
-    output_gate: bool = False
-
-    @property
-    def q_dim(self) -> int:
-        """Width of all query heads together."""
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of all key (or value) heads of standard attention."""
-        return self.num_kv_heads * self.head_dim
-
-    @property
-    def value_dim(self) -> int:
-        """Width of all value heads together: the input of the output projection."""
-        return self.num_heads * (self.v_head_dim if self.kind == "mla" else self.head_dim)
-
-    @property
-    def kv_cache_width(self) -> int:
-        """Values cached per token per layer: K and V of every KV head, or MLA's compressed latent and rope key."""
-        if self.kind == "mla":
-            return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.kv_dim
-
-    @property
-    def cache_limit(self) -> int | None:
-        """The most tokens this layer's KV cache holds per sequence (a window or a chunk), else None."""
-        limits = [x for x in (self.window, self.chunk) if x is not None]
-        return min(limits) if limits else None
-
-
-@dataclass(frozen=True)
-class FFN:
-    """One block's feed-forward sublayer, every default resolved."""
-
-    kind: FFNKind
-    gated: bool
-    bias: bool
-    ffn_dim: int  # dense width (0 for moe)
-    num_experts: int = 0
-    top_k: int = 0
-    expert_dim: int = 0
-    shared_dim: int = 0  # total inner width of the shared experts (num_shared_experts x shared_expert_dim)
-    shared_gate: bool = False
-    router_bias: bool = False
-    expert_bias: bool = False
-
-    @property
-    def moe(self) -> bool:
-        return self.kind == "moe"
-
-
-@dataclass(frozen=True)
-class Block:
-    """One layer: its token mixer (attention, a recurrent ``mixer`` or neither) and its FFN (or none)."""
-
-    name: str
-    attention: Attention | None
-    ffn: FFN | None
-    mixer: Mixer | None = None
-
-    @property
-    def mixer_kind(self) -> str:
-        """attention, the recurrent mixer's kind, or none."""
-        if self.attention is not None:
-            return "attention"
-        return self.mixer.kind if self.mixer is not None else "none"
-
-
-@dataclass(frozen=True)
-class StackPlan:
-    """The layers of one stack as runs of a pattern of resolved blocks: ``((pattern, repeat), ...)``.
-
-    Counts are arithmetic over the runs (never a list per layer), so ``num_layers`` of any size costs nothing.
-    """
-
-    runs: tuple[tuple[tuple[Block, ...], int], ...]
-
-    @property
-    def num_layers(self) -> int:
-        return sum(len(pattern) * repeat for pattern, repeat in self.runs)
-
-    def counts(self, start: int = 0, stop: int | None = None) -> list[tuple[Block, int]]:
-        """Each distinct block of layers ``start`` to ``stop`` (default: all) with how many layers are it,
-        in order of first appearance."""
-        stop = self.num_layers if stop is None else stop
-        out: dict[Block, int] = {}
-        offset = 0
-        for pattern, repeat in self.runs:
-            size = len(pattern)
-            lo, hi = max(start - offset, 0), min(stop - offset, size * repeat)
-            if lo < hi:
-                for j, block in enumerate(pattern):
-                    # layers offset + j + size * k for k in [0, repeat) that fall in [lo, hi)
-                    first = max(0, -(-(lo - j) // size))
-                    last = (hi - 1 - j) // size
-                    if last >= first:
-                        out[block] = out.get(block, 0) + last - first + 1
-            offset += size * repeat
-        return list(out.items())
-
-    def block_at(self, layer: int) -> Block:
-        """The block of layer ``layer`` (0-based)."""
-        offset = 0
-        for pattern, repeat in self.runs:
-            if layer < offset + len(pattern) * repeat:
-                return pattern[(layer - offset) % len(pattern)]
-            offset += len(pattern) * repeat
-        raise IndexError(f"layer {layer} is past the stack's {self.num_layers} layers")
-
-    @property
-    def blocks(self) -> list[Block]:
-        """The distinct blocks of the stack, in order of first appearance."""
-        return [block for block, _ in self.counts()]
 
 
 S = TypeVar("S", AttentionSpec, FFNSpec, MixerSpec)
