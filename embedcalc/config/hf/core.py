@@ -11,8 +11,10 @@ it itself).
 
 from __future__ import annotations
 
+from typing import Any
+
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import KeyReader, map_activation, map_biases, map_dropout
+from embedcalc.config.hf.reader import Family, KeyReader, map_activation, map_biases, map_dropout
 
 BiasSource = bool | str | None
 
@@ -57,3 +59,17 @@ def read_core(
                      if source is not None})  # fmt: skip
     for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_type"):
         r.ignore(key, hf_keys.ROPE)
+
+
+def read_row(r: KeyReader) -> None:
+    """A family that is a row of data: the core with the row's arguments, and the row's ignored keys."""
+    read_core(r, **r.family.core)
+    for key, reason in r.family.ignored.items():
+        r.ignore(key, reason)
+
+
+def row(model_type: str, config_class: str, model: str, defaults: dict[str, Any], core: dict[str, Any],
+        ignored: dict[str, str] | None = None, attribute_map: dict[str, str] | None = None) -> Family:  # fmt: skip
+    """A LLaMA-shaped family that is only the core's arguments and ignored keys (counted as ``model``)."""
+    return Family(model_type, config_class, f"{model} (AutoModelForCausalLM)", "llama-2-7b", defaults, read_row,
+                  attribute_map or {}, core, ignored or {})  # fmt: skip

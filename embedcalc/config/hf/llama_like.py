@@ -27,30 +27,6 @@ def _llama_biases(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
 
 
-def _read_granite(r: KeyReader) -> None:
-    _llama_biases(r)
-    for key in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
-        r.ignore(key, SCALARS)
-
-
-def _read_arcee(r: KeyReader) -> None:
-    """ArceeMLP: up_proj, down_proj and squared ReLU, no gate."""
-    read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias", gated=False)
-
-
-def _read_helium(r: KeyReader) -> None:
-    read_core(r, qkv="attention_bias", out=False, ffn="mlp_bias")
-
-
-def _read_seed_oss(r: KeyReader) -> None:
-    read_core(r, qkv="attention_bias", out="attention_out_bias", ffn="mlp_bias")
-    r.ignore("pretraining_tp", "tensor-parallel split of pre-training; the same FLOPs")
-
-
-def _read_ernie4_5(r: KeyReader) -> None:
-    read_core(r, qkv="use_bias", out="use_bias", ffn="use_bias")
-
-
 def _read_smollm3(r: KeyReader) -> None:
     _llama_biases(r)
     r.ignore("max_window_layers", "read only with use_sliding_window")
@@ -143,7 +119,7 @@ def refuse(r: KeyReader, key: str, harmless: tuple[Any, ...], missing: str) -> N
     r.problem(written, f"{written} = {value!r} is not modelled: {missing}. {yaml_hint(r.family)}")
 
 
-_LLAMA = dict(
+LLAMA = dict(
     vocab_size=32000,
     hidden_size=4096,
     intermediate_size=11008,
@@ -166,36 +142,14 @@ def _family(model_type: str, config_class: str, model: str, read: Any, defaults:
 
 
 FAMILIES = (
-    _family("granite", "GraniteConfig", "GraniteForCausalLM", _read_granite, _LLAMA),
-    _family("arcee", "ArceeConfig", "ArceeForCausalLM", _read_arcee,
-            _LLAMA | dict(hidden_size=2560, intermediate_size=18432, hidden_act="relu2", max_position_embeddings=4096,
-                          head_dim=None)),
-    _family("helium", "HeliumConfig", "HeliumForCausalLM", _read_helium,
-            dict(vocab_size=48000, hidden_size=2560, intermediate_size=7040, num_hidden_layers=24,
-                 num_attention_heads=20, num_key_value_heads=20, head_dim=128, hidden_act="silu",
-                 max_position_embeddings=4096, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
-                 attention_dropout=0.0)),
-    _family("seed_oss", "SeedOssConfig", "SeedOssForCausalLM", _read_seed_oss,
-            dict(vocab_size=155136, hidden_size=4096, intermediate_size=27648, num_hidden_layers=64,
-                 num_attention_heads=80, num_key_value_heads=8, head_dim=128, hidden_act="silu",
-                 max_position_embeddings=524288, tie_word_embeddings=False, attention_bias=True,
-                 attention_out_bias=False, mlp_bias=False, attention_dropout=0.1)),
-    _family("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM", _read_ernie4_5,
-            dict(vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
-                 num_attention_heads=16, num_key_value_heads=2, head_dim=128, hidden_act="silu",
-                 max_position_embeddings=131072, tie_word_embeddings=True, use_bias=False, attention_dropout=0.0)),
-    _family("exaone", "ExaoneConfig", "LlamaForCausalLM", _llama_biases,
-            _LLAMA | dict(vocab_size=102400, intermediate_size=14336, num_key_value_heads=8,
-                          max_position_embeddings=4096, head_dim=None),
-            {"num_layers": "num_hidden_layers", "activation_function": "hidden_act"}),
     _family("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", _read_smollm3,
-            _LLAMA | dict(vocab_size=128256, hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
+            LLAMA | dict(vocab_size=128256, hidden_size=2048, num_hidden_layers=36, num_attention_heads=16,
                           num_key_value_heads=4, max_position_embeddings=32768, tie_word_embeddings=True,
                           sliding_window=None)),
     _family("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", _read_hunyuan,
-            {k: v for k, v in _LLAMA.items() if k != "mlp_bias"} | dict(vocab_size=290943, head_dim=None)),
+            {k: v for k, v in LLAMA.items() if k != "mlp_bias"} | dict(vocab_size=290943, head_dim=None)),
     _family("nemotron", "NemotronConfig", "NemotronForCausalLM", _read_nemotron,
-            _LLAMA | dict(vocab_size=256000, hidden_size=6144, intermediate_size=24576, num_attention_heads=48,
+            LLAMA | dict(vocab_size=256000, hidden_size=6144, intermediate_size=24576, num_attention_heads=48,
                           hidden_act="relu2", max_position_embeddings=4096, head_dim=None)),
     _family("starcoder2", "Starcoder2Config", "Starcoder2ForCausalLM", _read_starcoder2,
             dict(vocab_size=49152, hidden_size=3072, intermediate_size=12288, num_hidden_layers=30,

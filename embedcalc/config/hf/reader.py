@@ -357,3 +357,5 @@ class Family:
     attribute_map: dict[str, str] = field(
         default_factory=dict
     )  # alias -> key, as transformers' attribute_map
+    core: dict[str, Any] = field(default_factory=dict)  # read_core's arguments, for a family that is a row of data
+    ignored: dict[str, str] = field(default_factory=dict)  # a row's keys its modules never read, with the reason

@@ -1,7 +1,9 @@
 """The supported Hugging Face families by ``model_type``: one line per family module.
 
 Each family module exports ``FAMILIES``, a tuple of :class:`~embedcalc.config.hf.reader.Family` (transformers'
-config class, its defaults, the mapping function). Adding a family is a module, a line here and a fixture.
+config class, its defaults, the mapping function). Adding a family is a module, a line here and a fixture; a
+LLaMA-shaped family that is only the decoder core's arguments and ignored keys is a row of :data:`ROWS`, and a
+model_type that is another family's config a row of :data:`ALIASES`.
 :data:`REFUSED` names the families transformers has that embedcalc cannot count exactly, and what each needs.
 """
 
@@ -33,6 +35,7 @@ from embedcalc.config.hf import (
     qwen3,
     t5,
 )
+from embedcalc.config.hf.core import row
 from embedcalc.config.hf.reader import Family
 
 MODULES: tuple[ModuleType, ...] = (bert, encoders, gpt2, gpt, opt, t5, bart, llama, llama_like)
@@ -47,7 +50,43 @@ MODULES += (
 MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model families
 MODULES += (hybrid,)  # token mixers beyond attention (issue 23, DESIGN §16)
 
-FAMILIES: dict[str, Family] = {family.model_type: family for module in MODULES for family in module.FAMILIES}
+_LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
+# LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
+ROWS: tuple[Family, ...] = (
+    row("granite", "GraniteConfig", "GraniteForCausalLM", llama_like.LLAMA, _LLAMA_BIASES,
+        dict.fromkeys(("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"),
+                      llama_like.SCALARS)),
+    # ArceeMLP: up_proj, down_proj and squared ReLU, no gate
+    row("arcee", "ArceeConfig", "ArceeForCausalLM",
+        llama_like.LLAMA | dict(hidden_size=2560, intermediate_size=18432, hidden_act="relu2",
+                                max_position_embeddings=4096, head_dim=None), _LLAMA_BIASES | dict(gated=False)),
+    row("helium", "HeliumConfig", "HeliumForCausalLM",
+        dict(vocab_size=48000, hidden_size=2560, intermediate_size=7040, num_hidden_layers=24, num_attention_heads=20,
+             num_key_value_heads=20, head_dim=128, hidden_act="silu", max_position_embeddings=4096,
+             tie_word_embeddings=False, attention_bias=False, mlp_bias=False, attention_dropout=0.0),
+        _LLAMA_BIASES | dict(out=False)),
+    row("seed_oss", "SeedOssConfig", "SeedOssForCausalLM",
+        dict(vocab_size=155136, hidden_size=4096, intermediate_size=27648, num_hidden_layers=64,
+             num_attention_heads=80, num_key_value_heads=8, head_dim=128, hidden_act="silu",
+             max_position_embeddings=524288, tie_word_embeddings=False, attention_bias=True,
+             attention_out_bias=False, mlp_bias=False, attention_dropout=0.1),
+        _LLAMA_BIASES | dict(out="attention_out_bias")),
+    row("ernie4_5", "Ernie4_5Config", "Ernie4_5ForCausalLM",
+        dict(vocab_size=103424, hidden_size=1024, intermediate_size=3072, num_hidden_layers=18,
+             num_attention_heads=16, num_key_value_heads=2, head_dim=128, hidden_act="silu",
+             max_position_embeddings=131072, tie_word_embeddings=True, use_bias=False, attention_dropout=0.0),
+        dict(qkv="use_bias", out="use_bias", ffn="use_bias")),
+    row("exaone", "ExaoneConfig", "LlamaForCausalLM",
+        llama_like.LLAMA | dict(vocab_size=102400, intermediate_size=14336, num_key_value_heads=8,
+                                max_position_embeddings=4096, head_dim=None),
+        _LLAMA_BIASES, attribute_map={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"}),
+)  # fmt: skip
+
+FAMILIES: dict[str, Family] = {
+    family.model_type: family
+    for module in MODULES
+    for family in (ROWS if module is llama_like else ()) + module.FAMILIES
+}
 """Supported families by ``model_type``; defaults are those of transformers' config classes (tests check them)."""
 
 
