@@ -303,3 +303,14 @@ def test_ddp_bucket_count_equals_the_written_out_sequence(seed: int) -> None:
 def test_building_100000_layers_is_refused_before_torch(cli: Any, command: list[str]) -> None:
     result = run(cli, *command, "--set", "num_layers=100000")
     assert_refused(result, 4, "100,000 layers", "--set num_layers=2", "analyze")
+
+
+def test_sweep_is_bounded_by_its_output_cost(cli: Any) -> None:
+    """110,592 points: the table answers by default; JSON (15 x the memory a point) needs --max-points."""
+    axes = ["--seq-len", "16:768:+16", "--embed-dim", "64:3072:+64", "--num-layers", "1:48:+1"]
+    assert run(cli, "sweep", "gpt2", *axes, "--max-rows", "3").exit_code == 0
+    result = run(cli, "sweep", "gpt2", *axes, "--format", "json")
+    assert_refused(result, 2, "110,592 points", "GiB", "--max-points 110592")
+    big = run(cli, "sweep", "gpt2", "--seq-len", "1:100000:+1", "--batch-size", "1,2,3", "--max-points", "300000",
+              "--format", "json")  # fmt: skip
+    assert_refused(big, 2, "250,000", "--format table")

@@ -26,9 +26,14 @@ if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs, not for `em
 # The axes in grid order (embedcalc.analysis.sweep.AXES; a test keeps the two equal).
 AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_len")
 
-# A sweep costs about 0.1-0.25 ms and 5 KiB per point (JSON output included) on one core: 20,000 points answer in
-# a few seconds within about 100 MiB. --max-points raises it, up to the grid's own hard limit.
-DEFAULT_MAX_POINTS = 20_000
+# The grid is bounded by what each output costs per point (issue 24: one count refused a 110,592-point grid that
+# the table path answers in 1.4 s of CPU). Measured here, gpt2 over 110,592 points: the table (the vectorised grid
+# and the first --max-rows rows) 1.4 s and 94 MB in all, ~13 us and ~0.5 KiB a point; JSON 11.5 s and 876 MB, ~0.1 ms
+# and ~7.5 KiB a point (every point is an object); CSV writes the same rows. The default lets each answer within
+# about a second of CPU per 10^5 points and under 1 GiB; --max-points raises it up to the hard limit (about 2 GiB).
+DEFAULT_MAX_POINTS = {"table": 1_000_000, "json": 100_000, "csv": 100_000}
+HARD_MAX_POINTS = {"table": 2_000_000, "json": 250_000, "csv": 250_000}
+BYTES_PER_POINT = {"table": 512, "json": 7_680, "csv": 7_680}
 
 
 class SweepFormat(StrEnum):
@@ -108,15 +113,16 @@ def sweep_command(
         int, typer.Option("--repeat", min=1, help="With --measure: timed pairs per point.")
     ] = 3,
     max_points: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-points",
             min=1,
             callback=bounded_int,
-            help="Refuse (exit 2) a grid of more points than this, before building it; each point costs about "
-            "0.2 ms and 5 KiB.",
+            help="Refuse (exit 2) a grid of more points than this, before building it. Default by the output's cost "
+            "per point: 1,000,000 for the table (~0.5 KiB a point), 100,000 for JSON and CSV (~7.5 KiB); at most "
+            "2,000,000 and 250,000.",
         ),
-    ] = DEFAULT_MAX_POINTS,
+    ] = None,
 ) -> None:
     """Cost over a grid: each axis flag takes a list 128,256,512, an arithmetic range 384:12288:+384 or a
     geometric one 64:16384:x2 (bounds inclusive); several axes form their cartesian product.
@@ -137,7 +143,7 @@ def sweep_command(
         "ffn_dim": ffn_dim,
     }
     axes = {a: v.values for a in AXES if (v := given[a]) is not None}
-    _check_grid_request(axes, max_points)
+    _check_grid_request(axes, max_points, format.value)
     workload = run.workload()
     if plot is not None:
         _check_plot_request(plot, axes, format)
@@ -175,9 +181,10 @@ def sweep_command(
 # --- checks and notes ---------------------------------------------------------------------------------------------
 
 
-def _check_grid_request(axes: dict[str, tuple[int, ...]], max_points: int) -> None:
-    """Size the grid before it is built: exit 2 with its size and the flag to raise the limit; every axis value
-    within the digit bound that config values have."""
+def _check_grid_request(axes: dict[str, tuple[int, ...]], max_points: int | None, fmt: str) -> None:
+    """Size the grid before it is built, by the output's cost per point (module constants): exit 2 with its size,
+    the memory it would take and the flag to raise the limit; every axis value within the digit bound that config
+    values have."""
     for axis, values in axes.items():
         if values and max(values) >= INT_BOUND:
             raise typer.BadParameter(
@@ -185,14 +192,22 @@ def _check_grid_request(axes: dict[str, tuple[int, ...]], max_points: int) -> No
                 param_hint=f"'--{axis.replace('_', '-')}'",
             )
     size = math.prod(len(v) for v in axes.values())
-    if size > max_points:
-        dims = " x ".join(f"--{a.replace('_', '-')} {len(v):,}" for a, v in axes.items())
-        message = (
-            f"the grid has {size:,} points ({dims}), more than --max-points {max_points:,}; narrow an axis or "
-            f"raise the limit with --max-points {size}"
-        )
-        raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--max-points", message, "grid_too_large")],
-                             "grid_too_large")  # fmt: skip
+    hard = HARD_MAX_POINTS[fmt]
+    limit = min(max_points, hard) if max_points is not None else DEFAULT_MAX_POINTS[fmt]
+    if size <= limit:
+        return
+    dims = " x ".join(f"--{a.replace('_', '-')} {len(v):,}" for a, v in axes.items())
+    need = size * BYTES_PER_POINT[fmt] / 2**30
+    if size > hard:
+        fix = "narrow an axis" + (" or use --format table (~0.5 KiB a point)" if fmt != "table" else "")
+        why = f"more than the {hard:,} a {fmt} sweep holds (it would need about {need:,.1f} GiB); {fix}"
+    else:
+        shown = "the default" if max_points is None else "--max-points"
+        why = f"more than {shown} {limit:,} for --format {fmt} (about {need:,.2f} GiB); narrow an axis or raise the " \
+              f"limit with --max-points {size}"  # fmt: skip
+    message = f"the grid has {size:,} points ({dims}), {why}"
+    raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--max-points", message, "grid_too_large")],
+                         "grid_too_large")  # fmt: skip
 
 
 def _check_plot_request(plot: Path, axes: dict[str, tuple[int, ...]], format: SweepFormat) -> None:

@@ -55,11 +55,14 @@ SPEC_VALUES = st.one_of(
 
 
 def _value(text: str) -> Any:
-    """``text`` as YAML reads it, or the text itself where YAML cannot (a 4,301-digit integer, a bad tag)."""
+    """``text`` as YAML reads it, or the text itself where YAML cannot (a 4,301-digit integer, a bad tag) or where
+    JSON could not hold the value."""
     try:
-        return yaml.safe_load(text) if text.strip() else text
-    except (yaml.YAMLError, ValueError, RecursionError):
+        value = yaml.safe_load(text) if text.strip() else text
+        json.dumps(value)  # the config is written as JSON too: bytes (!!binary) or dates stay text
+    except (yaml.YAMLError, ValueError, RecursionError, TypeError):
         return text
+    return value
 
 
 @st.composite
