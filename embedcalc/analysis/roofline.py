@@ -100,14 +100,25 @@ class ComponentTime:
 
 @dataclass(frozen=True)
 class Phase:
-    """One phase (prefill, decode, forward, training_step) component by component."""
+    """One phase (prefill, decode, forward, training_step) component by component, plus the expected-time model's
+    terms that belong to no component (kernel overhead, element-wise traffic, communication, pipeline bubble), by
+    name, in seconds (none in the lower bound)."""
 
     name: str
     components: tuple[ComponentTime, ...]
+    extra: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def components_s(self) -> float:
+        return sum(c.time_s for c in self.components)
 
     @property
     def time_s(self) -> float:
-        return sum(c.time_s for c in self.components)
+        return self.components_s + sum(v for _, v in self.extra)
+
+    def terms(self) -> dict[str, float]:
+        """The phase's time as terms: its components at the achieved fractions, then each extra term."""
+        return {"kernels at the achieved fractions of peak": self.components_s, **dict(self.extra)}
 
     @property
     def flops(self) -> int:
@@ -121,7 +132,7 @@ class Phase:
     def bound(self) -> Bound:
         """The bound of the components that take most of the time."""
         compute = sum(c.time_s for c in self.components if c.bound == "compute")
-        return "compute" if compute >= self.time_s - compute and compute > 0 else "memory"
+        return "compute" if compute >= self.components_s - compute and compute > 0 else "memory"
 
 
 @dataclass(frozen=True)
@@ -136,8 +147,40 @@ class Capacity:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """A training step's schedule: micro-batches per replica per optimizer step (the accumulation steps), the
+    sequences per step over all replicas, and the pipeline bubble's share of the step's pipeline time."""
+
+    accumulation_steps: int
+    global_batch: int
+    bubble_fraction: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"accumulation_steps": self.accumulation_steps, "global_batch": self.global_batch,
+                "bubble_fraction": self.bubble_fraction}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """What produced the expected times: the calibration (its name, the published runs it was fitted on, its
+    error on the runs it was not) or the --efficiency that replaced its achieved fractions."""
+
+    name: str
+    fitted_on: tuple[str, ...]
+    held_out: tuple[str, ...]
+    held_out_median_error: float
+    held_out_max_ratio: float
+    override: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"calibration": self.name, "fitted_on": list(self.fitted_on), "held_out": list(self.held_out),
+                "held_out_median_error": self.held_out_median_error, "held_out_max_ratio": self.held_out_max_ratio,
+                "efficiency_override": self.override}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class TrainingRun:
-    """A whole training run at the roofline step time."""
+    """A whole training run at the step time."""
 
     tokens: int
     devices: int
@@ -168,6 +211,9 @@ class RooflineEstimate:
     capacity: Capacity | None = None
     training: TrainingRun | None = None
     batch_size: int = 1
+    schedule: Schedule | None = None
+    model: TimeModel | None = None  # None: this is the roofline at peak (the lower bound)
+    lower_bound: RooflineEstimate | None = None
 
     def _phase_s(self, name: str) -> float | None:
         return self.phases[name].time_s if name in self.phases else None
@@ -182,36 +228,49 @@ class RooflineEstimate:
             return self.decode_s_per_token
         return self.decode_total_s / self.decode_steps
 
-    def as_json(self) -> dict[str, Any]:
+    def times_json(self) -> dict[str, Any]:
+        """The headline time keys (the ones ``lower_bound`` repeats at peak)."""
         mean = self.decode_s_per_token_mean
         prefill = self._phase_s("prefill")
         total = None if prefill is None or self.decode_total_s is None else prefill + self.decode_total_s
-        cap, run = self.capacity, self.training
+        run = self.training
         return {
-            "hardware": self.hardware, "dtype": self.dtype, "kv_dtype": self.kv_dtype,
-            "peak_flops_per_s": self.peak_flops_per_s, "memory_bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-            "efficiency": {"compute": self.efficiency.compute, "memory": self.efficiency.memory,
-                           "source": self.efficiency.source},
-            "lower_bound": self.efficiency.compute == 1 and self.efficiency.memory == 1,
             "forward_s": self._phase_s("forward") or prefill,
             "prefill_s": prefill,
-            "decode_kv_len": self.decode_kv_len,
             "decode_s_per_token": self.decode_s_per_token,
             "decode_s_per_token_mean": mean,
             "decode_tokens_per_s": 1 / mean if mean else None,
             "batch_decode_tokens_per_s": self.batch_size / mean if mean else None,
             "total_generation_s": total,
             "step_s": self._phase_s("training_step"),
-            "max_batch_size": cap.max_batch_size if cap else None,
-            "max_context": cap.max_context if cap else None,
-            "max_context_limited_by": cap.context_limited_by if cap else None,
-            "memory_limit_bytes": cap.limit_bytes if cap else None,
-            "memory_limit_source": cap.limit_source if cap else None,
             "train": None if run is None else {
                 "tokens": run.tokens, "devices": run.devices, "tokens_per_step": run.tokens_per_step,
                 "wall_s": run.wall_s, "device_hours": run.device_hours, "price_per_hour": run.price_per_hour,
                 "cost": run.cost,
             },
+        }  # fmt: skip
+
+    def as_json(self) -> dict[str, Any]:
+        times = self.times_json()
+        cap = self.capacity
+        bound = self.lower_bound
+        return {
+            "hardware": self.hardware, "dtype": self.dtype, "kv_dtype": self.kv_dtype,
+            "peak_flops_per_s": self.peak_flops_per_s, "memory_bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "efficiency": {"compute": self.efficiency.compute, "memory": self.efficiency.memory,
+                           "source": self.efficiency.source},
+            "model": None if self.model is None else self.model.as_json(),
+            "lower_bound": None if bound is None else bound.times_json(),
+            **{k: v for k, v in times.items() if k != "train"},
+            "decode_kv_len": self.decode_kv_len,
+            "max_batch_size": cap.max_batch_size if cap else None,
+            "max_context": cap.max_context if cap else None,
+            "max_context_limited_by": cap.context_limited_by if cap else None,
+            "memory_limit_bytes": cap.limit_bytes if cap else None,
+            "memory_limit_source": cap.limit_source if cap else None,
+            "train": times["train"],
+            "schedule": None if self.schedule is None else self.schedule.as_json(),
+            "terms": {name: p.terms() for name, p in self.phases.items() if p.extra},
             "bound": {name: p.bound for name, p in self.phases.items()},
             "breakdown": {name: {c.key: c.as_json() for c in p.components} for name, p in self.phases.items()},
         }  # fmt: skip

@@ -1,6 +1,8 @@
-"""Roofline time per phase: the device's roofline (peak FLOP/s, bandwidth, efficiencies) applied to the traffic of
-each component, for prefill and decode (exact over the generated tokens), a forward, or a training step and a
-whole training run. The conventions are stated once, in :mod:`embedcalc.analysis.roofline`.
+"""Time per phase, twice: the roofline at the device's peak (the lower bound) and the expected time (the
+roofline's traffic at the achieved fractions of peak, plus the terms of :mod:`embedcalc.analysis.time_model`),
+for prefill and decode (exact over the generated tokens), a forward, or a training step and a whole training run.
+The roofline's conventions are stated in :mod:`embedcalc.analysis.roofline`, the expected model's in
+:mod:`embedcalc.analysis.time_model` and the training schedule's in :mod:`embedcalc.analysis.time_schedule`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from embedcalc.analysis.memory_inference import low_precision
-from embedcalc.analysis.roofline import ComponentTime, Efficiency, Phase, RooflineEstimate, TrainingRun
+from embedcalc.analysis.roofline import (
+    ComponentTime,
+    Efficiency,
+    Phase,
+    RooflineEstimate,
+    TimeModel,
+    TrainingRun,
+)  # fmt: skip
 from embedcalc.analysis.roofline_capacity import kv_element_bytes
 from embedcalc.analysis.roofline_traffic import (
     Lengths,
@@ -26,12 +35,16 @@ from embedcalc.analysis.roofline_traffic import (
     prompt_len,
     weights_of,
 )  # fmt: skip
+from embedcalc.analysis.time_expected import ExpectedModel, inference_terms
+from embedcalc.analysis.time_model import Fractions, Override
+from embedcalc.analysis.time_schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.calibration import Calibration, load_calibration
 from embedcalc.config.dtypes import ACTIVATION_DTYPE
 from embedcalc.config.hardware import Device, peak_dtype
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.schema import ModelConfig
-from embedcalc.errors import Problem, UnsupportedEnvironmentError, WorkloadError
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError, WorkloadError
 
 
 @dataclass(frozen=True)
@@ -50,13 +63,15 @@ class Roofline:
             return self.peak_flops_per_s
         return self.other_peak_flops_per_s
 
-    def component(self, key: str, t: Traffic) -> ComponentTime:
-        compute = t.flops / (self.peak(key) * self.efficiency.compute)
-        memory = t.bytes / (self.bandwidth_bytes_per_s * self.efficiency.memory)
+    def component(self, key: str, t: Traffic, fractions: tuple[float, float] = (1.0, 1.0)) -> ComponentTime:
+        compute = t.flops / (self.peak(key) * self.efficiency.compute * fractions[0])
+        memory = t.bytes / (self.bandwidth_bytes_per_s * self.efficiency.memory * fractions[1])
         return ComponentTime(key, t, compute, memory)
 
-    def phase(self, name: str, traffic: Mapping[str, Traffic]) -> Phase:
-        return Phase(name, tuple(self.component(k, t) for k, t in traffic.items()))
+    def phase(self, name: str, traffic: Mapping[str, Traffic], fractions: Fractions | None = None,
+              extra: tuple[tuple[str, float], ...] = ()) -> Phase:  # fmt: skip
+        at = fractions or (lambda key: (1.0, 1.0))
+        return Phase(name, tuple(self.component(k, t, at(k)) for k, t in traffic.items()), extra)
 
 
 def device_roofline(device: Device, dtype: str, efficiency: Efficiency) -> Roofline:
@@ -87,18 +102,21 @@ class TimeRequest:
     """What the user asked of the time model (the CLI's --hardware, --efficiency, --kv-dtype, --train-* flags)."""
 
     device: Device | None = None
-    efficiency: Efficiency = field(default_factory=Efficiency)
+    efficiency: Efficiency | None = None  # --efficiency: replaces the calibration's achieved fractions
     kv_dtype: str | None = None  # None: the activation dtype
     train_tokens: int | None = None
     devices: int | None = None
     price_per_hour: float | None = None
     memory_limit_bytes: int | None = None  # --max-memory (the device's memory otherwise)
+    global_batch: int | None = None  # --global-batch: sequences per optimizer step over all replicas
+    calibration: Calibration = field(default_factory=load_calibration)
 
     def __post_init__(self) -> None:
         """Refuse inputs that would make a time or cost non-finite (the CLI's options check the same rules)."""
+        eff = self.efficiency
         checks = [
-            ("efficiency.compute (--efficiency)", self.efficiency.compute, efficiency_problem),
-            ("efficiency.memory (--efficiency)", self.efficiency.memory, efficiency_problem),
+            ("efficiency.compute (--efficiency)", eff.compute if eff else None, efficiency_problem),
+            ("efficiency.memory (--efficiency)", eff.memory if eff else None, efficiency_problem),
             ("train_tokens (--train-tokens)", self.train_tokens, count_problem),
             ("devices (--devices)", self.devices, count_problem),
             ("price_per_hour (--price-per-hour)", self.price_per_hour, price_problem),
@@ -117,7 +135,7 @@ def _traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths
     return per_device(config, w, raw, weights, divisor)
 
 
-def _decode_total(roof: Roofline, step: Any, first: int, last: int, kinks: list[int]) -> float:
+def _decode_total(step: Any, first: int, last: int, kinks: list[int]) -> float:
     """Σ over KV lengths first..last of the decode step time, exact for per-component times that are the max of
     two affine functions of the length between kinks (every layer's window or chunk caps its cache there)."""
     segments, lo = [], first
@@ -156,63 +174,96 @@ def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -
 def estimate_time(
     config: ModelConfig, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
 ) -> RooflineEstimate:
-    """The roofline times of ``config`` on ``w`` for ``request.device`` (module docstring); ``optimizer_bytes`` is
-    the per-device weights + gradients + optimizer state a training step reads and writes once."""
+    """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
+    (``lower_bound``); ``optimizer_bytes`` is the per-device weights + gradients + optimizer state a training step
+    reads and writes once."""
     device = request.device
     if device is None:
-        return RooflineEstimate(
-            None, None, request.kv_dtype, None, None, request.efficiency, batch_size=w.batch_size
-        )
-    roof = device_roofline(device, w.dtype, request.efficiency)
+        return RooflineEstimate(None, None, request.kv_dtype, None, None, Efficiency(), batch_size=w.batch_size)
+    if request.global_batch is not None and w.mode != "training":
+        message = "--global-batch applies to --mode training (sequences per optimizer step); drop it or add --mode " \
+            "training"
+        problem = Problem("--global-batch", message, "global_batch_inference")
+        raise EmbedcalcError(message, ExitCode.USAGE, [problem], "global_batch_inference")
+    cal = request.calibration
+    eff = request.efficiency
+    override = None if eff is None else Override(eff.compute, eff.memory)
+    bound = _estimate(config, w, request, optimizer_bytes, None)
+    expected = _estimate(config, w, request, optimizer_bytes, ExpectedModel(cal.constants, device, override))
+    model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
+                      None if eff is None else eff.source)  # fmt: skip
+    label = Efficiency(1.0, 1.0, f"calibration {cal.name}: achieved fractions by kind of work and shape")
+    return replace(expected, lower_bound=bound, model=model, efficiency=eff or label)
+
+
+def _estimate(config: ModelConfig, w: Workload, request: TimeRequest, optimizer_bytes: int,
+              model: ExpectedModel | None) -> RooflineEstimate:  # fmt: skip
+    """The roofline at peak (``model`` None) or the expected times (module docstring)."""
+    device = request.device
+    assert device is not None
+    roof = device_roofline(device, w.dtype, Efficiency())
     weights = weights_of(config, w)
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
     par = w.parallel
     causal = w.attention == "sdpa"
     phases: dict[str, Phase] = {}
     base = RooflineEstimate(device.name, peak_dtype(w.dtype), request.kv_dtype, roof.peak_flops_per_s,
-                            roof.bandwidth_bytes_per_s, request.efficiency, batch_size=w.batch_size)  # fmt: skip
+                            roof.bandwidth_bytes_per_s, Efficiency(), batch_size=w.batch_size)  # fmt: skip
     prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
                        weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
     if w.mode == "training":
-        step = {k: t.scaled(3) for k, t in prefill.items()}
-        step["optimizer"] = Traffic(weight_bytes=2 * optimizer_bytes)
-        phases["training_step"] = roof.phase("training_step", step)
-        return replace(
-            base, phases=phases, training=_training_run(config, w, request, phases["training_step"])
-        )
+        m = accumulation_steps(w, request.global_batch)
+        step, schedule = training_step(config, w, (roof.peak, roof.bandwidth_bytes_per_s), prefill, weights, m,
+                                       optimizer_bytes, model)  # fmt: skip
+        phases["training_step"] = step
+        run = _training_run(config, w, request, step, m)
+        return replace(base, phases=phases, training=run, schedule=schedule)
+
+    def phase(name: str, traffic: Mapping[str, Traffic], decode: bool) -> Phase:
+        if model is None:
+            return roof.phase(name, traffic)
+        terms = inference_terms(config, w, model, decode)
+        return roof.phase(name, traffic, model.fractions(config, w, weights, decode), terms)
+
     if config.architecture == "encoder":
-        phases["forward"] = roof.phase("forward", prefill)
+        phases["forward"] = phase("forward", prefill, False)
         return replace(base, phases=phases)
-    phases["prefill"] = roof.phase("prefill", prefill)
+    phases["prefill"] = phase("prefill", prefill, False)
     prompt = prompt_len(config, w)
     steps = max(w.gen_tokens, 1)
 
-    def step_at(n: int) -> dict[str, ComponentTime]:
+    def step_at(n: int) -> Phase:
         traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
                            True, kv_bytes, weights, par.tp)  # fmt: skip
-        return {c.key: c for c in roof.phase("decode", traffic).components}
+        return phase("decode", traffic, True)
 
-    last = step_at(prompt + steps)
-    phases["decode"] = Phase("decode", tuple(last.values()))
+    phases["decode"] = step_at(prompt + steps)
     total = None
     if w.gen_tokens:
         caps = [b.attention.cache_limit for b in config.named_blocks.values() if b.attention is not None]
         kinks = [c for c in caps if c is not None]
-        total = _decode_total(roof, step_at, prompt + 1, prompt + w.gen_tokens, kinks)
+        per_step = sum(v for _, v in phases["decode"].extra)
+
+        def components_at(n: int) -> dict[str, ComponentTime]:
+            return {c.key: c for c in step_at(n).components}
+
+        total = _decode_total(components_at, prompt + 1, prompt + w.gen_tokens, kinks) + w.gen_tokens * per_step
     return replace(
         base, phases=phases, decode_kv_len=prompt + steps, decode_steps=steps, decode_total_s=total
     )
 
 
-def _training_run(config: ModelConfig, w: Workload, request: TimeRequest, step: Phase) -> TrainingRun | None:
-    """Wall time, device-hours and cost of ``request.train_tokens`` tokens on ``request.devices`` devices."""
+def _training_run(
+    config: ModelConfig, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
+) -> TrainingRun | None:
+    """Wall time, device-hours and cost of ``request.train_tokens`` tokens on ``request.devices`` devices, one step
+    taking ``micro_batches`` micro-batches per replica."""
     if request.train_tokens is None:
         return None
     par = w.parallel
     devices = request.devices or par.devices
     replicas = max(1, devices // (par.tp * par.pp))
-    # a full pipeline finishes one micro-batch per replica per step time
-    tokens_per_step = w.batch_size * _tokens_per_sequence(config, w) * replicas
+    tokens_per_step = micro_batches * w.batch_size * _tokens_per_sequence(config, w) * replicas
     wall = request.train_tokens / tokens_per_step * step.time_s
     return TrainingRun(request.train_tokens, devices, tokens_per_step, wall, wall * devices / 3600,
                        request.price_per_hour)  # fmt: skip

@@ -3,7 +3,8 @@ roofline estimate on a named device (with a given or measured efficiency, and a 
 largest batch and context that fit a memory limit.
 
 :class:`TimeOptions` is what the CLI's ``--hardware``, ``--efficiency``, ``--kv-dtype``, ``--train-tokens``,
-``--devices`` and ``--price-per-hour`` give; the roofline model itself is :mod:`embedcalc.analysis.roofline`.
+``--devices``, ``--price-per-hour`` and ``--global-batch`` give; the time model itself is
+:mod:`embedcalc.analysis.roofline_time`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TimeOptions:
     train_tokens: int | None = None
     devices: int | None = None
     price_per_hour: float | None = None
+    global_batch: int | None = None
 
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
@@ -76,15 +78,19 @@ def apply_time(
     if not wanted:
         return analysis, None
     device = load_device(options.hardware) if options.hardware else None
-    efficiency = Efficiency()
+    efficiency: Efficiency | None = None
     if device is not None and options.efficiency == "measured":
         efficiency = _measured_efficiency(device, w.dtype)
     elif options.efficiency is not None:
-        fraction = float(options.efficiency)
-        efficiency = Efficiency(fraction, fraction, f"--efficiency {options.efficiency}")
+        from embedcalc.analysis.time_model import parse_efficiency
+        from embedcalc.config.limits import efficiency_problem
+
+        given = parse_efficiency(options.efficiency, efficiency_problem)
+        efficiency = Efficiency(given.compute, given.memory, f"--efficiency {options.efficiency}")
     request = TimeRequest(
-        device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour
-    )
+        device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour,
+        global_batch=options.global_batch,
+    )  # fmt: skip
     m = analysis.memory
     estimate = estimate_time(
         analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes

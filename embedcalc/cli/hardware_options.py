@@ -21,12 +21,12 @@ if TYPE_CHECKING:  # the roofline model loads only when time is asked for (start
 def _efficiency(value: str | None) -> str | None:
     if value is None or value == "measured":
         return value
+    from embedcalc.analysis.time_model import parse_efficiency
+
     try:
-        number: object = float(value)
-    except ValueError:
-        number = value
-    if (why := efficiency_problem(number)) is not None:
-        raise typer.BadParameter(f"{value!r}: {why}, or `measured`")
+        parse_efficiency(value, efficiency_problem)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}, or `measured`") from None
     return value
 
 
@@ -79,10 +79,11 @@ EfficiencyOption = Annotated[
     str | None,
     typer.Option(
         "--efficiency",
-        metavar="F|measured",
+        metavar="F|compute=F,memory=F|measured",
         callback=_efficiency,
-        help="Fraction of peak FLOP/s and bandwidth reached (default 1: times are lower bounds); `measured`: "
-        "what the last `bench --peak` on this device reached of its datasheet.",
+        help="Replace the calibrated time model's achieved fractions of peak FLOP/s and bandwidth (default: the "
+        "shipped calibration, by kind of work and shape) with one fraction, one per roof, or `measured`: what the "
+        "last `bench --peak` on this device reached of its datasheet. The lower bound stays at peak.",
     ),
 ]
 KvDtypeOption = Annotated[
@@ -114,6 +115,18 @@ PriceOption = Annotated[
     ),
 ]
 
+GlobalBatchOption = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch",
+        min=1,
+        callback=_devices,
+        help="With --mode training: sequences per optimizer step over all data-parallel replicas (--batch-size "
+        "stays the micro-batch per replica, which memory is for); the accumulation steps are global / "
+        "(micro-batch × dp).",
+    ),
+]
+
 
 @dataclass(frozen=True)
 class TimeFlags:
@@ -126,11 +139,13 @@ class TimeFlags:
     train_tokens: TrainTokensOption = None
     devices: DevicesOption = None
     price_per_hour: PriceOption = None
+    global_batch: GlobalBatchOption = None
 
     def __post_init__(self) -> None:
         if self.hardware is None:
             for flag, value in (("--efficiency", self.efficiency), ("--train-tokens", self.train_tokens),
-                                ("--price-per-hour", self.price_per_hour)):  # fmt: skip
+                                ("--price-per-hour", self.price_per_hour),
+                                ("--global-batch", self.global_batch)):  # fmt: skip
                 if value is not None:
                     raise typer.BadParameter(f"{flag} needs --hardware NAME", param_hint=f"'{flag}'")
         if (self.devices is not None or self.price_per_hour is not None) and self.train_tokens is None:

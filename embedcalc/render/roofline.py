@@ -14,8 +14,9 @@ from embedcalc.render.fit import FitTable
 from embedcalc.render.units import seconds
 
 CAPTION = (
-    "Roofline: per component time = max(FLOPs / (peak × e), bytes / (bandwidth × e)), summed; bytes = weights "
-    "read + activations read/written + KV cache read/written (element-wise ops assumed fused)."
+    "Expected: per component max(FLOPs / (peak × achieved fraction), bytes / (bandwidth × achieved fraction)), "
+    "summed, plus kernel overhead, element-wise traffic, communication and the pipeline bubble (time.terms). "
+    "Bound: the same components at peak, element-wise ops fused, nothing else."
 )
 
 
@@ -29,8 +30,11 @@ def summary_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
     if j["hardware"] is not None:
         rows.append(("device", f"{j['hardware']} ({j['dtype']}: {units.si(j['peak_flops_per_s'], 'FLOP/s')}, "
                                f"{units.si(j['memory_bandwidth_bytes_per_s'], 'B/s')})"))  # fmt: skip
-        eff = j["efficiency"]
-        rows.append(("efficiency", f"compute {eff['compute']:g}, memory {eff['memory']:g} ({eff['source']})"))
+        model, eff = j["model"], j["efficiency"]
+        if model is not None and model["efficiency_override"] is not None:
+            rows.append(("efficiency", f"compute {eff['compute']:g}, memory {eff['memory']:g} ({eff['source']})"))
+        if model is not None:
+            rows.append(("time model", _model_line(model)))
     named = [
         ("forward", "forward_s" if j["prefill_s"] is None else None, seconds),
         ("prefill (time to first token)", "prefill_s", seconds),
@@ -41,9 +45,11 @@ def summary_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
         ("total generation (prefill + decode)", "total_generation_s", seconds),
         ("training step", "step_s", seconds),
     ]
+    bound = j.get("lower_bound") or {}
     for label, key, fmt in named:
         if key is not None and j.get(key) is not None:
-            rows.append((label, fmt(j[key])))
+            peak = bound.get(key)
+            rows.append((label, fmt(j[key]) + ("" if peak is None else f" (bound {fmt(peak)})")))
     if j["memory_limit_bytes"] is not None:
         limit = f"{units.binary_bytes(j['memory_limit_bytes'])}, {j['memory_limit_source']}"
         batch = j["max_batch_size"]
@@ -53,19 +59,41 @@ def summary_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             (f"largest context in {limit}", "does not fit" if context is None else f"{context:,}{why}")
         )
+    schedule = j.get("schedule")
+    if schedule is not None:
+        rows.append(("accumulation steps (micro-batches per replica per step)",
+                     f"{schedule['accumulation_steps']:,} (global batch {schedule['global_batch']:,}, "
+                     f"pipeline bubble {units.percent(schedule['bubble_fraction'])})"))  # fmt: skip
+    for phase, terms in (j.get("terms") or {}).items():
+        total = sum(terms.values()) or 1.0
+        for name, value in terms.items():
+            if value:
+                rows.append((f"  {phase}: {name}", f"{seconds(value)} ({units.percent(value / total)})"))
     run = j["train"]
     if run is not None:
+        lb = bound.get("train") or {}
+        shown = f" (bound {seconds(lb['wall_s'])})" if lb else ""
         rows.append((f"training run: {units.si(run['tokens'])} tokens on {run['devices']:,} devices",
-                     f"{seconds(run['wall_s'])}, {run['device_hours']:,.0f} device-hours"
+                     f"{seconds(run['wall_s'])}{shown}, {run['device_hours']:,.0f} device-hours"
                      + (f", cost {run['cost']:,.0f}" if run["cost"] is not None else "")))  # fmt: skip
     if j["bound"]:
         rows.append(("bound", ", ".join(f"{phase} {bound}" for phase, bound in j["bound"].items())))
     return rows
 
 
+def _model_line(model: dict[str, Any]) -> str:
+    """The calibration behind the expected times and its measured error on runs it was not fitted on."""
+    line = (f"expected times: calibration {model['calibration']}, fitted on {len(model['fitted_on'])} published "
+            f"runs, median error {units.percent(model['held_out_median_error'])} (worst "
+            f"{model['held_out_max_ratio']:.2f}x) on {len(model['held_out'])} others")  # fmt: skip
+    if model["efficiency_override"] is not None:
+        line += f"; achieved fractions from {model['efficiency_override']}"
+    return line + "; bound: the roofline at peak"
+
+
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
     j = estimate.as_json()
-    lower = " (lower bound)" if j["lower_bound"] and j["hardware"] else ""
+    lower = " (expected; bound beside)" if j["hardware"] else ""
     w = a.workload
     table = Table(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
                                f"--gen-tokens {w.gen_tokens}, {w.dtype}"),
