@@ -275,6 +275,21 @@ def test_training_row_equals_analyze(training: PlanResult) -> None:
     assert j["time"]["train"]["device_hours"] == row.device_hours
 
 
+def test_training_with_a_global_batch_equals_analyze() -> None:
+    p = embedcalc.plan("llama-3.1-8b", mode="training", train_tokens=10**12, hardware=["h100-sxm"], max_devices=64,
+                       global_batch=512)  # fmt: skip
+    row = next(r for r in p.rows if r.ok and r.layout.dp == 64)
+    lay = row.layout
+    j = _analyze_json("llama-3.1-8b", "--mode", "training", "--hardware", lay.device, "--dtype", "bf16",
+                      "--seq-len", "4096", "--tp", str(lay.tp), "--pp", str(lay.pp), "--dp", str(lay.dp),
+                      "--zero", str(lay.zero), "--recompute", lay.recompute, "--train-tokens", "1T",
+                      "--global-batch", "512", "--price-per-hour", str(row.price.per_device_hour))  # fmt: skip
+    assert j["time"]["train"] == row.train and j["time"]["step_s"] == row.step_s
+    odd = embedcalc.plan("llama-3.1-8b", mode="training", train_tokens=10**12, hardware=["h100-sxm"],
+                         max_devices=64, global_batch=96)  # fmt: skip
+    assert all("not a multiple" in r.reasons[0] for r in odd.rows if r.layout.dp in (64, 128))
+
+
 def test_training_chooses_recompute_only_when_it_makes_it_fit() -> None:
     p = embedcalc.plan("llama-3.1-70b", mode="training", train_tokens=10**12, hardware=["h100-sxm"],
                        max_devices=64)  # fmt: skip

@@ -48,7 +48,8 @@ million output tokens = cost per hour / (3600 × tokens/s) × 10⁶. No price: t
 sort by device-seconds per token instead.
 
 **Training**: ``analyze --mode training``'s step and run on each layout (micro-batch ``--batch-size`` per
-replica; a layout whose micro-batch × DP does not divide ``--global-batch`` is out); memory is judged against the
+replica; ``--global-batch`` goes to the time model, which derives the accumulation steps; a layout whose
+micro-batch × DP does not divide it is out); memory is judged against the
 device's whole memory, as ``analyze``'s capacity is. Rows that fit sort fastest first, those that meet the
 ``--deadline`` before those that miss it (with the shortfall).
 

@@ -90,7 +90,8 @@ def evaluate_training(
             memory_choice=why, memory=memory.as_dict())  # fmt: skip
     layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
-                               price_per_hour=price.per_device_hour if price else None)  # fmt: skip
+                               price_per_hour=price.per_device_hour if price else None,
+                               global_batch=request.global_batch)  # fmt: skip
     m = memory
     estimate = estimate_time(config, w, request_time, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)
     run = estimate.as_json()
