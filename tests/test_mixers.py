@@ -223,3 +223,50 @@ def test_bench_generate_measures_the_analytic_state(cli: Any, write_config: Any,
     assert m["recurrent_state_bytes_measured"] == m["recurrent_state_bytes"] == entry["memory"]["recurrent_state_bytes"]
     assert m["recurrent_state_matches"] is True
     assert m["kv_cache_bytes_measured"] == m["kv_cache_bytes"]
+
+
+# --- Mamba-1 (Jamba's layers) ----------------------------------------------------------------------------------------
+
+JAMBA: dict[str, Any] = {
+    **{k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers", "tie_embeddings")},
+    "tie_embeddings": False,
+    "mixer": {"kind": "mamba", "state_size": 8, "inner_dim": 2 * D, "dt_rank": 4, "conv_kernel": 4, "bc_norms": True},
+    "blocks": {"attn": {"mixer": {"kind": "attention"}},
+               "moe": {"ffn": {"kind": "moe", "num_experts": 4, "top_k": 2, "expert_dim": 48}}},
+    "layers": [{"pattern": ["default", "moe", "attn", "moe"]}],
+}  # fmt: skip
+
+
+@pytest.mark.torch
+def test_mamba1_counts_what_transformers_jamba_builds() -> None:
+    """JambaForCausalLM on the meta device (attention at layer 2 of 4, experts on odd layers): the same numel."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.JambaConfig(
+        vocab_size=V, hidden_size=D, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1,
+        attn_layer_period=4, attn_layer_offset=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4,
+        tie_word_embeddings=False, use_mamba_kernels=False, pad_token_id=0,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.JambaForCausalLM(hf)
+    assert sum(p.numel() for p in model.parameters()) == count_params(ModelConfig.model_validate(JAMBA)).total
+
+
+@pytest.mark.torch
+def test_mamba1_torch_model_reconciles_and_generates() -> None:
+    torch = pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_flops, component_params
+    from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
+
+    config = ModelConfig.model_validate(JAMBA)
+    assert component_params(build_model(config)) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    breakdown = forward_flops(config, Workload(batch_size=2, seq_len=7)).breakdown.as_dict()
+    assert breakdown["decoder/mixer/ssm"] == 3 * 2 * (2 * 7) * 2 * D * 8  # 3 Mamba layers x 2 x t x I x N
+    assert component_flops(config, batch_size=2, seq_len=7) == {k: v for k, v in breakdown.items() if v}
+    model = build_model(config, attention="eager", device="cpu")
+    prompt = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(2))
+    cache = allocate_cache(model, 2, 7 + 4)
+    assert greedy_generate(model, prompt, 4, cache).tokens.tolist() == reference_generate(model, prompt, 4).tolist()
+    state = estimate_memory(config, Workload(batch_size=2, seq_len=7)).recurrent_state_bytes
+    assert cache.state_nbytes == state == 2 * 3 * (2 * D * 4 + 2 * D * 8) * 4  # b x layers x (I K + I N) x fp32

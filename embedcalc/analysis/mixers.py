@@ -24,6 +24,11 @@ product instead, 2 b H (c + 1)² P N more FLOPs with c = ceil(n / Q) chunks, and
 2 b conv_dim K (K - 1) more: tests/test_mixers_hf.py checks transformers' count equals ours plus exactly those two.
 Cost is linear in n (up to the last chunk's padding), where attention's scores grow as n².
 
+A Mamba-1 layer (Gu & Dao 2023, Algorithm 2; transformers' ``JambaMambaMixer``), inner I, state N, rank R, scanned
+token by token: ``in`` Linear(d, 2 I), ``conv`` over I channels, ``x_proj`` Linear(I, R + 2 N), ``dt_proj``
+Linear(R, I) with bias, ``ssm`` A_log (I x N) and D (I), ``bc_norm`` (Jamba) RMSNorms of R, N, N, ``out`` Linear(I, d);
+the scan 2 t I N (the state read out by C each token), the same per token in a decode step. State: I K + I N.
+
 A gated DeltaNet layer (Yang, Kautz & Hatamizadeh 2025, §3; transformers' ``torch_chunk_gated_delta_rule``), with
 Hv value heads of dv, Hk query/key heads of dk (key_dim = Hk dk, q and k repeated to Hv heads), chunk C: ``in``
 Linear(d, 2 key_dim + 2 Hv dv + 2 Hv) (q, k, v, z, beta, a), ``conv`` over 2 key_dim + Hv dv channels (no bias),
@@ -60,6 +65,13 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
     out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
+    if m.mamba1:  # Gu & Dao 2023: x_proj -> (dt, B, C), dt_proj (biased), A_log (I x N), D (I)
+        out += linear(f"{prefix}/x_proj", m.inner, m.dt_rank + 2 * m.state_size, False, "none")
+        out += linear(f"{prefix}/dt_proj", m.dt_rank, m.inner, True, "none")
+        out += [ParamTensor(f"{prefix}/ssm", (m.inner, m.state_size)), ParamTensor(f"{prefix}/ssm", (m.inner,))]
+        if m.bc_norms:
+            out += [ParamTensor(f"{prefix}/bc_norm", (w,)) for w in (m.dt_rank, m.state_size, m.state_size)]
+        return out + linear(f"{prefix}/out", m.inner, d, m.bias, "none")
     per_head = ("A_log", "dt_bias") if m.deltanet else ("A_log", "D", "dt_bias")
     out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)) for _ in per_head]
     out.append(ParamTensor(f"{prefix}/gate_norm", (m.head_dim if m.deltanet else m.inner,)))
@@ -79,6 +91,8 @@ def mixer_flops(
     false: the scan per token, without the last chunk's padding."""
     b, d = x.b, x.d
     t = b * n
+    if m.mamba1:
+        return _mamba1_terms(m, x, layers, t, prefix)
     q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
     scanned = padded_tokens(n, q) if pad else n
     # per head and token; DeltaNet: Q Kᵀ and (β K) Kᵀ (2 Q dk), the intra-chunk output (Q dv), the state 3 dk dv
@@ -93,9 +107,25 @@ def mixer_flops(
     ]
 
 
+def _mamba1_terms(m: Mixer, x: Dims, layers: Num, t: Num, prefix: str) -> list[tuple[str, Num]]:
+    """Mamba-1 on ``t`` tokens, the same per token in a prompt and in a decode step (a sequential scan): the four
+    projections and the state read out by C, 2 I N per token (the discretisation and the update are element-wise)."""
+    d, inner, n_state, rank = x.d, m.inner, m.state_size, m.dt_rank
+    return [
+        (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
+        (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        (f"{prefix}/x_proj", t * (layers * 2 * inner * (rank + 2 * n_state))),
+        (f"{prefix}/dt_proj", t * (layers * 2 * rank * inner)),
+        (f"{prefix}/ssm", t * (layers * 2 * inner * n_state)),
+        (f"{prefix}/out", t * (layers * 2 * inner * d)),
+    ]
+
+
 def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> list[tuple[str, Num]]:
-    """FLOPs of one decode step (one token per sequence) of ``layers`` Mamba-2 layers: the recurrent form."""
+    """FLOPs of one decode step (one token per sequence) of ``layers`` recurrent layers: the recurrent form."""
     b, d = x.b, x.d
+    if m.mamba1:
+        return _mamba1_terms(m, x, layers, b, prefix)
     read = 2 * m.head_k_dim if m.deltanet else m.state_size  # DeltaNet reads the state with k and with q
     return [
         (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),

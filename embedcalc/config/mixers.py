@@ -8,6 +8,10 @@ A block mixes tokens with one of:
   "Transformers are SSMs", §6-7; transformers' ``Mamba2Mixer`` / ``GraniteMoeHybridMambaLayer`` /
   ``NemotronHMamba2Mixer``): in_proj d -> (z, x, B, C, dt), a causal depthwise conv over (x, B, C), the SSD scan
   with per-head A, D, dt_bias, a gated RMSNorm, out_proj inner -> d;
+- ``mamba``: a Mamba-1 selective scan (Gu & Dao 2023, "Mamba", Algorithm 2; transformers' ``MambaMixer`` /
+  ``JambaMambaMixer``), token by token: in_proj d -> (x, z) of inner_dim each, a causal depthwise conv over x,
+  x_proj -> (dt, B, C), dt_proj dt_rank -> inner_dim, A_log (inner_dim x N) and D, out_proj; its state is
+  inner_dim x N (and the conv window);
 - ``gated_deltanet``: gated DeltaNet linear attention (Yang, Kautz & Hatamizadeh 2025, "Gated Delta Networks";
   transformers' ``Qwen3NextGatedDeltaNet``): in_proj d -> (q, k, v, z, beta, a), a causal depthwise conv over
   (q, k, v), the chunked gated delta rule with per-value-head A_log and dt_bias, an RMSNorm over each value head
@@ -30,18 +34,21 @@ from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
-MixerKind = Literal["attention", "mamba2", "gated_deltanet", "none"]
-RECURRENT_KINDS = frozenset({"mamba2", "gated_deltanet"})
+MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "none"]
+RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
+    "mamba": ("state_size", "inner_dim", "dt_rank"),
     "mamba2": ("state_size", "num_heads", "head_dim"),
     "gated_deltanet": ("num_heads", "head_dim", "num_k_heads", "head_k_dim"),
 }
 _EXAMPLE = {
+    "mamba": "Jamba-Mini-1.7 has state_size: 16, inner_dim: 8192, dt_rank: 256",
     "mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64",
     "gated_deltanet": "Qwen3-Next-80B-A3B has num_heads: 32, head_dim: 128, num_k_heads: 16, head_k_dim: 128",
 }
-_CHUNK = {"mamba2": 256, "gated_deltanet": 64}  # transformers' mamba_chunk_size default; the fixed GDN chunk
+# Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk
+_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64}
 
 
 class MixerSpec(BaseModel):
@@ -70,6 +77,15 @@ class MixerSpec(BaseModel):
     head_dim: PositiveInt | None = Field(
         default=None,
         description="mamba2: channels P per SSM head (mamba_d_head). gated_deltanet: value head width.",
+    )
+    inner_dim: PositiveInt | None = Field(
+        default=None, description="mamba: the inner width d_inner = mamba_expand x embed_dim."
+    )
+    dt_rank: PositiveInt | None = Field(
+        default=None, description="mamba: rank of the time-step projection (mamba_dt_rank; 'auto' = ceil(d / 16))."
+    )
+    bc_norms: bool = Field(
+        default=False, description="mamba: RMSNorms on dt, B and C (Jamba's dt/b/c_layernorm), dt_rank + 2 N weights."
     )
     num_k_heads: PositiveInt | None = Field(
         default=None,
@@ -153,15 +169,23 @@ class Mixer:
     norm_before_gate: bool
     num_k_heads: int = 0
     head_k_dim: int = 0
+    inner_dim: int = 0
+    dt_rank: int = 0
+    bc_norms: bool = False
 
     @property
     def deltanet(self) -> bool:
         return self.kind == "gated_deltanet"
 
     @property
+    def mamba1(self) -> bool:
+        return self.kind == "mamba"
+
+    @property
     def inner(self) -> int:
-        """Width of the scan's output (and of z): num_heads x head_dim (Mamba-2's d_inner; DeltaNet's value dim)."""
-        return self.num_heads * self.head_dim
+        """Width of the scan's output (and of z): num_heads x head_dim (Mamba-2's d_inner; DeltaNet's value dim);
+        Mamba-1's inner_dim."""
+        return self.inner_dim if self.mamba1 else self.num_heads * self.head_dim
 
     @property
     def key_dim(self) -> int:
@@ -174,6 +198,8 @@ class Mixer:
         q, k and v (2 key_dim + inner)."""
         if self.deltanet:
             return 2 * self.key_dim + self.inner
+        if self.mamba1:
+            return self.inner
         return self.inner + 2 * self.groups * self.state_size
 
     @property
@@ -182,6 +208,8 @@ class Mixer:
         z and beta, a (one each per value head)."""
         if self.deltanet:
             return self.conv_dim + self.inner + 2 * self.num_heads
+        if self.mamba1:
+            return 2 * self.inner  # x and z
         return self.inner + self.conv_dim + self.num_heads
 
     @property
@@ -189,6 +217,8 @@ class Mixer:
         """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet."""
         if self.deltanet:
             return self.num_heads, self.head_k_dim, self.head_dim
+        if self.mamba1:
+            return 1, self.inner, self.state_size
         return self.num_heads, self.head_dim, self.state_size
 
     @property
@@ -196,6 +226,8 @@ class Mixer:
         """Values per token the scan reads and writes: its inputs after the convolution and gates, and its output."""
         if self.deltanet:
             return 2 * self.key_dim + 2 * self.inner + 2 * self.num_heads
+        if self.mamba1:
+            return 3 * self.inner + 2 * self.state_size  # x, dt, B, C in; y out
         return 2 * self.inner + 2 * self.groups * self.state_size + self.num_heads
 
     @property
@@ -219,12 +251,12 @@ def resolve_mixer(spec: MixerSpec) -> Mixer | None:
     """The resolved recurrent mixer of ``spec``, or None for attention and for no mixer."""
     if spec.kind not in RECURRENT_KINDS:
         return None
-    assert spec.num_heads is not None and spec.head_dim is not None
     deltanet = spec.kind == "gated_deltanet"
     return Mixer(
-        kind=spec.kind, state_size=spec.state_size or 0, num_heads=spec.num_heads, head_dim=spec.head_dim,
+        kind=spec.kind, state_size=spec.state_size or 0, num_heads=spec.num_heads or 1, head_dim=spec.head_dim or 0,
         groups=spec.groups, conv_kernel=spec.conv_kernel, chunk_size=spec.chunk_size or _CHUNK[spec.kind],
         conv_bias=spec.conv_bias if spec.conv_bias is not None else not deltanet, bias=spec.bias,
         norm_before_gate=spec.norm_before_gate or deltanet, num_k_heads=spec.num_k_heads or 0,
-        head_k_dim=spec.head_k_dim or 0,
+        head_k_dim=spec.head_k_dim or 0, inner_dim=spec.inner_dim or 0, dt_rank=spec.dt_rank or 0,
+        bc_norms=spec.bc_norms,
     )  # fmt: skip

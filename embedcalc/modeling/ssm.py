@@ -209,11 +209,14 @@ class Mamba2Mixer(nn.Module):
 
 def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
     """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 here, gated DeltaNet in
-    :mod:`embedcalc.modeling.deltanet`."""
+    :mod:`embedcalc.modeling.deltanet`, Mamba-1 in :mod:`embedcalc.modeling.mamba1` (both build on CausalConv and
+    MixerState, above)."""
     if m.deltanet:
-        from embedcalc.modeling.deltanet import (
-            GatedDeltaNetMixer,  # it builds on CausalConv and MixerState, above
-        )
+        from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 
         return GatedDeltaNetMixer(config, m)
+    if m.mamba1:
+        from embedcalc.modeling.mamba1 import Mamba1Mixer
+
+        return Mamba1Mixer(config, m)
     return Mamba2Mixer(config, m)
