@@ -59,8 +59,9 @@ QUICK = {"config-file": 45, "set": 35, "flags": 45, "hf": 25, "special-path": 25
          "layer-model": 30, "nested-set": 20, "hub-cache": 20, "time-flags": 20, "device-file": 10,
          "api": 30}  # fmt: skip
 # the surfaces of issue 15 (first block, a quarter of its own long profile: the quick profile keeps them all in the
-# default run) and of issue 24 (second block: 10,000 cases on their own). Measured on a shared 2-core machine: 791
-# cases (FUZZ_SCALE=0.05) took 64 s of CPU, so the whole profile is ~17 min of one core; FUZZ_SCALE trims it.
+# default run) and of issue 24 (second block: 10,000 cases on their own). Measured on a shared 2-core machine:
+# FUZZ_SCALE=0.2 (2,535 cases) took 154 s of CPU (187 s wall), so the whole profile is ~13 min of one core (the
+# first verify case pays torch's import); FUZZ_SCALE trims it.
 LONG = {
     "config-file": 850,
     "set": 550,
