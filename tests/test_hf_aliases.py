@@ -4,7 +4,9 @@ Kimi K2 (``kimi_k2``: DeepSeek-V3's configuration class), InternLM3 (transformer
 the text models of Qwen2.5-VL and Qwen3-VL (in ``text_config``, or at top level in Qwen2.5-VL files written before
 transformers 5) and EmbeddingGemma (Gemma 3's text model with bidirectional attention, read as an encoder) each
 count what transformers builds on the meta device. Refused files are told their family first, and what a class
-they name in ``architectures`` / ``auto_map`` is.
+they name in ``architectures`` / ``auto_map`` is. And a family added from the issue's list: OLMo 3 (OLMo 2's layers
+with sliding windows on three layers of four), at OLMo-3-7B's dimensions (the file written here by transformers'
+Olmo3Config, not copied from the hub) and on a small eager variant for FLOPs.
 """
 
 from __future__ import annotations
@@ -205,3 +207,45 @@ def test_jina_position_types_are_said_to_come_from_remote_code() -> None:
     assert "remote code (JinaBertModel, in auto_map)" in message
     assert "older transformers" not in message
     assert "older transformers built distance embeddings" in _refusal(raw | {"position_embedding_type": "relative_key"})
+
+
+# --- OLMo 3 ------------------------------------------------------------------------------------------------------
+
+_OLMO3_7B = dict(vocab_size=100278, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=65536, sliding_window=4096)
+
+
+def _kv_bytes(cfg: Any, tokens: int) -> int:
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    return sum(2 * cfg.num_key_value_heads * head_dim * 2
+               * (min(tokens, cfg.sliding_window) if t == "sliding_attention" else tokens)
+               for t in cfg.layer_types)  # fmt: skip
+
+
+@pytest.mark.parametrize("layer_types", [None, ["sliding_attention", "full_attention"] * 16])
+def test_olmo3_params_and_kv_cache_equal_transformers(transformers: Any, layer_types: Any) -> None:
+    import torch
+
+    cfg = transformers.Olmo3Config(**_OLMO3_7B, layer_types=layer_types)
+    ours = _config(cfg.to_dict())
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert count_params(ours).total == sum(p.numel() for p in model.parameters())
+    if layer_types is None:
+        assert count_params(ours).total == 7_298_011_136
+    for tokens in (1, 4096, 10_000, 65_536):
+        assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == _kv_bytes(cfg, tokens), tokens
+
+
+def test_olmo3_forward_flops_equal_flop_counter(transformers: Any) -> None:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = transformers.Olmo3Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   sliding_window=8)  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    ids = torch.zeros(1, 32, dtype=torch.long)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, use_cache=False)
+    assert forward_flops(_config(cfg.to_dict()), Workload(seq_len=32)).forward == counter.get_total_flops()

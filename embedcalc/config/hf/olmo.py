@@ -1,5 +1,6 @@
-"""OLMo (OlmoForCausalLM), OLMo 2 (Olmo2ForCausalLM) and OLMoE (OlmoeForCausalLM); Groeneveld et al. 2024,
-OLMo Team 2024 ("2 OLMo 2 Furious"), Muennighoff et al. 2024 (OLMoE).
+"""OLMo (OlmoForCausalLM), OLMo 2 (Olmo2ForCausalLM), OLMo 3 (Olmo3ForCausalLM) and OLMoE (OlmoeForCausalLM);
+Groeneveld et al. 2024, OLMo Team 2024 ("2 OLMo 2 Furious"), Muennighoff et al. 2024 (OLMoE). OLMo 3: OLMo 2 with
+sliding-window layers (three of every four by default).
 
 OLMo: LLaMA-shaped with parameter-free LayerNorms (OlmoLayerNorm has no weight or bias), ``clip_qkv`` a clamp.
 OLMo 2: RMSNorms *after* each sublayer inside the residual (``post_attention_layernorm``,
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf.core import read_core
-from embedcalc.config.hf.layered import ignore_moe_keys, origin, read_moe
+from embedcalc.config.hf.layered import FULL, SLIDING, ignore_moe_keys, origin, put_window_layout, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
 _CLIP = "clamps q, k and v element-wise; no parameters or matmul FLOPs"
@@ -36,6 +37,17 @@ def _read_olmo2(r: KeyReader) -> None:
     r.put("attention", {"qk_norm": "full"}, "model_type", "family", _FULL_QK)
 
 
+def _read_olmo3(r: KeyReader) -> None:
+    """Olmo3ForCausalLM: OLMo 2's layers with sliding-window attention on the layers layer_types marks (without
+    it, Olmo3Config slides every layer but each fourth: ``(i + 1) % 4 != 0``)."""
+    _read_olmo2(r)
+    layers = r.data.get("num_layers")
+    window_key, window, _ = r.value("sliding_window")
+    if isinstance(layers, int):
+        derived = [SLIDING if (i + 1) % 4 else FULL for i in range(layers)]
+        put_window_layout(r, layers, derived, window, window_key, None)
+
+
 def _read_olmoe(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.put("attention", {"qk_norm": "full"}, "model_type", "family", _FULL_QK)
@@ -55,6 +67,8 @@ _OLMO: dict[str, Any] = dict(
 FAMILIES = (
     Family("olmo", "OlmoConfig", "OlmoForCausalLM (AutoModelForCausalLM)", "llama-2-7b", _OLMO, _read_olmo),
     Family("olmo2", "Olmo2Config", "Olmo2ForCausalLM (AutoModelForCausalLM)", "llama-2-7b", _OLMO, _read_olmo2),
+    Family("olmo3", "Olmo3Config", "Olmo3ForCausalLM (AutoModelForCausalLM)", "gemma-2-9b",
+           _OLMO | dict(sliding_window=4096), _read_olmo3),
     Family("olmoe", "OlmoeConfig", "OlmoeForCausalLM (AutoModelForCausalLM)", "qwen3-30b-a3b",
            _OLMO | dict(hidden_size=2048, intermediate_size=2048, num_hidden_layers=16, num_attention_heads=16,
                         max_position_embeddings=4096, num_experts_per_tok=8, num_experts=64), _read_olmoe,
