@@ -104,6 +104,13 @@ def update_readme() -> int:
     return changed
 
 
+def test_every_code_block_is_checked() -> None:
+    """A code block is the quick start (tests/test_newcomer.py) or a console block re-run here; output pasted
+    in any other block would hold numbers no test checks (long output belongs on a docs page that generates it)."""
+    kinds = [kind for kind, _ in _FENCE.findall(_readme())]
+    assert kinds.count("bash") == 1 and set(kinds) <= {"bash", "console"}, kinds
+
+
 def test_the_tour_shows_the_main_commands() -> None:
     commands = [c.split()[1] for c, _ in CONSOLES]
     assert {"check", "compare", "analyze"} <= set(commands)
