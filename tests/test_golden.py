@@ -16,7 +16,8 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from embedcalc.analysis.report import Analysis, analyze
+from embedcalc.analysis.checked import analyze_loaded
+from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.loading import load_target
 from embedcalc.render.tables import compare_table, flops_table, memory_table, params_table
@@ -26,7 +27,8 @@ WIDTH = 120
 
 
 def analysis(name: str, workload: Workload | None = None) -> Analysis:
-    return analyze(name, load_target(name).config, workload or Workload())
+    """As the CLI analyses a preset: checked, in the preset's own dtype unless the workload chose one."""
+    return analyze_loaded(load_target(name), workload or Workload())
 
 
 def render(*tables: Table) -> str:

@@ -387,7 +387,8 @@ def test_check_lists_mapped_and_ignored_keys(cli: Any) -> None:
     assert mapped["position_offset"]["origin"] == "family"
     ignored = {i["key"]: i["reason"] for i in data["ignored"]}
     assert "dropout" in ignored["attention_dropout"] and "metadata" in ignored["transformers_version"]
-    assert "--dtype float16" in ignored["torch_dtype"]
+    assert "torch_dtype" not in ignored  # read as the model's dtype
+    assert (mapped["dtype"]["key"], mapped["dtype"]["value"]) == ("torch_dtype", "fp16")
 
 
 def test_check_reports_defaults_for_absent_keys(cli: Any, write_config: Any) -> None:

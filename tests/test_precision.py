@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from embedcalc.cli.app import app
 from embedcalc.config.dtypes import ALIASES, DTYPES, DtypeError, canonical_dtype
 
 runner = CliRunner()
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 
 
 def _json(*args: str) -> dict[str, Any]:
@@ -135,3 +137,96 @@ def test_fp8_on_a_device_without_fp8_is_exit_3_naming_it() -> None:
     assert result.exit_code == 3
     assert "v100-sxm2" in result.stderr and "no FP8" in result.stderr
     assert runner.invoke(app, ["analyze", "llama-2-7b", "--dtype", "fp8", "--hardware", "h800"]).exit_code == 0
+
+
+# --- the default dtype is the model's own, and the output says where it came from ----------------------------------
+
+
+def test_a_preset_runs_in_its_published_dtype_and_says_so() -> None:
+    r = _json("analyze", "llama-3.1-8b")
+    assert (r["workload"]["dtype"], r["workload"]["dtype_source"]) == ("bf16", "preset")
+    assert (r["results"][0]["dtype"], r["results"][0]["dtype_source"]) == ("bf16", "preset")
+    assert r["results"][0]["memory"]["weights_bytes"] == 2 * r["results"][0]["params"]["total"]
+    chosen = _json("analyze", "llama-3.1-8b", "--dtype", "fp32")
+    assert (chosen["workload"]["dtype"], chosen["workload"]["dtype_source"]) == ("fp32", "flag")
+    assert _json("analyze", "gpt2")["workload"]["dtype_source"] == "preset"  # fp32, published so
+    assert _json("analyze", "gpt3-175b")["workload"]["dtype_source"] == "default"  # no checkpoint: fp32
+    table = runner.invoke(app, ["analyze", "llama-3.1-8b"], env={"COLUMNS": "120"})
+    assert "bf16 (preset)" in table.stdout
+
+
+def test_every_preset_dtype_is_sourced() -> None:
+    from embedcalc.config.presets import preset_names
+
+    for name in preset_names():
+        text = (Path(embedcalc.__file__).parent.parent / "presets" / f"{name}.yaml").read_text(encoding="utf-8")
+        config = embedcalc.load(name).config
+        if config.dtype is None:  # a new preset records its published dtype (its config.json's torch_dtype)
+            assert "# No dtype:" in text, f"{name}: add `dtype:` with its source, or say why there is none"
+        else:
+            assert "# dtype, the published weights'" in text, f"{name}: cite where {config.dtype} comes from"
+    assert embedcalc.load("llama-2-7b").config.dtype == "fp16"  # Llama-2-7b-hf's torch_dtype
+    assert embedcalc.load("deepseek-v3").config.dtype == "fp8"  # its quantization_config
+
+
+@pytest.mark.parametrize(("fixture", "dtype", "key"), [
+    ("llama-3.1-8b.json", "bf16", "torch_dtype"),  # transformers 4 writes torch_dtype
+    ("llama-3-8b.v5.json", "bf16", "dtype"),  # transformers 5 writes dtype
+    ("gemma-2-9b.json", "fp32", "torch_dtype"),
+    ("llama-2-7b.json", "fp16", "torch_dtype"),
+    ("deepseek-v3.json", "fp8", "quantization_config"),  # the weights are FP8 whatever torch_dtype says
+    ("gpt2.json", None, None),  # names none: the default
+])  # fmt: skip
+def test_a_config_json_gives_its_dtype(fixture: str, dtype: str | None, key: str | None) -> None:
+    path = str(FIXTURES / fixture)
+    loaded = embedcalc.load(path)
+    assert loaded.config.dtype == dtype
+    if key is not None:
+        assert loaded.user_keys["dtype"] == key
+    r = _json("analyze", path)
+    assert r["workload"]["dtype"] == (dtype or "fp32")
+    assert r["workload"]["dtype_source"] == ("config" if dtype else "default")
+
+
+def test_a_config_file_dtype_takes_aliases_and_refuses_others(tmp_path: Path) -> None:
+    base = {"architecture": "decoder", "vocab_size": 1000, "max_seq_len": 256, "embed_dim": 64, "num_heads": 4,
+            "num_layers": 2}  # fmt: skip
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(base | {"dtype": "bfloat16"}), encoding="utf-8")
+    r = _json("analyze", str(good))
+    assert (r["workload"]["dtype"], r["workload"]["dtype_source"]) == ("bf16", "config")
+    assert r["results"][0]["config"]["dtype"] == "bf16"  # written as the short name
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(base | {"dtype": "float64"}), encoding="utf-8")
+    result = runner.invoke(app, ["analyze", str(bad)])
+    assert result.exit_code == 3 and "dtype" in result.stderr and "fp32" in result.stderr
+    over = _json("analyze", str(good), "--set", "dtype=fp16")
+    assert (over["workload"]["dtype"], over["workload"]["dtype_source"]) == ("fp16", "config")
+
+
+def test_compare_says_each_targets_dtype() -> None:
+    r = _json("compare", "gpt2", "llama-3.1-8b")
+    assert [(x["dtype"], x["dtype_source"]) for x in r["results"]] == [("fp32", "preset"), ("bf16", "preset")]
+    assert r["workload"]["dtype"] == r["workload"]["dtype_source"] == "per-result"
+    same = _json("compare", "gpt2", "llama-3.1-8b", "--dtype", "bf16")
+    assert (same["workload"]["dtype"], same["workload"]["dtype_source"]) == ("bf16", "flag")
+
+
+def test_the_python_api_defaults_to_the_models_dtype() -> None:
+    a = embedcalc.analyze("llama-3.1-8b")
+    assert (a.workload.dtype, a.workload.dtype_source) == ("bf16", "preset")
+    b = embedcalc.analyze("llama-3.1-8b", dtype="fp32")
+    assert (b.workload.dtype, b.workload.dtype_source) == ("fp32", "flag")
+    train = embedcalc.analyze("llama-3.1-8b", mode="training")
+    assert train.memory.weights_bytes == 2 * train.params.total  # bf16 mixed precision, as it was trained
+
+
+@pytest.mark.torch
+def test_bench_keeps_fp32_whatever_the_models_dtype(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    tiny = tmp_path / "tiny.json"
+    tiny.write_text(json.dumps({"architecture": "decoder", "vocab_size": 256, "max_seq_len": 32, "embed_dim": 32,
+                                "num_heads": 2, "num_layers": 1, "dtype": "bf16"}), encoding="utf-8")  # fmt: skip
+    r = _json("bench", str(tiny), "--device", "cpu", "--seq-len", "8", "--warmup", "0", "--repeat", "1")
+    assert (r["workload"]["dtype"], r["workload"]["dtype_source"]) == ("fp32", "default")
+    assert r["results"][0]["memory"]["weights_bytes"] == 4 * r["results"][0]["params"]["total"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.report import Analysis, analyze
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
 from embedcalc.config.checks import config_warnings, workload_problems
 from embedcalc.errors import ConfigError, Problem
 
@@ -32,8 +32,19 @@ def does_not_fit(target: str, errors: list[Problem]) -> ConfigError:
     return ConfigError(f"{target}: the workload does not fit the config\n{lines}", errors)
 
 
-def analyze_loaded(loaded: LoadedConfig, workload: Workload) -> Analysis:
-    """Check ``workload`` against ``loaded.config`` and analyse it; raises ConfigError when they do not fit."""
+def own_dtype(loaded: LoadedConfig, workload: Workload) -> Workload:
+    """``workload`` in the model's own dtype unless one was chosen (``dtype_source``: ``preset`` for a shipped
+    preset, ``config`` for a config file or a Hugging Face config.json; embedcalc.config.dtypes)."""
+    source: DtypeSource = "preset" if loaded.source == "preset" else "config"
+    return with_model_dtype(workload, loaded.config.dtype, source)
+
+
+def analyze_loaded(loaded: LoadedConfig, workload: Workload, model_dtype: bool = True) -> Analysis:
+    """Check ``workload`` against ``loaded.config`` and analyse it, in the model's own dtype when no dtype was
+    chosen (``model_dtype``; bench passes False: it runs what it measures); raises ConfigError when they do not
+    fit."""
+    if model_dtype:
+        workload = own_dtype(loaded, workload)
     target = loaded.target
     workload_errors, parallel_errors, warnings = fit_problems(loaded.config, workload)
     errors = workload_errors + parallel_errors

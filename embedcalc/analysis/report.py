@@ -39,6 +39,8 @@ class Analysis:
         """The ``results[]`` entry of DESIGN.md §5 (``as_json`` is the same)."""
         return {
             "target": self.target,
+            "dtype": self.workload.dtype,
+            "dtype_source": self.workload.dtype_source,
             "config": self.config.model_dump(mode="json"),
             "derived": self.config.derived(),
             "params": {

@@ -28,7 +28,7 @@ import numpy as np
 
 from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
 from embedcalc.analysis.sweep_rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
 from embedcalc.config.checks import workload_problems
 from embedcalc.config.loading import validate_config
 from embedcalc.config.schema import ModelConfig
@@ -57,6 +57,7 @@ class SweepBase:
     data: dict[str, Any]
     user_keys: dict[str, str]
     origin: str
+    dtype_source: DtypeSource = "config"  # where the mapping's own dtype comes from: a preset or a config file
 
     def config_at(self, point: Mapping[str, int], swept: Sequence[str] = ()) -> ModelConfig:
         """The validated config with ``point``'s config-axis values set; swept fields are named by their flag."""
@@ -175,6 +176,7 @@ def sweep_target(
 ) -> SweepResult:
     """Evaluate the loaded target ``base`` at every point of the cartesian product of ``axes`` (module docstring)."""
     target = base.target
+    workload = with_model_dtype(workload, base.data.get("dtype"), base.dtype_source)
     if "num_layers" in axes and base.data.get("layers") is not None:
         raise SweepError(
             f"{base.origin}: --num-layers cannot be swept for a config with an explicit layers pattern (which runs "

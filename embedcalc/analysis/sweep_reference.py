@@ -11,7 +11,7 @@ from typing import Any
 
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep import SweepBase
-from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
+from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload, with_model_dtype
 from embedcalc.config.checks import workload_problems
 from embedcalc.errors import ConfigError
 
@@ -25,6 +25,7 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
         config = base.config_at(point, tuple(point))
     except ConfigError as exc:
         return {"problems": exc.problems}
+    workload = with_model_dtype(workload, config.dtype, base.dtype_source)  # as the grid: the model's own dtype
     run = replace(
         workload,
         batch_size=int(point.get("batch_size", workload.batch_size)),

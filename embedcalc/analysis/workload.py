@@ -5,7 +5,7 @@ The dtype names and what each means for memory and time are :mod:`embedcalc.conf
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from numbers import Integral
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -213,3 +213,11 @@ class Workload:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def with_model_dtype(workload: Workload, model_dtype: str | None, source: DtypeSource) -> Workload:
+    """``workload`` in the model's own dtype (from ``source``: a preset, a config file) when nobody chose one:
+    its ``dtype_source`` is still ``default``. A chosen dtype (``--dtype``, ``dtype=``) is kept."""
+    if workload.dtype_source != "default" or model_dtype is None:
+        return workload
+    return replace(workload, dtype=model_dtype, dtype_source=source)  # type: ignore[arg-type]

@@ -112,10 +112,12 @@ def _report(analysis: Analysis, time: TimeOptions, budget: Budget) -> AnalysisRe
     return AnalysisReport(analysis, estimate, budget_problems(budget, [analysis]))
 
 
-def analyze_target(target: str, overrides: Sequence[str] | None, run: Workload) -> Analysis:
+def analyze_target(
+    target: str, overrides: Sequence[str] | None, run: Workload, model_dtype: bool = True
+) -> Analysis:
     """TARGET as the CLI names it, loaded with ``--set``, checked against the workload and analysed (its warnings
-    on the result)."""
-    return analyze_loaded(load_target(target, overrides), run)
+    on the result); in the model's own dtype unless one was chosen or ``model_dtype`` is False (bench)."""
+    return analyze_loaded(load_target(target, overrides), run, model_dtype)
 
 
 def analyze_report(

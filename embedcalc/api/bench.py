@@ -105,7 +105,7 @@ def refuse_unless_fits(analysis: Analysis, dev: Any, options: RunOptions, decode
 
 def measured_analysis(loaded: LoadedConfig, run: Workload) -> Analysis:
     """The prediction a measurement of ``loaded`` is put beside: for dropout 0, checked against the workload."""
-    return analyze_loaded(without_dropout(loaded), run)
+    return analyze_loaded(without_dropout(loaded), run, model_dtype=False)  # it runs the dtype it measures
 
 
 def bench(

@@ -90,7 +90,7 @@ def check(
 ) -> CheckReport:
     """``embedcalc check``: each target loaded with ``--set`` and validated; with a budget, also the workload
     (the budget is judged on it, so it must be possible) and the budget itself."""
-    from embedcalc.analysis.checked import does_not_fit, fit_problems
+    from embedcalc.analysis.checked import does_not_fit, fit_problems, own_dtype
     from embedcalc.analysis.report import analyze
     from embedcalc.config.checks import config_warnings
 
@@ -103,9 +103,10 @@ def check(
             found = _suggestions(target, overrides) if suggest else None
             results.append(TargetCheck(target, error=exc, suggestions=found))
             continue
+        at = own_dtype(loaded, run)  # the model's own dtype unless one was chosen
         # the rules analyze applies (one place: fit_problems); the workload's own only with a budget, which is judged
         # on it, the parallel layout's always (--tp 5 on 12 heads is invalid whether or not a budget is given)
-        workload_errors, parallel_errors, workload_warnings = fit_problems(loaded.config, run)
+        workload_errors, parallel_errors, workload_warnings = fit_problems(loaded.config, at)
         errors = parallel_errors + (workload_errors if not budget.empty else [])
         if errors:
             results.append(TargetCheck(target, error=does_not_fit(target, errors)))
@@ -113,7 +114,7 @@ def check(
         warnings = config_warnings(loaded.config, loaded.user_keys, published=loaded.source != "file")
         if not budget.empty:
             warnings += workload_warnings
-        analysis = analyze(target, loaded.config, run, warnings)
+        analysis = analyze(target, loaded.config, at, warnings)
         if not budget.empty:
             over += budget_problems(budget, [analysis])
         results.append(TargetCheck(target, loaded, analysis, warnings))

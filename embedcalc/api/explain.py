@@ -36,6 +36,7 @@ class Explanation:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     narrowed: bool = False
+    workload: Workload | None = None  # as answered: in the model's own dtype unless one was chosen
 
     @property
     def valid(self) -> bool:
@@ -110,13 +111,13 @@ def explain(
     config: ModelConfig | None = None
     try:
         analysis = analyze_target(target, overrides, run)
-        config = analysis.config
+        config, run = analysis.config, analysis.workload  # the model's own dtype unless --dtype
         answers = [(t, _answer(t, config, run)) for t in asked]
     except ConfigError as error:
         if config is not None:
             raise
         return _invalid_heads(target, overrides, error, asked, run)
-    return Explanation(target, config, answers, warnings=analysis.warnings)
+    return Explanation(target, config, answers, warnings=analysis.warnings, workload=run)
 
 
 def _invalid_heads(

@@ -77,6 +77,7 @@ def sweep(
         data=loaded.config.model_dump(exclude_unset=True),
         user_keys=dict(loaded.user_keys),
         origin=loaded.target,
+        dtype_source="preset" if loaded.source == "preset" else "config",
     )
     return Sweep(sweep_target(base, axes, workload_of(workload, workload_fields)))
 
@@ -96,7 +97,8 @@ def sweep_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
         raise ConfigError(f"{origin}: {len(problems)} problem{'s' * (len(problems) > 1)}\n{lines}", problems)
     if source == "preset" and "name" not in data:
         data["name"] = target
-    return SweepBase(target=target, data=data, user_keys=user_keys, origin=origin)
+    return SweepBase(target=target, data=data, user_keys=user_keys, origin=origin,
+                     dtype_source="preset" if source == "preset" else "config")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,8 @@ def analyze_command(
     output.warn(result.warnings, target)
     if format is OutputFormat.json:
         status = "error" if over else "ok"
-        output.emit_json("analyze", [report.to_json()], workload.as_dict(), over, status)
+        # the workload as analysed: in the model's own dtype unless --dtype (dtype_source says which)
+        output.emit_json("analyze", [report.to_json()], result.workload.as_dict(), over, status)
     else:
         from embedcalc.render.tables import flops_table, memory_table, params_table
 

@@ -67,8 +67,17 @@ def compare_command(
     if plot is not None:
         _plot(targets, overrides, workload, plot, plot_seq_len)
     over = [p for r in reports for p in r.over_budget]
-    _render(reports, format, workload.as_dict(), over)
+    _render(reports, format, compared_workload(workload, [r.analysis.workload for r in reports]), over)
     enforce_budget(over, json_emitted=format is CompareFormat.json)
+
+
+def compared_workload(asked: Workload, analysed: list[Workload]) -> dict[str, Any]:
+    """The workload of the compare JSON: the one analysed when every target ran in the same dtype, else the one
+    asked with ``dtype`` and ``dtype_source`` ``per-result`` (each result names its own: targets default to their
+    own dtypes)."""
+    if len({(w.dtype, w.dtype_source) for w in analysed}) == 1:
+        return analysed[0].as_dict()
+    return asked.as_dict() | {"dtype": "per-result", "dtype_source": "per-result"}
 
 
 def _render(

@@ -77,7 +77,7 @@ def explain_command(
              "config_problems": [p.as_dict() for p in problems], "answer": asdict(a)}
             for t, a in answers
         ]  # fmt: skip
-        output.emit_json("explain", results, workload.as_dict())
+        output.emit_json("explain", results, (result.workload or workload).as_dict())
         return
     from embedcalc.render.explain import render_answer
     from embedcalc.render.i18n import Messages

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
+from embedcalc.config.dtypes import Dtype, DtypeError, canonical_dtype
 from embedcalc.config.layer_rules import LayerRules
 from embedcalc.config.mixers import MixerSpec
 from embedcalc.config.resolved import (
@@ -36,7 +38,26 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype_name(cls, value: object) -> object:
+        """A short name or an alias (``bfloat16``) -> the short name (embedcalc.config.dtypes)."""
+        if value is None:
+            return None
+        try:
+            return canonical_dtype(value)
+        except DtypeError as exc:
+            raise PydanticCustomError("unknown_dtype", str(exc)) from None
+
     name: str | None = Field(default=None, description="A label for tables and JSON output.")
+    dtype: Dtype | None = Field(
+        default=None,
+        description=(
+            "The model's own dtype (fp32, bf16, fp16, fp8, int8, int4; float32, bfloat16 and float16 accepted): "
+            "the format its published weights are in, used when no --dtype is given (a Hugging Face config's "
+            "torch_dtype or dtype). None: fp32."
+        ),
+    )
     architecture: Architecture = Field(
         description="encoder (BERT), decoder (GPT, causal) or encoder-decoder (the original Transformer, T5)."
     )

@@ -27,11 +27,11 @@ from typing import Any
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
-from embedcalc.config.dtypes import DTYPE_BYTES
+from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.config.schema import ModelConfig
 from embedcalc.reconcile.checkpoint_names import TensorRole, tensor_role
 
-_HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
 _STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
 
 

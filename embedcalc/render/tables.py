@@ -14,6 +14,7 @@ from rich.table import Table
 
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.report import Analysis
+from embedcalc.analysis.workload import Workload
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 
@@ -110,7 +111,7 @@ def flops_table(a: Analysis) -> Table:
 def memory_table(a: Analysis, serving: ServingMemory | None = None) -> Table:
     w = a.workload
     table = FitTable(
-        title=f"Memory — {w.mode}, {w.dtype}, attention {w.attention}",
+        title=f"Memory — {w.mode}, {dtype_label(w)}, attention {w.attention}",
         title_justify="left",
         caption=_memory_caption(a),
     )
@@ -198,6 +199,11 @@ def crossover_text(n: int | float) -> str:
     return f"{int(n):,}"
 
 
+def dtype_label(w: Workload) -> str:
+    """``bf16 (preset)``: the dtype and where it came from (--dtype, the preset, the config, the default)."""
+    return f"{w.dtype} ({'--dtype' if w.dtype_source == 'flag' else w.dtype_source})"
+
+
 def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], list[int | float | str | None]]]:
     """(label, formatted cells, raw values) per row; shared by the table, CSV and Markdown renderings."""
     rows: list[tuple[str, list[str], list[int | float | str | None]]] = []
@@ -210,6 +216,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
         rows.append((label, cells, values))
 
     row("architecture", [a.config.architecture for a in analyses])
+    row("dtype", [dtype_label(a.workload) for a in analyses])
     row("embed_dim", [a.config.embed_dim for a in analyses])
     row("num_heads / head_dim", [f"{a.config.num_heads} / {a.config.derived()['head_dim']}" for a in analyses])
     row("num_kv_heads", [a.config.resolved_kv_heads for a in analyses])
@@ -247,7 +254,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
 def compare_table(analyses: Sequence[Analysis]) -> Table:
     w = analyses[0].workload
     table = FitTable(
-        title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.dtype}, {w.mode}",
+        title=f"Compare — batch {w.batch_size}, seq_len {w.seq_len}, {w.mode}",
         caption=PARAMS_CAPTION + " " + FLOPS_CAPTION,
         title_justify="left",
         keep=1,  # too wide: the targets in groups, one table below the other, each with the labels

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from embedcalc.config.dtypes import ALIASES
 from embedcalc.config.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
 from embedcalc.config.hf.registry import FAMILIES, MULTIMODAL_TEXT
 from embedcalc.config.hf.unsupported import flat_text_config, unsupported_family
@@ -118,6 +119,7 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         raise _unsupported(model_type, origin, raw)
     reader = KeyReader(raw, family)
     family.read(reader)
+    _read_dtype(reader, raw)
     name = _name(raw, path)
     if name is not None:
         reader.consumed.add("_name_or_path")
@@ -135,6 +137,23 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         family.model_type, family.counted_as + head, reader.mapped, reader.ignored, reader.notes
     )
     return HFMapping(reader.data, reader.user_keys, report)
+
+
+def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:
+    """The checkpoint's dtype as the config's ``dtype``: ``torch_dtype`` (transformers 4) or ``dtype``
+    (transformers 5 writes this name), or fp8 when ``quantization_config`` says the weights are FP8 (DeepSeek-V3's
+    e4m3 blocks; other quantization methods are not a dtype embedcalc names, and ``--dtype`` sets one)."""
+    quant = raw.get("quantization_config")
+    if isinstance(quant, Mapping) and quant.get("quant_method") == "fp8":
+        reader.consumed.add("quantization_config")
+        reader.put("dtype", "fp8", "quantization_config", "file", "quant_method fp8: the weights are stored in FP8")
+        return
+    for key in ("dtype", "torch_dtype"):
+        value = raw.get(key)
+        if isinstance(value, str) and value in ALIASES:
+            reader.consumed.add(key)
+            reader.put("dtype", ALIASES[value], key, "file")
+            return
 
 
 def _map_text_model(

@@ -174,8 +174,8 @@ def common_reason(key: str, value: Any) -> str | None:
         if key.startswith(prefix):
             return reason
     if key in ("torch_dtype", "dtype"):
-        hint = f"; pass --dtype {value}" if value in ("float32", "bfloat16", "float16") else ""
-        return f"the dtype the checkpoint is stored in ({value}); memory is computed for --dtype{hint}"
+        return (f"the dtype the checkpoint names ({value}); the model's dtype is read from dtype / torch_dtype "
+                "or an fp8 quantization_config, and --dtype overrides it")
     return None
 
 
