@@ -33,6 +33,19 @@ def test_gpt2_tp2_dp2_zero3_agrees_on_every_rank_and_collective(cli: Any) -> Non
     assert kinds[("all-reduce", "backward")]["torch_count"] == 12 * 4 + 1  # q, k, v, ffn in; the head input
 
 
+@pytest.mark.slow  # about 13 s: FSDP2 over gpt2 on the fake process group
+def test_gpt2_dp2_zero3_reads_each_ranks_own_chunk(cli: Any) -> None:
+    # issue 24: with no --tp, FSDP2 shards on a 1-D dp mesh; each rank's chunk of the odd 50,257-row token table is
+    # torch's (rows rounded up per rank, the last rank short): 25,129 and 25,128 rows of 768
+    code, out, err = _verify(cli, "gpt2", "--dp", "2", "--zero", "3")
+    assert code == 0, err
+    sharded = out["results"][0]["sharded"]
+    assert sharded["agree"] and sharded["mismatches"] == []
+    assert {r["rank"] for r in sharded["shards"]} == {0, 1}
+    text = json.dumps(sharded)
+    assert "19299072" in text and "19298304" in text
+
+
 def test_pipeline_stages_match_the_module_split(cli: Any) -> None:
     code, out, err = _verify(cli, "gpt2", "--pp", "4")
     assert code == 0, err

@@ -155,8 +155,10 @@ def _rank_local_numel(param: Any, mesh_shape: tuple[int, ...]) -> list[int]:
             rest //= size
         coordinate.reverse()
         shape = list(param.shape)
-        mesh_dims = param.device_mesh.mesh.dim()
-        offset = len(mesh_shape) - mesh_dims  # a 1-D tp mesh is the last dimension of (dp, tp)
+        # the parameter's mesh is (dp, tp), or one of its 1-D slices: map each of its dimensions to the full mesh
+        # by name (a 1-D dp mesh is the first dimension of (dp, tp), a 1-D tp mesh the last)
+        names = param.device_mesh.mesh_dim_names or ("dp", "tp")[len(mesh_shape) - param.device_mesh.mesh.dim():]
+        where = [("dp", "tp").index(name) for name in names]
         # plain shards first, then strided ones: FSDP2 over a TP-sharded tensor (_StridedShard on dp) chunks the
         # TP-local piece, so the tp split applies before the dp split
         order = sorted(enumerate(param.placements), key=lambda item: type(item[1]).__name__ == "_StridedShard")
@@ -164,7 +166,7 @@ def _rank_local_numel(param: Any, mesh_shape: tuple[int, ...]) -> list[int]:
             dim = getattr(placement, "dim", None)
             if isinstance(dim, int) and (isinstance(placement, Shard) or type(placement).__name__ == "_StridedShard"):
                 shape[dim] = Shard(dim)._local_shard_size_and_offset(
-                    shape[dim], param.device_mesh.size(mesh_dim), coordinate[offset + mesh_dim]
+                    shape[dim], param.device_mesh.size(mesh_dim), coordinate[where[mesh_dim]]
                 )[0]
         numel = 1
         for s in shape:
