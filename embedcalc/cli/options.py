@@ -88,6 +88,14 @@ def dtype_metavar(choices: tuple[str, ...] = DTYPES) -> str:
     return "|".join(choices)
 
 
+def dtype_option(default_help: str) -> Any:
+    """The ``--dtype`` option of the analytic commands: the shared vocabulary, parser and metavar; the caller
+    states its default."""
+    return typer.Option(
+        "--dtype", parser=dtype_parser(), metavar=dtype_metavar(), help=f"{dtype_choices()}. {default_help}"
+    )
+
+
 def _budget_option(flag: str, kind: str, help: str) -> Any:
     return typer.Option(flag, parser=size_parser(kind), metavar="SIZE", help=help)
 
@@ -134,13 +142,10 @@ class WorkloadFlags:
     tgt_len: TgtOption = _W.tgt_len
     dtype: Annotated[
         str | None,
-        typer.Option(
-            "--dtype",
-            parser=dtype_parser(),
-            metavar=dtype_metavar(),
-            help=f"{dtype_choices()}. Default: the model's own (a preset's published dtype, a config's dtype or "
-            "torch_dtype), else fp32. fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest bf16; "
-            "int8/int4: weight-only with an fp16 scale and zero per --quant-group-size inputs, inference only.",
+        dtype_option(
+            "Default: the model's own (a preset's published dtype, a config's dtype or torch_dtype), else fp32. "
+            "fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest bf16; int8/int4: weight-only with "
+            "an fp16 scale and zero per --quant-group-size inputs, inference only."
         ),
     ] = None
     quant_group_size: Annotated[

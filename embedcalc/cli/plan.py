@@ -13,8 +13,7 @@ from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
 from embedcalc.cli.hardware_options import KvDtypeOption
-from embedcalc.cli.options import bounded_int, dtype_metavar, dtype_parser, size_parser
-from embedcalc.config.dtypes import dtype_choices
+from embedcalc.cli.options import bounded_int, dtype_option, size_parser
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
@@ -116,13 +115,7 @@ def plan_command(
     ] = None,
     dtype: Annotated[
         str | None,
-        typer.Option(
-            "--dtype",
-            parser=dtype_parser(),
-            metavar=dtype_metavar(),
-            help=f"{dtype_choices()}. Default: the model's own (bf16 when it records none); fp16 on devices "
-            "without bf16 (T4, V100).",
-        ),
+        dtype_option("Default: the model's own (bf16 when it records none); fp16 on devices without bf16 (T4, V100)."),
     ] = None,
     kv_dtype: KvDtypeOption = None,
     max_ttft: Annotated[
