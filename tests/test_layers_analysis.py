@@ -95,7 +95,7 @@ def test_reference_totals(name: str) -> None:
     assert params.total == total
     if active is not None:
         assert active_params(c) == active
-    result = analyze(name, c, Workload()).as_json()
+    result = analyze(name, c, Workload()).to_json()
     assert result["params"]["total"] == total
     assert result["params"]["active"] == (active if active is not None else active_params(c))
     assert sum(result["params"]["breakdown"].values()) == total
@@ -215,7 +215,7 @@ def test_moe_tensors_flops_and_active() -> None:
     assert fl["decoder/moe/shared_gate"] == L * 2 * t * D
     dense = config(TINY)
     assert active_params(dense) == count_params(dense).total
-    assert analyze("x", dense, Workload()).as_json()["params"]["active"] == count_params(dense).total
+    assert analyze("x", dense, Workload()).to_json()["params"]["active"] == count_params(dense).total
 
 
 def test_qk_norms_sinks_and_norm_placements() -> None:
@@ -289,9 +289,9 @@ def test_flat_config_equals_its_explicit_layer_pattern() -> None:
         Workload(batch_size=2, seq_len=32),
         Workload(mode="training", seq_len=16, recompute="selective"),
     ):
-        expected = analyze("x", flat, w).as_json()
+        expected = analyze("x", flat, w).to_json()
         for other in (patterned, variant):
-            got = analyze("x", other, w).as_json()
+            got = analyze("x", other, w).to_json()
             for key in ("params", "flops", "memory"):
                 assert got[key] == expected[key], key
 

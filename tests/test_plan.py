@@ -101,7 +101,7 @@ def test_row_numbers_equal_analyze(llama70b: PlanResult) -> None:
     assert row.memory.kv_cache_bytes == batch["memory"]["kv_cache_bytes"]
     # and analyze's serving view of the same layout agrees
     serving = _analyze_json(*common, "--concurrency", "32", "--memory-utilization", "0.9")
-    assert serving["memory"]["serving"] == row.memory.as_json()
+    assert serving["memory"]["serving"] == row.memory.to_json()
 
 
 def test_rows_sort_ok_first_then_cheapest_per_million_tokens() -> None:

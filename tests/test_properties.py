@@ -116,7 +116,7 @@ def _scale_batch(w: Workload, k: int) -> Workload:
 @given(configs(), workloads())
 def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Workload) -> None:
     result = analyze("x", config, workload)
-    out = result.as_json()
+    out = result.to_json()
     params, flops, memory = out["params"], out["flops"], out["memory"]
 
     assert sum(params["breakdown"].values()) == params["total"] > 0
@@ -433,7 +433,7 @@ def test_layered_breakdowns_sum_and_flops_linear_in_batch(data: dict[str, Any], 
     from embedcalc.analysis.params import active_params
 
     config = ModelConfig.model_validate(data)
-    out = analyze("x", config, workload).as_json()
+    out = analyze("x", config, workload).to_json()
     assert sum(out["params"]["breakdown"].values()) == out["params"]["total"]
     assert 0 < out["params"]["active"] <= out["params"]["total"] == count_params(config).total
     assert out["params"]["active"] == active_params(config)
@@ -457,9 +457,9 @@ def test_layered_flat_equals_explicit_pattern(data: dict[str, Any]) -> None:
     variant = ModelConfig.model_validate({**data, "blocks": {"same": {}},
                                           "layers": [{"pattern": ["same"], "repeat": data["num_layers"]}]})  # fmt: skip
     w = Workload(batch_size=2, seq_len=16, mode="training", recompute="selective")
-    expected = analyze("x", flat, w).as_json()
+    expected = analyze("x", flat, w).to_json()
     for other in (explicit, variant):
-        got = analyze("x", other, w).as_json()
+        got = analyze("x", other, w).to_json()
         assert all(got[key] == expected[key] for key in ("params", "flops", "memory"))
 
 

@@ -91,7 +91,7 @@ def sweep(name: str) -> SweepResult:
 @pytest.mark.parametrize("name", PRESETS)
 def test_analyze_and_check(name: str, width: int) -> None:
     a = analysis(name)
-    result = a.as_json()  # what `analyze --format json` prints
+    result = a.to_json()  # what `analyze --format json` prints
     params, flops, memory = result["params"], result["flops"], result["memory"]
     numbers = [params["total"], *params["breakdown"].values(), *flops["breakdown"].values()]
     numbers += [flops["forward"], flops["forward_causal"], flops["training_step"]]

@@ -243,7 +243,7 @@ def test_measured_efficiency_from_the_cache(tmp_path: Path, monkeypatch: pytest.
 def test_efficiency_is_a_plain_fraction() -> None:
     assert Efficiency().compute == 1.0
     _, est = _estimate("gpt2")
-    assert est.as_json()["efficiency"]["source"].startswith("calibration")
+    assert est.to_json()["efficiency"]["source"].startswith("calibration")
     assert count_params(load_target("gpt2").config).total == 124_439_808
 
 

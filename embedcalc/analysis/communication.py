@@ -106,7 +106,7 @@ class CommunicationEstimate:
         """Seconds on a link of ``bandwidth_bytes_per_s`` per direction, nothing overlapped with compute."""
         return self.wire_bytes / bandwidth_bytes_per_s
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "wire_bytes": self.wire_bytes,
             "by_group": self.by_group(),

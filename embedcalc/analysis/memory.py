@@ -110,7 +110,7 @@ class MemoryEstimate(_MemoryKinds):
     def as_dict(self) -> dict[str, int]:
         return self._kinds()
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.as_dict(), "activations_breakdown": self.activations.as_dict()}
         if len(self.stages) > 1:
             out["stages"] = [s.as_dict() for s in self.stages]

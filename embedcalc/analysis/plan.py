@@ -94,7 +94,7 @@ class Layout:
         parts += [f"DP {self.dp}"] if self.dp > 1 else []
         return " · ".join(parts)
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "devices": self.devices, "tp": self.tp, "pp": self.pp, "dp": self.dp,
                 "zero": self.zero, "recompute": self.recompute}  # fmt: skip
 
@@ -106,7 +106,7 @@ class Price:
     per_device_hour: float
     source: str
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"per_device_hour": self.per_device_hour, "source": self.source}
 
 
@@ -127,7 +127,7 @@ class ServingTimes:
     requests_per_s: float
     latency_s: float  # one request, arrival to last token
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency, "batch": self.batch, "prefill_s": self.prefill_s,
             "decode_step_s": self.decode_step_s, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
@@ -192,7 +192,7 @@ class Objectives:
             out.append(f"{amount(t.tokens_per_s)} tokens/s < {amount(self.min_tokens_per_s)}")
         return out
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"max_ttft_s": self.max_ttft_s, "max_tpot_s": self.max_tpot_s,
                 "min_tokens_per_s": self.min_tokens_per_s}  # fmt: skip
 
@@ -235,13 +235,13 @@ class ServingRow:
         return (not self.ok, cost is None, cost or 0.0, self.device_s_per_token, self.layout.devices,
                 self.layout.device, self.layout.tp)  # fmt: skip
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
-            "layout": self.layout.as_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
+            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
             "max_concurrency": self.max_concurrency,
-            "memory": None if self.memory is None else self.memory.as_json(),
-            "times": None if self.times is None else self.times.as_json(),
-            "price": None if self.price is None else self.price.as_json(),
+            "memory": None if self.memory is None else self.memory.to_json(),
+            "times": None if self.times is None else self.times.to_json(),
+            "price": None if self.price is None else self.price.to_json(),
             "cost_per_hour": self.cost_per_hour, "cost_per_million_tokens": self.cost_per_million_tokens,
         }  # fmt: skip
 
@@ -286,13 +286,13 @@ class TrainingRow:
         return (not self.fits, not self.meets_deadline, self.wall_s if self.wall_s is not None else math.inf,
                 self.layout.devices, self.layout.device, self.layout.tp, self.layout.pp)  # fmt: skip
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
-            "layout": self.layout.as_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
+            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
             "fits": self.fits, "meets_deadline": self.meets_deadline, "memory_choice": self.memory_choice,
             "memory_bytes": self.memory_bytes, "memory_limit_bytes": self.memory_limit_bytes, "step_s": self.step_s,
             "wall_s": self.wall_s, "device_hours": self.device_hours,
-            "price": None if self.price is None else self.price.as_json(), "cost": self.cost,
+            "price": None if self.price is None else self.price.to_json(), "cost": self.cost,
             "memory": self.memory, "train": self.train,
         }  # fmt: skip
 
@@ -319,12 +319,9 @@ class PlanResult:
         return {
             "target": self.target, "mode": self.mode, "ok": self.ok, "recommendation": self.recommendation,
             "settings": self.settings, "layouts_evaluated": len(self.rows),
-            "layouts_ok": sum(r.ok for r in self.rows), "layouts": [r.as_json() for r in self.rows],
+            "layouts_ok": sum(r.ok for r in self.rows), "layouts": [r.to_json() for r in self.rows],
             "warnings": [w.as_dict() for w in self.warnings],
         }  # fmt: skip
-
-    def as_json(self) -> dict[str, Any]:
-        return self.to_json()
 
 
 def _money(value: float | None) -> str:

@@ -109,10 +109,10 @@ def _times(
     batch); none does: one."""
     # the prefill of one prompt: analyze's prefill_s at batch 1 (which the generated tokens do not change)
     one = replace(w, batch_size=1, gen_tokens=0)
-    prefill: float = _time(config, one, device, request).as_json()["prefill_s"]
+    prefill: float = _time(config, one, device, request).to_json()["prefill_s"]
 
     def step(n: int) -> float:  # analyze's mean decode step at batch n over the generation
-        mean: float = _time(config, replace(w, batch_size=n), device, request).as_json()[
+        mean: float = _time(config, replace(w, batch_size=n), device, request).to_json()[
             "decode_s_per_token_mean"
         ]
         return mean

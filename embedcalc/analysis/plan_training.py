@@ -94,7 +94,7 @@ def evaluate_training(
                                global_batch=request.global_batch)  # fmt: skip
     m = memory
     estimate = estimate_time(config, w, request_time, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)
-    run = estimate.as_json()
+    run = estimate.to_json()
     train = run["train"]
     reasons: tuple[str, ...] = ()
     if request.deadline_s is not None and train["wall_s"] > request.deadline_s:

@@ -36,7 +36,7 @@ class Analysis:
             object.__setattr__(self, "active_params", self.params.total)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of DESIGN.md §5 (``as_json`` is the same)."""
+        """The ``results[]`` entry of DESIGN.md §5."""
         return {
             "target": self.target,
             "dtype": self.workload.dtype,
@@ -58,15 +58,11 @@ class Analysis:
                 "breakdown": self.flops.breakdown.as_dict(),
                 "elementwise_estimate": self.flops.elementwise.as_dict(),
             },
-            "memory": self.memory.as_json(),
+            "memory": self.memory.to_json(),
             "crossover_seq_len": self.crossover_seq_len,
-            "communication": self.communication.as_json(),
+            "communication": self.communication.to_json(),
             "warnings": [w.as_dict() for w in self.warnings],
         }
-
-    def as_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of DESIGN.md §5 (the name the CLI uses; :meth:`to_json` is the public one)."""
-        return self.to_json()
 
 
 def analyze(

@@ -88,7 +88,7 @@ class ComponentTime:
         """FLOPs per byte moved (None when nothing is moved)."""
         return self.traffic.flops / self.traffic.bytes if self.traffic.bytes else None
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         t = self.traffic
         return {
             "flops": t.flops, "bytes": t.bytes, "weight_bytes": t.weight_bytes,
@@ -155,7 +155,7 @@ class Schedule:
     global_batch: int
     bubble_fraction: float
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"accumulation_steps": self.accumulation_steps, "global_batch": self.global_batch,
                 "bubble_fraction": self.bubble_fraction}  # fmt: skip
 
@@ -172,7 +172,7 @@ class TimeModel:
     held_out_max_ratio: float
     override: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"calibration": self.name, "fitted_on": list(self.fitted_on), "held_out": list(self.held_out),
                 "held_out_median_error": self.held_out_median_error, "held_out_max_ratio": self.held_out_max_ratio,
                 "efficiency_override": self.override}  # fmt: skip
@@ -250,7 +250,7 @@ class RooflineEstimate:
             },
         }  # fmt: skip
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         times = self.times_json()
         cap = self.capacity
         bound = self.lower_bound
@@ -259,7 +259,7 @@ class RooflineEstimate:
             "peak_flops_per_s": self.peak_flops_per_s, "memory_bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "efficiency": {"compute": self.efficiency.compute, "memory": self.efficiency.memory,
                            "source": self.efficiency.source},
-            "model": None if self.model is None else self.model.as_json(),
+            "model": None if self.model is None else self.model.to_json(),
             "lower_bound": None if bound is None else bound.times_json(),
             **{k: v for k, v in times.items() if k != "train"},
             "decode_kv_len": self.decode_kv_len,
@@ -269,8 +269,8 @@ class RooflineEstimate:
             "memory_limit_bytes": cap.limit_bytes if cap else None,
             "memory_limit_source": cap.limit_source if cap else None,
             "train": times["train"],
-            "schedule": None if self.schedule is None else self.schedule.as_json(),
+            "schedule": None if self.schedule is None else self.schedule.to_json(),
             "terms": {name: p.terms() for name, p in self.phases.items() if p.extra},
             "bound": {name: p.bound for name, p in self.phases.items()},
-            "breakdown": {name: {c.key: c.as_json() for c in p.components} for name, p in self.phases.items()},
+            "breakdown": {name: {c.key: c.to_json() for c in p.components} for name, p in self.phases.items()},
         }  # fmt: skip

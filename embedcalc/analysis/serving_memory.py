@@ -58,7 +58,7 @@ class ServingStage:
     def total_bytes(self, concurrency: int) -> int:
         return self.weights_bytes + self.workspace_bytes + concurrency * self.per_sequence_bytes
 
-    def as_json(self, concurrency: int) -> dict[str, int]:
+    def to_json(self, concurrency: int) -> dict[str, int]:
         return {"stage": self.index, "weights_bytes": self.weights_bytes, "workspace_bytes": self.workspace_bytes,
                 "kv_per_sequence_bytes": self.kv_per_sequence_bytes,
                 "paged_kv_per_sequence_bytes": self.paged_kv_per_sequence_bytes,
@@ -119,7 +119,7 @@ class ServingMemory:
         usable = self.usable_bytes
         return None if usable is None else self.used_bytes <= usable
 
-    def as_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "concurrency": self.concurrency, "block_tokens": self.block_tokens,
             "tokens_per_sequence": self.tokens_per_sequence,
@@ -131,7 +131,7 @@ class ServingMemory:
             "reserve_bytes": self.reserve_bytes, "used_bytes": self.used_bytes, "total_bytes": self.total_bytes,
             "device_bytes": self.device_bytes, "utilization": self.utilization, "usable_bytes": self.usable_bytes,
             "fits": self.fits, "max_concurrency": self.max_concurrency,
-            **({"stages": [s.as_json(self.concurrency) for s in self.stages]} if len(self.stages) > 1 else {}),
+            **({"stages": [s.to_json(self.concurrency) for s in self.stages]} if len(self.stages) > 1 else {}),
         }  # fmt: skip
 
 

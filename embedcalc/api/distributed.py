@@ -36,7 +36,7 @@ class DistributedReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --nproc N --format json``."""
-        return self.analysis.as_json() | {"distributed": self.result.to_json()}
+        return self.analysis.to_json() | {"distributed": self.result.to_json()}
 
 
 def _refuse_unless_fits(analysis: Analysis, nproc: int, dev: Any, free: int) -> None:

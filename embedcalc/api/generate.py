@@ -37,7 +37,7 @@ class GenerationReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --mode generate --format json``."""
-        return self.analysis.as_json() | {"measurement": self.measurement.to_json()}
+        return self.analysis.to_json() | {"measurement": self.measurement.to_json()}
 
 
 def _local_roofline(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[RooflineEstimate | None, str]:

@@ -242,7 +242,7 @@ def plan(
         )  # fmt: skip
         rows = tuple(plan_serving(loaded.config, devices, serve))
         settings = {"workload": w.as_dict(), "concurrency": concurrency, "rate": rate, "kv_dtype": kv_dtype,
-                    "memory_utilization": serve.utilization, "objectives": serve.objectives.as_json(),
+                    "memory_utilization": serve.utilization, "objectives": serve.objectives.to_json(),
                     "max_devices": serve.max_devices}  # fmt: skip
     settings["dtype_source"] = (
         "given"

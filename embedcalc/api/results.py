@@ -83,8 +83,8 @@ class AnalysisReport:
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any
         (and ``memory.serving`` with serving memory)."""
-        time = {} if self.time is None else {"time": self.time.as_json()}
-        out = self.analysis.as_json() | time
+        time = {} if self.time is None else {"time": self.time.to_json()}
+        out = self.analysis.to_json() | time
         if self.serving is not None:
-            out["memory"]["serving"] = self.serving.as_json()
+            out["memory"]["serving"] = self.serving.to_json()
         return out

@@ -118,7 +118,7 @@ class SweepReport:
         entry = result_json(self.result)
         if self.times is not None:
             for point, estimate in zip(entry["points"], self.times, strict=True):
-                point["time"] = None if estimate is None else estimate.as_json()
+                point["time"] = None if estimate is None else estimate.to_json()
         return entry | ({"measured": self.measured.to_json()} if self.measured else {})
 
 

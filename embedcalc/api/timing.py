@@ -95,7 +95,7 @@ def apply_time(
     estimate = estimate_time(
         analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
     )
-    require_finite(estimate.as_json(), f"{analysis.target}: time")
+    require_finite(estimate.to_json(), f"{analysis.target}: time")
     if max_memory is not None:
         limit, source = max_memory, "--max-memory"
     elif device is not None:

@@ -166,7 +166,7 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement``."""
-        return self.analysis.as_json() | {"measurement": self.measurement.to_json()}
+        return self.analysis.to_json() | {"measurement": self.measurement.to_json()}
 
 
 @dataclass(frozen=True)

@@ -142,5 +142,5 @@ class DistributedBench:
             "achieved_comm_bytes_per_s": self.achieved_comm_bytes_per_s,
             "memory_method": self.ranks[0].memory_method if self.ranks else "",
             "ranks": self.rank_rows(),
-            "communication": self.predicted_comm.as_json(),
+            "communication": self.predicted_comm.to_json(),
         }

@@ -92,7 +92,7 @@ def _model_line(model: dict[str, Any]) -> str:
 
 
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
-    j = estimate.as_json()
+    j = estimate.to_json()
     lower = " (expected; bound beside)" if j["hardware"] else ""
     w = a.workload
     table = Table(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
@@ -139,7 +139,7 @@ def compare_time_table(analyses: list[Analysis], estimates: list[RooflineEstimat
     rows: dict[str, list[str]] = {}
     for i, (a, e) in enumerate(zip(analyses, estimates, strict=True)):
         table.add_column(escape(a.target), justify="right")
-        for label, value in summary_rows(e.as_json()):
+        for label, value in summary_rows(e.to_json()):
             label = label.split(" at KV length")[0]
             rows.setdefault(label, [""] * len(analyses))[i] = value
     for label, cells in rows.items():
@@ -167,7 +167,7 @@ def sweep_time_table(
         if estimate is None:
             table.add_row(*cells, *(["—"] * 6), style="dim")
             continue
-        j = estimate.as_json()
+        j = estimate.to_json()
         bound = ", ".join(f"{p} {b}" for p, b in j["bound"].items())
         batch = "—" if j["max_batch_size"] is None else f"{j['max_batch_size']:,}"
         table.add_row(*cells, seconds(j["forward_s"]), seconds(j["decode_s_per_token"]),
