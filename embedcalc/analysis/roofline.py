@@ -228,21 +228,55 @@ class RooflineEstimate:
             return self.decode_s_per_token
         return self.decode_total_s / self.decode_steps
 
+    @property
+    def prefill_s(self) -> float | None:
+        return self._phase_s("prefill")
+
+    @property
+    def forward_s(self) -> float | None:
+        """The forward pass, or the prefill where the workload generates."""
+        return self._phase_s("forward") or self.prefill_s
+
+    @property
+    def step_s(self) -> float | None:
+        return self._phase_s("training_step")
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        mean = self.decode_s_per_token_mean
+        return 1 / mean if mean else None
+
+    @property
+    def batch_decode_tokens_per_s(self) -> float | None:
+        mean = self.decode_s_per_token_mean
+        return self.batch_size / mean if mean else None
+
+    @property
+    def total_generation_s(self) -> float | None:
+        prefill = self.prefill_s
+        return None if prefill is None or self.decode_total_s is None else prefill + self.decode_total_s
+
+    @property
+    def bounds(self) -> dict[str, Bound]:
+        """Each phase's bound (compute or memory), by phase name."""
+        return {name: p.bound for name, p in self.phases.items()}
+
+    def terms(self) -> dict[str, dict[str, float]]:
+        """Each phase's expected-time terms, for the phases that have terms beyond their components."""
+        return {name: p.terms() for name, p in self.phases.items() if p.extra}
+
     def times_json(self) -> dict[str, Any]:
         """The headline time keys (the ones ``lower_bound`` repeats at peak)."""
-        mean = self.decode_s_per_token_mean
-        prefill = self._phase_s("prefill")
-        total = None if prefill is None or self.decode_total_s is None else prefill + self.decode_total_s
         run = self.training
         return {
-            "forward_s": self._phase_s("forward") or prefill,
-            "prefill_s": prefill,
+            "forward_s": self.forward_s,
+            "prefill_s": self.prefill_s,
             "decode_s_per_token": self.decode_s_per_token,
-            "decode_s_per_token_mean": mean,
-            "decode_tokens_per_s": 1 / mean if mean else None,
-            "batch_decode_tokens_per_s": self.batch_size / mean if mean else None,
-            "total_generation_s": total,
-            "step_s": self._phase_s("training_step"),
+            "decode_s_per_token_mean": self.decode_s_per_token_mean,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "batch_decode_tokens_per_s": self.batch_decode_tokens_per_s,
+            "total_generation_s": self.total_generation_s,
+            "step_s": self.step_s,
             "train": None if run is None else {
                 "tokens": run.tokens, "devices": run.devices, "tokens_per_step": run.tokens_per_step,
                 "wall_s": run.wall_s, "device_hours": run.device_hours, "price_per_hour": run.price_per_hour,
@@ -270,7 +304,7 @@ class RooflineEstimate:
             "memory_limit_source": cap.limit_source if cap else None,
             "train": times["train"],
             "schedule": None if self.schedule is None else self.schedule.to_json(),
-            "terms": {name: p.terms() for name, p in self.phases.items() if p.extra},
-            "bound": {name: p.bound for name, p in self.phases.items()},
+            "terms": self.terms(),
+            "bound": self.bounds,
             "breakdown": {name: {c.key: c.to_json() for c in p.components} for name, p in self.phases.items()},
         }  # fmt: skip

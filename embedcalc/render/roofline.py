@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.roofline import Phase, RooflineEstimate
+from embedcalc.analysis.roofline import Phase, RooflineEstimate, TimeModel
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 from embedcalc.render.units import seconds
@@ -24,83 +24,85 @@ def _rate(value: float | None, unit: str) -> str:
     return "—" if value is None else f"{value:,.1f} {unit}"
 
 
-def summary_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
-    """(quantity, value) rows of a ``time`` JSON object, only those that apply."""
+def summary_rows(e: RooflineEstimate) -> list[tuple[str, str]]:
+    """(quantity, value) rows of one time estimate, only those that apply."""
     rows: list[tuple[str, str]] = []
-    if j["hardware"] is not None:
-        rows.append(("device", f"{j['hardware']} ({j['dtype']}: {units.si(j['peak_flops_per_s'], 'FLOP/s')}, "
-                               f"{units.si(j['memory_bandwidth_bytes_per_s'], 'B/s')})"))  # fmt: skip
-        model, eff = j["model"], j["efficiency"]
-        if model is not None and model["efficiency_override"] is not None:
-            rows.append(("efficiency", f"compute {eff['compute']:g}, memory {eff['memory']:g} ({eff['source']})"))
+    if e.hardware is not None:
+        rows.append(("device", f"{e.hardware} ({e.dtype}: {units.si(e.peak_flops_per_s or 0.0, 'FLOP/s')}, "
+                               f"{units.si(e.bandwidth_bytes_per_s or 0.0, 'B/s')})"))  # fmt: skip
+        model, eff = e.model, e.efficiency
+        if model is not None and model.override is not None:
+            rows.append(("efficiency", f"compute {eff.compute:g}, memory {eff.memory:g} ({eff.source})"))
         if model is not None:
             rows.append(("time model", _model_line(model)))
-    named = [
-        ("forward", "forward_s" if j["prefill_s"] is None else None, seconds),
-        ("prefill (time to first token)", "prefill_s", seconds),
-        (f"decode per token at KV length {j['decode_kv_len']}", "decode_s_per_token", seconds),
-        ("decode per token, mean over --gen-tokens", "decode_s_per_token_mean", seconds),
-        ("decode tokens/s per sequence", "decode_tokens_per_s", lambda v: _rate(v, "tokens/s")),
-        ("decode tokens/s, whole batch", "batch_decode_tokens_per_s", lambda v: _rate(v, "tokens/s")),
-        ("total generation (prefill + decode)", "total_generation_s", seconds),
-        ("training step", "step_s", seconds),
+    rate: Callable[[float], str] = lambda v: _rate(v, "tokens/s")  # noqa: E731
+    named: list[tuple[str, Callable[[RooflineEstimate], float | None], Callable[[float], str]]] = [
+        ("forward", lambda x: x.forward_s if x.prefill_s is None else None, seconds),
+        ("prefill (time to first token)", lambda x: x.prefill_s, seconds),
+        (f"decode per token at KV length {e.decode_kv_len}", lambda x: x.decode_s_per_token, seconds),
+        ("decode per token, mean over --gen-tokens", lambda x: x.decode_s_per_token_mean, seconds),
+        ("decode tokens/s per sequence", lambda x: x.decode_tokens_per_s, rate),
+        ("decode tokens/s, whole batch", lambda x: x.batch_decode_tokens_per_s, rate),
+        ("total generation (prefill + decode)", lambda x: x.total_generation_s, seconds),
+        ("training step", lambda x: x.step_s, seconds),
     ]
-    bound = j.get("lower_bound") or {}
-    for label, key, fmt in named:
-        if key is not None and j.get(key) is not None:
-            peak = bound.get(key)
-            rows.append((label, fmt(j[key]) + ("" if peak is None else f" (bound {fmt(peak)})")))
-    if j["memory_limit_bytes"] is not None:
-        limit = f"{units.binary_bytes(j['memory_limit_bytes'])}, {j['memory_limit_source']}"
-        batch = j["max_batch_size"]
+    bound = e.lower_bound
+    for label, read, fmt in named:
+        value = read(e)
+        if value is not None:
+            peak = None if bound is None else read(bound)
+            rows.append((label, fmt(value) + ("" if peak is None else f" (bound {fmt(peak)})")))
+    cap = e.capacity
+    if cap is not None:
+        limit = f"{units.binary_bytes(cap.limit_bytes)}, {cap.limit_source}"
+        batch = cap.max_batch_size
         rows.append((f"largest batch in {limit}", "does not fit" if batch is None else f"{batch:,}"))
-        context = j["max_context"]
-        why = f" (limited by {j['max_context_limited_by']})" if context is not None else ""
+        context = cap.max_context
+        why = f" (limited by {cap.context_limited_by})" if context is not None else ""
         rows.append(
             (f"largest context in {limit}", "does not fit" if context is None else f"{context:,}{why}")
         )
-    schedule = j.get("schedule")
+    schedule = e.schedule
     if schedule is not None:
         rows.append(("accumulation steps (micro-batches per replica per step)",
-                     f"{schedule['accumulation_steps']:,} (global batch {schedule['global_batch']:,}, "
-                     f"pipeline bubble {units.percent(schedule['bubble_fraction'])})"))  # fmt: skip
-    for phase, terms in (j.get("terms") or {}).items():
+                     f"{schedule.accumulation_steps:,} (global batch {schedule.global_batch:,}, "
+                     f"pipeline bubble {units.percent(schedule.bubble_fraction)})"))  # fmt: skip
+    for phase, terms in e.terms().items():
         total = sum(terms.values()) or 1.0
         for name, value in terms.items():
             if value:
                 rows.append((f"  {phase}: {name}", f"{seconds(value)} ({units.percent(value / total)})"))
-    run = j["train"]
+    run = e.training
     if run is not None:
-        lb = bound.get("train") or {}
-        shown = f" (bound {seconds(lb['wall_s'])})" if lb else ""
-        rows.append((f"training run: {units.si(run['tokens'])} tokens on {run['devices']:,} devices",
-                     f"{seconds(run['wall_s'])}{shown}, {run['device_hours']:,.0f} device-hours"
-                     + (f", cost {run['cost']:,.0f}" if run["cost"] is not None else "")))  # fmt: skip
-    if j["bound"]:
-        rows.append(("bound", ", ".join(f"{phase} {bound}" for phase, bound in j["bound"].items())))
+        lb = None if bound is None else bound.training
+        shown = f" (bound {seconds(lb.wall_s)})" if lb is not None else ""
+        rows.append((f"training run: {units.si(run.tokens)} tokens on {run.devices:,} devices",
+                     f"{seconds(run.wall_s)}{shown}, {run.device_hours:,.0f} device-hours"
+                     + (f", cost {run.cost:,.0f}" if run.cost is not None else "")))  # fmt: skip
+    if e.phases:
+        rows.append(("bound", ", ".join(f"{phase} {b}" for phase, b in e.bounds.items())))
     return rows
 
 
-def _model_line(model: dict[str, Any]) -> str:
+def _model_line(model: TimeModel) -> str:
     """The calibration behind the expected times and its measured error on runs it was not fitted on."""
-    line = (f"expected times: calibration {model['calibration']}, fitted on {len(model['fitted_on'])} published "
-            f"runs, median error {units.percent(model['held_out_median_error'])} (worst "
-            f"{model['held_out_max_ratio']:.2f}x) on {len(model['held_out'])} others")  # fmt: skip
-    if model["efficiency_override"] is not None:
-        line += f"; achieved fractions from {model['efficiency_override']}"
+    line = (f"expected times: calibration {model.name}, fitted on {len(model.fitted_on)} published "
+            f"runs, median error {units.percent(model.held_out_median_error)} (worst "
+            f"{model.held_out_max_ratio:.2f}x) on {len(model.held_out)} others")  # fmt: skip
+    if model.override is not None:
+        line += f"; achieved fractions from {model.override}"
     return line + "; bound: the roofline at peak"
 
 
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
-    j = estimate.to_json()
-    lower = " (expected; bound beside)" if j["hardware"] else ""
+    lower = " (expected; bound beside)" if estimate.hardware else ""
     w = a.workload
     table = Table(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
                                f"--gen-tokens {w.gen_tokens}, {w.dtype}"),
-                  caption=CAPTION if j["hardware"] else None, title_justify="left")  # fmt: skip
+                  caption=CAPTION if estimate.hardware else None, title_justify="left")  # fmt: skip
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    for label, value in summary_rows(j):
+    for label, value in summary_rows(estimate):
         table.add_row(escape(label), escape(value))
     return table
 
@@ -139,7 +141,7 @@ def compare_time_table(analyses: list[Analysis], estimates: list[RooflineEstimat
     rows: dict[str, list[str]] = {}
     for i, (a, e) in enumerate(zip(analyses, estimates, strict=True)):
         table.add_column(escape(a.target), justify="right")
-        for label, value in summary_rows(e.to_json()):
+        for label, value in summary_rows(e):
             label = label.split(" at KV length")[0]
             rows.setdefault(label, [""] * len(analyses))[i] = value
     for label, cells in rows.items():
@@ -167,9 +169,9 @@ def sweep_time_table(
         if estimate is None:
             table.add_row(*cells, *(["—"] * 6), style="dim")
             continue
-        j = estimate.to_json()
-        bound = ", ".join(f"{p} {b}" for p, b in j["bound"].items())
-        batch = "—" if j["max_batch_size"] is None else f"{j['max_batch_size']:,}"
-        table.add_row(*cells, seconds(j["forward_s"]), seconds(j["decode_s_per_token"]),
-                      _rate(j["decode_tokens_per_s"], ""), seconds(j["step_s"]), batch, bound)  # fmt: skip
+        bound = ", ".join(f"{p} {b}" for p, b in estimate.bounds.items())
+        cap = estimate.capacity
+        batch = "—" if cap is None or cap.max_batch_size is None else f"{cap.max_batch_size:,}"
+        table.add_row(*cells, seconds(estimate.forward_s), seconds(estimate.decode_s_per_token),
+                      _rate(estimate.decode_tokens_per_s, ""), seconds(estimate.step_s), batch, bound)  # fmt: skip
     return table
