@@ -99,3 +99,80 @@ def test_mixture_of_experts_shards_agree_and_say_why_no_collectives() -> None:
     result = verify_sharded("mixtral-8x7b", load_target("mixtral-8x7b").config, Parallelism(tp=8))
     assert result.agree and result.collectives == []
     assert any("mixture-of-experts" in note for note in result.notes)
+
+
+def test_albert_pp2_every_stage_holds_the_shared_block(cli: Any) -> None:
+    # issue 24: ALBERT runs one block at all 12 positions; a pipeline stage cannot call a module on another device,
+    # so both stages hold it (torch's split had put it on stage 0 only: 590,592 on stage 1 vs analytic 7,678,464)
+    code, out, err = _verify(cli, "albert-base-v2", "--pp", "2")
+    assert code == 0, err
+    stages = out["results"][0]["sharded"]["stages"]
+    assert [s["torch"] for s in stages] == [s["analytic"] for s in stages]
+    block = "encoder.layers.0.attention.qkv.q.weight"
+    assert all(block in s["tensors"] for s in stages)
+    assert stages[1]["torch"] == 7_678_464
+
+
+PHI2_YAML = """\
+name: phi-2
+architecture: decoder
+vocab_size: 51200
+max_seq_len: 2048
+embed_dim: 2560
+num_heads: 32
+num_layers: 32
+ffn_dim: 10240
+activation: gelu_tanh
+norm: layernorm
+norm_placement: parallel
+position: rope
+rotary_dim: 32
+tie_embeddings: false
+lm_head_bias: true
+"""
+
+
+def test_phi2_lm_head_bias_is_split_with_the_vocabulary(cli: Any, tmp_path: Any) -> None:
+    # issue 24: docs/concepts/layer-model.md's phi-2 YAML at --tp 2: the LM-head bias is vocab-parallel like its
+    # weight (a ColwiseParallel bias), 25,600 of its 51,200 on each rank, and the training step runs in torch
+    path = tmp_path / "phi2.yaml"
+    path.write_text(PHI2_YAML)
+    code, out, err = _verify(cli, str(path), "--set", "num_layers=2", "--tp", "2")
+    assert code == 0, err
+    sharded = out["results"][0]["sharded"]
+    assert sharded["agree"] and sharded["collectives"], sharded["mismatches"]
+    bias = [r for r in sharded["shards"] if r["key"] == "head/lm_bias"]
+    assert [r["torch"] for r in bias] == [25_600, 25_600]
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "granite-4.0-h-small"])
+def test_tp_plan_splits_the_attention_gate_and_leaves_mixers_whole(name: str) -> None:
+    # issue 24: the plan matched a Mamba / DeltaNet mixer's ``in_`` as an FFN input (torch split it, analyze did
+    # not) and missed gated attention's output gate (analyze split it, torch did not)
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    result = verify_sharded(name, load_target(name).config, Parallelism(tp=2))
+    assert all(r.ok for r in result.shards), result.mismatches()
+    keys = {r.key for r in result.shards}
+    assert "decoder/mixer/in" in keys
+
+
+@pytest.mark.slow  # about 6 s: FSDP2 forward of t5-small on real CPU storage
+def test_t5_dp2_zero3_runs_its_training_step() -> None:
+    # issue 24: T5 --dp 2 --zero 3 failed in torch (the stack computes its bias from block 0's table before block
+    # 0's unit is gathered: "aten.embedding.default got mixed torch.Tensor and DTensor")
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    t5 = verify_sharded("t5-small", load_target("t5-small").config, Parallelism(dp=2, zero=3))
+    assert t5.agree and not t5.failed, t5.mismatches()
+
+
+def test_relative_position_table_is_its_own_fsdp2_unit() -> None:
+    # the table is an FSDP2 unit of its own, and analyze counts that unit's collectives
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    config = load_target("gpt2", ["num_layers=2", "position=relative"]).config
+    result = verify_sharded("gpt2", config, Parallelism(dp=2, zero=3))
+    assert result.agree, result.mismatches()
+    gathers = {(c.kind, c.phase): c.torch_count for c in result.collectives}
+    assert gathers[("all-gather", "forward")] == 4  # the table, two blocks, the root

@@ -11,9 +11,10 @@ Conventions, stated because peers differ:
   default), a tensor larger than that being a bucket of its own (:func:`ddp_buckets`). Gradients travel in the
   gradient dtype (4 bytes in float32, 2 in mixed precision).
 - **ZeRO** (Rajbhandari et al. 2020, §7): stages 1 and 2 reduce-scatter the gradients and all-gather the updated
-  weights (in the weight dtype) once per step. Stage 3 is counted as FSDP2 runs it (``fully_shard`` on every block
-  and on the root): each unit all-gathers its weights in the forward, every block again in the backward (the root
-  stays gathered), and each unit reduce-scatters its gradients; a unit's payload is its tensors padded along the
+  weights (in the weight dtype) once per step. Stage 3 is counted as FSDP2 runs it (``fully_shard`` on every block,
+  on each stack's relative-position table and on the root): each unit all-gathers its weights in the forward,
+  every unit but the root again in the backward (the root stays gathered), and each unit reduce-scatters its
+  gradients; a unit's payload is its tensors padded along the
   first dimension to a multiple of dp. About 1.5x the DP volume, as the paper states. Inference with ZeRO-3
   all-gathers the weights once.
 - **TP** (Megatron-LM, Shoeybi et al. 2019 §3), in the torch layout DTensor shards (separate q, k, v and gate, up
@@ -267,8 +268,9 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
 
 
 def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int, int]]:
-    """(unit, bytes it all-gathers, how many such units) of FSDP2 ``fully_shard`` on every block and on the root
-    (last, one), one TP rank's tensors: each parameter tensor is padded along its first dimension to a multiple of
+    """(unit, bytes it all-gathers, how many such units) of FSDP2 ``fully_shard`` on each stack's relative-position
+    table (T5: its stack computes the bias before the first block runs), on every block and on the root (last,
+    one), one TP rank's tensors: each parameter tensor is padded along its first dimension to a multiple of
     dp (FSDP2's rule), in the torch layout (q, k, v and gate, up separate; experts stacked as (E, ·, ·)). One
     entry per kind of block, whatever the depth."""
     from embedcalc.analysis.parallel import sharded_shape
@@ -278,18 +280,21 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
     par = Parallelism(tp=tp)
     blocks: dict[tuple[str, str], int] = {}
     layers_of: dict[tuple[str, str], int] = {}
+    tables: list[tuple[str, int, int]] = []
     root = 0
     for tensor in param_tensors(config):
         shape = tuple(int(s) for s in sharded_shape(tensor, par, config))
         padded = sum(-(-rows // dp) * dp * rest for rows, rest in torch_row_splits(tensor, shape, config, tp))
-        if tensor.per_layer and not config.shared_layers:
+        if tensor.key.endswith("attention/relative_bias"):
+            tables.append((f"{tensor.stack} relative-position table", padded * dtype_bytes, int(tensor.copies)))
+        elif tensor.per_layer and not config.shared_layers:
             unit = (tensor.stack or "", tensor.block or "")
             blocks[unit] = blocks.get(unit, 0) + padded * tensor.per_layer_copies * dtype_bytes
             layers_of[unit] = int(tensor.copies) // max(tensor.per_layer_copies, 1)
         else:
             root += padded * int(tensor.copies) * dtype_bytes
     runs = [(f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()]
-    return [*runs, ("root", root, 1)]
+    return [*tables, *runs, ("root", root, 1)]
 
 
 def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:

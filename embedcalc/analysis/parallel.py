@@ -18,8 +18,9 @@ Conventions (stated, since peers differ here):
   full-width q/k norms split like Q and K, per-head ones and attention sinks split with the heads (sinks) or
   replicated (norms). Mixture of experts: the router and the shared gate replicated, shared experts like a dense
   FFN, routed experts spread over ``--ep`` ranks (num_experts / ep each) and, inside each expert, split over
-  ``--tp`` like a dense FFN (Megatron-core's default expert tensor parallelism). Stages split layer ranges of the
-  stacks' layer plans (``StackPlan.counts``), so each stage holds the blocks of its own layers; with
+  ``--tp`` like a dense FFN (Megatron-core's default expert tensor parallelism). Sequence mixers (Mamba, DeltaNet,
+  short convolutions) are replicated on every TP rank: their fused in-projections are not split. Stages split layer
+  ranges of the stacks' layer plans (``StackPlan.counts``), so each stage holds the blocks of its own layers; with
   ``shared_layers`` every stage that runs a stack's layers holds the one shared block.
 """
 

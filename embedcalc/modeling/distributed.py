@@ -5,8 +5,9 @@ what the ``torchrun`` binary calls), over gloo on the CPU and NCCL on CUDA, with
 Strategies, each the way torch ships it:
 
 - ``ddp``: ``DistributedDataParallel`` (Li et al. 2020): a full replica per rank, gradients all-reduced in buckets;
-- ``fsdp``: FSDP2 ``fully_shard`` on every block and on the root (ZeRO-3: weights, gradients and optimizer state
-  sharded over the ranks, weights all-gathered per block in forward and backward);
+- ``fsdp``: FSDP2 ``fully_shard`` on every block and on the root (:func:`embedcalc.modeling.sharding.apply_fsdp`;
+  ZeRO-3: weights, gradients and optimizer state sharded over the ranks, weights all-gathered per block in forward
+  and backward);
 - ``tp``: DTensor tensor parallelism (``parallelize_module`` with :func:`embedcalc.modeling.sharding.tp_plan`),
   every rank on the same batch.
 
@@ -106,13 +107,9 @@ def _wrap(model: torch.nn.Module, config: ModelConfig, settings: DistributedSett
 
     mesh = init_device_mesh(device.type, (settings.nproc,))
     if settings.strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
+        from embedcalc.modeling.sharding import apply_fsdp
 
-        from embedcalc.modeling.sharding import blocks_of
-
-        for block in blocks_of(model):
-            fully_shard(block, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        apply_fsdp(model, mesh)
         return model
     from embedcalc.modeling.sharding import apply_tensor_parallel
 

@@ -6,15 +6,20 @@ projections (and latent attention's q_b / kv_b, the FFN's input projections) are
 computes its heads or its slice of the inner width), the attention and FFN output projections ``RowwiseParallel``
 (a partial sum all-reduced into the residual stream), the token table vocab-parallel (``RowwiseParallel`` on an
 embedding shards its rows; the partial lookups are all-reduced), the LM head vocab-parallel with its logits left
-sharded for ``loss_parallel``. Norms, positions, routers and MLA's down-projections (q_a, kv_a) stay replicated.
+sharded for ``loss_parallel`` (and its bias, phi-2's, split with the vocabulary as a ``ColwiseParallel`` bias is).
+Gated attention's output gate is column-parallel with the heads it scales. Norms, positions, routers, MLA's
+down-projections (q_a, kv_a) and the sequence mixers (Mamba, DeltaNet: their fused in-projections are not split
+here) stay replicated.
 As Megatron does, the vocabulary is padded to a multiple of the TP degree, and when there are fewer KV heads than
 ranks each KV head is replicated so that every rank holds one. The plan is found from module paths (the breakdown
 keys of docs/layers.md), so every layer variant is covered without a per-class table.
 
-ZeRO-3 is FSDP2 ``fully_shard`` on every block and on the root, over the data-parallel dimension of a
-(dp, tp) device mesh. Pipeline stages are a module split, the layout Megatron uses: blocks in contiguous runs as
-even as possible (the first L mod pp stages one more), embeddings on the first stage, final norms, pooler and LM
-head on the last, which keeps its own copy of a tied token table.
+ZeRO-3 is FSDP2 ``fully_shard`` on every block and on the root (and on each stack's relative-position table, which
+its stack uses before the first block runs), over the data-parallel dimension of a (dp, tp) device mesh.
+Pipeline stages are a module split, the layout Megatron uses: blocks in contiguous runs as even as possible (the
+first L mod pp stages one more), embeddings on the first stage, final norms, pooler and LM head on the last, which
+keeps its own copy of a tied token table; a block shared by every layer (ALBERT) is held by every stage that runs
+it.
 
 Everything runs on the meta device (nothing allocated, a 70B model in seconds), except an FSDP2 forward, which
 torch only runs on materialised parameters: with ZeRO-3 the sharded model is given real CPU storage (uninitialised,
@@ -31,7 +36,11 @@ from torch import nn
 
 from embedcalc.config.schema import ModelConfig
 
-_COLUMN = ("qkv.q", "qkv.k", "qkv.v", "q_b", "kv_b", "attention.q", "in_", "in_.gate", "in_.up")
+# module paths by their last components: attention (self and cross, MLA's q / q_b / kv_b, the output gate of
+# gated attention) and the FFN's and shared experts' projections; a mixer's ``in_`` / ``out`` (Mamba, DeltaNet)
+# is not among them and stays replicated, as analysis.parallel counts it
+_COLUMN = ("qkv.q", "qkv.k", "qkv.v", "attention.q_b", "attention.kv_b", "attention.q", "attention.gate",
+           "ffn.in_", "ffn.in_.gate", "ffn.in_.up", "shared.in_", "shared.in_.gate", "shared.in_.up")  # fmt: skip
 _ROW = ("attention.out", "ffn.out", "shared.out")
 FSDP_MATERIALISE_LIMIT = 2**31  # bytes of local shards an FSDP2 forward may allocate on the CPU
 
@@ -43,6 +52,20 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
         if isinstance(module, nn.ModuleList) and name.rsplit(".", 1)[-1] == "layers":
             out.extend(module)
     return out
+
+
+def apply_fsdp(model: nn.Module, mesh: Any) -> None:
+    """ZeRO-3 as FSDP2 ``fully_shard`` units: each stack's relative-position table (T5) on its own, every block,
+    then the root. The table is its own unit because its stack computes the bias once, before the first block
+    runs (its parameters must be gathered then, not with that block)."""
+    from torch.distributed.fsdp import fully_shard
+
+    for name, module in model.named_modules():
+        if name.endswith("attention.relative_bias"):
+            fully_shard(module, mesh=mesh)
+    for block in blocks_of(model):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
 
 
 def tp_plan(model: nn.Module) -> dict[str, Any]:
@@ -60,13 +83,15 @@ def tp_plan(model: nn.Module) -> dict[str, Any]:
     return plan
 
 
-def _vocab_head_style() -> Any:
-    """A ParallelStyle for the LM head's matmul: weight rows (vocabulary) sharded, input replicated, logits left
-    sharded over the vocabulary (``loss_parallel`` consumes them)."""
+def _vocab_parallel_style(replicate_input: bool = True) -> Any:
+    """A ParallelStyle that shards every parameter of a module on its first dimension (the vocabulary): the LM
+    head's matmul (weight rows; its input made a replicated DTensor, its logits left sharded over the vocabulary
+    for ``loss_parallel``), and, with ``replicate_input=False``, the LM-head bias added to those sharded logits
+    (split like the bias of a ``ColwiseParallel`` layer, Megatron's ColumnParallelLinear)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.parallel.style import ParallelStyle
 
-    class VocabParallelHead(ParallelStyle):
+    class VocabParallel(ParallelStyle):
         def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
             def partition(name: str, mod: nn.Module, mesh: Any) -> None:
                 for pname, param in list(mod.named_parameters(recurse=False)):
@@ -76,10 +101,11 @@ def _vocab_head_style() -> Any:
             def to_replicated(mod: nn.Module, inputs: Any, mesh: Any) -> Any:
                 return (DTensor.from_local(inputs[0], mesh, [Replicate()], run_check=False), *inputs[1:])
 
-            distributed: nn.Module = distribute_module(module, device_mesh, partition, to_replicated, None)
+            input_fn = to_replicated if replicate_input else None
+            distributed: nn.Module = distribute_module(module, device_mesh, partition, input_fn, None)
             return distributed
 
-    return VocabParallelHead()
+    return VocabParallel()
 
 
 def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, Any] | None = None) -> None:
@@ -92,7 +118,9 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, 
     plan = tp_plan(model)
     plan["embedding.token"] = RowwiseParallel(input_layouts=Replicate())
     if getattr(model, "head", None) is not None:
-        plan["head.lm"] = _vocab_head_style()
+        plan["head.lm"] = _vocab_parallel_style()
+        if getattr(model.head, "lm_bias", None) is not None:
+            plan["head.lm_bias"] = _vocab_parallel_style(replicate_input=False)
     plan.update(plan_override or {})
     parallelize_module(model, mesh, plan)
     _shard_stacked(model, mesh)
@@ -254,11 +282,7 @@ def shard_on_fake_group(
         notes = []
         skipped = _unsupported_forward(model, sharded) if tp > 1 else None
         if zero3:
-            from torch.distributed.fsdp import fully_shard
-
-            for block in blocks_of(model):
-                fully_shard(block, mesh=mesh["dp"])
-            fully_shard(model, mesh=mesh["dp"])
+            apply_fsdp(model, mesh["dp"])
         local = {name: _rank_local_numel(p, (dp, tp)) for name, p in model.named_parameters()}
         device = "meta"
         if zero3 and skipped is None:
@@ -315,36 +339,46 @@ def _one_step(
 
 
 def stage_module_params(model: nn.Module, config: ModelConfig, pp: int) -> list[dict[str, int]]:
-    """Parameter numel per name on each of ``pp`` pipeline stages of the module split (module docstring)."""
-    stacks = [(name, len(layers)) for name, module in model.named_children()
+    """Parameter numel per name on each of ``pp`` pipeline stages of the module split (module docstring).
+
+    A stack's layers are its ``num_layers`` calls, not its built modules: with ``shared_layers`` (ALBERT) the one
+    block runs at every position, so every stage that runs any of the stack's layers holds that block's weights
+    (a stage cannot call a module that lives on another device)."""
+    stacks = [(name, int(getattr(module, "num_layers", len(layers))), len(layers))
+              for name, module in model.named_children()
               if isinstance(layers := getattr(module, "layers", None), nn.ModuleList)]  # fmt: skip
-    total = sum(n for _, n in stacks)
+    total = sum(n for _, n, _ in stacks)
     base, extra = divmod(total, pp)
     bounds, start = [], 0
     for i in range(pp):
         stop = start + base + (1 if i < extra else 0)
         bounds.append((start, stop))
         start = stop
+    spans, offset = {}, 0
+    for name, calls, built in stacks:
+        spans[name] = (offset, offset + calls, built)
+        offset += calls
+
+    def stages_running(lo: int, hi: int) -> list[int]:  # the stages that run global layers lo .. hi - 1
+        return [i for i, (a, b) in enumerate(bounds) if a < hi and lo < b]
+
     stages: list[dict[str, int]] = [{} for _ in range(pp)]
-    offsets, offset = {}, 0
-    for name, n in stacks:
-        offsets[name] = offset
-        offset += n
     for pname, param in model.named_parameters():
         parts = pname.split(".")
-        if parts[0] in offsets and len(parts) > 2 and parts[1] == "layers":
-            index = offsets[parts[0]] + int(parts[2])
-            stage = next(i for i, (a, b) in enumerate(bounds) if a <= index < b)
-            stages[stage][pname] = int(param.numel())
-        elif parts[0] in offsets:  # final norm (relative bias lives in layers.0)
-            last_block = offsets[parts[0]] + dict(stacks)[parts[0]] - 1
-            stage = next(i for i, (a, b) in enumerate(bounds) if a <= last_block < b)
-            stages[stage][pname] = int(param.numel())
+        if parts[0] in spans and len(parts) > 2 and parts[1] == "layers":
+            lo, hi, built = spans[parts[0]]
+            index = lo + int(parts[2])
+            shared = built < hi - lo and ".relative_bias." not in pname  # a stack's one bias table: first stage
+            holders = stages_running(lo, hi) if shared else stages_running(index, index + 1)
+        elif parts[0] in spans:  # final norm
+            holders = stages_running(spans[parts[0]][1] - 1, spans[parts[0]][1])
         elif parts[0] == "embedding":
-            stages[0][pname] = int(param.numel())
+            holders = [0]
             tied = getattr(model, "head", None) is not None and config.tie_embeddings
             if pname == "embedding.token.weight" and tied and pp > 1:
                 stages[-1]["head.lm.weight (tied copy)"] = int(param.numel())
         else:  # pooler, head
-            stages[-1][pname] = int(param.numel())
+            holders = [pp - 1]
+        for stage in holders:
+            stages[stage][pname] = int(param.numel())
     return stages
