@@ -223,6 +223,13 @@ def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
     assert result["peak_flops_per_s"] > 0
     assert result["device"].startswith("cpu")
     assert result["spec_peak_flops_per_s"] is None  # no datasheet number for a CPU, never another device's
+    assert result["kernel_overhead_s"] > 0 and "tiny dependent kernels" in result["kernel_overhead_method"]
+    from embedcalc.config.hardware import load_device
+
+    local = load_device("local")  # the overhead is cached with the peaks, with its method
+    assert local.kernel_overhead_s is not None
+    assert local.kernel_overhead_s.value == result["kernel_overhead_s"]
+    assert local.kernel_overhead_s.note == result["kernel_overhead_method"]
 
 
 # --- bench: refusals -----------------------------------------------------------------------------------------------

@@ -139,6 +139,31 @@ def test_kernels_scale_with_the_layers() -> None:
     assert per_layer > 0 and per_layer % 12 == 0
 
 
+def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
+    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+
+    config = load_target("gpt2").config
+    w = Workload(seq_len=64, gen_tokens=4)
+    cal = load_calibration().with_constants(kernel_overhead_s=overhead_s)
+    estimate = estimate_time(config, w, TimeRequest(device=device, calibration=cal))
+    return {phase: dict(terms)["kernel overhead"] for phase, terms in estimate.terms().items()}
+
+
+def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
+    from embedcalc.config.hardware import LatencyFigure
+
+    config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
+    kernels = {"prefill": kernels_per_forward(config, w, False), "decode": kernels_per_forward(config, w, True)}
+    catalogue = load_device("a100-80gb")
+    assert catalogue.kernel_overhead_s is None
+    assert _overhead_terms(catalogue, 0.0) == {"prefill": 0.0, "decode": 0.0}  # the term vanishes at zero
+    assert _overhead_terms(catalogue, 2e-6) == pytest.approx({k: n * 2e-6 for k, n in kernels.items()}, rel=1e-12)
+    measured = catalogue.model_copy(update={"kernel_overhead_s": LatencyFigure(value=7e-6, source="test")})
+    for constant in (0.0, 2e-6):  # the device's own figure is used in place of the constant, never added to it
+        assert _overhead_terms(measured, constant) == pytest.approx({k: n * 7e-6 for k, n in kernels.items()},
+                                                                     rel=1e-12)  # fmt: skip
+
+
 def test_the_calibration_is_data_with_its_provenance() -> None:
     cal = load_calibration()
     assert cal.fitted_on and cal.held_out and not set(cal.fitted_on) & set(cal.held_out)

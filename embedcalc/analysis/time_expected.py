@@ -44,8 +44,15 @@ class ExpectedModel:
         """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""
         return num_bytes / (self.device.bandwidth * self.memory_fraction)
 
+    @property
+    def kernel_overhead_s(self) -> float:
+        """Seconds per kernel: the device's own measured overhead (``bench --peak`` records local's) in place of
+        the calibration's, never added to it."""
+        own = self.device.kernel_overhead_s
+        return own.value if own is not None else self.constants.kernel_overhead_s
+
     def kernels_s(self, kernels: float) -> float:
-        return kernels * self.constants.kernel_overhead_s
+        return kernels * self.kernel_overhead_s
 
     def comm_s(self, collectives: list[Collective], w: Workload) -> float:
         return collectives_s(collectives, self.device, w.parallel, self.constants)

@@ -184,6 +184,11 @@ class Device(BaseModel):
     memory_bandwidth_bytes_per_s: RateFigure = Field(
         description="Peak device-memory bandwidth, bytes per second."
     )
+    kernel_overhead_s: LatencyFigure | None = Field(
+        default=None,
+        description="Seconds every kernel costs beyond its roofline time (dispatch, launch, prologue and tail), "
+        "measured on this device (`bench --peak` for local); none: the calibration's kernel_overhead_s.",
+    )
     interconnect: Link | None = Field(
         default=None,
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
@@ -247,6 +252,8 @@ class Device(BaseModel):
         ]
         out += [("memory_bytes", self.memory_bytes), ("memory_bandwidth_bytes_per_s",
                                                       self.memory_bandwidth_bytes_per_s)]  # fmt: skip
+        if self.kernel_overhead_s is not None:
+            out.append(("kernel_overhead_s", self.kernel_overhead_s))
         for label, link in (("interconnect", self.interconnect), ("network", self.network),
                             ("host_link", self.host_link)):  # fmt: skip
             if link is not None:
@@ -389,9 +396,11 @@ def local_device(
     bandwidth: tuple[float, str],
     torch_version: str,
     previous: Device | None = None,
+    kernel_overhead: tuple[float, str] | None = None,
 ) -> Device:
-    """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how)), merged with ``previous`` peaks of
-    other dtypes when ``previous`` measured the same device; efficiencies against the matched catalogue entry."""
+    """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how); the per-kernel overhead: (seconds,
+    how)), merged with ``previous`` peaks of other dtypes when ``previous`` measured the same device; efficiencies
+    against the matched catalogue entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     stamp = f"measured by `embedcalc bench --peak` on {now}, torch {torch_version}"
     figures: dict[PeakDtype, Figure] = {}
@@ -412,6 +421,8 @@ def local_device(
         peak_flops_per_s=figures,
         memory_bytes=ByteFigure(value=memory_bytes, source=stamp, note="total memory of the device"),
         memory_bandwidth_bytes_per_s=RateFigure(value=bandwidth[0], source=stamp, note=bandwidth[1]),
+        kernel_overhead_s=None if kernel_overhead is None else LatencyFigure(
+            value=kernel_overhead[0], source=stamp, note=kernel_overhead[1]),
         measured=Measurement(measured_at=now, torch_version=torch_version, device=device_name,
                              matches=match.name if match else None, efficiency=efficiency),
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Timing: the clock, timed steps, the one quantile of step times, and the device's measured matmul peak.
+"""Timing: the clock, timed steps, the one quantile of step times, the device's measured matmul peak and its
+per-kernel overhead.
 
 GPU timing uses CUDA events around each step with a synchronisation; CPU timing uses ``time.perf_counter``. What a
 step is (inputs, losses, the training step) is :mod:`embedcalc.modeling.steps`; the device and its memory are
@@ -127,3 +128,36 @@ def measure_matmul_peak(
     timings = time_steps(gemm, device, warmup=2, repeat=repeat, on_step=on_step)
     best = min(timings.seconds)
     return PeakMeasurement(flops_per_s=2 * n**3 / best, size=n, dtype=dtype, repeat=repeat)
+
+
+@dataclass(frozen=True)
+class OverheadMeasurement:
+    """Seconds one kernel costs beyond its work (dispatch, launch, prologue and tail), with how it was measured."""
+
+    seconds_per_kernel: float
+    kernels: int
+    repeat: int
+    method: str
+
+
+def measure_kernel_overhead(
+    device: torch.device, kernels: int = 2000, repeat: int = 10, on_step: StepCallback | None = None
+) -> OverheadMeasurement:
+    """The per-kernel overhead of ``device``: a chain of ``kernels`` tiny dependent kernels (8 x 8 fp32, an
+    element-wise add and a matmul in turn: the work is nanoseconds, what is timed is what every eager kernel pays
+    before and after its work), timed ``repeat`` times; the median chain over ``kernels`` (the model's steps are
+    reported by their median too). On CUDA the chain is timed from its first launch to its last kernel's end, so
+    launch-bound chains measure the launch rate, as an eager model's small kernels meet it."""
+    x = torch.ones(8, 8, device=device)
+    w = torch.full((8, 8), 0.125, device=device)  # y @ w averages y's rows: the values stay bounded
+
+    def chain() -> None:
+        y = x
+        for _ in range(kernels // 2):
+            y = torch.mm(torch.add(y, 1.0), w)
+
+    count = 2 * (kernels // 2)
+    timings = time_steps(chain, device, warmup=2, repeat=repeat, on_step=on_step)
+    method = (f"median of {repeat} chains of {count} tiny dependent kernels (8x8 fp32 add and matmul in turn), "
+              f"per kernel")  # fmt: skip
+    return OverheadMeasurement(timings.median_s / count, count, repeat, method)

@@ -1,9 +1,11 @@
-"""``bench --peak``: the device's measured matmul peak beside its datasheet peak, and the memory bandwidth measured
-and cached with it as the ``local`` device (``--hardware local``).
+"""``bench --peak``: the device's measured matmul peak beside its datasheet peak, and the memory bandwidth and
+per-kernel overhead measured and cached with it as the ``local`` device (``--hardware local``).
 
 The matmul peak is the best of a few large square GEMMs (:func:`embedcalc.modeling.timing.measure_matmul_peak`);
 the datasheet peak is looked up only for a CUDA device (never another device's number for a CPU). Bandwidth is
-STREAM copy and triad (:mod:`embedcalc.modeling.bandwidth`).
+STREAM copy and triad (:mod:`embedcalc.modeling.bandwidth`); the overhead a chain of tiny kernels
+(:func:`embedcalc.modeling.timing.measure_kernel_overhead`), which the expected time of ``local`` uses in place of
+the calibration's constant.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ if TYPE_CHECKING:  # torch loads with the measurement, not with the analyzer
 
 @dataclass(frozen=True)
 class LocalMeasurement:
-    """This machine's memory bandwidth and size as cached for ``local``, and how it compares with the catalogue."""
+    """This machine's memory bandwidth, per-kernel overhead and size as cached for ``local``, and how it compares
+    with the catalogue."""
 
     memory_bandwidth_bytes_per_s: float
     copy_bytes_per_s: float
     triad_bytes_per_s: float
     bandwidth_method: str
+    kernel_overhead_s: float
+    kernel_overhead_method: str
     memory_bytes: int
     catalogue_match: str | None
     efficiency: dict[str, float]

@@ -104,14 +104,15 @@ def device_table(device: Device) -> Table:
 
 
 def local_summary(result: PeakResult) -> Table:
-    """What ``bench --peak`` measured for memory and where it cached ``local``."""
+    """What ``bench --peak`` measured for memory and kernel overhead, and where it cached ``local``."""
     local = result.local
-    table = Table(title=escape(f"Memory bandwidth — {result.device}"), title_justify="left",
-                  caption=escape(local.bandwidth_method))  # fmt: skip
+    table = Table(title=escape(f"Memory bandwidth and kernel overhead — {result.device}"), title_justify="left",
+                  caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."))
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("copy", _rate(local.copy_bytes_per_s))
     table.add_row("triad", _rate(local.triad_bytes_per_s))
+    table.add_row("kernel overhead", f"{local.kernel_overhead_s * 1e6:.2f} µs per kernel")
     table.add_row("memory", units.binary_bytes(local.memory_bytes))
     for key, value in local.efficiency.items():
         table.add_row(f"of {local.catalogue_match} datasheet ({key})", units.percent(value))
