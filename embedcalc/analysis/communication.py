@@ -289,10 +289,11 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
             tables.append((f"{tensor.stack} relative-position table", padded * dtype_bytes, int(tensor.copies)))
         elif tensor.per_layer and not config.shared_layers:
             unit = (tensor.stack or "", tensor.block or "")
-            blocks[unit] = blocks.get(unit, 0) + padded * tensor.per_layer_copies * dtype_bytes
+            per_layer = 1 if tensor.expert else tensor.per_layer_copies  # one (E, ·, ·) tensor holds every expert
+            blocks[unit] = blocks.get(unit, 0) + padded * per_layer * dtype_bytes
             layers_of[unit] = int(tensor.copies) // max(tensor.per_layer_copies, 1)
         else:
-            root += padded * int(tensor.copies) * dtype_bytes
+            root += padded * torch_tensor_count(tensor) * dtype_bytes
     runs = [(f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()]
     return [*tables, *runs, ("root", root, 1)]
 
@@ -300,6 +301,12 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
 def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
     """:func:`fsdp_unit_runs` written out, one (unit, bytes) per unit (small models: tests and reconciliation)."""
     return [(name, size) for name, size, count in fsdp_unit_runs(config, tp, dp, dtype_bytes) for _ in range(count)]
+
+
+def torch_tensor_count(tensor: Any) -> int:
+    """How many torch tensors hold the ``copies`` of one analytic tensor: one per copy, except routed experts,
+    stacked (E, ·, ·) in one tensor per layer."""
+    return int(tensor.copies) // max(tensor.per_layer_copies, 1) if tensor.expert else int(tensor.copies)
 
 
 def torch_row_splits(tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int) -> list[tuple[int, int]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embedcalc.analysis.communication import communication, torch_row_splits
+from embedcalc.analysis.communication import communication, torch_row_splits, torch_tensor_count
 from embedcalc.analysis.parallel import sharded_shape, stage_params
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.workload import Parallelism, Workload
@@ -105,7 +105,7 @@ def analytic_shards(config: ModelConfig, tp: int, dp: int, zero3: bool) -> dict[
     par = Parallelism(tp=tp)
     for tensor in param_tensors(config):
         shape = tuple(int(s) for s in sharded_shape(tensor, par, config))
-        torch_tensors = int(tensor.copies) // max(tensor.per_layer_copies, 1) if tensor.expert else int(tensor.copies)
+        torch_tensors = torch_tensor_count(tensor)
         per_rank = []
         for rank in range(tp * dp):
             if zero3:
