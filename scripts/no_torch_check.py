@@ -3,7 +3,7 @@
 DESIGN.md §7: ``check``, ``analyze`` (with ``--tp/--pp/--dp/--ep``, training and ``--hardware``), ``compare``,
 ``sweep``, ``heads``, ``presets``, ``schema``, ``hardware``, ``explain`` and ``plan`` answer from arithmetic alone,
 so they work in the documented ``pip install -e .`` install without torch. ``.ci/run`` runs this script in a virtual
-environment without torch; ``tests/test_cli.py`` runs it with ``--block-torch`` (every ``import torch`` raises, as
+environment without torch; ``tests/cli/test_cli.py`` runs it with ``--block-torch`` (every ``import torch`` raises, as
 it does where torch is not installed, and is recorded).
 
 Each command must exit 0 and no ``torch`` module may be loaded (or, with ``--block-torch``, even asked for). The

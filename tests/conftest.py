@@ -1,4 +1,25 @@
-"""Shared fixtures for the analytic-core tests: running the CLI, writing config files, golden-file updates.
+"""Shared fixtures for the whole suite: running the CLI, writing config files, golden-file updates.
+
+Where a test goes: the tree mirrors the package, and a test lives beside the code it checks.
+
+- ``tests/config/``: the config schema, loading, presets, precision, the hardware catalogue, checkpoint headers;
+  ``tests/config/hf/``: the Hugging Face readers, aliases, the accept-list, the hub cache, and parity of HF
+  families with transformers.
+- ``tests/analysis/``, ``tests/modeling/``, ``tests/reconcile/``, ``tests/render/``, ``tests/api/``,
+  ``tests/cli/``: the package of the same name. A test that builds a torch model to check an analytic count
+  belongs to the side whose code it is about (a count of ``analysis/`` checked against torch stays in
+  ``tests/analysis/``; ``modeling/``'s own layers in ``tests/modeling/``). A CLI test asserts what only the CLI
+  owns (exit codes, streams, options, the JSON envelope); numbers go in the package that computes them.
+- ``tests/regressions/``: a bug class with the exact input that reproduced it (edge, hostile inputs), and the fuzz
+  suite (``tests/regressions/fuzz/``).
+- ``tests/e2e/``: the product from outside: the newcomer's quick start, the wheel, the README and docs pages
+  number by number, the golden JSON of every command.
+
+Shared data stays at the top: ``fixtures/`` (``fixtures/hf/``: hub config.json files), ``golden/``; name them
+through ``paths.py`` (``from paths import HF_FIXTURES``), never from a test's own ``__file__``. Helpers shared by
+several directories stay at the top too (``hf_reference.py``, ``golden_json.py``, ``paths.py``); this directory is
+on ``sys.path`` (pytest puts the root conftest's directory there), so they import by their bare names. No
+``__init__.py``: test file names are unique across the tree.
 
 Two ways to run the CLI:
 

@@ -18,12 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from paths import GOLDEN_JSON
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
 from embedcalc.config.presets import preset_names
 
-GOLDEN_JSON_DIR = Path(__file__).resolve().parent / "golden" / "json"
+GOLDEN_JSON_DIR = GOLDEN_JSON
 
 WORKLOADS: list[list[str]] = [
     [],

@@ -9,10 +9,11 @@ attention, so ``FlopCounterMode`` sees the score matmuls (PyTorch issue 195460: 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+from paths import HF_FIXTURES
+
+FIXTURES = HF_FIXTURES
 ENCODERS = {"albert"}
 # keys a from_config build must not see: a quantiser would replace modules; remote code is never run
 _BUILD_IGNORED = ("quantization_config", "auto_map")

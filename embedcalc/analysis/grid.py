@@ -8,7 +8,7 @@ grid (in :data:`GRID_AXES` order, the last fastest), so a quantity that depends 
 computed once per config, not once per point, and is broadcast to the points at the end. The fixed parts of the
 config come from a validated ``template``; which block widths follow a swept field (an FFN width the config leaves
 to its default follows ``ffn_dim``, which follows ``4 * embed_dim`` unless written) is read from the config's own
-specs. ``tests/test_sweep.py`` checks every point against the per-config analyzer.
+specs. ``tests/analysis/test_sweep.py`` checks every point against the per-config analyzer.
 
 Exactness (DESIGN.md §4: never a silently wrapped number). Every quantity is built from the sizes with ``+``,
 ``*``, ``//``, min and max only, and is non-decreasing in each size, so evaluating the *same* functions on Python

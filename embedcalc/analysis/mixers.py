@@ -21,7 +21,8 @@ The scan's four matmuls per chunk are the SSD algorithm's: C Bᵀ within the chu
 passed from chunk to chunk by a scan (a multiply-add per state element per chunk, element-wise, like the fused
 kernels' state passing); transformers' CPU path (``torch_forward``) does that step as a (c + 1) x (c + 1) matrix
 product instead, 2 b H (c + 1)² P N more FLOPs with c = ceil(n / Q) chunks, and pads its convolution on both sides,
-2 b conv_dim K (K - 1) more: tests/test_mixers_hf.py checks transformers' count equals ours plus exactly those two.
+2 b conv_dim K (K - 1) more: tests/config/hf/test_mixers_hf.py checks transformers' count equals ours plus exactly
+those two.
 Cost is linear in n (up to the last chunk's padding), where attention's scores grow as n².
 
 A Mamba-1 layer (Gu & Dao 2023, Algorithm 2; transformers' ``JambaMambaMixer``), inner I, state N, rank R, scanned

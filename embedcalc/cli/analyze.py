@@ -13,7 +13,7 @@ from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, fla
 from embedcalc.cli.serving_options import ServingFlags
 
 # The command modules import only their options at the top: `embedcalc --help` builds every command's signature
-# without loading the config models or the analysis (tests/test_cli.py checks it); the API loads in the command.
+# without loading the config models or the analysis (tests/cli/test_cli.py checks it); the API loads in the command.
 
 
 @handle_errors("analyze")

@@ -11,7 +11,7 @@ its default pooler: ``BertModel``, ``RobertaModel``, ``DistilBertModel``); decod
 (``GPT2LMHeadModel``, ``OPTForCausalLM``, ``LlamaForCausalLM``, ``MistralForCausalLM``, ``Qwen2ForCausalLM``)
 and encoder-decoders as ``AutoModelForSeq2SeqLM`` (``T5ForConditionalGeneration``), LM head included and tied as
 ``tie_word_embeddings`` says. Every mapping here was checked against transformers' modeling code, and
-``tests/test_hf.py`` checks the counts against models transformers builds from the same files.
+``tests/config/hf/test_hf.py`` checks the counts against models transformers builds from the same files.
 """
 
 from __future__ import annotations

@@ -1,0 +1,181 @@
+"""The expected-time model's structure (issue 20): each term appears where it should, scales as it should and
+vanishes where it should; the schedule's integers are exact. No speed is asserted: the fitted constants may move."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from paths import ROOT
+from typer.testing import CliRunner
+
+from embedcalc.analysis.communication import Collective
+from embedcalc.analysis.time_comm import Path as LinkPath
+from embedcalc.analysis.time_comm import collective_s, group_span, link_path, ring_steps
+from embedcalc.analysis.time_model import kernels_per_forward, parse_efficiency
+from embedcalc.analysis.time_schedule import bubble_fraction
+from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.cli.app import app
+from embedcalc.config.calibration import TimeConstants, load_calibration
+from embedcalc.config.hardware import load_device
+from embedcalc.config.limits import efficiency_problem
+from embedcalc.config.loading import load_target
+
+runner = CliRunner()
+TP_COMM = "tensor/expert-parallel communication"
+GPT3 = ("analyze", "gpt3-175b", "--mode", "training", "--hardware", "a100-80gb", "--dtype", "bf16", "--seq-len",
+        "2048", "--tp", "8", "--pp", "8", "--dp", "16", "--batch-size", "1", "--global-batch", "1536",
+        "--train-tokens", "300B")  # fmt: skip
+
+
+def _time(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["results"][0]  # type: ignore[no-any-return]
+
+
+def _decode(tp: int) -> dict[str, Any]:
+    return _time("analyze", "llama-2-7b", "--hardware", "a100-80gb", "--dtype", "bf16", "--tp", str(tp),
+                 "--seq-len", "5", "--gen-tokens", "8")["time"]  # fmt: skip
+
+
+def test_tensor_parallel_communication_is_zero_at_tp1_and_grows_with_tp() -> None:
+    comm = [_decode(tp)["terms"]["decode"][TP_COMM] for tp in (1, 2, 4, 8)]
+    assert comm[0] == 0
+    assert 0 < comm[1] < comm[2] < comm[3]
+
+
+def test_every_expected_time_is_at_least_its_lower_bound() -> None:
+    for tp in (1, 8):
+        t = _decode(tp)
+        for key in ("prefill_s", "decode_s_per_token", "total_generation_s"):
+            assert t[key] >= t["lower_bound"][key], (tp, key)
+        assert t["decode_tokens_per_s"] <= t["lower_bound"]["decode_tokens_per_s"]
+
+
+def test_training_schedule_accumulation_bubble_and_recompute() -> None:
+    full = _time(*GPT3, "--recompute", "full")
+    none = _time(*GPT3, "--recompute", "none")
+    schedule = full["time"]["schedule"]
+    assert schedule["accumulation_steps"] == 1536 // (1 * 16) == 96
+    assert schedule["bubble_fraction"] == pytest.approx(7 / (96 + 7))
+    terms = full["time"]["terms"]["training_step"]
+    assert terms["pipeline bubble"] > 0 and terms[TP_COMM] > 0 and terms["pipeline sends"] > 0
+    # recompute adds exactly one forward's FLOPs per micro-batch: 4 passes' worth instead of 3
+    flops = {name: sum(c["flops"] for c in r["time"]["breakdown"]["training_step"].values())
+             for name, r in (("full", full), ("none", none))}  # fmt: skip
+    assert flops["full"] * 3 == flops["none"] * 4
+    assert none["time"]["step_s"] < full["time"]["step_s"]
+    assert none["time"]["train"]["wall_s"] < full["time"]["train"]["wall_s"]
+    # memory is the micro-batch's, whatever the global batch
+    alone = _time(*[a for a in GPT3 if a not in ("--global-batch", "1536")], "--recompute", "none")
+    assert alone["memory"] == none["memory"]
+    assert full["time"]["train"]["tokens_per_step"] == 1536 * 2048
+
+
+def test_bubble_vanishes_without_a_pipeline() -> None:
+    r = _time("analyze", "gpt2", "--mode", "training", "--hardware", "a100-40gb", "--dtype", "bf16", "--dp", "8",
+              "--batch-size", "12", "--global-batch", "480")  # fmt: skip
+    t = r["time"]
+    assert t["schedule"] == {"accumulation_steps": 5, "global_batch": 480, "bubble_fraction": 0.0}
+    assert t["terms"]["training_step"]["pipeline bubble"] == 0
+    assert t["terms"]["training_step"]["pipeline sends"] == 0
+    assert t["terms"]["training_step"][TP_COMM] == 0
+    assert bubble_fraction(1, 7) == 0 and bubble_fraction(4, 4) == pytest.approx(3 / 7)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--global-batch", "1000"), "--global-batch 1000 must be a multiple of --batch-size 1 × --dp 16 = 16"),
+    (("--global-batch", "8"), "must be a multiple"),
+])  # fmt: skip
+def test_a_global_batch_that_is_not_whole_micro_batches_is_a_usage_error(args: tuple[str, ...], words: str) -> None:
+    base = [a for a in GPT3 if a not in ("--global-batch", "1536")]
+    result = runner.invoke(app, [*base, *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.stderr and "--global-batch" in result.stderr
+
+
+def test_global_batch_needs_training_and_hardware() -> None:
+    inference = runner.invoke(app, ["analyze", "gpt2", "--hardware", "h100-sxm", "--global-batch", "8"])
+    assert inference.exit_code == 2 and "--mode training" in inference.stderr
+    no_device = runner.invoke(app, ["analyze", "gpt2", "--mode", "training", "--global-batch", "8"])
+    assert no_device.exit_code == 2 and "--hardware" in no_device.stderr
+
+
+def test_efficiency_one_number_or_one_per_roof() -> None:
+    assert parse_efficiency("0.6", efficiency_problem).compute == 0.6
+    both = parse_efficiency("compute=0.55,memory=0.8", efficiency_problem)
+    assert (both.compute, both.memory) == (0.55, 0.8)
+    assert parse_efficiency("memory=0.5", efficiency_problem).compute == 1.0
+    for bad in ("speed=0.5", "compute=2", "0"):
+        with pytest.raises(ValueError):
+            parse_efficiency(bad, efficiency_problem)
+    r = _time("analyze", "gpt2", "--hardware", "h100-sxm", "--efficiency", "compute=0.55,memory=0.8")
+    assert r["time"]["efficiency"]["compute"] == 0.55 and r["time"]["model"]["efficiency_override"]
+
+
+def test_alpha_beta_collectives() -> None:
+    c = TimeConstants(**{**load_calibration().constants.__dict__, "collective_base_s": 1e-5, "link_fraction": 0.5})
+    path = LinkPath("nvlink", 100e9, 1e-6)
+    one = Collective("all-reduce", "tp", 1, "x", 3, 10**6)
+    assert collective_s(one, path, c) == 0
+    eight = Collective("all-reduce", "tp", 8, "x", 2, 8 * 10**6)
+    assert ring_steps(eight) == 14
+    assert collective_s(eight, path, c) == pytest.approx(2 * (1e-5 + 14e-6) + eight.wire_bytes / 50e9)
+    # a data-parallel group beyond the 8-GPU node is limited by the network, a TP group of 8 is not
+    a100 = load_device("a100-80gb")
+    par = Parallelism(tp=8, dp=16)
+    dp = Collective("all-reduce", "dp", 16, "grads", 1, 1)
+    assert group_span(dp, par) == 128 and group_span(eight, par) == 8
+    assert link_path(a100, 8, c).name == "nvlink"  # type: ignore[union-attr]
+    assert link_path(a100, 128, c).name == "infiniband"  # type: ignore[union-attr]
+
+
+def test_kernels_scale_with_the_layers() -> None:
+    config = load_target("gpt2").config
+    w = Workload()
+    deeper = load_target("gpt2", overrides=["num_layers=24"]).config
+    per_layer = kernels_per_forward(deeper, w, False) - kernels_per_forward(config, w, False)
+    assert per_layer > 0 and per_layer % 12 == 0
+
+
+def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
+    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+
+    config = load_target("gpt2").config
+    w = Workload(seq_len=64, gen_tokens=4)
+    cal = load_calibration().with_constants(kernel_overhead_s=overhead_s)
+    estimate = estimate_time(config, w, TimeRequest(device=device, calibration=cal))
+    return {phase: dict(terms)["kernel overhead"] for phase, terms in estimate.terms().items()}
+
+
+def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
+    from embedcalc.config.hardware import LatencyFigure
+
+    config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
+    kernels = {"prefill": kernels_per_forward(config, w, False), "decode": kernels_per_forward(config, w, True)}
+    catalogue = load_device("a100-80gb")
+    assert catalogue.kernel_overhead_s is None
+    assert _overhead_terms(catalogue, 0.0) == {"prefill": 0.0, "decode": 0.0}  # the term vanishes at zero
+    assert _overhead_terms(catalogue, 2e-6) == pytest.approx({k: n * 2e-6 for k, n in kernels.items()}, rel=1e-12)
+    measured = catalogue.model_copy(update={"kernel_overhead_s": LatencyFigure(value=7e-6, source="test")})
+    for constant in (0.0, 2e-6):  # the device's own figure is used in place of the constant, never added to it
+        assert _overhead_terms(measured, constant) == pytest.approx({k: n * 7e-6 for k, n in kernels.items()},
+                                                                     rel=1e-12)  # fmt: skip
+
+
+def test_the_calibration_is_data_with_its_provenance() -> None:
+    cal = load_calibration()
+    assert cal.fitted_on and cal.held_out and not set(cal.fitted_on) & set(cal.held_out)
+    assert 0 < cal.constants.gemm_fraction <= 1 and 0 < cal.constants.memory_fraction <= 1
+    r = _decode(1)
+    assert r["model"]["calibration"] == cal.name and r["model"]["fitted_on"] == list(cal.fitted_on)
+
+
+def test_the_readme_shows_the_calibrations_measured_held_out_error() -> None:
+
+    cal = load_calibration()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = f"held-out: median |error| {100 * cal.held_out_median_error:.1f}%, worst {cal.held_out_max_ratio:.2f}x"
+    assert line in readme and f"({len(cal.held_out)} runs)" in readme.split(line, 1)[1].splitlines()[0]

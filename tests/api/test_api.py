@@ -1,0 +1,146 @@
+"""The public Python API (DESIGN.md §13): doctests of the package and of the documentation's "Python API" page, the
+notebook-style example, cheap import, and the API's JSON equal to the CLI's."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from paths import ROOT
+
+import embedcalc
+
+API_PAGE = ROOT / "docs" / "api.md"
+
+
+def _run_doctests(obj: object, name: str) -> doctest.TestResults:
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in finder.find(obj, name):
+        runner.run(test)
+    return runner.summarize(verbose=False)
+
+
+def test_package_and_api_docstrings_run_as_doctests() -> None:
+    import importlib
+
+    for name in ("embedcalc", "embedcalc.api.load", "embedcalc.api.analyze", "embedcalc.api.sweep"):
+        results = _run_doctests(importlib.import_module(name), name)
+        assert results.failed == 0, f"{name}: {results.failed} doctest(s) failed"
+        assert results.attempted > 0
+
+
+def api_page_prose() -> str:
+    """docs/api.md up to its generated reference (the mkdocstrings blocks)."""
+    text = API_PAGE.read_text(encoding="utf-8")
+    assert text.startswith("# Python API\n"), f"{API_PAGE} is not the Python API page"
+    return text.split("<!-- generated: api-reference -->", 1)[0]
+
+
+def test_docs_python_api_examples_run_as_doctests() -> None:
+    section = api_page_prose()
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert blocks and all(">>>" in b for b in blocks)
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest("\n".join(blocks), {}, "docs/api.md", str(API_PAGE), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    results = runner.summarize(verbose=False)
+    assert results.failed == 0 and results.attempted >= 5
+    assert "semantic version" in section.lower()
+
+
+def test_done_when_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import embedcalc; r = embedcalc.analyze(embedcalc.load('bert-base')); "
+         "print(r.params.total)"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert proc.stdout.strip() == "109482240"
+
+
+def test_import_is_cheap_and_names_load_lazily() -> None:
+    code = (
+        "import sys, embedcalc; heavy = ('torch', 'pydantic', 'numpy', 'yaml', 'rich', 'typer', "
+        "'embedcalc.analysis', 'embedcalc.config'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy))); "
+        "embedcalc.analyze; print('torch' in sys.modules, 'numpy' in sys.modules, embedcalc.__version__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    first, second = out.stdout.splitlines()
+    assert first == "[]"
+    assert second == f"False False {embedcalc.__version__}"
+
+
+def test_every_public_name_resolves_and_is_typed() -> None:
+    assert (ROOT / "embedcalc" / "py.typed").is_file()
+    for name in embedcalc.__all__:
+        assert getattr(embedcalc, name) is not None, name
+    assert set(dir(embedcalc)) >= set(embedcalc.__all__)
+    with pytest.raises(AttributeError):
+        embedcalc.no_such_name  # noqa: B018
+
+
+def test_example_tour_runs_as_a_script() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "api_tour.py")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "params 109,482,240" in proc.stdout
+    assert "crossover seq_len: 4608" in proc.stdout
+
+
+def cli_json(*args: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "embedcalc", *args, "--format", "json"], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def test_api_json_equals_the_cli_json() -> None:
+    analyze = cli_json("analyze", "gpt2", "--seq-len", "256", "--mode", "training", "--set", "num_layers=6")
+    api = embedcalc.analyze(
+        embedcalc.load("gpt2", overrides={"num_layers": 6}), seq_len=256, mode="training"
+    ).to_json()
+    assert api == analyze["results"][0]
+    compare = cli_json("compare", "bert-base", "t5-small", "--batch-size", "2")
+    assert embedcalc.compare(["bert-base", "t5-small"], batch_size=2).to_json() == compare["results"]
+    sweep = cli_json("sweep", "bert-base", "--seq-len", "128,1024", "--embed-dim", "512,768")
+    assert embedcalc.sweep("bert-base", seq_len=[128, 1024], embed_dim="512,768").to_json() == sweep["results"][0]
+
+
+def test_errors_are_the_package_errors() -> None:
+    with pytest.raises(embedcalc.ConfigError) as info:
+        embedcalc.analyze("bert-base", seq_len=4096)
+    assert info.value.problems[0].code
+    with pytest.raises(embedcalc.EmbedcalcError, match="dtype"):
+        embedcalc.analyze("bert-base", dtype="fp3")
+    with pytest.raises(embedcalc.EmbedcalcError, match="unknown workload field"):
+        embedcalc.analyze("bert-base", seq_length=128)
+    with pytest.raises(embedcalc.EmbedcalcError, match="list of configs"):
+        embedcalc.compare("bert-base")
+    with pytest.raises(embedcalc.ConfigError):
+        embedcalc.load({"embed_dim": 768})
+
+
+def test_workload_object_and_fields_combine() -> None:
+    base = embedcalc.Workload(batch_size=4, seq_len=64)
+    a = embedcalc.analyze("gpt2", base, dtype="bfloat16", parallel={"tp": 2})
+    assert (a.workload.batch_size, a.workload.dtype, a.workload.parallel.tp) == (4, "bf16", 2)
+    assert a.to_json() == embedcalc.analyze("gpt2", base, dtype="bf16", parallel={"tp": 2}).to_json()
+    loaded = embedcalc.load("gpt2")
+    assert embedcalc.analyze(loaded.config).params.total == embedcalc.analyze(loaded).params.total
+
+
+@pytest.mark.torch
+def test_verify_json_equals_the_cli_json() -> None:
+    pytest.importorskip("torch")
+    cli = cli_json("verify", "transformer-base", "--seq-len", "16", "--set", "num_layers=1")
+    result = embedcalc.verify(embedcalc.load("transformer-base", ["num_layers=1"]), seq_len=16)
+    assert result.agree
+    assert result.to_json() == cli["results"][0]

@@ -1,0 +1,17 @@
+"""Where the test suite's shared files live, named once: tests sit at different depths of the mirror tree
+(tests/config/hf/test_hf.py, tests/regressions/fuzz/test_fuzz.py), so none computes a path from its own
+``__file__``. Import as ``from paths import FIXTURES`` (tests/ is on ``sys.path``: pytest puts the directory of
+the root conftest.py there, and the scripts in tests/ run from it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+HF_FIXTURES = FIXTURES / "hf"
+GOLDEN = TESTS / "golden"
+GOLDEN_JSON = GOLDEN / "json"
+SCRIPTS = ROOT / "scripts"
+DOCS = ROOT / "docs"
