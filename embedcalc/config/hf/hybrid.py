@@ -44,7 +44,8 @@ def replace_mapped(r: KeyReader, name: str, value: Any, key: str, how: Origin, n
     r.put(name, value, key, how, note)
 
 
-def _positive(r: KeyReader, key: str) -> int | None:
+def positive(r: KeyReader, key: str) -> int | None:
+    """The positive integer ``key`` holds (the file's value, else transformers' default); None and a problem if not."""
     written, value, _ = r.value(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         r.problem(written, f"{written} = {value!r} must be a positive integer")
@@ -55,7 +56,7 @@ def _positive(r: KeyReader, key: str) -> int | None:
 def _mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
     """The Mamba-2 mixer of the ``mamba`` layers as an embedcalc mixer spec (None and a problem if unusable)."""
     hidden = r.data.get("embed_dim")
-    sizes = {name: _positive(r, key) for name, key in (("num_heads", "mamba_n_heads"), ("state_size", "mamba_d_state"),
+    sizes = {name: positive(r, key) for name, key in (("num_heads", "mamba_n_heads"), ("state_size", "mamba_d_state"),
              ("groups", "mamba_n_groups"), ("conv_kernel", "mamba_d_conv"), ("chunk_size", "mamba_chunk_size"),
              ("expand", "mamba_expand"))}  # fmt: skip
     head_key, head, _ = r.value("mamba_d_head")
@@ -88,7 +89,7 @@ def _read_granitemoehybrid(r: KeyReader) -> None:
     r.ignore("normalization_function", "RMSNorm, which GraniteMoeHybridModel always builds")
     r.ignore("init_method", "an initialisation scheme (mup); no effect on sizes or FLOPs")
     ignore_moe_keys(r)
-    shared = _positive(r, "shared_intermediate_size")
+    shared = positive(r, "shared_intermediate_size")
     _, experts, _ = r.value("num_local_experts")
     if shared is None:
         return
@@ -170,7 +171,7 @@ def _read_qwen3_next(r: KeyReader) -> None:
         return
     gdn: dict[str, Any] = {"kind": "gated_deltanet"}
     for name, key in _GDN_KEYS:
-        value = _positive(r, key)
+        value = positive(r, key)
         if value is None:
             return
         gdn[name] = value

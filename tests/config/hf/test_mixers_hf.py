@@ -23,10 +23,12 @@ from embedcalc.config.schema import ModelConfig
 # fixture -> (model_type, transformers' numel on the meta device, the preset that transcribes it)
 PUBLISHED = {
     "granite-4.0-h-small": ("granitemoehybrid", 32_207_337_984, "granite-4.0-h-small"),
+    "jamba-mini-1.7": ("jamba", 51_570_323_328, "jamba-mini-1.7"),
     "qwen3-next-80b-a3b": ("qwen3_next", 79_674_391_296, "qwen3-next-80b-a3b"),
 }
 # layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
-UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
+UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
+          "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,11 @@ def test_transformers_builds_the_published_size(transformers: Any, name: str) ->
 
 def _hf_state(hf: Any) -> int:
     """Values of one recurrent layer's state per sequence, read off transformers' config object: the conv window
-    (conv_dim x kernel) and the scan's state (Mamba-2: heads x d_head x d_state; DeltaNet: v heads x dk x dv)."""
+    (conv_dim x kernel) and the scan's state (Mamba-2: heads x d_head x d_state; DeltaNet: v heads x dk x dv;
+    Mamba-1: inner x d_state)."""
+    if hf.model_type == "jamba":
+        inner = hf.mamba_expand * hf.hidden_size
+        return inner * hf.mamba_d_conv + inner * hf.mamba_d_state
     if hf.model_type == "qwen3_next":
         key = hf.linear_num_key_heads * hf.linear_key_head_dim
         value = hf.linear_num_value_heads * hf.linear_value_head_dim
@@ -122,19 +128,30 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, seq_len:
     assert measured == ours + state_passing + conv_tail
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("seq_len", [16, 70])
-def test_deltanet_flops_equal_transformers_torch_path(transformers: Any, seq_len: int) -> None:
-    """Qwen3-Next on a small variant: transformers' CPU path counts the same matmuls (its triangular solves none)
-    plus its convolution's padded tail."""
-    import torch
-
-    small = raw_fixture("qwen3-next-80b-a3b") | dict(
+# Small eager variants whose transformers CPU path counts exactly our matmuls plus the convolution's padded tail:
+# Qwen3-Next's gated DeltaNet (its triangular solves count none) and Jamba's Mamba-1 reference scan (the state read
+# out by C each token; attention at layer 2 of 4, experts on odd layers).
+CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
+    "qwen3-next-80b-a3b": dict(
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         intermediate_size=48, moe_intermediate_size=16, shared_expert_intermediate_size=24, num_experts=4,
         num_experts_per_tok=2, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
         linear_value_head_dim=16, vocab_size=256, bos_token_id=1, eos_token_id=2, max_position_embeddings=512,
-    )  # fmt: skip
+    ),
+    "jamba-mini-1.7": dict(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+        num_experts=4, attn_layer_period=4, attn_layer_offset=2, mamba_d_state=8, mamba_dt_rank=8, vocab_size=256,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(("name", "seq_len"), [("qwen3-next-80b-a3b", 16), ("qwen3-next-80b-a3b", 70),
+                                               ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16)])  # fmt: skip
+def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: Any, name: str, seq_len: int) -> None:
+    import torch
+
+    small = raw_fixture(name) | CONV_TAIL_ONLY[name]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
         hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
@@ -142,5 +159,6 @@ def test_deltanet_flops_equal_transformers_torch_path(transformers: Any, seq_len
     config = _config(small)
     ours = analytic_flops(config, Workload(batch_size=2, seq_len=seq_len)).forward
     mixers = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
+    assert len(mixers) == 3
     conv_tail = sum(2 * 2 * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mixers)
     assert forward_flops(model, batch=2, seq_len=seq_len) == ours + conv_tail
