@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from embedcalc.api.distributed import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
@@ -24,6 +25,7 @@ from embedcalc.errors import Problem
 if TYPE_CHECKING:
     from embedcalc.analysis.workload import Workload
     from embedcalc.api.bench import RunOptions
+    from embedcalc.api.distributed import Nodes
 
 
 class DeviceChoice(StrEnum):
@@ -112,7 +114,8 @@ class StepFlags:
 
 @dataclass(frozen=True)
 class RankFlags:
-    """--nproc, --strategy, --baseline: the run under torchrun."""
+    """--nproc, --strategy, --baseline, and the nodes (--nnodes, --node-rank, --rdzv-endpoint, --rdzv-timeout):
+    the run under torchrun."""
 
     nproc: Annotated[
         int | None,
@@ -127,6 +130,39 @@ class RankFlags:
         bool,
         typer.Option("--baseline/--no-baseline", help="With --nproc: also run one process for scaling efficiency."),
     ] = True
+    nnodes: Annotated[
+        int,
+        typer.Option("--nnodes", min=1, max=1024, help="With --nproc: nodes in the run (torchrun's c10d "
+                     "rendezvous); run the same command on each, --nproc ranks per node."),
+    ] = 1  # fmt: skip
+    node_rank: Annotated[
+        int,
+        typer.Option("--node-rank", min=0, max=1023, help="This node's rank, 0 to --nnodes - 1, one per node; "
+                     "node 0 hosts the rendezvous and prints the report of every rank."),
+    ] = 0  # fmt: skip
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option("--rdzv-endpoint", metavar="HOST:PORT", help="Node 0's address for the rendezvous, the same "
+                     "on every node (port default 29400); needed with --nnodes > 1."),
+    ] = None  # fmt: skip
+    rdzv_timeout: Annotated[
+        int,
+        typer.Option("--rdzv-timeout", min=1, max=86400, help="Seconds a node waits for all --nnodes to join "
+                     "(and for node 0's store) before it gives up, exit 4."),
+    ] = DEFAULT_RDZV_TIMEOUT_S  # fmt: skip
+
+    def nodes(self) -> Nodes | None:
+        """The nodes of the run (None: one node on its own); exit 2 for node flags without --nproc."""
+        from embedcalc.api.distributed import Nodes
+
+        given = [f for f, on in (("--nnodes", self.nnodes != 1), ("--node-rank", self.node_rank != 0),
+                                 ("--rdzv-endpoint", self.rdzv_endpoint is not None)) if on]  # fmt: skip
+        if self.nproc is None:
+            if given:
+                verb = "goes" if len(given) == 1 else "go"
+                raise typer.BadParameter(f"{' and '.join(given)} {verb} only with --nproc N", param_hint=given[0])
+            return None
+        return Nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.rdzv_timeout)
 
 
 def _note(line: str) -> None:
@@ -158,6 +194,7 @@ def bench_command(
     """
     from embedcalc.api.torch_env import require_torch
 
+    nodes = ranks.nodes()
     require_torch()
     options = steps.options(device, force)
     if peak and target is not None:
@@ -168,13 +205,13 @@ def bench_command(
     generate = mode is BenchModeChoice.generate
     workload = run.workload(dtype=dtype, mode="inference" if generate else mode.value,
                             gen_tokens=run.gen_tokens if generate else 0)  # fmt: skip
-    result = _measure(target, overrides, workload, generate, memory_matrix, peak, ranks, dtype, options)
+    result = _measure(target, overrides, workload, generate, memory_matrix, peak, ranks, nodes, dtype, options)
     _render(result, format, workload)
 
 
 def _measure(
     target: str | None, overrides: list[str] | None, workload: Workload, generate: bool, memory_matrix: bool,
-    peak: bool, ranks: RankFlags, dtype: str, options: RunOptions,
+    peak: bool, ranks: RankFlags, nodes: Nodes | None, dtype: str, options: RunOptions,
 ) -> Any:  # fmt: skip
     """The one API call the flags ask for."""
     if peak or target is None:
@@ -188,7 +225,8 @@ def _measure(
     if ranks.nproc is not None:
         from embedcalc.api.distributed import bench_ranks
 
-        return bench_ranks(target, overrides, workload, ranks.nproc, ranks.strategy.value, ranks.baseline, options)
+        return bench_ranks(target, overrides, workload, ranks.nproc, ranks.strategy.value, ranks.baseline, options,
+                           nodes)  # fmt: skip
     if memory_matrix:
         from embedcalc.api.memory_matrix import bench_memory_matrix
 
@@ -212,6 +250,7 @@ def _render(result: Any, format: OutputFormat, workload: Workload) -> None:
         "PeakResult": lambda: [bench.peak_table(result), hardware.local_summary(result)],
         "GenerationReport": lambda: [generation.generation_table(result.analysis, result.measurement)],
         "DistributedReport": lambda: [distributed.distributed_table(result.result)],
+        "ElsewhereReport": lambda: [distributed.elsewhere_note(result)],
         "MemoryMatrix": lambda: [bench.memory_matrix_table(result)],
         "BenchResult": lambda: [bench.bench_table(result)],
     }

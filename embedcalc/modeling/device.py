@@ -65,7 +65,17 @@ def free_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
+    return available_host_bytes()
+
+
+def available_host_bytes() -> int:
+    """This machine's available RAM (MemAvailable), whatever the device: what the ranks' processes share."""
     return _meminfo_bytes("MemAvailable")
+
+
+def gpu_count() -> int:
+    """CUDA devices torch sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def total_memory_bytes(device: torch.device) -> int:

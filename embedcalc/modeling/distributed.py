@@ -1,8 +1,8 @@
 """``bench --nproc N``: the training step (or forward) of embedcalc's model on N processes of torch.distributed.
 
-The processes are started by torchrun's own machinery in-process (``torch.distributed.launcher.elastic_launch``,
-what the ``torchrun`` binary calls), over gloo on the CPU and NCCL on CUDA, with a c10d rendezvous on localhost.
-Strategies, each the way torch ships it:
+The processes are started by torchrun's own launcher (:mod:`embedcalc.modeling.launch`: one node on localhost, or
+several nodes on one c10d rendezvous), over gloo on the CPU and NCCL on CUDA. Strategies, each the way torch ships
+it, over every rank of every node:
 
 - ``ddp``: ``DistributedDataParallel`` (Li et al. 2020): a full replica per rank, gradients all-reduced in buckets;
 - ``fsdp``: FSDP2 ``fully_shard`` on every block and on the root (:func:`embedcalc.modeling.sharding.apply_fsdp`;
@@ -14,8 +14,11 @@ Strategies, each the way torch ships it:
 Each rank reports its step times (a barrier before every timed step, so the slowest rank sets the pace, as it does
 in training), its peak memory (RSS growth on the CPU, ``max_memory_allocated`` on CUDA), its local parameter count,
 and the time its collectives took, from ``torch.profiler`` events of two extra profiled steps (``gloo:*`` on the
-CPU; NCCL kernels on CUDA). A rank that dies ends the whole group: torchrun's agent stops the others and
-:class:`DistributedRunError` says which rank failed and how.
+CPU; NCCL kernels on CUDA). At the end every rank's result is gathered (``all_gather_object``) and returned by the
+rank that holds the report, local rank 0 of node 0; the ranks of other nodes return where the report is. Before
+any model is built the ranks check that the nodes' ``--node-rank`` values are 0 .. M-1, each once. A rank that dies
+ends the whole group: torchrun's agent stops the others and :class:`DistributedRunError` says which rank failed
+and how (a rank of another node that dies ends this node's ranks in their next collective).
 
 Fault injection for tests: ``EMBEDCALC_FAULT_RANK=R`` makes rank R kill itself (SIGKILL) before its first timed
 step, the way an out-of-memory kill or a lost node ends a rank.
@@ -23,32 +26,34 @@ step, the way an out-of-memory kill or a lost node ends a rank.
 
 from __future__ import annotations
 
-import logging
+import hashlib
+import json
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import torch
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.device import peak_memory
+from embedcalc.modeling.launch import DistributedRunError, Rendezvous, RendezvousFailedError, launch
 from embedcalc.modeling.steps import make_inputs, make_step
 from embedcalc.modeling.timing import Clock, Timings
 
 Strategy = Literal["ddp", "fsdp", "tp"]
 FAULT_ENV = "EMBEDCALC_FAULT_RANK"
 
-
-class DistributedRunError(RuntimeError):
-    """A rank failed; the message names it and its exit code or signal."""
+__all__ = ["DistributedRunError", "DistributedSettings", "RankResult", "Rendezvous", "RendezvousFailedError",
+           "ReportElsewhere", "run_ranks"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class DistributedSettings:
-    """What every rank runs."""
+    """What every rank runs (``nproc`` per node, on ``nnodes`` nodes; ``node_rank`` is this node's)."""
 
     nproc: int
     strategy: Strategy
@@ -61,6 +66,12 @@ class DistributedSettings:
     repeat: int
     device: Literal["cpu", "cuda"]
     threads: int | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,8 @@ class RankResult:
     local_params: int = 0
     device: str = "cpu"
     threads: int = 1
+    node_rank: int = 0
+    host: str = ""
 
     @property
     def median_s(self) -> float:
@@ -105,7 +118,7 @@ def _wrap(model: torch.nn.Module, config: ModelConfig, settings: DistributedSett
         )
     from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh(device.type, (settings.nproc,))
+    mesh = init_device_mesh(device.type, (settings.world_size,))
     if settings.strategy == "fsdp":
         from embedcalc.modeling.sharding import apply_fsdp
 
@@ -163,7 +176,7 @@ def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.d
     if settings.strategy == "tp":
         from embedcalc.modeling.sharding import sharding_config
 
-        tiny = sharding_config(tiny, settings.nproc)
+        tiny = sharding_config(tiny, settings.world_size)
     model = _wrap(build_model(tiny, attention=settings.attention, device=device), tiny, settings, device)
     inputs = make_inputs(tiny, 1, min(8, tiny.max_seq_len), None, device)
     step = make_step(model, inputs, settings.mode, fused=settings.strategy != "tp")
@@ -199,6 +212,7 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
         device = torch.device("cpu")
         dist.init_process_group("gloo")
     rank = dist.get_rank()
+    _check_node_ranks(settings)
     threads = settings.threads or max(1, (os.cpu_count() or 1) // settings.nproc)
     torch.set_num_threads(threads)
     try:
@@ -206,7 +220,7 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
             if settings.strategy == "tp":
                 from embedcalc.modeling.sharding import sharding_config
 
-                config = sharding_config(config, settings.nproc)  # vocabulary padded, KV heads for every rank
+                config = sharding_config(config, settings.world_size)  # vocabulary padded, KV heads for every rank
             model = build_model(config, attention=settings.attention, device=device, dtype=torch.float32)
             wrapped = _wrap(model, config, settings, device)
             local_params = _local_numel(model)
@@ -226,55 +240,76 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
         result = RankResult(
             rank=rank, step_seconds=seconds, comm_seconds_per_step=comm_s, comm_calls_per_step=comm_calls,
             comm_ops=ops, peak_memory_bytes=peak.bytes, memory_method=peak.method, local_params=local_params,
-            device=str(device), threads=threads,
+            device=str(device), threads=threads, node_rank=settings.node_rank, host=socket.gethostname(),
         )  # fmt: skip
-        return asdict(result)
+        return _gather(result, local_rank)
     finally:
         dist.destroy_process_group()
 
 
-@contextmanager
-def _quiet_launcher() -> Iterator[None]:
-    """torchrun's agent logs a failed rank's traceback itself; the error is reported once, by the caller."""
-    prefixes = ("torch.distributed.elastic", "torch.multiprocessing.spawn", "torch.distributed.run")
-    names = {*prefixes, *(n for n in logging.root.manager.loggerDict if n.startswith(prefixes))}
-    loggers = [logging.getLogger(name) for name in sorted(names)]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
 
 
-def launch(config: ModelConfig, settings: DistributedSettings) -> list[RankResult]:
-    """Run ``settings.nproc`` ranks under torchrun's launcher and collect every rank's result, in rank order."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+def _check_node_ranks(settings: DistributedSettings) -> None:
+    """Every node's ``--node-rank`` is one of 0 .. nnodes-1, each node's its own (else every rank raises the same
+    error, before anything is built)."""
+    import torch.distributed as dist
 
-    launch_config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=settings.nproc, run_id=f"embedcalc-{os.getpid()}",
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.1,
-    )  # fmt: skip
-    try:
-        with _quiet_launcher():
-            results = elastic_launch(launch_config, _worker)(config.model_dump(mode="json"), asdict(settings))
-    except SignalException as exc:  # the agent stopped every rank before re-raising the signal it got
-        if exc.sigval == signal.SIGINT:
-            raise KeyboardInterrupt from None
-        raise DistributedRunError(f"stopped by {exc.sigval.name}; torchrun stopped every rank") from None
-    except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        signal_name = failure.signal_name()
-        how = f"signal {signal_name}" if signal_name != "<N/A>" else f"exit {failure.exitcode}"
-        detail = failure.message.strip() if isinstance(failure.message, str) and signal_name == "<N/A>" else ""
-        if "To enable traceback" in detail or detail == "<NONE>":
-            detail = "its own line above says why"
-        raise DistributedRunError(
-            f"rank {rank} of {settings.nproc} failed ({how}){': ' + detail if detail else ''}; "
-            "torchrun stopped the other ranks"
-        ) from None
-    return [RankResult(**results[r]) for r in sorted(results)]
+    if settings.nnodes == 1:
+        return
+    seen: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, settings.node_rank)
+    nodes = sorted(set(seen))
+    if nodes != list(range(settings.nnodes)) or any(seen.count(n) != settings.nproc for n in nodes):
+        raise ValueError(
+            f"the nodes' --node-rank values are {nodes} (counted once per rank: {sorted(seen)}); run each of the "
+            f"{settings.nnodes} nodes with its own --node-rank from 0 to {settings.nnodes - 1}"
+        )
+
+
+def _gather(result: RankResult, local_rank: int) -> dict[str, Any]:
+    """Every rank's result, gathered on every rank (a few hundred bytes each) and returned whole by local rank 0 of
+    node 0, the rank whose launcher prints the report; the other ranks return where that is."""
+    import torch.distributed as dist
+
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (local_rank, asdict(result)))
+    holder = next(r for r, (local, data) in enumerate(everyone) if local == 0 and data["node_rank"] == 0)
+    if result.rank == holder:
+        return {"ranks": [data for _, data in everyone]}
+    return {"report_rank": holder, "report_host": everyone[holder][1]["host"]}
+
+
+@dataclass(frozen=True)
+class ReportElsewhere:
+    """What a node other than node 0 gets back: its ranks took part, the report is on ``host`` (rank ``rank``)."""
+
+    host: str
+    rank: int
+    node_rank: int
+    local_ranks: list[int]  # the global ranks this node ran
+
+    def to_json(self) -> dict[str, Any]:
+        return {"report_on": {"host": self.host, "rank": self.rank, "node_rank": 0}, "node_rank": self.node_rank,
+                "ranks_here": self.local_ranks}  # fmt: skip
+
+
+def run_id(config: ModelConfig, settings: DistributedSettings) -> str:
+    """The rendezvous id every node of one run computes alike: a digest of the model and of what every rank runs
+    (all but this node's rank), so that only nodes running the same command meet."""
+    shared = asdict(replace(settings, node_rank=0))
+    digest = hashlib.sha256(json.dumps([config.model_dump(mode="json"), shared], sort_keys=True).encode())
+    return f"embedcalc-{digest.hexdigest()[:12]}"
+
+
+def run_ranks(
+    config: ModelConfig, settings: DistributedSettings, rendezvous: Rendezvous
+) -> list[RankResult] | ReportElsewhere:
+    """Run this node's ``settings.nproc`` ranks; every rank's result in rank order on the node holding the report
+    (node 0), or where the report is on any other node."""
+    ident = run_id(config, settings) if rendezvous.multi_node else f"embedcalc-{os.getpid()}"
+    results = launch(_worker, (config.model_dump(mode="json"), asdict(settings)), settings.nproc, rendezvous, ident)
+    for value in results.values():
+        if "ranks" in value:
+            return [RankResult(**data) for data in value["ranks"]]
+    first = results[min(results)]
+    return ReportElsewhere(first["report_host"], first["report_rank"], settings.node_rank, sorted(results))

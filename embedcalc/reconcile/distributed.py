@@ -123,7 +123,8 @@ class DistributedBench:
                 "memory_error_pct": error_pct(r.peak_memory_bytes, predicted),
                 "local_params": r.local_params, "predicted_params": self.predicted_params[r.rank],
                 "comm_s_per_step": r.comm_seconds_per_step, "comm_calls_per_step": r.comm_calls_per_step,
-                "comm_ops": r.comm_ops, "device": r.device, "threads": r.threads,
+                "comm_ops": r.comm_ops, "device": r.device, "threads": r.threads, "node_rank": r.node_rank,
+                "host": r.host,
             })  # fmt: skip
         return rows
 

@@ -1,17 +1,22 @@
-"""Tables for ``bench --nproc``: the group's throughput and scaling, then one row per rank, measured vs predicted."""
+"""Tables for ``bench --nproc``: the group's throughput and scaling, then one row per rank, measured vs predicted
+(with the node and host of each rank when the run spans nodes); on a node other than node 0, where the report is."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from embedcalc.reconcile.distributed import DistributedBench
 from embedcalc.reconcile.sharding import ShardedVerify, ShardRow
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
+
+if TYPE_CHECKING:
+    from embedcalc.api.distributed import ElsewhereReport
 
 
 def _pct(value: float | None) -> str:
@@ -41,11 +46,14 @@ def distributed_table(result: DistributedBench) -> Group:
         title="per rank", title_justify="left",
         caption=escape(f"memory: {data['memory_method']}; predicted: the analytic per-device estimate"),
     )  # fmt: skip
-    for column in ("rank", "median", "p10 / p90", "peak memory", "predicted", "error", "params", "predicted"):
+    nodes = len({r.node_rank for r in result.ranks}) > 1
+    for column in ("rank", *(("node", "host") if nodes else ()), "median", "p10 / p90", "peak memory", "predicted",
+                   "error", "params", "predicted"):  # fmt: skip
         ranks.add_column(column, justify="right")
     for row in result.rank_rows():
         ranks.add_row(
-            str(row["rank"]), f"{row['median_s'] * 1000:.1f} ms",
+            str(row["rank"]), *((str(row["node_rank"]), escape(row["host"])) if nodes else ()),
+            f"{row['median_s'] * 1000:.1f} ms",
             f"{row['p10_s'] * 1000:.1f} / {row['p90_s'] * 1000:.1f}",
             units.binary_bytes(row["peak_memory_bytes"]), units.binary_bytes(row["predicted_memory_bytes"]),
             _pct(row["memory_error_pct"]), units.count(row["local_params"]), units.count(row["predicted_params"]),
@@ -113,3 +121,11 @@ def communication_table(analysis: Any) -> Table | None:
                       units.binary_bytes(c.wire_bytes), c.purpose)  # fmt: skip
     table.add_row("total", "", "", "", "", units.binary_bytes(comm.wire_bytes), "")
     return table
+
+
+def elsewhere_note(result: ElsewhereReport) -> Text:
+    """A node other than node 0: its ranks took part, the report of every rank is on node 0."""
+    where = result.where
+    ranks = ", ".join(str(r) for r in where.local_ranks)
+    return Text(f"node {where.node_rank}: ranks {ranks} took part; the report of every rank is on node 0, "
+                f"host {where.host} (rank {where.rank}), in that node's output.")  # fmt: skip

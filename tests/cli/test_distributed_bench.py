@@ -1,17 +1,34 @@
-"""``bench --nproc``: a real torchrun launch over gloo (2 ranks on this CPU), a rank killed mid-run, the fit check.
+"""``bench --nproc``: a real torchrun launch over gloo (2 ranks on this CPU), a rank killed mid-run, the check
+before launching, two "nodes" on localhost (two launches, one c10d rendezvous), a node alone timing out, and a
+SIGKILL of the launcher.
 
 The launches start real processes (torch imports in each), so they are ``slow`` and run by ``.ci/run``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from conftest import cli_env, run_embedcalc
+
+from embedcalc.analysis.workload import Workload
+from embedcalc.api.distributed import RANK_PROCESS_BYTES, RANKS_PER_CORE, Nodes, launch_problems
+from embedcalc.errors import EmbedcalcError, ExitCode
+
+if TYPE_CHECKING:
+    from embedcalc.analysis.report import Analysis
 
 pytestmark = [pytest.mark.torch]
 
@@ -99,6 +116,71 @@ def test_a_killed_rank_ends_the_whole_group_cleanly(tmp_path: Path) -> None:
     assert _processes_with(marker) == []  # no orphan ranks
 
 
+def test_a_thousand_ranks_are_refused_before_launch_with_the_numbers() -> None:
+    proc = run_embedcalc("bench", "gpt2", "--nproc", "1000", "--device", "cpu", env=cli_env(COLUMNS="200"), timeout=120)
+    assert proc.returncode == 4, proc.stderr  # DESIGN §6: the environment can't do it
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    cores = len(os.sched_getaffinity(0))
+    assert f"1000 ranks on {cores} core" in proc.stderr and f"{RANKS_PER_CORE} ranks per core" in proc.stderr
+    assert "344.33 MiB per torch process, measured" in proc.stderr  # RANK_PROCESS_BYTES
+    largest = re.search(r"use --nproc (\d+) or fewer", proc.stderr)
+    assert largest is not None and 0 < int(largest.group(1)) <= cores * RANKS_PER_CORE
+
+
+def _gpt2(nproc: int) -> Analysis:
+    from embedcalc.api.bench import measured_analysis
+    from embedcalc.api.load import load_target
+    from embedcalc.reconcile.distributed import strategy_parallelism
+
+    return measured_analysis(load_target("gpt2", None), Workload(parallel=strategy_parallelism("ddp", nproc)))
+
+
+def test_the_launch_check_counts_each_rank_process_and_bounds_ranks_per_core() -> None:
+    from embedcalc.reconcile.bench import predicted_bytes
+
+    analysis = _gpt2(4)
+    per_rank = RANK_PROCESS_BYTES + predicted_bytes(analysis)
+    fits = launch_problems(analysis, 4, cores=2, free_host=4 * per_rank, gpus=None, free_gpu=None, force=False)
+    assert fits.problems == [] and fits.largest_nproc == 4
+    short = launch_problems(analysis, 4, cores=2, free_host=4 * per_rank - 1, gpus=None, free_gpu=None, force=False)
+    assert len(short.problems) == 1 and f"({4 * per_rank:,} bytes)" in short.problems[0]
+    assert short.largest_nproc == 3 and short.forceable
+    assert launch_problems(analysis, 4, 2, 4 * per_rank - 1, None, None, force=True).problems == []
+    crowded = launch_problems(analysis, 5, cores=2, free_host=10**15, gpus=None, free_gpu=None, force=True)
+    assert "over the bound of 2 ranks per core (4)" in crowded.problems[0]
+    assert crowded.largest_nproc == 4 and not crowded.forceable  # --force lifts memory only
+    # CUDA: one rank per GPU, each rank's model on its GPU, only the processes in this machine's RAM
+    gpu = launch_problems(analysis, 3, cores=16, free_host=3 * RANK_PROCESS_BYTES, gpus=2, free_gpu=10**12, force=False)
+    assert gpu.problems == ["3 ranks need a GPU each and this machine has 2"] and gpu.largest_nproc == 2
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        ({"nnodes": 2}, "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
+        ({"nnodes": 2, "node_rank": 2, "endpoint": "h:1"}, "--node-rank 2 is not a node of --nnodes 2; use 0 to 1"),
+        ({"nnodes": 2, "endpoint": "h:0"}, "the port must be 1 to 65535"),
+        ({"nnodes": 2, "endpoint": ":29400"}, "give node 0's address as HOST:PORT"),
+        ({"timeout_s": 0}, "--rdzv-timeout must be at least 1 second"),
+    ],
+)
+def test_bad_node_settings_are_usage_errors_naming_the_flag(nodes: dict[str, Any], message: str) -> None:
+    with pytest.raises(EmbedcalcError) as caught:
+        Nodes(**nodes)
+    assert caught.value.exit_code == ExitCode.USAGE and message in str(caught.value)
+
+
+def test_an_endpoint_without_a_port_gets_torchruns_and_ipv6_keeps_its_brackets() -> None:
+    assert Nodes(2, 1, "node0.example").endpoint == "node0.example:29400"
+    assert Nodes(2, 0, " 10.0.0.1:1234 ").endpoint == "10.0.0.1:1234"
+    assert Nodes(2, 0, "[::1]:1234").endpoint == "[::1]:1234"
+
+
+def test_node_flags_without_nproc_are_refused() -> None:
+    proc = run_embedcalc("bench", "gpt2", "--nnodes", "2", "--rdzv-endpoint", "h:1", timeout=120)
+    assert proc.returncode == 2 and "--nnodes and --rdzv-endpoint go only with --nproc N" in proc.stderr
+
+
 def test_refused_before_launch_when_the_ranks_cannot_fit(tmp_path: Path) -> None:
     proc = run_embedcalc(
         "bench", "gpt2", "--nproc", "2", "--mode", "training", "--batch-size", "100000", "--seq-len", "1024",
@@ -121,3 +203,119 @@ def test_tensor_parallel_ranks_hold_the_predicted_shard_and_issue_the_predicted_
     for rank in result["ranks"]:
         assert rank["local_params"] == rank["predicted_params"]
         assert rank["comm_calls_per_step"] == predicted_calls  # gloo all-reduces seen by the profiler
+
+
+# --- several nodes: two launches on this machine meet on one c10d rendezvous ------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(*args: str, marker: str) -> subprocess.Popen[str]:
+    """``embedcalc ARGS`` in the background, its processes (and its ranks') marked in their environment."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "embedcalc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        encoding="utf-8", stdin=subprocess.DEVNULL, env=cli_env(COLUMNS="160", EMBEDCALC_TEST_MARKER=marker),
+    )  # fmt: skip
+
+
+def _node(rank: int, port: int, *extra: str) -> tuple[str, ...]:
+    return ("bench", "gpt2", "--nproc", "1", "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint",
+            f"127.0.0.1:{port}", "--device", "cpu", *extra, "--format", "json")  # fmt: skip
+
+
+def _reap(marker: str) -> None:
+    """Kill whatever a failed test left behind (only the test's own, marked processes)."""
+    for pid in _processes_with(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_two_nodes_on_localhost_meet_and_node_0_reports_both_ranks() -> None:
+    marker, port = f"embedcalc-test-{uuid.uuid4()}", _free_port()
+    run = ("--mode", "training", "--batch-size", "1", "--seq-len", "16", "--warmup", "1", "--repeat", "2",
+           "--no-baseline", "--rdzv-timeout", "240")  # fmt: skip
+    try:
+        node1 = _start(*_node(1, port, *run), marker=marker)  # the client first: it waits for node 0's store
+        node0 = _start(*_node(0, port, *run), marker=marker)
+        out0, err0 = node0.communicate(timeout=600)
+        out1, err1 = node1.communicate(timeout=120)
+    finally:
+        _reap(marker)
+    assert node0.returncode == 0, err0
+    assert node1.returncode == 0, err1
+    report = json.loads(out0)["results"][0]["distributed"]
+    assert report["nproc"] == 2 and [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert sorted(r["node_rank"] for r in report["ranks"]) == [0, 1]
+    for rank in report["ranks"]:  # each rank a DDP replica of gpt2, gradients all-reduced across the two nodes
+        assert rank["local_params"] == rank["predicted_params"] == 124_439_808
+        assert rank["comm_calls_per_step"] > 0
+    elsewhere = json.loads(out1)["results"][0]["distributed"]
+    on_node0 = next(r["rank"] for r in report["ranks"] if r["node_rank"] == 0)
+    on_node1 = next(r["rank"] for r in report["ranks"] if r["node_rank"] == 1)
+    assert elsewhere["report_on"]["rank"] == on_node0 and elsewhere["ranks_here"] == [on_node1]
+    assert _processes_with(marker) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("node_rank", "message"),
+    [
+        (0, "did not complete within --rdzv-timeout 3 s: 2 nodes were expected"),
+        (1, "could not reach node 0's rendezvous at 127.0.0.1:"),
+    ],
+)
+def test_a_node_alone_times_out_cleanly_and_leaves_no_process(node_rank: int, message: str) -> None:
+    marker = f"embedcalc-test-{uuid.uuid4()}"
+    try:
+        node = _start(*_node(node_rank, _free_port(), "--rdzv-timeout", "3"), marker=marker)
+        out, err = node.communicate(timeout=300)
+    finally:
+        _reap(marker)
+    assert node.returncode == 4, err  # the environment can't do it: the other node is not there
+    assert message in err and "Traceback" not in err and "frame #" not in err
+    envelope = json.loads(out)
+    assert envelope["status"] == "error" and envelope["problems"][0]["code"] == "rendezvous_failed"
+    assert _processes_with(marker) == []
+
+
+def _rank_rss(marker: str) -> dict[int, int]:
+    """Resident bytes of each live rank (a multiprocessing ``spawn`` child) of the marked launch."""
+    ranks = {}
+    for pid in _processes_with(marker):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                ranks[pid] = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+    return ranks
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_launcher_leaves_no_rank(tmp_path: Path) -> None:
+    marker = f"embedcalc-test-{uuid.uuid4()}"
+    launcher = _start("bench", str(_tiny(tmp_path)), "--nproc", "2", "--mode", "training", "--batch-size", "1",
+                      "--seq-len", "8", "--device", "cpu", "--warmup", "1", "--repeat", "1000000", "--no-baseline",
+                      marker=marker)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # both ranks running their model: past torch's import, past start-up
+            ranks = _rank_rss(marker)
+            if len(ranks) == 2 and min(ranks.values()) > 300_000_000:
+                break
+            assert launcher.poll() is None, launcher.communicate()[1]
+            time.sleep(0.2)
+        assert len(ranks) == 2
+        launcher.kill()  # SIGKILL: no handler of torchrun's agent runs
+        launcher.wait()
+        gone_by = time.monotonic() + 5  # without the parent-death signal they ran on for 8 s here
+        while _processes_with(marker) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        assert _processes_with(marker) == []
+    finally:
+        launcher.kill()
+        _reap(marker)
