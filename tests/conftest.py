@@ -15,11 +15,13 @@ Where a test goes: the tree mirrors the package, and a test lives beside the cod
 - ``tests/e2e/``: the product from outside: the newcomer's quick start, the wheel, the README and docs pages
   number by number, the golden JSON of every command.
 
-Shared data stays at the top: ``fixtures/`` (``fixtures/hf/``: hub config.json files), ``golden/``; name them
-through ``paths.py`` (``from paths import HF_FIXTURES``), never from a test's own ``__file__``. Helpers shared by
-several directories stay at the top too (``hf_reference.py``, ``golden_json.py``, ``paths.py``); this directory is
-on ``sys.path`` (pytest puts the root conftest's directory there), so they import by their bare names. No
-``__init__.py``: test file names are unique across the tree.
+Shared data stays at the top: ``fixtures/`` (``fixtures/hf/``: hub config.json files; ``published_sizes.yaml``:
+each file's total as transformers builds it, one row per file, checked by config/hf/test_published_sizes.py; a
+new family adds its row there, not a table in its test), ``golden/``; name them through ``paths.py`` (``from paths
+import HF_FIXTURES``), never from a test's own ``__file__``. Helpers shared by several directories stay at the top
+too (``hf_reference.py``, ``golden_json.py``, ``paths.py``); this directory is on ``sys.path`` (pytest puts the
+root conftest's directory there), so they import by their bare names. No ``__init__.py``: test file names are
+unique across the tree.
 
 Two ways to run the CLI:
 

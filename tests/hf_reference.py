@@ -8,15 +8,54 @@ attention, so ``FlopCounterMode`` sees the score matmuls (PyTorch issue 195460: 
 
 from __future__ import annotations
 
+import functools
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from paths import HF_FIXTURES
+import yaml
+from paths import HF_FIXTURES, PUBLISHED_SIZES
 
 FIXTURES = HF_FIXTURES
 ENCODERS = {"albert"}
 # keys a from_config build must not see: a quantiser would replace modules; remote code is never run
 _BUILD_IGNORED = ("quantization_config", "auto_map")
+
+
+@dataclass(frozen=True)
+class Published:
+    """One row of ``tests/fixtures/published_sizes.yaml`` (its header says what each field means)."""
+
+    fixture: str
+    group: str
+    model_type: str
+    built_as: str
+    total: int
+    active: int | None = None
+    preset: str | None = None
+
+    @property
+    def auto_class(self) -> str:
+        return "AutoModel" if self.built_as == "AutoModel" else f"AutoModelFor{self.built_as}"
+
+
+@functools.cache
+def published_sizes() -> dict[str, Published]:
+    """Every row of the published sizes, by fixture name (a fixture appears in one group only)."""
+    data = yaml.safe_load(PUBLISHED_SIZES.read_text(encoding="utf-8"))
+    rows: dict[str, Published] = {}
+    for group, members in data.items():
+        for fixture, fields in members.items():
+            assert fixture not in rows, f"{fixture} is in two groups of published_sizes.yaml"
+            rows[fixture] = Published(fixture=fixture, group=group, **fields)
+    return rows
+
+
+def published(group: str) -> dict[str, Published]:
+    """The rows of one group (the test module that checks those families beyond their size)."""
+    rows = {name: row for name, row in published_sizes().items() if row.group == group}
+    assert rows, f"published_sizes.yaml has no group {group!r}"
+    return rows
 
 
 def quiet_transformers() -> Any:
@@ -46,24 +85,48 @@ def text_raw(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def hf_config(transformers: Any, raw: dict[str, Any]) -> Any:
-    """transformers' config object for the (text) model of ``raw``."""
+    """transformers' config object for the (text) model of ``raw`` (Llama 4's ``attn_temperature_tuning``, an int in
+    the hub file, as the bool transformers 5 accepts)."""
     text = {k: v for k, v in text_raw(raw).items() if k not in _BUILD_IGNORED}
+    if "attn_temperature_tuning" in text:
+        text["attn_temperature_tuning"] = bool(text["attn_temperature_tuning"])
     return transformers.CONFIG_MAPPING[text["model_type"]].from_dict(text)
 
 
-def hf_model(transformers: Any, raw: dict[str, Any]) -> Any:
-    """The model transformers builds from ``raw`` on the meta device, eager attention, by the counting rule."""
+def _untied(raw: dict[str, Any]) -> bool:
+    """The file says its LM head is separate: ``tie_word_embeddings: false`` (files written before transformers 5)
+    or ``scale_decoder_outputs: false`` (T5 files written by transformers >= 5, which write the tie as true and keep
+    the v1.1 marker there)."""
+    return raw.get("tie_word_embeddings") is False or raw.get("scale_decoder_outputs") is False
+
+
+def hf_model(transformers: Any, raw: dict[str, Any], built_as: str | None = None) -> Any:
+    """The model transformers builds from ``raw`` on the meta device, eager attention, by the counting rule:
+    ``built_as`` names the auto class (``AutoModel``, ``AutoModelForCausalLM``, ``AutoModelForSeq2SeqLM``; by
+    default ``AutoModel`` for :data:`ENCODERS`, else the causal LM). A file that unties its LM head
+    (T5 v1.1, mT5: :func:`_untied`) gets its own head: transformers >= 5 ties one built from a config whatever the
+    file says, where ``from_pretrained`` keeps the checkpoint's separate head."""
     import torch
 
     config = hf_config(transformers, raw)
-    auto = transformers.AutoModel if config.model_type in ENCODERS else transformers.AutoModelForCausalLM
+    if built_as is None:
+        built_as = "AutoModel" if config.model_type in ENCODERS else "AutoModelForCausalLM"
     with torch.device("meta"):
-        model = auto.from_config(config, attn_implementation="eager")
+        model = getattr(transformers, built_as).from_config(config, attn_implementation="eager")
+        head, table = model.get_output_embeddings(), model.get_input_embeddings()
+        if _untied(text_raw(raw)) and head is not None and head.weight is table.weight:
+            head.weight = torch.nn.Parameter(torch.empty_like(table.weight))
     return model.eval()
 
 
 def numel(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())  # a tied Parameter once
+
+
+def trainable(model: Any) -> int:
+    """The parameters of the counting rule: trainable ones (a frozen sinusoidal table, Marian's and Pegasus', is a
+    buffer to embedcalc), a tied Parameter once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def forward_flops(model: Any, batch: int, seq_len: int) -> int:

@@ -11,6 +11,7 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 HF_FIXTURES = FIXTURES / "hf"
+PUBLISHED_SIZES = FIXTURES / "published_sizes.yaml"
 GOLDEN = TESTS / "golden"
 GOLDEN_JSON = GOLDEN / "json"
 SCRIPTS = ROOT / "scripts"

@@ -1,42 +1,23 @@
 """The presets of the layer model (issue 9 item 5, issue 10's gemma-7b): each equals transformers, exactly.
 
 Each preset transcribes a published hub config.json (``tests/fixtures/hf/<preset>.json``, as the hub serves it).
-Two independent checks per preset:
-
-1. the published total is what transformers builds from that file on the meta device (validates the fixture);
-2. ``embedcalc analyze PRESET --format json`` gives the same total (validates the preset and the analysis), and
-   for the mixtures of experts the active parameters per token: the total less the (num_experts - top_k) routed
-   experts a token does not use in every MoE layer (docs/layers.md; Fedus et al. 2021).
-
-The layer layouts (which layers slide, which are MoE) are also compared with transformers' config objects.
+Its total is a row of ``tests/fixtures/published_sizes.yaml``, checked two independent ways by
+tests/config/hf/test_published_sizes.py: transformers builds it from that file on the meta device (validates the
+fixture), and ``embedcalc analyze PRESET --format json`` gives it (validates the preset and the analysis). Here: for
+the mixtures of experts the active parameters per token are the total less the (num_experts - top_k) routed
+experts a token does not use in every MoE layer (docs/layers.md; Fedus et al. 2021), and the layer layouts (which
+layers slide, which are MoE) equal transformers' config objects.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import pytest
-from hf_reference import hf_config, hf_model, numel, raw_fixture
+from hf_reference import hf_config, hf_model, published_sizes, raw_fixture
 
 from embedcalc.config.loading import load_target
-
-# Published totals as transformers counts them on the meta device (AutoModelForCausalLM; AlbertModel for
-# albert, Gemma3ForCausalLM for gemma-3's text_config).
-PUBLISHED = {
-    "mixtral-8x7b": 46_702_792_704,
-    "qwen3-8b": 8_190_735_360,
-    "qwen3-30b-a3b": 30_532_122_624,
-    "deepseek-v3": 671_026_404_352,  # transformers builds no multi-token-prediction module
-    "gemma-2-9b": 9_241_705_984,
-    "gemma-3-27b": 27_009_346_304,
-    "gpt-oss-20b": 20_914_757_184,
-    "llama-3.1-8b": 8_030_261_248,
-    "llama-3.1-70b": 70_553_706_496,
-    "albert-base-v2": 11_683_584,
-    "gemma-7b": 8_537_680_896,
-}
 
 # Routed-expert parameters a token does not use: layers x (experts - top_k) x one expert.
 _UNUSED = {
@@ -46,7 +27,8 @@ _UNUSED = {
     # gpt-oss: gate_up and down, with their biases
     "gpt-oss-20b": 24 * 28 * (2880 * 2 * 2880 + 2 * 2880 + 2880 * 2880 + 2880),
 }
-ACTIVE = {name: PUBLISHED[name] - unused for name, unused in _UNUSED.items()}
+# the totals: tests/fixtures/published_sizes.yaml (tests/config/hf/test_published_sizes.py checks each row)
+ACTIVE = {name: published_sizes()[name].total - unused for name, unused in _UNUSED.items()}
 
 
 @pytest.fixture(scope="module")
@@ -57,45 +39,12 @@ def transformers() -> Any:
 
 def test_active_parameters_are_the_published_ones() -> None:
     """The rule reproduces the published active sizes (Mixtral 12.9B, Qwen3 3.3B, DeepSeek-V3 37B, gpt-oss
-    3.61B, the latter without its 201088 x 2880 input embedding)."""
+    3.61B, the latter without its 201088 x 2880 input embedding), and the data file's active counts are the rule's."""
     assert ACTIVE["mixtral-8x7b"] == 12_879_925_248  # issue 9
     assert math.floor(ACTIVE["qwen3-30b-a3b"] / 1e8) == 33
     assert math.floor(ACTIVE["deepseek-v3"] / 1e9) == 37
     assert round((ACTIVE["gpt-oss-20b"] - 201088 * 2880) / 1e7) == 361
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_transformers_counts_the_published_total(transformers: Any, name: str) -> None:
-    assert numel(hf_model(transformers, raw_fixture(name))) == PUBLISHED[name]
-
-
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_analyze_gives_the_published_total(cli: Any, name: str) -> None:
-    result = cli("analyze", name, "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    params = json.loads(result.stdout)["results"][0]["params"]
-    assert params["total"] == PUBLISHED[name]
-    if name in ACTIVE:
-        assert params["active"] == ACTIVE[name]
-
-
-def test_presets_lists_them(cli: Any) -> None:
-    result = cli("presets", "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    rows = json.loads(result.stdout)["results"]
-    assert set(PUBLISHED) <= {row["name"] for row in rows}
-
-
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_preset_names_its_source(name: str) -> None:
-    from embedcalc.config.presets import preset_path
-
-    path = preset_path(name)
-    assert path is not None
-    header = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-                     if line.startswith("#"))  # fmt: skip
-    assert "config.json" in header and "transformers" in header and f"{PUBLISHED[name]:,}" in header
+    assert {name: published_sizes()[name].active for name in ACTIVE} == ACTIVE
 
 
 # --- the layouts against transformers' config objects -------------------------------------------------------------
