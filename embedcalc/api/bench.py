@@ -25,10 +25,11 @@ from embedcalc.api.load import ConfigLike, as_loaded, load_target, without_dropo
 from embedcalc.api.torch_env import require_device
 from embedcalc.api.workload import usage, workload_of
 from embedcalc.config.dtypes import BENCH_DTYPES
-from embedcalc.errors import EmbedcalcError, ExitCode
+from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 
 if TYPE_CHECKING:
     from embedcalc.analysis.report import Analysis
+    from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.config.loading import LoadedConfig
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.bench import BenchResult
@@ -157,7 +158,35 @@ def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchRes
     except RuntimeError as exc:  # torch raises RuntimeError (and its OutOfMemoryError subclass) for device faults
         raise EmbedcalcError(f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed") from None
     peak = matmul_peak(dev, run.dtype, options)
-    return BenchResult(analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype))
+    estimate, note = local_estimate(analysis, dev, options)
+    return BenchResult(analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note))
+
+
+def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[RooflineEstimate | None, str]:
+    """The default prediction a measurement is put beside: the expected time for ``local`` (measured first, as
+    ``bench --peak`` measures it, when this machine has not been measured yet), and a note on where it came from
+    (or why there is none)."""
+    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.config.hardware import LOCAL, load_device
+    from embedcalc.modeling.device import device_name
+
+    dtype, name = analysis.workload.dtype, device_name(dev)
+    try:
+        device = load_device(LOCAL)
+        when = f"bench --peak of {device.measured.measured_at}" if device.measured else "bench --peak"
+    except UnsupportedEnvironmentError:
+        measure_local(dev, name, dtype, matmul_peak(dev, dtype, options), options.progress)
+        device, when = load_device(LOCAL), "local was not measured yet and was measured now, as bench --peak does"
+    request = TimeRequest(device=device)
+    m = analysis.memory
+    try:
+        estimate = estimate_time(analysis.config, analysis.workload, request,
+                                 m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)  # fmt: skip
+    except EmbedcalcError as exc:  # e.g. no measured peak for this dtype on local
+        return None, f"no prediction: {exc.message}; run `embedcalc bench --peak --dtype {dtype}`"
+    other = "" if device.title == name else f"; measured on {device.title}, this run is on {name}"
+    note = f"expected time for local ({when}), calibration {request.calibration.name}{other}"
+    return estimate, note
 
 
 def matmul_peak(dev: Any, dtype: str, options: RunOptions) -> Any:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from embedcalc.analysis.workload import Workload
-from embedcalc.api.bench import RunOptions, measured_analysis, run_settings
+from embedcalc.api.bench import RunOptions, local_estimate, measured_analysis, run_settings
 from embedcalc.api.load import load_target
 from embedcalc.api.workload import usage
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
@@ -229,5 +229,9 @@ def bench_ranks(
         raise UnsupportedEnvironmentError(f"{target}: {exc}", code="rendezvous_failed") from None
     except DistributedRunError as exc:
         raise EmbedcalcError(f"{target}: {exc}", ExitCode.RUNTIME, code="rank_failed") from None
+    from embedcalc.config.hardware import previous_local
+
     one = base[0] if isinstance(base, list) else None
-    return DistributedReport(analysis, distributed_bench(analysis, strategy, world, ranks, one))
+    estimate, note = local_estimate(analysis, dev, options)
+    prediction = (estimate, previous_local(), note)
+    return DistributedReport(analysis, distributed_bench(analysis, strategy, world, ranks, one, prediction))

@@ -1,6 +1,6 @@
 """``bench --mode generate``: prefill + greedy decode with a static KV cache, reconciled with the analytic KV cache
-and the roofline prediction for ``local`` (measured first, as ``bench --peak`` measures it, when this machine has
-not been measured yet)."""
+and the default prediction for ``local`` (:func:`embedcalc.api.bench.local_estimate`: measured first, as
+``bench --peak`` measures it, when this machine has not been measured yet)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,16 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.bench import (
     RunOptions,
-    matmul_peak,
-    measure_local,
+    local_estimate,
     measured_analysis,
     refuse_unless_fits,
     run_settings,
 )
 from embedcalc.api.load import load_target
-from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
     from embedcalc.analysis.report import Analysis
-    from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.reconcile.generation import GenerationMeasurement
 
 __all__ = ["GenerationReport", "bench_generation"]
@@ -38,26 +36,6 @@ class GenerationReport:
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --mode generate --format json``."""
         return self.analysis.to_json() | {"measurement": self.measurement.to_json()}
-
-
-def _local_roofline(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[RooflineEstimate | None, str]:
-    """The roofline for ``local`` and a note on where its numbers came from (or why there is none)."""
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
-    from embedcalc.config.hardware import LOCAL, load_device
-    from embedcalc.modeling.device import device_name
-
-    dtype = analysis.workload.dtype
-    note = "roofline for local (efficiency 1: a lower bound)"
-    try:
-        device = load_device(LOCAL)
-    except UnsupportedEnvironmentError:
-        measure_local(dev, device_name(dev), dtype, matmul_peak(dev, dtype, options), options.progress)
-        device = load_device(LOCAL)
-        note += "; local was not measured yet and was measured now (bench --peak)"
-    try:
-        return estimate_time(analysis.config, analysis.workload, TimeRequest(device=device)), note
-    except EmbedcalcError as exc:  # e.g. no measured peak for this dtype on local
-        return None, f"no prediction: {exc.message}; run `embedcalc bench --peak --dtype {dtype}`"
 
 
 def bench_generation(
@@ -85,5 +63,5 @@ def bench_generation(
             measured = run_generation(analysis.config, settings, dev, on_step)
     except (RuntimeError, ValueError, MemoryError) as exc:
         raise EmbedcalcError(f"generation failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed") from None
-    roofline, note = _local_roofline(analysis, dev, options)
+    roofline, note = local_estimate(analysis, dev, options)
     return GenerationReport(analysis, generation_measurement(analysis, measured, roofline, note))

@@ -2,9 +2,11 @@
 
 The prediction of what a timed run peaks at is the analyzer's memory estimate without its KV cache (bench runs
 whole-sequence forwards or training steps, it does not decode; generation, which does, with it): :func:`run_bytes`,
-the one prediction every measured run (bench, generation, distributed) is compared with, by :func:`error_pct`.
-Achieved FLOP/s is analytic FLOPs over the median step time; utilisation is against the device's measured matmul
-peak (and the datasheet peak for a known GPU).
+the one prediction every measured run (bench, generation, distributed) is compared with. The step time is put
+beside the default prediction for ``local`` (:mod:`embedcalc.reconcile.prediction`: ``predicted`` and
+``error_pct`` under the measured keys ``median_s``, ``tokens_per_s``, ``peak_memory_bytes``). Achieved FLOP/s is
+analytic FLOPs over the median step time; utilisation is against the device's measured matmul peak (and the
+datasheet peak for a known GPU).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import UnsupportedEnvironmentError
+from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
 
 if TYPE_CHECKING:  # torch loads with the benchmark, not with the analyzer
+    from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.modeling.benchmark import BenchRun
     from embedcalc.modeling.timing import PeakMeasurement
 
@@ -34,13 +38,6 @@ def run_bytes(memory: MemoryEstimate, decodes: bool = False) -> int:
 
 def predicted_bytes(analysis: Analysis, decodes: bool = False) -> int:
     return run_bytes(analysis.memory, decodes)
-
-
-def error_pct(measured: float | None, predicted: float | None) -> float | None:
-    """(measured − predicted) / predicted in percent, or None without a prediction."""
-    if measured is None or not predicted:
-        return None
-    return 100.0 * (measured - predicted) / predicted
 
 
 def largest_fitting(
@@ -108,16 +105,21 @@ class Measurement:
     peak_memory_method: str
     predicted_memory_bytes: int
     memory_error_pct: float | None
+    predicted: dict[str, float | int | None]
+    prediction_note: str
 
     def to_json(self) -> dict[str, Any]:
-        """The ``measurement`` object of DESIGN.md §5."""
-        return asdict(self)
+        """The ``measurement`` object of DESIGN.md §5, with ``predicted`` and ``error_pct`` beside it."""
+        out = asdict(self)
+        return out | beside(out, self.predicted)
 
 
 def measurement(
-    analysis: Analysis, run: BenchRun, peak: PeakMeasurement, cuda: bool, dtype: str
-) -> Measurement:
-    """Reconcile a timed ``run`` of ``analysis.config`` with the prediction; ``peak`` is the measured matmul peak."""
+    analysis: Analysis, run: BenchRun, peak: PeakMeasurement, cuda: bool, dtype: str,
+    estimate: RooflineEstimate | None = None, note: str = "no prediction",
+) -> Measurement:  # fmt: skip
+    """Reconcile a timed ``run`` of ``analysis.config`` with the prediction; ``peak`` is the measured matmul peak,
+    ``estimate`` the expected time for ``local`` (``note``: where it came from)."""
     w = analysis.workload
     flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
     median = run.timings.median_s
@@ -150,6 +152,9 @@ def measurement(
         peak_memory_method=run.memory_method,
         predicted_memory_bytes=predicted,
         memory_error_pct=error_pct(run.peak_memory_bytes, predicted),
+        predicted={"median_s": step_s(estimate), "tokens_per_s": per_s(tokens, step_s(estimate)),
+                   "peak_memory_bytes": predicted},
+        prediction_note=note,
     )
 
 

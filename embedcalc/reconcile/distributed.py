@@ -5,7 +5,10 @@ parallelism (ddp: ``dp = N``; fsdp: ``dp = N, zero = 3``; tp: ``tp = N``), local
 :func:`embedcalc.analysis.parallel.stage_params`, and the bytes each rank sends per step from
 :func:`embedcalc.analysis.communication.communication`. Scaling efficiency compares with the same strategy on one
 process: for ddp and fsdp every rank has its own batch (weak scaling, efficiency = tokens/s on N / (N x tokens/s on
-1)); for tp the ranks share one batch (strong scaling, efficiency = speed-up / N).
+1)); for tp the ranks share one batch (strong scaling, efficiency = speed-up / N). The step time, tokens/s and
+collective seconds stand beside the default prediction for ``local`` (:mod:`embedcalc.reconcile.prediction`): the
+expected step of the strategy's layout, and the step's collectives by the α–β model over local's link (``bench
+--peak --nproc N`` measures it; without one, no collective is timed).
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from embedcalc.config.schema import ModelConfig
 
 if TYPE_CHECKING:  # types only: `analyze --tp/--dp` reaches this module through the communication table, and
     # importing the torch side at run time would load torch there (and fail without it: issue 24)
+    from embedcalc.analysis.roofline import RooflineEstimate
+    from embedcalc.config.hardware import Device
     from embedcalc.modeling.distributed import RankResult, Strategy
-from embedcalc.reconcile.bench import error_pct, run_bytes
+from embedcalc.reconcile.bench import run_bytes
+from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
 
 
 def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
@@ -41,13 +47,30 @@ def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
     return total
 
 
+def collectives_s(analysis: Analysis, device: Device | None) -> float | None:
+    """Seconds one rank spends in the step's collectives on ``device``'s link by the α–β model
+    (:mod:`embedcalc.analysis.time_comm`), overlapped or not: what the profiler's collective time measures."""
+    if device is None:
+        return None
+    from embedcalc.analysis.time_comm import collectives_s as timed
+    from embedcalc.config.calibration import load_calibration
+
+    w = analysis.workload
+    return timed(communication(analysis.config, w).collectives, device, w.parallel, load_calibration().constants)
+
+
 def distributed_bench(
-    analysis: Analysis, strategy: Strategy, nproc: int, ranks: list[RankResult], baseline: RankResult | None
-) -> DistributedBench:
+    analysis: Analysis, strategy: Strategy, nproc: int, ranks: list[RankResult], baseline: RankResult | None,
+    prediction: tuple[RooflineEstimate | None, Device | None, str] = (None, None, "no prediction"),
+) -> DistributedBench:  # fmt: skip
     """Put the measured ``ranks`` (and the one-process ``baseline``) of ``analysis`` (its workload the strategy's
-    layout, :func:`strategy_parallelism`) beside the prediction (module docstring)."""
+    layout, :func:`strategy_parallelism`) beside the prediction (module docstring): ``prediction`` is the expected
+    time for ``local``, the local device and where they came from."""
     w = analysis.workload
     flops = analysis.flops.training_step if w.mode == "training" else analysis.flops.forward
+    estimate, device, note = prediction
+    step = step_s(estimate)
+    tokens = (1 if strategy == "tp" else nproc) * w.batch_size * w.seq_len
     return DistributedBench(
         target=analysis.target, strategy=strategy, nproc=nproc, tokens_per_rank_step=w.batch_size * w.seq_len,
         ranks=ranks, baseline=baseline, predicted_memory=analysis.memory,
@@ -58,6 +81,9 @@ def distributed_bench(
         ],
         predicted_comm=communication(analysis.config, w),
         flops_per_rank_step=flops // (nproc if strategy == "tp" else 1),
+        predicted={"step_s": step, "tokens_per_s": per_s(tokens, step),
+                   "comm_s_per_step": collectives_s(analysis, device)},
+        prediction_note=note,
     )  # fmt: skip
 
 
@@ -84,6 +110,8 @@ class DistributedBench:
     predicted_params: list[int]  # per rank
     predicted_comm: CommunicationEstimate
     flops_per_rank_step: int
+    predicted: dict[str, float | int | None]
+    prediction_note: str
 
     @property
     def step_s(self) -> float:
@@ -129,6 +157,10 @@ class DistributedBench:
         return rows
 
     def to_json(self) -> dict[str, Any]:
+        out = self._measured_json()
+        return out | {"prediction_note": self.prediction_note} | beside(out, self.predicted)
+
+    def _measured_json(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy,
             "nproc": self.nproc,

@@ -1,4 +1,4 @@
-"""``bench --mode generate``: measured generation beside the analytic KV cache and the roofline prediction.
+"""``bench --mode generate``: measured generation beside the analytic KV cache and the default time prediction.
 
 Measured (:mod:`embedcalc.modeling.generate`): time to first token (median over timed generations), per-token
 decode latency (median, p10, p90 over every decode step of every timed generation) and its growth with KV length
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.memory_inference import kv_cache_bytes
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import RooflineEstimate
-from embedcalc.reconcile.bench import error_pct, run_bytes
+from embedcalc.reconcile.bench import run_bytes
+from embedcalc.reconcile.prediction import beside, errors_pct
 
 if TYPE_CHECKING:  # torch loads with the run, not with the analyzer
     from embedcalc.modeling.generate import GenerationRun
@@ -67,8 +68,12 @@ class GenerationMeasurement:
         return self.recurrent_state_bytes_measured == self.recurrent_state_bytes
 
     @property
+    def measured(self) -> dict[str, float | int]:
+        return {key: getattr(self, key) for key in KEYS}
+
+    @property
     def errors_pct(self) -> dict[str, float | None]:
-        return {key: error_pct(getattr(self, key), self.predicted.get(key)) for key in KEYS}
+        return errors_pct(self.measured, self.predicted)
 
     def to_json(self) -> dict[str, Any]:
         """The ``measurement`` object of ``bench --mode generate --format json``."""
@@ -82,9 +87,7 @@ class GenerationMeasurement:
         return out | {
             "decode_growth_last_vs_first_quarter": growth,
             "kv_cache_matches": self.kv_cache_matches,
-            "predicted": dict(self.predicted),
-            "error_pct": self.errors_pct,
-        }
+        } | beside(self.measured, self.predicted)
 
 
 def predicted_values(analysis: Analysis, roofline: RooflineEstimate | None) -> dict[str, float | int | None]:

@@ -19,15 +19,19 @@ def bench_table(result: BenchResult) -> Table:
     )
     table = Table(title=escape(title), title_justify="left", caption=escape(
         "Achieved FLOP/s = analytic matmul FLOPs / median step time. "
-        f"Peak: {m.peak_source}. Memory measured by {m.peak_memory_method}."
+        f"Peak: {m.peak_source}. Predicted: {m.prediction_note}. Memory measured by {m.peak_memory_method}."
     ))  # fmt: skip
+    p, e = m.predicted, m.to_json()["error_pct"]
+    step, rate = p["median_s"], p["tokens_per_s"]
     table.add_column("quantity")
     table.add_column("value", justify="right")
     rows = [
         ("build (to_empty + cheap fill)", f"{m.build_s * 1000:.1f} ms"),
         ("latency median", f"{m.median_s * 1000:.2f} ms"),
+        ("latency predicted", units.predicted(None if step is None else f"{step * 1000:.2f} ms", e["median_s"])),
         ("latency p10 / p90", f"{m.p10_s * 1000:.2f} / {m.p90_s * 1000:.2f} ms"),
         ("tokens/s", f"{m.tokens_per_s:,.0f}"),
+        ("tokens/s predicted", units.predicted(None if rate is None else f"{rate:,.0f}", e["tokens_per_s"])),
         ("sequences/s", f"{m.sequences_per_s:,.2f}"),
         ("FLOPs per step (analytic)", units.count(m.flops_per_step)),
         ("achieved FLOP/s", units.si(m.achieved_flops_per_s, "FLOP/s")),

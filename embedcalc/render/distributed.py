@@ -26,16 +26,26 @@ def _pct(value: float | None) -> str:
 def distributed_table(result: DistributedBench) -> Group:
     """Summary table and per-rank table."""
     data = result.to_json()
-    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks"), title_justify="left")
+    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks"), title_justify="left",
+                    caption=escape(f"Predicted: {result.prediction_note}."))  # fmt: skip
     summary.add_column("quantity")
     summary.add_column("value", justify="right")
+    p, e = result.predicted, data["error_pct"]
+
+    def ms(value: float | int | None) -> str | None:
+        return None if value is None else f"{value * 1000:.1f} ms"
+
     rows = [
         ("step (slowest rank's median)", f"{result.step_s * 1000:.1f} ms"),
+        ("step predicted", units.predicted(ms(p["step_s"]), e["step_s"])),
         ("tokens/s (all ranks)", f"{result.tokens_per_s:,.0f}"),
+        ("tokens/s predicted", units.predicted(None if p["tokens_per_s"] is None else f"{p['tokens_per_s']:,.0f}",
+                                               e["tokens_per_s"])),
         ("achieved FLOP/s (all ranks)", units.si(data["achieved_flops_per_s"], "FLOP/s")),
         ("one-process step", "—" if result.baseline is None else f"{result.baseline.median_s * 1000:.1f} ms"),
         ("scaling efficiency", "—" if result.scaling_efficiency is None else units.percent(result.scaling_efficiency)),
         ("collectives per step (measured)", f"{result.comm_s * 1000:.1f} ms"),
+        ("collectives per step predicted", units.predicted(ms(p["comm_s_per_step"]), e["comm_s_per_step"])),
         ("bytes sent per rank per step (predicted)", units.binary_bytes(result.predicted_comm.wire_bytes)),
         ("implied collective bandwidth", "—" if result.achieved_comm_bytes_per_s is None
          else units.binary_bytes(result.achieved_comm_bytes_per_s) + "/s"),

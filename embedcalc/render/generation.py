@@ -6,8 +6,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.report import Analysis
-from embedcalc.reconcile.bench import error_pct
 from embedcalc.reconcile.generation import GenerationMeasurement
+from embedcalc.reconcile.prediction import error_pct
 from embedcalc.render import units
 
 

@@ -45,13 +45,19 @@ def torch() -> Any:
 
 @pytest.fixture
 def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measure the matmul peak on 256 x 256 matrices instead of 2048 (the --peak test runs the real size):
-    the bench tests check how the peak is used, not its value, and the big GEMMs cost seconds on 2 cores."""
+    """Measure the matmul peak on 256 x 256 matrices instead of 2048, the bandwidth on 1 Mi elements and the
+    kernel overhead on 100 kernels (the --peak test runs the real sizes): the bench tests check how the
+    measurements are used, not their values, and the real sizes cost seconds on 2 cores."""
+    import embedcalc.modeling.bandwidth as bandwidth
     import embedcalc.modeling.timing as timing
 
     monkeypatch.setattr(
         timing, "measure_matmul_peak", functools.partial(timing.measure_matmul_peak, size=256)
     )
+    monkeypatch.setattr(bandwidth, "measure_memory_bandwidth",
+                        functools.partial(bandwidth.measure_memory_bandwidth, elements=1 << 20, repeat=2))
+    monkeypatch.setattr(timing, "measure_kernel_overhead",
+                        functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2))  # fmt: skip
 
 
 @pytest.fixture
@@ -168,7 +174,19 @@ def check_measurement(
     # bench runs whole-sequence steps: the prediction leaves the KV cache out
     assert m["predicted_memory_bytes"] == memory["total_bytes"] - memory["kv_cache_bytes"]
     assert m["predicted_memory_bytes"] > 0
+    check_predicted(m, ("median_s", "tokens_per_s", "peak_memory_bytes"))
+    assert m["predicted"]["peak_memory_bytes"] == m["predicted_memory_bytes"]
+    assert "local" in m["prediction_note"] and m["predicted"]["median_s"] > 0
     return m
+
+
+def check_predicted(m: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Every measured key has its prediction beside it and the error against it, 100 (measured - predicted) /
+    predicted (the one convention, embedcalc.reconcile.prediction)."""
+    assert set(m["predicted"]) == set(m["error_pct"]) == set(keys)
+    for key in keys:
+        measured, predicted = m[key], m["predicted"][key]
+        assert m["error_pct"][key] == pytest.approx(100 * (measured - predicted) / predicted, rel=1e-9), key
 
 
 @pytest.mark.torch
@@ -186,6 +204,10 @@ def test_bench_tiny_inference(cli: Any, tiny: str, small_peak: None) -> None:
     per_layer = 2 * t * d * 3 * d + 2 * t * d * d + 2 * (2 * t * d * f) + 2 * (2 * b * n * n * d)
     assert result["flops"]["forward"] == 2 * per_layer + 2 * t * d * 512  # 2 layers + the LM head
     assert m["flops_per_step"] == result["flops"]["forward"]
+    # the prediction is analyze's expected time on the local device bench measured (and cached) for it
+    time = run_json(cli, "analyze", tiny, "--batch-size", "2", "--seq-len", "32", "--dtype", "fp32",
+                    "--hardware", "local", "--format", "json")["results"][0]["time"]  # fmt: skip
+    assert m["predicted"]["median_s"] == pytest.approx(time["forward_s"], rel=1e-12)
 
 
 @pytest.mark.torch

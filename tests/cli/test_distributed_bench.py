@@ -82,6 +82,10 @@ def test_ddp_on_two_ranks_reports_every_rank_beside_the_prediction(tmp_path: Pat
         assert rank["peak_memory_bytes"] > 0 and rank["comm_calls_per_step"] > 0
     dp = next(c for c in result["communication"]["collectives"] if c["group"] == "dp")
     assert dp["payload_bytes"] == result["ranks"][0]["predicted_params"] * 4  # float32 gradients
+    assert set(result["predicted"]) == set(result["error_pct"]) == {"step_s", "tokens_per_s", "comm_s_per_step"}
+    for key in ("step_s", "tokens_per_s"):  # the expected step for local, 100 (measured - predicted) / predicted
+        predicted = result["predicted"][key]
+        assert result["error_pct"][key] == pytest.approx(100 * (result[key] - predicted) / predicted, rel=1e-9)
 
 
 @pytest.mark.slow

@@ -145,6 +145,11 @@ def _check_measurement(entry: dict[str, Any]) -> None:
         assert key in m["predicted"], key
     assert m["kv_cache_bytes_measured"] == entry["memory"]["kv_cache_bytes"] == m["kv_cache_bytes"]
     assert m["kv_cache_bytes_measured"] == m["predicted"]["kv_cache_bytes_measured"]
+    assert set(m["error_pct"]) == set(m["predicted"]) == set(MEASUREMENT_KEYS)
+    for key in MEASUREMENT_KEYS:  # one convention: 100 (measured - predicted) / predicted
+        expected = 100 * (m[key] - m["predicted"][key]) / m["predicted"][key] if m["predicted"][key] else None
+        assert m["error_pct"][key] == pytest.approx(expected, rel=1e-9), key
+    assert "expected time for local" in m["prediction_note"]
     assert m["decode_s_per_token_p10"] <= m["decode_s_per_token_median"] <= m["decode_s_per_token_p90"]
 
 
