@@ -208,9 +208,9 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     """(row-parallel projections, input widths of the column-parallel projections) of one layer of ``block``.
 
     The torch layout (transformers'): q, k and v are separate column-parallel modules, as are gate and up, so each
-    all-reduces its input gradient on its own; latent attention's q_b and kv_b read the replicated low-rank
-    latents (widths q_lora_rank and kv_lora_rank). MoE experts are sharded inside their stacked tensors and add
-    no collective of their own here; a shared-expert FFN is a dense FFN.
+    all-reduces its input gradient on its own; latent attention's q_b and kv_b read the replicated low-rank latents
+    (widths q_lora_rank and kv_lora_rank); gated attention's output gate is a fourth. MoE experts are sharded inside
+    their stacked tensors and add no collective of their own here; a shared-expert FFN is a dense FFN.
     """
     attention, ffn = block.attention, block.ffn
     if attention is None:  # a recurrent mixer is replicated (analysis/mixers.py): no collective; or no mixer
@@ -218,7 +218,7 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     elif attention.kind == "mla":
         columns, rows = [attention.q_lora_rank or d, attention.kv_lora_rank], 1
     else:
-        columns, rows = [d, d, d], 1
+        columns, rows = [d, d, d] + ([d] if attention.output_gate else []), 1
     if cross:
         rows, columns = rows + 1, [*columns, d, d, d]
     if ffn is not None and (not ffn.moe or ffn.shared_dim):
@@ -236,6 +236,7 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
     d, d_tok = config.embed_dim, config.resolved_token_embed_dim
     out: list[Collective] = []
     forward_calls = forward_bytes = backward_calls = backward_bytes = 0
+    gathers = gather_bytes = 0  # full-width q/k norms: q and k all-gathered around each (forward; backward alike)
     for stack in stacks(config):
         tokens = b * lengths[stack.name]
         for block, count in busiest.blocks.get(stack.name, []):
@@ -244,6 +245,9 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
             forward_bytes += count * rows * tokens * d * e
             backward_calls += count * len(columns)
             backward_bytes += count * tokens * sum(columns) * e  # cross k/v read the memory: same length here
+            if block.attention is not None and block.attention.qk_norm == "full":
+                gathers += 2 * count
+                gather_bytes += count * tokens * (config.q_dim + config.kv_dim) * e
     if busiest.first:
         for stack in stacks(config):  # the vocab-parallel lookup of every stack's tokens
             forward_calls += 1
@@ -253,6 +257,12 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
         out.append(Collective("all-reduce", "tp", par.tp, "row-parallel outputs and vocab-parallel lookups "
                               "(forward)" + (f", as {kind}" if sequence_parallel else ""), forward_calls,
                               forward_bytes, "forward"))  # fmt: skip
+    if gathers:
+        out.append(Collective("all-gather", "tp", par.tp, "q and k around full-width q/k norms (forward)", gathers,
+                              gather_bytes, "forward"))  # fmt: skip
+        if training:
+            out.append(Collective("all-gather", "tp", par.tp, "their gradients (backward)", gathers, gather_bytes,
+                                  "backward"))  # fmt: skip
     last = stacks(config)[-1]
     if busiest.last and config.resolved_lm_head:
         tokens = b * lengths[last.name]

@@ -13,15 +13,16 @@ Conventions (stated, since peers differ here):
   pooler and LM head on the last; with a tied LM head the last stage holds its own copy of the token table
   (as Megatron does). The per-device peak is the heaviest stage.
 - ZeRO (Rajbhandari et al. 2020): stage 1 divides optimizer state by dp, 2 also gradients, 3 also weights.
-- Layers as data (DESIGN.md §9): multi-head latent attention's q_b, kv_b (and a full-rank q) are column-parallel,
-  its out row-parallel, q_a, kv_a and their norms replicated (the compressed KV latent is the same on every rank);
-  full-width q/k norms split like Q and K, per-head ones and attention sinks split with the heads (sinks) or
-  replicated (norms). Mixture of experts: the router and the shared gate replicated, shared experts like a dense
-  FFN, routed experts spread over ``--ep`` ranks (num_experts / ep each) and, inside each expert, split over
-  ``--tp`` like a dense FFN (Megatron-core's default expert tensor parallelism). Sequence mixers (Mamba, DeltaNet,
-  short convolutions) are replicated on every TP rank: their fused in-projections are not split. Stages split layer
-  ranges of the stacks' layer plans (``StackPlan.counts``), so each stage holds the blocks of its own layers; with
-  ``shared_layers`` every stage that runs a stack's layers holds the one shared block.
+- Layers as data (DESIGN.md §9): multi-head latent attention's q_b, kv_b (and a full-rank q) are column-parallel, its
+  out row-parallel, q_a, kv_a and their norms replicated (the compressed KV latent is the same on every rank); per-head
+  q/k norms replicated, attention sinks split with the heads; full-width q/k norms (OLMo 2) replicated, each rank
+  all-gathering q and k around them and keeping its own heads (vLLM's ``Olmo2Attention``; KV heads must then split
+  evenly: num_kv_heads a multiple of ``--tp``). Mixture of experts: the router and the shared gate replicated, shared
+  experts like a dense FFN, routed experts spread over ``--ep`` ranks (num_experts / ep each) and, inside each expert,
+  split over ``--tp`` like a dense FFN (Megatron-core's default expert tensor parallelism). Sequence mixers (Mamba,
+  DeltaNet, short convolutions) are replicated on every TP rank: their fused in-projections are not split. Stages split
+  layer ranges of the stacks' layer plans (``StackPlan.counts``), so each stage holds the blocks of its own layers;
+  with ``shared_layers`` every stage that runs a stack's layers holds the one shared block.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def _ffn_widths(config: ModelConfig) -> list[tuple[str, int]]:
                 ("ffn_dim", ffn.ffn_dim)]  # fmt: skip
             out += [(name, value) for name, value in widths if value and (name, value) not in out]
     return out
+
+
+def _full_qk_norm(config: ModelConfig) -> bool:
+    """Whether a block of the stacks normalises q and k over all heads (OLMo 2's qk_norm full)."""
+    return any(b.attention is not None and b.attention.qk_norm == "full"
+               for s in stacks(config) for b in config.stack_plan(s.name).blocks)  # fmt: skip
 
 
 def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
@@ -97,6 +104,17 @@ def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Probl
                 f"--tp {tp} and num_kv_heads ({kv}): one must divide the other (KV heads "
                 "are split over ranks, or replicated when there are fewer than ranks)",
                 "tp_kv_heads",
+            )
+        )
+    elif kv < tp and _full_qk_norm(config):
+        fits = ", ".join(str(t) for t in range(1, kv + 1) if kv % t == 0 and heads % t == 0)
+        errors.append(
+            Problem(
+                "--tp",
+                f"--tp {tp} with qk_norm full needs num_kv_heads ({kv}) to be a multiple of it: each rank's keys are "
+                "all-gathered whole around the norm over all key heads, and KV heads replicated over ranks would "
+                f"gather copies; use --tp {fits} or qk_norm head",
+                "tp_full_qk_norm_kv_heads",
             )
         )
     elif kv < tp:
@@ -228,11 +246,9 @@ def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) ->
         return (-(-shape[0] // tp), *shape[1:])
     if tensor.split == "row":
         return (shape[0], shape[1] // tp)
-    hd, kv_per_rank = config.resolved_head_dim, max(1, config.resolved_kv_heads // tp)
     if tensor.split == "qkv":  # Q/K/V, KV heads replicated when fewer than ranks
-        return (config.q_dim // tp + 2 * hd * kv_per_rank, *shape[1:])
-    if tensor.split == "kv":
-        return (hd * kv_per_rank, *shape[1:])
+        kv_per_rank = max(1, config.resolved_kv_heads // tp)
+        return (config.q_dim // tp + 2 * config.resolved_head_dim * kv_per_rank, *shape[1:])
     return (shape[0] // tp, *shape[1:])  # column-parallel
 
 

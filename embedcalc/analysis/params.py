@@ -45,20 +45,18 @@ from embedcalc.analysis.structure import (
     norm_has_bias,
     sublayer_norms,
 )
-from embedcalc.analysis.tensor import ParamTensor, Split
+from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.tensor import linear as _linear
 from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
 
 
-def _norm(
-    config: ModelConfig, key: str, width: Num, count: int = 1, split: Split = "none"
-) -> list[ParamTensor]:
-    """``count`` norms of ``width`` (none when the norms are parameter-free)."""
+def _norm(config: ModelConfig, key: str, width: Num, count: int = 1) -> list[ParamTensor]:
+    """``count`` norms of ``width`` (none when the norms are parameter-free); replicated under TP."""
     if not config.norm_affine or not count:
         return []
     parts = 2 if norm_has_bias(config) else 1
-    return [ParamTensor(key, (width,), count, split) for _ in range(parts)]
+    return [ParamTensor(key, (width,), count) for _ in range(parts)]
 
 
 def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
@@ -70,8 +68,8 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
         if a.qk_norm == "head":
             out += _norm(config, f"{prefix}/qk_norm", x.hd, 2)
         elif a.qk_norm == "full":
-            out += _norm(config, f"{prefix}/qk_norm", q, split="column")
-            out += _norm(config, f"{prefix}/qk_norm", kv, split="kv")
+            out += _norm(config, f"{prefix}/qk_norm", q)  # replicated under TP: q and k are gathered around it
+            out += _norm(config, f"{prefix}/qk_norm", kv)
         value = q
     else:  # mla, DeepSeek-V2 §2.1
         qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim

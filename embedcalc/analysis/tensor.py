@@ -14,8 +14,8 @@ from embedcalc.analysis.structure import Num
 # How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
 # their output features (weight and bias), row-parallel layers split their input features (the bias is
 # replicated), vocab-parallel embeddings split their rows; ``qkv`` is the fused Q/K/V (KV heads replicated when
-# fewer than ranks) and ``kv`` a key-width tensor under the same rule; everything else is replicated.
-Split = Literal["column", "row", "vocab", "qkv", "kv", "none"]
+# fewer than ranks); everything else is replicated.
+Split = Literal["column", "row", "vocab", "qkv", "none"]
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,24 @@ def _vocab_parallel_style(replicate_input: bool = True) -> Any:
     return VocabParallel()
 
 
+def _full_width_norms(model: nn.Module) -> dict[str, Any]:
+    """Plan entries for q/k norms over all heads (OLMo 2's ``qk_norm: full``): each rank's column-parallel q (or k)
+    is all-gathered, normalised whole with the replicated norm, and its own heads' columns kept, as vLLM's
+    ``Olmo2Attention._apply_qk_norm`` does (all-gather, norm, split); the backward all-gathers the gradient."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import PrepareModuleInputOutput
+
+    plan: dict[str, Any] = {}
+    for name, module in model.named_modules():
+        if name.endswith("qk_norm") and getattr(module, "full", False):
+            for part in ("q", "k"):
+                plan[f"{name}.{part}"] = PrepareModuleInputOutput(
+                    input_layouts=Shard(-1), desired_input_layouts=Replicate(), use_local_input=True,
+                    output_layouts=Replicate(), desired_output_layouts=Shard(-1),
+                )  # fmt: skip
+    return plan
+
+
 def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, Any] | None = None) -> None:
     """Shard ``model`` (built from :func:`sharding_config`) over the 1-D ``mesh`` with the plan of the module
     docstring, and give its attention modules their local head counts."""
@@ -121,6 +139,7 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, 
         plan["head.lm"] = _vocab_parallel_style()
         if getattr(model.head, "lm_bias", None) is not None:
             plan["head.lm_bias"] = _vocab_parallel_style(replicate_input=False)
+    plan.update(_full_width_norms(model))
     plan.update(plan_override or {})
     parallelize_module(model, mesh, plan)
     _shard_stacked(model, mesh)
@@ -220,6 +239,8 @@ class _BytesCommMode:
                     name = str(getattr(func, "_overloadpacket", func)).split(".")[-1]
                     size = max((int(t.numel()) * t.element_size() for t in tensors if isinstance(t, torch.Tensor)),
                                default=0)  # the full tensor: an all-gather's output, a reduce-scatter's input
+                    if name == "all_gather_into_tensor" and isinstance(args[1], int):  # functional: (shard, ranks)
+                        size *= args[1]
                     outer.records.append(RecordedCollective(name, bool(self.advanced_module_tracker.is_bw), size))
                 return out
 

@@ -188,3 +188,26 @@ def test_moe_zero3_collectives_count_each_stacked_expert_tensor_once() -> None:
     result = verify_sharded("mixtral-8x7b", load_target("mixtral-8x7b", small).config, Parallelism(dp=2, zero=3))
     assert result.agree and result.collectives, result.mismatches()
     assert {c.kind for c in result.collectives} == {"all-gather", "reduce-scatter"}
+
+
+def test_full_width_qk_norms_are_replicated_and_gathered_around() -> None:
+    # issue 24: a q/k norm over all heads (OLMo 2) under --tp 2 was counted split by analyze while torch kept it
+    # whole, and torch's step failed (normalized_shape 768 on a 384-wide local q). Now q and k are all-gathered
+    # around the replicated norm (vLLM's Olmo2Attention) and analyze counts those gathers; the output gate of gated
+    # attention is a fourth column-parallel input in the backward
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    sets = ["num_layers=2", "attention.qk_norm=full", "num_kv_heads=4", "attention.output_gate=true"]
+    result = verify_sharded("gpt2", load_target("gpt2", sets).config, Parallelism(tp=2))
+    assert result.agree, result.mismatches()
+    norms = [r for r in result.shards if r.key == "decoder/attention/qk_norm"]
+    assert [r.torch for r in norms] == [2 * 2 * (768 + 256)] * 2  # weight and bias of q's and k's norms, 2 layers
+    gathers = {c.phase: (c.torch_count, c.torch_bytes) for c in result.collectives if c.kind == "all-gather"}
+    assert gathers == {"forward": (4, 2 * 16 * (768 + 256) * 4), "backward": (4, 2 * 16 * (768 + 256) * 4)}
+
+
+@pytest.mark.parametrize("command", ["analyze", "verify"])
+def test_full_width_qk_norm_with_replicated_kv_heads_is_refused_up_front(cli: Any, command: str) -> None:
+    result = cli(command, "gpt2", "--set", "attention.qk_norm=full", "--set", "num_kv_heads=1", "--tp", "2")
+    assert result.exit_code == 3
+    assert "qk_norm full needs num_kv_heads (1)" in result.stderr and "Traceback" not in result.stderr
