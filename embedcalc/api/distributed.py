@@ -217,7 +217,8 @@ def bench_ranks(
     settings = run_settings(DistributedSettings, per_rank, options, nproc=nproc, strategy=strategy, device=device,
                             nnodes=nodes.nnodes, node_rank=nodes.node_rank)  # fmt: skip
     rendezvous = Rendezvous(nodes.nnodes, nodes.node_rank, nodes.endpoint, nodes.timeout_s)
-    where = f" as node {nodes.node_rank} of {nodes.nnodes} (rendezvous {nodes.endpoint})" if nodes.nnodes > 1 else ""
+    where = (f" as node {nodes.node_rank} of {nodes.nnodes} (rendezvous {nodes.endpoint}; every node joins within "
+             f"{nodes.timeout_s} s)") if nodes.nnodes > 1 else ""  # fmt: skip
     options.notify(f"launching {nproc} rank{'s' if nproc > 1 else ''} ({strategy}, {device}) under torchrun{where}")
     try:
         ranks = run_ranks(analysis.config, settings, rendezvous)

@@ -28,9 +28,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,10 +96,43 @@ def wait_for_store(endpoint: str, timeout_s: float, node_rank: int) -> None:
             time.sleep(0.5)
 
 
-def _rank_main(entrypoint: Callable[..., Any], launcher_pid: int, *args: Any) -> Any:
-    """What every rank runs: the tie to the launcher first, then ``entrypoint(*args)``."""
+def _rank_main(entrypoint: Callable[..., Any], launcher_pid: int, started: str, *args: Any) -> Any:
+    """What every rank runs: the tie to the launcher first, a mark in the folder ``started`` (so the launcher
+    knows that ranks ran), then ``entrypoint(*args)``."""
     die_with_launcher(launcher_pid)
+    with open(os.path.join(started, str(os.getpid())), "w"):
+        pass
     return entrypoint(*args)
+
+
+C10D_LOG = re.compile(r"^\[[IWEF]\d{4} [0-9:.]+ [^\]]*\] \[c10d\]")  # a c10 log line of the store client
+TRACE = re.compile(r"^(Exception raised from |frame #\d+: |<omitting python frames>|\s*$)")
+
+
+@contextmanager
+def _without_store_client_log(multi_node: bool) -> Iterator[None]:
+    """Several nodes: the store client in this process logs each failed connection attempt or lost store with a
+    C++ stack trace on file descriptor 2 (c10's logging, which nothing turns off once torch is loaded). Its
+    outcome is reported in one message by :func:`launch`, so those lines (and their traces) are held back; every
+    other line, the ranks' own included, is written out when the launch ends."""
+    if not multi_node:
+        yield
+        return
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            dropping = False
+            for line in held.read().decode("utf-8", "replace").splitlines(keepends=True):
+                dropping = bool(C10D_LOG.match(line)) or (dropping and bool(TRACE.match(line)))
+                if not dropping:
+                    sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 @contextmanager
@@ -163,26 +198,37 @@ def launch(
     world = nproc * rendezvous.nnodes
     if rendezvous.endpoint is not None and rendezvous.node_rank != 0:
         wait_for_store(rendezvous.endpoint, rendezvous.timeout_s, rendezvous.node_rank)
-    try:
-        with _quiet_launcher():
-            results = elastic_launch(_launch_config(nproc, rendezvous, run_id), _rank_main)(
-                entrypoint, os.getpid(), *args
-            )
-    except SignalException as exc:  # the agent stopped every rank before re-raising the signal it got
-        if exc.sigval == signal.SIGINT:
-            raise KeyboardInterrupt from None
-        raise DistributedRunError(f"stopped by {exc.sigval.name}; torchrun stopped every rank") from None
-    except RendezvousError as exc:
-        raise _rendezvous_failure(exc, rendezvous) from None
-    except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        signal_name = failure.signal_name()
-        how = f"signal {signal_name}" if signal_name != "<N/A>" else f"exit {failure.exitcode}"
-        detail = failure.message.strip() if isinstance(failure.message, str) and signal_name == "<N/A>" else ""
-        if "To enable traceback" in detail or detail == "<NONE>":
-            detail = "its own line above says why"
-        raise DistributedRunError(
-            f"rank {rank} of {world} failed ({how}){': ' + detail if detail else ''}; "
-            "torchrun stopped the other ranks"
-        ) from None
-    return dict(results)
+    with tempfile.TemporaryDirectory(prefix="embedcalc-ranks-") as started:
+        try:
+            with _without_store_client_log(rendezvous.multi_node), _quiet_launcher():
+                return dict(
+                    elastic_launch(_launch_config(nproc, rendezvous, run_id), _rank_main)(
+                        entrypoint, os.getpid(), started, *args
+                    )
+                )
+        except SignalException as exc:  # the agent stopped every rank before re-raising the signal it got
+            if exc.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            raise DistributedRunError(f"stopped by {exc.sigval.name}; torchrun stopped every rank") from None
+        except RendezvousError as exc:
+            if os.listdir(started):  # ranks ran: the store went away mid-run, with node 0
+                raise DistributedRunError(
+                    f"node 0's rendezvous store at {rendezvous.endpoint} went away during the run (node 0 ended: a "
+                    "rank failed there or it was stopped; its output says which); torchrun stopped this node's ranks"
+                ) from None
+            raise _rendezvous_failure(exc, rendezvous) from None
+        except ChildFailedError as exc:
+            raise _rank_failure(exc, world) from None
+
+
+def _rank_failure(exc: Any, world: int) -> DistributedRunError:
+    """Which rank failed first, and how (exit code or signal, and its one line)."""
+    rank, failure = exc.get_first_failure()
+    signal_name = failure.signal_name()
+    how = f"signal {signal_name}" if signal_name != "<N/A>" else f"exit {failure.exitcode}"
+    detail = failure.message.strip() if isinstance(failure.message, str) and signal_name == "<N/A>" else ""
+    if "To enable traceback" in detail or detail == "<NONE>":
+        detail = "its own line above says why"
+    return DistributedRunError(
+        f"rank {rank} of {world} failed ({how}){': ' + detail if detail else ''}; torchrun stopped the other ranks"
+    )

@@ -218,16 +218,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _start(*args: str, marker: str) -> subprocess.Popen[str]:
+def _start(*args: str, marker: str, **env: str) -> subprocess.Popen[str]:
     """``embedcalc ARGS`` in the background, its processes (and its ranks') marked in their environment."""
     return subprocess.Popen(
         [sys.executable, "-m", "embedcalc", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        encoding="utf-8", stdin=subprocess.DEVNULL, env=cli_env(COLUMNS="160", EMBEDCALC_TEST_MARKER=marker),
+        encoding="utf-8", stdin=subprocess.DEVNULL, env=cli_env(COLUMNS="160", EMBEDCALC_TEST_MARKER=marker, **env),
     )  # fmt: skip
 
 
-def _node(rank: int, port: int, *extra: str) -> tuple[str, ...]:
-    return ("bench", "gpt2", "--nproc", "1", "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint",
+def _node(rank: int, port: int, *extra: str, target: str = "gpt2") -> tuple[str, ...]:
+    return ("bench", target, "--nproc", "1", "--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint",
             f"127.0.0.1:{port}", "--device", "cpu", *extra, "--format", "json")  # fmt: skip
 
 
@@ -241,8 +241,9 @@ def _reap(marker: str) -> None:
 @pytest.mark.slow
 def test_two_nodes_on_localhost_meet_and_node_0_reports_both_ranks() -> None:
     marker, port = f"embedcalc-test-{uuid.uuid4()}", _free_port()
-    run = ("--mode", "training", "--batch-size", "1", "--seq-len", "16", "--warmup", "1", "--repeat", "2",
-           "--no-baseline", "--rdzv-timeout", "240")  # fmt: skip
+    # FSDP2 forwards (each all-gathers the weights across the two nodes): 100 s here, DDP training steps 300 s
+    run = ("--strategy", "fsdp", "--seq-len", "16", "--warmup", "0", "--repeat", "1", "--no-baseline",
+           "--rdzv-timeout", "240")  # fmt: skip
     try:
         node1 = _start(*_node(1, port, *run), marker=marker)  # the client first: it waits for node 0's store
         node0 = _start(*_node(0, port, *run), marker=marker)
@@ -255,9 +256,10 @@ def test_two_nodes_on_localhost_meet_and_node_0_reports_both_ranks() -> None:
     report = json.loads(out0)["results"][0]["distributed"]
     assert report["nproc"] == 2 and [r["rank"] for r in report["ranks"]] == [0, 1]
     assert sorted(r["node_rank"] for r in report["ranks"]) == [0, 1]
-    for rank in report["ranks"]:  # each rank a DDP replica of gpt2, gradients all-reduced across the two nodes
-        assert rank["local_params"] == rank["predicted_params"] == 124_439_808
+    for rank in report["ranks"]:  # each rank holds its own FSDP2 shard of gpt2, gathered from the other node
+        assert rank["local_params"] == rank["predicted_params"]
         assert rank["comm_calls_per_step"] > 0
+    assert sum(r["local_params"] for r in report["ranks"]) == 124_439_808
     elsewhere = json.loads(out1)["results"][0]["distributed"]
     on_node0 = next(r["rank"] for r in report["ranks"] if r["node_rank"] == 0)
     on_node1 = next(r["rank"] for r in report["ranks"] if r["node_rank"] == 1)
@@ -284,6 +286,24 @@ def test_a_node_alone_times_out_cleanly_and_leaves_no_process(node_rank: int, me
     assert message in err and "Traceback" not in err and "frame #" not in err
     envelope = json.loads(out)
     assert envelope["status"] == "error" and envelope["problems"][0]["code"] == "rendezvous_failed"
+    assert _processes_with(marker) == []
+
+
+@pytest.mark.slow
+def test_a_rank_lost_mid_run_ends_both_nodes(tmp_path: Path) -> None:
+    marker, port, tiny = f"embedcalc-test-{uuid.uuid4()}", _free_port(), str(_tiny(tmp_path))
+    run = ("--mode", "training", "--seq-len", "8", "--warmup", "1", "--repeat", "50", "--no-baseline")
+    try:  # global rank 1 kills itself before its first timed step, whichever node it is on
+        nodes = [_start(*_node(r, port, *run, target=tiny), marker=marker, EMBEDCALC_FAULT_RANK="1") for r in (1, 0)]
+        outputs = [node.communicate(timeout=600) for node in nodes]
+    finally:
+        _reap(marker)
+    for node, (out, err) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 1, err  # a runtime failure, as on one node
+        assert "Traceback" not in err and "frame #" not in err
+        assert json.loads(out)["problems"][0]["code"] == "rank_failed"
+    errors = "".join(err for _, err in outputs)
+    assert "rank 1 of 2 failed (signal SIGKILL)" in errors  # the node that ran it names it
     assert _processes_with(marker) == []
 
 
