@@ -28,6 +28,7 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.api.bench import RunOptions, local_estimate, measured_analysis, run_settings
 from embedcalc.api.load import load_target
 from embedcalc.api.workload import usage
+from embedcalc.config.limits import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 from embedcalc.units import binary_bytes
 
@@ -45,7 +46,6 @@ Strategy = Literal["ddp", "fsdp", "tp"]
 # process group and one all-reduce peaks at 232,673,280 bytes, 243,851,264 with embedcalc's modeling imported.
 RANK_PROCESS_BYTES = 361_058_304
 RANKS_PER_CORE = 2  # the oversubscription bound: at most two ranks time-share one core
-DEFAULT_RDZV_TIMEOUT_S = 300
 DEFAULT_RDZV_PORT = 29400  # torchrun's, for an endpoint given without a port
 
 __all__ = ["DEFAULT_RDZV_TIMEOUT_S", "RANKS_PER_CORE", "RANK_PROCESS_BYTES", "DistributedReport", "ElsewhereReport",

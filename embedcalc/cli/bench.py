@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from embedcalc.api.distributed import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.config.dtypes import ALIASES, BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
+from embedcalc.config.limits import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.errors import Problem
 
 if TYPE_CHECKING:
