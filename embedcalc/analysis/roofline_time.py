@@ -35,7 +35,7 @@ from embedcalc.analysis.roofline_traffic import (
     prompt_len,
     weights_of,
 )  # fmt: skip
-from embedcalc.analysis.time_expected import ExpectedModel, inference_terms
+from embedcalc.analysis.time_expected import ExpectedModel, device_constants, inference_terms
 from embedcalc.analysis.time_model import Fractions, Override
 from embedcalc.analysis.time_schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload
@@ -189,7 +189,8 @@ def estimate_time(
     eff = request.efficiency
     override = None if eff is None else Override(eff.compute, eff.memory)
     bound = _estimate(config, w, request, optimizer_bytes, None)
-    expected = _estimate(config, w, request, optimizer_bytes, ExpectedModel(cal.constants, device, override))
+    model_on = ExpectedModel(device_constants(cal.constants, device), device, override)
+    expected = _estimate(config, w, request, optimizer_bytes, model_on)
     model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
                       None if eff is None else eff.source)  # fmt: skip
     label = Efficiency(1.0, 1.0, f"calibration {cal.name}: achieved fractions by kind of work and shape")

@@ -44,18 +44,19 @@ class ExpectedModel:
         """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""
         return num_bytes / (self.device.bandwidth * self.memory_fraction)
 
-    @property
-    def kernel_overhead_s(self) -> float:
-        """Seconds per kernel: the device's own measured overhead (``bench --peak`` records local's) in place of
-        the calibration's, never added to it."""
-        own = self.device.kernel_overhead_s
-        return own.value if own is not None else self.constants.kernel_overhead_s
-
     def kernels_s(self, kernels: float) -> float:
-        return kernels * self.kernel_overhead_s
+        return kernels * self.constants.kernel_overhead_s
 
     def comm_s(self, collectives: list[Collective], w: Workload) -> float:
         return collectives_s(collectives, self.device, w.parallel, self.constants)
+
+
+def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
+    """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
+    records local's) in place of the calibration's, never added to them."""
+    own = {name: figure.value for name, figure in (("kernel_overhead_s", device.kernel_overhead_s),
+                                                   ("gemm_half_rows", device.gemm_half_rows)) if figure is not None}
+    return replace(constants, **own)
 
 
 def step_workload(config: ModelConfig, w: Workload) -> Workload:

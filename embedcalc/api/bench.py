@@ -209,24 +209,29 @@ def measure_peak(dtype: str, options: RunOptions) -> PeakResult:
 
 
 def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress = no_progress) -> LocalMeasurement:
-    """Measure this device's memory bandwidth (STREAM copy/triad) and per-kernel overhead, merge the matmul
-    ``peak`` just measured, and cache it all as the ``local`` device; returns what ``bench --peak`` reports beside
-    the peak."""
+    """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
+    half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
+    ``bench --peak`` reports beside the peak."""
     from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
     from embedcalc.modeling.bandwidth import measure_memory_bandwidth
     from embedcalc.modeling.device import total_memory_bytes
-    from embedcalc.modeling.timing import measure_kernel_overhead
+    from embedcalc.modeling.timing import measure_gemm_rows, measure_kernel_overhead
     from embedcalc.reconcile.peak import LocalMeasurement
 
     with progress("memory bandwidth") as on_step:
         bandwidth = measure_memory_bandwidth(dev, on_step=on_step)
     with progress("kernel overhead") as on_step:
         overhead = measure_kernel_overhead(dev, on_step=on_step)
+    rows = None  # a GPU's small GEMMs are launch- and memory-bound: their rate says nothing of its tiles and waves
+    if dev.type == "cpu":
+        with progress("GEMM rows") as on_step:
+            rows = measure_gemm_rows(dev, dtype, overhead_s=overhead.seconds_per_kernel, on_step=on_step)
     how = f"best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls"
     device = local_device(
         name, "gpu" if dev.type == "cuda" else "cpu", {peak_dtype(dtype): (peak.flops_per_s, how)},
         total_memory_bytes(dev), (bandwidth.bytes_per_s, bandwidth.method), bandwidth.torch_version, previous_local(),
         (overhead.seconds_per_kernel, overhead.method),
+        None if rows is None or rows.half_rows is None else (rows.half_rows, rows.method),
     )  # fmt: skip
     path = save_local(device)
     measured = device.measured
@@ -234,6 +239,7 @@ def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress
         memory_bandwidth_bytes_per_s=bandwidth.bytes_per_s, copy_bytes_per_s=bandwidth.copy_bytes_per_s,
         triad_bytes_per_s=bandwidth.triad_bytes_per_s, bandwidth_method=bandwidth.method,
         kernel_overhead_s=overhead.seconds_per_kernel, kernel_overhead_method=overhead.method,
+        gemm_half_rows=None if rows is None else rows.half_rows, gemm_rows_method=None if rows is None else rows.method,
         memory_bytes=device.memory,
         catalogue_match=measured.matches if measured else None, efficiency=measured.efficiency if measured else {},
         cached_as=LOCAL, cache_path=str(path),

@@ -189,6 +189,11 @@ class Device(BaseModel):
         description="Seconds every kernel costs beyond its roofline time (dispatch, launch, prologue and tail), "
         "measured on this device (`bench --peak` for local); none: the calibration's kernel_overhead_s.",
     )
+    gemm_half_rows: Figure | None = Field(
+        default=None,
+        description="GEMM rows (tokens through the matmul) at which a GEMM reaches half its large-matrix rate on "
+        "this device, measured (`bench --peak` on a CPU); none: the calibration's gemm_half_rows.",
+    )
     interconnect: Link | None = Field(
         default=None,
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
@@ -252,8 +257,8 @@ class Device(BaseModel):
         ]
         out += [("memory_bytes", self.memory_bytes), ("memory_bandwidth_bytes_per_s",
                                                       self.memory_bandwidth_bytes_per_s)]  # fmt: skip
-        if self.kernel_overhead_s is not None:
-            out.append(("kernel_overhead_s", self.kernel_overhead_s))
+        out += [(name, figure) for name, figure in (("kernel_overhead_s", self.kernel_overhead_s),
+                                                    ("gemm_half_rows", self.gemm_half_rows)) if figure is not None]
         for label, link in (("interconnect", self.interconnect), ("network", self.network),
                             ("host_link", self.host_link)):  # fmt: skip
             if link is not None:
@@ -397,10 +402,11 @@ def local_device(
     torch_version: str,
     previous: Device | None = None,
     kernel_overhead: tuple[float, str] | None = None,
+    gemm_half_rows: tuple[float, str] | None = None,
 ) -> Device:
     """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how); the per-kernel overhead: (seconds,
-    how)), merged with ``previous`` peaks of other dtypes when ``previous`` measured the same device; efficiencies
-    against the matched catalogue entry."""
+    how); the GEMM rows at half rate: (rows, how)), merged with ``previous`` peaks of other dtypes when
+    ``previous`` measured the same device; efficiencies against the matched catalogue entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     stamp = f"measured by `embedcalc bench --peak` on {now}, torch {torch_version}"
     figures: dict[PeakDtype, Figure] = {}
@@ -423,6 +429,8 @@ def local_device(
         memory_bandwidth_bytes_per_s=RateFigure(value=bandwidth[0], source=stamp, note=bandwidth[1]),
         kernel_overhead_s=None if kernel_overhead is None else LatencyFigure(
             value=kernel_overhead[0], source=stamp, note=kernel_overhead[1]),
+        gemm_half_rows=None if gemm_half_rows is None else Figure(
+            value=gemm_half_rows[0], source=stamp, note=gemm_half_rows[1]),
         measured=Measurement(measured_at=now, torch_version=torch_version, device=device_name,
                              matches=match.name if match else None, efficiency=efficiency),
     )  # fmt: skip

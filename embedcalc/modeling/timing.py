@@ -1,5 +1,5 @@
-"""Timing: the clock, timed steps, the one quantile of step times, the device's measured matmul peak and its
-per-kernel overhead.
+"""Timing: the clock, timed steps, the one quantile of step times, the device's measured matmul peak, its
+per-kernel overhead and how a GEMM's rate saturates with its rows.
 
 GPU timing uses CUDA events around each step with a synchronisation; CPU timing uses ``time.perf_counter``. What a
 step is (inputs, losses, the training step) is :mod:`embedcalc.modeling.steps`; the device and its memory are
@@ -161,3 +161,57 @@ def measure_kernel_overhead(
     method = (f"median of {repeat} chains of {count} tiny dependent kernels (8x8 fp32 add and matmul in turn), "
               f"per kernel")  # fmt: skip
     return OverheadMeasurement(timings.median_s / count, count, repeat, method)
+
+
+@dataclass(frozen=True)
+class RowsMeasurement:
+    """FLOP/s of a GEMM through ``rows`` rows of a ``size`` x ``size`` matrix, and the rows at which the fitted
+    saturation ``rate(r) = R · r / (r + half_rows)`` reaches half its large-matrix rate R (None: no saturation
+    could be fitted)."""
+
+    rows: tuple[int, ...]
+    flops_per_s: tuple[float, ...]
+    half_rows: float | None
+    method: str
+
+
+def fit_half_rows(rows: Sequence[int], flops_per_s: Sequence[float]) -> float | None:
+    """``half_rows`` of ``rate(r) = R · r / (r + h)`` by least squares on its linear form 1/rate = 1/R + (h/R) /
+    r (Lineweaver & Burk 1934, the same saturating law); None when the fit has no positive R and h."""
+    xs, ys = [1.0 / r for r in rows], [1.0 / f for f in flops_per_s]
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if n < 2 or sxx == 0:
+        return None
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = my - slope * mx
+    return slope / intercept if intercept > 0 and slope > 0 else None
+
+
+def measure_gemm_rows(
+    device: torch.device, dtype: str, size: int = 1024, rows: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    repeat: int = 10, overhead_s: float = 0.0, on_step: StepCallback | None = None,
+) -> RowsMeasurement:  # fmt: skip
+    """Time ``r`` x ``size`` @ ``size`` x ``size`` for every ``r`` of ``rows`` (best of ``repeat``, less the
+    per-kernel ``overhead_s``, which the time model counts apart) and fit the rows at which the rate reaches half
+    its saturation (:func:`fit_half_rows`). The matrix (4 MiB in fp32) stays in cache, so the times are compute,
+    not the memory traffic the time model counts apart too."""
+    torch_dtype = DTYPES[dtype]
+    b = torch.randn(size, size, device=device, dtype=torch.float32).to(torch_dtype)
+    rates = []
+    for i, r in enumerate(rows):
+        a = torch.randn(r, size, device=device, dtype=torch.float32).to(torch_dtype)
+        out = torch.empty(r, size, device=device, dtype=torch_dtype)
+
+        def gemm(a: torch.Tensor = a, out: torch.Tensor = out) -> None:
+            torch.matmul(a, b, out=out)
+
+        best = min(time_steps(gemm, device, warmup=2, repeat=repeat).seconds)
+        rates.append(2 * r * size * size / max(best - overhead_s, best / 2))
+        if on_step:
+            on_step("rows", i + 1, len(rows))
+    half = fit_half_rows(rows, rates)
+    fitted = f"{half:.3g} rows" if half is not None else "no saturation fitted"
+    method = (f"best of {repeat} r x {size} @ {size} x {size} {dtype} GEMMs at r = {', '.join(map(str, rows))}, "
+              f"less the kernel overhead; rate(r) = R r / (r + h) fitted by least squares on 1/rate: h = {fitted}")
+    return RowsMeasurement(tuple(rows), tuple(rates), half, method)

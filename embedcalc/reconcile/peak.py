@@ -30,6 +30,8 @@ class LocalMeasurement:
     bandwidth_method: str
     kernel_overhead_s: float
     kernel_overhead_method: str
+    gemm_half_rows: float | None
+    gemm_rows_method: str | None
     memory_bytes: int
     catalogue_match: str | None
     efficiency: dict[str, float]

@@ -107,12 +107,16 @@ def local_summary(result: PeakResult) -> Table:
     """What ``bench --peak`` measured for memory and kernel overhead, and where it cached ``local``."""
     local = result.local
     table = Table(title=escape(f"Memory bandwidth and kernel overhead — {result.device}"), title_justify="left",
-                  caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."))
+                  caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
+                                 + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")))
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("copy", _rate(local.copy_bytes_per_s))
     table.add_row("triad", _rate(local.triad_bytes_per_s))
     table.add_row("kernel overhead", f"{local.kernel_overhead_s * 1e6:.2f} µs per kernel")
+    if local.gemm_rows_method is not None:
+        half = local.gemm_half_rows
+        table.add_row("GEMM rows at half rate", "not fitted" if half is None else f"{half:.3g}")
     table.add_row("memory", units.binary_bytes(local.memory_bytes))
     for key, value in local.efficiency.items():
         table.add_row(f"of {local.catalogue_match} datasheet ({key})", units.percent(value))

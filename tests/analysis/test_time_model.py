@@ -165,6 +165,27 @@ def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
                                                                      rel=1e-12)  # fmt: skip
 
 
+def test_a_measured_devices_own_constants_replace_the_calibrations() -> None:
+    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.analysis.time_expected import device_constants
+    from embedcalc.config.hardware import Figure, LatencyFigure
+
+    cal = load_calibration()
+    catalogue = load_device("a100-80gb")
+    assert device_constants(cal.constants, catalogue) == cal.constants
+    measured = catalogue.model_copy(update={"kernel_overhead_s": LatencyFigure(value=7e-6, source="test"),
+                                            "gemm_half_rows": Figure(value=2.0, source="test")})  # fmt: skip
+    own = device_constants(cal.constants, measured)
+    assert (own.kernel_overhead_s, own.gemm_half_rows) == (7e-6, 2.0)
+    assert own == cal.constants.__class__(**{**cal.constants.__dict__, "kernel_overhead_s": 7e-6,
+                                             "gemm_half_rows": 2.0})  # fmt: skip
+    config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
+    on_device = estimate_time(config, w, TimeRequest(device=measured))
+    by_hand = estimate_time(config, w, TimeRequest(device=catalogue, calibration=cal.with_constants(
+        kernel_overhead_s=7e-6, gemm_half_rows=2.0)))  # fmt: skip
+    assert on_device.to_json() == by_hand.to_json()  # used in place of the constants, nothing added
+
+
 def test_the_calibration_is_data_with_its_provenance() -> None:
     cal = load_calibration()
     assert cal.fitted_on and cal.held_out and not set(cal.fitted_on) & set(cal.held_out)

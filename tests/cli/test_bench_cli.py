@@ -45,9 +45,10 @@ def torch() -> Any:
 
 @pytest.fixture
 def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Measure the matmul peak on 256 x 256 matrices instead of 2048, the bandwidth on 1 Mi elements and the
-    kernel overhead on 100 kernels (the --peak test runs the real sizes): the bench tests check how the
-    measurements are used, not their values, and the real sizes cost seconds on 2 cores."""
+    """Measure the matmul peak on 256 x 256 matrices instead of 2048, the bandwidth on 1 Mi elements, the
+    kernel overhead on 100 kernels and the GEMM rows on 128 x 128 (the --peak test runs the real sizes): the
+    bench tests check how the measurements are used, not their values, and the real sizes cost seconds on 2
+    cores."""
     import embedcalc.modeling.bandwidth as bandwidth
     import embedcalc.modeling.timing as timing
 
@@ -57,7 +58,9 @@ def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bandwidth, "measure_memory_bandwidth",
                         functools.partial(bandwidth.measure_memory_bandwidth, elements=1 << 20, repeat=2))
     monkeypatch.setattr(timing, "measure_kernel_overhead",
-                        functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2))  # fmt: skip
+                        functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2))
+    monkeypatch.setattr(timing, "measure_gemm_rows",
+                        functools.partial(timing.measure_gemm_rows, size=128, rows=(1, 8, 64), repeat=2))  # fmt: skip
 
 
 @pytest.fixture
@@ -252,6 +255,9 @@ def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
     assert local.kernel_overhead_s is not None
     assert local.kernel_overhead_s.value == result["kernel_overhead_s"]
     assert local.kernel_overhead_s.note == result["kernel_overhead_method"]
+    if result["gemm_half_rows"] is not None:  # a CPU: the rows at half rate, when the law could be fitted
+        assert local.gemm_half_rows is not None and local.gemm_half_rows.value == result["gemm_half_rows"]
+    assert "least squares" in result["gemm_rows_method"]
 
 
 # --- bench: refusals -----------------------------------------------------------------------------------------------
