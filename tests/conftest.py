@@ -162,6 +162,27 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
+def generate_state(cli: InProcessCli, write_config: Callable[..., Path]) -> Callable[..., dict[str, Any]]:
+    """``bench --mode generate`` (CPU, 2 sequences of 9 tokens, 3 decoded) on a config mapping: its measurement,
+    once the recurrent state the torch tensors hold is checked to be the analytic state (DESIGN.md §16)."""
+
+    def run(content: dict[str, Any], name: str = "config.json") -> dict[str, Any]:
+        path = write_config(content, name)
+        result = cli("bench", str(path), "--mode", "generate", "--device", "cpu", "--format", "json", "--seq-len",
+                     "9", "--gen-tokens", "3", "--batch-size", "2", "--repeat", "1", "--warmup", "0")  # fmt: skip
+        assert result.exit_code == 0, result.stderr
+        entry = json.loads(result.stdout)["results"][0]
+        m: dict[str, Any] = entry["measurement"]
+        assert m["recurrent_state_bytes_measured"] == m["recurrent_state_bytes"]
+        assert m["recurrent_state_bytes"] == entry["memory"]["recurrent_state_bytes"]
+        assert m["recurrent_state_matches"] is True
+        assert m["kv_cache_bytes_measured"] == m["kv_cache_bytes"]
+        return m
+
+    return run
+
+
+@pytest.fixture
 def in_tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     yield tmp_path

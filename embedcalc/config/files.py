@@ -189,6 +189,10 @@ def parse_mapping(text: str, path: Path) -> dict[str, Any]:
     except ValueError as exc:  # duplicate JSON key; a YAML !!int tag on a non-number
         raise file_error(path, f"cannot be read: {exc}", "malformed_value") from None
     refused = refused_numbers(data) if isinstance(data, dict) else []
+    if refused and isinstance(data, dict) and "model_type" in data:
+        from embedcalc.config.hf.unsupported import keep_element_wise_numbers
+
+        refused = keep_element_wise_numbers(data, refused)
     if refused:
         problems = [Problem(where, number.reason, number.code) for where, number in refused]
         if isinstance(data, dict) and "model_type" in data:  # a Hugging Face file: its family comes first

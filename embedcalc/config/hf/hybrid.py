@@ -208,7 +208,8 @@ _DEFAULTS: dict[str, Any] = dict(
 )  # fmt: skip
 FAMILIES = (
     Family("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM (AutoModelForCausalLM)",
-           "granite-4.0-h-small", _DEFAULTS, _read_granitemoehybrid, {"layers_block_type": "layer_types"}),
+           "granite-4.0-h-small", _DEFAULTS, _read_granitemoehybrid, {"layers_block_type": "layer_types"},
+           non_finite=frozenset({"time_step_limit"})),
     Family("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM (AutoModelForCausalLM)", "qwen3-next-80b-a3b",
            _QWEN3_NEXT, _read_qwen3_next),
 )  # fmt: skip

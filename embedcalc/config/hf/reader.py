@@ -359,3 +359,5 @@ class Family:
     )  # alias -> key, as transformers' attribute_map
     core: dict[str, Any] = field(default_factory=dict)  # read_core's arguments, for a family that is a row of data
     ignored: dict[str, str] = field(default_factory=dict)  # a row's keys its modules never read, with the reason
+    # keys whose value is element-wise only and may hold a non-finite number (time_step_limit's bound Infinity)
+    non_finite: frozenset[str] = frozenset()

@@ -4,8 +4,10 @@ A refused file may still name a class embedcalc reads, in ``architectures`` (``D
 ``auto_map`` (remote code such as ``configuration_deepseek.DeepseekV3Config``): the message names that class and
 its family, so the user can tell whether the file is that family's config under another name. A file that also
 holds numbers the parser refuses (Nemotron-H's ``time_step_limit`` of ``[0.0, Infinity]``) is told its family first:
-the family is the reason it cannot be counted, the number only a detail of it. And the flat files of multimodal
-models (Qwen2.5-VL before transformers 5) are split into their text model's keys the way transformers splits them.
+the family is the reason it cannot be counted, the number only a detail of it; a file of a family it reads keeps the
+non-finite numbers of the keys that family reads as element-wise only (:func:`keep_element_wise_numbers`). And the
+flat files of multimodal models (Qwen2.5-VL before transformers 5) are split into their text model's keys the way
+transformers splits them.
 """
 
 from __future__ import annotations
@@ -103,3 +105,25 @@ def family_before_numbers(raw: Mapping[str, Any], origin: str, refused: list[Pro
     message = f"{error.message} (the file also holds values embedcalc refuses: {details})"
     problems = [Problem("model_type", message, error.problems[0].code), *refused]
     return ConfigError(message, problems, error.problems[0].code)
+
+
+def keep_element_wise_numbers(data: dict[str, Any], refused: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """For a file of a family embedcalc reads: the non-finite numbers under a key the family reads as element-wise
+    only (``Family.non_finite``: the Mamba-2 families' ``time_step_limit``, ``[0.0, Infinity]``, transformers'
+    default, which every save writes) stay in ``data`` as their text (``"Infinity"``); returns the refused numbers
+    left (each a (key path, refused number) pair, as :func:`embedcalc.config.files.refused_numbers` lists them)."""
+    family = FAMILIES.get(data["model_type"]) if isinstance(data.get("model_type"), str) else None
+    if family is None or not family.non_finite:
+        return refused
+    kept = {key for key in family.non_finite if key in data}
+    left = [(where, n) for where, n in refused
+            if n.code != "number_not_finite" or where.split("[")[0].split(".")[0] not in kept]  # fmt: skip
+    for key in kept:
+        value = data[key]
+        data[key] = [v.text if _refused(v) else v for v in value] if isinstance(value, list) else (
+            value.text if _refused(value) else value)  # fmt: skip
+    return left
+
+
+def _refused(value: Any) -> bool:
+    return getattr(value, "code", None) == "number_not_finite"

@@ -198,6 +198,23 @@ def test_a_hybrid_file_with_an_infinite_limit_is_told_its_family_first(cli: Any,
     assert "time_step_limit" in result.stderr
 
 
+@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "granite-4.0-h-small"])
+def test_a_supported_hybrid_file_reads_its_infinite_time_step_limit(cli: Any, write_config: Any, name: str) -> None:
+    """transformers' default ``time_step_limit`` is ``(0.0, inf)`` and every save writes it: for a family that
+    reads the key as element-wise only, the file is read (the value reported as text); Infinity elsewhere is still
+    refused with its key."""
+    raw = json.loads((HF_FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    text = json.dumps(raw | {"time_step_limit": [0.0, float("inf")]})
+    result = cli("check", str(write_config(text, "config.json")), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    ignored = {i["key"]: i["value"] for i in json.loads(result.stdout)["results"][0]["hf"]["ignored"]}
+    assert ignored["time_step_limit"] == [0.0, "Infinity"]
+    bad = json.dumps(raw | {"time_step_limit": [0.0, float("inf")], "hidden_size": float("inf")})
+    refused = cli("check", str(write_config(bad, "config.json")))
+    assert refused.exit_code == 3
+    assert "hidden_size: Infinity is infinite" in refused.stderr and "time_step_limit" not in refused.stderr
+
+
 def test_jina_position_types_are_said_to_come_from_remote_code() -> None:
     path = HF_FIXTURES / "bert-base-uncased.json"
     raw = json.loads(path.read_text(encoding="utf-8"))

@@ -24,8 +24,9 @@ from embedcalc.config.schema import ModelConfig
 # transformers against it
 PUBLISHED = published("test_mixers_hf")
 # layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
+# (nvidia/Nemotron-H-8B-Base-8K's file has no MoE block)
 UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
-          "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
+          "nemotron-h-8b-base-8k": 0, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,9 @@ def _hf_state(hf: Any) -> int:
         value = hf.linear_num_value_heads * hf.linear_value_head_dim
         conv = (2 * key + value) * hf.linear_conv_kernel_dim
         return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
+    if hf.model_type == "nemotron_h":
+        inner = hf.mamba_num_heads * hf.mamba_head_dim
+        return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel + inner * hf.ssm_state_size
     conv_dim = hf.mamba_expand * hf.hidden_size + 2 * hf.mamba_n_groups * hf.mamba_d_state
     return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
 
@@ -64,42 +68,53 @@ def _hf_state(hf: Any) -> int:
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_per_layer_cache_follows_transformers_config(transformers: Any, name: str) -> None:
     """Attention layers cache 2 x kv_heads x head_dim per token; recurrent layers hold a state per sequence
-    (:func:`_hf_state`), whatever the length (transformers' cache layout)."""
+    (:func:`_hf_state`), whatever the length (transformers' cache layout); MLP-only and MoE-only blocks neither."""
     hf = hf_config(transformers, raw_fixture(name))
     config = _config(raw_fixture(name))
     attention = [t == "full_attention" for t in hf.layer_types]
+    recurrent = [t == "linear_attention" for t in hf.layer_types]
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     state = _hf_state(hf)
     plan = config.stack_plan("decoder")
-    for i, is_attention in enumerate(attention):
+    for i, (is_attention, is_recurrent) in enumerate(zip(attention, recurrent, strict=True)):
         block = plan.block_at(i)
-        assert (block.attention is not None) == is_attention
-        if is_attention:
-            assert block.attention is not None
+        assert (block.attention is not None, block.mixer is not None) == (is_attention, is_recurrent)
+        if block.attention is not None:
             assert block.attention.kv_cache_width == 2 * hf.num_key_value_heads * head_dim
-        else:
-            assert block.mixer is not None and block.mixer.state_values == state
+        if block.mixer is not None:
+            assert block.mixer.state_values == state
     for n in (4096, 262144):
         memory = estimate_memory(config, Workload(batch_size=2, seq_len=n, dtype="bfloat16"))
         assert memory.kv_cache_bytes == 2 * n * sum(attention) * 2 * hf.num_key_value_heads * head_dim * 2
-        assert memory.recurrent_state_bytes == 2 * (len(attention) - sum(attention)) * state * 2
+        assert memory.recurrent_state_bytes == 2 * sum(recurrent) * state * 2
 
 
-def _small(raw: dict[str, Any]) -> dict[str, Any]:
-    return raw | dict(
+# Small eager variants of the Mamba-2 families: transformers' CPU path counts our matmuls plus the two terms
+# analysis/mixers.py documents (the inter-chunk state passing as a matrix product, the convolution's padded tail).
+# Nemotron-H's has one block of each kind (Mamba-2, MLP, attention, MoE).
+STATE_PASSING: dict[str, dict[str, Any]] = {
+    "granite-4.0-h-small": dict(
         hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32,
         shared_intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, mamba_n_heads=8, mamba_d_head=32,
         mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=8, vocab_size=512, pad_token_id=0, bos_token_id=1,
         eos_token_id=2, layer_types=["mamba", "attention", "mamba", "mamba"],
-    )  # fmt: skip
+    ),
+    "nemotron-h-8b-base-8k": dict(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_head_dim=16,
+        intermediate_size=48, mamba_num_heads=4, mamba_head_dim=16, ssm_state_size=8, n_groups=2, chunk_size=8,
+        vocab_size=256, hybrid_override_pattern="M-M*E-", num_hidden_layers=6, n_routed_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=16, moe_shared_expert_intermediate_size=24,
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(STATE_PASSING))
 @pytest.mark.parametrize("seq_len", [16, 21])
-def test_forward_flops_equal_transformers_torch_path(transformers: Any, seq_len: int) -> None:
+def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: str, seq_len: int) -> None:
     import torch
 
-    small = _small(raw_fixture("granite-4.0-h-small"))
+    small = raw_fixture(name) | STATE_PASSING[name]
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(
         hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
@@ -150,3 +165,14 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: An
     assert len(mixers) == 3
     conv_tail = sum(2 * 2 * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mixers)
     assert forward_flops(model, batch=2, seq_len=seq_len) == ours + conv_tail
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7"])
+def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(generate_state: Any, name: str) -> None:
+    """``bench --mode generate`` on a small variant of the hub file (Nemotron-H: Mamba-2-only, MLP-only,
+    attention-only and MoE-only blocks, its time_step_limit of [0.0, Infinity] kept): the state tensors hold the
+    analytic bytes, and the KV cache of the attention layers too."""
+    pytest.importorskip("torch")
+    m = generate_state(raw_fixture(name) | {**STATE_PASSING, **CONV_TAIL_ONLY}[name])
+    assert m["recurrent_state_bytes"] > 0 and m["kv_cache_bytes"] > 0
