@@ -164,22 +164,28 @@ def _launch_config(nproc: int, rendezvous: Rendezvous, run_id: str) -> Any:
     )  # fmt: skip
 
 
-def _rendezvous_failure(exc: BaseException, rendezvous: Rendezvous) -> RendezvousFailedError:
+def _rendezvous_failure(exc: BaseException, rendezvous: Rendezvous, run_id: str) -> RendezvousFailedError:
     from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
 
     where = rendezvous.endpoint or "localhost"
+    same = f"nodes meet only when they run the same model and flags: this one waited as rendezvous {run_id}"
     if isinstance(exc, RendezvousTimeoutError):
         return RendezvousFailedError(
             f"the rendezvous at {where} did not complete within --rdzv-timeout {rendezvous.timeout_s} s: "
             f"{rendezvous.nnodes} nodes were expected (--nnodes) and not all joined; start the same command on every "
-            f"node, each with its own --node-rank from 0 to {rendezvous.nnodes - 1}, or raise --rdzv-timeout"
+            f"node, each with its own --node-rank from 0 to {rendezvous.nnodes - 1}, or raise --rdzv-timeout ({same})"
         )
-    role = "host the rendezvous store at" if rendezvous.node_rank == 0 else "join the rendezvous store of node 0 at"
+    if rendezvous.node_rank != 0:  # node 0's port had answered (wait_for_store): node 0 went away since
+        return RendezvousFailedError(
+            f"node {rendezvous.node_rank} reached node 0's rendezvous at {where}, but node 0 went away before every "
+            f"node joined (its own --rdzv-timeout ran out, or it was stopped); check that node 0 runs this same "
+            f"command ({same})"
+        )
     cause = exc.__cause__ or exc
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else "no detail"
     return RendezvousFailedError(
-        f"node {rendezvous.node_rank} could not {role} {where} ({type(cause).__name__}: "
-        f"{str(cause).strip().splitlines()[0] if str(cause).strip() else 'no detail'}); check that the port is "
-        "free on node 0 and reachable from every node, and that only one node runs with --node-rank 0"
+        f"node 0 could not host the rendezvous store at {where} ({type(cause).__name__}: {detail}); the port must be "
+        "free on this machine and its address this machine's own, and only one node runs with --node-rank 0"
     )
 
 
@@ -216,7 +222,7 @@ def launch(
                     f"node 0's rendezvous store at {rendezvous.endpoint} went away during the run (node 0 ended: a "
                     "rank failed there or it was stopped; its output says which); torchrun stopped this node's ranks"
                 ) from None
-            raise _rendezvous_failure(exc, rendezvous) from None
+            raise _rendezvous_failure(exc, rendezvous, run_id) from None
         except ChildFailedError as exc:
             raise _rank_failure(exc, world) from None
 

@@ -26,7 +26,10 @@ def _pct(value: float | None) -> str:
 def distributed_table(result: DistributedBench) -> Group:
     """Summary table and per-rank table."""
     data = result.to_json()
-    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks"), title_justify="left",
+    nodes = len({r.node_rank for r in result.ranks})
+    where = f" on {nodes} nodes" if nodes > 1 else ""
+    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks{where}"),
+                    title_justify="left",
                     caption=escape(f"Predicted: {result.prediction_note}."))  # fmt: skip
     summary.add_column("quantity")
     summary.add_column("value", justify="right")
@@ -56,13 +59,12 @@ def distributed_table(result: DistributedBench) -> Group:
         title="per rank", title_justify="left",
         caption=escape(f"memory: {data['memory_method']}; predicted: the analytic per-device estimate"),
     )  # fmt: skip
-    nodes = len({r.node_rank for r in result.ranks}) > 1
-    for column in ("rank", *(("node", "host") if nodes else ()), "median", "p10 / p90", "peak memory", "predicted",
+    for column in ("rank", *(("node", "host") if nodes > 1 else ()), "median", "p10 / p90", "peak memory", "predicted",
                    "error", "params", "predicted"):  # fmt: skip
         ranks.add_column(column, justify="right")
     for row in result.rank_rows():
         ranks.add_row(
-            str(row["rank"]), *((str(row["node_rank"]), escape(row["host"])) if nodes else ()),
+            str(row["rank"]), *((str(row["node_rank"]), escape(row["host"])) if nodes > 1 else ()),
             f"{row['median_s'] * 1000:.1f} ms",
             f"{row['p10_s'] * 1000:.1f} / {row['p90_s'] * 1000:.1f}",
             units.binary_bytes(row["peak_memory_bytes"]), units.binary_bytes(row["predicted_memory_bytes"]),

@@ -290,6 +290,34 @@ def test_a_node_alone_times_out_cleanly_and_leaves_no_process(node_rank: int, me
 
 
 @pytest.mark.slow
+def test_node_0_refuses_a_port_in_use() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = run_embedcalc(*_node(0, taken.getsockname()[1], "--rdzv-timeout", "3"), timeout=300)
+    assert proc.returncode == 4, proc.stderr
+    assert "node 0 could not host the rendezvous store" in proc.stderr and "EADDRINUSE" in proc.stderr
+    assert "Traceback" not in proc.stderr and "frame #" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_nodes_running_different_commands_do_not_meet(tmp_path: Path) -> None:
+    marker, port, tiny = f"embedcalc-test-{uuid.uuid4()}", _free_port(), str(_tiny(tmp_path))
+    try:  # the same model, a different --seq-len: a different rendezvous id, so neither sees the other
+        nodes = [_start(*_node(r, port, "--seq-len", str(8 * (r + 1)), "--rdzv-timeout", "8", target=tiny),
+                        marker=marker) for r in (0, 1)]  # fmt: skip
+        errors = [node.communicate(timeout=300)[1] for node in nodes]
+    finally:
+        _reap(marker)
+    assert [node.returncode for node in nodes] == [4, 4], errors
+    ids = [re.findall(r"rendezvous (embedcalc-[0-9a-f]{12})", err) for err in errors]
+    assert all(len(found) == 1 for found in ids) and ids[0] != ids[1], errors
+    assert "did not complete within --rdzv-timeout 8 s" in errors[0]
+    assert "node 0 went away before every node joined" in errors[1] or "did not complete" in errors[1]
+    assert _processes_with(marker) == []
+
+
+@pytest.mark.slow
 def test_a_rank_lost_mid_run_ends_both_nodes(tmp_path: Path) -> None:
     marker, port, tiny = f"embedcalc-test-{uuid.uuid4()}", _free_port(), str(_tiny(tmp_path))
     run = ("--mode", "training", "--seq-len", "8", "--warmup", "1", "--repeat", "50", "--no-baseline")
