@@ -215,7 +215,7 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     attention, ffn = block.attention, block.ffn
     if attention is None:  # a recurrent mixer is replicated (analysis/mixers.py): no collective; or no mixer
         columns, rows = [], 0
-    elif attention.kind == "mla":
+    elif attention.latent:
         columns, rows = [attention.q_lora_rank or d, attention.kv_lora_rank], 1
     else:
         columns, rows = [d, d, d] + ([d] if attention.output_gate else []), 1

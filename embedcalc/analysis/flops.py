@@ -12,6 +12,13 @@ the query-key pairs per head:
 - multi-head latent attention (DeepSeek-V2 §2.1): ``q_a`` 2 t d r_q, ``q_b`` 2 t r_q h (nope + rope) (or ``q``
   2 t d h (nope + rope)), ``kv_a`` 2 t d (r_kv + rope), ``kv_b`` 2 t r_kv h (nope + v), ``scores``
   2 b h pairs (nope + rope), ``context`` 2 b h pairs v, ``out`` 2 t h v d.
+- sparse attention (DeepSeek Sparse Attention, DeepSeek-V3.2-Exp report §2.1-2.2): MLA's terms with each query's
+  core over the k = index_topk keys its lightning indexer selects, so ``scores`` and ``context`` count n min(n, k)
+  pairs per head in full and min(i + 1, k) for the query at position i causally (the window formula with W = k:
+  linear in n once n > k), plus the indexer on every pair: ``index_q`` 2 t r_q H_I D_I, ``index_k`` 2 t d D_I,
+  ``index_weights`` 2 t d H_I, ``index_scores`` 2 b pairs H_I (D_I + 1) with all n² (causal n (n + 1) / 2) pairs,
+  the O(n²) term that remains. transformers' eager path runs the core over all n keys with the unselected ones
+  masked, so its count equals this one while n <= k.
 - dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
   token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
@@ -50,7 +57,7 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.config.blocks import FFN, Attention, Block
 from embedcalc.config.schema import ModelConfig
 
-SCORE_KEYS = ("scores", "context")
+SCORE_KEYS = ("scores", "context", "index_scores")
 TRAINING_STEP_FACTOR = 3  # forward + backward, backward = 2 x forward for matmuls
 
 
@@ -106,8 +113,15 @@ def _window_pairs(n: Num, window: int | None) -> Num:
     return m * (m + 1) // 2 + (n - m) * window
 
 
-def score_pairs(n: Num, causal: bool, window: int | None = None, chunk: int | None = None) -> Num:
-    """Query-key pairs computed per head: n² in full; causal, windowed and chunked counts of docs/layers.md."""
+def score_pairs(
+    n: Num, causal: bool, window: int | None = None, chunk: int | None = None, topk: int | None = None
+) -> Num:
+    """Query-key pairs computed per head: n² in full; causal, windowed and chunked counts of docs/layers.md. A
+    sparse layer's queries each attend to the ``topk`` keys its indexer selects: n min(n, topk) in full (every
+    query gathers min(n, topk) keys), and causally the pairs of a window of topk (a query at position i has
+    min(i + 1, topk) earlier keys to choose from)."""
+    if topk is not None:
+        return _window_pairs(n, topk) if causal else n * minimum(n, topk)
     if not causal:
         return n * n
     if chunk is None:
@@ -146,6 +160,19 @@ def attention_flops(
     return [*terms, scores, context, out]
 
 
+def indexer_flops(a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` lightning indexers (DeepSeek-V3.2-Exp report §2.1, eq. 1: I(t, s) = sum over
+    the H_I heads of w(t, j) ReLU(q(t, j) . k(s))) on ``t`` tokens, ``index_tokens`` = b x the query-key pairs it
+    scores: its three projections, and per pair H_I D_I for the dot products plus H_I for the weighted sum."""
+    heads, width = a.index_heads, a.index_head_dim
+    return [
+        (f"{prefix}/index_q", t * (layers * 2 * (a.q_lora_rank or 0) * heads * width)),
+        (f"{prefix}/index_k", t * (layers * 2 * x.d * width)),
+        (f"{prefix}/index_weights", t * (layers * 2 * x.d * heads)),
+        (f"{prefix}/index_scores", index_tokens * (layers * 2 * heads * (width + 1))),
+    ]
+
+
 def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
     """Forward FLOPs of ``layers`` layers of one FFN sublayer on ``t`` tokens (MoE: the active path)."""
     d, w = x.d, x.widths(block)
@@ -176,8 +203,10 @@ def layer_flops(
     a = block.attention
     terms: list[tuple[str, Num]] = []
     if a is not None:
-        pairs = score_pairs(n, causal, a.window, a.chunk)
+        pairs = score_pairs(n, causal, a.window, a.chunk, a.index_topk if a.kind == "sparse" else None)
         terms += attention_flops(a, x, layers, t, t, b * pairs, "attention")
+        if a.indexer:  # scores every earlier token (all n² pairs in full, as the torch path computes them)
+            terms += indexer_flops(a, x, layers, t, b * score_pairs(n, causal), "attention")
     if block.mixer is not None:
         terms += mixer_flops(block.mixer, x, layers, n, pad=pad_chunks)
     if cross:

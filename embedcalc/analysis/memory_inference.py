@@ -105,7 +105,7 @@ class RankWidths:
 def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> RankWidths:
     a = a or block.attention
     w = x.widths(block)
-    if a is not None and a.kind == "mla":
+    if a is not None and a.latent:
         heads = x.h // tp if tp > 1 else x.h
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         return RankWidths(
@@ -121,9 +121,10 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
 
 
 def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
-    """Values one layer caches per token on one TP rank: K and V of its KV heads, or MLA's latent + rope key."""
-    if a.kind == "mla":
-        return a.kv_lora_rank + a.qk_rope_head_dim
+    """Values one layer caches per token on one TP rank: K and V of its KV heads, or MLA's latent + rope key (and
+    a sparse layer's indexer key, replicated like the latent: transformers' ``DynamicIndexedLayer``)."""
+    if a.latent:
+        return a.kv_cache_width
     heads = x.g if tp == 1 else maximum(1, x.g // tp)
     return 2 * heads * x.hd
 
@@ -188,7 +189,7 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
                 keep(f"{sd.name}/mixer", base + mixer_live_bytes(block.mixer, x, n, e))
             if a is None:
                 pass
-            elif a.kind == "mla":
+            elif a.latent:
                 q_path = e * (a.q_lora_rank or 0) + e * r.q
                 kv_path = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * (r.q + r.v)
                 attention = t * (q_path + kv_path + e * r.v)

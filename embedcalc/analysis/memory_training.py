@@ -103,7 +103,7 @@ def _attention_saved(
     """Saved bytes of one attention sublayer on one TP rank (queries on n tokens, keys/values on n_kv)."""
     e, b, d, dropout = workload.activation_bytes, x.b, x.d, config.dropout > 0
     t, t_kv = b * n, b * n_kv
-    if a.kind == "mla":  # input, q_a out + normed, kv_a out + normed latent, Q, K, V, the context
+    if a.latent:  # input, q_a out + normed, kv_a out + normed latent, Q, K, V, the context
         per_q = e * d + e * r.q + e * r.v + (2 * e * a.q_lora_rank if a.q_lora_rank is not None else 0)
         per_kv = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * a.kv_lora_rank + e * r.q + e * r.v
         linear = t * per_q + t_kv * per_kv

@@ -9,7 +9,9 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   projection (``qkv_bias``, ``out_bias``; Qwen2 has Q/K/V biases and no output bias); q/k norms per head_dim
   (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss).
 - multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
-  rope key) / kv_a_norm / kv_b, out.
+  rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
+  index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
+  index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
   embed_dim x ffn_dim matrices (Shazeer 2020). Mixture of experts: a router embed_dim -> num_experts, num_experts
   such FFNs of expert_dim, one shared FFN of num_shared_experts x shared_expert_dim, an optional shared gate.
@@ -85,12 +87,25 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
             f"{prefix}/kv_b", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), False, "column"
         )
         value = h * a.v_head_dim
+        if a.indexer:
+            out += indexer_tensors(a, x, prefix)
     if a.sinks:
         out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
         out += _linear(f"{prefix}/gate", d, h * x.hd, a.qkv_bias, "column")
     out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
     return out
+
+
+def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
+    """The lightning indexer of a sparse layer (DeepSeek-V3.2-Exp report §2.1; transformers' ``DeepseekV32Indexer``):
+    queries from the query latent, one key per token with its LayerNorm (weight and bias, whatever the model's
+    norm), the per-head weights; replicated under tensor parallelism, as transformers' plan leaves it."""
+    heads, width = a.index_heads, a.index_head_dim
+    out = _linear(f"{prefix}/index_q", a.q_lora_rank or 0, heads * width, False, "none")
+    out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
+    out += [ParamTensor(f"{prefix}/index_k_norm", (width,)) for _ in range(2)]
+    return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
 
 
 def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[ParamTensor]:

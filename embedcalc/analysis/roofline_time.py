@@ -241,8 +241,9 @@ def _estimate(config: ModelConfig, w: Workload, request: TimeRequest, optimizer_
     phases["decode"] = step_at(prompt + steps)
     total = None
     if w.gen_tokens:
-        caps = [b.attention.cache_limit for b in config.named_blocks.values() if b.attention is not None]
-        kinks = [c for c in caps if c is not None]
+        attentions = [b.attention for b in config.named_blocks.values() if b.attention is not None]
+        caps = [a.cache_limit for a in attentions] + [a.index_topk for a in attentions if a.kind == "sparse"]
+        kinks = [c for c in caps if c is not None]  # where a step's cost stops growing: windows, sparse top-k
         per_step = sum(v for _, v in phases["decode"].extra)
 
         def components_at(n: int) -> dict[str, ComponentTime]:

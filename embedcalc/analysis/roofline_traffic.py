@@ -118,6 +118,7 @@ class Lengths:
     cross_n: int
     lookups: int  # tokens looked up in the token table per sequence
     self_cache_bytes: int | None = None  # decode: the self-attention KV cache read per step (all layers)
+    index_cache_bytes: int = 0  # decode: the sparse layers' indexer keys read per step (all of them)
 
 
 def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
@@ -132,9 +133,25 @@ def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
 def decode_lengths(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> Lengths:
     """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
     that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
-    encoder-decoder's cross-attention part, which the cross cores read."""
+    encoder-decoder's cross-attention part, which the cross cores read. A sparse layer's indexer reads all its
+    cached keys and its core only the index_topk latent entries selected (DeepSeek-V3.2-Exp §2.2: the core's cost
+    no longer grows with the context)."""
     self_bytes, _ = cache_bytes(config, w, kv_len, kv_bytes)
-    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, self_bytes)
+    unread, index = _sparse_reads(config, w, kv_len, w.activation_bytes if kv_bytes is None else kv_bytes)
+    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, self_bytes - unread - index, index)
+
+
+def _sparse_reads(config: ModelConfig, w: Workload, kv_len: int, element_bytes: int) -> tuple[int, int]:
+    """(cached latent bytes the sparse layers' cores do not read, indexer key bytes their indexers read) in one
+    decode step at ``kv_len`` cached tokens, every sequence of the batch."""
+    unread = index = 0
+    for block, layers in config.stack_plan("decoder").counts() if config.architecture != "encoder" else ():
+        a = block.attention
+        if a is None or a.kind != "sparse":
+            continue
+        unread += layers * max(kv_len - a.index_topk, 0) * (a.kv_lora_rank + a.qk_rope_head_dim)
+        index += layers * kv_len * a.index_cache_width
+    return w.batch_size * unread * element_bytes, w.batch_size * index * element_bytes
 
 
 def cache_bytes(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> tuple[int, int]:
@@ -172,16 +189,32 @@ def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, 
     n = lengths.cross_n if cross else lengths.self_n.get(stack, 0)
     activation = keys = 0
     for a, layers in _attention_layers(config, stack, cross):
-        k_width = a.q_dim if a.kind == "mla" else a.kv_dim  # MLA: every head's own decompressed K
-        v_width = a.value_dim if a.kind == "mla" else a.kv_dim
+        k_width = a.q_dim if a.latent else a.kv_dim  # MLA: every head's own decompressed K
+        v_width = a.value_dim if a.latent else a.kv_dim
         out = a.q_dim if core == "scores" else a.value_dim  # Q read, or the context written
         keys += b * n * (k_width if core == "scores" else v_width) * layers
         activation += b * m * out * layers * e
-        if w.attention == "eager":
-            activation += b * a.num_heads * m * n * layers * e  # scores written / probabilities read
+        if w.attention == "eager":  # scores written / probabilities read (a sparse core's selected keys only)
+            keys_seen = min(n, a.index_topk) if a.kind == "sparse" else n
+            activation += b * a.num_heads * m * keys_seen * layers * e
     if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
         return Traffic(kv_read_bytes=keys * kv_bytes)
     return Traffic(activation_bytes=activation + keys * e)
+
+
+def _index_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, decode: bool) -> Traffic:
+    """The sparse layers' index scores (all their layers): a decode step reads every cached indexer key; a prefill
+    reads the indexer's queries, weights and keys and writes the m x n index scores the top-k selection reads."""
+    if decode:
+        return Traffic(kv_read_bytes=lengths.index_cache_bytes)
+    stack = key.split("/")[0]
+    b, e = w.batch_size, w.activation_bytes
+    m, n = lengths.self_m.get(stack, 0), lengths.self_n.get(stack, 0)
+    moved = 0
+    for a, layers in _attention_layers(config, stack, False):
+        if a.indexer:
+            moved += layers * b * (m * (a.index_heads * (a.index_head_dim + 1) + n) + n * a.index_head_dim) * e
+    return Traffic(activation_bytes=moved)
 
 
 def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
@@ -196,6 +229,9 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
             continue
         if key.rsplit("/", 1)[-1] in _CORE:
             out[key] = Traffic(flops=f) + _core_traffic(key, config, w, lengths, decode, kv_bytes)
+            continue
+        if key.endswith("/index_scores"):
+            out[key] = Traffic(flops=f) + _index_traffic(key, config, w, lengths, decode)
             continue
         if key.endswith(_STATEFUL):
             out[key] = _state_traffic(config, w, key, f, lengths, decode, kv_bytes, weights, caches)

@@ -102,7 +102,7 @@ def component_fractions(
     def fractions(key: str) -> tuple[float, float]:
         if override is not None:
             return override.compute, override.memory
-        if key.rsplit("/", 1)[-1] in ("scores", "context"):
+        if key.rsplit("/", 1)[-1] in ("scores", "context", "index_scores"):  # attention-shaped cores
             return c.attention_fraction, c.memory_fraction
         return gemm_fraction(component_rows(config, w, key, weights, decode), c), c.memory_fraction
 
@@ -128,7 +128,7 @@ def _block_widths(block: Block) -> tuple[int, int]:
     ffn, a = block.ffn, block.attention
     inner = 0 if ffn is None else ffn.top_k * ffn.expert_dim + ffn.shared_dim if ffn.moe else ffn.ffn_dim
     rotated = 0 if a is None else a.num_heads * (a.qk_rope_head_dim or a.head_dim) + (
-        a.qk_rope_head_dim if a.kind == "mla" else a.kv_dim
+        a.qk_rope_head_dim if a.latent else a.kv_dim
     )  # fmt: skip
     return inner, rotated
 
@@ -165,7 +165,9 @@ def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention:
     rope = 1 if config.position == "rope" else 0
     if a is not None:
         # MLA: q_a (+ its norm), q_b (or one q), kv_a (+ its norm), kv_b, rope, core, out; else qkv, rope, core, out
-        mixer = (3 if a.q_lora_rank else 1) + 3 + rope + core + 1 if a.kind == "mla" else 1 + rope + core + 1
+        mixer = (3 if a.q_lora_rank else 1) + 3 + rope + core + 1 if a.latent else 1 + rope + core + 1
+        # a sparse layer's lightning indexer: index_q, index_k, its norm, index_weights, rope, scores, top-k
+        mixer += 7 if a.indexer else 0
     else:
         mixer = 5 if block.mixer is not None and block.mixer.kind != "none" else 0
     dense_ffn = 3  # in (gate and up fused), activation, out

@@ -26,7 +26,16 @@ from typing import Annotated, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.layer_plan import FFN, Attention, AttentionKind, Block, FFNKind, QKNorm, StackPlan
+from embedcalc.config.layer_plan import (
+    FFN,
+    LATENT_KINDS,
+    Attention,
+    AttentionKind,
+    Block,
+    FFNKind,
+    QKNorm,
+    StackPlan,
+)
 from embedcalc.config.mixers import MixerSpec
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
@@ -38,6 +47,7 @@ __all__ = [
     "MLA_FIELDS",
     "MLA_ONLY_FIELDS",
     "MOE_ONLY_FIELDS",
+    "SPARSE_FIELDS",
     "Attention",
     "AttentionKind",
     "AttentionSpec",
@@ -67,7 +77,9 @@ class AttentionSpec(BaseModel):
         default="standard",
         description=(
             "standard: Q/K/V projections with num_heads / num_kv_heads / head_dim (MHA, GQA, MQA). mla: DeepSeek's "
-            "multi-head latent attention (low-rank Q and KV projections, decoupled RoPE dims, compressed KV cache)."
+            "multi-head latent attention (low-rank Q and KV projections, decoupled RoPE dims, compressed KV cache). "
+            "sparse: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): mla whose every query attends only to the "
+            "index_topk keys a lightning indexer selects."
         ),
     )
     q_lora_rank: PositiveInt | None = Field(
@@ -95,6 +107,27 @@ class AttentionSpec(BaseModel):
     qk_head_dim: PositiveInt | None = Field(
         default=None,
         description="mla, optional: the query/key head width, which must equal qk_nope_head_dim + qk_rope_head_dim.",
+    )
+    index_heads: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "sparse: heads of the lightning indexer (index_n_heads); its queries come from the query latent "
+            "(q_lora_rank -> index_heads x index_head_dim), its one key per token from embed_dim."
+        ),
+    )
+    index_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="sparse: width of the indexer's query heads and of its key (index_head_dim), which it caches.",
+    )
+    index_topk: PositiveInt | None = Field(
+        default=None, description="sparse: keys each query attends to, the indexer's top scores (index_topk)."
+    )
+    index_shared: bool = Field(
+        default=False,
+        description=(
+            "sparse: reuse the previous layer's top-k selection (GLM-5's shared layers): no indexer parameters, "
+            "FLOPs or cached keys in this layer."
+        ),
     )
     qk_norm: QKNorm = Field(
         default="none",
@@ -155,19 +188,21 @@ class AttentionSpec(BaseModel):
 
     @model_validator(mode="after")
     def _mla_fields_need_mla(self) -> AttentionSpec:
-        if self.kind != "mla":
+        if self.kind not in LATENT_KINDS:
             _refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
+        if self.kind != "sparse":
+            _refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
         return self
 
     @field_validator("qk_norm")
     @classmethod
     def _mla_has_no_qk_norm(cls, value: str, info: ValidationInfo) -> str:
-        if value != "none" and info.data.get("kind") == "mla":
+        if value != "none" and info.data.get("kind") in LATENT_KINDS:
             raise PydanticCustomError(
                 "qk_norm_with_mla",
-                "qk_norm ({value}) applies to standard attention; mla normalises its compressed q and kv instead. "
-                "Set qk_norm: none",
-                {"value": value},
+                "qk_norm ({value}) applies to standard attention; {kind} normalises its compressed q and kv "
+                "instead. Set qk_norm: none",
+                {"value": value, "kind": info.data.get("kind")},
             )
         return value
 
@@ -266,6 +301,8 @@ class FFNSpec(BaseModel):
 
 # the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
 MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
+SPARSE_FIELDS = ("q_lora_rank", "index_heads", "index_head_dim", "index_topk")  # what kind sparse needs beyond mla
+SPARSE_ONLY_FIELDS = ("index_heads", "index_head_dim", "index_topk", "index_shared")
 MOE_ONLY_FIELDS = ("num_experts", "top_k", "expert_dim", "num_shared_experts", "shared_expert_dim",
                    "shared_expert_gate", "router_bias", "expert_bias")  # fmt: skip
 
@@ -339,7 +376,8 @@ def merge_spec(base: S, override: S | None) -> S:
     update = {name: getattr(override, name) for name in override.model_fields_set}
     merged = base.model_dump()
     if "kind" in update and update["kind"] != base.kind:  # a new kind starts without the old kind's fields
-        for name in (*MLA_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim"):
-            if name in merged:
+        kept = MLA_ONLY_FIELDS if {base.kind, update["kind"]} <= LATENT_KINDS else ()  # mla <-> sparse keep MLA's
+        for name in (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim"):
+            if name in merged and name not in kept:
                 merged[name] = type(base).model_fields[name].default
     return type(base).model_validate({**merged, **update})

@@ -11,7 +11,8 @@ from typing import Literal
 
 from embedcalc.config.mixers import Mixer
 
-AttentionKind = Literal["standard", "mla"]
+AttentionKind = Literal["standard", "mla", "sparse"]
+LATENT_KINDS = frozenset({"mla", "sparse"})  # the kinds built on multi-head latent attention
 QKNorm = Literal["none", "head", "full"]
 FFNKind = Literal["dense", "moe", "none"]
 
@@ -23,7 +24,7 @@ class Attention:
     kind: AttentionKind
     num_heads: int
     num_kv_heads: int
-    head_dim: int  # standard: per-head width; mla: qk_nope_head_dim + qk_rope_head_dim
+    head_dim: int  # standard: per-head width; mla, sparse: qk_nope_head_dim + qk_rope_head_dim
     qkv_bias: bool
     out_bias: bool
     qk_norm: QKNorm
@@ -36,6 +37,25 @@ class Attention:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     output_gate: bool = False
+    index_heads: int = 0  # sparse: the lightning indexer's heads, head width, and keys kept per query
+    index_head_dim: int = 0
+    index_topk: int = 0
+    index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
+
+    @property
+    def latent(self) -> bool:
+        """Multi-head latent attention, dense (mla) or over the indexer's top-k keys (sparse)."""
+        return self.kind in LATENT_KINDS
+
+    @property
+    def indexer(self) -> bool:
+        """Whether this layer runs a lightning indexer of its own (sparse, not sharing the previous selection)."""
+        return self.kind == "sparse" and not self.index_shared
+
+    @property
+    def index_cache_width(self) -> int:
+        """Values the indexer caches per token: one key of index_head_dim (0 without an indexer of its own)."""
+        return self.index_head_dim if self.indexer else 0
 
     @property
     def q_dim(self) -> int:
@@ -50,13 +70,14 @@ class Attention:
     @property
     def value_dim(self) -> int:
         """Width of all value heads together: the input of the output projection."""
-        return self.num_heads * (self.v_head_dim if self.kind == "mla" else self.head_dim)
+        return self.num_heads * (self.v_head_dim if self.latent else self.head_dim)
 
     @property
     def kv_cache_width(self) -> int:
-        """Values cached per token per layer: K and V of every KV head, or MLA's compressed latent and rope key."""
-        if self.kind == "mla":
-            return self.kv_lora_rank + self.qk_rope_head_dim
+        """Values cached per token per layer: K and V of every KV head, or MLA's compressed latent and rope key (and
+        a sparse layer's indexer key)."""
+        if self.latent:
+            return self.kv_lora_rank + self.qk_rope_head_dim + self.index_cache_width
         return 2 * self.kv_dim
 
     @property

@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 from embedcalc.config.blocks import (
     DEFAULT_BLOCK,
     MLA_FIELDS,
+    SPARSE_FIELDS,
     AttentionSpec,
     BlockSpec,
     FFNSpec,
@@ -155,17 +156,40 @@ def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
         )
 
 
+def _check_sparse(spec: AttentionSpec, where: str) -> None:
+    """A sparse layer's indexer: complete (its queries come from the query latent), and wide enough for the rotary
+    dims it rotates (transformers' ``DeepseekV32Indexer`` splits index_head_dim into qk_rope_head_dim + the rest)."""
+    missing = [name for name in SPARSE_FIELDS if getattr(spec, name) is None]
+    if missing:
+        raise PydanticCustomError(
+            "sparse_incomplete",
+            "{where}: kind sparse needs {fields} (DeepSeek-V3.2: q_lora_rank 1536, index_heads 64, "
+            "index_head_dim 128, index_topk 2048)",
+            {"where": where, "fields": ", ".join(missing)},
+        )
+    rope, width = spec.qk_rope_head_dim or 0, spec.index_head_dim or 0
+    if width < rope:
+        raise PydanticCustomError(
+            "index_head_dim_under_rope",
+            "{where}.index_head_dim ({width}) must be at least qk_rope_head_dim ({rope}): the indexer rotates the "
+            "first qk_rope_head_dim channels of its queries and keys; use index_head_dim {rope} or more",
+            {"where": where, "width": width, "rope": rope},
+        )
+
+
 def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
     """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
-    if spec.kind == "mla":
+    if spec.kind in ("mla", "sparse"):
         missing = [name for name in MLA_FIELDS if getattr(spec, name) is None]
         if missing:
             raise PydanticCustomError(
                 "mla_incomplete",
-                "{where}: kind mla needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
+                "{where}: kind {kind} needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
                 "qk_rope_head_dim 64, v_head_dim 128)",
-                {"where": where, "fields": ", ".join(missing)},
+                {"where": where, "kind": spec.kind, "fields": ", ".join(missing)},
             )
+    if spec.kind == "sparse":
+        _check_sparse(spec, where)
     arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
     for name in ("sliding_window", "chunk_size"):
         size = getattr(spec, name)

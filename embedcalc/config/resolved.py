@@ -168,13 +168,15 @@ class ResolvedShape:
             qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window, chunk=spec.chunk_size,
             output_gate=spec.output_gate,
         )  # fmt: skip
-        if spec.kind != "mla":
+        if spec.kind == "standard":
             return standard
         nope, rope = spec.qk_nope_head_dim or 0, spec.qk_rope_head_dim or 0
         return replace(
-            standard, kind="mla", num_kv_heads=self.num_heads, head_dim=nope + rope, q_lora_rank=spec.q_lora_rank,
-            kv_lora_rank=spec.kv_lora_rank or 0, qk_nope_head_dim=nope, qk_rope_head_dim=rope,
-            v_head_dim=spec.v_head_dim or 0,
+            standard, kind=spec.kind, num_kv_heads=self.num_heads, head_dim=nope + rope,
+            q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank or 0, qk_nope_head_dim=nope,
+            qk_rope_head_dim=rope, v_head_dim=spec.v_head_dim or 0, index_heads=spec.index_heads or 0,
+            index_head_dim=spec.index_head_dim or 0, index_topk=spec.index_topk or 0,
+            index_shared=spec.index_shared,
         )  # fmt: skip
 
     def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN | None:

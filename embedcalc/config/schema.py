@@ -243,8 +243,8 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
     attention: AttentionSpec | None = Field(
         default=None,
         description=(
-            "The default block's attention beyond the flat head counts: kind (standard, mla), q/k norms, sinks, "
-            "window, chunk. Default: standard attention with the flat fields."
+            "The default block's attention beyond the flat head counts: kind (standard, mla, sparse), q/k norms, "
+            "sinks, window, chunk. Default: standard attention with the flat fields."
         ),
     )
     ffn: FFNSpec | None = Field(

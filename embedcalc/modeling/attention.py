@@ -363,6 +363,10 @@ def make_attention(
 ) -> AttentionBase:
     """The attention sublayer of ``spec``: latent attention (:mod:`embedcalc.modeling.latent_attention`) for kind
     mla, else :class:`Attention`."""
+    if spec.kind == "sparse":
+        from embedcalc.modeling.sparse_attention import SparseAttention  # it builds on LatentAttention
+
+        return SparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
     if spec.kind == "mla":
         from embedcalc.modeling.latent_attention import LatentAttention  # it builds on AttentionBase, above
 
@@ -372,4 +376,4 @@ def make_attention(
 
 def rotary_widths(config: ModelConfig, specs: list[AttentionSpec]) -> set[int]:
     """The rotary widths the attention layers of ``specs`` rotate (rotary_dim or head_dim; MLA's rope dims)."""
-    return {s.qk_rope_head_dim if s.kind == "mla" else config.rotary_dim or s.head_dim for s in specs}
+    return {s.qk_rope_head_dim if s.latent else config.rotary_dim or s.head_dim for s in specs}

@@ -29,6 +29,7 @@ from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCa
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
+from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import allocate_state
 from embedcalc.modeling.steps import make_inputs
 from embedcalc.modeling.timing import Clock, StepCallback, timed_call
@@ -66,6 +67,8 @@ def allocate_cache(
         if isinstance(attn, LatentAttention):
             width = attn.latent_dim + attn.rope
             own = LayerCache(empty(batch_size, size, width), None, total_tokens, limit)  # (B, L, r_kv + rope)
+            if isinstance(attn, SparseAttention) and not attn.shared:  # the indexer's keys (B, L, D_I)
+                own.index_keys = empty(batch_size, size, attn.index_width)
         elif isinstance(attn, Attention):
             shape = (batch_size, attn.num_kv_heads, size, attn.head_dim)  # (B, h_kv, L, d_head)
             own = LayerCache(empty(*shape), empty(*shape), total_tokens, limit)

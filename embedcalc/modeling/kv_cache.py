@@ -2,7 +2,8 @@
 
 Per decoder layer (docs/layers.md, analysis/memory_inference.py): standard attention holds one K and one V tensor of
 shape (B, kv_heads, L, head_dim); multi-head latent attention one tensor (B, L, kv_lora_rank + qk_rope_head_dim), the
-normalised compressed latent followed by the rotated rope key (DeepSeek-V2 §2.1.2). L is the tokens the sequence
+normalised compressed latent followed by the rotated rope key (DeepSeek-V2 §2.1.2), and a sparse layer with an
+indexer its keys too, (B, L, index_head_dim) (transformers' ``DynamicIndexedLayer``). L is the tokens the sequence
 reaches (prompt + generated), capped at the layer's window or chunk; a capped layer is a rolling buffer (Mistral,
 Jiang et al. 2023, §2): position p lives in slot p mod L. An encoder-decoder's decoder layer also holds the
 cross-attention K and V of the source, (B, kv_heads, S, head_dim), written once at prefill. So the sum of
@@ -30,6 +31,7 @@ class LayerCache:
     values: Tensor | None
     total: int  # tokens the sequence reaches: prompt + generated
     limit: int | None = None
+    index_keys: Tensor | None = None  # a sparse layer's indexer keys (B, L, index_head_dim)
 
     @property
     def latent(self) -> bool:
@@ -62,6 +64,18 @@ class LayerCache:
         self.keys.index_copy_(dim, slots, keys.narrow(dim, length - keep, keep))
         if self.values is not None and values is not None:
             self.values.index_copy_(dim, slots, values.narrow(dim, length - keep, keep))
+
+    def write_index(self, keys: Tensor, position: int) -> None:
+        """Store the indexer keys (B, T, D_I) of tokens ``position`` on (a sparse layer never rolls)."""
+        if self.index_keys is None:
+            raise ValueError("this layer's cache holds no indexer keys")
+        self.index_keys.narrow(1, position, keys.shape[1]).copy_(keys)
+
+    def read_index(self, end: int) -> Tensor:
+        """The indexer keys of the filled slots once ``end`` tokens are written: (B, S, D_I)."""
+        if self.index_keys is None:
+            raise ValueError("this layer's cache holds no indexer keys")
+        return self.index_keys.narrow(1, 0, self.filled(end))
 
     def filled(self, end: int) -> int:
         """Slots holding a token once ``end`` tokens have been written."""
@@ -118,6 +132,7 @@ class KVCache:
             attn = block.self_attention
             if attn is not None:
                 out += [attn.keys] if attn.values is None else [attn.keys, attn.values]
+                out += [attn.index_keys] if attn.index_keys is not None else []
             if block.cross_attention is not None:
                 out += [block.cross_attention.keys, block.cross_attention.values]
         return out

@@ -71,6 +71,10 @@ class Stack(nn.Module):
             )
             for i in range(built)
         )  # fmt: skip
+        if any(b.attention is not None and b.attention.index_shared for b in plan.blocks):  # GLM-5
+            from embedcalc.modeling.sparse_attention import link_shared_selections
+
+            link_shared_selections([cast(Block, layer).attention for layer in self.layers])
         self.alibi_heads = config.num_heads if config.position == "alibi" else None
         widths = rotary_widths(config, [b.attention for b in plan.blocks if b.attention is not None])
         self.rotary = (

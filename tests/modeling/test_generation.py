@@ -1,7 +1,8 @@
 """Measured generation (DESIGN.md §10): the static KV cache and the cached decode of the torch model.
 
 Cached decode == full recomputation without a cache (logits at every step and greedy tokens, fp32) for standard,
-GQA, MLA, sliding-window and chunked (rolling buffers), sinks, ALiBi, parallel and shared-layer decoders and a T5
+GQA, MLA, sparse (DSA, with and without shared selections), sliding-window and chunked (rolling buffers), sinks,
+ALiBi, parallel and shared-layer decoders and a T5
 encoder-decoder, under SDPA and eager cores; the cache's numel × element size equals the analytic
 ``kv_cache_bytes`` of the same workload; ``bench --mode generate`` reports the measurement keys with the roofline
 prediction beside them. Projection fusion (bench only) leaves the outputs unchanged.
@@ -32,12 +33,17 @@ BASE: dict[str, Any] = {
 }  # fmt: skip
 MLA = {"kind": "mla", "q_lora_rank": 8, "kv_lora_rank": 6, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
        "v_head_dim": 3}  # fmt: skip
+SPARSE = {**MLA, "kind": "sparse", "index_heads": 4, "index_head_dim": 4, "index_topk": 4}
 CONFIGS: dict[str, dict[str, Any]] = {
     "standard": {"position": "learned", "activation": "gelu", "norm": "layernorm", "bias": True},
     "gqa": {"num_kv_heads": 2},
     "mqa_partial_rotary": {"num_kv_heads": 1, "rotary_dim": 4},
     "mla": {"attention": MLA},
     "mla_windowed": {"attention": {**MLA, "sliding_window": 3}},
+    "sparse": {"attention": SPARSE},
+    "sparse_shared": {"attention": SPARSE, "num_layers": 3,
+                      "blocks": {"shared": {"attention": {"kind": "sparse", "index_shared": True}}},
+                      "layers": [{"pattern": ["default", "shared", "shared"]}]},
     "sliding_window": {"num_kv_heads": 2, "blocks": {"local": {"attention": {"sliding_window": 3}}},
                        "layers": [{"pattern": ["local", "default"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
@@ -106,7 +112,8 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
     return kv_cache_bytes(config, Workload(**workload))
 
 
-@pytest.mark.parametrize("name", ["gqa", "mla", "sliding_window", "chunked", "parallel_shared"])
+@pytest.mark.parametrize("name", ["gqa", "mla", "sparse", "sparse_shared", "sliding_window", "chunked",
+                                  "parallel_shared"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_cache_bytes_equal_analytic(name: str, dtype: str) -> None:
     config = ModelConfig.model_validate({**BASE, **CONFIGS[name]})

@@ -1,0 +1,100 @@
+"""DeepSeek Sparse Attention as attention kind ``sparse`` (issue 23; DESIGN.md §16): the analytic counts by hand
+and against the torch reference model.
+
+A tiny sparse decoder (two layers with an indexer, one reusing the first one's selection): each query's core
+counts min(n, k) keys (causally a window of k), the indexer every pair; a decode step's core is constant past k and
+reads only the k selected latents while its indexer reads every cached key; parameters and FLOPs per breakdown key
+equal the torch model's numel and ``FlopCounterMode`` (meta device) at lengths on both sides of k, and the
+``deepseek-v3.2`` preset builds on the meta device with transformers' count; bad sparse specs name the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from embedcalc.analysis.flops import forward_flops as analytic_flops
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.roofline_traffic import decode_lengths, decode_step_flops
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.loading import load_target
+from embedcalc.config.schema import ModelConfig
+
+DEEPSEEK_V32 = 671_877_929_216  # transformers' DeepseekV32ForCausalLM on meta (tests/config/hf/test_hf_sparse.py)
+TINY: dict[str, Any] = {
+    "name": "tiny-dsa", "architecture": "decoder", "vocab_size": 128, "max_seq_len": 64, "embed_dim": 32,
+    "num_heads": 4, "num_layers": 3, "ffn_dim": 48, "activation": "swiglu", "norm": "rmsnorm",
+    "norm_placement": "pre", "position": "rope", "bias": False, "tie_embeddings": False, "lm_head": True,
+    "attention": {"kind": "sparse", "q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8,
+                  "qk_rope_head_dim": 4, "v_head_dim": 8, "index_heads": 2, "index_head_dim": 8, "index_topk": 5},
+    "blocks": {"shared": {"attention": {"kind": "sparse", "index_shared": True}}},
+    "layers": [{"pattern": ["default", "shared", "default"]}],
+}  # fmt: skip
+
+
+def test_core_pairs_cap_at_topk_and_the_indexer_scores_every_pair() -> None:
+    config = ModelConfig.model_validate(TINY)
+    b, n, k, heads = 2, 12, 5, 4
+    flops = analytic_flops(config, Workload(batch_size=b, seq_len=n))
+    full, causal = flops.breakdown.as_dict(), (flops.causal_breakdown or flops.breakdown).as_dict()
+    assert full["decoder/attention/scores"] == 3 * 2 * b * heads * n * k * 12
+    causal_pairs = k * (k + 1) // 2 + (n - k) * k  # query i sees min(i + 1, k) keys
+    assert causal["decoder/attention/context"] == 3 * 2 * b * heads * causal_pairs * 8
+    assert full["decoder/attention/index_scores"] == 2 * 2 * b * n * n * 2 * (8 + 1)  # two layers with an indexer
+    assert causal["decoder/attention/index_scores"] == 2 * 2 * b * n * (n + 1) // 2 * 2 * (8 + 1)
+    assert full["decoder/attention/index_q"] == 2 * 2 * b * n * 16 * 2 * 8
+
+
+def test_decode_step_core_is_constant_past_topk_and_reads_k_latents() -> None:
+    config = ModelConfig.model_validate(TINY)
+    w = Workload(batch_size=2, seq_len=30)
+    step = {n: decode_step_flops(config, w, n) for n in (3, 20, 40)}
+    assert step[20]["decoder/attention/scores"] == step[40]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 5 * 12
+    assert step[3]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 3 * 12
+    assert step[40]["decoder/attention/index_scores"] == 2 * 2 * 2 * 40 * 2 * 9  # linear in the context
+    lengths = decode_lengths(config, Workload(batch_size=2, seq_len=30, dtype="bf16"), 40)
+    assert lengths.self_cache_bytes == 2 * 3 * 5 * (12 + 4) * 2  # the k selected latents of every layer
+    assert lengths.index_cache_bytes == 2 * 2 * 40 * 8 * 2  # every cached indexer key of the two indexer layers
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n", [4, 12])
+def test_torch_model_reconciles_exactly(n: int) -> None:
+    pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_flops, component_params
+
+    config = ModelConfig.model_validate(TINY)
+    model = build_model(config)
+    assert component_params(model) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    analytic = {k: v for k, v in analytic_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.items() if v}
+    assert component_flops(config, model, batch_size=2, seq_len=n) == analytic
+
+
+@pytest.mark.torch
+def test_preset_reconciles_on_the_meta_device() -> None:
+    pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_params
+
+    config = load_target("deepseek-v3.2").config
+    assert sum(component_params(build_model(config)).values()) == DEEPSEEK_V32
+
+
+@pytest.mark.parametrize(
+    ("attention", "code", "named"),
+    [
+        ({"index_topk": 5}, "sparse_incomplete", "index_heads, index_head_dim"),
+        ({"index_head_dim": 2}, "index_head_dim_under_rope", "index_head_dim (2)"),
+        ({"kind": "mla"}, "field_of_other_kind", "attention.index_heads"),
+        ({"q_lora_rank": None}, "sparse_incomplete", "q_lora_rank"),
+    ],
+)
+def test_bad_sparse_specs_name_the_field(attention: dict[str, Any], code: str, named: str) -> None:
+    spec = {**TINY["attention"], **attention}
+    if code == "sparse_incomplete" and "index_topk" in attention:
+        spec = {k: v for k, v in spec.items() if k not in ("index_heads", "index_head_dim")}
+    spec = {k: v for k, v in spec.items() if v is not None}
+    with pytest.raises(ValidationError) as info:
+        ModelConfig.model_validate({**TINY, "attention": spec, "blocks": {}, "layers": None})
+    assert code in str(info.value) and named in str(info.value)
