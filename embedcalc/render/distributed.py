@@ -139,5 +139,6 @@ def elsewhere_note(result: ElsewhereReport) -> Text:
     """A node other than node 0: its ranks took part, the report of every rank is on node 0."""
     where = result.where
     ranks = ", ".join(str(r) for r in where.local_ranks)
-    return Text(f"node {where.node_rank}: ranks {ranks} took part; the report of every rank is on node 0, "
+    plural = "s" if len(where.local_ranks) > 1 else ""
+    return Text(f"node {where.node_rank}: rank{plural} {ranks} took part; the report of every rank is on node 0, "
                 f"host {where.host} (rank {where.rank}), in that node's output.")  # fmt: skip
