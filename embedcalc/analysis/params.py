@@ -171,7 +171,7 @@ def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
     out = _embedding_tensors(config, x)
     for sd in x.stacks:
         name = sd.name
-        if config.position == "relative":
+        if config.resolved_relative_bias:
             out.append(ParamTensor(f"{name}/attention/relative_bias", (config.relative_attention_num_buckets, x.h),
                                    stack=name))  # fmt: skip
         for block, count in sd.blocks:

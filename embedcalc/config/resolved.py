@@ -59,7 +59,9 @@ class ResolvedShape:
         num_layers: int
         out_bias: bool | None
         pooler: bool | None
+        position: Position
         position_offset: int
+        relative_attention_bias: bool | None
         qkv_bias: bool | None
         token_embed_dim: int | None
         sliding_window: int | None
@@ -138,6 +140,13 @@ class ResolvedShape:
     @property
     def resolved_ffn_bias(self) -> bool:
         return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    @property
+    def resolved_relative_bias(self) -> bool:
+        """Whether each stack has a bucketed relative bias table: position=relative (T5) or MPNet's explicit flag."""
+        if self.relative_attention_bias is not None:
+            return self.relative_attention_bias
+        return self.position == "relative"
 
     @property
     def position_rows(self) -> int:

@@ -225,6 +225,14 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
             "bucket a distance falls in, never a count."
         ),
     )
+    relative_attention_bias: bool | None = Field(
+        default=None,
+        description=(
+            "A bucketed relative position bias table (relative_attention_num_buckets x num_heads, T5's) in each "
+            "stack, added to the scores of every layer. Default true when position=relative, else false; MPNet "
+            "sets it with position=learned (absolute table plus relative bias)."
+        ),
+    )
     sliding_window: PositiveInt | None = Field(
         default=None,
         description=(

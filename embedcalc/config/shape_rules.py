@@ -67,6 +67,18 @@ class ShapeRules:
             )
         return value
 
+    @field_validator("relative_attention_bias", check_fields=False)
+    @classmethod
+    def _relative_needs_its_bias(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value is False and info.data.get("position") == "relative":
+            raise PydanticCustomError(
+                "relative_needs_bias",
+                "{key} (false) removes the only position information of position relative; set {key}: true, or "
+                "position: none for a model without positions",
+                {"key": written_key(info, "relative_attention_bias")},
+            )
+        return value
+
     @field_validator("head_dim", check_fields=False)
     @classmethod
     def _head_dim_even_for_rope(cls, value: int | None, info: ValidationInfo) -> int | None:

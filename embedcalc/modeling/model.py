@@ -63,7 +63,7 @@ class Stack(nn.Module):
         self.num_layers = plan.num_layers
         built = 1 if config.shared_layers else plan.num_layers
         cross = config.cross_attention_block() if cross_attention else None
-        relative = config.position == "relative"
+        relative = config.resolved_relative_bias
         self.layers = nn.ModuleList(
             Block(
                 config, plan.block_at(i), impl=impl, causal=causal, cross_attention=cross,

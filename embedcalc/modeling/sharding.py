@@ -268,9 +268,10 @@ def _shard_stacked(model: nn.Module, mesh: Any) -> None:
 
 def _unsupported_forward(model: nn.Module, config: ModelConfig) -> str | None:
     """Why a DTensor forward of ``model`` is not run (layer kinds whose tensors the plan does not shard), or None."""
-    if config.position in ("alibi", "relative"):
-        return (f"{config.position} position biases are made for all heads at once, and the plan does not split "
-                "them by head")  # fmt: skip
+    if config.position == "alibi" or config.resolved_relative_bias:
+        kind = "alibi" if config.position == "alibi" else "relative"
+        return (f"{kind} position biases are made for all heads at once, and the plan does not split them by "
+                "head")  # fmt: skip
     names = [name for name, _ in model.named_parameters()]
     if any(".moe.experts." in n or n.endswith("moe.experts.gate_up") or ".moe." in n for n in names):
         return ("mixture-of-experts layers (their routed forward indexes the stacked expert tensors, which the plan "

@@ -33,7 +33,7 @@ PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1
            "gpt2-medium", "gpt2-xl",
            "gpt3-175b", "jamba-mini-1.7", "llama-2-70b", "llama-2-7b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b",
            "mixtral-8x7b",
-           "modernbert-base", "phi-3-mini", "pythia-1.4b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
+           "modernbert-base", "mpnet-base", "phi-3-mini", "pythia-1.4b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
            "qwen3-next-80b-a3b", "t5-base",
            "t5-small", "transformer-base", "transformer-big", "xlm-roberta-base")
 INVALID = str(FIXTURES / "heads_1000_12.yaml")

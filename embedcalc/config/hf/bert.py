@@ -9,10 +9,10 @@ from embedcalc.config.hf.reader import (
     Family,
     IgnoredKey,
     KeyReader,
-    Origin,
     expect_absolute_positions,
     map_activation,
     map_dropout,
+    map_offset_positions,
 )
 
 
@@ -47,22 +47,14 @@ def _read_roberta(r: KeyReader) -> None:
     """RobertaModel numbers positions from padding_idx + 1 (fairseq's make_positions), so its table of
     max_position_embeddings rows (514) serves max_position_embeddings - pad_token_id - 1 tokens (512)."""
     _read_bert_like(r)
-    rows_key, rows, rows_in_file = r.value("max_position_embeddings")
+    r.lookup("max_position_embeddings")  # read by map_offset_positions; consumed here when pad_token_id is bad
     pad_key, pad, _ = r.value("pad_token_id")
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
         r.problem(
             pad_key, f"{pad_key} = {pad!r}: RoBERTa numbers positions from pad_token_id + 1 and needs it"
         )
         return
-    offset = pad + 1
-    origin: Origin = "file" if rows_in_file else "default"
-    if isinstance(rows, int) and not isinstance(rows, bool):
-        note = f"{rows_key} {rows} - ({pad_key} {pad} + 1): the table's first {offset} rows are never used"
-        r.put("max_seq_len", rows - offset, f"{rows_key}, {pad_key}", origin, note)
-    else:
-        r.put("max_seq_len", rows, rows_key, origin)
-    r.put("position_offset", offset, pad_key, "file" if "pad_token_id" in r.raw else "default",
-          f"{pad_key} + 1: the table has max_seq_len + {offset} rows")  # fmt: skip
+    map_offset_positions(r, pad + 1, pad_key, f"({pad_key} {pad} + 1)")
 
 
 def _read_distilbert(r: KeyReader) -> None:

@@ -1,6 +1,6 @@
 """Encoders beyond BERT's layout, counted as their ``AutoModel``: ELECTRA (factorised embeddings, no pooler),
-ALBERT (factorised embeddings, one shared layer, a pooler), ModernBERT (bias-free pre-norm, RoPE, GeGLU) and
-NomicBERT (post-norm, RoPE, SwiGLU, no biases)."""
+ALBERT (factorised embeddings, one shared layer, a pooler), ModernBERT (bias-free pre-norm, RoPE, GeGLU),
+NomicBERT (post-norm, RoPE, SwiGLU, no biases) and MPNet (learned positions plus a relative bias, a pooler)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,21 @@ from embedcalc.config.hf.reader import (
     expect_absolute_positions,
     map_activation,
     map_dropout,
+    map_offset_positions,
 )
 
 _ENCODER = (("architecture", "encoder"), ("norm", "layernorm"), ("embedding_norm", True), ("lm_head", False))
 
 
-def _bert_shape(r: KeyReader) -> None:
+def _bert_shape(r: KeyReader, positions: bool = True) -> None:
+    """BERT's size keys; ``positions`` false when the family maps max_position_embeddings itself (an offset)."""
     r.copy("vocab_size", "vocab_size")
     r.copy("hidden_size", "embed_dim")
     r.copy("num_hidden_layers", "num_layers")
     r.copy("num_attention_heads", "num_heads")
     r.copy("intermediate_size", "ffn_dim")
-    r.copy("max_position_embeddings", "max_seq_len")
+    if positions:
+        r.copy("max_position_embeddings", "max_seq_len")
     r.ignore("tie_word_embeddings", "AutoModel builds the backbone, which has no LM head to tie")
 
 
@@ -114,6 +117,26 @@ def _read_nomic_bert(r: KeyReader) -> None:
     r.ignore("rotary_emb_fraction", hf_keys.ROPE)
 
 
+def _read_mpnet(r: KeyReader) -> None:
+    """MPNetModel (Song et al. 2020, "MPNet"): BERT's post-norm blocks with q/k/v/o biased, token and position
+    tables with an embedding LayerNorm and no segment table, one relative_attention_bias table (buckets x heads)
+    in MPNetEncoder whose bias every layer adds to its scores, and MPNetPooler. MPNetEmbeddings fixes padding_idx
+    at 1 and numbers positions from 2 (create_position_ids_from_input_ids), so the max_position_embeddings rows
+    serve max_position_embeddings - 2 tokens whatever pad_token_id says. compute_position_bias buckets distances
+    with T5's bidirectional rule at 32 buckets and max_distance 128 (literals in transformers' code); the table has
+    relative_attention_num_buckets rows, which is what is counted."""
+    for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("type_vocab_size", 0),
+                        ("bias", True), ("pooler", True), ("relative_attention_bias", True)):  # fmt: skip
+        r.fixed(name, value)
+    _bert_shape(r, positions=False)
+    map_offset_positions(r, 2, "model_type", "(MPNetEmbeddings' padding_idx 1 + 1)")
+    r.copy("relative_attention_num_buckets", "relative_attention_num_buckets")
+    r.fixed("relative_attention_max_distance", 128, "MPNetEncoder.relative_position_bucket's max_distance")
+    map_activation(r, "hidden_act", gated=False)
+    map_dropout(r, "hidden_dropout_prob")
+    r.ignore("attention_probs_dropout_prob", hf_keys.dropout_reason("hidden_dropout_prob"))
+
+
 _BERT = dict(
     vocab_size=30522,
     hidden_size=768,
@@ -140,4 +163,8 @@ FAMILIES = (
     Family("nomic_bert", "NomicBertConfig", "NomicBertModel (AutoModel, no pooler)", "bert-base",
            _BERT | dict(vocab_size=30528, hidden_act="silu", hidden_dropout_prob=0.0, max_position_embeddings=2048),
            _read_nomic_bert),
+    Family("mpnet", "MPNetConfig", "MPNetModel (AutoModel, with pooler)", "mpnet-base",
+           dict(vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=512,
+                relative_attention_num_buckets=32), _read_mpnet),
 )  # fmt: skip

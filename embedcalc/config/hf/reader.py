@@ -335,6 +335,23 @@ def expect_absolute_positions(reader: KeyReader) -> None:
     )
 
 
+def map_offset_positions(reader: KeyReader, offset: int, offset_key: str, why: str) -> None:
+    """A learned position table numbered from ``offset`` (fairseq's make_positions: RoBERTa's padding_idx + 1,
+    MPNet's fixed 2): its max_position_embeddings rows serve max_position_embeddings - offset tokens. ``offset_key``
+    is the key that sets the offset (``model_type`` when the family fixes it), ``why`` how it is computed."""
+    rows_key, rows, rows_in_file = reader.value("max_position_embeddings")
+    origin: Origin = "file" if rows_in_file else "default"
+    fixed = offset_key == "model_type"
+    if isinstance(rows, int) and not isinstance(rows, bool):
+        note = f"{rows_key} {rows} - {why}: the table's first {offset} rows are never used"
+        reader.put("max_seq_len", rows - offset, rows_key if fixed else f"{rows_key}, {offset_key}", origin, note)
+    else:
+        reader.put("max_seq_len", rows, rows_key, origin)
+    offset_origin: Origin = "family" if fixed else "file" if offset_key in reader.raw else "default"
+    reader.put("position_offset", offset, offset_key, offset_origin,
+               f"{why}: the table has max_seq_len + {offset} rows")  # fmt: skip
+
+
 def map_dropout(reader: KeyReader, key: str) -> None:
     reader.copy(
         key, "dropout", lambda v: float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v

@@ -132,7 +132,6 @@ REFUSED: dict[str, str] = {
         "DeBERTa's disentangled attention: a shared relative-position table (rel_embeddings) projected by the "
         "key and query projections, and content-to-position / position-to-content score matmuls"
     ),
-    "mpnet": "a learned position table together with a relative attention bias table in the encoder",
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
 }
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

@@ -119,6 +119,8 @@ SMALL = {
                           decoder_attention_heads=4, encoder_layers=2, decoder_layers=2, vocab_size=101,
                           decoder_vocab_size=101, pad_token_id=100, decoder_start_token_id=100, num_hidden_layers=2),
     "santacoder": dict(n_embd=64, n_head=4, n_layer=2, n_inner=96, vocab_size=101),
+    "mpnet-base": dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_hidden_layers=2,
+                       vocab_size=101),
 }  # fmt: skip
 
 
@@ -151,7 +153,7 @@ def test_forward_flops_equal_flop_counter(hf: Any, stem: str) -> None:
 
 DECODERS = sorted(s for s in PUBLISHED if _raw(s)["model_type"] not in {
     "xlm-roberta", "camembert", "electra", "albert", "modernbert", "nomic_bert", "bart", "mbart", "marian",
-    "pegasus", "mt5"})  # fmt: skip
+    "pegasus", "mt5", "mpnet"})  # fmt: skip
 
 
 @pytest.mark.parametrize("stem", DECODERS)
@@ -247,6 +249,7 @@ def test_a_multimodal_file_counts_its_text_model() -> None:
 PRESET_SOURCES = {
     "phi-3-mini": "phi-3-mini-4k", "falcon-7b": "falcon-7b", "pythia-1.4b": "pythia-1.4b", "bloom-7b1": "bloom-7b1",
     "xlm-roberta-base": "xlm-roberta-base", "bart-large": "bart-large", "modernbert-base": "modernbert-base",
+    "mpnet-base": "mpnet-base",
 }  # fmt: skip
 QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
