@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from embedcalc.config.loading import LoadedConfig
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.bench import BenchResult
-    from embedcalc.reconcile.peak import LocalMeasurement, PeakResult
+    from embedcalc.reconcile.peak import LocalMeasurement, LoopbackLink, PeakResult
 
 StepCallback = Callable[[str, int, int], None]  # (phase, steps done, steps in phase)
 Progress = Callable[[str], AbstractContextManager[StepCallback]]
@@ -196,19 +196,42 @@ def matmul_peak(dev: Any, dtype: str, options: RunOptions) -> Any:
         return measure_matmul_peak(dev, dtype, on_step=on_step)
 
 
-def measure_peak(dtype: str, options: RunOptions) -> PeakResult:
+def measure_peak(dtype: str, options: RunOptions, nproc: int | None = None) -> PeakResult:
     """``embedcalc bench --peak``: the device's matmul peak beside its datasheet peak, and its memory bandwidth and
-    per-kernel overhead, measured and cached as the ``local`` device."""
+    per-kernel overhead (with ``nproc`` >= 2, the all-reduce between that many processes of this machine, as
+    local's link), measured and cached as the ``local`` device."""
     from embedcalc.modeling.device import device_name
     from embedcalc.reconcile.peak import peak_result
 
+    if nproc is not None and nproc < 2:
+        raise usage(f"--peak --nproc {nproc}: the all-reduce needs at least 2 processes; give --nproc 2 or more, "
+                    "or drop --nproc", "nproc")  # fmt: skip
     dev = options.resolve()
     peak = matmul_peak(dev, dtype, options)
     name = device_name(dev)
-    return peak_result(name, dtype, peak, dev.type == "cuda", measure_local(dev, name, dtype, peak, options.progress))
+    loopback = None if nproc is None else _loopback(nproc, dev, options)
+    local = measure_local(dev, name, dtype, peak, options.progress, loopback)
+    return peak_result(name, dtype, peak, dev.type == "cuda", local, loopback)
 
 
-def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress = no_progress) -> LocalMeasurement:
+def _loopback(nproc: int, dev: Any, options: RunOptions) -> LoopbackLink:
+    """The all-reduce of ``nproc`` ranks of this machine under torchrun's launcher, and the link it implies."""
+    from embedcalc.config.calibration import load_calibration
+    from embedcalc.modeling.launch import DistributedRunError
+    from embedcalc.modeling.loopback import measure_all_reduce
+    from embedcalc.reconcile.peak import loopback_link
+
+    options.notify(f"launching {nproc} ranks under torchrun to time the loopback all-reduce")
+    try:
+        measured = measure_all_reduce(nproc, dev.type == "cuda")
+    except DistributedRunError as exc:
+        raise EmbedcalcError(f"loopback all-reduce: {exc}", ExitCode.RUNTIME, code="rank_failed") from None
+    return loopback_link(measured, load_calibration().constants)
+
+
+def measure_local(
+    dev: Any, name: str, dtype: str, peak: Any, progress: Progress = no_progress, loopback: LoopbackLink | None = None
+) -> LocalMeasurement:
     """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
     half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
     ``bench --peak`` reports beside the peak."""
@@ -232,6 +255,8 @@ def measure_local(dev: Any, name: str, dtype: str, peak: Any, progress: Progress
         total_memory_bytes(dev), (bandwidth.bytes_per_s, bandwidth.method), bandwidth.torch_version, previous_local(),
         (overhead.seconds_per_kernel, overhead.method),
         None if rows is None or rows.half_rows is None else (rows.half_rows, rows.method),
+        None if loopback is None or loopback.per_direction_bytes_per_s is None or loopback.latency_s is None
+        else (loopback.per_direction_bytes_per_s, loopback.latency_s, loopback.method),
     )  # fmt: skip
     path = save_local(device)
     measured = device.measured

@@ -92,7 +92,14 @@ MatrixOption = Annotated[
         "a fresh process, beside the prediction.",
     ),
 ]
-PeakOption = Annotated[bool, typer.Option("--peak", help="Only measure the device's matmul peak.")]
+PeakOption = Annotated[
+    bool,
+    typer.Option(
+        "--peak",
+        help="Only measure the device (matmul peak, memory bandwidth, per-kernel overhead; with --nproc N the "
+        "all-reduce between N processes) and cache it as --hardware local.",
+    ),
+]
 ForceOption = Annotated[bool, typer.Option("--force", help="Run even if predicted memory exceeds free.")]
 
 
@@ -217,7 +224,7 @@ def _measure(
     if peak or target is None:
         from embedcalc.api.bench import measure_peak
 
-        return measure_peak(dtype, options)
+        return measure_peak(dtype, options, ranks.nproc)
     if generate:
         from embedcalc.api.generate import bench_generation
 

@@ -5,7 +5,10 @@ The matmul peak is the best of a few large square GEMMs (:func:`embedcalc.modeli
 the datasheet peak is looked up only for a CUDA device (never another device's number for a CPU). Bandwidth is
 STREAM copy and triad (:mod:`embedcalc.modeling.bandwidth`); the overhead a chain of tiny kernels
 (:func:`embedcalc.modeling.timing.measure_kernel_overhead`), which the expected time of ``local`` uses in place of
-the calibration's constant.
+the calibration's constant. With ``--nproc N`` the all-reduce between N processes of this machine, timed at a small
+and a large message (:mod:`embedcalc.modeling.loopback`), becomes local's ``loopback`` link: the per-direction
+bandwidth and per-hop latency with which the α–β model of :mod:`embedcalc.analysis.time_comm` gives back both
+measured times (:func:`loopback_link`), which ``analyze --hardware local --tp N`` then reads.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from embedcalc.analysis.communication import Collective
+from embedcalc.analysis.time_comm import ring_steps
+from embedcalc.config.calibration import TimeConstants
 from embedcalc.config.hardware import datasheet_peak
 
 if TYPE_CHECKING:  # torch loads with the measurement, not with the analyzer
+    from embedcalc.modeling.loopback import AllReduceMeasurement
     from embedcalc.modeling.timing import PeakMeasurement
 
 
@@ -43,6 +50,41 @@ class LocalMeasurement:
 
 
 @dataclass(frozen=True)
+class LoopbackLink:
+    """The measured all-reduce of ``nproc`` processes of this machine and the link the α–β model makes of it
+    (None where the two times do not determine one: the large message was not slower than the small)."""
+
+    measured: AllReduceMeasurement
+    per_direction_bytes_per_s: float | None
+    latency_s: float | None
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The measurement's keys, then the link's."""
+        link = {k: v for k, v in asdict(self).items() if k != "measured"}
+        return asdict(self.measured) | link
+
+
+def loopback_link(m: AllReduceMeasurement, c: TimeConstants) -> LoopbackLink:
+    """Solve the α–β model of one all-reduce call (:func:`embedcalc.analysis.time_comm.collective_s`: base +
+    steps × hop latency + wire bytes / (bandwidth × link fraction)) for the bandwidth and hop latency that give back
+    the small and the large measured times: the difference of the two fixes the bandwidth, the small one the
+    latency (at least 1 ns)."""
+    calls = [Collective("all-reduce", "tp", m.nproc, "loopback", 1, size) for size in (m.small_bytes, m.large_bytes)]
+    small, large = (c_.wire_bytes for c_ in calls)
+    steps = ring_steps(calls[0])
+    method = (f"all-reduce of {m.nproc} {m.backend} processes of this machine, slowest rank's median of {m.repeat}: "
+              f"{m.small_bytes:,} B in {m.small_s * 1e6:.1f} us, {m.large_bytes:,} B in {m.large_s * 1e3:.2f} ms; "
+              f"the alpha-beta model (base {c.collective_base_s:g} s, {steps} hops, link fraction {c.link_fraction}) "
+              "solved for the link that gives both back")  # fmt: skip
+    if m.large_s <= m.small_s or large <= small:
+        return LoopbackLink(m, None, None, method + ": not determined (the large message was not slower)")
+    effective = (large - small) / (m.large_s - m.small_s)  # bytes/s the wire moves at: bandwidth x link fraction
+    latency = max((m.small_s - c.collective_base_s - small / effective) / steps, 1e-9)
+    return LoopbackLink(m, effective / c.link_fraction, latency, method)
+
+
+@dataclass(frozen=True)
 class PeakResult:
     """The measured matmul peak of one device and dtype, its datasheet counterpart, and the ``local`` record."""
 
@@ -53,22 +95,28 @@ class PeakResult:
     spec_peak_flops_per_s: float | None
     spec_peak_source: str | None
     local: LocalMeasurement
+    loopback: LoopbackLink | None = None
 
     def measurement_json(self) -> dict[str, Any]:
-        """The ``measurement`` object of ``bench --peak --format json``: the peak's keys, then the local ones."""
+        """The ``measurement`` object of ``bench --peak --format json``: the peak's keys, then the local ones (and
+        with ``--nproc`` the ``loopback`` link)."""
+        link = {} if self.loopback is None else {"loopback": self.loopback.to_json()}
         return {"device": self.device, "dtype": self.dtype, "size": self.size,
                 "peak_flops_per_s": self.peak_flops_per_s, "spec_peak_flops_per_s": self.spec_peak_flops_per_s,
-                "spec_peak_source": self.spec_peak_source} | self.local.to_json()  # fmt: skip
+                "spec_peak_source": self.spec_peak_source} | self.local.to_json() | link  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc bench --peak --format json`` (no target)."""
         return {"target": None, "measurement": self.measurement_json()}
 
 
-def peak_result(device: str, dtype: str, peak: PeakMeasurement, cuda: bool, local: LocalMeasurement) -> PeakResult:
+def peak_result(
+    device: str, dtype: str, peak: PeakMeasurement, cuda: bool, local: LocalMeasurement,
+    loopback: LoopbackLink | None = None,
+) -> PeakResult:  # fmt: skip
     """Put the measured ``peak`` of ``device`` beside its datasheet peak (looked up for a CUDA device only)."""
     spec_flops, spec_source = datasheet_peak(device, dtype) if cuda else (None, None)
     return PeakResult(
         device=device, dtype=dtype, size=peak.size, peak_flops_per_s=peak.flops_per_s,
-        spec_peak_flops_per_s=spec_flops, spec_peak_source=spec_source, local=local,
+        spec_peak_flops_per_s=spec_flops, spec_peak_source=spec_source, local=local, loopback=loopback,
     )  # fmt: skip

@@ -117,6 +117,14 @@ def local_summary(result: PeakResult) -> Table:
     if local.gemm_rows_method is not None:
         half = local.gemm_half_rows
         table.add_row("GEMM rows at half rate", "not fitted" if half is None else f"{half:.3g}")
+    link = result.loopback
+    if link is not None:
+        m = link.measured
+        table.add_row(f"all-reduce, {m.nproc} processes, {m.small_bytes:,} B", units.seconds(m.small_s))
+        table.add_row(f"all-reduce, {m.nproc} processes, {units.binary_bytes(m.large_bytes)}", units.seconds(m.large_s))
+        table.add_row("loopback link per direction", "not determined" if link.per_direction_bytes_per_s is None
+                      else _rate(link.per_direction_bytes_per_s))  # fmt: skip
+        table.add_row("loopback hop latency", units.seconds(link.latency_s))
     table.add_row("memory", units.binary_bytes(local.memory_bytes))
     for key, value in local.efficiency.items():
         table.add_row(f"of {local.catalogue_match} datasheet ({key})", units.percent(value))
