@@ -12,6 +12,14 @@ torch route (build BertModel on the meta device + FlopCounterMode) is.
 
 ``--importtime`` also prints the 15 slowest imports of one `analyze` run (``python -X importtime``), the list to
 cut from when the difference grows. Compare two trees by running it with ``PYTHONPATH=<tree>``.
+
+Each round also runs `analyze` once instrumented (:data:`PHASES`) and splits its CPU time (user + system of that
+process, which the load of a shared machine moves far less than wall time; each phase is also given as a multiple
+of the first, which the load moves less still) into four phases: the dependencies' import (the baseline's own
+work); what they load lazily before embedcalc does anything (pydantic's model and schema machinery, which ``import
+pydantic`` defers, and typer's pydantic parameter adapters, which typer 0.29 loads for every command with
+options); embedcalc's own import on the path (the CLI application, the `analyze` command module and the API it
+calls); and the run (typer's parse, load, analysis, JSON).
 """
 
 from __future__ import annotations
@@ -41,6 +49,30 @@ with FlopCounterMode(display=False) as counter:
 print(params, counter.get_total_flops())
 """
 
+# One instrumented `analyze` process: CPU seconds at each phase boundary (see the module docstring), on stderr.
+PHASES = """
+import sys, time
+marks = [time.process_time()]
+import typer, pydantic, yaml, rich
+marks.append(time.process_time())
+import typer._adapters  # typer's parameter coercion, built on pydantic TypeAdapters
+from pydantic import BaseModel
+class _Warm(BaseModel):  # pydantic's model machinery, loaded on the first model class
+    value: int = 0
+marks.append(time.process_time())
+import embedcalc.cli.app, embedcalc.cli.analyze, embedcalc.api.analyze
+marks.append(time.process_time())
+sys.argv = ["embedcalc", *sys.argv[1:]]
+try:
+    embedcalc.cli.app.main()
+except SystemExit:
+    pass
+marks.append(time.process_time())
+print(*(b - a for a, b in zip(marks, marks[1:])), file=sys.stderr)
+"""
+PHASE_NAMES = ("dependencies' import", "their lazy machinery (pydantic models, typer adapters)",
+               "embedcalc's own import", "the run (parse, load, analysis, JSON)")  # fmt: skip
+
 DEPS = "import typer, pydantic, yaml, rich"
 ANALYZE = "embedcalc analyze bert-large"
 TORCH = "torch meta + FlopCounterMode"
@@ -51,6 +83,14 @@ def wall(cmd: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
+
+
+def phases() -> list[float]:
+    """CPU seconds of each of :data:`PHASE_NAMES` in one instrumented `analyze` process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PHASES, *ANALYZE_ARGS[2:]], capture_output=True, text=True, check=True
+    )
+    return [float(x) for x in proc.stderr.split()[-len(PHASE_NAMES) :]]
 
 
 def slowest_imports(count: int = 15) -> list[str]:
@@ -91,6 +131,7 @@ def main() -> None:
         wall(cmd)
     names = list(commands)
     rows = []
+    cpu = []
     print(
         f"{'round':>5} "
         + " ".join(f"{n:>29}" for n in names)
@@ -100,6 +141,7 @@ def main() -> None:
         order = names if i % 2 == 0 else [names[1], names[0], *names[2:]]
         times = {n: wall(commands[n]) for n in order}
         rows.append(times)
+        cpu.append(phases())
         over = times[ANALYZE] - times[DEPS]
         print(
             f"{i + 1:>5} " + " ".join(f"{times[n]:>28.3f}s" for n in names)
@@ -114,6 +156,12 @@ def main() -> None:
         f"analyze - its dependencies' import (median of paired rounds): {over:.3f} s, {verdict} the "
         f"{TARGET_S:.1f} s target; analyze / dependencies: {ratio:.2f}x"
     )
+    split = [statistics.median(r[k] for r in cpu) for k in range(len(PHASE_NAMES))]
+    print(f"CPU time of one `analyze` process, median of {len(cpu)} (phases of the module docstring):")
+    for name, seconds in zip(PHASE_NAMES, split, strict=True):
+        print(f"  {name:<56} {seconds * 1000:7.1f} ms {seconds / split[0]:5.2f}x the dependencies' import")
+    print(f"  over the dependencies' import: {sum(split[1:]) * 1000:.1f} ms, of which embedcalc's own import "
+          f"{split[2] * 1000:.1f} ms ({'within' if split[2] <= TARGET_S else 'over'} the {TARGET_S:.1f} s target)")
     if TORCH in med:
         torch_ratio = statistics.median(r[TORCH] / r[ANALYZE] for r in rows)
         print(f"the torch route is {torch_ratio:.1f}x slower than analyze")
