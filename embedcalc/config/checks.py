@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Protocol
 
-from embedcalc.config.divisors import FLASH_ATTENTION_MAX_HEAD_DIM
+from embedcalc.config.limits import FLASH_ATTENTION_MAX_HEAD_DIM
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import Problem
 

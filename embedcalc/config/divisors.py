@@ -20,10 +20,12 @@ import heapq
 from dataclasses import dataclass
 from math import gcd, prod
 
+# FlashAttention-2's largest head dimension, for the heads table and explain (kept in the leaf module limits, which
+# the advisory checks of every analyze read without loading the divisor search)
+from embedcalc.config.limits import FLASH_ATTENTION_MAX_HEAD_DIM as FLASH_ATTENTION_MAX_HEAD_DIM
+
 # head_dim values of published models (BERT, GPT-2/3, LLaMA: 64 or 128); `embedcalc heads` marks them.
 USUAL_HEAD_DIMS = (64, 128)
-# FlashAttention-2 supports head dimensions up to 256 (Dao 2023, README "head dimensions up to 256").
-FLASH_ATTENTION_MAX_HEAD_DIM = 256
 
 TRIAL_DIVISION_LIMIT = 1 << 16
 RHO_STEP_BUDGET = 200_000

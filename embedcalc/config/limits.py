@@ -8,6 +8,10 @@ turn a count into a float (ratios, units, roofline times) cannot overflow, and i
 below Python's 4,300-digit limit.
 """
 
+# FlashAttention-2 supports head dimensions up to 256 (Dao 2023, README "head dimensions up to 256"): the advisory
+# checks warn above it on every analyze, so it lives in this leaf module rather than beside the divisor search.
+FLASH_ATTENTION_MAX_HEAD_DIM = 256
+
 MAX_INT_DIGITS = 30
 INT_BOUND = 10**MAX_INT_DIGITS  # integers must satisfy abs(value) < INT_BOUND
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 from pydantic import ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.divisors import divisors, nearest_divisible, nearest_divisors, nearest_valid_heads
-
 
 def written_key(info: ValidationInfo, field: str) -> str:
     """The key the user wrote for ``field`` (an alias such as ``n_head``), from the validation context."""
@@ -99,6 +97,11 @@ class ShapeRules:
         if info.data["head_dim"] is not None:
             return value
         if embed_dim % value:
+            from embedcalc.config.divisors import (  # on a refusal (start-up)
+                nearest_divisible,
+                nearest_valid_heads,
+            )
+
             below, above = nearest_divisible(embed_dim, value)
             dims = [d for d in (below, above) if d > 0]
             heads = nearest_valid_heads(embed_dim, value)
@@ -144,6 +147,8 @@ class ShapeRules:
         if value is None or heads is None:
             return value
         if heads % value:
+            from embedcalc.config.divisors import divisors, nearest_divisors  # on a refusal only (start-up)
+
             nearest = nearest_divisors(heads, value)
             valid = ", ".join(map(str, divisors(heads))) if heads <= 10**6 else "any divisor"
             raise PydanticCustomError(
