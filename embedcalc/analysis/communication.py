@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Literal
 
-from embedcalc.analysis.memory_training import mixed_precision
+from embedcalc.analysis.memory import mixed_precision
 from embedcalc.analysis.parallel import stage_layout, stage_params
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload

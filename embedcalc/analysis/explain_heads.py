@@ -19,7 +19,7 @@ from embedcalc.analysis.heads import (
     nearest_divisors,
     nearest_valid_heads,
 )
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 

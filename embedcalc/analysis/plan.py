@@ -2,7 +2,7 @@
 
 Every number of a plan row is one ``analyze`` computes for that device, layout and workload, by the same
 functions: weights, KV and activations per device by :func:`~embedcalc.analysis.memory.estimate_memory` (serving
-memory by :mod:`embedcalc.analysis.serving_memory`), the prefill and decode-step times by
+memory by :mod:`embedcalc.analysis.memory.serving`), the prefill and decode-step times by
 :func:`~embedcalc.analysis.roofline_time.estimate_time`, a training run's wall time by the same call with the
 token budget. What plan adds is the search and, for serving, the queue model below. Conventions, stated once:
 
@@ -38,7 +38,7 @@ sequences whose positions are spread over their generation takes T_d(B) = ``anal
   ``--max-num-seqs``); with ``--max-ttft``/``--max-tpot``, the most of those whose TTFT and TPOT still meet them
   (both grow with the sequences in flight), so a row says what load the layout serves within the objectives.
 
-Memory is judged as servers do (:mod:`embedcalc.analysis.serving_memory`: ``--memory-utilization``, paged KV in
+Memory is judged as servers do (:mod:`embedcalc.analysis.memory.serving`: ``--memory-utilization``, paged KV in
 blocks of 16 tokens, the activation workspace); the times are the time model's, so they carry its assumptions
 (:mod:`embedcalc.analysis.roofline`). With PP, inference runs the stages one after another (as ``analyze``): no
 micro-batch pipelining is credited.

@@ -1,6 +1,6 @@
 """The serving search of ``plan``: every device × tensor-parallel degree (× pipeline stages when one node is not
 enough), each evaluated with ``analyze``'s own functions — serving memory
-(:func:`~embedcalc.analysis.serving_memory.serving_memory`) and the prefill and decode-step times
+(:func:`~embedcalc.analysis.memory.serving.serving_memory`) and the prefill and decode-step times
 (:func:`~embedcalc.analysis.roofline_time.estimate_time`) — and the queue model of
 :mod:`embedcalc.analysis.plan`. The conventions are stated once, there.
 """
@@ -10,6 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from embedcalc.analysis.memory.serving import (
+    DEFAULT_UTILIZATION,
+    ServingMemory,
+    max_concurrency,
+    serving_memory,
+)
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan import (
     DEFAULT_MAX_SEQS,
@@ -25,12 +31,6 @@ from embedcalc.analysis.plan import (
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.roofline_capacity import largest
 from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
-from embedcalc.analysis.serving_memory import (
-    DEFAULT_UTILIZATION,
-    ServingMemory,
-    max_concurrency,
-    serving_memory,
-)
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.hardware import Device, peak_dtype

@@ -39,7 +39,7 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
   after dequantisation); under fp8 the linear layers' GEMMs run at the FP8 peak and the other matmuls (attention's
   score and context, the LM head, the MoE router) at bf16's (:mod:`embedcalc.config.dtypes`); a device without
   FP8 refuses fp8 (exit 3). Weight bytes are those the weights are stored in (fp8 1 byte, int8/int4 packed with
-  their fp16 scales and zeros per group: :func:`embedcalc.analysis.memory_inference.stored_bytes`).
+  their fp16 scales and zeros per group: :func:`embedcalc.analysis.memory.inference.stored_bytes`).
 
 This module owns the conventions and the result types (:class:`RooflineEstimate` and its parts); the times are
 computed in :mod:`embedcalc.analysis.roofline_time`, the bytes moved in :mod:`embedcalc.analysis.roofline_traffic`,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from embedcalc.analysis.memory_inference import low_precision
+from embedcalc.analysis.memory import low_precision
 from embedcalc.analysis.roofline import (
     ComponentTime,
     Efficiency,
@@ -51,7 +51,7 @@ from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvir
 class Roofline:
     """The device side: peak FLOP/s of the linear layers' GEMMs (the workload dtype's), bandwidth, efficiencies,
     and ``other_peak_flops_per_s`` for the matmuls the dtype does not cover (fp8: attention's cores, the LM head,
-    the router run in bf16; :func:`embedcalc.analysis.memory_inference.low_precision`), default the same."""
+    the router run in bf16; :func:`embedcalc.analysis.memory.inference.low_precision`), default the same."""
 
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float

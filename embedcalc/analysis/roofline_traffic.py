@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes, stored_bytes
+from embedcalc.analysis.memory import kv_cache_bytes, stored_bytes
 from embedcalc.analysis.mixers import decode_step_terms
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, cross_attention, stacks

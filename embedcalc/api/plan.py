@@ -148,6 +148,7 @@ def plan(
     'inference'
     """
     from embedcalc.analysis.checked import analyze_loaded
+    from embedcalc.analysis.memory.serving import DEFAULT_UTILIZATION
     from embedcalc.analysis.plan import (
         DEFAULT_MAX_DEVICES,
         DEFAULT_MAX_TRAINING_DEVICES,
@@ -156,7 +157,6 @@ def plan(
         PlanResult,
         recommend,
     )
-    from embedcalc.analysis.serving_memory import DEFAULT_UTILIZATION
 
     _check_choice("mode", mode, Literal["inference", "training"])
     dtype = cast("Dtype | None", _dtype("dtype", dtype, DTYPES))

@@ -14,8 +14,8 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.errors import Problem
 
 if TYPE_CHECKING:  # numpy loads only with a sweep, the roofline model only with time
+    from embedcalc.analysis.memory.serving import ServingMemory
     from embedcalc.analysis.roofline import RooflineEstimate
-    from embedcalc.analysis.serving_memory import ServingMemory
     from embedcalc.analysis.sweep import SweepResult
 
 __all__ = ["AnalysisReport", "Comparison", "Sweep"]

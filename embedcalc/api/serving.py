@@ -1,7 +1,7 @@
 """Serving memory on an analysis (``analyze --mode inference --concurrency C --memory-utilization F``): the memory a
 server holds for C sequences in flight — paged KV, one forward's activation workspace, a runtime reserve as vLLM's
 gpu_memory_utilization — judged against the device's memory or --max-memory
-(:mod:`embedcalc.analysis.serving_memory` states the conventions)."""
+(:mod:`embedcalc.analysis.memory.serving` states the conventions)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from embedcalc.api.workload import usage
 
 if TYPE_CHECKING:
+    from embedcalc.analysis.memory.serving import ServingMemory
     from embedcalc.analysis.report import Analysis
-    from embedcalc.analysis.serving_memory import ServingMemory
 
 __all__ = ["ServingOptions", "apply_serving"]
 
@@ -59,7 +59,7 @@ def apply_serving(
     if fraction is not None and limit is None:
         raise usage("--memory-utilization is a fraction of a device's memory: give --hardware NAME or "
                     "--max-memory SIZE", "--memory-utilization")  # fmt: skip
-    from embedcalc.analysis.serving_memory import DEFAULT_UTILIZATION, serving_memory
+    from embedcalc.analysis.memory.serving import DEFAULT_UTILIZATION, serving_memory
 
     concurrency = options.concurrency if options.concurrency is not None else analysis.workload.batch_size
     utilization = (fraction or DEFAULT_UTILIZATION) if limit is not None else None

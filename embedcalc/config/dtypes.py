@@ -15,7 +15,7 @@ What each name means for the cost (stated once; memory and the roofline read it 
   recipes and DeepSeek-V3's). A device without an FP8 peak refuses it (exit 3).
 - ``int8``, ``int4``: weight-only quantization (GPTQ, Frantar et al. 2022; AWQ, Lin et al. 2023): the weights of
   the linear layers stored in 8 or 4 bits with an fp16 scale and zero point per group of ``quant_group_size``
-  input values (:func:`embedcalc.analysis.memory_inference.weight_bytes`); dequantized and multiplied in fp16,
+  input values (:func:`embedcalc.analysis.memory.inference.weight_bytes`); dequantized and multiplied in fp16,
   so activations and KV cache are fp16 and the GEMMs run at the fp16 peak. Inference only.
 
 Where a workload's dtype came from (``dtype_source``): ``flag`` (``--dtype``, or ``dtype=`` in the Python API),

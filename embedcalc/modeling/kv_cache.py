@@ -1,6 +1,6 @@
 """The static KV cache of generation: every tensor allocated once, before the prompt, in the analytic layout.
 
-Per decoder layer (docs/layers.md, analysis/memory_inference.py): standard attention holds one K and one V tensor of
+Per decoder layer (docs/layers.md, analysis/memory/inference.py): standard attention holds one K and one V tensor of
 shape (B, kv_heads, L, head_dim); multi-head latent attention one tensor (B, L, kv_lora_rank + qk_rope_head_dim), the
 normalised compressed latent followed by the rotated rope key (DeepSeek-V2 §2.1.2), and a sparse layer with an
 indexer its keys too, (B, L, index_head_dim) (transformers' ``DynamicIndexedLayer``). L is the tokens the sequence

@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.reconcile.bench import run_bytes

@@ -19,7 +19,7 @@ from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 
 if TYPE_CHECKING:  # analyze and compare render from here without loading the measured side
-    from embedcalc.analysis.serving_memory import ServingMemory
+    from embedcalc.analysis.memory.serving import ServingMemory
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.verify import Reconciliation
 
@@ -148,7 +148,7 @@ def memory_table(a: Analysis, serving: ServingMemory | None = None) -> Table:
 
 
 def _serving_rows(table: FitTable, s: ServingMemory) -> None:
-    """The memory a server holds for ``s.concurrency`` sequences, and whether it fits (analysis/serving_memory)."""
+    """The memory a server holds for ``s.concurrency`` sequences, and whether it fits (analysis/memory/serving.py)."""
     table.add_section()
     table.add_row(f"[bold]serving: {s.concurrency:,} in flight[/]", "", "")
     rows = [

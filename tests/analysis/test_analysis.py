@@ -16,7 +16,7 @@ import pytest
 
 from embedcalc.analysis.crossover import crossover_fraction, crossover_seq_len
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes, weight_bytes
+from embedcalc.analysis.memory import kv_cache_bytes, weight_bytes
 from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import Workload

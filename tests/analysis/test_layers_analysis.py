@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 from embedcalc.analysis.flops import forward_flops, score_pairs
-from embedcalc.analysis.memory import estimate_memory
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
 from embedcalc.analysis.parallel import parallel_problems, stage_layout, stage_params
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.report import analyze

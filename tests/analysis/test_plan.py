@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import embedcalc
 from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.memory.serving import max_concurrency, paged_tokens, serving_memory
 from embedcalc.analysis.plan import (
     PlanResult,
     ServingRow,
@@ -21,7 +22,6 @@ from embedcalc.analysis.plan import (
     open_loop,
     parse_duration,
 )
-from embedcalc.analysis.serving_memory import max_concurrency, paged_tokens, serving_memory
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
 from embedcalc.config.loading import load_target

@@ -443,8 +443,9 @@ def test_help_imports_no_torch_importtime() -> None:
 ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
-    "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory_inference",
-    "embedcalc.analysis.memory_training", "embedcalc.analysis.mixers", "embedcalc.analysis.parallel",
+    "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory.estimate",
+    "embedcalc.analysis.memory.inference",
+    "embedcalc.analysis.memory.training", "embedcalc.analysis.mixers", "embedcalc.analysis.parallel",
     "embedcalc.analysis.params", "embedcalc.analysis.tensor",
     "embedcalc.analysis.report", "embedcalc.analysis.structure", "embedcalc.analysis.workload", "embedcalc.api",
     "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.serving",

@@ -96,7 +96,7 @@ def test_int4_scales_and_zeros_at_group_size_32_add_a_quarter() -> None:
 
 
 def test_a_group_that_does_not_divide_a_row_is_rounded_up_per_row() -> None:
-    from embedcalc.analysis.memory_inference import stored_bytes
+    from embedcalc.analysis.memory import stored_bytes
     from embedcalc.analysis.workload import Workload
 
     w = Workload(dtype="int4", quant_group_size=128)

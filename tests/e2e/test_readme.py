@@ -163,7 +163,7 @@ def test_prose_numbers_hold() -> None:
     pin = _quick_start_torch_pin()
     assert f"`pip install {pin} --index-url https://download.pytorch.org/whl/cu130`" in _readme()
     assert "(exit 3)" in prose
-    from embedcalc.analysis.serving_memory import BLOCK_TOKENS, DEFAULT_UTILIZATION
+    from embedcalc.analysis.memory.serving import BLOCK_TOKENS, DEFAULT_UTILIZATION
 
     assert f"default `{DEFAULT_UTILIZATION}`" in _readme()
     assert f"blocks of `{BLOCK_TOKENS}` tokens" in _readme()

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from embedcalc.analysis.memory_inference import kv_cache_bytes  # noqa: E402
+from embedcalc.analysis.memory import kv_cache_bytes  # noqa: E402
 from embedcalc.analysis.workload import Workload  # noqa: E402
 from embedcalc.config.loading import load_target  # noqa: E402
 from embedcalc.config.schema import ModelConfig  # noqa: E402

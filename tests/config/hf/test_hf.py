@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from paths import DOCS, HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.sweep import sweep_target
 from embedcalc.analysis.sweep_reference import evaluate_point

@@ -19,7 +19,7 @@ from hf_reference import quiet_transformers
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config

@@ -18,7 +18,7 @@ from hf_reference import published
 from paths import HF_FIXTURES, ROOT
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config

@@ -17,7 +17,7 @@ import pytest
 from hf_reference import FIXTURES, forward_flops, hf_config, published, raw_fixture, text_raw
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config
 from embedcalc.config.loading import load_target, validate_config

@@ -23,7 +23,7 @@ import pytest
 from hf_reference import FIXTURES, forward_flops, numel, published, raw_fixture, text_raw
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config

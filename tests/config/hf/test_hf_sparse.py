@@ -18,7 +18,7 @@ from hf_reference import forward_flops, hf_config, hf_model, numel, raw_fixture
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
-from embedcalc.analysis.memory_inference import kv_cache_bytes
+from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.memory.estimate import MemoryEstimate, estimate_memory
 from embedcalc.analysis.roofline_capacity import largest, with_kv_dtype
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig

@@ -31,7 +31,7 @@ gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the ro
 (t vocab). An encoder-decoder's decoder also holds the encoder output.
 
 :class:`RankWidths` (one block's attention and FFN widths on one TP rank) is shared with the training terms in
-:mod:`embedcalc.analysis.memory_training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
+:mod:`embedcalc.analysis.memory.training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
 sweep grid evaluates these same functions on numpy arrays.
 """
 

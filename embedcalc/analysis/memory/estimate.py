@@ -1,9 +1,9 @@
 """Memory estimates (bytes) per device, by component: the result types, the sweep grid's columns and the
 per-pipeline-stage assembly with ZeRO sharding.
 
-Inference = weights + KV cache + peak activations of one forward pass (:mod:`embedcalc.analysis.memory_inference`).
+Inference = weights + KV cache + peak activations of one forward pass (:mod:`embedcalc.analysis.memory.inference`).
 Training  = weights + gradients + optimizer state + activations saved for the backward pass
-(:mod:`embedcalc.analysis.memory_training`).
+(:mod:`embedcalc.analysis.memory.training`).
 All of it per device: with ``--tp/--pp/--dp/--zero`` (see ``analysis/parallel.py``) the numbers are those of the
 heaviest pipeline stage's device; every stage is listed beside it. ZeRO (Rajbhandari et al. 2020) shards the dense
 state over the dp ranks and the expert state over the dp / ep ranks that hold the same experts: stage 1 the
@@ -25,13 +25,13 @@ from math import prod
 from typing import Any
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.memory_inference import (
+from embedcalc.analysis.memory.inference import (
     kv_cache_terms,
     peak_candidates,
     peak_inference_activations,
     weight_bytes,
 )
-from embedcalc.analysis.memory_training import (
+from embedcalc.analysis.memory.training import (
     mixed_precision,
     optimizer_state_bytes,
     recompute_working_set,

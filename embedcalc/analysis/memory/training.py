@@ -48,7 +48,7 @@ import functools
 from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.memory_inference import RankWidths, rank_widths
+from embedcalc.analysis.memory.inference import RankWidths, rank_widths
 from embedcalc.analysis.mixers import mixer_saved_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
