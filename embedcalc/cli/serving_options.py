@@ -40,8 +40,11 @@ class ServingFlags:
                      "--max-memory."),
     ] = None  # fmt: skip
 
-    def options(self) -> ServingOptions:
-        """The API's form of these flags."""
+    def options(self) -> ServingOptions | None:
+        """The API's form of these flags; None when neither is given (the API then holds no serving memory, and
+        :mod:`embedcalc.api.serving` stays off the path of a plain analyze: start-up)."""
+        if self.concurrency is None and self.memory_utilization is None:
+            return None
         from embedcalc.api.serving import ServingOptions
 
         return ServingOptions(self.concurrency, self.memory_utilization)

@@ -448,7 +448,7 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.analysis.memory.training", "embedcalc.analysis.mixers", "embedcalc.analysis.parallel",
     "embedcalc.analysis.params", "embedcalc.analysis.tensor",
     "embedcalc.analysis.report", "embedcalc.analysis.structure", "embedcalc.analysis.workload", "embedcalc.api",
-    "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.serving",
+    "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results",
     "embedcalc.api.timing", "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app",
     "embedcalc.cli.common", "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
     "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.blocks",
