@@ -139,3 +139,12 @@ def forward_flops(model: Any, batch: int, seq_len: int) -> int:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False)
     return int(counter.get_total_flops())
+
+
+def unaccounted_keys(raw: dict[str, Any]) -> set[str]:
+    """Keys of a (text) config.json that embedcalc's report neither maps nor ignores with a reason."""
+    from embedcalc.config.hf import map_hf_config
+
+    report = map_hf_config(text_raw(raw), "test").report
+    seen = {k.strip() for m in report.mapped for k in m.key.split(",")} | {i.key for i in report.ignored}
+    return set(text_raw(raw)) - seen

@@ -21,7 +21,8 @@ from embedcalc.config.hf.reader import Family, KeyReader
 _GRANITE_SCALARS = ("embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier")
 
 
-def _experts(r: KeyReader) -> None:
+def every_layer_experts(r: KeyReader) -> None:
+    """Mixtral's layout: every layer a router of num_local_experts and experts of intermediate_size."""
     ignore_moe_keys(r)
     moe = read_moe(r, "num_local_experts", width_key="intermediate_size")
     if moe is not None:
@@ -35,7 +36,7 @@ def _window(r: KeyReader) -> None:
 
 def _read_mixtral(r: KeyReader) -> None:
     read_core(r, qkv=False, out=False, ffn=False)
-    _experts(r)
+    every_layer_experts(r)
     _window(r)
 
 
@@ -44,13 +45,13 @@ def _read_phimoe(r: KeyReader) -> None:
     r.fixed("norm", "layernorm", "PhimoeDecoderLayer: nn.LayerNorm with bias")
     r.copy("lm_head_bias", "lm_head_bias")
     r.ignore("original_max_position_embeddings", "the LongRoPE pre-training context: " + hf_keys.ROPE)
-    _experts(r)
+    every_layer_experts(r)
     _window(r)
 
 
 def _read_granitemoe(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
-    _experts(r)
+    every_layer_experts(r)
     for key in _GRANITE_SCALARS:
         r.ignore(key, "a scalar multiplier; element-wise only")
 

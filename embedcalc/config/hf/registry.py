@@ -31,6 +31,7 @@ from embedcalc.config.hf import (
     llama4,
     llama_like,
     moe,
+    moe_families,
     nemotron_h,
     olmo,
     opt,
@@ -50,6 +51,7 @@ MODULES += (
     olmo,
 )  # the layer-model families (layers as data, DESIGN §9)
 MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model families
+MODULES += (moe_families,)  # issue 23's MoE decoder families
 MODULES += (hybrid, jamba, nemotron_h)  # token mixers beyond attention (issue 23, DESIGN §16)
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP

@@ -135,8 +135,9 @@ def test_today_and_older_formats_agree() -> None:
 
 
 # transformers' own default config of these families cannot run: DeepseekV2Config() routes to
-# num_experts_per_tok=None experts; embedcalc refuses it, asking for the key, rather than guess a top_k
-UNRUNNABLE_DEFAULTS = {"deepseek_v2": "num_experts_per_tok"}
+# num_experts_per_tok=None experts (Dots1Config() n_routed_experts=None too); embedcalc refuses it, asking for the
+# key, rather than guess
+UNRUNNABLE_DEFAULTS = {"deepseek_v2": "num_experts_per_tok", "dots1": "n_routed_experts"}
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))
@@ -158,7 +159,8 @@ def test_family_defaults_are_transformers_defaults() -> None:
 
     own = {("t5", "n_positions"), ("t5", "tie_word_embeddings"), ("opt", "tie_word_embeddings"),
            ("roberta", "pad_token_id"), ("mt5", "n_positions"), ("xlm-roberta", "pad_token_id"),
-           ("camembert", "pad_token_id"), ("ernie4_5", "attention_dropout")}  # fmt: skip
+           ("camembert", "pad_token_id"), ("ernie4_5", "attention_dropout"),
+           ("ernie4_5_moe", "attention_dropout")}  # fmt: skip
     # the Qwen VL text configs have no tie_word_embeddings (the outer config's, default False, ties the head), and
     # Qwen3VLTextConfig no sliding-window keys (its layers never slide): the readers' defaults say so
     own |= {("qwen2_5_vl_text", "tie_word_embeddings"), ("qwen3_vl_text", "tie_word_embeddings")}

@@ -85,6 +85,8 @@ def _defaults(transformers: Any, model_type: str) -> dict[str, Any]:
     data["model_type"] = model_type  # kimi_k2's file names its own type beside DeepseekV3Config
     if model_type == "deepseek_v2":
         data["num_experts_per_tok"] = 6  # DeepseekV2Config's default is None, which no MoE model can use
+    if model_type == "dots1":  # Dots1Config's experts are None by default, which no MoE model can use
+        data |= {"n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2}
     return data
 
 
