@@ -24,9 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from embedcalc.analysis.sweep import sweep_target
-from embedcalc.analysis.sweep_axes import parse_axis
-from embedcalc.analysis.sweep_reference import evaluate_point
+from embedcalc.analysis.sweep import evaluate_point, parse_axis, sweep_target
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.cli.sweep import write_csv

@@ -65,7 +65,7 @@ class Sweep:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc sweep --format json`` (DESIGN.md §5)."""
-        from embedcalc.analysis.sweep_json import result_json
+        from embedcalc.analysis.sweep import result_json
 
         return result_json(self.result)
 

@@ -55,8 +55,7 @@ def sweep(
     >>> embedcalc.sweep("bert-base", seq_len="256:1024:x2").crossover_seq_len
     4608
     """
-    from embedcalc.analysis.sweep import SweepBase, sweep_target
-    from embedcalc.analysis.sweep_axes import AxisError, axis_values
+    from embedcalc.analysis.sweep import AxisError, SweepBase, axis_values, sweep_target
 
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -113,7 +112,7 @@ class SweepReport:
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc sweep --format json``: a ``time`` object on each point (null
         for invalid ones) with ``--hardware``, the ``measured`` split with ``--measure``."""
-        from embedcalc.analysis.sweep_json import result_json
+        from embedcalc.analysis.sweep import result_json
 
         entry = result_json(self.result)
         if self.times is not None:

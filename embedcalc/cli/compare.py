@@ -117,7 +117,7 @@ def _plot(
     targets: list[str], overrides: list[str] | None, workload: Workload, path: Path, values: str
 ) -> None:
     """One seq_len sweep per target, drawn together (points past a learned position table are left out)."""
-    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
+    from embedcalc.analysis.sweep import AxisError, parse_axis
     from embedcalc.api.sweep import compare_curves
     from embedcalc.render.plot import plot_seq_len_curves, require_matplotlib
 

@@ -50,7 +50,7 @@ class AxisValues:
 
 
 def _axis_parser(value: str) -> AxisValues:
-    from embedcalc.analysis.sweep_axes import AxisError, parse_axis
+    from embedcalc.analysis.sweep import AxisError, parse_axis
 
     try:
         return AxisValues(parse_axis(value))
@@ -158,7 +158,7 @@ def sweep_command(
         if times is not None:
             _write_roofline_plot(result, times, plot)
     if format is SweepFormat.json:
-        from embedcalc.analysis.sweep_json import workload_json
+        from embedcalc.analysis.sweep import workload_json
 
         output.emit_json(
             "sweep", [report.to_json()], workload_json(result), axes={a: list(v) for a, v in result.axes.items()}

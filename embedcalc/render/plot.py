@@ -19,8 +19,7 @@ from typing import IO, Any
 from rich.markup import escape
 from rich.table import Table
 
-from embedcalc.analysis.sweep import CONFIG_AXES, SeqLenCurve, SweepResult
-from embedcalc.analysis.sweep_rules import FLAGS
+from embedcalc.analysis.sweep import CONFIG_AXES, FLAGS, SeqLenCurve, SweepResult
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable

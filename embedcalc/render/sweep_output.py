@@ -1,5 +1,5 @@
 """Machine-readable sweep output: a CSV written in vectorised chunks (one fixed set of columns, invalid points with
-their problem code and message), and the DESIGN.md §5 JSON of :mod:`embedcalc.analysis.sweep_json` (re-exported).
+their problem code and message), and the DESIGN.md §5 JSON of :mod:`embedcalc.analysis.sweep.json_output` (re-exported).
 
 Both read a :class:`embedcalc.analysis.sweep.SweepResult`; numbers stay exact (Python ints in JSON, digits in CSV).
 """
@@ -11,8 +11,7 @@ from typing import IO, TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
-from embedcalc.analysis.sweep import AXES
-from embedcalc.analysis.sweep_json import MEMORY_COLUMNS, result_json, workload_json
+from embedcalc.analysis.sweep import AXES, MEMORY_COLUMNS, result_json, workload_json
 
 if TYPE_CHECKING:
     from embedcalc.analysis.sweep import SweepResult

@@ -19,8 +19,7 @@ from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
 from embedcalc.analysis.parallel import parallel_problems, stage_layout, stage_params
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.report import analyze
-from embedcalc.analysis.sweep import SweepBase, sweep_target
-from embedcalc.analysis.sweep_reference import evaluate_point
+from embedcalc.analysis.sweep import SweepBase, evaluate_point, sweep_target
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.schema import ModelConfig
 

@@ -465,8 +465,7 @@ def test_layered_flat_equals_explicit_pattern(data: dict[str, Any]) -> None:
 
 @given(layered_dicts(), st.sampled_from(("inference", "training")), st.booleans())
 def test_layered_grid_equals_per_config(data: dict[str, Any], mode: str, sweep_width: bool) -> None:
-    from embedcalc.analysis.sweep import SweepBase, sweep_target
-    from embedcalc.analysis.sweep_reference import evaluate_point
+    from embedcalc.analysis.sweep import SweepBase, evaluate_point, sweep_target
 
     base = SweepBase(target="x", data=data, user_keys={}, origin="test")
     axes: dict[str, tuple[int, ...]] = {"seq_len": (1, 33, 200), "batch_size": (1, 3)}

@@ -2,7 +2,7 @@
 fallback, invalid points, output formats and plots.
 
 The grid (``analysis/grid.py``) is a second implementation of the closed forms; here it is compared, point by
-point, with ``analysis.report.analyze()`` run on the config built for that point (``sweep_reference.evaluate_point``).
+point, with ``analysis.report.analyze()`` run on the config built for that point (``sweep.reference.evaluate_point``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from embedcalc.analysis.grid import INT64_SAFE_BOUND, grid_bound
-from embedcalc.analysis.sweep import SweepResult, seq_len_curves
+from embedcalc.analysis.sweep import AxisError, SweepResult, evaluate_point, parse_axis, seq_len_curves
 from embedcalc.analysis.sweep import sweep_target as sweep_loaded
-from embedcalc.analysis.sweep_axes import AxisError, parse_axis
-from embedcalc.analysis.sweep_reference import evaluate_point
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.cli.sweep import CSV_COLUMNS, result_csv

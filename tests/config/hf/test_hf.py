@@ -31,8 +31,7 @@ from paths import DOCS, HF_FIXTURES
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
-from embedcalc.analysis.sweep import sweep_target
-from embedcalc.analysis.sweep_reference import evaluate_point
+from embedcalc.analysis.sweep import evaluate_point, sweep_target
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config

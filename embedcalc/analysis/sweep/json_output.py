@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.analysis.sweep import AXES
+from embedcalc.analysis.sweep.points import AXES
 
 if TYPE_CHECKING:
-    from embedcalc.analysis.sweep import SweepResult
+    from embedcalc.analysis.sweep.points import SweepResult
 
 # the memory keys of a point -> the grid column holding each, per mode (None: zero in that mode)
 MEMORY_COLUMNS = {

@@ -5,11 +5,11 @@ A point of ``embedcalc sweep TARGET --embed-dim ... --seq-len ...`` is the targe
 makes it follow 4 * embed_dim) and a workload with the swept batch_size / seq_len. Axes combine as a cartesian
 product in the order of :data:`AXES` (seq_len varies fastest, so consecutive points form seq-len curves).
 
-Validity per point is vectorised too (:mod:`embedcalc.analysis.sweep_rules`). Invalid points are kept and carry
+Validity per point is vectorised too (:mod:`embedcalc.analysis.sweep.rules`). Invalid points are kept and carry
 their problems; problems no swept axis can cause are raised once, as for ``analyze``.
 
-Axis values are parsed in :mod:`embedcalc.analysis.sweep_axes`;
-:func:`embedcalc.analysis.sweep_reference.evaluate_point` is the per-config path that the vectorised grid is
+Axis values are parsed in :mod:`embedcalc.analysis.sweep.axes`;
+:func:`embedcalc.analysis.sweep.reference.evaluate_point` is the per-config path that the vectorised grid is
 tested and benchmarked against.
 
 No file I/O here (DESIGN.md §7): the caller reads the target and applies ``--set``
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
-from embedcalc.analysis.sweep_rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
+from embedcalc.analysis.sweep.rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
 from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
 from embedcalc.config.checks import workload_problems
 from embedcalc.config.loading import validate_config
