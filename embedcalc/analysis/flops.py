@@ -247,17 +247,36 @@ def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
 
 def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
     """(linear, quadratic) coefficients of the first stack's forward FLOPs per sequence at n = 1, b = 1: the
-    projections + FFN per token and the full-score FLOPs per token per unit of n (see ``crossover.py``)."""
+    projections + FFN per token and the full-score FLOPs per token per unit of n (see ``crossover.py``), so that
+    n* = linear / quadratic. A sparse layer's core grows as n min(n, k): when n* lands past its k, the core's
+    c n k joins the linear side with a minus (scores c n k + I n² = linear n gives n* = (linear - c k) / I)."""
     sd = x.stacks[0]
     linear: Num = 0
     quadratic: Num = 0
+    capped: dict[int, Num] = {}  # a sparse layer's core coefficient c, by its top-k
     for block, layers in sd.blocks:
+        topk = block.attention.index_topk if block.attention is not None and block.attention.kind == "sparse" else 0
         for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention, False):
             if is_score_key(key):
                 quadratic = quadratic + value
+                if topk and key.rsplit("/", 1)[-1] in ("scores", "context"):
+                    capped[topk] = capped.get(topk, 0) + value
             else:
                 linear = linear + value
+    for topk in sorted(capped):  # one k in every model here; the smallest first
+        past = linear > topk * quadratic  # n* > k
+        linear = where(past, linear - capped[topk] * topk, linear)
+        quadratic = where(past, quadratic - capped[topk], quadratic)
     return linear, quadratic
+
+
+def where(condition: Num | bool, a: Num, b: Num) -> Num:
+    """``a`` where ``condition`` else ``b``: for Python ints exactly, element-wise for arrays."""
+    if isinstance(condition, bool):
+        return a if condition else b
+    import numpy as np
+
+    return np.where(condition, a, b)
 
 
 def _breakdown(terms: dict[str, Num]) -> Breakdown:

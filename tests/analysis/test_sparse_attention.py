@@ -98,3 +98,17 @@ def test_bad_sparse_specs_name_the_field(attention: dict[str, Any], code: str, n
     with pytest.raises(ValidationError) as info:
         ModelConfig.model_validate({**TINY, "attention": spec, "blocks": {}, "layers": None})
     assert code in str(info.value) and named in str(info.value)
+
+
+def test_crossover_past_topk_counts_the_core_as_linear() -> None:
+    """deepseek-v3.2's score work c n min(n, k) + I n² overtakes the layers' linear work L n at
+    n* = (L - c k) / I once n* > k (the core's share there is linear): the sign changes between n* - 1 and n* + 1."""
+    from embedcalc.analysis.crossover import crossover_fraction
+
+    config = load_target("deepseek-v3.2").config
+    n_star = crossover_fraction(config)
+    assert n_star > 2048
+    for n, sign in ((int(n_star) - 1, -1), (int(n_star) + 1, 1)):
+        f = analytic_flops(config, Workload(seq_len=n))
+        linear = f.forward - f.attention_score_flops - f.breakdown.as_dict()["head/lm"]
+        assert (f.attention_score_flops - linear) * sign > 0, n
