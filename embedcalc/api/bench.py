@@ -235,7 +235,8 @@ def measure_local(
     """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
     half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
     ``bench --peak`` reports beside the peak."""
-    from embedcalc.config.hardware import LOCAL, local_device, peak_dtype, previous_local, save_local
+    from embedcalc.config.hardware import LOCAL, peak_dtype
+    from embedcalc.config.local_device import local_device, previous_local, save_local
     from embedcalc.modeling.bandwidth import measure_memory_bandwidth
     from embedcalc.modeling.device import total_memory_bytes
     from embedcalc.modeling.timing import measure_gemm_rows, measure_kernel_overhead

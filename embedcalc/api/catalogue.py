@@ -55,7 +55,8 @@ class DeviceList:
 
 def devices() -> DeviceList:
     """``embedcalc hardware``: the shipped devices (and ``local`` once ``bench --peak`` measured this machine)."""
-    from embedcalc.config.hardware import catalogue, local_path, previous_local
+    from embedcalc.config.hardware import catalogue
+    from embedcalc.config.local_device import local_path, previous_local
 
     found = catalogue()
     local = previous_local()

@@ -40,7 +40,8 @@ class TimeOptions:
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.config.hardware import LOCAL, load_local, peak_dtype
+    from embedcalc.config.hardware import LOCAL, peak_dtype
+    from embedcalc.config.local_device import load_local
 
     if device.name == LOCAL:
         return Efficiency(1.0, 1.0, "measured: `local` is the measurement itself")

@@ -228,7 +228,7 @@ def test_cli_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_measured_efficiency_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from embedcalc.config.hardware import local_device, save_local
+    from embedcalc.config.local_device import local_device, save_local
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     save_local(local_device("NVIDIA H100 80GB HBM3", "gpu", {"bf16": (0.5 * H100_BF16, "matmul")}, 80 * 2**30,

@@ -19,10 +19,9 @@ from embedcalc.config.hardware import (
     hardware_dir,
     hardware_names,
     load_device,
-    local_device,
     match_cuda_name,
-    save_local,
 )  # fmt: skip
+from embedcalc.config.local_device import local_device, save_local
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 
 REQUIRED = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "l4", "l40s", "a10",

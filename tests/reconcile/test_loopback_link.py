@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 from embedcalc.analysis.communication import Collective  # noqa: E402
 from embedcalc.analysis.time_comm import Path, collective_s  # noqa: E402
 from embedcalc.config.calibration import load_calibration  # noqa: E402
-from embedcalc.config.hardware import load_device, local_device, save_local  # noqa: E402
+from embedcalc.config.hardware import load_device  # noqa: E402
+from embedcalc.config.local_device import local_device, save_local  # noqa: E402
 from embedcalc.modeling.loopback import AllReduceMeasurement  # noqa: E402
 from embedcalc.reconcile.peak import loopback_link  # noqa: E402
 

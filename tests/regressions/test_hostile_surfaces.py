@@ -234,7 +234,7 @@ def test_concurrent_local_writers_and_a_reader(tmp_path: Path, monkeypatch: pyte
     """Two `bench --peak` writers at once and a reader: no writer fails, the reader never sees a partial file."""
     import threading
 
-    from embedcalc.config.hardware import load_local, local_device, local_path, save_local
+    from embedcalc.config.local_device import load_local, local_device, local_path, save_local
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     devices = [local_device(f"cpu {i}", "cpu", {"fp32": (1e11 * (i + 1), "matmul")}, 1 << 34, (1e10, "copy"), "2.x")
