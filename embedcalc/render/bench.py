@@ -8,6 +8,7 @@ from rich.table import Table
 from embedcalc.reconcile.bench import BenchResult, MemoryMatrix
 from embedcalc.reconcile.peak import PeakResult
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 
 def bench_table(result: BenchResult) -> Table:
@@ -17,14 +18,14 @@ def bench_table(result: BenchResult) -> Table:
         f"Benchmark — {analysis.target} on {m.device}: {w.mode}, {w.dtype}, attention {w.attention}, "
         f"batch {w.batch_size}, seq_len {w.seq_len}"
     )
-    table = Table(title=escape(title), title_justify="left", caption=escape(
+    table = FitTable(title=escape(title), title_justify="left", caption=escape(
         "Achieved FLOP/s = analytic matmul FLOPs / median step time. "
         f"Peak: {m.peak_source}. Predicted: {m.prediction_note}. Memory measured by {m.peak_memory_method}."
     ))  # fmt: skip
     p, e = m.predicted, m.to_json()["error_pct"]
     step, rate = p["median_s"], p["tokens_per_s"]
     table.add_column("quantity")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", prefer_whole=True)
     rows = [
         ("build (to_empty + cheap fill)", f"{m.build_s * 1000:.1f} ms"),
         ("latency median", f"{m.median_s * 1000:.2f} ms"),
@@ -55,9 +56,9 @@ def bench_table(result: BenchResult) -> Table:
 
 
 def peak_table(result: PeakResult) -> Table:
-    table = Table(title=escape(f"Matmul peak — {result.device}, {result.dtype}"), title_justify="left")
+    table = FitTable(title=escape(f"Matmul peak — {result.device}, {result.dtype}"), title_justify="left")
     table.add_column("quantity")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", whole=True)
     table.add_row(f"measured ({result.size}×{result.size} GEMM, best run)", units.si(result.peak_flops_per_s, "FLOP/s"))
     if result.spec_peak_flops_per_s:
         table.add_row("datasheet", units.si(result.spec_peak_flops_per_s, "FLOP/s"))
@@ -70,13 +71,13 @@ def memory_matrix_table(matrix: MemoryMatrix) -> Table:
     rows = matrix.rows
     method = rows[0].peak_memory_method if rows else ""
     device = rows[0].device if rows else ""
-    table = Table(
+    table = FitTable(
         title=escape(f"Training-step peak memory — {matrix.target} on {device}"), title_justify="left",
         caption=escape(f"Measured by {method}; predicted = weights + gradients + optimizer + saved activations."),
     )  # fmt: skip
     for name, justify in (("attention", "left"), ("recompute", "left"), ("predicted", "right"),
                           ("measured", "right"), ("error", "right")):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, whole=True)
     for r in rows:
         err = r.memory_error_pct
         table.add_row(

@@ -62,7 +62,8 @@ def presets_table(rows: Sequence[dict[str, Any]]) -> Table:
         title="Presets",
         title_justify="left",
         caption="`embedcalc presets show NAME` prints one.",
-        drop=("≈", "architecture"),  # ≈ repeats the exact count; most names say the architecture
+        # ≈ repeats the exact count; most names say the architecture; then the shape, least telling first
+        drop=("≈", "architecture", "num_heads", "layers", "embed_dim"),
     )
     for col in ("name", "architecture", "params", "≈", "embed_dim", "num_heads", "layers"):
         table.add_column(col, justify="left" if col in ("name", "architecture") else "right", whole=True)
@@ -131,11 +132,11 @@ def hf_mapping_table(target: str, report: HFReport) -> Table:
         "encoder-decoders as AutoModelForSeq2SeqLM; the LM head tied as tie_word_embeddings says."
     )
     narrow = FitTable(title=title, caption=caption, title_justify="left")
-    narrow.add_column("key")  # words whole; "a, b" (a field read from two keys) may wrap after a comma
+    narrow.add_column("key", prefer_whole=True)  # "a, b" (a field read from two keys) may wrap after a comma
     narrow.add_column("field = value (from / why)")
     table = FitTable(title=title, caption=caption, title_justify="left", narrow=narrow)
-    table.add_column("key")
-    table.add_column("field")
+    table.add_column("key", prefer_whole=True)
+    table.add_column("field", prefer_whole=True)
     table.add_column("value")
     table.add_column("from / why")
     for m in report.mapped:

@@ -19,6 +19,8 @@ class _Console(Console):
     """rich's console, but a broken pipe is the BrokenPipeError the CLI's error edge handles (one exit code for it,
     :func:`embedcalc.cli.app.main`), not rich's own ``SystemExit(1)``."""
 
+    key_value = False  # write tables as key: value lines (render/fit.py); set for COLUMNS=0
+
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "the reader of stdout left")
@@ -30,7 +32,8 @@ MAX_COLUMNS = 10_000  # a wider $COLUMNS is a mistake; rich would lay every tabl
 def _width(name: str) -> int | None:
     """$COLUMNS if it is a width (1 to MAX_COLUMNS); piped stdout gets 200 so that tables are never cut to rich's
     80-column default. ``COLUMNS=0`` or a non-number means "not set" (rich would print nothing at width 0): the
-    terminal's width, or 200 when piped."""
+    terminal's width, or 200 when piped; with ``COLUMNS=0`` tables are written as key: value lines
+    (:func:`_key_value`)."""
     text = os.environ.get("COLUMNS", "").strip()
     columns = int(text) if text.isdigit() and len(text) <= len(str(MAX_COLUMNS)) else 0
     if columns > 0:
@@ -50,10 +53,17 @@ def console(name: str) -> Console:
     if name not in _consoles:
         _consoles[name] = _Console(soft_wrap=False) if name == "stdout" else _Console(stderr=True, highlight=False)
     made = _consoles[name]
+    if isinstance(made, _Console):
+        made.key_value = _key_value()
     width = _width(name)
     if width is not None:
         made.width = width
     return made
+
+
+def _key_value() -> bool:
+    """``COLUMNS=0``: the terminal says it has no width, so no table is drawn to one (key: value lines instead)."""
+    return os.environ.get("COLUMNS", "").strip() == "0"
 
 
 def has_console(name: str) -> bool:

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from embedcalc.reconcile.diff import ModelDiff, TensorRow
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)(\..*)$")
 STATUS_STYLE = {"kept": "green", "reshaped": "yellow", "new": "cyan", "dropped": "red"}
@@ -59,15 +60,17 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 
 
 def diff_table(diff: ModelDiff) -> Table:
-    table = Table(
+    table = FitTable(
         title=f"Tensors — A: {escape(diff.target_a)}  B: {escape(diff.target_b)}",
         caption="kept: same name and shape, loads from A's checkpoint as is; reshaped: same name, new shape; "
         "new: only in B; dropped: only in A. Layers with identical rows are folded (count column).",
         title_justify="left",
+        drop=("count", "shape in A"),  # the name's layer range says the count; status says if the shape changed
     )
     for name, justify in (("tensor", "left"), ("count", "right"), ("shape in A", "right"),
                           ("shape in B", "right"), ("status", "left"), ("params in B", "right")):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, whole=name == "params in B",
+                         prefer_whole=name.startswith("shape"))
     for group, rows in diff.groups().items():
         counts = ", ".join(f"{n} {s}" for s, n in diff.counts(rows).items() if n)
         table.add_row(f"[bold]{escape(group)}[/]", "", "", "", f"[bold]{counts}[/]", "")
@@ -83,10 +86,10 @@ def diff_table(diff: ModelDiff) -> Table:
 
 
 def totals_table(diff: ModelDiff) -> Table:
-    table = Table(title="Totals", title_justify="left", show_header=False)
+    table = FitTable(title="Totals", title_justify="left", show_header=False)
     table.add_column("what")
-    table.add_column("params", justify="right")
-    table.add_column("", justify="right")
+    table.add_column("params", justify="right", whole=True)
+    table.add_column("", justify="right", whole=True)
     b = diff.params_b or 1
     for label, value, share in (
         ("params in A", diff.params_a, ""),

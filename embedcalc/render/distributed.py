@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from embedcalc.reconcile.distributed import DistributedBench
@@ -28,11 +27,11 @@ def distributed_table(result: DistributedBench) -> Group:
     data = result.to_json()
     nodes = len({r.node_rank for r in result.ranks})
     where = f" on {nodes} nodes" if nodes > 1 else ""
-    summary = Table(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks{where}"),
-                    title_justify="left",
-                    caption=escape(f"Predicted: {result.prediction_note}."))  # fmt: skip
+    summary = FitTable(title=escape(f"{result.target}: {result.strategy} on {result.nproc} ranks{where}"),
+                       title_justify="left",
+                       caption=escape(f"Predicted: {result.prediction_note}."))  # fmt: skip
     summary.add_column("quantity")
-    summary.add_column("value", justify="right")
+    summary.add_column("value", justify="right", prefer_whole=True)
     p, e = result.predicted, data["error_pct"]
 
     def ms(value: float | int | None) -> str | None:
@@ -55,13 +54,13 @@ def distributed_table(result: DistributedBench) -> Group:
     ]  # fmt: skip
     for name, value in rows:
         summary.add_row(name, value)
-    ranks = Table(
-        title="per rank", title_justify="left",
+    ranks = FitTable(
+        title="per rank", title_justify="left", keep=1,
         caption=escape(f"memory: {data['memory_method']}; predicted: the analytic per-device estimate"),
     )  # fmt: skip
     for column in ("rank", *(("node", "host") if nodes > 1 else ()), "median", "p10 / p90", "peak memory", "predicted",
                    "error", "params", "predicted"):  # fmt: skip
-        ranks.add_column(column, justify="right")
+        ranks.add_column(column, justify="right", whole=column != "host")
     for row in result.rank_rows():
         ranks.add_row(
             str(row["rank"]), *((str(row["node_rank"]), escape(row["host"])) if nodes > 1 else ()),
@@ -76,10 +75,11 @@ def distributed_table(result: DistributedBench) -> Group:
 def sharded_tables(result: ShardedVerify) -> Group:
     """Per key (ranks collapsed when they hold the same), collectives per pass, pipeline stages."""
     p = result.parallel
-    shards = Table(title=escape(f"Shards — {result.target} at tp {p.tp}, dp {p.dp}, zero {p.zero}: analytic vs "
+    shards = FitTable(title=escape(f"Shards — {result.target} at tp {p.tp}, dp {p.dp}, zero {p.zero}: analytic vs "
                                 "torch local numel"), title_justify="left")  # fmt: skip
     for column in ("component", "ranks", "analytic", "torch", "ok"):
-        shards.add_column(column, justify="left" if column in ("component", "ranks") else "right")
+        shards.add_column(column, justify="left" if column in ("component", "ranks") else "right",
+                          whole=column != "component")  # fmt: skip
     by_key: dict[str, list[ShardRow]] = {}
     for row in result.shards:
         by_key.setdefault(row.key, []).append(row)
@@ -93,7 +93,7 @@ def sharded_tables(result: ShardedVerify) -> Group:
             shards.add_row(key, str(r.rank), units.count(r.analytic), units.count(r.torch), "yes" if r.ok else "NO")
     parts: list[Any] = [shards]
     if result.collectives:
-        comm = FitTable(title="Collectives of one training step (CommDebugMode)", title_justify="left")
+        comm = FitTable(title="Collectives of one training step (CommDebugMode)", title_justify="left", keep=2)
         for column in ("collective", "pass", "analytic calls", "torch calls", "analytic bytes", "torch bytes", "ok"):
             comm.add_column(column, justify="left" if column in ("collective", "pass") else "right", whole=True)
         for c in result.collectives:
@@ -101,9 +101,9 @@ def sharded_tables(result: ShardedVerify) -> Group:
                          units.count(c.torch_bytes), "yes" if c.ok else "NO")  # fmt: skip
         parts.append(comm)
     if result.stages:
-        stages = Table(title=f"Pipeline stages (pp {p.pp}): analytic vs module split", title_justify="left")
+        stages = FitTable(title=f"Pipeline stages (pp {p.pp}): analytic vs module split", title_justify="left")
         for column in ("stage", "analytic", "torch", "ok"):
-            stages.add_column(column, justify="right")
+            stages.add_column(column, justify="right", whole=True)
         for s in result.stages:
             stages.add_row(str(s.rank), units.count(s.analytic), units.count(s.torch), "yes" if s.ok else "NO")
         parts.append(stages)
@@ -112,7 +112,7 @@ def sharded_tables(result: ShardedVerify) -> Group:
     return Group(*parts)
 
 
-def communication_table(analysis: Any) -> Table | None:
+def communication_table(analysis: Any) -> FitTable | None:
     """The collectives of one device per step (analyze --tp/--dp/--pp/--ep), or None on one device."""
     comm = analysis.communication
     if not comm.collectives:

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from embedcalc.analysis.explain import CostAnswer, WidthDepthAnswer
 from embedcalc.analysis.explain_heads import HeadsAnswer
 from embedcalc.analysis.explain_weights import EmbedDimAnswer, FineTuneAnswer, Scenario
 from embedcalc.render import units
+from embedcalc.render.fit import FitPanel, FitTable
 from embedcalc.render.i18n import Messages
 
 CODE_STYLE = "bold cyan"
@@ -75,16 +74,17 @@ class _Page:
         self.items.append(styled("• " + self.m(key, **values)))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> None:
-        table = Table(show_edge=False, pad_edge=False)
+        table = FitTable(show_edge=False, pad_edge=False, keep=1)  # too wide: stacked, the first column repeated
         for i, header in enumerate(headers):
-            table.add_column(self.m(header), justify="right" if i >= right_from else "left")
+            right = i >= right_from
+            table.add_column(self.m(header), justify="right" if right else "left", whole=right)
         for row in rows:
             table.add_row(*row)
         self.items.append(Text(""))
         self.items.append(table)
 
-    def panel(self, title_key: str, **values: Any) -> Panel:
-        return Panel(Group(*self.items), title=styled(self.m(title_key, **values)), title_align="left")
+    def panel(self, title_key: str, **values: Any) -> FitPanel:
+        return FitPanel(Group(*self.items), title=styled(self.m(title_key, **values)), title_align="left")
 
 
 def _yes(m: Messages, flag: bool) -> str:
@@ -150,7 +150,7 @@ def _heads_q1(p: _Page, a: HeadsAnswer) -> None:
     p.say("heads.all_valid", d=num(a.embed_dim), heads=listing([c.num_heads for c in a.valid_choices]))
 
 
-def render_heads(a: HeadsAnswer, m: Messages, label: str, valid: bool) -> Panel:
+def render_heads(a: HeadsAnswer, m: Messages, label: str, valid: bool) -> FitPanel:
     p = _Page(m)
     if not valid:
         p.say("heads.invalid_config")
@@ -162,7 +162,7 @@ def render_heads(a: HeadsAnswer, m: Messages, label: str, valid: bool) -> Panel:
 # --- width-depth ----------------------------------------------------------------------------------------------
 
 
-def render_width_depth(a: WidthDepthAnswer, m: Messages, label: str) -> Panel:
+def render_width_depth(a: WidthDepthAnswer, m: Messages, label: str) -> FitPanel:
     p = _Page(m)
     p.say("wd.params", total=num(a.params_total), n=num(a.params_non_embedding), L=num(a.num_layers),
           d=num(a.embed_dim), approx=num(a.approx_12_l_d2), ratio=f"{a.approx_ratio:.3f}")  # fmt: skip
@@ -207,7 +207,7 @@ def _scenario_note(p: _Page, s: Scenario, a: FineTuneAnswer) -> None:
     p.bullet(f"ft.{s.field}", **values)
 
 
-def render_fine_tune(a: FineTuneAnswer, m: Messages, label: str, target: str) -> Panel:
+def render_fine_tune(a: FineTuneAnswer, m: Messages, label: str, target: str) -> FitPanel:
     p = _Page(m)
     p.say("ft.intro")
     wider = a.scenario("embed_dim")
@@ -242,7 +242,7 @@ def _role(m: Messages, key: str) -> str:
     return ""
 
 
-def render_embed_dim(a: EmbedDimAnswer, m: Messages, label: str) -> Panel:
+def render_embed_dim(a: EmbedDimAnswer, m: Messages, label: str) -> FitPanel:
     p = _Page(m)
     p.say("ed.width", d=num(a.embed_dim), shape=shape(a.hidden_state_shape),
           bytes=units.binary_bytes(a.hidden_state_bytes))  # fmt: skip
@@ -264,7 +264,7 @@ def render_embed_dim(a: EmbedDimAnswer, m: Messages, label: str) -> Panel:
 # --- cost -----------------------------------------------------------------------------------------------------
 
 
-def render_cost(a: CostAnswer, m: Messages, label: str) -> Panel:
+def render_cost(a: CostAnswer, m: Messages, label: str) -> FitPanel:
     p = _Page(m)
     p.say("cost.forward", fwd=units.flops(a.forward_flops), fpt=num(a.flops_per_token),
           train=units.flops(a.training_step_flops))  # fmt: skip
@@ -289,7 +289,7 @@ def render_cost(a: CostAnswer, m: Messages, label: str) -> Panel:
 
 def render_answer(
     topic: str, answer: Answer, messages: Messages, label: str, target: str, valid: bool = True
-) -> Panel:
+) -> FitPanel:
     """The panel of one topic's answer."""
     if isinstance(answer, HeadsAnswer):
         return render_heads(answer, messages, label, valid)

@@ -9,6 +9,7 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.reconcile.generation import GenerationMeasurement
 from embedcalc.reconcile.prediction import error_pct
 from embedcalc.render import units
+from embedcalc.render.fit import FitTable
 
 
 def _ms(value: float | int | None) -> str:
@@ -40,9 +41,9 @@ def generation_table(analysis: Analysis, m: GenerationMeasurement) -> Table:
         f"{_ms(m.decode_s_per_token_last_quarter)}; p10 {_ms(m.decode_s_per_token_p10)}. "
         f"Memory measured by {m.peak_memory_method}."
     )
-    table = Table(title=escape(title), title_justify="left", caption=escape(caption))
+    table = FitTable(title=escape(title), title_justify="left", caption=escape(caption), keep=1)
     for name, justify in (("quantity", "left"), ("measured", "right"), ("predicted", "right"), ("error", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, whole=name == "error", prefer_whole=name != "quantity")
     p, e = m.predicted, m.errors_pct
     rows = [
         ("time to first token", _ms(m.ttft_s), _ms(p["ttft_s"]), _error(e["ttft_s"])),

@@ -63,13 +63,13 @@ def _figure_row(table: Table, device: Device, label: str, shown: str, figure: Fi
 
 def device_table(device: Device) -> Table:
     """Every figure of one device with its note and full citation."""
-    table = Table(title=escape(f"{device.name} — {device.title}"), title_justify="left",
+    table = FitTable(title=escape(f"{device.name} — {device.title}"), title_justify="left", drop=("note",),
                   caption="Peaks are dense; links per direction; the price is a dated default "
                   "(--price-per-hour overrides).")  # fmt: skip
     table.add_column("quantity")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", prefer_whole=True)
     table.add_column("note")
-    table.add_column("source", overflow="fold")
+    table.add_column("source")
     for dtype, figure in device.peak_flops_per_s.items():
         unit = "OP/s" if dtype == "int8" else "FLOP/s"
         _figure_row(table, device, f"peak {dtype} (dense)", units.si(figure.value, unit), figure)
@@ -106,9 +106,9 @@ def device_table(device: Device) -> Table:
 def local_summary(result: PeakResult) -> Table:
     """What ``bench --peak`` measured for memory and kernel overhead, and where it cached ``local``."""
     local = result.local
-    table = Table(title=escape(f"Memory bandwidth and kernel overhead — {result.device}"), title_justify="left",
-                  caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
-                                 + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")))
+    table = FitTable(title=escape(f"Memory bandwidth and kernel overhead — {result.device}"), title_justify="left",
+                     caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
+                                    + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")))
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("copy", _rate(local.copy_bytes_per_s))

@@ -149,11 +149,13 @@ def plan_table(result: PlanResult, top: int = 20) -> FitTable:
     )
     table = FitTable(
         title=f"plan — {result.target}, {result.mode}", title_justify="left", caption=caption,
-        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step", "KV/device"),
+        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step", "KV/device", "weights/device", "max seqs",
+              "in flight", "recompute", "ZeRO", "memory/device", "devices", "TTFT", "TPOT"),
     )  # fmt: skip
     for header, _, _, right in columns:
         table.add_column(
-            header, justify="right" if right else "left", whole=header not in ("status", "layout")
+            header, justify="right" if right else "left", whole=header not in ("status", "layout"),
+            prefer_whole=header == "layout",
         )
     for row in shown:
         cells = [escape(text(value(row))) for _, value, text, _ in columns]

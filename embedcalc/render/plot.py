@@ -133,19 +133,20 @@ def _bar(share: float) -> str:
 
 def score_share_table(curve: SeqLenCurve) -> Table:
     """Attention-score share of forward FLOPs against seq_len as a bar chart, the crossover marked."""
+    bar = "0%" + " " * (_BAR_WIDTH - 6) + "100%"
     table = FitTable(
         title=f"Attention-score share of forward FLOPs — {escape(curve.label)}",
         title_justify="left",
         caption=f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
         "+ FFN (crossover.py); the whole model also counts pooler / LM head.",
-        drop=("rest FLOPs",),
+        drop=("rest FLOPs", bar, "score FLOPs", "share"),  # at 60 columns the numbers before the bar chart
     )
     table.add_column("seq_len", justify="right", whole=True)
     table.add_column("score FLOPs", justify="right", whole=True)
     table.add_column("rest FLOPs", justify="right", whole=True)
     table.add_column("share", justify="right", whole=True)
-    table.add_column("0%" + " " * (_BAR_WIDTH - 6) + "100%", whole=True)
-    table.add_column("", whole=True)
+    table.add_column(bar, whole=True)
+    table.add_column("")  # the n* marker: may wrap
     marked = False
     for n, scores, other in zip(curve.seq_len, curve.score_flops, curve.other_flops, strict=True):
         marker = ""

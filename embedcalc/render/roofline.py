@@ -97,7 +97,7 @@ def _model_line(model: TimeModel) -> str:
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
     lower = " (expected; bound beside)" if estimate.hardware else ""
     w = a.workload
-    table = Table(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
+    table = FitTable(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
                                f"--gen-tokens {w.gen_tokens}, {w.dtype}"),
                   caption=CAPTION if estimate.hardware else None, title_justify="left")  # fmt: skip
     table.add_column("quantity")
@@ -110,7 +110,8 @@ def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
 def phase_table(target: str, phase: Phase) -> Table:
     """One phase component by component: FLOPs, bytes by kind, intensity, bound, time and its share."""
     table = FitTable(title=escape(f"Roofline, {phase.name} — {target}: {seconds(phase.time_s)}, {phase.bound}-bound"),
-                     title_justify="left", drop=("KV write", "activations", "share", "FLOP/B", "KV read"))  # fmt: skip
+                     title_justify="left", drop=("KV write", "activations", "share", "FLOP/B", "KV read", "bound",
+                                                 "weights"))  # fmt: skip
     for name in ("component", "FLOPs", "weights", "activations", "KV read", "KV write", "FLOP/B", "bound",
                  "time", "share"):  # fmt: skip
         table.add_column(name, justify="left" if name in ("component", "bound") else "right", whole=True)
@@ -136,7 +137,7 @@ def roofline_tables(a: Analysis, estimate: RooflineEstimate) -> list[Table]:
 
 def compare_time_table(analyses: list[Analysis], estimates: list[RooflineEstimate]) -> Table:
     """The headline times side by side, one column per target."""
-    table = Table(title="Time (roofline)", caption=CAPTION, title_justify="left")
+    table = FitTable(title="Time (roofline)", caption=CAPTION, title_justify="left", keep=1)
     table.add_column("quantity")
     rows: dict[str, list[str]] = {}
     for i, (a, e) in enumerate(zip(analyses, estimates, strict=True)):
@@ -153,9 +154,10 @@ def sweep_time_table(
     target: str, axes: list[str], rows: list[tuple[list[str], RooflineEstimate | None]]
 ) -> Table:
     """Per sweep point: the headline times and the bound of each phase."""
-    table = Table(title=escape(f"Time (roofline) — {target}"), caption=CAPTION, title_justify="left")
+    table = FitTable(title=escape(f"Time (roofline) — {target}"), caption=CAPTION, title_justify="left",
+                     keep=len(axes))  # fmt: skip
     for axis in axes:
-        table.add_column(axis, justify="right")
+        table.add_column(axis, justify="right", whole=True)
     for name in (
         "forward / prefill",
         "decode / token",
@@ -164,7 +166,7 @@ def sweep_time_table(
         "max batch",
         "bound",
     ):
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", whole=name != "bound")
     for cells, estimate in rows:
         if estimate is None:
             table.add_row(*cells, *(["—"] * 6), style="dim")

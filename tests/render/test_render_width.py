@@ -1,12 +1,17 @@
-"""Tables at 80 and 120 columns never cut a number or a name (issue 16).
+"""Tables at 60, 80 and 120 columns never cut a number or a name (issues 16 and 24); below 40 columns and with
+``COLUMNS=0`` every table is written as plain ``key: value`` lines.
 
 Every table of ``analyze``, ``check``, ``sweep``, ``compare`` and ``presets`` is drawn for every shipped preset (and
-``check``'s Hugging Face report for every fixture it reads) at both widths, on a fixed-width colourless console like
+``check``'s Hugging Face report for every fixture it reads) at each width, on a fixed-width colourless console like
 the CLI's stdout. The text must hold no ``…``, no line wider than the terminal, and every exact number of the
 JSON output whole: ``109,482,240`` as it is, never ``109,482,…`` or split over two lines.
 
 The per-preset and per-file tables are drawn from the result objects (what the CLI renders); presets, compare and a
-sweep over every axis go through the CLI itself.
+sweep over every axis go through the CLI itself, and so does one run of every other command and mode (analyze
+with parallelism, training, serving and the time model; compare and sweep with --hardware; hardware, heads, check,
+every explain topic, plan, diff, verify, bench) at 80, 60, 39 and 0 columns (:data:`EVERY_COMMAND`). A name may
+wrap at its separators (``decoder.layers.0-5.`` / ``attention.norm.weight``, :mod:`embedcalc.render.wrap`):
+:func:`assert_name_whole` finds it whole or broken only there.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from embedcalc.render.plot import score_share_table, sweep_table
 from embedcalc.render.sweep_output import result_json
 from embedcalc.render.tables import flops_table, memory_table, params_table
 
-WIDTHS = (80, 120)
+WIDTHS = (60, 80, 120)
 PRESETS = preset_names()
 HF_FILES = sorted(HF_FIXTURES.glob("*.json"))
 SWEEP_AXES = {"batch_size": (1, 8), "seq_len": (64, 128)}  # workload axes: valid on every preset
@@ -56,6 +61,35 @@ def assert_whole(text: str, shown: list[str], what: str) -> None:
     for item in shown:
         pattern = rf"(?<![\w.])(?<!\d,){re.escape(item)}(?!\w|,\d)"  # "1,234" inside "1,234,567" is not whole
         assert re.search(pattern, text), f"{what}: {item!r} is not shown whole in\n{text}"
+
+
+BOX = frozenset("│┃━─┏┓┗┛┡┩╇┼├┤┬┴┳┻╭╮╰╯┌┐└┘")  # what a rich table or panel draws its borders with
+KEY_VALUE = re.compile(r"^ *[^ :\n][^:\n]*: \S", re.MULTILINE)  # "  params: 124,439,808"
+
+
+def assert_key_values(text: str, width: int, what: str) -> None:
+    """At ``width`` below 40 (or 0: none), no table or panel is drawn: plain ``key: value`` lines, none cut."""
+    assert text.strip(), f"{what} at {width} columns prints nothing"
+    assert "…" not in text, f"{what} at {width} columns cuts a cell:\n{text}"
+    drawn = sorted(BOX & set(text))
+    assert not drawn, f"{what} at {width} columns draws a table ({drawn}) instead of key: value lines:\n{text}"
+    assert KEY_VALUE.search(text), f"{what} at {width} columns: no key: value line in\n{text}"
+    too_wide = [line for line in text.splitlines() if width and len(line) > width]
+    assert not too_wide, f"{what} at {width} columns: lines wider than the terminal:\n{too_wide}"
+
+
+def assert_drawn(text: str, width: int, what: str) -> None:
+    """At 60 columns and more the tables are tables (a header rule or a border), not the key: value fallback."""
+    assert_fits(text, width, what)
+    assert "╇" in text or "┌" in text or "╭" in text, f"{what} at {width} columns draws no table:\n{text}"
+
+
+def assert_name_whole(text: str, name: str, what: str) -> None:
+    """``name`` appears whole, or wrapped only after a separator with the rest on the next line of its column."""
+    pieces = re.split(r"(?<=[./_-])", name)
+    gap = r"(?:[^\S\n]*[│┃]?[^\n]*\n[│┃ ]*)?"  # the rest of the line, then the next line's border and indent
+    pattern = gap.join(re.escape(p) for p in pieces if p)
+    assert re.search(rf"(?<![\w.]){pattern}(?![\w])", text), f"{what}: {name!r} is not shown whole in\n{text}"
 
 
 def counts(values: list[int | None]) -> list[str]:
@@ -214,3 +248,120 @@ def test_sweep_over_every_axis(width: int) -> None:
     ]
     assert_whole(text, shown, "sweep")
     assert "exceeds" in text  # the invalid points keep their reason
+
+
+# --- every command and mode at 80, 60, 39 and 0 columns ----------------------------------------------------------
+
+EVERY_COMMAND: list[tuple[str, ...]] = [
+    ("analyze", "gpt2"),
+    ("analyze", "t5-base", "--mode", "training"),
+    ("analyze", "deepseek-v3", "--mode", "training", "--tp", "8", "--pp", "4", "--dp", "2", "--zero", "1"),
+    ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm"),
+    ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--concurrency", "16"),
+    ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--mode", "training", "--train-tokens", "1T",
+     "--price-per-hour", "2"),
+    ("analyze", "qwen3-next-80b-a3b", "--hardware", "h100-sxm", "--gen-tokens", "16"),
+    ("compare", "bert-base", "gpt2", "llama-3.1-8b", "--hardware", "h100-sxm"),
+    ("sweep", "gpt2", "--seq-len", "128,1024", "--hardware", "h100-sxm"),
+    ("hardware",),
+    ("hardware", "show", "h100-sxm"),
+    ("heads", "768"),
+    ("check", "gpt2"),
+    ("explain", "gpt2"),
+    ("explain", "deepseek-v3", "fine-tune"),
+    ("explain", "qwen3-8b", "embed-dim", "--lang", "zh"),
+    ("plan", "llama-3.1-8b"),
+    ("plan", "llama-3.1-8b", "--mode", "training", "--train-tokens", "1T", "--deadline", "30d"),
+    pytest.param(("diff", "gpt2", "gpt2", "--set", "num_layers=6"), marks=pytest.mark.torch),  # type: ignore[list-item]
+    pytest.param(("diff", "llama-3.1-8b", "qwen3-8b"), marks=pytest.mark.torch),  # type: ignore[list-item]
+    pytest.param(("verify", "gpt2", "--tp", "2"), marks=pytest.mark.torch),  # type: ignore[list-item]
+]
+BENCH = ("--set", "num_layers=1", "--set", "embed_dim=64", "--set", "num_heads=2", "--set", "vocab_size=512",
+         "--set", "max_seq_len=64", "--seq-len", "16", "--device", "cpu", "--repeat", "1", "--warmup", "0")  # fmt: skip
+EVERY_COMMAND += [  # real timing on a tiny model: slow in the default suite's terms
+    pytest.param(("bench", "gpt2", *BENCH), marks=[pytest.mark.torch, pytest.mark.slow]),  # type: ignore[list-item]
+    pytest.param(  # type: ignore[list-item]
+        ("bench", "gpt2", *BENCH, "--mode", "generate", "--gen-tokens", "4"),
+        marks=[pytest.mark.torch, pytest.mark.slow],
+    ),
+]
+
+
+def _key(args: tuple[str, ...]) -> str:
+    return " ".join(args[:3])
+
+
+def _torch_or_skip(args: tuple[str, ...]) -> None:
+    if args[0] in ("diff", "verify", "bench"):
+        pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("width", [80, 60])
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=_key)
+def test_every_command_is_drawn_whole(args: tuple[str, ...], width: int) -> None:
+    _torch_or_skip(args)
+    code, text = _run(width, *args)
+    assert code == 0, text
+    assert_drawn(text, width, " ".join(args))
+
+
+@pytest.mark.parametrize("width", [39, 0])
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=_key)
+def test_every_command_falls_back_to_key_values(args: tuple[str, ...], width: int) -> None:
+    _torch_or_skip(args)
+    code, text = _run(width, *args)
+    assert code == 0, text
+    assert_key_values(text, width, " ".join(args))
+
+
+@pytest.mark.parametrize("width", [80, 60, 39, 0])
+def test_diff_names_and_counts_whole(width: int) -> None:
+    """The reproducer: at 80 columns diff cut every tensor name to ``decoder.…``."""
+    pytest.importorskip("torch")
+    args = ("diff", "gpt2", "gpt2", "--set", "num_layers=6")
+    code, text = _run(width, *args)
+    assert code == 0, text
+    data = as_json(*args)["results"][0]
+    names = [t["name"] for t in data["tensors"] if ".layers." not in t["name"]]
+    names += [n.replace(".layers.0.", ".layers.0-5.") for n in (t["name"] for t in data["tensors"])
+              if ".layers.0." in n]  # fmt: skip
+    assert names, data.keys()
+    for name in names:
+        assert_name_whole(text, name, f"diff at {width}")
+    totals = data["totals"]
+    assert_whole(text, counts([totals["params_a"], totals["params_b"], totals["dropped_params"]]), f"diff at {width}")
+    if width in (80, 60):
+        assert "Left out at" in text  # the low-priority columns it dropped, said
+
+
+@pytest.mark.parametrize("width", [80, 60, 39, 0])
+def test_explain_fine_tune_counts_whole(width: int) -> None:
+    """The reproducer: at 80 columns ``explain deepseek-v3 fine-tune`` cut its parameter counts."""
+    args = ("explain", "deepseek-v3", "fine-tune")
+    code, text = _run(width, *args)
+    assert code == 0, text
+    answer = as_json(*args)["results"][0]["answer"]
+    shown = [n for s in answer["scenarios"] for n in (s["loadable_params"], s["params_to_initialise"])]
+    assert_whole(text, counts(shown), f"explain fine-tune at {width}")
+
+
+@pytest.mark.parametrize("width", [60, 39, 0])
+def test_roofline_components_whole(width: int) -> None:
+    """The reproducer: at 60 columns the roofline tables were unreadable."""
+    args = ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm")
+    code, text = _run(width, *args)
+    assert code == 0, text
+    phases = as_json(*args)["results"][0]["time"]["breakdown"]
+    for components in phases.values():
+        for key in components:
+            assert_name_whole(text, key, f"roofline at {width}")
+
+
+def test_no_render_module_draws_a_plain_table() -> None:
+    """Every table goes through FitTable and every panel through FitPanel (render/fit.py): the one place that keeps
+    numbers whole and falls back to key: value lines."""
+    render = Path(__file__).resolve().parents[2] / "embedcalc" / "render"
+    plain = re.compile(r"(?<![\w.])(?:Table|Panel)\(")
+    found = [f"{path.name}:{n}" for path in sorted(render.glob("*.py")) if path.name != "fit.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if plain.search(line)]  # fmt: skip
+    assert not found, f"plain rich tables or panels: {found}"
