@@ -51,7 +51,7 @@ def _group_rows(
         elif "/" not in key:
             current = group
         label = key if "/" not in key else "  " + key.split("/", 1)[1]
-        if score_marker and key.rsplit("/", 1)[-1] in ("scores", "context"):
+        if score_marker and key.rsplit("/", 1)[-1] in ("scores", "context", "index_scores"):  # the n² terms
             label += " ★"
         table.add_row(label, units.count(value), units.percent(value / total))
 
