@@ -16,7 +16,7 @@ from embedcalc.api.analyze import analyze_target
 from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from embedcalc.analysis.explain_heads import HeadShape
+    from embedcalc.analysis.explain import HeadShape
     from embedcalc.config.schema import ModelConfig
 
 # validation problems the heads topic explains (DESIGN.md §3: the head split of the width)
@@ -54,7 +54,7 @@ def _positive_int(raw: dict[str, Any], key: str, default: int | None = None) -> 
 
 def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
     """The heads topic's numbers from an unvalidated mapping, or None if they are not all positive integers."""
-    from embedcalc.analysis.explain_heads import HeadShape
+    from embedcalc.analysis.explain import HeadShape
 
     d, h = _positive_int(raw, "embed_dim"), _positive_int(raw, "num_heads")
     layers = _positive_int(raw, "num_layers")
@@ -85,9 +85,14 @@ def _presets() -> list[tuple[str, ModelConfig]]:
 
 
 def _answer(topic: str, config: ModelConfig, workload: Workload) -> Any:
-    from embedcalc.analysis.explain import explain_cost, explain_width_depth
-    from embedcalc.analysis.explain_heads import HeadShape, explain_heads
-    from embedcalc.analysis.explain_weights import explain_embed_dim, explain_fine_tune
+    from embedcalc.analysis.explain import (
+        HeadShape,
+        explain_cost,
+        explain_embed_dim,
+        explain_fine_tune,
+        explain_heads,
+        explain_width_depth,
+    )
 
     if topic == "heads":
         return explain_heads(HeadShape.of(config), workload, config)
@@ -124,7 +129,7 @@ def _invalid_heads(
     target: str, overrides: Sequence[str] | None, error: ConfigError, topics: list[str], run: Workload
 ) -> Explanation:
     """The heads answer for a config invalid only in its heads; re-raise ``error`` for anything else."""
-    from embedcalc.analysis.explain_heads import explain_heads
+    from embedcalc.analysis.explain import explain_heads
     from embedcalc.config.loading import raw_config
 
     codes = {p.code for p in error.problems}

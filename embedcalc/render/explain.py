@@ -13,9 +13,14 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from embedcalc.analysis.explain import CostAnswer, WidthDepthAnswer
-from embedcalc.analysis.explain_heads import HeadsAnswer
-from embedcalc.analysis.explain_weights import EmbedDimAnswer, FineTuneAnswer, Scenario
+from embedcalc.analysis.explain import (
+    CostAnswer,
+    EmbedDimAnswer,
+    FineTuneAnswer,
+    HeadsAnswer,
+    Scenario,
+    WidthDepthAnswer,
+)
 from embedcalc.render import units
 from embedcalc.render.fit import FitPanel, FitTable
 from embedcalc.render.i18n import Messages

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from embedcalc.analysis.explain_weights import explain_fine_tune
+from embedcalc.analysis.explain import explain_fine_tune
 from embedcalc.cli.app import build_app
 from embedcalc.config.loading import load_target
 

@@ -1,16 +1,16 @@
 """The numbers behind ``embedcalc explain`` (DESIGN.md §12): the questions the tool grew from, answered on one
 config and workload. This module owns the topic list and the width-depth and cost topics; the heads topic is in
-:mod:`embedcalc.analysis.explain_heads`, embed-dim and fine-tune in :mod:`embedcalc.analysis.explain_weights`.
+:mod:`embedcalc.analysis.explain.heads`, embed-dim and fine-tune in :mod:`embedcalc.analysis.explain.weights`.
 
 Pure arithmetic on a :class:`ModelConfig` (or, for the heads topic, on the few integers of a
-:class:`~embedcalc.analysis.explain_heads.HeadShape`, which an invalid config still has); every answer is a frozen
+:class:`~embedcalc.analysis.explain.heads.HeadShape`, which an invalid config still has); every answer is a frozen
 dataclass whose fields are all the numbers the text shows, so ``--format json`` carries them as they are. The
 text lives in the message catalogues (``embedcalc/locale``) and the layout in :mod:`embedcalc.render.explain`.
 Breakdown keys are read by their segments, so keys added for new layer kinds (``decoder/moe/experts``) land in a
 category instead of failing.
 
 Sources of the formulas:
-- head split: :mod:`embedcalc.analysis.explain_heads` (the heads topic);
+- head split: :mod:`embedcalc.analysis.explain.heads` (the heads topic);
 - ``N ≈ 12 L d²`` non-embedding parameters and ``C_forward ≈ 2 N + 2 L n d_attn`` FLOPs per token: Kaplan et al.
   2020, §2.1; loss depends weakly on shape at fixed N: §3.1 (Figure 5);
 - depth threshold ``L_th = log₃(d)``: Levine et al. 2020 ("Limits to Depth Efficiencies of Self-Attention");
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, replace
 
 from embedcalc.analysis.crossover import crossover_seq_len
-from embedcalc.analysis.explain_heads import per_token_kv_bytes
+from embedcalc.analysis.explain.heads import per_token_kv_bytes
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import active_params, count_params

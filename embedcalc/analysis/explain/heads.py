@@ -1,7 +1,7 @@
 """The heads topic of ``embedcalc explain``: why num_heads must divide embed_dim (Q4) and how to choose the heads
 (Q1), answered on the few integers of a :class:`HeadShape`, which a config that fails validation on its heads still
 has. The answer is a frozen dataclass of every number the text shows, as for the other topics
-(:mod:`embedcalc.analysis.explain`).
+(:mod:`embedcalc.analysis.explain.scale`).
 
 Source: the head split ``(B, T, d) -> (B, T, h, d / h)``, Vaswani et al. 2017, §3.2.2 (d_k = d_model / h).
 """
