@@ -40,6 +40,11 @@ unit-triangular solves of the UT transform (C² (dk + dv) / 2 multiply-adds per 
 ``FlopCounterMode`` counts none, and neither does this count. State: conv_dim x K + Hv x dk x dv; a decode step's
 scan is 2 b Hv dv 2 dk (the state read by k and by q).
 
+A short convolution (LFM2; transformers' ``Lfm2ShortConv``), inner I, kernel K: ``in`` Linear(d, 3 I) (B, C, x),
+``conv`` over I channels of B * x, ``out`` Linear(I, d), the biases of all three when ``conv_bias``; no scan (the
+gates B * x and C * y are element-wise). FLOPs 2 t d 3 I + 2 t I K + 2 t I d, the same per token in a decode step;
+transformers' convolution pads both sides, 2 b I K (K - 1) more. State: I K (transformers' conv-state layout).
+
 One **decode step** runs the recurrence instead: ``in`` and ``out`` on one token, ``conv`` 2 b conv_dim K (the
 window of K inputs against the kernel), ``ssm`` 2 b H P N (the state read out by C; its update is element-wise).
 
@@ -66,6 +71,8 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
     out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
+    if m.short_conv:  # LFM2: in_proj, the conv and out_proj only
+        return out + linear(f"{prefix}/out", m.inner, d, m.bias, "none")
     if m.mamba1:  # Gu & Dao 2023: x_proj -> (dt, B, C), dt_proj (biased), A_log (I x N), D (I)
         out += linear(f"{prefix}/x_proj", m.inner, m.dt_rank + 2 * m.state_size, False, "none")
         out += linear(f"{prefix}/dt_proj", m.dt_rank, m.inner, True, "none")
@@ -94,6 +101,8 @@ def mixer_flops(
     t = b * n
     if m.mamba1:
         return _mamba1_terms(m, x, layers, t, prefix)
+    if m.short_conv:
+        return _short_conv_terms(m, x, layers, t, prefix)
     q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
     scanned = padded_tokens(n, q) if pad else n
     # per head and token; DeltaNet: Q Kᵀ and (β K) Kᵀ (2 Q dk), the intra-chunk output (Q dv), the state 3 dk dv
@@ -122,11 +131,23 @@ def _mamba1_terms(m: Mixer, x: Dims, layers: Num, t: Num, prefix: str) -> list[t
     ]
 
 
+def _short_conv_terms(m: Mixer, x: Dims, layers: Num, t: Num, prefix: str) -> list[tuple[str, Num]]:
+    """The short convolution on ``t`` tokens, the same per token in a prompt and in a decode step (LFM2): the two
+    projections and the K-tap convolution; its gates are element-wise."""
+    return [
+        (f"{prefix}/in", t * (layers * 2 * x.d * m.in_width)),
+        (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        (f"{prefix}/out", t * (layers * 2 * m.inner * x.d)),
+    ]
+
+
 def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> list[tuple[str, Num]]:
     """FLOPs of one decode step (one token per sequence) of ``layers`` recurrent layers: the recurrent form."""
     b, d = x.b, x.d
     if m.mamba1:
         return _mamba1_terms(m, x, layers, b, prefix)
+    if m.short_conv:
+        return _short_conv_terms(m, x, layers, b, prefix)
     read = 2 * m.head_k_dim if m.deltanet else m.state_size  # DeltaNet reads the state with k and with q
     return [
         (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),
@@ -168,7 +189,10 @@ def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:
 
 
 def chunk_score_values(m: Mixer, x: Dims, n: Num) -> Num:
-    """Values of one intra-chunk score tensor (C Bᵀ, or it masked by the decays) of ``x.b`` sequences: b L Q H."""
+    """Values of one intra-chunk score tensor (C Bᵀ, or it masked by the decays) of ``x.b`` sequences: b L Q H (none
+    for the short convolution)."""
+    if m.short_conv:
+        return 0
     return (x.b * padded_tokens(n, m.chunk_size)) * (m.chunk_size * m.num_heads)
 
 

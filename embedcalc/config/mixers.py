@@ -16,6 +16,10 @@ A block mixes tokens with one of:
   transformers' ``Qwen3NextGatedDeltaNet``): in_proj d -> (q, k, v, z, beta, a), a causal depthwise conv over
   (q, k, v), the chunked gated delta rule with per-value-head A_log and dt_bias, an RMSNorm over each value head
   (one head_dim-wide weight) gated by silu(z), out_proj -> d; its state is num_heads x head_k_dim x head_dim;
+- ``short_conv``: LFM2's gated short convolution (Liquid AI 2025; transformers' ``Lfm2ShortConv``): in_proj
+  d -> (B, C, x) of inner_dim each, a causal depthwise conv of conv_kernel (``conv_L_cache``) taps over B * x, no
+  activation, gated by C, out_proj inner_dim -> d; its state is the conv window, inner_dim x conv_kernel
+  (transformers' conv-state layout), and no scan state;
 - ``none``: no mixer at all (Nemotron-H's MLP-only and MoE-only layers, the NAS models' attention-free layers).
 
 A recurrent mixer carries a fixed-size **state** per sequence instead of a KV cache that grows with the context:
@@ -34,21 +38,23 @@ from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
-MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "none"]
-RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet"})
+MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "none"]
+RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
     "mamba": ("state_size", "inner_dim", "dt_rank"),
     "mamba2": ("state_size", "num_heads", "head_dim"),
     "gated_deltanet": ("num_heads", "head_dim", "num_k_heads", "head_k_dim"),
+    "short_conv": ("inner_dim",),
 }
 _EXAMPLE = {
     "mamba": "Jamba-Mini-1.7 has state_size: 16, inner_dim: 8192, dt_rank: 256",
     "mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64",
     "gated_deltanet": "Qwen3-Next-80B-A3B has num_heads: 32, head_dim: 128, num_k_heads: 16, head_k_dim: 128",
+    "short_conv": "LFM2-1.2B has inner_dim: 2048 (its hidden size), conv_kernel: 3",
 }
 # Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk
-_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64}
+_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64, "short_conv": 1}
 
 
 class MixerSpec(BaseModel):
@@ -60,8 +66,9 @@ class MixerSpec(BaseModel):
         default="attention",
         description=(
             "attention: the block's attention (standard or mla). mamba2: a Mamba-2 state-space layer (SSD, Dao & "
-            "Gu 2024), a constant-size recurrent state per sequence instead of a KV cache. none: no mixer (the "
-            "block is its FFN only)."
+            "Gu 2024), a constant-size recurrent state per sequence instead of a KV cache. mamba: Mamba-1. "
+            "gated_deltanet: gated DeltaNet linear attention. short_conv: LFM2's gated short convolution. none: no "
+            "mixer (the block is its FFN only)."
         ),
     )
     state_size: PositiveInt | None = Field(
@@ -79,7 +86,9 @@ class MixerSpec(BaseModel):
         description="mamba2: channels P per SSM head (mamba_d_head). gated_deltanet: value head width.",
     )
     inner_dim: PositiveInt | None = Field(
-        default=None, description="mamba: the inner width d_inner = mamba_expand x embed_dim."
+        default=None,
+        description="mamba: the inner width d_inner = mamba_expand x embed_dim. short_conv: the convolved channels "
+        "(LFM2: embed_dim).",
     )
     dt_rank: PositiveInt | None = Field(
         default=None, description="mamba: rank of the time-step projection (mamba_dt_rank; 'auto' = ceil(d / 16))."
@@ -182,10 +191,14 @@ class Mixer:
         return self.kind == "mamba"
 
     @property
+    def short_conv(self) -> bool:
+        return self.kind == "short_conv"
+
+    @property
     def inner(self) -> int:
         """Width of the scan's output (and of z): num_heads x head_dim (Mamba-2's d_inner; DeltaNet's value dim);
-        Mamba-1's inner_dim."""
-        return self.inner_dim if self.mamba1 else self.num_heads * self.head_dim
+        Mamba-1's and the short convolution's inner_dim."""
+        return self.inner_dim if self.mamba1 or self.short_conv else self.num_heads * self.head_dim
 
     @property
     def key_dim(self) -> int:
@@ -198,7 +211,7 @@ class Mixer:
         q, k and v (2 key_dim + inner)."""
         if self.deltanet:
             return 2 * self.key_dim + self.inner
-        if self.mamba1:
+        if self.mamba1 or self.short_conv:
             return self.inner
         return self.inner + 2 * self.groups * self.state_size
 
@@ -210,11 +223,16 @@ class Mixer:
             return self.conv_dim + self.inner + 2 * self.num_heads
         if self.mamba1:
             return 2 * self.inner  # x and z
+        if self.short_conv:
+            return 3 * self.inner  # B, C and x
         return self.inner + self.conv_dim + self.num_heads
 
     @property
     def ssm_state_shape(self) -> tuple[int, int, int]:
-        """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet."""
+        """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet;
+        none (a 0-sized shape) for the short convolution, whose only state is its window."""
+        if self.short_conv:
+            return 0, 0, 0
         if self.deltanet:
             return self.num_heads, self.head_k_dim, self.head_dim
         if self.mamba1:
@@ -228,6 +246,8 @@ class Mixer:
             return 2 * self.key_dim + 2 * self.inner + 2 * self.num_heads
         if self.mamba1:
             return 3 * self.inner + 2 * self.state_size  # x, dt, B, C in; y out
+        if self.short_conv:
+            return 0  # no scan
         return 2 * self.inner + 2 * self.groups * self.state_size + self.num_heads
 
     @property

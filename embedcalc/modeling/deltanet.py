@@ -19,8 +19,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.norms import residual, sublayer_norm
-from embedcalc.modeling.ssm import CausalConv, MixerState
+from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 _EPS = 1e-6
 
@@ -108,20 +107,13 @@ class HeadRMSNorm(nn.Module):
         return normed * F.silu(z)
 
 
-class GatedDeltaNetMixer(nn.Module):
+class GatedDeltaNetMixer(MixerSublayer):
     """The gated DeltaNet sublayer of one block: its norm and the mixer (module docstring)."""
 
     def __init__(self, config: ModelConfig, m: Mixer) -> None:
-        super().__init__()
-        self.spec = m
-        self.placement = config.resolved_norm_placement
-        d = config.embed_dim
-        self.in_ = nn.Linear(d, m.in_width, bias=m.bias)
-        self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias)
+        super().__init__(config, m)
         self.ssm = DeltaRule(m)
         self.gate_norm = HeadRMSNorm(m.head_dim)
-        self.out = nn.Linear(m.inner, d, bias=m.bias)
-        self.norm = sublayer_norm(config)
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
@@ -138,6 +130,3 @@ class GatedDeltaNetMixer(nn.Module):
         y = self.gate_norm(y, z.reshape(batch, length, m.num_heads, m.head_dim))
         out: Tensor = self.out(y.reshape(batch, length, m.inner))
         return out
-
-    def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
-        return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)

@@ -16,8 +16,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.norms import residual, sublayer_norm
-from embedcalc.modeling.ssm import CausalConv, MixerState
+from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 
 class SelectiveScan(nn.Module):
@@ -51,22 +50,15 @@ class BCNorm(nn.Module):
         self.dt, self.b, self.c = (nn.RMSNorm(w, eps=1e-6) for w in (m.dt_rank, m.state_size, m.state_size))
 
 
-class Mamba1Mixer(nn.Module):
+class Mamba1Mixer(MixerSublayer):
     """The Mamba-1 sublayer of one block: its norm and the mixer (module docstring)."""
 
     def __init__(self, config: ModelConfig, m: Mixer) -> None:
-        super().__init__()
-        self.spec = m
-        self.placement = config.resolved_norm_placement
-        d = config.embed_dim
-        self.in_ = nn.Linear(d, m.in_width, bias=m.bias)
-        self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias)
+        super().__init__(config, m)
         self.x_proj = nn.Linear(m.inner, m.dt_rank + 2 * m.state_size, bias=False)
         self.bc_norm = BCNorm(m) if m.bc_norms else None
         self.dt_proj = nn.Linear(m.dt_rank, m.inner, bias=True)
         self.ssm = SelectiveScan(m)
-        self.out = nn.Linear(m.inner, d, bias=m.bias)
-        self.norm = sublayer_norm(config)
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
@@ -80,6 +72,3 @@ class Mamba1Mixer(nn.Module):
         y = self.ssm(x, dt, b, c, state) * F.silu(z)  # (B, T, I)
         out: Tensor = self.out(y)
         return out
-
-    def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
-        return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)

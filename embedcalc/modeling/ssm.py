@@ -55,12 +55,14 @@ def allocate_state(m: Mixer, batch_size: int, like: Tensor) -> MixerState:
 
 
 class CausalConv(nn.Module):
-    """Depthwise causal Conv1d over ``channels`` with ``kernel`` taps: weight (C, 1, K), bias (C) when asked."""
+    """Depthwise causal Conv1d over ``channels`` with ``kernel`` taps: weight (C, 1, K), bias (C) when asked; silu
+    after it unless ``activation`` is false (the short convolution)."""
 
-    def __init__(self, channels: int, kernel: int, bias: bool) -> None:
+    def __init__(self, channels: int, kernel: int, bias: bool, activation: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(channels, 1, kernel))
         self.bias = nn.Parameter(torch.empty(channels)) if bias else None
+        self.activation = activation
 
     def forward(self, x: Tensor, state: MixerState | None) -> Tensor:
         """(B, T, C) -> silu(conv(x)) (B, T, C); the K - 1 inputs before x come from ``state`` (zeros without),
@@ -74,7 +76,30 @@ class CausalConv(nn.Module):
         if state is not None:
             state.conv.copy_(padded[..., -kernel:])
         out = F.conv1d(padded, self.weight, self.bias, groups=xt.shape[1])  # (B, C, T)
-        return F.silu(out).transpose(1, 2)  # (B, T, C)
+        return (F.silu(out) if self.activation else out).transpose(1, 2)  # (B, T, C)
+
+
+class MixerSublayer(nn.Module):
+    """What every recurrent mixer's sublayer has, in this order of its module tree: ``in_`` (Linear d -> in_width),
+    ``conv`` (:class:`CausalConv` over conv_dim channels), the kind's own parts (added by the subclass's
+    ``__init__``), ``out`` (Linear inner -> d) and ``norm`` (the sublayer's norm); the subclass writes
+    :meth:`transform`, the residual wraps it."""
+
+    def __init__(self, config: ModelConfig, m: Mixer, conv_activation: bool = True) -> None:
+        super().__init__()
+        self.spec = m
+        self.placement = config.resolved_norm_placement
+        self.in_ = nn.Linear(config.embed_dim, m.in_width, bias=m.bias)
+        self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias, conv_activation)
+        self.out = nn.Linear(m.inner, config.embed_dim, bias=m.bias)
+        self.norm = sublayer_norm(config)
+
+    def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
+        """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
+        return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)
 
 
 def _segment_sum(a: Tensor) -> Tensor:
@@ -172,20 +197,13 @@ class GatedRMSNorm(nn.Module):
         return out * F.silu(z) if self.norm_before_gate else out
 
 
-class Mamba2Mixer(nn.Module):
+class Mamba2Mixer(MixerSublayer):
     """The Mamba-2 sublayer of one block: its norm and the mixer (module docstring)."""
 
     def __init__(self, config: ModelConfig, m: Mixer) -> None:
-        super().__init__()
-        self.spec = m
-        self.placement = config.resolved_norm_placement
-        d = config.embed_dim
-        self.in_ = nn.Linear(d, m.in_width, bias=m.bias)
-        self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias)
+        super().__init__(config, m)
         self.ssm = SSDScan(m)
         self.gate_norm = GatedRMSNorm(m.inner, m.groups, m.norm_before_gate)
-        self.out = nn.Linear(m.inner, d, bias=m.bias)
-        self.norm = sublayer_norm(config)
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
@@ -203,14 +221,15 @@ class Mamba2Mixer(nn.Module):
         out: Tensor = self.out(self.gate_norm(y.reshape(batch, length, m.inner), z))
         return out
 
-    def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
-        return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)
-
 
 def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
     """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 here, gated DeltaNet in
-    :mod:`embedcalc.modeling.deltanet`, Mamba-1 in :mod:`embedcalc.modeling.mamba1` (both build on CausalConv and
-    MixerState, above)."""
+    :mod:`embedcalc.modeling.deltanet`, Mamba-1 in :mod:`embedcalc.modeling.mamba1`, the short convolution in
+    :mod:`embedcalc.modeling.short_conv` (all on MixerSublayer, CausalConv and MixerState, above)."""
+    if m.short_conv:
+        from embedcalc.modeling.short_conv import ShortConvMixer
+
+        return ShortConvMixer(config, m)
     if m.deltanet:
         from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 

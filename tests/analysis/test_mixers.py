@@ -190,13 +190,14 @@ def test_deltanet_terms_by_hand() -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("n", [8, 13])
-def test_deltanet_torch_model_reconciles_and_generates(n: int) -> None:
+@pytest.mark.parametrize(("kind", "n"), [("deltanet", 8), ("deltanet", 13), ("short_conv", 1), ("short_conv", 6)])
+def test_torch_model_reconciles_and_generates(kind: str, n: int) -> None:
+    """Gated DeltaNet (Qwen3-Next's layers) and the short convolution (LFM2's, defined below)."""
     torch = pytest.importorskip("torch")
     from embedcalc.modeling import build_model, component_flops, component_params
     from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
 
-    config = ModelConfig.model_validate(NEXT)
+    config = ModelConfig.model_validate(NEXT if kind == "deltanet" else LFM2)
     assert component_params(build_model(config)) == {k: v for k, v in count_params(config).as_dict().items() if v}
     breakdown = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
     assert component_flops(config, batch_size=2, seq_len=n) == {k: v for k, v in breakdown.items() if v}
@@ -260,3 +261,37 @@ def test_mamba1_torch_model_reconciles_and_generates() -> None:
     assert greedy_generate(model, prompt, 4, cache).tokens.tolist() == reference_generate(model, prompt, 4).tolist()
     state = estimate_memory(config, Workload(batch_size=2, seq_len=7)).recurrent_state_bytes
     assert cache.state_nbytes == state == 2 * 3 * (2 * D * 4 + 2 * D * 8) * 4  # b x layers x (I K + I N) x fp32
+
+
+# --- the short convolution (LFM2's conv layers) ----------------------------------------------------------------------
+
+LFM2: dict[str, Any] = {
+    **{k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers")},
+    "position": "rope", "attention": {"qk_norm": "head"},
+    "mixer": {"kind": "short_conv", "inner_dim": D, "conv_kernel": 3, "conv_bias": False},
+    "blocks": {"attn": {"mixer": {"kind": "attention"}}},
+    "layers": [{"pattern": ["default", "default", "attn"], "repeat": 1}, {"pattern": ["default"]}],
+}  # fmt: skip
+
+
+def test_short_conv_follows_lfm2_by_hand() -> None:
+    """in_proj d -> 3 d, a 3-tap depthwise conv over d channels, out_proj d -> d, no biases; no scan; a state of
+    d x 3 per layer (transformers' conv cache), the same FLOPs per token in a prompt and a decode step."""
+    config = ModelConfig.model_validate(LFM2)
+    p = count_params(config).as_dict()
+    assert (p["decoder/mixer/in"], p["decoder/mixer/conv"], p["decoder/mixer/out"]) == (3 * 3 * D * D, 3 * D * 3,
+                                                                                         3 * D * D)  # fmt: skip
+    assert "decoder/mixer/ssm" not in p
+    flops = forward_flops(config, Workload(batch_size=2, seq_len=5)).breakdown.as_dict()
+    assert flops["decoder/mixer/conv"] == 3 * 2 * (2 * 5) * D * 3
+    assert "decoder/mixer/ssm" not in flops
+    memory = estimate_memory(config, Workload(batch_size=2, seq_len=5))
+    assert memory.recurrent_state_bytes == 2 * 3 * D * 3 * 4  # b x layers x (d x K) x fp32
+    step = decode_step_flops(config, Workload(batch_size=2, seq_len=5), 6)
+    assert step["decoder/mixer/in"] == 3 * 2 * 2 * D * 3 * D
+
+
+@pytest.mark.torch
+def test_bench_generate_measures_the_short_conv_state(generate_state: Any) -> None:
+    pytest.importorskip("torch")
+    assert generate_state(LFM2, "lfm2.json")["recurrent_state_bytes"] == 2 * 3 * D * 3 * 4
