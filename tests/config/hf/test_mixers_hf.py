@@ -26,7 +26,7 @@ PUBLISHED = published("test_mixers_hf")
 # layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
 # (nvidia/Nemotron-H-8B-Base-8K's file has no MoE block)
 UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
-          "nemotron-h-8b-base-8k": 0, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048}
+          "nemotron-h-8b-base-8k": 0, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048, "lfm2-1.2b": 0}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,8 @@ def _hf_state(hf: Any) -> int:
         value = hf.linear_num_value_heads * hf.linear_value_head_dim
         conv = (2 * key + value) * hf.linear_conv_kernel_dim
         return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
+    if hf.model_type == "lfm2":  # the short convolution: its window only
+        return hf.hidden_size * hf.conv_L_cache
     if hf.model_type == "nemotron_h":
         inner = hf.mamba_num_heads * hf.mamba_head_dim
         return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel + inner * hf.ssm_state_size
@@ -72,7 +74,7 @@ def test_per_layer_cache_follows_transformers_config(transformers: Any, name: st
     hf = hf_config(transformers, raw_fixture(name))
     config = _config(raw_fixture(name))
     attention = [t == "full_attention" for t in hf.layer_types]
-    recurrent = [t == "linear_attention" for t in hf.layer_types]
+    recurrent = [t in ("linear_attention", "conv") for t in hf.layer_types]
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     state = _hf_state(hf)
     plan = config.stack_plan("decoder")
@@ -133,7 +135,8 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
 
 # Small eager variants whose transformers CPU path counts exactly our matmuls plus the convolution's padded tail:
 # Qwen3-Next's gated DeltaNet (its triangular solves count none) and Jamba's Mamba-1 reference scan (the state read
-# out by C each token; attention at layer 2 of 4, experts on odd layers).
+# out by C each token; attention at layer 2 of 4, experts on odd layers) and LFM2's short convolution (attention at
+# layer 2 of 4).
 CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
     "qwen3-next-80b-a3b": dict(
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -145,12 +148,17 @@ CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
         num_experts=4, attn_layer_period=4, attn_layer_offset=2, mamba_d_state=8, mamba_dt_rank=8, vocab_size=256,
     ),
+    "lfm2-1.2b": dict(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+        block_multiple_of=16, full_attn_idxs=[2], vocab_size=256,
+    ),
 }  # fmt: skip
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "seq_len"), [("qwen3-next-80b-a3b", 16), ("qwen3-next-80b-a3b", 70),
-                                               ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16)])  # fmt: skip
+                                               ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16), ("lfm2-1.2b", 5),
+                                               ("lfm2-1.2b", 16)])  # fmt: skip
 def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: Any, name: str, seq_len: int) -> None:
     import torch
 
@@ -168,7 +176,7 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: An
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7"])
+@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b"])
 def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(generate_state: Any, name: str) -> None:
     """``bench --mode generate`` on a small variant of the hub file (Nemotron-H: Mamba-2-only, MLP-only,
     attention-only and MoE-only blocks, its time_step_limit of [0.0, Infinity] kept): the state tensors hold the
