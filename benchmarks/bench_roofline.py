@@ -2,10 +2,10 @@
 
 Models: a small GPT (d 256, 4 layers), gpt2 (124M) and gpt2-medium (355M), float32, SDPA, batch 1, a
 ``--prompt`` token prompt, ``--gen-tokens`` greedy decode steps through embedcalc's static KV cache, projections
-fused as ``bench`` runs them. Predicted: :func:`embedcalc.analysis.roofline_time.estimate_time` on the ``local`` device
-(``embedcalc bench --peak`` must have measured it), efficiency 1; prefill_s against the median time to first
-token, the mean decode step over the generation against the median measured step. Error = (measured − predicted)
-/ predicted. Each size runs ``--repeat`` generations after one warm-up.
+fused as ``bench`` runs them. Predicted: :func:`~embedcalc.analysis.roofline.timing.estimate_time` on the
+``local`` device (``embedcalc bench --peak`` must have measured it), efficiency 1; prefill_s against the median
+time to first token, the mean decode step over the generation against the median measured step.
+Error = (measured − predicted) / predicted. Each size runs ``--repeat`` generations after one warm-up.
 
     python benchmarks/bench_roofline.py [--prompt 128] [--gen-tokens 32] [--repeat 3] [--threads 2]
 """
@@ -17,7 +17,7 @@ import statistics
 
 import torch
 
-from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import load_device
 from embedcalc.config.loading import load_target

@@ -3,7 +3,7 @@
 Every number of a plan row is one ``analyze`` computes for that device, layout and workload, by the same
 functions: weights, KV and activations per device by :func:`~embedcalc.analysis.memory.estimate_memory` (serving
 memory by :mod:`embedcalc.analysis.memory.serving`), the prefill and decode-step times by
-:func:`~embedcalc.analysis.roofline_time.estimate_time`, a training run's wall time by the same call with the
+:func:`~embedcalc.analysis.roofline.timing.estimate_time`, a training run's wall time by the same call with the
 token budget. What plan adds is the search and, for serving, the queue model below. Conventions, stated once:
 
 **Layouts searched** (:mod:`embedcalc.analysis.plan_inference`, :mod:`embedcalc.analysis.plan_training`):

@@ -1,7 +1,7 @@
 """The serving search of ``plan``: every device × tensor-parallel degree (× pipeline stages when one node is not
 enough), each evaluated with ``analyze``'s own functions — serving memory
 (:func:`~embedcalc.analysis.memory.serving.serving_memory`) and the prefill and decode-step times
-(:func:`~embedcalc.analysis.roofline_time.estimate_time`) — and the queue model of
+(:func:`~embedcalc.analysis.roofline.timing.estimate_time`) — and the queue model of
 :mod:`embedcalc.analysis.plan`. The conventions are stated once, there.
 """
 
@@ -28,9 +28,8 @@ from embedcalc.analysis.plan import (
     closed_loop,
     open_loop,
 )
-from embedcalc.analysis.roofline import RooflineEstimate
-from embedcalc.analysis.roofline_capacity import largest
-from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+from embedcalc.analysis.roofline import RooflineEstimate, largest
+from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.hardware import Device, peak_dtype

@@ -1,6 +1,6 @@
 """The training search of ``plan``: device × count × (TP, PP, DP, ZeRO, recompute), each layout's per-device memory
 by :func:`~embedcalc.analysis.memory.estimate_memory` and its step, wall time and device-hours by
-:func:`~embedcalc.analysis.roofline_time.estimate_time` with the token budget — the calls ``analyze --mode training
+:func:`~embedcalc.analysis.roofline.timing.estimate_time` with the token budget — the calls ``analyze --mode training
 --hardware D --train-tokens N`` makes. The layout rules (TP within a node, PP across nodes, DP the rest; the first
 ZeRO stage and recompute level that fit) are stated in :mod:`embedcalc.analysis.plan`.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.plan import DEFAULT_MAX_TRAINING_DEVICES, NODE_DEVICES, Layout, Price, TrainingRow
 from embedcalc.analysis.plan_inference import device_dtype, no_peak, tp_degrees
-from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Recompute, Workload
 from embedcalc.config.hardware import Device

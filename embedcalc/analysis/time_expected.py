@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from embedcalc.analysis.communication import Collective, communication
-from embedcalc.analysis.roofline_traffic import Weights
+from embedcalc.analysis.roofline.traffic import Weights
 from embedcalc.analysis.time_comm import collectives_s
 from embedcalc.analysis.time_model import (
     Fractions,

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from embedcalc.analysis.roofline_traffic import Weights, experts_reached
+from embedcalc.analysis.roofline.traffic import Weights, experts_reached
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.blocks import Block

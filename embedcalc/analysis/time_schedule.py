@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 
 from embedcalc.analysis.communication import Collective, communication
 from embedcalc.analysis.roofline import ComponentTime, Phase, Schedule
-from embedcalc.analysis.roofline_traffic import Traffic, Weights
+from embedcalc.analysis.roofline.traffic import Traffic, Weights
 from embedcalc.analysis.time_expected import ExpectedModel
 from embedcalc.analysis.time_model import elementwise_bytes, kernels_per_forward
 from embedcalc.analysis.workload import Workload

@@ -166,7 +166,7 @@ def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[R
     """The default prediction a measurement is put beside: the expected time for ``local`` (measured first, as
     ``bench --peak`` measures it, when this machine has not been measured yet), and a note on where it came from
     (or why there is none)."""
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
     from embedcalc.config.hardware import LOCAL, load_device
     from embedcalc.modeling.device import device_name
 

@@ -4,7 +4,7 @@ largest batch and context that fit a memory limit.
 
 :class:`TimeOptions` is what the CLI's ``--hardware``, ``--efficiency``, ``--kv-dtype``, ``--train-tokens``,
 ``--devices``, ``--price-per-hour`` and ``--global-batch`` give; the time model itself is
-:mod:`embedcalc.analysis.roofline_time`.
+:mod:`embedcalc.analysis.roofline.timing`.
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ def apply_time(
     wanted = options.hardware is not None or max_memory is not None
     if kv is None and not wanted:
         return analysis, None
-    from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.roofline_capacity import capacity, with_kv_dtype
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.analysis.roofline import Efficiency, capacity, with_kv_dtype
+    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
     from embedcalc.config.hardware import load_device
 
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))

@@ -5,7 +5,7 @@ no allocation happens inside the timed steps. Prefill runs the prompt (an encode
 the encoder, once, and the decoder prompt through the decoder, which fills the cross-attention caches) and picks
 the first token from the last position's logits: the time to first token. Each decode step then feeds the last
 token, one per sequence, and picks the next: G decode steps after a prompt of P tokens run at KV lengths
-P+1 … P+G, leaving P+G tokens in the cache (the analytic convention, analysis/roofline.py). The logits of every
+P+1 … P+G, leaving P+G tokens in the cache (the analytic convention, analysis/roofline/estimate.py). The logits of every
 prompt position are computed at prefill, as the analytic prefill counts the LM head on every token.
 
 Timing: :class:`embedcalc.modeling.timing.Clock` around each step (the argmax makes each step's result

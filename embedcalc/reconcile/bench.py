@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.roofline_capacity import largest
+from embedcalc.analysis.roofline import largest
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import datasheet_peak
 from embedcalc.config.schema import ModelConfig

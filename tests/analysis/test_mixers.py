@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import count_params
-from embedcalc.analysis.roofline_traffic import decode_step_flops
+from embedcalc.analysis.roofline import decode_step_flops
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 

@@ -14,10 +14,8 @@ from typer.testing import CliRunner
 
 from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
 from embedcalc.analysis.params import count_params, param_tensors
-from embedcalc.analysis.roofline import Efficiency
-from embedcalc.analysis.roofline_capacity import kv_adjusted_total
-from embedcalc.analysis.roofline_time import TimeRequest, _sum_max_affine, estimate_time
-from embedcalc.analysis.roofline_traffic import decode_step_flops
+from embedcalc.analysis.roofline import Efficiency, decode_step_flops, kv_adjusted_total
+from embedcalc.analysis.roofline.timing import TimeRequest, _sum_max_affine, estimate_time
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
 from embedcalc.config.hardware import load_device

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from embedcalc.analysis.params import param_tensors
-from embedcalc.analysis.roofline_traffic import (
+from embedcalc.analysis.roofline import (
     Traffic,
     experts_reached,
     matmul_flops,

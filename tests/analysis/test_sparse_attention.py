@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.params import count_params
-from embedcalc.analysis.roofline_traffic import decode_lengths, decode_step_flops
+from embedcalc.analysis.roofline import decode_lengths, decode_step_flops
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig

@@ -141,7 +141,7 @@ def test_kernels_scale_with_the_layers() -> None:
 
 
 def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 
     config = load_target("gpt2").config
     w = Workload(seq_len=64, gen_tokens=4)
@@ -166,7 +166,7 @@ def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
 
 
 def test_a_measured_devices_own_constants_replace_the_calibrations() -> None:
-    from embedcalc.analysis.roofline_time import TimeRequest, estimate_time
+    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
     from embedcalc.analysis.time_expected import device_constants
     from embedcalc.config.hardware import Figure, LatencyFigure
 

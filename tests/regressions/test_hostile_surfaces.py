@@ -69,7 +69,7 @@ def test_devices_with_400_digits_is_a_usage_error(cli: Any) -> None:
 
 def test_time_request_applies_the_same_rules_to_python_callers() -> None:
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.roofline_time import TimeRequest
+    from embedcalc.analysis.roofline.timing import TimeRequest
     from embedcalc.errors import WorkloadError
 
     for kwargs in ({"price_per_hour": math.inf}, {"devices": 10**400}, {"efficiency": Efficiency(1e-320, 1.0)},

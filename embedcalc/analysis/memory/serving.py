@@ -22,7 +22,7 @@ Conventions, stated once (vLLM's engine arguments, https://docs.vllm.ai/en/lates
   sequences that fit is the smallest over the stages.
 
 Everything is computed by :func:`~embedcalc.analysis.memory.estimate_memory` (and the KV dtype of
-:func:`~embedcalc.analysis.roofline_capacity.with_kv_dtype`): no second formula.
+:func:`~embedcalc.analysis.roofline.capacity_search.with_kv_dtype`): no second formula.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from embedcalc.analysis.memory.estimate import MemoryEstimate, estimate_memory
-from embedcalc.analysis.roofline_capacity import largest, with_kv_dtype
+from embedcalc.analysis.roofline import largest, with_kv_dtype
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from embedcalc.analysis.memory import low_precision
-from embedcalc.analysis.roofline import (
+from embedcalc.analysis.roofline.capacity_search import kv_element_bytes
+from embedcalc.analysis.roofline.estimate import (
     ComponentTime,
     Efficiency,
     Phase,
@@ -21,8 +22,7 @@ from embedcalc.analysis.roofline import (
     TimeModel,
     TrainingRun,
 )  # fmt: skip
-from embedcalc.analysis.roofline_capacity import kv_element_bytes
-from embedcalc.analysis.roofline_traffic import (
+from embedcalc.analysis.roofline.traffic import (
     Lengths,
     Traffic,
     Weights,

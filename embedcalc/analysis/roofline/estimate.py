@@ -42,8 +42,8 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
   their fp16 scales and zeros per group: :func:`embedcalc.analysis.memory.inference.stored_bytes`).
 
 This module owns the conventions and the result types (:class:`RooflineEstimate` and its parts); the times are
-computed in :mod:`embedcalc.analysis.roofline_time`, the bytes moved in :mod:`embedcalc.analysis.roofline_traffic`,
-the capacity search and the KV cache dtype in :mod:`embedcalc.analysis.roofline_capacity`.
+computed in :mod:`embedcalc.analysis.roofline.timing`, the bytes moved in :mod:`embedcalc.analysis.roofline.traffic`,
+the capacity search and the KV cache dtype in :mod:`embedcalc.analysis.roofline.capacity_search`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embedcalc.analysis.roofline_traffic import Traffic
+from embedcalc.analysis.roofline.traffic import Traffic
 from embedcalc.config.hardware import PeakDtype
 
 Bound = Literal["compute", "memory"]

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
-from embedcalc.analysis.roofline import Capacity
+from embedcalc.analysis.roofline.estimate import Capacity
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.dtypes import KV_DTYPES
 from embedcalc.config.schema import ModelConfig
