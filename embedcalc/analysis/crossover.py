@@ -11,6 +11,8 @@ Cross-attention is left out: for an encoder-decoder this is the encoder's crosso
 Sparse Attention) attends to at most k keys per query, so past k only its indexer grows as n²: when n* lands past
 k, n* = (linear - c k) / I with c the core's and I the indexer's FLOPs per query-key pair (deepseek-v3.2: 62,413
 tokens, where counting its core as n² would give 12,174).
+A stack with no softmax attention at all (every layer a Mamba, DeltaNet or short-convolution mixer: quadratic = 0)
+has no n² term to overtake anything: n* is None ("none" in tables, null in JSON), never a division by zero.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from embedcalc.analysis.structure import Dims
 from embedcalc.config.schema import ModelConfig
 
 
-def crossover_fraction(config: ModelConfig) -> Fraction:
-    """n* as an exact fraction."""
+def crossover_fraction(config: ModelConfig) -> Fraction | None:
+    """n* as an exact fraction; None without softmax attention (nothing grows as n²)."""
     linear, quadratic = crossover_terms(config, Dims.of(config))
-    return Fraction(linear, quadratic)
+    return Fraction(linear, quadratic) if quadratic else None
 
 
-def crossover_seq_len(config: ModelConfig) -> int | float:
-    """n*: an int when it is whole (4608 for bert-base), else a float."""
+def crossover_seq_len(config: ModelConfig) -> int | float | None:
+    """n*: an int when it is whole (4608 for bert-base), else a float; None without softmax attention."""
     value = crossover_fraction(config)
+    if value is None:
+        return None
     return int(value) if value.denominator == 1 else float(value)

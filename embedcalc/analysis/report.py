@@ -26,7 +26,7 @@ class Analysis:
     params: Breakdown
     flops: FlopsEstimate
     memory: MemoryEstimate
-    crossover_seq_len: int | float
+    crossover_seq_len: int | float | None  # None: no softmax attention layer
     warnings: list[Problem] = field(default_factory=list)
     active_params: int = -1  # parameters a token uses (MoE: top_k of the routed experts); -1: the total
     communication: CommunicationEstimate = field(default_factory=CommunicationEstimate)

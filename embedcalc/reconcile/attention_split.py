@@ -49,7 +49,7 @@ class AttentionSplit:
     method: str
     points: tuple[SplitRow, ...]
     measured_crossover_seq_len: float | None
-    predicted_crossover_seq_len: int | float
+    predicted_crossover_seq_len: int | float | None
 
     def to_json(self) -> dict[str, Any]:
         """The ``measured`` object of ``embedcalc sweep --measure --format json``."""

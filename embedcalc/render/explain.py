@@ -180,7 +180,10 @@ def render_width_depth(a: WidthDepthAnswer, m: Messages, label: str) -> FitPanel
         p.say("wd.kv", kv=units.binary_bytes(a.kv_cache_bytes_per_token))
     else:
         p.say("wd.kv_none")
-    p.say("wd.crossover", nstar=num(a.crossover_seq_len))
+    if a.crossover_seq_len is None:
+        p.say("wd.crossover_none")
+    else:
+        p.say("wd.crossover", nstar=num(a.crossover_seq_len))
     p.heading("wd.guidance")
     levine = "wd.levine_above" if a.deeper_than_threshold else "wd.levine_below"
     p.bullet("wd.kaplan")
@@ -276,9 +279,12 @@ def render_cost(a: CostAnswer, m: Messages, label: str) -> FitPanel:
     total = a.forward_flops or 1
     rows = [[m(f"flops.{k}"), num(v), units.percent(v / total)] for k, v in a.flops_by_category.items() if v]
     p.table(["col.part", "col.flops", "col.share"], rows)
-    p.say("cost.scores", share=units.percent(a.score_share), n=num(a.seq_len), nstar=num(a.crossover_seq_len),
-          ratio=num(a.seq_len_over_crossover), n2=num(a.doubled_seq_len), fwd2=units.flops(a.doubled_forward_flops),
-          share2=units.percent(a.doubled_score_share))  # fmt: skip
+    if a.crossover_seq_len is None or a.seq_len_over_crossover is None:
+        p.say("cost.scores_none", n2=num(a.doubled_seq_len), fwd2=units.flops(a.doubled_forward_flops))
+    else:
+        p.say("cost.scores", share=units.percent(a.score_share), n=num(a.seq_len), nstar=num(a.crossover_seq_len),
+              ratio=num(a.seq_len_over_crossover), n2=num(a.doubled_seq_len),
+              fwd2=units.flops(a.doubled_forward_flops), share2=units.percent(a.doubled_score_share))  # fmt: skip
     if a.forward_causal_flops is not None:
         p.say("cost.causal", causal=units.flops(a.forward_causal_flops))
     memory = [

@@ -192,8 +192,11 @@ def _memory_caption(a: Analysis) -> str:
     return f"Weights + KV cache + peak activations of one forward pass (an estimate).{where}"
 
 
-def crossover_text(n: int | float) -> str:
-    """n* with thousands separators; a fractional one to one decimal (it is an exact ratio, rarely whole)."""
+def crossover_text(n: int | float | None) -> str:
+    """n* with thousands separators; a fractional one to one decimal (it is an exact ratio, rarely whole); "none"
+    for a model without softmax attention."""
+    if n is None:
+        return "none (no n² term)"
     if isinstance(n, float) and not n.is_integer():
         return f"{n:,.1f}" if n == n and abs(n) != float("inf") else str(n)
     return f"{int(n):,}"

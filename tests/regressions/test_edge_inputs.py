@@ -111,3 +111,26 @@ def test_malformed_set_is_a_usage_error(cli: Any) -> None:
 def test_pasteable_fix_in_heads_message(cli: Any, write_config: Callable[..., Path]) -> None:
     result = cli("check", "bert-base", "--set", "num_heads=10")
     assert "--set num_heads=8 or --set num_heads=12" in result.stderr
+
+
+ATTENTION_FREE = {"model_type": "granitemoehybrid"}  # GraniteMoeHybridConfig's defaults: every layer Mamba-2
+
+
+@pytest.mark.parametrize("args", [
+    ("analyze", "--format", "json"), ("check", "--format", "json"), ("explain", "width-depth", "--format", "json"),
+    ("explain", "cost", "--format", "json"), ("sweep", "--seq-len", "128,1024", "--format", "json"),
+])  # fmt: skip
+def test_a_model_without_attention_has_no_crossover(
+    cli: Any, write_config: Callable[..., Path], args: tuple[str, ...]
+) -> None:
+    """No softmax attention layer, no n² term: n* is null in JSON and "none" in tables, not a ZeroDivisionError
+    (every command that reports the crossover traced back on an all-Mamba model)."""
+    path = write_config(ATTENTION_FREE, "config.json")
+    result = cli(args[0], str(path), *args[1:])
+    assert result.exit_code == 0, result.stderr or result.exception
+    text = json.dumps(json.loads(result.stdout))
+    assert '"crossover_seq_len": null' in text or args[0] == "check"
+    table = cli(args[0], str(path), *args[1:-2])
+    assert table.exit_code == 0 and "Traceback" not in table.stdout + table.stderr
+    if args[0] == "analyze":
+        assert "none (no n² term)" in table.stdout

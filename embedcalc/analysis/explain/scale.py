@@ -91,7 +91,7 @@ class WidthDepthAnswer:
     flops_per_token: int | float  # this workload's forward FLOPs / tokens processed
     kaplan_flops_per_token: int  # 2 N + 2 L n d_attn
     kv_cache_bytes_per_token: int
-    crossover_seq_len: int | float
+    crossover_seq_len: int | float | None  # None: no softmax attention layer
     aspect_ratio: float  # embed_dim / num_layers
     depth_threshold: float  # log₃(embed_dim), Levine et al. 2020
     deeper_than_threshold: bool
@@ -200,8 +200,8 @@ class CostAnswer:
     flops_by_category: dict[str, int]  # projections, scores, ffn, head
     score_share: float
     flops_per_token: int | float
-    crossover_seq_len: int | float
-    seq_len_over_crossover: float
+    crossover_seq_len: int | float | None  # None: no softmax attention layer
+    seq_len_over_crossover: float | None
     doubled_seq_len: int
     doubled_forward_flops: int
     doubled_score_share: float
@@ -237,7 +237,7 @@ def explain_cost(config: ModelConfig, workload: Workload) -> CostAnswer:
         score_share=round(flops.attention_score_share, 4),
         flops_per_token=flops.forward // tokens if flops.forward % tokens == 0 else flops.forward / tokens,
         crossover_seq_len=crossover,
-        seq_len_over_crossover=round(workload.seq_len / crossover, 4),
+        seq_len_over_crossover=None if crossover is None else round(workload.seq_len / crossover, 4),
         doubled_seq_len=doubled.seq_len,
         doubled_forward_flops=flops2.forward,
         doubled_score_share=round(flops2.attention_score_share, 4),

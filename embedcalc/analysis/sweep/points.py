@@ -121,13 +121,14 @@ class SweepResult:
         if self.grid is None:
             return np.full(self.size, None, dtype=object)
         num, den = self.grid["crossover_numerator"], self.grid["crossover_denominator"]
-        den = np.where(den == 0, 1, den)  # only at invalid points (head_dim 0)
+        none = den == 0  # no softmax attention layer (or an invalid point's head_dim 0): no n* (crossover.py)
+        den = np.where(none, 1, den)
         whole = num % den == 0
         if num.dtype != object and int(num.max()) < 2**53 and int(den.max()) < 2**53:
             ratio = (num / den).astype(object)  # both exact in float64, so the division rounds correctly
         else:
             ratio = num.astype(object) / den.astype(object)  # int / int: correctly rounded
-        return np.asarray(np.where(whole, (num // den).astype(object), ratio))
+        return np.asarray(np.where(none, None, np.where(whole, (num // den).astype(object), ratio)))
 
 
 def _grid_index(axes: Mapping[str, Sequence[int]]) -> tuple[dict[str, np.ndarray], int]:
