@@ -290,13 +290,14 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
     par = Parallelism(tp=tp)
     blocks: dict[tuple[str, str], int] = {}
     layers_of: dict[tuple[str, str], int] = {}
-    tables: list[tuple[str, int, int]] = []
+    tables: dict[str, tuple[int, int]] = {}  # a stack's table unit (T5's bias, DeBERTa's table and norm)
     root = 0
     for tensor in param_tensors(config):
         shape = tuple(int(s) for s in sharded_shape(tensor, par, config))
         padded = sum(-(-rows // dp) * dp * rest for rows, rest in torch_row_splits(tensor, shape, config, tp))
-        if tensor.key.endswith("attention/relative_bias"):
-            tables.append((f"{tensor.stack} relative-position table", padded * dtype_bytes, int(tensor.copies)))
+        if tensor.key.endswith(("attention/relative_bias", "attention/rel_embeddings")):
+            name = f"{tensor.stack} relative-position table"
+            tables[name] = (tables.get(name, (0, 0))[0] + padded * dtype_bytes, int(tensor.copies))
         elif tensor.per_layer and not config.shared_layers:
             unit = (tensor.stack or "", tensor.block or "")
             per_layer = 1 if tensor.expert else tensor.per_layer_copies  # one (E, ·, ·) tensor holds every expert
@@ -305,7 +306,7 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
         else:
             root += padded * torch_tensor_count(tensor) * dtype_bytes
     runs = [(f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()]
-    return [*tables, *runs, ("root", root, 1)]
+    return [*((name, size, count) for name, (size, count) in tables.items()), *runs, ("root", root, 1)]
 
 
 def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:

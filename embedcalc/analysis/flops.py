@@ -19,6 +19,11 @@ the query-key pairs per head:
   ``index_weights`` 2 t d H_I, ``index_scores`` 2 b pairs H_I (D_I + 1) with all n² (causal n (n + 1) / 2) pairs,
   the O(n²) term that remains. transformers' eager path runs the core over all n keys with the unselected ones
   masked, so its count equals this one while n <= k.
+- disentangled attention (DeBERTa, He et al. 2021 §3.1; transformers' ``DisentangledSelfAttention``) adds, with
+  R = 2 span table rows and P its projections per layer (2 when share_att_key, else one per term):
+  ``pos_proj`` 2 R d h hd P (the table is projected once per layer, not per sequence) and ``pos_scores``
+  2 b n h R hd per term (c2p: Q against the R position keys, p2c: K against the R position queries; a gather then
+  picks each pair's entry, no FLOPs). Both grow linearly in n: they are not score terms.
 - dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
   token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
@@ -55,6 +60,7 @@ from embedcalc.analysis.structure import (
 )
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.blocks import FFN, Attention, Block
+from embedcalc.config.disentangled import DisentangledSpec
 from embedcalc.config.schema import ModelConfig
 
 SCORE_KEYS = ("scores", "context", "index_scores")
@@ -173,6 +179,13 @@ def indexer_flops(a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num,
     ]
 
 
+def disentangled_flops(spec: DisentangledSpec, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
+    """The position terms of ``layers`` layers of disentangled attention on ``t`` tokens (module docstring)."""
+    rows, width = spec.rows, x.h * x.hd
+    return [("attention/pos_proj", layers * (2 * rows * x.d * width * spec.projections)),
+            ("attention/pos_scores", t * (layers * 2 * rows * width * spec.terms))]  # fmt: skip
+
+
 def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
     """Forward FLOPs of ``layers`` layers of one FFN sublayer on ``t`` tokens (MoE: the active path)."""
     d, w = x.d, x.widths(block)
@@ -207,6 +220,8 @@ def layer_flops(
         terms += attention_flops(a, x, layers, t, t, b * pairs, "attention")
         if a.indexer:  # scores every earlier token (all n² pairs in full, as the torch path computes them)
             terms += indexer_flops(a, x, layers, t, b * score_pairs(n, causal), "attention")
+        if config.disentangled is not None:
+            terms += disentangled_flops(config.disentangled, x, layers, t)
     if block.mixer is not None:
         terms += mixer_flops(block.mixer, x, layers, n, pad=pad_chunks)
     if cross:

@@ -89,6 +89,9 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
         value = h * a.v_head_dim
         if a.indexer:
             out += indexer_tensors(a, x, prefix)
+    if config.disentangled is not None and prefix == "attention" and not config.disentangled.share_keys:
+        for _ in range(config.disentangled.terms):  # DeBERTa's pos_key_proj (c2p), pos_query_proj (p2c)
+            out += _linear(f"{prefix}/pos_proj", d, h * x.hd, True, "none")
     if a.sinks:
         out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
@@ -174,6 +177,10 @@ def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
         if config.resolved_relative_bias:
             out.append(ParamTensor(f"{name}/attention/relative_bias", (config.relative_attention_num_buckets, x.h),
                                    stack=name))  # fmt: skip
+        if config.disentangled is not None:  # DeBERTa's rel_embeddings (2 span x d) and its norm
+            out.append(ParamTensor(f"{name}/attention/rel_embeddings", (config.disentangled.rows, x.d), stack=name))
+            if config.disentangled.norm:
+                out += [replace(t, stack=name) for t in _norm(config, f"{name}/attention/rel_embeddings", x.d)]
         for block, count in sd.blocks:
             layers = 1 if config.shared_layers else count
             for t in block_tensors(config, block, x, sd.stack.cross_attention):

@@ -25,6 +25,7 @@ from embedcalc.config.blocks import (
     merge_spec,
 )
 from embedcalc.config.blocks import FFN as ResolvedFFN
+from embedcalc.config.disentangled import DisentangledSpec
 from embedcalc.config.mixers import MixerSpec, resolve_mixer
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
@@ -62,6 +63,7 @@ class ResolvedShape:
         position: Position
         position_offset: int
         relative_attention_bias: bool | None
+        disentangled: DisentangledSpec | None
         qkv_bias: bool | None
         token_embed_dim: int | None
         sliding_window: int | None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
+from embedcalc.config.disentangled import DisentangledSpec
 from embedcalc.config.dtypes import Dtype, DtypeError, canonical_dtype
 from embedcalc.config.layer_rules import LayerRules
 from embedcalc.config.mixers import MixerSpec
@@ -286,6 +287,13 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
         description=(
             "One set of layer weights shared across the depth of each stack (ALBERT): parameters counted once, "
             "FLOPs and activations per layer."
+        ),
+    )
+    disentangled: DisentangledSpec | None = Field(
+        default=None,
+        description=(
+            "DeBERTa's disentangled attention (encoders): one relative-position table per stack that every layer "
+            "projects into content-to-position and position-to-content score terms. Default none."
         ),
     )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")

@@ -77,6 +77,28 @@ class ShapeRules:
             )
         return value
 
+    @field_validator("disentangled", check_fields=False)
+    @classmethod
+    def _disentangled_needs_encoder(cls, value: object, info: ValidationInfo) -> object:
+        arch, kv, heads = info.data.get("architecture"), info.data.get("num_kv_heads"), info.data.get("num_heads")
+        spec = info.data.get("attention")
+        reason = None
+        if arch is not None and arch != "encoder":
+            reason = f"it is modelled for encoders (DeBERTa), not {arch}"
+        elif kv is not None and heads is not None and kv != heads:
+            reason = f"its position keys have a head per query head: num_kv_heads ({kv}) must be num_heads ({heads})"
+        elif spec is not None and getattr(spec, "kind", "standard") != "standard":
+            reason = "it extends standard attention, not latent attention"
+        elif info.data.get("blocks"):
+            reason = "every layer must be the default block (no blocks)"
+        if value is not None and reason is not None:
+            raise PydanticCustomError(
+                "disentangled_unsupported",
+                "{key}: disentangled attention cannot be used here: {reason}; remove {key} or change the model",
+                {"key": written_key(info, "disentangled"), "reason": reason},
+            )
+        return value
+
     @field_validator("head_dim", check_fields=False)
     @classmethod
     def _head_dim_even_for_rope(cls, value: int | None, info: ValidationInfo) -> int | None:

@@ -367,6 +367,10 @@ def make_attention(
         from embedcalc.modeling.sparse_attention import SparseAttention  # it builds on LatentAttention
 
         return SparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    if config.disentangled is not None and not cross:  # DeBERTa: relative_bias marks the table's owner
+        from embedcalc.modeling.disentangled import DisentangledAttention  # it builds on Attention, above
+
+        return DisentangledAttention(config, spec, impl=impl, owns_table=relative_bias)
     if spec.kind == "mla":
         from embedcalc.modeling.latent_attention import LatentAttention  # it builds on AttentionBase, above
 

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.attention import Rotary, rotary_widths
+from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.embeddings import Embeddings, Head, Pooler
 from embedcalc.modeling.kv_cache import KVCache
 from embedcalc.modeling.layers import AttentionImpl, Block, make_norm
@@ -63,7 +64,7 @@ class Stack(nn.Module):
         self.num_layers = plan.num_layers
         built = 1 if config.shared_layers else plan.num_layers
         cross = config.cross_attention_block() if cross_attention else None
-        relative = config.resolved_relative_bias
+        relative = config.resolved_relative_bias or config.disentangled is not None  # the table in layer 0
         self.layers = nn.ModuleList(
             Block(
                 config, plan.block_at(i), impl=impl, causal=causal, cross_attention=cross,
@@ -89,6 +90,8 @@ class Stack(nn.Module):
         length - 1: (1, h, T, S), or None."""
         first = cast(Block, self.layers[0])
         end = position + length
+        if isinstance(first.attention, DisentangledAttention):
+            return first.attention.relative_embeddings()  # (2 span, d): each layer projects it
         if first.attention is not None and first.attention.relative_bias is not None:
             return first.attention.position_bias(length, end, position)  # (1, h, T, S)
         if self.alibi_heads is not None:

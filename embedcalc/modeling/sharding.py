@@ -55,13 +55,13 @@ def blocks_of(model: nn.Module) -> list[nn.Module]:
 
 
 def apply_fsdp(model: nn.Module, mesh: Any) -> None:
-    """ZeRO-3 as FSDP2 ``fully_shard`` units: each stack's relative-position table (T5) on its own, every block,
-    then the root. The table is its own unit because its stack computes the bias once, before the first block
+    """ZeRO-3 as FSDP2 ``fully_shard`` units: each stack's relative-position table (T5, DeBERTa) on its own, every
+    block, then the root. The table is its own unit because its stack computes the bias once, before the first block
     runs (its parameters must be gathered then, not with that block)."""
     from torch.distributed.fsdp import fully_shard
 
     for name, module in model.named_modules():
-        if name.endswith("attention.relative_bias"):
+        if name.endswith(("attention.relative_bias", "attention.rel_embeddings")):
             fully_shard(module, mesh=mesh)
     for block in blocks_of(model):
         fully_shard(block, mesh=mesh)
@@ -268,6 +268,8 @@ def _shard_stacked(model: nn.Module, mesh: Any) -> None:
 
 def _unsupported_forward(model: nn.Module, config: ModelConfig) -> str | None:
     """Why a DTensor forward of ``model`` is not run (layer kinds whose tensors the plan does not shard), or None."""
+    if config.disentangled is not None:
+        return "disentangled attention projects one position table in every layer, and the plan does not split it"
     if config.position == "alibi" or config.resolved_relative_bias:
         kind = "alibi" if config.position == "alibi" else "relative"
         return (f"{kind} position biases are made for all heads at once, and the plan does not split them by "

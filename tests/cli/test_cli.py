@@ -27,7 +27,8 @@ from embedcalc.errors import ExitCode
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
-PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1", "deepseek-v3",
+PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1",
+           "deberta-v3-base", "deepseek-v3",
            "deepseek-v3.2", "falcon-7b",
            "gemma-2-9b", "gemma-3-27b", "gemma-7b", "gpt-oss-20b", "granite-4.0-h-small", "gpt2", "gpt2-large",
            "gpt2-medium", "gpt2-xl",

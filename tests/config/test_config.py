@@ -277,6 +277,7 @@ def test_bad_value_exits_3_without_traceback(cli: Any, write_config: Write, data
     ({"pooler": True}, "pooler", "pooler_needs_encoder"),
     ({"num_decoder_layers": 3}, "num_decoder_layers", "decoder_layers_need_encoder_decoder"),
     ({"position": "relative", "relative_attention_bias": False}, "relative_attention_bias", "relative_needs_bias"),
+    ({"architecture": "decoder", "disentangled": {"span": 8}}, "disentangled", "disentangled_unsupported"),
     ({"embed_dmi": 5}, "embed_dmi", "unknown_key"),
 ])
 def test_problem_path_and_code(write_config: Write, data: dict[str, Any], path: str, code: str) -> None:

@@ -20,7 +20,8 @@ from paths import ROOT
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = ROOT
-PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1", "deepseek-v3",
+PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1",
+           "deberta-v3-base", "deepseek-v3",
            "deepseek-v3.2", "falcon-7b",
            "gemma-2-9b", "gemma-3-27b", "gemma-7b", "gpt-oss-20b", "granite-4.0-h-small", "gpt2", "gpt2-large",
            "gpt2-medium", "gpt2-xl",

@@ -18,7 +18,7 @@ from embedcalc.config.hf.reader import (
 _ENCODER = (("architecture", "encoder"), ("norm", "layernorm"), ("embedding_norm", True), ("lm_head", False))
 
 
-def _bert_shape(r: KeyReader, positions: bool = True) -> None:
+def bert_shape(r: KeyReader, positions: bool = True) -> None:
     """BERT's size keys; ``positions`` false when the family maps max_position_embeddings itself (an offset)."""
     r.copy("vocab_size", "vocab_size")
     r.copy("hidden_size", "embed_dim")
@@ -49,7 +49,7 @@ def _read_electra(r: KeyReader) -> None:
     for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("bias", True),
                                    ("pooler", False)):  # fmt: skip
         r.fixed(name, value)
-    _bert_shape(r)
+    bert_shape(r)
     r.copy("type_vocab_size", "type_vocab_size")
     _factorised(r)
     map_activation(r, "hidden_act", gated=False)
@@ -64,7 +64,7 @@ def _read_albert(r: KeyReader) -> None:
     for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("bias", True),
                                    ("pooler", True), ("shared_layers", True)):  # fmt: skip
         r.fixed(name, value)
-    _bert_shape(r)
+    bert_shape(r)
     r.copy("type_vocab_size", "type_vocab_size")
     _factorised(r)
     map_activation(r, "hidden_act", gated=False)
@@ -85,7 +85,7 @@ def _read_modernbert(r: KeyReader) -> None:
                                        ("bias", False), ("pooler", False)):  # fmt: skip
         r.fixed(name, value)
     r.fixed("embedding_norm", False, "layer 0's attn_norm is an Identity: its norm is the embeddings' norm")
-    _bert_shape(r)
+    bert_shape(r)
     r.copy("norm_bias", "norm_bias")
     r.copy("attention_bias", "qkv_bias")
     r.copy("attention_bias", "out_bias")
@@ -108,7 +108,7 @@ def _read_nomic_bert(r: KeyReader) -> None:
     for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "rope"), ("bias", False),
                                    ("pooler", False)):  # fmt: skip
         r.fixed(name, value)
-    _bert_shape(r)
+    bert_shape(r)
     r.copy("type_vocab_size", "type_vocab_size")
     if r.has("head_dim"):
         r.copy("head_dim", "head_dim")
@@ -128,7 +128,7 @@ def _read_mpnet(r: KeyReader) -> None:
     for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("type_vocab_size", 0),
                         ("bias", True), ("pooler", True), ("relative_attention_bias", True)):  # fmt: skip
         r.fixed(name, value)
-    _bert_shape(r, positions=False)
+    bert_shape(r, positions=False)
     map_offset_positions(r, 2, "model_type", "(MPNetEmbeddings' padding_idx 1 + 1)")
     r.copy("relative_attention_num_buckets", "relative_attention_num_buckets")
     r.fixed("relative_attention_max_distance", 128, "MPNetEncoder.relative_position_bucket's max_distance")

@@ -18,6 +18,7 @@ from embedcalc.config.hf import (
     bert,
     cohere2,
     dbrx,
+    deberta,
     deepseek,
     encoders,
     exaone4,
@@ -42,7 +43,7 @@ from embedcalc.config.hf import (
 from embedcalc.config.hf.core import row
 from embedcalc.config.hf.reader import Family
 
-MODULES: tuple[ModuleType, ...] = (bert, encoders, gpt2, gpt, opt, t5, bart, llama, llama_like)
+MODULES: tuple[ModuleType, ...] = (bert, encoders, deberta, gpt2, gpt, opt, t5, bart, llama, llama_like)
 MODULES += (
     gemma,
     qwen3,
@@ -131,10 +132,6 @@ MULTIMODAL_TEXT: dict[str, str] = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": 
 (Qwen2.5-VL before transformers 5: the class then takes every key its text config declares)."""
 
 REFUSED: dict[str, str] = {
-    "deberta-v2": (
-        "DeBERTa's disentangled attention: a shared relative-position table (rel_embeddings) projected by the "
-        "key and query projections, and content-to-position / position-to-content score matmuls"
-    ),
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
 }
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

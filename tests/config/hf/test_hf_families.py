@@ -153,7 +153,7 @@ def test_forward_flops_equal_flop_counter(hf: Any, stem: str) -> None:
 
 DECODERS = sorted(s for s in PUBLISHED if _raw(s)["model_type"] not in {
     "xlm-roberta", "camembert", "electra", "albert", "modernbert", "nomic_bert", "bart", "mbart", "marian",
-    "pegasus", "mt5", "mpnet"})  # fmt: skip
+    "pegasus", "mt5", "mpnet", "deberta-v2"})  # fmt: skip
 
 
 @pytest.mark.parametrize("stem", DECODERS)
