@@ -49,6 +49,19 @@ FFN_FIELDS = ("kind", "ffn_dim", "num_experts", "top_k", "expert_dim", "num_shar
               "shared_expert_gate", "router_bias", "expert_bias", "nonsense")  # fmt: skip
 ATTENTION_FIELDS = ("kind", *[k for k in MLA if k != "kind"], "qk_head_dim", "qk_norm", "sinks", "sliding_window",
                     "chunk_size", "nonsense")  # fmt: skip
+# One valid token mixer of each recurrent kind (issue 23), for a block "ssm" the layer model may place among the
+# attention blocks; the fuzz then perturbs one of its fields like the attention's and the FFN's.
+MIXERS = (
+    {"kind": "mamba2", "state_size": 16, "num_heads": 4, "head_dim": 16, "groups": 1, "conv_kernel": 4,
+     "chunk_size": 8},
+    {"kind": "mamba", "state_size": 8, "inner_dim": 128, "dt_rank": 4, "conv_kernel": 4},
+    {"kind": "gated_deltanet", "num_heads": 2, "head_dim": 16, "num_k_heads": 2, "head_k_dim": 8, "conv_kernel": 4},
+    {"kind": "short_conv", "inner_dim": 64, "conv_kernel": 3},
+    {"kind": "none"},
+)  # fmt: skip
+MIXER_FIELDS = ("kind", "state_size", "num_heads", "head_dim", "inner_dim", "dt_rank", "bc_norms", "num_k_heads",
+                "head_k_dim", "groups", "conv_kernel", "chunk_size", "conv_bias", "bias", "norm_before_gate",
+                "nonsense")  # fmt: skip
 SPEC_VALUES = st.one_of(
     st.sampled_from(HOSTILE_NUMBERS).map(lambda t: _value(t)),
     st.sampled_from(["moe", "dense", "mla", "standard", "head", "full", "none", True, False, None, [], {}, 0, 3]),
@@ -68,12 +81,18 @@ def _value(text: str) -> Any:
 
 @st.composite
 def layer_model_configs(draw: st.DrawFn) -> dict[str, Any]:
-    """LAYERED (or its MLA variant) with one field of the layer model perturbed."""
+    """LAYERED (or its MLA variant, or either with a recurrent-mixer block among its layers) with one field of the
+    layer model perturbed."""
     data = json.loads(json.dumps(LAYERED))
     if draw(st.booleans()):
         data["attention"] = dict(MLA)
-    where = draw(st.sampled_from(["ffn", "attention", "blocks.dense.ffn", "blocks.local.attention", "layers",
-                                  "num_layers", "blocks"]))  # fmt: skip
+    places = ["ffn", "attention", "blocks.dense.ffn", "blocks.local.attention", "layers", "num_layers", "blocks"]
+    mixer = draw(st.one_of(st.none(), st.sampled_from(MIXERS)))
+    if mixer is not None:
+        data["blocks"]["ssm"] = {"mixer": dict(mixer)}
+        data["layers"] = [{"pattern": ["dense"], "repeat": 1}, {"pattern": ["ssm", "default"], "repeat": 1}]
+        places.append("blocks.ssm.mixer")
+    where = draw(st.sampled_from(places))
     if where == "layers":
         data["layers"] = draw(st.sampled_from([
             [], [{"pattern": ["default"], "repeat": 3}], [{"pattern": ["nope"], "repeat": 3}],
@@ -88,7 +107,7 @@ def layer_model_configs(draw: st.DrawFn) -> dict[str, Any]:
         spec = data
         for part in where.split("."):
             spec = spec[part]
-        fields = FFN_FIELDS if where.endswith("ffn") else ATTENTION_FIELDS
+        fields = FFN_FIELDS if where.endswith("ffn") else MIXER_FIELDS if where.endswith("mixer") else ATTENTION_FIELDS
         spec[draw(st.sampled_from(fields))] = draw(SPEC_VALUES)
     return data
 
