@@ -358,26 +358,6 @@ class Attention(AttentionBase):
         return out
 
 
-def make_attention(
-    config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool, relative_bias: bool
-) -> AttentionBase:
-    """The attention sublayer of ``spec``: latent attention (:mod:`embedcalc.modeling.latent_attention`) for kind
-    mla, else :class:`Attention`."""
-    if spec.kind == "sparse":
-        from embedcalc.modeling.sparse_attention import SparseAttention  # it builds on LatentAttention
-
-        return SparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
-    if config.disentangled is not None and not cross:  # DeBERTa: relative_bias marks the table's owner
-        from embedcalc.modeling.disentangled import DisentangledAttention  # it builds on Attention, above
-
-        return DisentangledAttention(config, spec, impl=impl, owns_table=relative_bias)
-    if spec.kind == "mla":
-        from embedcalc.modeling.latent_attention import LatentAttention  # it builds on AttentionBase, above
-
-        return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
-    return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
-
-
 def rotary_widths(config: ModelConfig, specs: list[AttentionSpec]) -> set[int]:
     """The rotary widths the attention layers of ``specs`` rotate (rotary_dim or head_dim; MLA's rope dims)."""
     return {s.qk_rope_head_dim if s.latent else config.rotary_dim or s.head_dim for s in specs}

@@ -19,21 +19,50 @@ from torch import Tensor, nn
 from embedcalc.config.blocks import FFN as FFNSpec
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.blocks import Block as BlockSpec
+from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
-from embedcalc.modeling.attention import (
-    AttentionBase,
-    AttentionImpl,
-    Rotary,
-    embedding_table,
-    make_attention,
-)  # fmt: skip
+from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary, embedding_table
+from embedcalc.modeling.deltanet import GatedDeltaNetMixer
+from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
 from embedcalc.modeling.kv_cache import BlockCache
+from embedcalc.modeling.latent_attention import LatentAttention
+from embedcalc.modeling.mamba1 import Mamba1Mixer
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
-from embedcalc.modeling.ssm import make_mixer
+from embedcalc.modeling.short_conv import ShortConvMixer
+from embedcalc.modeling.sparse_attention import SparseAttention
+from embedcalc.modeling.ssm import Mamba2Mixer
 
 __all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding_table", "make_norm"]
+
+
+def make_attention(
+    config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool, relative_bias: bool
+) -> AttentionBase:
+    """The attention sublayer of ``spec``: DeepSeek sparse attention for kind sparse, DeBERTa's disentangled
+    attention for a config with ``disentangled``, latent attention for kind mla, else :class:`Attention`. It lives
+    here, beside its only caller, so that attention.py (the base the other kinds build on) imports none of them."""
+    if spec.kind == "sparse":
+        return SparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    if config.disentangled is not None and not cross:  # DeBERTa: relative_bias marks the table's owner
+        return DisentangledAttention(config, spec, impl=impl, owns_table=relative_bias)
+    if spec.kind == "mla":
+        return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
+
+
+def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
+    """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 (:mod:`embedcalc.modeling.ssm`, which also holds
+    the base the others build on), gated DeltaNet, Mamba-1, the short convolution. Here, beside its only caller, so
+    that ssm.py imports none of the kinds built on it."""
+    if m.short_conv:
+        return ShortConvMixer(config, m)
+    if m.deltanet:
+        return GatedDeltaNetMixer(config, m)
+    if m.mamba1:
+        return Mamba1Mixer(config, m)
+    return Mamba2Mixer(config, m)
 
 
 class FeedForward(MLP):

@@ -220,22 +220,3 @@ class Mamba2Mixer(MixerSublayer):
         )  # (B, T, H, P)  # fmt: skip
         out: Tensor = self.out(self.gate_norm(y.reshape(batch, length, m.inner), z))
         return out
-
-
-def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
-    """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 here, gated DeltaNet in
-    :mod:`embedcalc.modeling.deltanet`, Mamba-1 in :mod:`embedcalc.modeling.mamba1`, the short convolution in
-    :mod:`embedcalc.modeling.short_conv` (all on MixerSublayer, CausalConv and MixerState, above)."""
-    if m.short_conv:
-        from embedcalc.modeling.short_conv import ShortConvMixer
-
-        return ShortConvMixer(config, m)
-    if m.deltanet:
-        from embedcalc.modeling.deltanet import GatedDeltaNetMixer
-
-        return GatedDeltaNetMixer(config, m)
-    if m.mamba1:
-        from embedcalc.modeling.mamba1 import Mamba1Mixer
-
-        return Mamba1Mixer(config, m)
-    return Mamba2Mixer(config, m)
