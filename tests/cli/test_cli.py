@@ -453,7 +453,9 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.api.timing", "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app",
     "embedcalc.cli.common", "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
     "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.blocks",
-    "embedcalc.config.checks", "embedcalc.config.dtypes", "embedcalc.config.files",
+    "embedcalc.config.checks",
+    "embedcalc.config.disentangled",  # DeBERTa's field of ModelConfig (issue 23): a config model, so on every path
+    "embedcalc.config.dtypes", "embedcalc.config.files",
     "embedcalc.config.hub", "embedcalc.config.layer_plan", "embedcalc.config.layer_rules", "embedcalc.config.limits",
     "embedcalc.config.loading", "embedcalc.config.mixers",
     "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading", "embedcalc.config.resolved",
