@@ -160,8 +160,10 @@ def main() -> None:
     print(f"CPU time of one `analyze` process, median of {len(cpu)} (phases of the module docstring):")
     for name, seconds in zip(PHASE_NAMES, split, strict=True):
         print(f"  {name:<56} {seconds * 1000:7.1f} ms {seconds / split[0]:5.2f}x the dependencies' import")
-    print(f"  over the dependencies' import: {sum(split[1:]) * 1000:.1f} ms, of which embedcalc's own import "
-          f"{split[2] * 1000:.1f} ms ({'within' if split[2] <= TARGET_S else 'over'} the {TARGET_S:.1f} s target)")
+    print(
+        f"  over the dependencies' import: {sum(split[1:]) * 1000:.1f} ms, of which embedcalc's own import "
+        f"{split[2] * 1000:.1f} ms ({'within' if split[2] <= TARGET_S else 'over'} the {TARGET_S:.1f} s target)"
+    )
     if TORCH in med:
         torch_ratio = statistics.median(r[TORCH] / r[ANALYZE] for r in rows)
         print(f"the torch route is {torch_ratio:.1f}x slower than analyze")

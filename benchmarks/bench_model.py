@@ -49,7 +49,9 @@ def _time(fn: object, repeat: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -92,7 +94,8 @@ def forward_pairs(args: argparse.Namespace) -> None:
     print(f"{'pair':>4} {'ours tok/s':>12} {'HF tok/s':>12} {'ours/HF':>8}")
     ratios, our_times = [], []
     for i in range(args.pairs):
-        if i % 2 == 1:  # alternate who goes first, so that neither always runs on a warmer (or noisier) machine
+        # alternate who goes first, so that neither always runs on a warmer (or noisier) machine
+        if i % 2 == 1:
             t_ours = _time(run_ours, args.repeat)
             t_theirs = _time(run_theirs, args.repeat)
         else:
@@ -107,7 +110,6 @@ def forward_pairs(args: argparse.Namespace) -> None:
           f"max {max(ratios):.3f})")  # fmt: skip
     print(f"ours: {achieved / 1e9:.1f} GFLOP/s achieved = {achieved / peak.flops_per_s:.1%} of the measured "
           f"float32 GEMM peak ({peak.flops_per_s / 1e9:.1f} GFLOP/s, {peak.size}x{peak.size})")  # fmt: skip
-
 
 
 def generation_pairs(args: argparse.Namespace) -> None:

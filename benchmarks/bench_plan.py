@@ -37,7 +37,9 @@ def timed(call: Callable[[], Any], rounds: int) -> tuple[list[float], Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--models", default="llama-3.1-8b,llama-3.1-70b,mixtral-8x7b,deepseek-v3")
     parser.add_argument("--training", action="store_true", help="also time the training search")

@@ -42,7 +42,9 @@ class Run:
     id: str
     source: str
     args: tuple[str, ...]
-    metric: str  # days | device_hours | tokens_per_s | prefill_ms | batch_tokens_per_s | per_device_tokens_per_s
+    metric: (
+        str  # days | device_hours | tokens_per_s | prefill_ms | batch_tokens_per_s | per_device_tokens_per_s
+    )
     published: float
     role: str  # fit | held-out
 
@@ -56,9 +58,19 @@ GPT_FAST = "pytorch-labs/gpt-fast README (commit 0f925b5), Benchmarks and Tensor
 
 def _gpt_fast(run_id: str, model: str, tp: int, tokens_per_s: float, role: str) -> Run:
     """A gpt-fast row: bf16, batch 1, a 5-token prompt, 200 new tokens on ``tp`` A100-80GB."""
-    args = _gen(model, "a100-80gb", "--dtype", "bf16", "--tp", str(tp), "--seq-len", "5", "--gen-tokens", "200")
-    return Run(run_id, f"{GPT_FAST}: {model} on {tp} GPU(s) {tokens_per_s} tokens/s", args, "tokens_per_s",
-               tokens_per_s, role)
+    args = _gen(
+        model, "a100-80gb", "--dtype", "bf16", "--tp", str(tp), "--seq-len", "5", "--gen-tokens", "200"
+    )
+    return Run(
+        run_id,
+        f"{GPT_FAST}: {model} on {tp} GPU(s) {tokens_per_s} tokens/s",
+        args,
+        "tokens_per_s",
+        tokens_per_s,
+        role,
+    )
+
+
 TRT = "NVIDIA TensorRT-LLM performance table"
 LLAMA2 = "Touvron et al. 2023, Llama 2 model card / paper Table 2 (A100-80GB GPU-hours)"
 RUNS: tuple[Run, ...] = (
@@ -131,7 +143,8 @@ def figure(time: dict[str, Any], run: Run) -> float:
         return float(time["train"]["device_hours"])
     if run.metric == "prefill_ms":
         return float(time["prefill_s"]) * 1e3
-    tokens_per_s = batch * gen / float(time["total_generation_s"])  # prefill included, as the runs measured it
+    # prefill included, as the runs measured it
+    tokens_per_s = batch * gen / float(time["total_generation_s"])
     if run.metric == "per_device_tokens_per_s":
         return tokens_per_s / _option(run.args, "--tp", 1)
     return tokens_per_s
@@ -219,7 +232,9 @@ def write_calibration(values: dict[str, float], rows: list[tuple[Run, float, flo
     data = json.loads(_SHIPPED.read_text(encoding="utf-8"))
     for name, value in values.items():
         data["constants"][name]["value"] = value
-        data["constants"][name]["source"] = "fitted by benchmarks/bench_published.py --fit on the runs in fitted_on"
+        data["constants"][name]["source"] = (
+            "fitted by benchmarks/bench_published.py --fit on the runs in fitted_on"
+        )
     median, worst = summary(rows, "held-out")
     data["fitted_on"] = [run.id for run in RUNS if run.role == "fit"]
     data["held_out"] = [run.id for run in RUNS if run.role == "held-out"]

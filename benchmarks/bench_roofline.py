@@ -33,11 +33,17 @@ def _sizes() -> list[tuple[str, ModelConfig]]:
         gpt2.model_dump(exclude_unset=True) | {"name": "gpt-small", "embed_dim": 256, "num_layers": 4,
                                                "num_heads": 4, "ffn_dim": 1024}
     )  # fmt: skip
-    return [("gpt-small (d256 L4)", small), ("gpt2", gpt2), ("gpt2-medium", load_target("gpt2-medium").config)]
+    return [
+        ("gpt-small (d256 L4)", small),
+        ("gpt2", gpt2),
+        ("gpt2-medium", load_target("gpt2-medium").config),
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--gen-tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
@@ -61,8 +67,10 @@ def main() -> None:
         runs = [greedy_generate(model, prompt, args.gen_tokens, cache) for _ in range(args.repeat)]
         ttft = statistics.median(r.ttft_s for r in runs)
         decode = statistics.median(s for r in runs for s in r.decode_s)
-        rows = [("prefill", estimate.phases["prefill"].time_s, ttft, estimate.phases["prefill"].bound),
-                ("decode", estimate.decode_s_per_token_mean or 0.0, decode, estimate.phases["decode"].bound)]
+        rows = [
+            ("prefill", estimate.phases["prefill"].time_s, ttft, estimate.phases["prefill"].bound),
+            ("decode", estimate.decode_s_per_token_mean or 0.0, decode, estimate.phases["decode"].bound),
+        ]
         for phase, predicted, measured, bound in rows:
             error = 100.0 * (measured - predicted) / predicted
             print(f"{name:<20} {phase:<8} {predicted * 1e3:>12.3f} {measured * 1e3:>12.3f} {error:>+7.1f}% "

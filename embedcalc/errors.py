@@ -46,7 +46,9 @@ class EmbedcalcError(Exception):
     problems: list[Problem] = field(default_factory=list)
     code: str = "error"
     json_emitted: bool = False  # the CLI already wrote the JSON envelope for this error
-    reported: bool = False  # the command already said everything (its tables, its lines): only the exit code is left
+    reported: bool = (
+        False  # the command already said everything (its tables, its lines): only the exit code is left
+    )
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -84,7 +86,13 @@ def _non_finite(value: Any, path: str) -> str | None:
     """The path of the first float in ``value`` (nested dicts and lists) that is inf or nan, or None."""
     if isinstance(value, float):
         return None if math.isfinite(value) else path
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list | tuple) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list | tuple)
+        else ()
+    )
     for key, item in items:
         found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip("."))
         if found is not None:

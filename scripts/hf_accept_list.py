@@ -109,7 +109,9 @@ def _modeling_sources(cls: type) -> str:
 def _read_by(source: str, key: str) -> bool:
     """Whether ``source`` reads ``key`` off a config object (``config.key``, ``getattr(config, "key"``)."""
     name = re.escape(key)
-    return re.search(rf"config\.{name}\b|getattr\(\s*[\w.]*config\w*\s*,\s*[\"']{name}[\"']", source) is not None
+    return (
+        re.search(rf"config\.{name}\b|getattr\(\s*[\w.]*config\w*\s*,\s*[\"']{name}[\"']", source) is not None
+    )
 
 
 def _derived_fate(cls: type, defaults: dict[str, Any], key: str, source: str) -> str:
@@ -168,7 +170,9 @@ def generate() -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for model_type in sorted(FAMILIES):
-            families[model_type] = _class_entry(CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)], base_written)
+            families[model_type] = _class_entry(
+                CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)], base_written
+            )
     return {
         "transformers_version": transformers.__version__,
         "generated_by": "scripts/hf_accept_list.py",
@@ -191,7 +195,9 @@ def main(argv: list[str]) -> int:
         current = OUTPUT.read_text(encoding="utf-8") if OUTPUT.is_file() else ""
         if current == text:
             return 0
-        diff = difflib.unified_diff(current.splitlines(), text.splitlines(), str(OUTPUT), "regenerated", lineterm="")
+        diff = difflib.unified_diff(
+            current.splitlines(), text.splitlines(), str(OUTPUT), "regenerated", lineterm=""
+        )
         print("\n".join(list(diff)[:200]))
         print(f"{OUTPUT.relative_to(ROOT)} is stale: run `python scripts/hf_accept_list.py`", file=sys.stderr)
         return 1

@@ -55,9 +55,15 @@ settings.register_profile(
 settings.register_profile("embedcalc-thorough", deadline=None, max_examples=500)
 # CI draws the same examples on every run: a red CI is then a real regression, never an unlucky draw
 settings.register_profile(
-    "embedcalc-ci", deadline=None, max_examples=60, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    "embedcalc-ci",
+    deadline=None,
+    max_examples=60,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "embedcalc-ci" if os.environ.get("CI") else "embedcalc"))
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "embedcalc-ci" if os.environ.get("CI") else "embedcalc")
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -28,17 +28,38 @@ GOLDEN_JSON_DIR = GOLDEN_JSON
 
 WORKLOADS: list[list[str]] = [
     [],
-    ["--mode", "training", "--batch-size", "8", "--seq-len", "512", "--hardware", "h100-sxm", "--dp", "8",
-     "--zero", "2", "--recompute", "full"],
+    [
+        "--mode",
+        "training",
+        "--batch-size",
+        "8",
+        "--seq-len",
+        "512",
+        "--hardware",
+        "h100-sxm",
+        "--dp",
+        "8",
+        "--zero",
+        "2",
+        "--recompute",
+        "full",
+    ],
     ["--gen-tokens", "64", "--hardware", "a100-80gb", "--tp", "2", "--dtype", "float16"],
 ]
 TOPICS = ["heads", "width-depth", "fine-tune", "embed-dim", "cost"]
 # fine-tuning moves within a family and a few across (a diff lists every tensor: all 33 x 32 pairs would be 6 MB)
 DIFF_PAIRS = [
-    ("bert-base", "bert-large"), ("bert-base", "xlm-roberta-base"), ("gpt2", "gpt2-medium"),
-    ("llama-2-7b", "mistral-7b"), ("mistral-7b", "mixtral-8x7b"), ("qwen3-8b", "qwen3-30b-a3b"),
-    ("gemma-2-9b", "gemma-3-27b"), ("t5-small", "t5-base"), ("transformer-base", "transformer-big"),
-    ("llama-3.1-8b", "deepseek-v3"), ("gpt-oss-20b", "phi-3-mini"),
+    ("bert-base", "bert-large"),
+    ("bert-base", "xlm-roberta-base"),
+    ("gpt2", "gpt2-medium"),
+    ("llama-2-7b", "mistral-7b"),
+    ("mistral-7b", "mixtral-8x7b"),
+    ("qwen3-8b", "qwen3-30b-a3b"),
+    ("gemma-2-9b", "gemma-3-27b"),
+    ("t5-small", "t5-base"),
+    ("transformer-base", "transformer-big"),
+    ("llama-3.1-8b", "deepseek-v3"),
+    ("gpt-oss-20b", "phi-3-mini"),
 ]
 # the default suite compares the cases of these presets; the slow suite compares every case
 QUICK_PRESETS = ("bert-base", "llama-3.1-8b", "deepseek-v3", "gemma-3-27b", "t5-small")
@@ -56,8 +77,8 @@ def cases() -> list[list[str]]:
         out += [["explain", name, topic] for topic in TOPICS]
         out.append(["verify", name])
     out += [["diff", a, b] for a, b in DIFF_PAIRS]
-    out += [["compare", *names[i:i + 3]] for i in range(0, len(names), 3)]
-    out += [["compare", *names[i:i + 3], *WORKLOADS[1]] for i in range(0, len(names), 6)]
+    out += [["compare", *names[i : i + 3]] for i in range(0, len(names), 3)]
+    out += [["compare", *names[i : i + 3], *WORKLOADS[1]] for i in range(0, len(names), 6)]
     out += [
         ["sweep", "gpt2", "--seq-len", "128,512,2048", "--batch-size", "1,8"],
         ["sweep", "bert-base", "--embed-dim", "256:1024:x2", "--num-layers", "4:12:+4", "--mode", "training"],
@@ -72,18 +93,56 @@ def cases() -> list[list[str]]:
 # a rate, a training plan with a deadline
 PLAN_CASES: list[list[str]] = [
     ["plan", "llama-3.1-70b", "--seq-len", "2048", "--gen-tokens", "256", "--concurrency", "32"],
-    ["plan", "llama-3.1-8b", "--hardware", "h100-sxm,l4,t4", "--max-ttft", "0.2", "--max-tpot", "0.05",
-     "--concurrency", "64"],
+    [
+        "plan",
+        "llama-3.1-8b",
+        "--hardware",
+        "h100-sxm,l4,t4",
+        "--max-ttft",
+        "0.2",
+        "--max-tpot",
+        "0.05",
+        "--concurrency",
+        "64",
+    ],
     ["plan", "llama-3.1-8b", "--hardware", "a100-80gb", "--rate", "4", "--price-per-hour", "a100-80gb=1.5"],
-    ["plan", "llama-3.1-8b", "--mode", "training", "--train-tokens", "1T", "--deadline", "30d", "--hardware",
-     "h100-sxm,a100-40gb", "--max-devices", "64"],
-    ["analyze", "llama-3.1-8b", "--dtype", "bfloat16", "--seq-len", "1000", "--gen-tokens", "50", "--hardware", "l4",
-     "--concurrency", "64"],
+    [
+        "plan",
+        "llama-3.1-8b",
+        "--mode",
+        "training",
+        "--train-tokens",
+        "1T",
+        "--deadline",
+        "30d",
+        "--hardware",
+        "h100-sxm,a100-40gb",
+        "--max-devices",
+        "64",
+    ],
+    [
+        "analyze",
+        "llama-3.1-8b",
+        "--dtype",
+        "bfloat16",
+        "--seq-len",
+        "1000",
+        "--gen-tokens",
+        "50",
+        "--hardware",
+        "l4",
+        "--concurrency",
+        "64",
+    ],
 ]
 
 
 def command_of(args: list[str]) -> str:
-    return args[0] if args[:2] != ["hardware", "show"] and args[:2] != ["presets", "show"] else "-".join(args[:2])
+    return (
+        args[0]
+        if args[:2] != ["hardware", "show"] and args[:2] != ["presets", "show"]
+        else "-".join(args[:2])
+    )
 
 
 def run(args: list[str]) -> dict[str, Any]:
@@ -117,14 +176,18 @@ def main(argv: list[str]) -> int:
     recorded = record(cases())
     if "--check" in argv:
         differing = [
-            key for command, entries in recorded.items() for key, value in entries.items()
+            key
+            for command, entries in recorded.items()
+            for key, value in entries.items()
             if load_golden(command).get(key) != value
         ]
         print("\n".join(differing) or "all cases match")
         return 1 if differing else 0
     GOLDEN_JSON_DIR.mkdir(parents=True, exist_ok=True)
     for command, entries in recorded.items():
-        golden_path(command).write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        golden_path(command).write_text(
+            json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+        )
     print(f"{sum(len(e) for e in recorded.values())} cases in {len(recorded)} files under {GOLDEN_JSON_DIR}")
     return 0
 

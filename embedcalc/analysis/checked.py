@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from embedcalc.config.schema import ModelConfig
 
 
-def fit_problems(config: ModelConfig, workload: Workload) -> tuple[list[Problem], list[Problem], list[Problem]]:
+def fit_problems(
+    config: ModelConfig, workload: Workload
+) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """How ``workload`` fits ``config``, by the rules ``analyze`` and ``check`` share: (the workload's errors,
     the parallel layout's errors, warnings and notes)."""
     workload_errors, warnings = workload_problems(config, workload)

@@ -122,7 +122,8 @@ def ddp_buckets(tensor_bytes: list[int]) -> int:
     return ddp_bucket_count([(tensor_bytes, 1)])
 
 
-Runs = list[tuple[list[int], int]]  # a sequence written as (period, repeats) pieces: the tensors of layer after layer
+# a sequence written as (period, repeats) pieces: the tensors of layer after layer
+Runs = list[tuple[list[int], int]]
 
 
 def _fill(period: list[int], buckets: int, filled: int, limit: int) -> tuple[int, int, int]:
@@ -182,7 +183,9 @@ def gradient_tensor_runs(config: ModelConfig, par: Any, bytes_per_param: int) ->
         else:
             back += [one] * int(copies)
     runs: Runs = [(front, 1)]
-    for entries in layers.values():  # layer i holds the tensors with more than i layers: constant between counts
+    for (
+        entries
+    ) in layers.values():  # layer i holds the tensors with more than i layers: constant between counts
         start = 0
         for stop in sorted({n for _, n in entries if n > 0}):
             runs.append(([size for size, n in entries if start < n], stop - start))
@@ -236,7 +239,9 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
     d, d_tok = config.embed_dim, config.resolved_token_embed_dim
     out: list[Collective] = []
     forward_calls = forward_bytes = backward_calls = backward_bytes = 0
-    gathers = gather_bytes = 0  # full-width q/k norms: q and k all-gathered around each (forward; backward alike)
+    gathers = gather_bytes = (
+        0  # full-width q/k norms: q and k all-gathered around each (forward; backward alike)
+    )
     for stack in stacks(config):
         tokens = b * lengths[stack.name]
         for block, count in busiest.blocks.get(stack.name, []):
@@ -300,18 +305,25 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
             tables[name] = (tables.get(name, (0, 0))[0] + padded * dtype_bytes, int(tensor.copies))
         elif tensor.per_layer and not config.shared_layers:
             unit = (tensor.stack or "", tensor.block or "")
-            per_layer = 1 if tensor.expert else tensor.per_layer_copies  # one (E, ·, ·) tensor holds every expert
+            # one (E, ·, ·) tensor holds every expert
+            per_layer = 1 if tensor.expert else tensor.per_layer_copies
             blocks[unit] = blocks.get(unit, 0) + padded * per_layer * dtype_bytes
             layers_of[unit] = int(tensor.copies) // max(tensor.per_layer_copies, 1)
         else:
             root += padded * torch_tensor_count(tensor) * dtype_bytes
-    runs = [(f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()]
+    runs = [
+        (f"{stack} {block} block", size, layers_of[(stack, block)]) for (stack, block), size in blocks.items()
+    ]
     return [*((name, size, count) for name, (size, count) in tables.items()), *runs, ("root", root, 1)]
 
 
 def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
     """:func:`fsdp_unit_runs` written out, one (unit, bytes) per unit (small models: tests and reconciliation)."""
-    return [(name, size) for name, size, count in fsdp_unit_runs(config, tp, dp, dtype_bytes) for _ in range(count)]
+    return [
+        (name, size)
+        for name, size, count in fsdp_unit_runs(config, tp, dp, dtype_bytes)
+        for _ in range(count)
+    ]
 
 
 def torch_tensor_count(tensor: Any) -> int:
@@ -320,7 +332,9 @@ def torch_tensor_count(tensor: Any) -> int:
     return int(tensor.copies) // max(tensor.per_layer_copies, 1) if tensor.expert else int(tensor.copies)
 
 
-def torch_row_splits(tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int) -> list[tuple[int, int]]:
+def torch_row_splits(
+    tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int
+) -> list[tuple[int, int]]:
     """(rows, elements per row) of each torch tensor behind one analytic tensor of TP-local ``shape``: the fused
     Q/K/V is q, k, v; a dense gated FFN input is gate and up; stacked experts are (E, ·, ·), one row per expert."""
     rest = 1

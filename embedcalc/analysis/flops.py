@@ -166,7 +166,9 @@ def attention_flops(
     return [*terms, scores, context, out]
 
 
-def indexer_flops(a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str) -> list[tuple[str, Num]]:
+def indexer_flops(
+    a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str
+) -> list[tuple[str, Num]]:
     """Forward FLOPs of ``layers`` lightning indexers (DeepSeek-V3.2-Exp report §2.1, eq. 1: I(t, s) = sum over
     the H_I heads of w(t, j) ReLU(q(t, j) . k(s))) on ``t`` tokens, ``index_tokens`` = b x the query-key pairs it
     scores: its three projections, and per pair H_I D_I for the dot products plus H_I for the weighted sum."""
@@ -206,7 +208,14 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
 
 
 def layer_flops(
-    config: ModelConfig, x: Dims, block: Block, layers: Num, n: Num, n_mem: Num, causal: bool, cross: bool,
+    config: ModelConfig,
+    x: Dims,
+    block: Block,
+    layers: Num,
+    n: Num,
+    n_mem: Num,
+    causal: bool,
+    cross: bool,
     pad_chunks: bool = True,
 ) -> list[tuple[str, Num]]:
     """Forward FLOPs of ``layers`` layers of ``block`` (keys relative to the stack); ``pad_chunks`` false counts a
@@ -270,7 +279,11 @@ def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
     quadratic: Num = 0
     capped: dict[int, Num] = {}  # a sparse layer's core coefficient c, by its top-k
     for block, layers in sd.blocks:
-        topk = block.attention.index_topk if block.attention is not None and block.attention.kind == "sparse" else 0
+        topk = (
+            block.attention.index_topk
+            if block.attention is not None and block.attention.kind == "sparse"
+            else 0
+        )
         for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention, False):
             if is_score_key(key):
                 quadratic = quadratic + value

@@ -76,7 +76,10 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
     if m.mamba1:  # Gu & Dao 2023: x_proj -> (dt, B, C), dt_proj (biased), A_log (I x N), D (I)
         out += linear(f"{prefix}/x_proj", m.inner, m.dt_rank + 2 * m.state_size, False, "none")
         out += linear(f"{prefix}/dt_proj", m.dt_rank, m.inner, True, "none")
-        out += [ParamTensor(f"{prefix}/ssm", (m.inner, m.state_size)), ParamTensor(f"{prefix}/ssm", (m.inner,))]
+        out += [
+            ParamTensor(f"{prefix}/ssm", (m.inner, m.state_size)),
+            ParamTensor(f"{prefix}/ssm", (m.inner,)),
+        ]
         if m.bc_norms:
             out += [ParamTensor(f"{prefix}/bc_norm", (w,)) for w in (m.dt_rank, m.state_size, m.state_size)]
         return out + linear(f"{prefix}/out", m.inner, d, m.bias, "none")

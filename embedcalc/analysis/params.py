@@ -70,7 +70,8 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
         if a.qk_norm == "head":
             out += _norm(config, f"{prefix}/qk_norm", x.hd, 2)
         elif a.qk_norm == "full":
-            out += _norm(config, f"{prefix}/qk_norm", q)  # replicated under TP: q and k are gathered around it
+            # replicated under TP: q and k are gathered around it
+            out += _norm(config, f"{prefix}/qk_norm", q)
             out += _norm(config, f"{prefix}/qk_norm", kv)
         value = q
     else:  # mla, DeepSeek-V2 §2.1
@@ -178,9 +179,13 @@ def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
             out.append(ParamTensor(f"{name}/attention/relative_bias", (config.relative_attention_num_buckets, x.h),
                                    stack=name))  # fmt: skip
         if config.disentangled is not None:  # DeBERTa's rel_embeddings (2 span x d) and its norm
-            out.append(ParamTensor(f"{name}/attention/rel_embeddings", (config.disentangled.rows, x.d), stack=name))
+            out.append(
+                ParamTensor(f"{name}/attention/rel_embeddings", (config.disentangled.rows, x.d), stack=name)
+            )
             if config.disentangled.norm:
-                out += [replace(t, stack=name) for t in _norm(config, f"{name}/attention/rel_embeddings", x.d)]
+                out += [
+                    replace(t, stack=name) for t in _norm(config, f"{name}/attention/rel_embeddings", x.d)
+                ]
         for block, count in sd.blocks:
             layers = 1 if config.shared_layers else count
             for t in block_tensors(config, block, x, sd.stack.cross_attention):

@@ -99,7 +99,9 @@ def evaluate_training(
     reasons: tuple[str, ...] = ()
     if request.deadline_s is not None and train["wall_s"] > request.deadline_s:
         over = train["wall_s"] - request.deadline_s
-        reasons = (f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",)
+        reasons = (
+            f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",
+        )
     return TrainingRow(layout, price, w.dtype, m.total_bytes, device.memory, run["step_s"], train["wall_s"],
                        train["device_hours"], request.deadline_s, reasons, why, m.as_dict(), train)  # fmt: skip
 

@@ -50,5 +50,3 @@ def linear(
         return [weight]
     bias_split: Split = split if split in ("column", "qkv") else "none"
     return [weight, ParamTensor(key, (out_f,), instances, bias_split, expert=expert)]
-
-

@@ -65,7 +65,9 @@ def _path_of(link: Link, c: TimeConstants, name: str) -> Path:
 def link_path(device: Device, span: int, c: TimeConstants) -> Path | None:
     """The link a group spanning ``span`` devices is limited by (module docstring); None: the device has no link."""
     inter = device.interconnect
-    if inter is not None and (inter.domain_size is None or span <= inter.domain_size or device.network is None):
+    if inter is not None and (
+        inter.domain_size is None or span <= inter.domain_size or device.network is None
+    ):
         return _path_of(inter, c, f"{inter.kind}")
     if device.network is not None:
         return _path_of(device.network, c, f"{device.network.kind}")

@@ -54,8 +54,14 @@ class ExpectedModel:
 def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
     """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
     records local's) in place of the calibration's, never added to them."""
-    own = {name: figure.value for name, figure in (("kernel_overhead_s", device.kernel_overhead_s),
-                                                   ("gemm_half_rows", device.gemm_half_rows)) if figure is not None}
+    own = {
+        name: figure.value
+        for name, figure in (
+            ("kernel_overhead_s", device.kernel_overhead_s),
+            ("gemm_half_rows", device.gemm_half_rows),
+        )
+        if figure is not None
+    }
     return replace(constants, **own)
 
 

@@ -95,7 +95,12 @@ def component_rows(config: ModelConfig, w: Workload, key: str, weights: Weights,
 
 
 def component_fractions(
-    config: ModelConfig, w: Workload, weights: Weights, decode: bool, c: TimeConstants, override: Override | None
+    config: ModelConfig,
+    w: Workload,
+    weights: Weights,
+    decode: bool,
+    c: TimeConstants,
+    override: Override | None,
 ) -> Fractions:
     """The (compute, memory) fractions of peak each component of a phase reaches (module docstring)."""
 
@@ -171,7 +176,8 @@ def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention:
     else:
         mixer = 5 if block.mixer is not None and block.mixer.kind != "none" else 0
     dense_ffn = 3  # in (gate and up fused), activation, out
-    moe = 2 + 2 + 3 + (dense_ffn if ffn is not None and ffn.shared_dim else 0)  # router, top-k, permutes, experts
+    # router, top-k, permutes, experts
+    moe = 2 + 2 + 3 + (dense_ffn if ffn is not None and ffn.shared_dim else 0)
     feed = 0 if ffn is None else moe if ffn.moe else dense_ffn
     kernels = norms + 2 + mixer + feed
     if cross:

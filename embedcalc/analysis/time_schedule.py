@@ -96,7 +96,9 @@ def training_step(
         components.append(ComponentTime(key, scaled, m * passes * compute, m * passes * memory))
     memory_fraction = model.memory_fraction if model is not None else 1.0
     optimizer = Traffic(weight_bytes=2 * optimizer_bytes)
-    components.append(ComponentTime("optimizer", optimizer, 0.0, optimizer.bytes / (bytes_per_s * memory_fraction)))
+    components.append(
+        ComponentTime("optimizer", optimizer, 0.0, optimizer.bytes / (bytes_per_s * memory_fraction))
+    )
     pp = w.parallel.pp
     schedule = Schedule(m, m * w.batch_size * w.parallel.dp, bubble_fraction(pp, m))
     if model is None:

@@ -57,7 +57,9 @@ def check_bounds(obj: Any) -> None:
             else:
                 shown = f"{value!r:.60}"
             message = f"{f.name} must be an integer >= {f.metadata['min']}{upper} (got {shown})"
-            raise WorkloadError(message, [Problem(f.name, message, "workload_out_of_range")], "workload_out_of_range")
+            raise WorkloadError(
+                message, [Problem(f.name, message, "workload_out_of_range")], "workload_out_of_range"
+            )
 
 
 def _outside(f: Field[Any], value: Any) -> bool:
@@ -90,7 +92,9 @@ def check_choices(obj: Any) -> None:
         value = getattr(obj, name)
         if not isinstance(value, str) or value not in allowed:
             shown = f"{value!r:.60}" if isinstance(value, str) else type(value).__name__
-            raise _refuse(name, f"{shown} is not one of {', '.join(map(str, allowed))}", "workload_bad_choice")
+            raise _refuse(
+                name, f"{shown} is not one of {', '.join(map(str, allowed))}", "workload_bad_choice"
+            )
 
 
 def parallelism_from(value: object) -> Parallelism:
@@ -179,18 +183,23 @@ class Workload:
             dtype = canonical_dtype(self.dtype)
         except DtypeError as exc:
             message = f"dtype: {exc}"
-            raise WorkloadError(message, [Problem("--dtype", message, "unknown_dtype")], "unknown_dtype") from None
+            raise WorkloadError(
+                message, [Problem("--dtype", message, "unknown_dtype")], "unknown_dtype"
+            ) from None
         object.__setattr__(self, "dtype", dtype)
         if self.dtype_source == "default" and dtype != DEFAULT_DTYPE:
             object.__setattr__(self, "dtype_source", "flag")  # someone chose it
         check_choices(self)
-        object.__setattr__(self, "parallel", parallelism_from(self.parallel))  # a mapping becomes a Parallelism
+        # a mapping becomes a Parallelism
+        object.__setattr__(self, "parallel", parallelism_from(self.parallel))
         if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
             message = (
                 f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "
                 "training use --dtype fp32, bf16, fp16 or fp8 (or --mode inference)"
             )
-            raise WorkloadError(message, [Problem("--dtype", message, "dtype_not_trainable")], "dtype_not_trainable")
+            raise WorkloadError(
+                message, [Problem("--dtype", message, "dtype_not_trainable")], "dtype_not_trainable"
+            )
 
     @property
     def decoder_len(self) -> int:

@@ -136,7 +136,9 @@ def bench(
     return _bench(as_loaded(config), run, RunOptions(device, warmup, repeat, compile, force=force))
 
 
-def bench_target(target: str, overrides: Sequence[str] | None, run: Workload, options: RunOptions) -> BenchResult:
+def bench_target(
+    target: str, overrides: Sequence[str] | None, run: Workload, options: RunOptions
+) -> BenchResult:
     """``embedcalc bench TARGET``: one forward or training step of ``run`` timed (the analysis' warnings on
     ``result.analysis``)."""
     return _bench(load_target(target, overrides), run, options)
@@ -154,12 +156,20 @@ def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchRes
         with options.progress(analysis.target) as on_step:
             timed = run_benchmark(analysis.config, settings, dev, on_step)
     except MemoryError as exc:
-        raise EmbedcalcError(f"out of memory on {dev}: {exc}", ExitCode.RUNTIME, code="out_of_memory") from None
-    except RuntimeError as exc:  # torch raises RuntimeError (and its OutOfMemoryError subclass) for device faults
-        raise EmbedcalcError(f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed") from None
+        raise EmbedcalcError(
+            f"out of memory on {dev}: {exc}", ExitCode.RUNTIME, code="out_of_memory"
+        ) from None
+    except (
+        RuntimeError
+    ) as exc:  # torch raises RuntimeError (and its OutOfMemoryError subclass) for device faults
+        raise EmbedcalcError(
+            f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
+        ) from None
     peak = matmul_peak(dev, run.dtype, options)
     estimate, note = local_estimate(analysis, dev, options)
-    return BenchResult(analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note))
+    return BenchResult(
+        analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note)
+    )
 
 
 def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[RooflineEstimate | None, str]:
@@ -176,7 +186,10 @@ def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[R
         when = f"bench --peak of {device.measured.measured_at}" if device.measured else "bench --peak"
     except UnsupportedEnvironmentError:
         measure_local(dev, name, dtype, matmul_peak(dev, dtype, options), options.progress)
-        device, when = load_device(LOCAL), "local was not measured yet and was measured now, as bench --peak does"
+        device, when = (
+            load_device(LOCAL),
+            "local was not measured yet and was measured now, as bench --peak does",
+        )
     request = TimeRequest(device=device)
     m = analysis.memory
     try:
@@ -230,7 +243,12 @@ def _loopback(nproc: int, dev: Any, options: RunOptions) -> LoopbackLink:
 
 
 def measure_local(
-    dev: Any, name: str, dtype: str, peak: Any, progress: Progress = no_progress, loopback: LoopbackLink | None = None
+    dev: Any,
+    name: str,
+    dtype: str,
+    peak: Any,
+    progress: Progress = no_progress,
+    loopback: LoopbackLink | None = None,
 ) -> LocalMeasurement:
     """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
     half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
@@ -300,6 +318,13 @@ def measure_split(
     dtype = run.dtype if run.dtype in BENCH_DTYPES else "fp32"
     with request.progress(f"{target} attention split") as on_step:
         points = measure_attention_split(
-            analysis.config, seq_lens, batch, dtype, run.attention, dev, repeat=request.repeat, on_step=on_step
+            analysis.config,
+            seq_lens,
+            batch,
+            dtype,
+            run.attention,
+            dev,
+            repeat=request.repeat,
+            on_step=on_step,
         )
     return attention_split(analysis, points, batch, str(dev), set_threads(None))

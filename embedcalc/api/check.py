@@ -52,7 +52,11 @@ class TargetCheck:
         """This target's entry of ``embedcalc check --format json``."""
         if self.error is not None or self.loaded is None or self.analysis is None:
             problems = self.error.problems if self.error is not None else []
-            entry: dict[str, Any] = {"target": self.target, "valid": False, "problems": [p.as_dict() for p in problems]}
+            entry: dict[str, Any] = {
+                "target": self.target,
+                "valid": False,
+                "problems": [p.as_dict() for p in problems],
+            }
             if self.suggestions is not None:
                 entry["suggestions"] = [_suggestion_json(s) for s in self.suggestions]
             return entry
@@ -65,7 +69,12 @@ class TargetCheck:
 
 
 def _suggestion_json(s: Suggestion) -> dict[str, Any]:
-    return {"set": list(s.overrides), "command_line": s.set_line, "params": s.params, "delta_params": s.delta_params}
+    return {
+        "set": list(s.overrides),
+        "command_line": s.set_line,
+        "params": s.params,
+        "delta_params": s.delta_params,
+    }
 
 
 @dataclass(frozen=True)
@@ -86,7 +95,11 @@ class CheckReport:
 
 
 def check(
-    targets: Sequence[str], overrides: Sequence[str] | None, run: Workload, budget: Budget, suggest: bool = False
+    targets: Sequence[str],
+    overrides: Sequence[str] | None,
+    run: Workload,
+    budget: Budget,
+    suggest: bool = False,
 ) -> CheckReport:
     """``embedcalc check``: each target loaded with ``--set`` and validated; with a budget, also the workload
     (the budget is judged on it, so it must be possible) and the budget itself."""

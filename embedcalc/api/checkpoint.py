@@ -38,6 +38,8 @@ def verify_checkpoint(target: str, overrides: Sequence[str] | None = None) -> Ch
     config = directory / "config.json"
     if not config.is_file():
         message = f"{directory}: no config.json beside the checkpoint; the counts come from it"
-        raise ConfigError(message, [Problem("config.json", message, "checkpoint_no_config")], "checkpoint_no_config")
+        raise ConfigError(
+            message, [Problem("config.json", message, "checkpoint_no_config")], "checkpoint_no_config"
+        )
     loaded = load_target(str(config), overrides)
     return reconcile_checkpoint(target, loaded.config, read_checkpoint(directory))

@@ -136,7 +136,13 @@ class LaunchCheck:
 
 
 def launch_problems(
-    analysis: Analysis, nproc: int, cores: int, free_host: int, gpus: int | None, free_gpu: int | None, force: bool
+    analysis: Analysis,
+    nproc: int,
+    cores: int,
+    free_host: int,
+    gpus: int | None,
+    free_gpu: int | None,
+    force: bool,
 ) -> LaunchCheck:
     """Why ``nproc`` ranks of ``analysis`` cannot run on this node (module docstring). ``gpus``/``free_gpu``:
     CUDA's device count and one GPU's free bytes, None on the CPU."""
@@ -184,7 +190,11 @@ def _refuse_unless_launchable(analysis: Analysis, nproc: int, dev: Any, force: b
     )  # fmt: skip
     if check.problems:
         fits = check.largest_nproc
-        fix = f"use --nproc {fits} or fewer" if fits else "no rank fits: use a smaller --batch-size or --seq-len"
+        fix = (
+            f"use --nproc {fits} or fewer"
+            if fits
+            else "no rank fits: use a smaller --batch-size or --seq-len"
+        )
         raise UnsupportedEnvironmentError(
             f"{analysis.target}: refused before launch: {'; '.join(check.problems)}; {fix}"
             f"{' (or --force past the memory check)' if check.forceable else ''}",
@@ -219,7 +229,9 @@ def bench_ranks(
     rendezvous = Rendezvous(nodes.nnodes, nodes.node_rank, nodes.endpoint, nodes.timeout_s)
     where = (f" as node {nodes.node_rank} of {nodes.nnodes} (rendezvous {nodes.endpoint}; every node joins within "
              f"{nodes.timeout_s} s)") if nodes.nnodes > 1 else ""  # fmt: skip
-    options.notify(f"launching {nproc} rank{'s' if nproc > 1 else ''} ({strategy}, {device}) under torchrun{where}")
+    options.notify(
+        f"launching {nproc} rank{'s' if nproc > 1 else ''} ({strategy}, {device}) under torchrun{where}"
+    )
     try:
         ranks = run_ranks(analysis.config, settings, rendezvous)
         if not isinstance(ranks, list):

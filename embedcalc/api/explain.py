@@ -138,4 +138,6 @@ def _invalid_heads(
     shape = head_shape_from_raw(raw_config(target, list(overrides or [])))
     if shape is None:
         raise error
-    return Explanation(target, None, [("heads", explain_heads(shape, run))], error.problems, narrowed=len(topics) > 1)
+    return Explanation(
+        target, None, [("heads", explain_heads(shape, run))], error.problems, narrowed=len(topics) > 1
+    )

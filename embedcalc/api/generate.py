@@ -53,7 +53,9 @@ def bench_generation(
     run = replace(run, mode="inference")
     analysis = measured_analysis(load_target(target, overrides), run)
     if analysis.config.architecture == "encoder":
-        problem = Problem("--mode", "generate needs a decoder or an encoder-decoder", "encoder_cannot_generate")
+        problem = Problem(
+            "--mode", "generate needs a decoder or an encoder-decoder", "encoder_cannot_generate"
+        )
         raise EmbedcalcError(f"{analysis.target} is an encoder: it has no decoder to generate with",
                              ExitCode.USAGE, [problem], "encoder_cannot_generate")  # fmt: skip
     refuse_unless_fits(analysis, dev, options, decodes=True)  # the cache is allocated before the prompt
@@ -62,6 +64,8 @@ def bench_generation(
         with options.progress(f"{analysis.target} generate") as on_step:
             measured = run_generation(analysis.config, settings, dev, on_step)
     except (RuntimeError, ValueError, MemoryError) as exc:
-        raise EmbedcalcError(f"generation failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed") from None
+        raise EmbedcalcError(
+            f"generation failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
+        ) from None
     roofline, note = local_estimate(analysis, dev, options)
     return GenerationReport(analysis, generation_measurement(analysis, measured, roofline, note))

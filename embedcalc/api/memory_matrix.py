@@ -72,9 +72,13 @@ def _in_fresh_process(
 def _child() -> int:
     """One setting, as :func:`_in_fresh_process` asks for it."""
     request = json.loads(sys.stdin.read())
-    options = RunOptions(request["device"], warmup=1, repeat=1, threads=request["threads"], force=request["force"])
+    options = RunOptions(
+        request["device"], warmup=1, repeat=1, threads=request["threads"], force=request["force"]
+    )
     try:
-        result = bench_target(request["target"], request["overrides"], workload_of(None, request["workload"]), options)
+        result = bench_target(
+            request["target"], request["overrides"], workload_of(None, request["workload"]), options
+        )
     except EmbedcalcError as exc:
         sys.stdout.write(json.dumps({"error": exc.message}))
         return int(exc.exit_code)

@@ -28,7 +28,15 @@ if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs
 AxisValues: TypeAlias = Sequence[int] | str | None
 MAX_TIMED_POINTS = 2_000  # --hardware times each valid point by the per-config path (pydantic + analyze)
 
-__all__ = ["MAX_TIMED_POINTS", "AxisValues", "SweepReport", "compare_curves", "sweep", "sweep_base", "sweep_report"]
+__all__ = [
+    "MAX_TIMED_POINTS",
+    "AxisValues",
+    "SweepReport",
+    "compare_curves",
+    "sweep",
+    "sweep_base",
+    "sweep_report",
+]
 
 
 def sweep(
@@ -160,7 +168,9 @@ def sweep_times(
             continue
         point = {a: int(values[i]) for a, values in columns.items()}
         config = base.config_at(point, tuple(point))
-        at = replace(w, batch_size=point.get("batch_size", w.batch_size), seq_len=point.get("seq_len", w.seq_len))
+        at = replace(
+            w, batch_size=point.get("batch_size", w.batch_size), seq_len=point.get("seq_len", w.seq_len)
+        )
         _, estimate = apply_time(analyze(result.target, config, at), options)
         out.append(estimate)
     return out
@@ -175,5 +185,7 @@ def compare_curves(
 
     curves = []
     for target in targets:
-        curves += seq_len_curves(sweep_target(sweep_base(target, overrides or []), {"seq_len": seq_lens}, run))
+        curves += seq_len_curves(
+            sweep_target(sweep_base(target, overrides or []), {"seq_len": seq_lens}, run)
+        )
     return curves

@@ -59,7 +59,9 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc verify --format json``."""
-        return self.result.to_json() | ({"sharded": self.sharded.to_json()} if self.sharded is not None else {})
+        return self.result.to_json() | (
+            {"sharded": self.sharded.to_json()} if self.sharded is not None else {}
+        )
 
 
 def verify_report(

@@ -14,7 +14,9 @@ from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 __all__ = ["usage", "workload_of"]
 
 # the fields whose values are a fixed set of choices (dtype, mode, attention, ...), read from Workload's own types
-_CHOICES = {name: get_args(hint) for name, hint in get_type_hints(Workload).items() if get_origin(hint) is Literal}
+_CHOICES = {
+    name: get_args(hint) for name, hint in get_type_hints(Workload).items() if get_origin(hint) is Literal
+}
 
 
 def workload_of(base: Workload | None, overrides: Mapping[str, Any]) -> Workload:

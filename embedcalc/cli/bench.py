@@ -131,11 +131,14 @@ class RankFlags:
         ),
     ] = None
     strategy: Annotated[
-        StrategyChoice, typer.Option("--strategy", help="With --nproc: DDP, FSDP2 (ZeRO-3) or tensor parallel.")
+        StrategyChoice,
+        typer.Option("--strategy", help="With --nproc: DDP, FSDP2 (ZeRO-3) or tensor parallel."),
     ] = StrategyChoice.ddp
     baseline: Annotated[
         bool,
-        typer.Option("--baseline/--no-baseline", help="With --nproc: also run one process for scaling efficiency."),
+        typer.Option(
+            "--baseline/--no-baseline", help="With --nproc: also run one process for scaling efficiency."
+        ),
     ] = True
     nnodes: Annotated[
         int,
@@ -167,7 +170,9 @@ class RankFlags:
         if self.nproc is None:
             if given:
                 verb = "goes" if len(given) == 1 else "go"
-                raise typer.BadParameter(f"{' and '.join(given)} {verb} only with --nproc N", param_hint=given[0])
+                raise typer.BadParameter(
+                    f"{' and '.join(given)} {verb} only with --nproc N", param_hint=given[0]
+                )
             return None
         return Nodes(self.nnodes, self.node_rank, self.rdzv_endpoint, self.rdzv_timeout)
 
@@ -179,7 +184,9 @@ def _note(line: str) -> None:
 @handle_errors("bench")
 @flags
 def bench_command(
-    target: Annotated[str | None, typer.Argument(help="Preset name or config file (omit with --peak).")] = None,
+    target: Annotated[
+        str | None, typer.Argument(help="Preset name or config file (omit with --peak).")
+    ] = None,
     device: DeviceOption = DeviceChoice.auto,
     dtype: BenchDtypeOption = "fp32",
     *,
@@ -205,14 +212,18 @@ def bench_command(
     require_torch()
     options = steps.options(device, force)
     if peak and target is not None:
-        output.warn([Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")])
+        output.warn(
+            [Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")]
+        )
     if not peak and target is None:
         raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
     # inference or training: one forward or step of --seq-len tokens (--gen-tokens is generate's)
     generate = mode is BenchModeChoice.generate
     workload = run.workload(dtype=dtype, mode="inference" if generate else mode.value,
                             gen_tokens=run.gen_tokens if generate else 0)  # fmt: skip
-    result = _measure(target, overrides, workload, generate, memory_matrix, peak, ranks, nodes, dtype, options)
+    result = _measure(
+        target, overrides, workload, generate, memory_matrix, peak, ranks, nodes, dtype, options
+    )
     _render(result, format, workload)
 
 
@@ -249,7 +260,9 @@ def _render(result: Any, format: OutputFormat, workload: Workload) -> None:
     if analysis is not None:
         output.warn(analysis.warnings, analysis.target)
     if format is OutputFormat.json:
-        output.emit_json("bench", [result.to_json()], analysis.workload.as_dict() if analysis is not None else None)
+        output.emit_json(
+            "bench", [result.to_json()], analysis.workload.as_dict() if analysis is not None else None
+        )
         return
     from embedcalc.render import bench, distributed, generation, hardware
 

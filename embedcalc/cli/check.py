@@ -49,7 +49,8 @@ def check_command(
         _render(result, format)
     problems, over = report.problems, report.over_budget
     if format is OutputFormat.json:
-        workload = report.workload.as_dict() if report.workload is not None else None  # what budgets were judged on
+        # what budgets were judged on
+        workload = report.workload.as_dict() if report.workload is not None else None
         status = "error" if problems or over else "ok"
         output.emit_json("check", report.to_json(), workload, problems + over, status)
     if problems:
@@ -68,7 +69,9 @@ def _render(result: TargetCheck, format: OutputFormat) -> None:
     if format is OutputFormat.table and result.loaded is not None and result.analysis is not None:
         from embedcalc.render.config_tables import check_table, hf_mapping_table
 
-        output.stdout.print(check_table(result.target, result.loaded.config.derived(), result.analysis.params.total))
+        output.stdout.print(
+            check_table(result.target, result.loaded.config.derived(), result.analysis.params.total)
+        )
         if result.loaded.hf is not None:
             output.stdout.print(hf_mapping_table(result.target, result.loaded.hf))
 

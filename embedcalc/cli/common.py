@@ -93,7 +93,12 @@ def silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no descriptor (an in-process runner's buffer): nothing to do
+    # no descriptor (an in-process runner's buffer): nothing to do
+    except (
+        OSError,
+        ValueError,
+        AttributeError,
+    ):
         pass
 
 
@@ -144,7 +149,9 @@ __all__ = ["EmbedcalcError", "handle_errors"]
 # Hub ids as targets (config/hub.py): given once, before the command, they apply to every hub id it reads.
 RevisionOption = Annotated[
     str | None,
-    typer.Option("--revision", help="Revision (branch, tag or commit) of hub-id targets (ORG/NAME); default main."),
+    typer.Option(
+        "--revision", help="Revision (branch, tag or commit) of hub-id targets (ORG/NAME); default main."
+    ),
 ]
 OnlineOption = Annotated[
     bool,

@@ -37,10 +37,13 @@ def compare_command(
     limits: BudgetFlags,
     timing: TimeFlags,
     overrides: SetOption = None,
-    plot: Annotated[Path | None, plot_option(
-        "Also draw FLOPs (attention scores vs the rest) and memory against seq_len for every target, "
+    plot: Annotated[
+        Path | None,
+        plot_option(
+            "Also draw FLOPs (attention scores vs the rest) and memory against seq_len for every target, "
             "one colour each, crossovers marked (.png/.svg/.pdf; needs `pip install 'embedcalc[plot]'`)."
-    )] = None,
+        ),
+    ] = None,
     plot_seq_len: Annotated[
         str,
         typer.Option("--plot-seq-len", metavar="VALUES", help="seq_len values for --plot (list or range)."),

@@ -38,7 +38,9 @@ def _price(value: float | None) -> float | None:
 
 def _devices(value: int | None) -> int | None:
     if value is not None and (why := count_problem(value)) is not None:
-        raise typer.BadParameter(f"{len(str(value)):,} digits: {why}" if len(str(value)) > 40 else f"{value}: {why}")
+        raise typer.BadParameter(
+            f"{len(str(value)):,} digits: {why}" if len(str(value)) > 40 else f"{value}: {why}"
+        )
     return value
 
 
@@ -106,12 +108,18 @@ TrainTokensOption = Annotated[
 ]
 DevicesOption = Annotated[
     int | None,
-    typer.Option("--devices", min=1, callback=_devices, help="Devices for --train-tokens (default tp × pp × dp)."),
+    typer.Option(
+        "--devices", min=1, callback=_devices, help="Devices for --train-tokens (default tp × pp × dp)."
+    ),
 ]
 PriceOption = Annotated[
     float | None,
     typer.Option(
-        "--price-per-hour", min=0.0, metavar="P", callback=_price, help="Price of one device-hour, for the cost."
+        "--price-per-hour",
+        min=0.0,
+        metavar="P",
+        callback=_price,
+        help="Price of one device-hour, for the cost.",
     ),
 ]
 
@@ -158,4 +166,3 @@ class TimeFlags:
         from embedcalc.api.timing import TimeOptions
 
         return TimeOptions(**asdict(self))
-

@@ -100,7 +100,9 @@ def _budget_option(flag: str, kind: str, help: str) -> Any:
     return typer.Option(flag, parser=size_parser(kind), metavar="SIZE", help=help)
 
 
-BatchOption = Annotated[int, _int_option(Workload, "batch_size", "--batch-size", "-b", help="Sequences per batch.")]
+BatchOption = Annotated[
+    int, _int_option(Workload, "batch_size", "--batch-size", "-b", help="Sequences per batch.")
+]
 SeqOption = Annotated[
     int, _int_option(Workload, "seq_len", "--seq-len", "-n", help="Tokens per sequence (encoder side).")
 ]
@@ -113,7 +115,10 @@ TgtOption = Annotated[
 GenTokensOption = Annotated[
     int,
     _int_option(
-        Workload, "gen_tokens", "--gen-tokens", help="Inference: tokens generated after the prompt (KV cache)."
+        Workload,
+        "gen_tokens",
+        "--gen-tokens",
+        help="Inference: tokens generated after the prompt (KV cache).",
     ),
 ]
 AttentionOption = Annotated[
@@ -155,7 +160,9 @@ class WorkloadFlags:
             help="int8/int4: input values per fp16 scale and zero point (GPTQ/AWQ group size).",
         ),
     ] = _W.quant_group_size  # fmt: skip
-    mode: Annotated[Mode, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")] = _W.mode
+    mode: Annotated[Mode, typer.Option("--mode", help="inference: one forward; training: fwd+bwd+AdamW.")] = (
+        _W.mode
+    )
     attention: AttentionOption = _W.attention
     optimizer: Annotated[
         Optimizer, typer.Option("--optimizer", help="Optimizer state for training memory.")
@@ -193,9 +200,7 @@ class ParallelFlags:
     ] = _P.ep  # fmt: skip
     pp: Annotated[
         int,
-        _int_option(
-            Parallelism, "pp", "--pp", help="Pipeline stages (1F1B); memory is the heaviest stage."
-        ),
+        _int_option(Parallelism, "pp", "--pp", help="Pipeline stages (1F1B); memory is the heaviest stage."),
     ] = _P.pp
     dp: Annotated[
         int,
@@ -270,7 +275,11 @@ def _group(hint: Any) -> tuple[type | None, tuple[str, ...] | None]:
     if get_origin(hint) is Annotated:
         hint, *extras = get_args(hint)
         names = next((e.names for e in extras if isinstance(e, Only)), None)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint) and hint.__module__.startswith("embedcalc.cli"):
+    if (
+        isinstance(hint, type)
+        and dataclasses.is_dataclass(hint)
+        and hint.__module__.startswith("embedcalc.cli")
+    ):
         fields = [f.name for f in dataclasses.fields(hint)]
         unknown = set(names or ()) - set(fields)
         if unknown:

@@ -115,7 +115,9 @@ def plan_command(
     ] = None,
     dtype: Annotated[
         str | None,
-        dtype_option("Default: the model's own (bf16 when it records none); fp16 on devices without bf16 (T4, V100)."),
+        dtype_option(
+            "Default: the model's own (bf16 when it records none); fp16 on devices without bf16 (T4, V100)."
+        ),
     ] = None,
     kv_dtype: KvDtypeOption = None,
     max_ttft: Annotated[
@@ -184,7 +186,9 @@ def plan_command(
     train_tokens: Annotated[
         int | None,
         typer.Option(
-            "--train-tokens", metavar="N", parser=size_parser("count"),
+            "--train-tokens",
+            metavar="N",
+            parser=size_parser("count"),
             help="Training: the token budget to plan for (1T, 2e12); needed with --mode training.",
         ),
     ] = None,

@@ -95,10 +95,13 @@ def sweep_command(
     timing: TimeFlags,
     overrides: SetOption = None,
     format: Annotated[SweepFormat, typer.Option("--format", "-f", help="Output format.")] = SweepFormat.table,
-    plot: Annotated[Path | None, plot_option(
-        "Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
+    plot: Annotated[
+        Path | None,
+        plot_option(
+            "Also draw FLOPs (attention scores vs the rest) and memory against --seq-len on log axes, the "
             "crossover marked, to FILE (.png, .svg, .pdf; needs matplotlib: pip install 'embedcalc[plot]')."
-    )] = None,
+        ),
+    ] = None,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Table format: points shown.")] = 50,
     measure: Annotated[
         bool,
@@ -161,7 +164,10 @@ def sweep_command(
         from embedcalc.analysis.sweep import workload_json
 
         output.emit_json(
-            "sweep", [report.to_json()], workload_json(result), axes={a: list(v) for a, v in result.axes.items()}
+            "sweep",
+            [report.to_json()],
+            workload_json(result),
+            axes={a: list(v) for a, v in result.axes.items()},
         )
     elif format is SweepFormat.csv:
         from embedcalc.render.sweep_output import write_csv
@@ -279,7 +285,9 @@ def _write_plot(result: SweepResult, path: Path) -> None:
     output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)
 
 
-def _labelled(result: SweepResult, times: list[RooflineEstimate | None], limit: int = 8) -> list[tuple[str, Any]]:
+def _labelled(
+    result: SweepResult, times: list[RooflineEstimate | None], limit: int = 8
+) -> list[tuple[str, Any]]:
     """(label, estimate) of up to ``limit`` valid points, evenly spread, for the plot and the table."""
     columns = {a: result.axis_column(a).tolist() for a in result.axes}
     valid = [i for i, e in enumerate(times) if e is not None]

@@ -58,14 +58,14 @@ def verify_command(
     output.warn(report.analysis.warnings, target)
     result, sharded = report.result, report.sharded
     if format is OutputFormat.json:
-        output.emit_json("verify", [report.to_json()], workload.as_dict(), status="ok" if report.agree else "mismatch")
+        output.emit_json(
+            "verify", [report.to_json()], workload.as_dict(), status="ok" if report.agree else "mismatch"
+        )
     else:
         from embedcalc.render.tables import reconcile_table
 
         output.stdout.print(reconcile_table(f"Parameters — {target}: analytic vs torch numel", result.params))
-        title = (
-            f"Forward FLOPs — {target} (batch {run.batch_size}, seq_len {run.seq_len}): analytic vs FlopCounterMode"
-        )
+        title = f"Forward FLOPs — {target} (batch {run.batch_size}, seq_len {run.seq_len}): analytic vs FlopCounterMode"
         output.stdout.print(reconcile_table(title, result.flops))
         if sharded is not None:
             from embedcalc.render.distributed import sharded_tables

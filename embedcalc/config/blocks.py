@@ -41,6 +41,7 @@ from embedcalc.config.mixers import MixerSpec
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
+# the resolved view lives in config/layer_plan.py and is re-exported here
 __all__ = [
     "DEFAULT_BLOCK",
     "FFN",
@@ -61,7 +62,7 @@ __all__ = [
     "base_attention_spec",
     "merge_spec",
     "moe_missing",
-]  # the resolved view lives in config/layer_plan.py and is re-exported here
+]
 
 DEFAULT_BLOCK = "default"
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -301,7 +302,13 @@ class FFNSpec(BaseModel):
 
 # the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
 MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
-SPARSE_FIELDS = ("q_lora_rank", "index_heads", "index_head_dim", "index_topk")  # what kind sparse needs beyond mla
+# what kind sparse needs beyond mla
+SPARSE_FIELDS = (
+    "q_lora_rank",
+    "index_heads",
+    "index_head_dim",
+    "index_topk",
+)
 SPARSE_ONLY_FIELDS = ("index_heads", "index_head_dim", "index_topk", "index_shared")
 MOE_ONLY_FIELDS = ("num_experts", "top_k", "expert_dim", "num_shared_experts", "shared_expert_dim",
                    "shared_expert_gate", "router_bias", "expert_bias")  # fmt: skip
@@ -338,7 +345,8 @@ class BlockSpec(BaseModel):
         description="The token mixer fields that differ from the default block's (kind attention, mamba2, none).",
     )
     attention: AttentionSpec | None = Field(
-        default=None, description="The attention fields that differ from the default block's (only those set)."
+        default=None,
+        description="The attention fields that differ from the default block's (only those set).",
     )
     ffn: FFNSpec | None = Field(
         default=None, description="The FFN fields that differ from the default block's (only those set)."
@@ -351,7 +359,8 @@ class LayerRun(BaseModel):
     model_config = _FROZEN
 
     pattern: list[str] = Field(
-        min_length=1, description="Block names in order (a name from blocks, or default), e.g. [local, global]."
+        min_length=1,
+        description="Block names in order (a name from blocks, or default), e.g. [local, global].",
     )
     repeat: PositiveInt = Field(default=1, description="How many times the pattern follows itself.")
 
@@ -376,7 +385,8 @@ def merge_spec(base: S, override: S | None) -> S:
     update = {name: getattr(override, name) for name in override.model_fields_set}
     merged = base.model_dump()
     if "kind" in update and update["kind"] != base.kind:  # a new kind starts without the old kind's fields
-        kept = MLA_ONLY_FIELDS if {base.kind, update["kind"]} <= LATENT_KINDS else ()  # mla <-> sparse keep MLA's
+        # mla <-> sparse keep MLA's
+        kept = MLA_ONLY_FIELDS if {base.kind, update["kind"]} <= LATENT_KINDS else ()
         for name in (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim"):
             if name in merged and name not in kept:
                 merged[name] = type(base).model_fields[name].default

@@ -28,9 +28,13 @@ class Constant(BaseModel):
 
     model_config = _BASE
 
-    value: float = Field(gt=0, allow_inf_nan=False, description="The value, in SI units (seconds, a fraction).")
+    value: float = Field(
+        gt=0, allow_inf_nan=False, description="The value, in SI units (seconds, a fraction)."
+    )
     meaning: str = Field(min_length=1, description="What the constant is, in one sentence.")
-    source: str = Field(min_length=1, description="Where it comes from: a citation, or 'fitted' on `fitted_on`.")
+    source: str = Field(
+        min_length=1, description="Where it comes from: a citation, or 'fitted' on `fitted_on`."
+    )
 
 
 class CalibrationFile(BaseModel):
@@ -39,9 +43,13 @@ class CalibrationFile(BaseModel):
     model_config = _BASE
 
     name: str = Field(min_length=1, description="The calibration's name, printed with every expected time.")
-    fitted_on: list[str] = Field(description="Ids of the published runs (benchmarks/bench_published.py) fitted on.")
+    fitted_on: list[str] = Field(
+        description="Ids of the published runs (benchmarks/bench_published.py) fitted on."
+    )
     held_out: list[str] = Field(description="Ids of the published runs it was judged on, not fitted on.")
-    held_out_median_error: float = Field(ge=0, description="Median |predicted / published - 1| on `held_out`.")
+    held_out_median_error: float = Field(
+        ge=0, description="Median |predicted / published - 1| on `held_out`."
+    )
     held_out_max_ratio: float = Field(ge=1, description="Largest max(p/m, m/p) on `held_out`.")
     constants: dict[str, Constant] = Field(description="The constants by name (TimeConstants' fields).")
 
@@ -87,12 +95,16 @@ def parse_calibration(data: object, origin: str) -> Calibration:
         first = exc.errors()[0]
         path = ".".join(str(p) for p in first["loc"])
         message = f"{origin}: {path}: {first['msg']}"
-        raise ConfigError(message, [Problem(path, message, "invalid_calibration")], "invalid_calibration") from None
+        raise ConfigError(
+            message, [Problem(path, message, "invalid_calibration")], "invalid_calibration"
+        ) from None
     names = set(TimeConstants.__dataclass_fields__)
     if set(parsed.constants) != names:
         missing, extra = sorted(names - set(parsed.constants)), sorted(set(parsed.constants) - names)
         message = f"{origin}: constants must be exactly {', '.join(sorted(names))} (missing {missing}, extra {extra})"
-        raise ConfigError(message, [Problem("constants", message, "invalid_calibration")], "invalid_calibration")
+        raise ConfigError(
+            message, [Problem("constants", message, "invalid_calibration")], "invalid_calibration"
+        )
     values = {k: v.value for k, v in parsed.constants.items()}
     return Calibration(parsed.name, TimeConstants(**values), tuple(parsed.fitted_on), tuple(parsed.held_out),
                        parsed.held_out_median_error, parsed.held_out_max_ratio)  # fmt: skip

@@ -60,12 +60,16 @@ class Checkpoint:
 
 def _bad(path: Path, why: str) -> ConfigError:
     message = f"{path}: {why}; a safetensors file starts with an 8-byte header length and a JSON header"
-    return ConfigError(message, [Problem(str(path.name), message, "checkpoint_malformed")], "checkpoint_malformed")
+    return ConfigError(
+        message, [Problem(str(path.name), message, "checkpoint_malformed")], "checkpoint_malformed"
+    )
 
 
 def _sizes(value: Any) -> list[int] | None:
     """``value`` when it is a list of non-negative integers, else None."""
-    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+    if isinstance(value, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
+    ):
         return value
     return None
 
@@ -93,7 +97,9 @@ def read_header(path: Path) -> list[StoredTensor]:
                 raise _bad(path, f"declares a {length:,}-byte header (at most {MAX_HEADER_BYTES:,})")
             text = handle.read(length)
     except OSError as exc:
-        raise UnsupportedEnvironmentError(f"{path}: cannot be read ({exc.strerror or exc})", "checkpoint_io") from None
+        raise UnsupportedEnvironmentError(
+            f"{path}: cannot be read ({exc.strerror or exc})", "checkpoint_io"
+        ) from None
     if len(text) < length:
         raise _bad(path, f"ends inside its {length:,}-byte header")
     try:
@@ -114,7 +120,9 @@ def _files(directory: Path) -> tuple[list[str], bool]:
             weight_map = None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             message = f"{index}: expected a JSON object with a weight_map of tensor name -> shard file"
-            raise ConfigError(message, [Problem(INDEX, message, "checkpoint_malformed")], "checkpoint_malformed")
+            raise ConfigError(
+                message, [Problem(INDEX, message, "checkpoint_malformed")], "checkpoint_malformed"
+            )
         return sorted(set(weight_map.values())), True
     return sorted(p.name for p in directory.glob("*.safetensors")), False
 
@@ -123,11 +131,19 @@ def read_checkpoint(directory: Path) -> Checkpoint:
     """Every tensor header of the checkpoint in ``directory`` (exit 4 when it holds no safetensors file)."""
     names, sharded = _files(directory)
     if not names:
-        others = sorted(p.name for p in directory.glob("*.bin")) + sorted(p.name for p in directory.glob("*.pt*"))
-        found = f" (it has {', '.join(others[:3])}: pickles, which are not read without running them)" if others else ""
+        others = sorted(p.name for p in directory.glob("*.bin")) + sorted(
+            p.name for p in directory.glob("*.pt*")
+        )
+        found = (
+            f" (it has {', '.join(others[:3])}: pickles, which are not read without running them)"
+            if others
+            else ""
+        )
         raise UnsupportedEnvironmentError(
             f"{directory}: no *.safetensors checkpoint here{found}. Download the weights' headers with the files, "
-            "e.g. `huggingface-cli download ORG/NAME --include '*.safetensors' '*.json'`", "checkpoint_not_found")
+            "e.g. `huggingface-cli download ORG/NAME --include '*.safetensors' '*.json'`",
+            "checkpoint_not_found",
+        )
     tensors: list[StoredTensor] = []
     for name in names:
         path = directory / name

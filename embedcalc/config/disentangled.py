@@ -39,7 +39,9 @@ class DisentangledSpec(BaseModel):
         default=512,
         description="max_relative_positions: the distance the log buckets reach (bucketed only); changes no count.",
     )
-    c2p: bool = Field(default=True, description="Content-to-position term: queries against projected positions.")
+    c2p: bool = Field(
+        default=True, description="Content-to-position term: queries against projected positions."
+    )
     p2c: bool = Field(default=True, description="Position-to-content term: keys against projected positions.")
     share_keys: bool = Field(
         default=False,
@@ -49,7 +51,9 @@ class DisentangledSpec(BaseModel):
             "pos_query_proj (p2c) of embed_dim -> heads x head_dim per layer."
         ),
     )
-    norm: bool = Field(default=False, description="A norm on the table before use (norm_rel_ebd: layer_norm).")
+    norm: bool = Field(
+        default=False, description="A norm on the table before use (norm_rel_ebd: layer_norm)."
+    )
 
     @property
     def terms(self) -> int:

@@ -105,6 +105,8 @@ class PriceFigure(Figure):
     date: str = Field(
         pattern=r"^\d{4}-\d{2}-\d{2}$", description="The day the price was read off its list (YYYY-MM-DD)."
     )
+
+
 class LatencyFigure(Figure):
     """A latency in seconds, at most 100 ms (a bound that catches microseconds written as seconds' count; a
     measured loopback hop of processes that share a busy CPU takes milliseconds)."""
@@ -253,8 +255,14 @@ class Device(BaseModel):
         ]
         out += [("memory_bytes", self.memory_bytes), ("memory_bandwidth_bytes_per_s",
                                                       self.memory_bandwidth_bytes_per_s)]  # fmt: skip
-        out += [(name, figure) for name, figure in (("kernel_overhead_s", self.kernel_overhead_s),
-                                                    ("gemm_half_rows", self.gemm_half_rows)) if figure is not None]
+        out += [
+            (name, figure)
+            for name, figure in (
+                ("kernel_overhead_s", self.kernel_overhead_s),
+                ("gemm_half_rows", self.gemm_half_rows),
+            )
+            if figure is not None
+        ]
         for label, link in (("interconnect", self.interconnect), ("network", self.network),
                             ("host_link", self.host_link)):  # fmt: skip
             if link is not None:

@@ -57,6 +57,7 @@ def count_problem(value: object) -> str | None:
         return f"not a count from 1 to {MAX_INT_DIGITS} digits"
     return None
 
+
 # How long `bench --nproc --nnodes M` waits for every node to join the rendezvous before it ends with exit 4 (here,
 # not in the API, so that the CLI's option default costs no import: `embedcalc --help` loads no config machinery).
 DEFAULT_RDZV_TIMEOUT_S = 300

@@ -158,7 +158,9 @@ def canonical_mapping(
 
 # fields typed as text (``name``): an override's value is taken verbatim, not read as a YAML scalar
 TEXT_FIELDS = frozenset(
-    name for name, info in ModelConfig.model_fields.items() if str in (info.annotation, *get_args(info.annotation))
+    name
+    for name, info in ModelConfig.model_fields.items()
+    if str in (info.annotation, *get_args(info.annotation))
 )
 
 
@@ -190,7 +192,8 @@ def apply_overrides(data: dict[str, Any], user_keys: dict[str, str], overrides: 
         key, value = parse_override(text)
         raw_value = text.partition("=")[2].strip()
         head, dot, rest = key.partition(".")
-        if dot and canonical_key(head) in NESTED_FIELDS:  # --set ffn.top_k=4, --set blocks.local.attention.chunk_size=8
+        # --set ffn.top_k=4, --set blocks.local.attention.chunk_size=8
+        if dot and canonical_key(head) in NESTED_FIELDS:
             problem = _set_nested(data, canonical_key(head), rest.split("."), value, key)
             if problem is not None:
                 problems.append(problem)
@@ -330,7 +333,9 @@ def _apply_any(data: dict[str, Any], user_keys: dict[str, str], overrides: Overr
         raise _overrides_error(f"{len(overrides):,} overrides; at most {MAX_OVERRIDES:,}")
     bad = next((item for item in overrides if not isinstance(item, str)), None)
     if bad is not None:
-        raise _overrides_error(f"every override is a 'key=value' string, got {type(bad).__name__} {bad!r:.60}")
+        raise _overrides_error(
+            f"every override is a 'key=value' string, got {type(bad).__name__} {bad!r:.60}"
+        )
     return apply_overrides(data, user_keys, list(overrides))
 
 
@@ -339,7 +344,9 @@ MAX_OVERRIDES = 10_000  # one per field, many times over
 
 def _overrides_error(message: str) -> EmbedcalcError:
     """A Python caller's ``overrides`` argument of the wrong type (exit 2, like a malformed --set)."""
-    return EmbedcalcError(message, ExitCode.USAGE, [Problem("overrides", message, "bad_override")], "bad_override")
+    return EmbedcalcError(
+        message, ExitCode.USAGE, [Problem("overrides", message, "bad_override")], "bad_override"
+    )
 
 
 def load_target(target: str, overrides: list[str] | None = None) -> LoadedConfig:

@@ -87,8 +87,11 @@ def local_device(
         figures.update(previous.peak_flops_per_s)
         interconnect = previous.interconnect
     if link is not None:
-        interconnect = Link(kind="loopback", per_direction_bytes_per_s=RateFigure(value=link[0], source=stamp,
-                            note=link[2]), latency_s=LatencyFigure(value=link[1], source=stamp, note=link[2]))
+        interconnect = Link(
+            kind="loopback",
+            per_direction_bytes_per_s=RateFigure(value=link[0], source=stamp, note=link[2]),
+            latency_s=LatencyFigure(value=link[1], source=stamp, note=link[2]),
+        )
     for dtype, (value, how) in peaks.items():
         figures[dtype] = Figure(value=value, source=stamp, note=how)
     match = match_cuda_name(device_name) if kind == "gpu" else None

@@ -72,7 +72,8 @@ class MixerSpec(BaseModel):
         ),
     )
     state_size: PositiveInt | None = Field(
-        default=None, description="mamba2: SSM state size N per head and group (mamba_d_state, ssm_state_size)."
+        default=None,
+        description="mamba2: SSM state size N per head and group (mamba_d_state, ssm_state_size).",
     )
     num_heads: PositiveInt | None = Field(
         default=None,
@@ -91,10 +92,12 @@ class MixerSpec(BaseModel):
         "(LFM2: embed_dim).",
     )
     dt_rank: PositiveInt | None = Field(
-        default=None, description="mamba: rank of the time-step projection (mamba_dt_rank; 'auto' = ceil(d / 16))."
+        default=None,
+        description="mamba: rank of the time-step projection (mamba_dt_rank; 'auto' = ceil(d / 16)).",
     )
     bc_norms: bool = Field(
-        default=False, description="mamba: RMSNorms on dt, B and C (Jamba's dt/b/c_layernorm), dt_rank + 2 N weights."
+        default=False,
+        description="mamba: RMSNorms on dt, B and C (Jamba's dt/b/c_layernorm), dt_rank + 2 N weights.",
     )
     num_k_heads: PositiveInt | None = Field(
         default=None,
@@ -108,7 +111,8 @@ class MixerSpec(BaseModel):
         description="mamba2: groups G sharing one B and C projection (mamba_n_groups); must divide num_heads.",
     )
     conv_kernel: PositiveInt = Field(
-        default=4, description="mamba2: width K of the causal depthwise convolution over x, B and C (mamba_d_conv)."
+        default=4,
+        description="mamba2: width K of the causal depthwise convolution over x, B and C (mamba_d_conv).",
     )
     chunk_size: PositiveInt | None = Field(
         default=None,
@@ -121,7 +125,9 @@ class MixerSpec(BaseModel):
         default=None,
         description="The convolution has a bias (mamba2: mamba_conv_bias, default true; gated_deltanet: none).",
     )
-    bias: bool = Field(default=False, description="mamba2: in_proj and out_proj have biases (mamba_proj_bias).")
+    bias: bool = Field(
+        default=False, description="mamba2: in_proj and out_proj have biases (mamba_proj_bias)."
+    )
     norm_before_gate: bool = Field(
         default=False,
         description=(
@@ -139,7 +145,12 @@ class MixerSpec(BaseModel):
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
             )
-        if self.kind == "gated_deltanet" and self.num_heads and self.num_k_heads and self.num_heads % self.num_k_heads:
+        if (
+            self.kind == "gated_deltanet"
+            and self.num_heads
+            and self.num_k_heads
+            and self.num_heads % self.num_k_heads
+        ):
             raise PydanticCustomError(
                 "mixer_groups",
                 "num_k_heads ({groups}) must divide num_heads ({heads}): each query/key head serves num_heads / "
@@ -152,7 +163,11 @@ class MixerSpec(BaseModel):
                 "mixer_groups",
                 "groups ({groups}) must divide num_heads ({heads}): each group's B and C serve num_heads / groups "
                 "heads; use groups {fix}",
-                {"groups": self.groups, "heads": self.num_heads, "fix": _divisor_near(self.num_heads, self.groups)},
+                {
+                    "groups": self.groups,
+                    "heads": self.num_heads,
+                    "fix": _divisor_near(self.num_heads, self.groups),
+                },
             )
         return self
 

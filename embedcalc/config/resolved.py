@@ -256,7 +256,9 @@ class ResolvedShape:
         its layers as data (attention, ffn, blocks, layers) also gets the facts of its blocks."""
         default = self.named_blocks[DEFAULT_BLOCK]
         return {
-            "head_dim": default.attention.head_dim if default.attention is not None else self.resolved_head_dim,
+            "head_dim": default.attention.head_dim
+            if default.attention is not None
+            else self.resolved_head_dim,
             "num_kv_heads": self.resolved_kv_heads,
             "kv_groups": self.num_heads // self.resolved_kv_heads,
             "ffn_dim": self.resolved_ffn_dim,
@@ -282,7 +284,13 @@ class ResolvedShape:
             )
             if self.has_recurrent_state:  # the constant state of the recurrent layers, per sequence
                 out["recurrent_state_values"] = sum(b.mixer.state_values * n for b, n in decoder if b.mixer)
-        if self.attention is None and self.ffn is None and self.mixer is None and not self.blocks and not self.layers:
+        if (
+            self.attention is None
+            and self.ffn is None
+            and self.mixer is None
+            and not self.blocks
+            and not self.layers
+        ):
             return out
         first = "encoder" if self.architecture != "decoder" else "decoder"
         counts = self.stack_plan(first).counts()

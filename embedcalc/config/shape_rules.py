@@ -80,7 +80,11 @@ class ShapeRules:
     @field_validator("disentangled", check_fields=False)
     @classmethod
     def _disentangled_needs_encoder(cls, value: object, info: ValidationInfo) -> object:
-        arch, kv, heads = info.data.get("architecture"), info.data.get("num_kv_heads"), info.data.get("num_heads")
+        arch, kv, heads = (
+            info.data.get("architecture"),
+            info.data.get("num_kv_heads"),
+            info.data.get("num_heads"),
+        )
         spec = info.data.get("attention")
         reason = None
         if arch is not None and arch != "encoder":

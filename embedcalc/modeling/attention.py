@@ -166,9 +166,13 @@ class AttentionBase(nn.Module):
         device = self.relative_bias.weight.device
         query = torch.arange(query_offset, query_offset + query_len, device=device)[:, None]  # (T, 1)
         key = torch.arange(key_len, device=device)[None, :]  # (1, S)
+        # (T, S)
         buckets = relative_position_bucket(
-            key - query, bidirectional=not self.causal, num_buckets=self.num_buckets, max_distance=self.max_distance
-        )  # (T, S)
+            key - query,
+            bidirectional=not self.causal,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
         bias: Tensor = self.relative_bias(buckets)  # (T, S, h)
         return bias.permute(2, 0, 1).unsqueeze(0)  # (1, h, T, S)
 
@@ -224,7 +228,9 @@ class AttentionBase(nn.Module):
         context: Tensor = self.context(weights, v)  # (B, h, T, d_v)
         return context
 
-    def _cached_blocked(self, cache: LayerCache, position: int, length: int, device: torch.device) -> Tensor | None:
+    def _cached_blocked(
+        self, cache: LayerCache, position: int, length: int, device: torch.device
+    ) -> Tensor | None:
         """The (T, S) mask of ``length`` new queries from ``position`` against the cache's filled slots, or None
         when every slot is visible (one query: the slots hold only past keys within the window; a chunk still
         masks the previous chunk's slots of a rolling buffer)."""
@@ -234,7 +240,9 @@ class AttentionBase(nn.Module):
         key = cache.key_positions(position + length, device)[None, :]  # (1, S)
         return self._blocked_at(query, key)
 
-    def _cached_core(self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocked: Tensor | None) -> Tensor:
+    def _cached_core(
+        self, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, blocked: Tensor | None
+    ) -> Tensor:
         """The core of a cached step: q (B, h, T, d), k and v (B, h_kv, S, d) unexpanded -> (B, h, T, d_v)."""
         if self.sdpa is not None:
             mask: Tensor | None = None if bias is None else bias.to(q.dtype)  # (1, h, T, S)
@@ -284,7 +292,9 @@ class Attention(AttentionBase):
         self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
         self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
 
-    def _project(self, x: Tensor, memory: Tensor | None, rotary: Rotary | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(
+        self, x: Tensor, memory: Tensor | None, rotary: Rotary | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values with q/k norms and rotary positions applied: q (B, h, T, d_head) from ``x``;
         k, v (B, h_kv, S, d_head) from ``memory`` (cross-attention) or ``x``."""
         q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
@@ -332,11 +342,15 @@ class Attention(AttentionBase):
             k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, T, d_head)
             return self._core(q, k, v, bias)
         if cache.rolling and length > 1:
-            raise ValueError("a rolling (windowed or chunked) cache decodes one token at a time after the prompt")
+            raise ValueError(
+                "a rolling (windowed or chunked) cache decodes one token at a time after the prompt"
+            )
         keys, values = cache.read(position + length)  # (B, h_kv, S, d_head) each
         if values is None:  # pragma: no cover - a standard layer's cache has values
             raise RuntimeError("standard attention needs a K and a V cache")
-        return self._cached_core(q, keys, values, bias, self._cached_blocked(cache, position, length, q.device))
+        return self._cached_core(
+            q, keys, values, bias, self._cached_blocked(cache, position, length, q.device)
+        )
 
     def attend(
         self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
@@ -351,7 +365,8 @@ class Attention(AttentionBase):
             q, k, v = self._project(x, memory, rotary)
             k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
             context = self._core(q, k, v, bias)  # (B, h, T, d_head)
-        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
+        # (B, T, q_dim)
+        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         if self.gate is not None:  # gated attention (Qwen3-Next): sigmoid(gate(x)) per channel
             merged = merged * torch.sigmoid(self.gate(x))
         out: Tensor = self.out(merged)  # (B, T, d)

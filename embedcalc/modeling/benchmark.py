@@ -57,7 +57,8 @@ def miniature(config: ModelConfig) -> ModelConfig:
         heads if config.resolved_kv_heads == config.num_heads else (1 if config.resolved_kv_heads == 1 else 2)
     )
     context = min(config.max_seq_len, 16)
-    data = config.model_dump(exclude_unset=True)  # unset fields keep their meaning (a block overrides only its own)
+    # unset fields keep their meaning (a block overrides only its own)
+    data = config.model_dump(exclude_unset=True)
     data.update(
         vocab_size=128, max_seq_len=context, embed_dim=64, num_heads=heads, num_kv_heads=kv,
         head_dim=16 if config.head_dim is not None else None, ffn_dim=128, num_layers=1,

@@ -41,7 +41,9 @@ _SDPA = "sdpa"
 
 def _segments(module_path: str) -> list[str]:
     """The path's segments as keys spell them: no ``layers.<i>``, no trailing ``_``, ``ffn.moe`` as ``moe``."""
-    segments = [s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()]
+    segments = [
+        s.removesuffix("_") for s in module_path.split(".") if s and s != "layers" and not s.isdigit()
+    ]
     if segments[:1] in (["encoder"], ["decoder"]) and segments[1:3] == ["ffn", "moe"]:
         del segments[1]
     return segments

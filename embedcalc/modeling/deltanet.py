@@ -37,7 +37,9 @@ class DeltaRule(nn.Module):
         self.A_log = nn.Parameter(torch.empty(m.num_heads))
         self.dt_bias = nn.Parameter(torch.empty(m.num_heads))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, b: Tensor, a: Tensor, state: MixerState | None) -> Tensor:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, b: Tensor, a: Tensor, state: MixerState | None
+    ) -> Tensor:
         """q, k (B, T, Hk, dk), v (B, T, Hv, dv), b and a (B, T, Hv) -> (B, T, Hv, dv); ``state.ssm``
         (B, Hv, dk, dv) holds the state before and is left holding the state after."""
         reps = self.spec.num_heads // self.spec.num_k_heads
@@ -48,7 +50,9 @@ class DeltaRule(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, Hv, T, d)
         beta, g = beta.transpose(1, 2), g.transpose(1, 2)  # (B, Hv, T)
         if state is not None and q.shape[2] == 1:
-            return self._step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g[:, :, 0], state.ssm)[:, None]
+            return self._step(q[:, :, 0], k[:, :, 0], v[:, :, 0], beta[:, :, 0], g[:, :, 0], state.ssm)[
+                :, None
+            ]
         return self._chunked(q, k, v, beta, g, state).transpose(1, 2)
 
     def _step(self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, s: Tensor) -> Tensor:
@@ -59,7 +63,9 @@ class DeltaRule(nn.Module):
         s.copy_(decayed + k[..., None] * delta[..., None, :])
         return torch.einsum("bhkv,bhk->bhv", s, q)  # (B, H, dv)
 
-    def _chunked(self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, state: MixerState | None) -> Tensor:
+    def _chunked(
+        self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, state: MixerState | None
+    ) -> Tensor:
         """The chunked rule: q, k (B, H, T, dk), v (B, H, T, dv), beta, g (B, H, T) -> (B, H, T, dv)."""
         batch, heads, length, dk = k.shape
         dv, c = v.shape[-1], self.spec.chunk_size
@@ -75,11 +81,15 @@ class DeltaRule(nn.Module):
         q, k = split(q), split(k)
         cum = g.reshape(batch, heads, chunks, c).cumsum(-1)  # (B, H, n, C)
         upper = torch.ones(c, c, dtype=torch.bool, device=q.device).triu(1)
-        decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(upper, float("-inf")).exp()  # (B, H, n, C, C)
+        # (B, H, n, C, C)
+        decay = (cum[..., :, None] - cum[..., None, :]).masked_fill(upper, float("-inf")).exp()
         ut = (k_beta @ k.transpose(-1, -2)) * decay  # (B, H, n, C, C)
         intra = (q @ k.transpose(-1, -2)) * decay
-        new_values = torch.linalg.solve_triangular(ut, v_beta, upper=False, unitriangular=True)  # (B, H, n, C, dv)
-        k_decay = torch.linalg.solve_triangular(ut, k_beta * cum.exp()[..., None], upper=False, unitriangular=True)
+        # (B, H, n, C, dv)
+        new_values = torch.linalg.solve_triangular(ut, v_beta, upper=False, unitriangular=True)
+        k_decay = torch.linalg.solve_triangular(
+            ut, k_beta * cum.exp()[..., None], upper=False, unitriangular=True
+        )
         q = q * cum.exp()[..., None]
         k = k * (cum[..., -1:] - cum).exp()[..., None]
         chunk_decay = cum[..., -1].exp()[..., None, None]  # (B, H, n, 1, 1)
@@ -124,9 +134,15 @@ class GatedDeltaNetMixer(MixerSublayer):
         qkv = self.conv(qkv, state)  # (B, T, conv_dim)
         q, k, v = qkv.split([m.key_dim, m.key_dim, m.inner], dim=-1)
         qk_shape = (batch, length, m.num_k_heads, m.head_k_dim)
+        # (B, T, Hv, dv)
         y = self.ssm(
-            q.reshape(qk_shape), k.reshape(qk_shape), v.reshape(batch, length, m.num_heads, m.head_dim), b, a, state
-        )  # (B, T, Hv, dv)
+            q.reshape(qk_shape),
+            k.reshape(qk_shape),
+            v.reshape(batch, length, m.num_heads, m.head_dim),
+            b,
+            a,
+            state,
+        )
         y = self.gate_norm(y, z.reshape(batch, length, m.num_heads, m.head_dim))
         out: Tensor = self.out(y.reshape(batch, length, m.inner))
         return out

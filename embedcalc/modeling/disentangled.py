@@ -37,7 +37,9 @@ def relative_positions(length: int, spec: DisentangledSpec, device: torch.device
     sign = torch.sign(rel)
     inside = (rel < mid) & (rel > -mid)
     absolute = torch.where(inside, torch.full_like(rel, mid - 1), rel.abs())
-    log_pos = torch.ceil(torch.log(absolute / mid) / math.log((spec.max_distance - 1) / mid) * (mid - 1)) + mid
+    log_pos = (
+        torch.ceil(torch.log(absolute / mid) / math.log((spec.max_distance - 1) / mid) * (mid - 1)) + mid
+    )
     return torch.where(absolute <= mid, rel.to(log_pos.dtype), log_pos * sign).long()  # (T, T)
 
 
@@ -99,13 +101,20 @@ class PositionScores(nn.Module):
 class DisentangledAttention(Attention):
     """Standard multi-head self-attention plus DeBERTa's position terms; layer 0 owns the stack's table."""
 
-    def __init__(self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, owns_table: bool) -> None:
+    def __init__(
+        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, owns_table: bool
+    ) -> None:
         super().__init__(config, spec, impl=impl, causal=False, cross=False, relative_bias=False)
         positions = config.disentangled
         if positions is None:  # pragma: no cover - make_attention builds this only for a disentangled config
             raise ValueError("DisentangledAttention needs config.disentangled")
         self.positions = positions
-        self.scores, self.context, self.sdpa = Scores(), Context(), None  # the position terms need eager scores
+        # the position terms need eager scores
+        self.scores, self.context, self.sdpa = (
+            Scores(),
+            Context(),
+            None,
+        )
         self.scale = 1.0 / math.sqrt(spec.head_dim * (1 + positions.terms))
         self.rel_embeddings = RelativeTable(config, positions) if owns_table else None
         self.pos_proj = PositionProjections(config, positions, spec.q_dim)
@@ -122,16 +131,20 @@ class DisentangledAttention(Attention):
                cache: object = None, position: int = 0) -> Tensor:  # fmt: skip
         """(B, T, d) -> (B, T, d); ``bias`` is the stack's relative-position table (2·span, d)."""
         if bias is None or cache is not None:
-            raise ValueError("disentangled attention needs the stack's position table and runs without a cache")
+            raise ValueError(
+                "disentangled attention needs the stack's position table and runs without a cache"
+            )
         if self.scores is None or self.context is None:  # pragma: no cover - __init__ builds the eager core
             raise RuntimeError("disentangled attention runs the eager core")
         batch, length, _ = x.shape
         q, k, v = self._project(x, None, None)  # (B, h, T, hd) each
         keys, queries = self.pos_proj(bias, self.qkv, self.num_heads)  # (h, 2·span, hd) or None
         rel = relative_positions(length, self.positions, x.device)  # (T, T)
-        scores = self.scores(q, k) + self.pos_scores(q, k, keys, queries, rel, self.positions.span)  # (B, h, T, T)
+        # (B, h, T, T)
+        scores = self.scores(q, k) + self.pos_scores(q, k, keys, queries, rel, self.positions.span)
         weights = torch.softmax(scores * self.scale, dim=-1, dtype=torch.float32).to(v.dtype)  # (B, h, T, T)
         context: Tensor = self.context(weights, v)  # (B, h, T, hd)
-        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # (B, T, q_dim)
+        # (B, T, q_dim)
+        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         out: Tensor = self.out(merged)  # (B, T, d)
         return out

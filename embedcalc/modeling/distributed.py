@@ -108,7 +108,9 @@ def _local_numel(model: torch.nn.Module) -> int:
     return total
 
 
-def _wrap(model: torch.nn.Module, config: ModelConfig, settings: DistributedSettings, device: torch.device) -> Any:
+def _wrap(
+    model: torch.nn.Module, config: ModelConfig, settings: DistributedSettings, device: torch.device
+) -> Any:
     if settings.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -158,7 +160,11 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     ops: dict[str, int] = {}
     for event in prof.key_averages():
         name = event.key
-        if name.startswith(("gloo:", "nccl:")) or name.startswith("ncclDevKernel") or name.startswith("ncclKernel"):
+        if (
+            name.startswith(("gloo:", "nccl:"))
+            or name.startswith("ncclDevKernel")
+            or name.startswith("ncclKernel")
+        ):
             cuda_us = getattr(event, "device_time_total", 0) or getattr(event, "cuda_time_total", 0)
             seconds += (cuda_us if name.startswith("nccl") and cuda_us else event.cpu_time_total) / 1e6
             calls += event.count
@@ -220,7 +226,8 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
             if settings.strategy == "tp":
                 from embedcalc.modeling.sharding import sharding_config
 
-                config = sharding_config(config, settings.world_size)  # vocabulary padded, KV heads for every rank
+                # vocabulary padded, KV heads for every rank
+                config = sharding_config(config, settings.world_size)
             model = build_model(config, attention=settings.attention, device=device, dtype=torch.float32)
             wrapped = _wrap(model, config, settings, device)
             local_params = _local_numel(model)
@@ -245,8 +252,6 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
         return _gather(result, local_rank)
     finally:
         dist.destroy_process_group()
-
-
 
 
 def _check_node_ranks(settings: DistributedSettings) -> None:
@@ -307,7 +312,9 @@ def run_ranks(
     """Run this node's ``settings.nproc`` ranks; every rank's result in rank order on the node holding the report
     (node 0), or where the report is on any other node."""
     ident = run_id(config, settings) if rendezvous.multi_node else f"embedcalc-{os.getpid()}"
-    results = launch(_worker, (config.model_dump(mode="json"), asdict(settings)), settings.nproc, rendezvous, ident)
+    results = launch(
+        _worker, (config.model_dump(mode="json"), asdict(settings)), settings.nproc, rendezvous, ident
+    )
     for value in results.values():
         if "ranks" in value:
             return [RankResult(**data) for data in value["ranks"]]

@@ -55,7 +55,9 @@ class MLP(nn.Module):
         super().__init__()
         self.activation = activation
         self.in_: nn.Module = (
-            GatedInput(embed_dim, ffn_dim, bias) if activation in GATED else nn.Linear(embed_dim, ffn_dim, bias=bias)
+            GatedInput(embed_dim, ffn_dim, bias)
+            if activation in GATED
+            else nn.Linear(embed_dim, ffn_dim, bias=bias)
         )
         self.out = nn.Linear(ffn_dim, embed_dim, bias=bias)
 

@@ -180,7 +180,9 @@ def run_generation(
         src, tgt = make_inputs(config, settings.batch_size, settings.seq_len, settings.tgt_len, device)
         prompt, source = (src, None) if tgt is None else (tgt, src)
         total = prompt.shape[1] + settings.gen_tokens
-        cache = allocate_cache(model, settings.batch_size, total, source.shape[1] if source is not None else 0)
+        cache = allocate_cache(
+            model, settings.batch_size, total, source.shape[1] if source is not None else 0
+        )
         forward: Forward | None = (
             cast(Forward, torch.compile(model.decode_step, dynamic=True)) if settings.compile else None
         )
@@ -202,7 +204,8 @@ def run_generation(
 
 def _build(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> TransformerModel:
     model = build_model(config, attention=settings.attention, device=device, dtype=DTYPES[settings.dtype])
-    fuse_projections(model)  # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
+    # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
+    fuse_projections(model)
     return model
 
 

@@ -53,14 +53,17 @@ class LayerCache:
         dim = 1 if self.latent else 2
         length = keys.shape[dim]
         if position + length > self.total:
-            raise ValueError(f"the cache holds {self.total} tokens; writing {length} at {position} overflows it")
+            raise ValueError(
+                f"the cache holds {self.total} tokens; writing {length} at {position} overflows it"
+            )
         if not self.rolling:
             self.keys.narrow(dim, position, length).copy_(keys)
             if self.values is not None and values is not None:
                 self.values.narrow(dim, position, length).copy_(values)
             return
         keep = min(length, self.size)
-        slots = torch.arange(position + length - keep, position + length, device=keys.device) % self.size  # (keep,)
+        # (keep,)
+        slots = torch.arange(position + length - keep, position + length, device=keys.device) % self.size
         self.keys.index_copy_(dim, slots, keys.narrow(dim, length - keep, keep))
         if self.values is not None and values is not None:
             self.values.index_copy_(dim, slots, values.narrow(dim, length - keep, keep))

@@ -30,7 +30,13 @@ class LatentAttention(AttentionBase):
     """
 
     def __init__(
-        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, relative_bias: bool
+        self,
+        config: ModelConfig,
+        spec: AttentionSpec,
+        *,
+        impl: AttentionImpl,
+        causal: bool,
+        relative_bias: bool,
     ) -> None:
         super().__init__(
             config, spec, impl=impl, causal=causal, cross=False, relative_bias=relative_bias,
@@ -65,7 +71,8 @@ class LatentAttention(AttentionBase):
         queries and W_UV after the context): q_nope (B, h, T, nope), q_rope (B, h, T, rope), cached
         (B, S, r_kv + rope) -> context (B, h, T, v). Scores are q_nope·W_UK·latent + q_rope·k_rope, scaled by
         1 / sqrt(nope + rope) as before."""
-        weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)  # (h, nope + v, r)
+        # (h, nope + v, r)
+        weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)
         w_uk, w_uv = weight[:, : self.nope], weight[:, self.nope :]  # (h, nope, r), (h, v, r)
         query = torch.cat((torch.matmul(q_nope, w_uk), q_rope), dim=-1)  # (B, h, T, r + rope)
         keys = cached.unsqueeze(1)  # (B, 1, S, r + rope): one latent key shared by every head
@@ -74,9 +81,10 @@ class LatentAttention(AttentionBase):
             mask: Tensor | None = None if bias is None else bias.to(query.dtype)  # (1, h, T, S)
             if blocked is not None:
                 mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
+            # (B, h, T, r)
             context = F.scaled_dot_product_attention(
                 query, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
-            )  # (B, h, T, r)
+            )
         else:
             context = self._eager(query, keys, values, bias, blocked)  # (B, h, T, r)
         return torch.matmul(context, w_uv.transpose(-2, -1))  # (B, h, T, v)
@@ -90,7 +98,8 @@ class LatentAttention(AttentionBase):
         q = _heads(self._queries(x), h)  # (B, h, T, nope + rope)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)  # (B, h, T, nope), (B, h, T, rope)
         compressed: Tensor = self.kv_a(x)  # (B, T, r_kv + rope)
-        latent, k_rope = torch.split(compressed, [self.latent_dim, self.rope], dim=-1)  # (B, T, r_kv), (B, T, rope)
+        # (B, T, r_kv), (B, T, rope)
+        latent, k_rope = torch.split(compressed, [self.latent_dim, self.rope], dim=-1)
         latent = self.kv_a_norm(latent)  # (B, T, r_kv)
         k_rope = k_rope.unsqueeze(1)  # (B, 1, T, rope): one rope key shared by every head
         if rotary is not None:

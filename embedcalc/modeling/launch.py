@@ -57,7 +57,9 @@ class Rendezvous:
 
     nnodes: int = 1
     node_rank: int = 0
-    endpoint: str | None = None  # HOST:PORT of the c10d store, hosted by node 0; None: a private one on localhost
+    endpoint: str | None = (
+        None  # HOST:PORT of the c10d store, hosted by node 0; None: a private one on localhost
+    )
     timeout_s: int = 300
 
     @property

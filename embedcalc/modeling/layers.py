@@ -38,7 +38,13 @@ __all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding
 
 
 def make_attention(
-    config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool, relative_bias: bool
+    config: ModelConfig,
+    spec: AttentionSpec,
+    *,
+    impl: AttentionImpl,
+    causal: bool,
+    cross: bool,
+    relative_bias: bool,
 ) -> AttentionBase:
     """The attention sublayer of ``spec``: DeepSeek sparse attention for kind sparse, DeBERTa's disentangled
     attention for a config with ``disentangled``, latent attention for kind mla, else :class:`Attention`. It lives
@@ -75,7 +81,9 @@ class FeedForward(MLP):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.norm is None:
-            raise RuntimeError("a one-norm parallel block's FFN has no norm of its own; the block calls transform")
+            raise RuntimeError(
+                "a one-norm parallel block's FFN has no norm of its own; the block calls transform"
+            )
         return residual(x, self.norm, self.transform, self.placement)
 
 
@@ -94,7 +102,9 @@ class MoEFeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.norm is None:
-            raise RuntimeError("a one-norm parallel block's FFN has no norm of its own; the block calls transform")
+            raise RuntimeError(
+                "a one-norm parallel block's FFN has no norm of its own; the block calls transform"
+            )
         return residual(x, self.norm, self.transform, self.placement)
 
 
@@ -115,7 +125,9 @@ class Block(nn.Module):
         super().__init__()
         self.parallel = config.resolved_norm_placement == "parallel"
         self.attention: AttentionBase | None = (
-            make_attention(config, spec.attention, impl=impl, causal=causal, cross=False, relative_bias=relative_bias)
+            make_attention(
+                config, spec.attention, impl=impl, causal=causal, cross=False, relative_bias=relative_bias
+            )
             if spec.attention is not None
             else None
         )

@@ -95,7 +95,8 @@ class Stack(nn.Module):
         if first.attention is not None and first.attention.relative_bias is not None:
             return first.attention.position_bias(length, end, position)  # (1, h, T, S)
         if self.alibi_heads is not None:
-            return alibi_bias(self.alibi_heads, length, end, device=device, query_offset=position)  # (1, h, T, S)
+            # (1, h, T, S)
+            return alibi_bias(self.alibi_heads, length, end, device=device, query_offset=position)
         return None
 
     def has_bias(self) -> bool:
@@ -137,7 +138,9 @@ class TransformerModel(nn.Module):
     for an encoder-decoder; ``token_type_ids`` (segments) optional. Returns a :class:`TransformerOutput`.
     """
 
-    def __init__(self, config: ModelConfig, attention: AttentionImpl = "sdpa", routing: Routing = "real") -> None:
+    def __init__(
+        self, config: ModelConfig, attention: AttentionImpl = "sdpa", routing: Routing = "real"
+    ) -> None:
         super().__init__()
         self.config = config
         self.attention_impl: AttentionImpl = attention

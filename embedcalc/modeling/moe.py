@@ -103,7 +103,8 @@ class Experts(nn.Module):
                 if n:
                     by_count.setdefault(n, []).append(e)
             for n, ids in by_count.items():
-                picks = torch.cat([torch.arange(starts[e], starts[e] + n) for e in ids]).to(x.device)  # (G n,)
+                # (G n,)
+                picks = torch.cat([torch.arange(starts[e], starts[e] + n) for e in ids]).to(x.device)
                 tokens = tokens_of.index_select(0, picks)  # (G n,)
                 routed = self._grouped(ids, x, tokens)  # (G n, d)
                 out.index_add_(0, tokens, routed * weight_of.index_select(0, picks)[:, None].to(routed.dtype))
@@ -126,13 +127,16 @@ class MoE(nn.Module):
         self.router = nn.Linear(embed_dim, spec.num_experts, bias=spec.router_bias)
         self.experts = Experts(embed_dim, spec, activation)
         self.shared = MLP(embed_dim, spec.shared_dim, spec.bias, activation) if spec.shared_dim else None
-        self.shared_gate = nn.Linear(embed_dim, 1, bias=False) if spec.shared_dim and spec.shared_gate else None
+        self.shared_gate = (
+            nn.Linear(embed_dim, 1, bias=False) if spec.shared_dim and spec.shared_gate else None
+        )
 
     def _route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """Expert ids (t, k) and their weights (t, k), renormalised over the chosen experts."""
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (t, E)
         if self.routing == "deterministic" or logits.device.type == "meta":
-            experts = deterministic_experts(logits.shape[0], self.top_k, self.num_experts)  # (t, k) on the CPU
+            # (t, k) on the CPU
+            experts = deterministic_experts(logits.shape[0], self.top_k, self.num_experts)
             weights = probs.gather(1, experts.to(logits.device))  # (t, k)
         else:
             weights, experts = probs.topk(self.top_k, dim=-1)  # (t, k) each

@@ -25,7 +25,9 @@ def make_norm(config: ModelConfig, width: int | None = None) -> nn.Module:
     affine = config.norm_affine
     if config.norm == "rmsnorm":
         return nn.RMSNorm(width, eps=_RMS_EPS, elementwise_affine=affine)
-    return nn.LayerNorm(width, eps=_LAYER_NORM_EPS, elementwise_affine=affine, bias=config.norm_bias and affine)
+    return nn.LayerNorm(
+        width, eps=_LAYER_NORM_EPS, elementwise_affine=affine, bias=config.norm_bias and affine
+    )
 
 
 class SandwichNorm(nn.Module):

@@ -21,9 +21,10 @@ def sinusoidal_table(length: int, dim: int, *, device: torch.device | None = Non
     """
     half = (dim + 1) // 2
     positions = torch.arange(length, dtype=torch.float32, device=device)[:, None]  # (T, 1)
+    # (half,)
     inv_freq = torch.exp(
         torch.arange(half, dtype=torch.float32, device=device) * (-2.0 * math.log(10000.0) / dim)
-    )  # (half,)
+    )
     angles = positions * inv_freq  # (T, half)
     table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, half, 2): sin at 2i, cos at 2i+1
     return table.reshape(length, 2 * half)[:, :dim]  # (T, d)
@@ -110,7 +111,11 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     width = cos.shape[-1]
     if width == x.shape[-1]:
         return x * cos + _rotate_half(x) * sin  # cos, sin (T, head_dim) broadcast over (B, h)
-    rotated, passed = x[..., :width], x[..., width:]  # (B, h, T, rotary_dim), (B, h, T, head_dim - rotary_dim)
+    # (B, h, T, rotary_dim), (B, h, T, head_dim - rotary_dim)
+    rotated, passed = (
+        x[..., :width],
+        x[..., width:],
+    )
     return torch.cat((rotated * cos + _rotate_half(rotated) * sin, passed), dim=-1)  # (B, h, T, head_dim)
 
 
@@ -158,9 +163,8 @@ def relative_position_bucket(
     if num_buckets < 2:
         return buckets
     max_exact = num_buckets // 2
-    max_distance = max(
-        max_distance, 2 * max_exact
-    )  # keep log(max_distance / max_exact) > 0 for huge bucket counts
+    # keep log(max_distance / max_exact) > 0 for huge bucket counts
+    max_distance = max(max_distance, 2 * max_exact)
     scaled = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(max_distance / max_exact)
     large = (max_exact + (scaled * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
     return buckets + torch.where(distance < max_exact, distance, large)

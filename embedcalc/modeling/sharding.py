@@ -96,7 +96,9 @@ def _vocab_parallel_style(replicate_input: bool = True) -> Any:
             def partition(name: str, mod: nn.Module, mesh: Any) -> None:
                 for pname, param in list(mod.named_parameters(recurse=False)):
                     if not isinstance(param, DTensor):
-                        mod.register_parameter(pname, nn.Parameter(distribute_tensor(param, mesh, [Shard(0)])))
+                        mod.register_parameter(
+                            pname, nn.Parameter(distribute_tensor(param, mesh, [Shard(0)]))
+                        )
 
             def to_replicated(mod: nn.Module, inputs: Any, mesh: Any) -> Any:
                 return (DTensor.from_local(inputs[0], mesh, [Replicate()], run_check=False), *inputs[1:])
@@ -178,7 +180,8 @@ class ShardedRun:
     tp: int
     dp: int
     zero3: bool
-    local_numel: dict[str, list[int]]  # parameter name -> numel on each rank (rank = dp_index * tp + tp_index)
+    # parameter name -> numel on each rank (rank = dp_index * tp + tp_index)
+    local_numel: dict[str, list[int]]
     collectives: list[RecordedCollective] | None
     skipped: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -204,14 +207,20 @@ def _rank_local_numel(param: Any, mesh_shape: tuple[int, ...]) -> list[int]:
         shape = list(param.shape)
         # the parameter's mesh is (dp, tp), or one of its 1-D slices: map each of its dimensions to the full mesh
         # by name (a 1-D dp mesh is the first dimension of (dp, tp), a 1-D tp mesh the last)
-        names = param.device_mesh.mesh_dim_names or ("dp", "tp")[len(mesh_shape) - param.device_mesh.mesh.dim():]
+        names = (
+            param.device_mesh.mesh_dim_names or ("dp", "tp")[len(mesh_shape) - param.device_mesh.mesh.dim() :]
+        )
         where = [("dp", "tp").index(name) for name in names]
         # plain shards first, then strided ones: FSDP2 over a TP-sharded tensor (_StridedShard on dp) chunks the
         # TP-local piece, so the tp split applies before the dp split
-        order = sorted(enumerate(param.placements), key=lambda item: type(item[1]).__name__ == "_StridedShard")
+        order = sorted(
+            enumerate(param.placements), key=lambda item: type(item[1]).__name__ == "_StridedShard"
+        )
         for mesh_dim, placement in order:
             dim = getattr(placement, "dim", None)
-            if isinstance(dim, int) and (isinstance(placement, Shard) or type(placement).__name__ == "_StridedShard"):
+            if isinstance(dim, int) and (
+                isinstance(placement, Shard) or type(placement).__name__ == "_StridedShard"
+            ):
                 shape[dim] = Shard(dim)._local_shard_size_and_offset(
                     shape[dim], param.device_mesh.size(mesh_dim), coordinate[where[mesh_dim]]
                 )[0]
@@ -237,11 +246,17 @@ class _BytesCommMode:
                 if out is not NotImplemented and sum(self.comm_counts.values()) > before:
                     tensors = [a[0] if isinstance(a, list | tuple) and a else a for a in args[:2]]
                     name = str(getattr(func, "_overloadpacket", func)).split(".")[-1]
-                    size = max((int(t.numel()) * t.element_size() for t in tensors if isinstance(t, torch.Tensor)),
-                               default=0)  # the full tensor: an all-gather's output, a reduce-scatter's input
-                    if name == "all_gather_into_tensor" and isinstance(args[1], int):  # functional: (shard, ranks)
+                    # the full tensor: an all-gather's output, a reduce-scatter's input
+                    size = max(
+                        (int(t.numel()) * t.element_size() for t in tensors if isinstance(t, torch.Tensor)),
+                        default=0,
+                    )
+                    # functional: (shard, ranks)
+                    if name == "all_gather_into_tensor" and isinstance(args[1], int):
                         size *= args[1]
-                    outer.records.append(RecordedCollective(name, bool(self.advanced_module_tracker.is_bw), size))
+                    outer.records.append(
+                        RecordedCollective(name, bool(self.advanced_module_tracker.is_bw), size)
+                    )
                 return out
 
         self.records: list[RecordedCollective] = []
@@ -276,10 +291,14 @@ def _unsupported_forward(model: nn.Module, config: ModelConfig) -> str | None:
                 "head")  # fmt: skip
     names = [name for name, _ in model.named_parameters()]
     if any(".moe.experts." in n or n.endswith("moe.experts.gate_up") or ".moe." in n for n in names):
-        return ("mixture-of-experts layers (their routed forward indexes the stacked expert tensors, which the plan "
-                "shards as plain DTensors without a parallel style that could run them)")
+        return (
+            "mixture-of-experts layers (their routed forward indexes the stacked expert tensors, which the plan "
+            "shards as plain DTensors without a parallel style that could run them)"
+        )
     if any(n.endswith("sinks.logits") for n in names):
-        return "attention sinks (the per-head sink logits are sharded as a plain DTensor the core cannot mix in)"
+        return (
+            "attention sinks (the per-head sink logits are sharded as a plain DTensor the core cannot mix in)"
+        )
     return None
 
 
@@ -320,10 +339,13 @@ def shard_on_fake_group(
         if skipped is None:
             try:
                 collectives = _one_step(model, sharded, batch_size, seq_len, device)
-            except RuntimeError as exc:  # a plan whose shards do not compose fails in torch's own shape checks
+            except (
+                RuntimeError
+            ) as exc:  # a plan whose shards do not compose fails in torch's own shape checks
                 first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 notes.append(f"the sharded training step failed in torch: {first_line}")
-            except IndexError:  # CommDebugMode's module tracker (torch 2.13) loses its place in a module run twice
+            # CommDebugMode's module tracker (torch 2.13) loses its place in a module run twice
+            except IndexError:
                 notes.append("collectives not recorded: torch's CommDebugMode cannot follow a module that runs twice "
                              "in one step (shared layers, or one token table for two stacks)")  # fmt: skip
         else:
@@ -392,7 +414,8 @@ def stage_module_params(model: nn.Module, config: ModelConfig, pp: int) -> list[
         if parts[0] in spans and len(parts) > 2 and parts[1] == "layers":
             lo, hi, built = spans[parts[0]]
             index = lo + int(parts[2])
-            shared = built < hi - lo and ".relative_bias." not in pname  # a stack's one bias table: first stage
+            # a stack's one bias table: first stage
+            shared = built < hi - lo and ".relative_bias." not in pname
             holders = stages_running(lo, hi) if shared else stages_running(index, index + 1)
         elif parts[0] in spans:  # final norm
             holders = stages_running(spans[parts[0]][1] - 1, spans[parts[0]][1])

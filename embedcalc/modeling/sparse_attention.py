@@ -50,14 +50,22 @@ class SparseAttention(LatentAttention):
     """MLA over the ``index_topk`` keys the lightning indexer selects per query (module docstring)."""
 
     def __init__(
-        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, relative_bias: bool
+        self,
+        config: ModelConfig,
+        spec: AttentionSpec,
+        *,
+        impl: AttentionImpl,
+        causal: bool,
+        relative_bias: bool,
     ) -> None:
         # the gathered core is eager: SDPA cannot take a different key set per query
         super().__init__(config, spec, impl="eager", causal=causal, relative_bias=relative_bias)
         d, heads, width = config.embed_dim, spec.index_heads, spec.index_head_dim
         self.topk, self.index_heads, self.index_width = spec.index_topk, heads, width
         self.shared = spec.index_shared
-        self.index_q = nn.Linear(spec.q_lora_rank or 0, heads * width, bias=False) if not self.shared else None
+        self.index_q = (
+            nn.Linear(spec.q_lora_rank or 0, heads * width, bias=False) if not self.shared else None
+        )
         self.index_k = nn.Linear(d, width, bias=False) if not self.shared else None
         self.index_k_norm = nn.LayerNorm(width, eps=1e-6) if not self.shared else None
         self.index_weights = nn.Linear(d, heads, bias=False) if not self.shared else None
@@ -69,7 +77,9 @@ class SparseAttention(LatentAttention):
 
     def _index_keys(self, x: Tensor, rotary: Rotary | None) -> Tensor:
         """The indexer's keys of ``x`` (B, T, d): (B, T, D_I), normalised, the first rope channels rotated."""
-        if self.index_k is None or self.index_k_norm is None:  # pragma: no cover - only indexer layers call it
+        if (
+            self.index_k is None or self.index_k_norm is None
+        ):  # pragma: no cover - only indexer layers call it
             raise RuntimeError("a layer sharing its selection has no indexer keys")
         k = self.index_k_norm(self.index_k(x))  # (B, T, D_I)
         return self._rotate(k.unsqueeze(1), rotary).squeeze(1)  # (B, T, D_I)
@@ -89,11 +99,14 @@ class SparseAttention(LatentAttention):
         (T, S) -> indices (B, T, k) and (B, T, k) True where the selected key is one the query may not see."""
         if self.index_q is None or self.index_weights is None or self.index_scores is None:
             if not self._source or self._source[0].selection is None:
-                raise RuntimeError("a layer sharing its selection runs after the layer whose selection it reuses")
+                raise RuntimeError(
+                    "a layer sharing its selection runs after the layer whose selection it reuses"
+                )
             indices = self._source[0].selection  # (B, T, k)
         else:
             batch, length, _ = x.shape
-            q = self.index_q(q_latent).view(batch, length, self.index_heads, self.index_width)  # (B, T, H_I, D_I)
+            # (B, T, H_I, D_I)
+            q = self.index_q(q_latent).view(batch, length, self.index_heads, self.index_width)
             q = self._rotate(q.transpose(1, 2), rotary).transpose(1, 2)  # (B, T, H_I, D_I)
             scores = self.index_scores(q, keys, self.index_weights(x))  # (B, T, S)
             scores = scores.masked_fill(blocked, float("-inf"))
@@ -133,12 +146,15 @@ class SparseAttention(LatentAttention):
             raise ValueError("sparse attention takes no additive position bias")
         batch, length, _ = x.shape
         h = self.num_heads
-        if self.q_a is None or self.q_a_norm is None or self.q_b is None:  # pragma: no cover - config requires it
+        if (
+            self.q_a is None or self.q_a_norm is None or self.q_b is None
+        ):  # pragma: no cover - config requires it
             raise RuntimeError("sparse attention's indexer reads the query latent (q_lora_rank)")
         q_latent = self.q_a_norm(self.q_a(x))  # (B, T, r_q)
         q = _heads(self.q_b(q_latent), h)  # (B, h, T, nope + rope)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)
-        latent, k_rope = torch.split(self.kv_a(x), [self.latent_dim, self.rope], dim=-1)  # (B, T, r), (B, T, rope)
+        # (B, T, r), (B, T, rope)
+        latent, k_rope = torch.split(self.kv_a(x), [self.latent_dim, self.rope], dim=-1)
         latent = self.kv_a_norm(latent)  # (B, T, r_kv)
         k_rope = k_rope.unsqueeze(1)  # (B, 1, T, rope)
         if rotary is not None:
@@ -174,11 +190,13 @@ class SparseAttention(LatentAttention):
         blocked = torch.arange(end, device=x.device)[None, :] > query  # (T, S)
         keys = cache.read_index(end) if not self.shared else x.new_empty(0)  # (B, S, D_I)
         indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k)
-        weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)  # (h, nope + v, r)
+        # (h, nope + v, r)
+        weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)
         w_uk, w_uv = weight[:, : self.nope], weight[:, self.nope :]  # (h, nope, r), (h, v, r)
         absorbed = torch.cat((torch.matmul(q_nope, w_uk), q_rope), dim=-1)  # (B, h, T, r + rope)
         latents = cached.unsqueeze(1)  # (B, 1, S, r + rope): one latent key shared by every head
-        context = self._gathered(absorbed, latents, latents[..., : self.latent_dim], indices, hidden)  # (B, h, T, r)
+        # (B, h, T, r)
+        context = self._gathered(absorbed, latents, latents[..., : self.latent_dim], indices, hidden)
         context = torch.matmul(context, w_uv.transpose(-2, -1))  # (B, h, T, v)
         out: Tensor = self.out(context.transpose(1, 2).reshape(batch, length, self.num_heads * self.v_dim))
         return out

@@ -26,9 +26,8 @@ def make_inputs(
     src = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=gen).to(device)  # (B, S)
     if config.architecture != "encoder-decoder":
         return src, None
-    tgt = torch.randint(0, config.vocab_size, (batch_size, tgt_len or seq_len), generator=gen).to(
-        device
-    )  # (B, T)
+    # (B, T)
+    tgt = torch.randint(0, config.vocab_size, (batch_size, tgt_len or seq_len), generator=gen).to(device)
     return src, tgt
 
 
@@ -65,9 +64,11 @@ def backward_training_loss(output: Any, targets: Tensor) -> None:
     training_loss(output, targets).backward()  # type: ignore[no-untyped-call]
 
 
-
 def make_step(
-    model: nn.Module, inputs: tuple[Tensor, Tensor | None], mode: Literal["inference", "training"], fused: bool = True
+    model: nn.Module,
+    inputs: tuple[Tensor, Tensor | None],
+    mode: Literal["inference", "training"],
+    fused: bool = True,
 ) -> Callable[[], None]:
     """One inference forward, or one training step (forward, :func:`backward_training_loss`, AdamW step).
     ``fused=False``: the for-each AdamW, for parameters the fused kernel does not take (tensor-parallel DTensors)."""

@@ -212,6 +212,8 @@ def measure_gemm_rows(
             on_step("rows", i + 1, len(rows))
     half = fit_half_rows(rows, rates)
     fitted = f"{half:.3g} rows" if half is not None else "no saturation fitted"
-    method = (f"best of {repeat} r x {size} @ {size} x {size} {dtype} GEMMs at r = {', '.join(map(str, rows))}, "
-              f"less the kernel overhead; rate(r) = R r / (r + h) fitted by least squares on 1/rate: h = {fitted}")
+    method = (
+        f"best of {repeat} r x {size} @ {size} x {size} {dtype} GEMMs at r = {', '.join(map(str, rows))}, "
+        f"less the kernel overhead; rate(r) = R r / (r + h) fitted by least squares on 1/rate: h = {fitted}"
+    )
     return RowsMeasurement(tuple(rows), tuple(rates), half, method)

@@ -152,8 +152,11 @@ def measurement(
         peak_memory_method=run.memory_method,
         predicted_memory_bytes=predicted,
         memory_error_pct=error_pct(run.peak_memory_bytes, predicted),
-        predicted={"median_s": step_s(estimate), "tokens_per_s": per_s(tokens, step_s(estimate)),
-                   "peak_memory_bytes": predicted},
+        predicted={
+            "median_s": step_s(estimate),
+            "tokens_per_s": per_s(tokens, step_s(estimate)),
+            "peak_memory_bytes": predicted,
+        },
         prediction_note=note,
     )
 

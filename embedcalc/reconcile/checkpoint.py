@@ -124,7 +124,11 @@ def _bits(raw: dict[str, Any]) -> int:
             return int(quant["bits"])
         for group in (quant.get("config_groups") or {}).values():
             weights = group.get("weights") if isinstance(group, dict) else None
-            if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int) and weights["num_bits"] > 0:
+            if (
+                isinstance(weights, dict)
+                and isinstance(weights.get("num_bits"), int)
+                and weights["num_bits"] > 0
+            ):
                 return int(weights["num_bits"])
     return 4
 
@@ -187,11 +191,19 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
             continue
         if role.layer is not None and role.layer >= config.num_layers:
-            extra.append(TensorNote(tensor.name, tensor.shape, f"layer {role.layer} is past the config's "
-                                    f"{config.num_layers} layers (multi-token prediction): not built by transformers"))
+            extra.append(
+                TensorNote(
+                    tensor.name,
+                    tensor.shape,
+                    f"layer {role.layer} is past the config's "
+                    f"{config.num_layers} layers (multi-token prediction): not built by transformers",
+                )
+            )
             continue
         if role.key == "head/lm" and tied:
-            extra.append(TensorNote(tensor.name, tensor.shape, "the head is tied to the token embedding: stored twice"))
+            extra.append(
+                TensorNote(tensor.name, tensor.shape, "the head is tied to the token embedding: stored twice")
+            )
             continue
         if role.key is None:
             extra.append(TensorNote(tensor.name, tensor.shape, "no component of the config holds it"))
@@ -200,7 +212,9 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
             scales[role.key] += tensor.nbytes
             stored[role.key].append((tensor, 0))
             continue
-        params = tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
+        params = (
+            tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
+        )
         stored[role.key].append((tensor, params))
         expected = expected_shape(config, role, param) if role.kind == "weight" else None
         if expected is not None and tensor.shape != expected[0]:
@@ -220,6 +234,8 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
     missing = [key for key, count in analytic.items() if count and not stored.get(key)]
     quantized = sum(c.quantized_tensors for c in components)
     if quantized:
-        notes.append(f"{quantized} quantized weight tensors (packed int32 at {bits} bits, or FP8), their scales apart")
+        notes.append(
+            f"{quantized} quantized weight tensors (packed int32 at {bits} bits, or FP8), their scales apart"
+        )
     return CheckpointCheck(target, str(checkpoint.directory), checkpoint.files, checkpoint.sharded, dtype,
                            components, shape_errors, extra, missing, notes)  # fmt: skip

@@ -95,7 +95,7 @@ def tensor_role(name: str, stack: str, sandwich: bool) -> TensorRole:
         if last in _FINAL_NORMS:
             return TensorRole(f"{stack}/final_norm", None, kind, module)
         return TensorRole(None, None, kind, module)
-    inside = segments[segments.index(match.group(1)) + 1:] if match.group(1) in segments else segments
+    inside = segments[segments.index(match.group(1)) + 1 :] if match.group(1) in segments else segments
     return TensorRole(_layer_key(inside, stack, sandwich), layer, kind, module)
 
 
@@ -114,6 +114,10 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
         return f"{stack}/ffn/in"
     if "output" in inside:
         return f"{stack}/ffn/{'norm' if inside[-1] == 'LayerNorm' else 'out'}"
-    if inside[-1:] in (["c_proj"], ["dense"]):  # GPT-2's attn.c_proj and mlp.c_proj, GPT-NeoX's attention.dense
+    # GPT-2's attn.c_proj and mlp.c_proj, GPT-NeoX's attention.dense
+    if inside[-1:] in (
+        ["c_proj"],
+        ["dense"],
+    ):
         return f"{stack}/{'ffn' if 'mlp' in inside else 'attention'}/out"
     return None

@@ -56,7 +56,9 @@ def collectives_s(analysis: Analysis, device: Device | None) -> float | None:
     from embedcalc.config.calibration import load_calibration
 
     w = analysis.workload
-    return timed(communication(analysis.config, w).collectives, device, w.parallel, load_calibration().constants)
+    return timed(
+        communication(analysis.config, w).collectives, device, w.parallel, load_calibration().constants
+    )
 
 
 def distributed_bench(
@@ -128,8 +130,10 @@ class DistributedBench:
         if self.baseline is None:
             return None
         base = self.tokens_per_rank_step / self.baseline.median_s
-        return self.tokens_per_s / (base * (1 if self.strategy == "tp" else self.nproc)) / (
-            self.nproc if self.strategy == "tp" else 1
+        return (
+            self.tokens_per_s
+            / (base * (1 if self.strategy == "tp" else self.nproc))
+            / (self.nproc if self.strategy == "tp" else 1)
         )
 
     @property
@@ -166,7 +170,8 @@ class DistributedBench:
             "nproc": self.nproc,
             "step_s": self.step_s,
             "tokens_per_s": self.tokens_per_s,
-            "achieved_flops_per_s": self.flops_per_rank_step * (1 if self.strategy == "tp" else self.nproc)
+            "achieved_flops_per_s": self.flops_per_rank_step
+            * (1 if self.strategy == "tp" else self.nproc)
             / self.step_s,
             "scaling_efficiency": self.scaling_efficiency,
             "baseline_step_s": self.baseline.median_s if self.baseline else None,

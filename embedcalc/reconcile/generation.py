@@ -82,12 +82,18 @@ class GenerationMeasurement:
             key: getattr(self, key) for key in self.__dataclass_fields__ if key not in ("predicted", *state)
         }
         if self.recurrent_state_bytes:  # a model with recurrent mixers: the state beside the KV cache
-            out |= {key: getattr(self, key) for key in state} | {"recurrent_state_matches": self.state_matches}
+            out |= {key: getattr(self, key) for key in state} | {
+                "recurrent_state_matches": self.state_matches
+            }
         growth = self.decode_s_per_token_last_quarter / self.decode_s_per_token_first_quarter
-        return out | {
-            "decode_growth_last_vs_first_quarter": growth,
-            "kv_cache_matches": self.kv_cache_matches,
-        } | beside(self.measured, self.predicted)
+        return (
+            out
+            | {
+                "decode_growth_last_vs_first_quarter": growth,
+                "kv_cache_matches": self.kv_cache_matches,
+            }
+            | beside(self.measured, self.predicted)
+        )
 
 
 def predicted_values(analysis: Analysis, roofline: RooflineEstimate | None) -> dict[str, float | int | None]:

@@ -70,7 +70,10 @@ def loopback_link(m: AllReduceMeasurement, c: TimeConstants) -> LoopbackLink:
     steps × hop latency + wire bytes / (bandwidth × link fraction)) for the bandwidth and hop latency that give back
     the small and the large measured times: the difference of the two fixes the bandwidth, the small one the
     latency (at least 1 ns)."""
-    calls = [Collective("all-reduce", "tp", m.nproc, "loopback", 1, size) for size in (m.small_bytes, m.large_bytes)]
+    calls = [
+        Collective("all-reduce", "tp", m.nproc, "loopback", 1, size)
+        for size in (m.small_bytes, m.large_bytes)
+    ]
     small, large = (c_.wire_bytes for c_ in calls)
     steps = ring_steps(calls[0])
     method = (f"all-reduce of {m.nproc} {m.backend} processes of this machine, slowest rank's median of {m.repeat}: "
@@ -79,7 +82,8 @@ def loopback_link(m: AllReduceMeasurement, c: TimeConstants) -> LoopbackLink:
               "solved for the link that gives both back")  # fmt: skip
     if m.large_s <= m.small_s or large <= small:
         return LoopbackLink(m, None, None, method + ": not determined (the large message was not slower)")
-    effective = (large - small) / (m.large_s - m.small_s)  # bytes/s the wire moves at: bandwidth x link fraction
+    # bytes/s the wire moves at: bandwidth x link fraction
+    effective = (large - small) / (m.large_s - m.small_s)
     latency = max((m.small_s - c.collective_base_s - small / effective) / steps, 1e-9)
     return LoopbackLink(m, effective / c.link_fraction, latency, method)
 

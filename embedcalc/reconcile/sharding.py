@@ -122,7 +122,9 @@ def analytic_shards(config: ModelConfig, tp: int, dp: int, zero3: bool) -> dict[
     return out
 
 
-def _torch_shards(local: dict[str, list[int]], key_of: Any) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
+def _torch_shards(
+    local: dict[str, list[int]], key_of: Any
+) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
     sums: dict[str, list[int]] = {}
     names: dict[str, list[str]] = {}
     for name, per_rank in local.items():
@@ -148,7 +150,10 @@ def _comm_rows(config: ModelConfig, workload: Workload, recorded: list[Any]) -> 
         entry[1] += r.payload_bytes
     rows = []
     for kind, phase in sorted(set(expected) | set(seen)):
-        (a_count, a_bytes), (t_count, t_bytes) = expected.get((kind, phase), [0, 0]), seen.get((kind, phase), [0, 0])
+        (a_count, a_bytes), (t_count, t_bytes) = (
+            expected.get((kind, phase), [0, 0]),
+            seen.get((kind, phase), [0, 0]),
+        )
         rows.append(CommRow(kind, phase, a_count, t_count, a_bytes, t_bytes))
     return rows
 
@@ -179,8 +184,12 @@ def verify_sharded(
             a, t = analytic.get(key, [0] * ranks), torch_sums.get(key, [0] * ranks)
             shards += [ShardRow(key, r, a[r], t[r], tuple(names.get(key, []))) for r in range(ranks)]
         if run.collectives is not None:
-            workload = Workload(batch_size=batch_size, seq_len=seq_len, mode="training",
-                                parallel=Parallelism(tp=tp, dp=dp if zero3 else 1, zero=3 if zero3 else 0))
+            workload = Workload(
+                batch_size=batch_size,
+                seq_len=seq_len,
+                mode="training",
+                parallel=Parallelism(tp=tp, dp=dp if zero3 else 1, zero=3 if zero3 else 0),
+            )
             collectives = _comm_rows(config, workload, run.collectives)  # fmt: skip
     stages: list[ShardRow] = []
     if parallel.pp > 1:

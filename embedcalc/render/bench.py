@@ -29,7 +29,10 @@ def bench_table(result: BenchResult) -> Table:
     rows = [
         ("build (to_empty + cheap fill)", f"{m.build_s * 1000:.1f} ms"),
         ("latency median", f"{m.median_s * 1000:.2f} ms"),
-        ("latency predicted", units.predicted(None if step is None else f"{step * 1000:.2f} ms", e["median_s"])),
+        (
+            "latency predicted",
+            units.predicted(None if step is None else f"{step * 1000:.2f} ms", e["median_s"]),
+        ),
         ("latency p10 / p90", f"{m.p10_s * 1000:.2f} / {m.p90_s * 1000:.2f} ms"),
         ("tokens/s", f"{m.tokens_per_s:,.0f}"),
         ("tokens/s predicted", units.predicted(None if rate is None else f"{rate:,.0f}", e["tokens_per_s"])),
@@ -46,7 +49,10 @@ def bench_table(result: BenchResult) -> Table:
         ]
     rows += [
         ("peak memory measured", f"{units.binary_bytes(m.peak_memory_bytes)} ({m.peak_memory_bytes:,} B)"),
-        ("peak memory predicted", f"{units.binary_bytes(m.predicted_memory_bytes)} ({m.predicted_memory_bytes:,} B)"),
+        (
+            "peak memory predicted",
+            f"{units.binary_bytes(m.predicted_memory_bytes)} ({m.predicted_memory_bytes:,} B)",
+        ),
         ("measured vs predicted", f"{m.memory_error_pct:+.1f}%" if m.memory_error_pct is not None else "—"),
         ("threads", str(m.threads)),
     ]
@@ -59,7 +65,9 @@ def peak_table(result: PeakResult) -> Table:
     table = FitTable(title=escape(f"Matmul peak — {result.device}, {result.dtype}"), title_justify="left")
     table.add_column("quantity")
     table.add_column("value", justify="right", whole=True)
-    table.add_row(f"measured ({result.size}×{result.size} GEMM, best run)", units.si(result.peak_flops_per_s, "FLOP/s"))
+    table.add_row(
+        f"measured ({result.size}×{result.size} GEMM, best run)", units.si(result.peak_flops_per_s, "FLOP/s")
+    )
     if result.spec_peak_flops_per_s:
         table.add_row("datasheet", units.si(result.spec_peak_flops_per_s, "FLOP/s"))
         table.add_row("source", escape(str(result.spec_peak_source)))

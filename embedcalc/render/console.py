@@ -51,7 +51,9 @@ def _width(name: str) -> int | None:
 def console(name: str) -> Console:
     """The console for ``name`` ("stdout" or "stderr"), created once; its width follows the environment."""
     if name not in _consoles:
-        _consoles[name] = _Console(soft_wrap=False) if name == "stdout" else _Console(stderr=True, highlight=False)
+        _consoles[name] = (
+            _Console(soft_wrap=False) if name == "stdout" else _Console(stderr=True, highlight=False)
+        )
     made = _consoles[name]
     if isinstance(made, _Console):
         made.key_value = _key_value()

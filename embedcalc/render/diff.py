@@ -65,12 +65,17 @@ def diff_table(diff: ModelDiff) -> Table:
         caption="kept: same name and shape, loads from A's checkpoint as is; reshaped: same name, new shape; "
         "new: only in B; dropped: only in A. Layers with identical rows are folded (count column).",
         title_justify="left",
-        drop=("count", "shape in A"),  # the name's layer range says the count; status says if the shape changed
+        # the name's layer range says the count; status says if the shape changed
+        drop=(
+            "count",
+            "shape in A",
+        ),
     )
     for name, justify in (("tensor", "left"), ("count", "right"), ("shape in A", "right"),
                           ("shape in B", "right"), ("status", "left"), ("params in B", "right")):  # fmt: skip
-        table.add_column(name, justify=justify, whole=name == "params in B",
-                         prefer_whole=name.startswith("shape"))
+        table.add_column(
+            name, justify=justify, whole=name == "params in B", prefer_whole=name.startswith("shape")
+        )
     for group, rows in diff.groups().items():
         counts = ", ".join(f"{n} {s}" for s, n in diff.counts(rows).items() if n)
         table.add_row(f"[bold]{escape(group)}[/]", "", "", "", f"[bold]{counts}[/]", "")

@@ -86,26 +86,46 @@ def sharded_tables(result: ShardedVerify) -> Group:
     for key, rows in by_key.items():
         values = {(r.analytic, r.torch) for r in rows}
         if len(values) == 1:
-            (analytic, held), = values
-            shards.add_row(key, "all", units.count(analytic), units.count(held), "yes" if analytic == held else "NO")
+            ((analytic, held),) = values
+            shards.add_row(
+                key, "all", units.count(analytic), units.count(held), "yes" if analytic == held else "NO"
+            )
             continue
         for r in rows:
-            shards.add_row(key, str(r.rank), units.count(r.analytic), units.count(r.torch), "yes" if r.ok else "NO")
+            shards.add_row(
+                key, str(r.rank), units.count(r.analytic), units.count(r.torch), "yes" if r.ok else "NO"
+            )
     parts: list[Any] = [shards]
     if result.collectives:
-        comm = FitTable(title="Collectives of one training step (CommDebugMode)", title_justify="left", keep=2)
-        for column in ("collective", "pass", "analytic calls", "torch calls", "analytic bytes", "torch bytes", "ok"):
-            comm.add_column(column, justify="left" if column in ("collective", "pass") else "right", whole=True)
+        comm = FitTable(
+            title="Collectives of one training step (CommDebugMode)", title_justify="left", keep=2
+        )
+        for column in (
+            "collective",
+            "pass",
+            "analytic calls",
+            "torch calls",
+            "analytic bytes",
+            "torch bytes",
+            "ok",
+        ):
+            comm.add_column(
+                column, justify="left" if column in ("collective", "pass") else "right", whole=True
+            )
         for c in result.collectives:
             comm.add_row(c.kind, c.phase, str(c.analytic_count), str(c.torch_count), units.count(c.analytic_bytes),
                          units.count(c.torch_bytes), "yes" if c.ok else "NO")  # fmt: skip
         parts.append(comm)
     if result.stages:
-        stages = FitTable(title=f"Pipeline stages (pp {p.pp}): analytic vs module split", title_justify="left")
+        stages = FitTable(
+            title=f"Pipeline stages (pp {p.pp}): analytic vs module split", title_justify="left"
+        )
         for column in ("stage", "analytic", "torch", "ok"):
             stages.add_column(column, justify="right", whole=True)
         for s in result.stages:
-            stages.add_row(str(s.rank), units.count(s.analytic), units.count(s.torch), "yes" if s.ok else "NO")
+            stages.add_row(
+                str(s.rank), units.count(s.analytic), units.count(s.torch), "yes" if s.ok else "NO"
+            )
         parts.append(stages)
     for note in result.notes:
         parts.append(escape(f"note: {note}"))

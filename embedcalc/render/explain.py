@@ -79,7 +79,8 @@ class _Page:
         self.items.append(styled("• " + self.m(key, **values)))
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> None:
-        table = FitTable(show_edge=False, pad_edge=False, keep=1)  # too wide: stacked, the first column repeated
+        # too wide: stacked, the first column repeated
+        table = FitTable(show_edge=False, pad_edge=False, keep=1)
         for i, header in enumerate(headers):
             right = i >= right_from
             table.add_column(self.m(header), justify="right" if right else "left", whole=right)

@@ -65,7 +65,13 @@ class FitTable(Table):
         self.prefer_whole: list[bool] = [False] * len(self.columns)
 
     def add_column(
-        self, header: Any = "", footer: Any = "", *, whole: bool = False, prefer_whole: bool = False, **kwargs: Any
+        self,
+        header: Any = "",
+        footer: Any = "",
+        *,
+        whole: bool = False,
+        prefer_whole: bool = False,
+        **kwargs: Any,
     ) -> None:
         """As ``Table.add_column``; ``whole=True`` marks a column whose cells must never wrap or be cut,
         ``prefer_whole=True`` one whose cells (a shape tuple) wrap at their spaces only when the table cannot be
@@ -111,7 +117,11 @@ class FitTable(Table):
         yield from key_values(self, console, options.max_width)  # not even one column beside the labels fits
 
     def _stacked(
-        self, console: Console, options: ConsoleOptions, spans: list[tuple[int, int]], groups: list[list[int]],
+        self,
+        console: Console,
+        options: ConsoleOptions,
+        spans: list[tuple[int, int]],
+        groups: list[list[int]],
         width: int,
     ) -> RenderResult:
         """The ``keep`` label columns and each group of the others, one table below the other."""
@@ -179,7 +189,9 @@ def _least(measured: Measurement, renderable: Any, whole: bool, words: bool) -> 
     return measured.minimum
 
 
-LABEL_FLOOR = 20  # the label column is wrapped narrower than this (or half its widest cell) only as a last resort
+LABEL_FLOOR = (
+    20  # the label column is wrapped narrower than this (or half its widest cell) only as a last resort
+)
 
 
 def _comfortable(table: FitTable, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -187,7 +199,9 @@ def _comfortable(table: FitTable, spans: list[tuple[int, int]]) -> list[tuple[in
     cell into two lines (at least :data:`LABEL_FLOOR`) and the ``prefer_whole`` columns whole: the low-priority
     columns are left out before names wrap more or a shape wraps at all."""
     prefer = table.prefer_whole
-    out = [(natural if whole else least, natural) for (least, natural), whole in zip(spans, prefer, strict=True)]
+    out = [
+        (natural if whole else least, natural) for (least, natural), whole in zip(spans, prefer, strict=True)
+    ]
     if out and not table.whole[0]:
         least, natural = out[0]
         floor = min(natural, max(LABEL_FLOOR, (natural + 1) // 2 + 2 * CONTINUATION))
@@ -238,7 +252,10 @@ def _subset(
         room -= want
     wanting = {n: spans[i][1] - widths[n] for n, i in enumerate(indices) if spans[i][1] > widths[n]}
     total = sum(wanting.values())
-    for n, want in wanting.items():  # what is left widens the columns that still wrap, in proportion to their want
+    for (
+        n,
+        want,
+    ) in wanting.items():  # what is left widens the columns that still wrap, in proportion to their want
         widths[n] += room * want // total
     for n, (column, content_width) in enumerate(zip(view.columns, widths, strict=True)):
         column.width = max(content_width, 1)

@@ -42,7 +42,12 @@ def generation_table(analysis: Analysis, m: GenerationMeasurement) -> Table:
         f"Memory measured by {m.peak_memory_method}."
     )
     table = FitTable(title=escape(title), title_justify="left", caption=escape(caption), keep=1)
-    for name, justify in (("quantity", "left"), ("measured", "right"), ("predicted", "right"), ("error", "right")):
+    for name, justify in (
+        ("quantity", "left"),
+        ("measured", "right"),
+        ("predicted", "right"),
+        ("error", "right"),
+    ):
         table.add_column(name, justify=justify, whole=name == "error", prefer_whole=name != "quantity")
     p, e = m.predicted, m.errors_pct
     rows = [

@@ -92,7 +92,9 @@ def device_table(device: Device) -> Table:
         shown = f"{_dollars(price.value)} / h"
         _figure_row(table, device, f"price (default, read {price.date})", shown, price)
     else:
-        table.add_row("price", "—", "no public on-demand hourly price in the catalogue: give --price-per-hour", "")
+        table.add_row(
+            "price", "—", "no public on-demand hourly price in the catalogue: give --price-per-hour", ""
+        )
     if device.measured is not None:
         m = device.measured
         table.add_section()
@@ -106,9 +108,14 @@ def device_table(device: Device) -> Table:
 def local_summary(result: PeakResult) -> Table:
     """What ``bench --peak`` measured for memory and kernel overhead, and where it cached ``local``."""
     local = result.local
-    table = FitTable(title=escape(f"Memory bandwidth and kernel overhead — {result.device}"), title_justify="left",
-                     caption=escape(f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
-                                    + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")))
+    table = FitTable(
+        title=escape(f"Memory bandwidth and kernel overhead — {result.device}"),
+        title_justify="left",
+        caption=escape(
+            f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
+            + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")
+        ),
+    )
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_row("copy", _rate(local.copy_bytes_per_s))
@@ -121,7 +128,9 @@ def local_summary(result: PeakResult) -> Table:
     if link is not None:
         m = link.measured
         table.add_row(f"all-reduce, {m.nproc} processes, {m.small_bytes:,} B", units.seconds(m.small_s))
-        table.add_row(f"all-reduce, {m.nproc} processes, {units.binary_bytes(m.large_bytes)}", units.seconds(m.large_s))
+        table.add_row(
+            f"all-reduce, {m.nproc} processes, {units.binary_bytes(m.large_bytes)}", units.seconds(m.large_s)
+        )
         table.add_row("loopback link per direction", "not determined" if link.per_direction_bytes_per_s is None
                       else _rate(link.per_direction_bytes_per_s))  # fmt: skip
         table.add_row("loopback hop latency", units.seconds(link.latency_s))

@@ -15,9 +15,8 @@ from embedcalc import units
 from embedcalc.analysis.plan import PlanResult, ServingRow, TrainingRow
 from embedcalc.render.fit import FitTable
 
-Column = tuple[
-    str, Callable[[Any], Any], Callable[[Any], str], bool
-]  # header, raw value, text, right-aligned
+# header, raw value, text, right-aligned
+Column = tuple[str, Callable[[Any], Any], Callable[[Any], str], bool]
 
 
 def _opt(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
@@ -154,7 +153,9 @@ def plan_table(result: PlanResult, top: int = 20) -> FitTable:
     )  # fmt: skip
     for header, _, _, right in columns:
         table.add_column(
-            header, justify="right" if right else "left", whole=header not in ("status", "layout"),
+            header,
+            justify="right" if right else "left",
+            whole=header not in ("status", "layout"),
             prefer_whole=header == "layout",
         )
     for row in shown:

@@ -137,7 +137,8 @@ def score_share_table(curve: SeqLenCurve) -> Table:
     table = FitTable(
         title=f"Attention-score share of forward FLOPs — {escape(curve.label)}",
         title_justify="left",
-        caption="no n* (no softmax attention layer: nothing grows as n²)" if curve.crossover_seq_len is None
+        caption="no n* (no softmax attention layer: nothing grows as n²)"
+        if curve.crossover_seq_len is None
         else f"n* = {curve.crossover_seq_len}: one layer's Q·Kᵀ + A·V FLOPs equal its projections "
         "+ FFN (crossover.py); the whole model also counts pooler / LM head.",
         drop=("rest FLOPs", bar, "score FLOPs", "share"),  # at 60 columns the numbers before the bar chart

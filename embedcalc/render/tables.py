@@ -221,7 +221,9 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     row("architecture", [a.config.architecture for a in analyses])
     row("dtype", [dtype_label(a.workload) for a in analyses])
     row("embed_dim", [a.config.embed_dim for a in analyses])
-    row("num_heads / head_dim", [f"{a.config.num_heads} / {a.config.derived()['head_dim']}" for a in analyses])
+    row(
+        "num_heads / head_dim", [f"{a.config.num_heads} / {a.config.derived()['head_dim']}" for a in analyses]
+    )
     row("num_kv_heads", [a.config.resolved_kv_heads for a in analyses])
     row("layers", [a.config.num_layers + a.config.resolved_decoder_layers for a in analyses])
     row("ffn_dim", [a.config.resolved_ffn_dim for a in analyses])

@@ -78,7 +78,9 @@ def _pieces(plain: str) -> list[str]:
     return [plain[a:b].rstrip(" ") for a, b in pairwise(bounds)]
 
 
-FOLD_AT = 16  # a piece longer than this that is not a number (a commit hash, a long URL segment) may be folded
+FOLD_AT = (
+    16  # a piece longer than this that is not a number (a commit hash, a long URL segment) may be folded
+)
 
 
 def _piece_width(piece: str) -> int:

@@ -42,7 +42,9 @@ def test_suggest_indivisible_heads(cli: Any) -> None:
 def test_suggest_kv_heads_and_rope(cli: Any) -> None:
     kv = _suggestions(cli, "gpt2", "--set", "num_kv_heads=5")
     assert [r["set"] for r in kv[:2]] == [["num_kv_heads=4"], ["num_kv_heads=6"]]
-    rope = _suggestions(cli, "gpt2", "--set", "position=rope", "--set", "embed_dim=1008", "--set", "num_heads=16")
+    rope = _suggestions(
+        cli, "gpt2", "--set", "position=rope", "--set", "embed_dim=1008", "--set", "num_heads=16"
+    )
     for row in rope:  # 1008 / 16 = 63 is odd; every proposal gives an even head_dim
         config = load_target("gpt2", ["position=rope", "embed_dim=1008", "num_heads=16", *row["set"]]).config
         assert config.resolved_head_dim % 2 == 0
@@ -61,7 +63,9 @@ def test_compare_plot_writes_a_png(cli: Any, tmp_path: Path) -> None:
     result = cli("compare", "bert-base", "gpt2", "--plot", str(path), "--plot-seq-len", "64:1024:x4")
     assert result.exit_code == 0, result.stderr
     data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[-8:] == b"IEND\xaeB`\x82" and 10_000 < len(data) < 5_000_000
+    assert (
+        data[:8] == b"\x89PNG\r\n\x1a\n" and data[-8:] == b"IEND\xaeB`\x82" and 10_000 < len(data) < 5_000_000
+    )
     assert f"wrote {path}" in result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["compare.png"]  # no temporary left behind
 
@@ -124,4 +128,7 @@ def test_memory_matrix_runs_every_setting(cli: Any, write_config: Callable[..., 
         assert r["predicted_memory_bytes"] > 0 and r["peak_memory_bytes"] >= 0
     # the prediction obeys the model: full recomputation never predicts more than none
     for attention in ("sdpa", "eager"):
-        assert by[(attention, "full")]["predicted_memory_bytes"] <= by[(attention, "none")]["predicted_memory_bytes"]
+        assert (
+            by[(attention, "full")]["predicted_memory_bytes"]
+            <= by[(attention, "none")]["predicted_memory_bytes"]
+        )

@@ -70,14 +70,13 @@ def test_crossover_seq_len(analyze_json: Callable[..., Any], name: str, expected
     assert isinstance(value, int)
 
 
-@pytest.mark.parametrize(
-    ("dtype", "per_param"), [("float32", (4, 4, 8)), ("bfloat16", (2, 2, 12))]
-)
+@pytest.mark.parametrize(("dtype", "per_param"), [("float32", (4, 4, 8)), ("bfloat16", (2, 2, 12))])
 def test_bert_base_training_memory(
     analyze_json: Callable[..., Any], dtype: str, per_param: tuple[int, int, int]
 ) -> None:
-    data = analyze_json("bert-base", "--mode", "training", "--batch-size", "8", "--seq-len", "128",
-                        "--dtype", dtype)
+    data = analyze_json(
+        "bert-base", "--mode", "training", "--batch-size", "8", "--seq-len", "128", "--dtype", dtype
+    )
     assert data["workload"]["mode"] == "training"
     memory = data["results"][0]["memory"]
     n = BERT_BASE_PARAMS
@@ -89,8 +88,14 @@ def test_bert_base_training_memory(
     assert memory["activations_bytes"] > 0
     assert memory["total_bytes"] == 16 * n + memory["activations_bytes"]
     assert sum(memory["activations_breakdown"].values()) == memory["activations_bytes"]
-    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-                "total_bytes"):
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "kv_cache_bytes",
+        "total_bytes",
+    ):
         assert isinstance(memory[key], int)
 
 
@@ -103,18 +108,48 @@ def test_json_envelope_shape(analyze_json: Callable[..., Any]) -> None:
     assert result["derived"]["head_dim"] == 64
     assert result["derived"]["ffn_ratio"] == 4.0
     assert set(result["flops"]) >= {"forward", "forward_causal", "training_step", "breakdown"}
-    assert set(result["memory"]) >= {"weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                                     "kv_cache_bytes", "total_bytes"}
+    assert set(result["memory"]) >= {
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "kv_cache_bytes",
+        "total_bytes",
+    }
 
 
 # --- more published sizes, from configs written here (independent of presets/) --------------------------------
 
-LLAMA2_7B = dict(architecture="decoder", vocab_size=32000, max_seq_len=4096, embed_dim=4096, num_heads=32,
-                 num_layers=32, ffn_dim=11008, activation="swiglu", norm="rmsnorm", position="rope", bias=False,
-                 tie_embeddings=False)
-T5_SMALL = dict(architecture="encoder-decoder", vocab_size=32128, max_seq_len=512, embed_dim=512, num_heads=8,
-                head_dim=64, num_layers=6, ffn_dim=2048, activation="relu", norm="rmsnorm", norm_placement="pre",
-                position="relative", bias=False, tie_embeddings=True)
+LLAMA2_7B = dict(
+    architecture="decoder",
+    vocab_size=32000,
+    max_seq_len=4096,
+    embed_dim=4096,
+    num_heads=32,
+    num_layers=32,
+    ffn_dim=11008,
+    activation="swiglu",
+    norm="rmsnorm",
+    position="rope",
+    bias=False,
+    tie_embeddings=False,
+)
+T5_SMALL = dict(
+    architecture="encoder-decoder",
+    vocab_size=32128,
+    max_seq_len=512,
+    embed_dim=512,
+    num_heads=8,
+    head_dim=64,
+    num_layers=6,
+    ffn_dim=2048,
+    activation="relu",
+    norm="rmsnorm",
+    norm_placement="pre",
+    position="relative",
+    bias=False,
+    tie_embeddings=True,
+)
 
 
 @pytest.mark.parametrize(
@@ -123,8 +158,11 @@ T5_SMALL = dict(architecture="encoder-decoder", vocab_size=32128, max_seq_len=51
         pytest.param(LLAMA2_7B, 6_738_415_616, id="llama-2-7b"),  # HF LlamaForCausalLM
         pytest.param({**LLAMA2_7B, "num_kv_heads": 8, "ffn_dim": 14336}, 7_241_732_096, id="mistral-7b-gqa"),
         pytest.param(T5_SMALL, 60_506_624, id="t5-small"),  # HF T5ForConditionalGeneration
-        pytest.param({**T5_SMALL, "embed_dim": 768, "num_heads": 12, "num_layers": 12, "ffn_dim": 3072},
-                     222_903_552, id="t5-base"),
+        pytest.param(
+            {**T5_SMALL, "embed_dim": 768, "num_heads": 12, "num_layers": 12, "ffn_dim": 3072},
+            222_903_552,
+            id="t5-base",
+        ),
     ],
 )
 def test_other_published_param_counts(config: dict[str, Any], expected: int) -> None:
@@ -147,13 +185,19 @@ def gpt_forward_flops(V: int, d: int, L: int, b: int, n: int) -> int:
 
 
 def gpt_config(V: int, S: int, d: int, L: int, h: int) -> ModelConfig:
-    return ModelConfig(architecture="decoder", vocab_size=V, max_seq_len=S, embed_dim=d, num_heads=h, num_layers=L)
+    return ModelConfig(
+        architecture="decoder", vocab_size=V, max_seq_len=S, embed_dim=d, num_heads=h, num_layers=L
+    )
 
 
 @pytest.mark.parametrize(
     ("V", "S", "d", "L", "h"),
-    [(50257, 1024, 768, 12, 12), (50257, 1024, 1600, 48, 25), (7, 3, 10**6, 10**4, 8),
-     (10**9, 10**7, 10**6, 10**4, 1000)],
+    [
+        (50257, 1024, 768, 12, 12),
+        (50257, 1024, 1600, 48, 25),
+        (7, 3, 10**6, 10**4, 8),
+        (10**9, 10**7, 10**6, 10**4, 1000),
+    ],
 )
 def test_decoder_params_and_flops_match_closed_form(V: int, S: int, d: int, L: int, h: int) -> None:
     config = gpt_config(V, S, d, L, h)
@@ -164,10 +208,16 @@ def test_decoder_params_and_flops_match_closed_form(V: int, S: int, d: int, L: i
         assert flops.training_step == 3 * gpt_forward_flops(V, d, L, b, n)
 
 
-@pytest.mark.parametrize(("name", "S", "d", "L"), [
-    ("gpt2", 1024, 768, 12), ("gpt2-medium", 1024, 1024, 24), ("gpt2-large", 1024, 1280, 36),
-    ("gpt2-xl", 1024, 1600, 48), ("gpt3-175b", 2048, 12288, 96),
-])
+@pytest.mark.parametrize(
+    ("name", "S", "d", "L"),
+    [
+        ("gpt2", 1024, 768, 12),
+        ("gpt2-medium", 1024, 1024, 24),
+        ("gpt2-large", 1024, 1280, 36),
+        ("gpt2-xl", 1024, 1600, 48),
+        ("gpt3-175b", 2048, 12288, 96),
+    ],
+)
 def test_gpt_presets_match_the_closed_form(name: str, S: int, d: int, L: int) -> None:
     assert count_params(load_target(name).config).total == gpt_params(50257, S, d, L)
 
@@ -194,8 +244,16 @@ def test_huge_shape_counts_exactly() -> None:
 
 def test_huge_shape_through_cli_json(write_config: Any, cli: Any) -> None:
     d, L, V, S = 10**6, 10**4, 50257, 2048
-    path = write_config({"architecture": "decoder", "vocab_size": V, "max_seq_len": S, "embed_dim": d,
-                         "num_heads": 16, "num_layers": L})
+    path = write_config(
+        {
+            "architecture": "decoder",
+            "vocab_size": V,
+            "max_seq_len": S,
+            "embed_dim": d,
+            "num_heads": 16,
+            "num_layers": L,
+        }
+    )
     result = cli("analyze", str(path), "--format", "json", "--seq-len", "2048")
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)["results"][0]
@@ -254,8 +312,10 @@ def test_gqa_shrinks_kv_projection_flops_and_cache() -> None:
     assert kv_cache_bytes(gqa, w) == 2 * 2 * 1000 * L * 1024 * 2
     assert kv_cache_bytes(mha, w) == 4 * kv_cache_bytes(gqa, w)
     # score work does not depend on the number of kv heads
-    assert (forward_flops(gqa, w).breakdown["decoder/attention/scores"]
-            == forward_flops(mha, w).breakdown["decoder/attention/scores"])
+    assert (
+        forward_flops(gqa, w).breakdown["decoder/attention/scores"]
+        == forward_flops(mha, w).breakdown["decoder/attention/scores"]
+    )
 
 
 def test_gated_ffn_has_three_matrices() -> None:
@@ -339,8 +399,16 @@ def test_eager_attention_holds_the_score_matrix() -> None:
     config = load_target("bert-base").config
     for mode in ("inference", "training"):
         sdpa = analyze("b", config, Workload(seq_len=512, batch_size=8, mode=mode)).memory  # type: ignore[arg-type]
-        eager = analyze("b", config, Workload(seq_len=512, batch_size=8, mode=mode,  # type: ignore[arg-type]
-                                              attention="eager")).memory
+        eager = analyze(
+            "b",
+            config,
+            Workload(
+                seq_len=512,
+                batch_size=8,
+                mode=mode,  # type: ignore[arg-type]
+                attention="eager",
+            ),
+        ).memory
         # eager materialises batch x heads x n x n scores (at least one such tensor, 4 bytes each)
         assert eager.activations_bytes - sdpa.activations_bytes >= 4 * 8 * 12 * 512 * 512 - 4 * 8 * 12 * 512
 
@@ -353,8 +421,16 @@ def test_elementwise_estimate_is_not_in_the_matmul_total() -> None:
     assert not set(flops.elementwise.as_dict()) & set(flops.breakdown.as_dict())
 
 
-@pytest.mark.parametrize(("name", "expected"), [("bert-base", 4608), ("bert-large", 6144), ("gpt2", 4608),
-                                                ("gpt2-xl", 9600), ("transformer-base", 3072)])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("bert-base", 4608),
+        ("bert-large", 6144),
+        ("gpt2", 4608),
+        ("gpt2-xl", 9600),
+        ("transformer-base", 3072),
+    ],
+)
 def test_crossover_is_where_scores_equal_the_rest(name: str, expected: int) -> None:
     """At n = n*, one self-attention block's n² work equals its projections + FFN (2 d + f for MHA, 4d FFN)."""
     config = load_target(name).config
@@ -369,8 +445,16 @@ def test_crossover_is_where_scores_equal_the_rest(name: str, expected: int) -> N
 
 
 def test_crossover_non_integer_is_a_float() -> None:
-    config = ModelConfig(architecture="encoder", vocab_size=100, max_seq_len=64, embed_dim=5, num_heads=1,
-                         head_dim=3, num_layers=1, ffn_dim=1)
+    config = ModelConfig(
+        architecture="encoder",
+        vocab_size=100,
+        max_seq_len=64,
+        embed_dim=5,
+        num_heads=1,
+        head_dim=3,
+        num_layers=1,
+        ffn_dim=1,
+    )
     # q = kv = 3: (2·5·(3 + 6) + 2·3·5 + 2·5·1 + 2·1·5) / (4·3) = 140 / 12 = 35 / 3
     assert crossover_fraction(config) == Fraction(35, 3)
     value = crossover_seq_len(config)

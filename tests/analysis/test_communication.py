@@ -55,7 +55,11 @@ def test_tp_all_reduces_per_projection_in_the_torch_layout() -> None:
     forward, loss, backward = est.collectives
     assert (forward.count, forward.payload_bytes) == (12 * 2 + 1, 25 * per_call)  # out, ffn out; the lookup
     assert (loss.count, loss.payload_bytes) == (3, 3 * 2 * 64 * 4)
-    assert (backward.count, backward.payload_bytes) == (12 * 4 + 1, 49 * per_call)  # q, k, v, ffn in; the head
+    # q, k, v, ffn in; the head
+    assert (backward.count, backward.payload_bytes) == (
+        12 * 4 + 1,
+        49 * per_call,
+    )
     assert forward.wire_bytes == forward.payload_bytes  # 2 (N - 1) / N = 1 for N = 2
 
 

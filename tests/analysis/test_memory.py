@@ -348,7 +348,8 @@ def test_encoder_caches_nothing(cli: Any) -> None:
     assert analyze_json(cli, "bert-base", "--gen-tokens", "5")["results"][0]["memory"]["kv_cache_bytes"] == 0
 
 
-LINEAR_12 = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)  # bert-base's and gpt2's layer matrices: 84,934,656
+# bert-base's and gpt2's layer matrices: 84,934,656
+LINEAR_12 = 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)
 SCALES_12 = 4 * (LINEAR_12 // 128)  # an fp16 scale and zero per 128 inputs (every input width divides)
 
 

@@ -59,7 +59,9 @@ def test_params_follow_the_mamba2_layout_by_hand() -> None:
 def test_scan_flops_pad_to_whole_chunks(n: int) -> None:
     flops = forward_flops(_config(), Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
     padded = -(-n // Q) * Q
-    assert flops["decoder/mixer/ssm"] == MAMBA_LAYERS * 2 * 2 * HEADS * padded * (Q * N_STATE + Q * P + 2 * P * N_STATE)
+    assert flops["decoder/mixer/ssm"] == MAMBA_LAYERS * 2 * 2 * HEADS * padded * (
+        Q * N_STATE + Q * P + 2 * P * N_STATE
+    )
     assert flops["decoder/mixer/conv"] == MAMBA_LAYERS * 2 * (2 * n) * CONV * K
     assert flops["decoder/mixer/in"] == MAMBA_LAYERS * 2 * (2 * n) * D * IN_WIDTH
 
@@ -77,7 +79,9 @@ def test_state_is_constant_in_length_and_beside_the_kv_cache() -> None:
 
 
 def test_models_without_a_state_keep_their_memory_keys() -> None:
-    dense = ModelConfig.model_validate({k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers")})
+    dense = ModelConfig.model_validate(
+        {k: v for k, v in HYBRID.items() if k not in ("mixer", "blocks", "layers")}
+    )
     assert "recurrent_state_bytes" not in estimate_memory(dense, Workload()).as_dict()
 
 
@@ -96,7 +100,10 @@ def test_decode_step_runs_the_recurrence() -> None:
     ("extra", "code"),
     [
         ({"mixer": {"kind": "mamba2", "state_size": 8, "num_heads": 4}}, "mixer_incomplete"),
-        ({"mixer": {"kind": "mamba2", "state_size": 8, "num_heads": 6, "head_dim": 8, "groups": 4}}, "mixer_groups"),
+        (
+            {"mixer": {"kind": "mamba2", "state_size": 8, "num_heads": 6, "head_dim": 8, "groups": 4}},
+            "mixer_groups",
+        ),
         ({"architecture": "encoder", "pooler": False, "blocks": {}, "layers": None}, "mixer_needs_decoder"),
     ],
 )
@@ -150,8 +157,14 @@ def test_generation_through_the_state_equals_recomputation() -> None:
     cache = allocate_cache(model, 2, 11 + 6)
     run = greedy_generate(model, prompt, 6, cache)
     assert run.tokens.tolist() == reference_generate(model, prompt, 6).tolist()
-    assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11)).recurrent_state_bytes
-    assert cache.nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=11, gen_tokens=6)).kv_cache_bytes
+    assert (
+        cache.state_nbytes
+        == estimate_memory(config, Workload(batch_size=2, seq_len=11)).recurrent_state_bytes
+    )
+    assert (
+        cache.nbytes
+        == estimate_memory(config, Workload(batch_size=2, seq_len=11, gen_tokens=6)).kv_cache_bytes
+    )
 
 
 # --- gated DeltaNet with gated attention (Qwen3-Next's layers) -------------------------------------------------------
@@ -181,7 +194,9 @@ def test_deltanet_terms_by_hand() -> None:
     n = 13
     flops = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
     padded = 16
-    assert flops["decoder/mixer/ssm"] == DELTANET_LAYERS * 2 * 2 * HV * padded * (2 * C * DK + C * DV + 3 * DK * DV)
+    assert flops["decoder/mixer/ssm"] == DELTANET_LAYERS * 2 * 2 * HV * padded * (
+        2 * C * DK + C * DV + 3 * DK * DV
+    )
     assert estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes == (
         2 * DELTANET_LAYERS * (conv * 4 + HV * DK * DV) * 4
     )
@@ -190,7 +205,9 @@ def test_deltanet_terms_by_hand() -> None:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize(("kind", "n"), [("deltanet", 8), ("deltanet", 13), ("short_conv", 1), ("short_conv", 6)])
+@pytest.mark.parametrize(
+    ("kind", "n"), [("deltanet", 8), ("deltanet", 13), ("short_conv", 1), ("short_conv", 6)]
+)
 def test_torch_model_reconciles_and_generates(kind: str, n: int) -> None:
     """Gated DeltaNet (Qwen3-Next's layers) and the short convolution (LFM2's, defined below)."""
     torch = pytest.importorskip("torch")
@@ -198,14 +215,21 @@ def test_torch_model_reconciles_and_generates(kind: str, n: int) -> None:
     from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
 
     config = ModelConfig.model_validate(NEXT if kind == "deltanet" else LFM2)
-    assert component_params(build_model(config)) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    assert component_params(build_model(config)) == {
+        k: v for k, v in count_params(config).as_dict().items() if v
+    }
     breakdown = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
     assert component_flops(config, batch_size=2, seq_len=n) == {k: v for k, v in breakdown.items() if v}
     model = build_model(config, attention="eager", device="cpu")
     prompt = torch.randint(0, V, (2, n), generator=torch.Generator().manual_seed(1))
     cache = allocate_cache(model, 2, n + 5)
-    assert greedy_generate(model, prompt, 5, cache).tokens.tolist() == reference_generate(model, prompt, 5).tolist()
-    assert cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes
+    assert (
+        greedy_generate(model, prompt, 5, cache).tokens.tolist()
+        == reference_generate(model, prompt, 5).tolist()
+    )
+    assert (
+        cache.state_nbytes == estimate_memory(config, Workload(batch_size=2, seq_len=n)).recurrent_state_bytes
+    )
 
 
 @pytest.mark.torch
@@ -251,16 +275,22 @@ def test_mamba1_torch_model_reconciles_and_generates() -> None:
     from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
 
     config = ModelConfig.model_validate(JAMBA)
-    assert component_params(build_model(config)) == {k: v for k, v in count_params(config).as_dict().items() if v}
+    assert component_params(build_model(config)) == {
+        k: v for k, v in count_params(config).as_dict().items() if v
+    }
     breakdown = forward_flops(config, Workload(batch_size=2, seq_len=7)).breakdown.as_dict()
     assert breakdown["decoder/mixer/ssm"] == 3 * 2 * (2 * 7) * 2 * D * 8  # 3 Mamba layers x 2 x t x I x N
     assert component_flops(config, batch_size=2, seq_len=7) == {k: v for k, v in breakdown.items() if v}
     model = build_model(config, attention="eager", device="cpu")
     prompt = torch.randint(0, V, (2, 7), generator=torch.Generator().manual_seed(2))
     cache = allocate_cache(model, 2, 7 + 4)
-    assert greedy_generate(model, prompt, 4, cache).tokens.tolist() == reference_generate(model, prompt, 4).tolist()
+    assert (
+        greedy_generate(model, prompt, 4, cache).tokens.tolist()
+        == reference_generate(model, prompt, 4).tolist()
+    )
     state = estimate_memory(config, Workload(batch_size=2, seq_len=7)).recurrent_state_bytes
-    assert cache.state_nbytes == state == 2 * 3 * (2 * D * 4 + 2 * D * 8) * 4  # b x layers x (I K + I N) x fp32
+    # b x layers x (I K + I N) x fp32
+    assert cache.state_nbytes == state == 2 * 3 * (2 * D * 4 + 2 * D * 8) * 4
 
 
 # --- the short convolution (LFM2's conv layers) ----------------------------------------------------------------------

@@ -226,7 +226,13 @@ def test_analyze_shows_the_reserve_and_paging_rows() -> None:
             "--hardware", "l4", "--concurrency", "64"]  # fmt: skip
     result = runner.invoke(app, args, env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
-    for words in ("paged KV rounding", "runtime reserve", "KV cache (64 sequences)", "does not fit", "at most"):
+    for words in (
+        "paged KV rounding",
+        "runtime reserve",
+        "KV cache (64 sequences)",
+        "does not fit",
+        "at most",
+    ):
         assert words in result.stdout, words
     j = _analyze_json(*args[1:])
     s = j["memory"]["serving"]

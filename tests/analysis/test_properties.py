@@ -123,9 +123,16 @@ def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Worklo
     assert sum(flops["breakdown"].values()) == flops["forward"] > 0
     assert flops["training_step"] == 3 * flops["forward"]
     assert sum(memory["activations_breakdown"].values()) == memory["activations_bytes"]
-    assert memory["total_bytes"] == sum(memory[k] for k in ("weights_bytes", "gradients_bytes",
-                                                            "optimizer_bytes", "activations_bytes",
-                                                            "kv_cache_bytes"))
+    assert memory["total_bytes"] == sum(
+        memory[k]
+        for k in (
+            "weights_bytes",
+            "gradients_bytes",
+            "optimizer_bytes",
+            "activations_bytes",
+            "kv_cache_bytes",
+        )
+    )
     assert sum(result.flops.elementwise.as_dict().values()) == result.flops.elementwise.total
     assert sum(result.params.group(1).values()) == params["total"]
     assert sum(result.flops.breakdown.group(2).values()) == flops["forward"]
@@ -139,14 +146,23 @@ def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Worklo
         assert flops["forward_causal"] <= flops["forward"]
         assert set(causal.as_dict()) == set(flops["breakdown"])
 
-    for name, bd in (("params", params["breakdown"]), ("flops", flops["breakdown"]),
-                     ("activations", memory["activations_breakdown"])):
+    for name, bd in (
+        ("params", params["breakdown"]),
+        ("flops", flops["breakdown"]),
+        ("activations", memory["activations_breakdown"]),
+    ):
         for key, value in bd.items():
             assert isinstance(value, int), (name, key)
             assert value > 0, (name, key)
             assert key.split("/")[0] in TOP_LEVEL, (name, key)
-    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
-                "total_bytes"):
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_bytes",
+        "activations_bytes",
+        "kv_cache_bytes",
+        "total_bytes",
+    ):
         assert isinstance(memory[key], int) and memory[key] >= 0, key
     json.dumps(out)  # the result is JSON-serialisable as is
 
@@ -155,12 +171,16 @@ def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Worklo
 
 
 @given(configs(), workloads(), st.integers(2, 9))
-def test_flops_and_activation_memory_exactly_linear_in_batch(config: ModelConfig, workload: Workload,
-                                                             k: int) -> None:
+def test_flops_and_activation_memory_exactly_linear_in_batch(
+    config: ModelConfig, workload: Workload, k: int
+) -> None:
     one = analyze("x", config, workload)
     many = analyze("x", config, _scale_batch(workload, k))
-    for a, b in ((one.flops.breakdown, many.flops.breakdown), (one.flops.elementwise, many.flops.elementwise),
-                 (one.memory.activations, many.memory.activations)):
+    for a, b in (
+        (one.flops.breakdown, many.flops.breakdown),
+        (one.flops.elementwise, many.flops.elementwise),
+        (one.memory.activations, many.memory.activations),
+    ):
         assert set(a.as_dict()) == set(b.as_dict())
         for key, value in a.items():
             assert b[key] == k * value, key
@@ -245,18 +265,23 @@ def test_params_linear_in_layers(data: dict[str, Any]) -> None:
 @given(config_dicts())
 def test_defaults_equal_their_explicit_values(data: dict[str, Any]) -> None:
     implicit = ModelConfig.model_validate(data)
-    explicit = ModelConfig.model_validate({
-        **data,
-        "head_dim": implicit.resolved_head_dim,
-        "num_kv_heads": implicit.resolved_kv_heads,
-        "ffn_dim": implicit.resolved_ffn_dim,
-        "norm_placement": implicit.resolved_norm_placement,
-        "embedding_norm": implicit.resolved_embedding_norm,
-        "pooler": implicit.resolved_pooler,
-        "lm_head": implicit.resolved_lm_head,
-        **({"num_decoder_layers": implicit.resolved_decoder_layers}
-           if implicit.architecture == "encoder-decoder" else {}),
-    })
+    explicit = ModelConfig.model_validate(
+        {
+            **data,
+            "head_dim": implicit.resolved_head_dim,
+            "num_kv_heads": implicit.resolved_kv_heads,
+            "ffn_dim": implicit.resolved_ffn_dim,
+            "norm_placement": implicit.resolved_norm_placement,
+            "embedding_norm": implicit.resolved_embedding_norm,
+            "pooler": implicit.resolved_pooler,
+            "lm_head": implicit.resolved_lm_head,
+            **(
+                {"num_decoder_layers": implicit.resolved_decoder_layers}
+                if implicit.architecture == "encoder-decoder"
+                else {}
+            ),
+        }
+    )
     w = Workload(batch_size=2, seq_len=64)
     assert count_params(implicit).as_dict() == count_params(explicit).as_dict()
     assert forward_flops(implicit, w).breakdown.as_dict() == forward_flops(explicit, w).breakdown.as_dict()
@@ -276,8 +301,15 @@ def indivisible(draw: st.DrawFn) -> tuple[int, int]:
 @given(indivisible(), st.sampled_from(ARCHITECTURES), st.sampled_from(POSITIONS))
 def test_indivisible_heads_fail_at_num_heads(shape: tuple[int, int], arch: str, position: str) -> None:
     embed_dim, num_heads = shape
-    data = {"architecture": arch, "vocab_size": 100, "max_seq_len": 64, "embed_dim": embed_dim,
-            "num_heads": num_heads, "num_layers": 2, "position": position}
+    data = {
+        "architecture": arch,
+        "vocab_size": 100,
+        "max_seq_len": 64,
+        "embed_dim": embed_dim,
+        "num_heads": num_heads,
+        "num_layers": 2,
+        "position": position,
+    }
     with pytest.raises(ValidationError) as info:
         ModelConfig.model_validate(data)
     errors = info.value.errors()
@@ -295,13 +327,23 @@ def test_indivisible_heads_fail_at_num_heads(shape: tuple[int, int], arch: str, 
     assert all(abs(d - embed_dim) < num_heads for d in dims)
 
 
-@given(indivisible(), st.sampled_from(("num_heads", *ALIASES["num_heads"])),
-       st.sampled_from(("embed_dim", *ALIASES["embed_dim"])))
-def test_indivisible_heads_reported_at_the_key_as_written(shape: tuple[int, int], heads_key: str,
-                                                          dim_key: str) -> None:
+@given(
+    indivisible(),
+    st.sampled_from(("num_heads", *ALIASES["num_heads"])),
+    st.sampled_from(("embed_dim", *ALIASES["embed_dim"])),
+)
+def test_indivisible_heads_reported_at_the_key_as_written(
+    shape: tuple[int, int], heads_key: str, dim_key: str
+) -> None:
     embed_dim, num_heads = shape
-    data = {"architecture": "decoder", "vocab_size": 100, "max_seq_len": 64, dim_key: embed_dim,
-            heads_key: num_heads, "num_layers": 2}
+    data = {
+        "architecture": "decoder",
+        "vocab_size": 100,
+        "max_seq_len": 64,
+        dim_key: embed_dim,
+        heads_key: num_heads,
+        "num_layers": 2,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.yaml"
         path.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -315,8 +357,15 @@ def test_indivisible_heads_reported_at_the_key_as_written(shape: tuple[int, int]
 @given(indivisible())
 def test_explicit_head_dim_makes_any_split_valid(shape: tuple[int, int]) -> None:
     embed_dim, num_heads = shape
-    config = ModelConfig(architecture="encoder", vocab_size=100, max_seq_len=64, embed_dim=embed_dim,
-                         num_heads=num_heads, head_dim=7, num_layers=1)
+    config = ModelConfig(
+        architecture="encoder",
+        vocab_size=100,
+        max_seq_len=64,
+        embed_dim=embed_dim,
+        num_heads=num_heads,
+        head_dim=7,
+        num_layers=1,
+    )
     assert config.q_dim == 7 * num_heads
     assert count_params(config).total > 0
 
@@ -429,7 +478,9 @@ def layered_dicts(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @given(layered_dicts(), workloads(max_seq=128), st.integers(2, 5))
-def test_layered_breakdowns_sum_and_flops_linear_in_batch(data: dict[str, Any], workload: Workload, k: int) -> None:
+def test_layered_breakdowns_sum_and_flops_linear_in_batch(
+    data: dict[str, Any], workload: Workload, k: int
+) -> None:
     from embedcalc.analysis.params import active_params
 
     config = ModelConfig.model_validate(data)
@@ -453,7 +504,9 @@ def test_layered_flat_equals_explicit_pattern(data: dict[str, Any]) -> None:
     and with an explicit variant equal to the default block."""
     data = {k: v for k, v in data.items() if k not in ("layers", "blocks", "shared_layers")}
     flat = ModelConfig.model_validate(data)
-    explicit = ModelConfig.model_validate({**data, "layers": [{"pattern": ["default"], "repeat": data["num_layers"]}]})
+    explicit = ModelConfig.model_validate(
+        {**data, "layers": [{"pattern": ["default"], "repeat": data["num_layers"]}]}
+    )
     variant = ModelConfig.model_validate({**data, "blocks": {"same": {}},
                                           "layers": [{"pattern": ["same"], "repeat": data["num_layers"]}]})  # fmt: skip
     w = Workload(batch_size=2, seq_len=16, mode="training", recompute="selective")
@@ -489,4 +542,6 @@ def test_layered_grid_equals_per_config(data: dict[str, Any], mode: str, sweep_w
         assert result.crossover_column()[i] == expected["crossover_seq_len"]
         config = base.config_at(point, tuple(point))
         run = dataclasses.replace(workload, batch_size=point["batch_size"], seq_len=point["seq_len"])
-        assert {k: int(v[i]) for k, v in flops.items() if v[i]} == forward_flops(config, run).breakdown.as_dict()
+        assert {k: int(v[i]) for k, v in flops.items() if v[i]} == forward_flops(
+            config, run
+        ).breakdown.as_dict()

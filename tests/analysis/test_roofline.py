@@ -56,7 +56,8 @@ def test_done_when_llama2_7b_decode_on_h100_is_weights_plus_kv_over_bandwidth() 
     # the formula; the bytes are exact integers, the seconds a sum of per-component quotients (rounding only)
     bound = time["lower_bound"]
     assert bound["decode_s_per_token"] == pytest.approx((weights + kv_read) / H100_BW, rel=1e-12, abs=0)
-    assert time["decode_s_per_token"] > bound["decode_s_per_token"]  # the expected time is never under the bound
+    # the expected time is never under the bound
+    assert time["decode_s_per_token"] > bound["decode_s_per_token"]
     assert time["bound"]["decode"] == "memory"
     assert all(c["bound"] == "memory" for c in decode.values())
 
@@ -78,7 +79,8 @@ def test_prefill_at_4096_tokens_is_compute_bound() -> None:
     for c in est.lower_bound.phases["prefill"].components:
         if c.key in prefill and c.bound == "compute":
             assert c.time_s == pytest.approx(c.traffic.flops / H100_BF16)
-    assert time["lower_bound"]["prefill_s"] > 2 * 6_738_415_616 * 4096 / H100_BF16 * 0.99  # ≈ 2 N tokens / peak
+    # ≈ 2 N tokens / peak
+    assert time["lower_bound"]["prefill_s"] > 2 * 6_738_415_616 * 4096 / H100_BF16 * 0.99
 
 
 def test_decode_step_flops_are_one_query_against_the_cache() -> None:
@@ -183,7 +185,9 @@ def test_tensor_parallel_halves_the_weights_each_device_reads() -> None:
     one = _json("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bfloat16", "--gen-tokens", "8")
     two = _json("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bfloat16", "--gen-tokens", "8",
                 "--tp", "2")  # fmt: skip
-    ratio = two["time"]["lower_bound"]["decode_s_per_token"] / one["time"]["lower_bound"]["decode_s_per_token"]
+    ratio = (
+        two["time"]["lower_bound"]["decode_s_per_token"] / one["time"]["lower_bound"]["decode_s_per_token"]
+    )
     assert 0.5 <= ratio < 0.51  # norms are replicated
 
 
@@ -258,7 +262,9 @@ def test_sweep_times_each_point_and_draws_the_roofline(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("target", ["deepseek-v3", "gemma-2-9b", "gpt-oss-20b", "mixtral-8x7b"])
-def test_layer_model_decode_reads_the_cache_the_memory_model_holds_and_only_the_routed_experts(target: str) -> None:
+def test_layer_model_decode_reads_the_cache_the_memory_model_holds_and_only_the_routed_experts(
+    target: str,
+) -> None:
     r = _json("analyze", target, "--hardware", "h100-sxm", "--dtype", "bfloat16", "--seq-len", "8192",
               "--gen-tokens", "128")  # fmt: skip
     decode = r["time"]["breakdown"]["decode"]

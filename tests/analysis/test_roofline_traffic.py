@@ -22,7 +22,9 @@ def _prefill(target: str, seq_len: int = 1024, batch_size: int = 1) -> dict[str,
     config = load_target(target).config
     w = Workload(batch_size=batch_size, seq_len=seq_len, dtype="bfloat16")
     weights = weights_of(config, w)
-    return phase_traffic(config, w, matmul_flops(config, w, True), prefill_lengths(config, w), False, 2, weights)
+    return phase_traffic(
+        config, w, matmul_flops(config, w, True), prefill_lengths(config, w), False, 2, weights
+    )
 
 
 @pytest.mark.parametrize(("target", "written"), [

@@ -22,7 +22,9 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 
-DEEPSEEK_V32 = 671_877_929_216  # transformers' DeepseekV32ForCausalLM on meta (tests/config/hf/test_hf_sparse.py)
+DEEPSEEK_V32 = (
+    671_877_929_216  # transformers' DeepseekV32ForCausalLM on meta (tests/config/hf/test_hf_sparse.py)
+)
 TINY: dict[str, Any] = {
     "name": "tiny-dsa", "architecture": "decoder", "vocab_size": 128, "max_seq_len": 64, "embed_dim": 32,
     "num_heads": 4, "num_layers": 3, "ffn_dim": 48, "activation": "swiglu", "norm": "rmsnorm",
@@ -42,7 +44,8 @@ def test_core_pairs_cap_at_topk_and_the_indexer_scores_every_pair() -> None:
     assert full["decoder/attention/scores"] == 3 * 2 * b * heads * n * k * 12
     causal_pairs = k * (k + 1) // 2 + (n - k) * k  # query i sees min(i + 1, k) keys
     assert causal["decoder/attention/context"] == 3 * 2 * b * heads * causal_pairs * 8
-    assert full["decoder/attention/index_scores"] == 2 * 2 * b * n * n * 2 * (8 + 1)  # two layers with an indexer
+    # two layers with an indexer
+    assert full["decoder/attention/index_scores"] == 2 * 2 * b * n * n * 2 * (8 + 1)
     assert causal["decoder/attention/index_scores"] == 2 * 2 * b * n * (n + 1) // 2 * 2 * (8 + 1)
     assert full["decoder/attention/index_q"] == 2 * 2 * b * n * 16 * 2 * 8
 
@@ -51,12 +54,15 @@ def test_decode_step_core_is_constant_past_topk_and_reads_k_latents() -> None:
     config = ModelConfig.model_validate(TINY)
     w = Workload(batch_size=2, seq_len=30)
     step = {n: decode_step_flops(config, w, n) for n in (3, 20, 40)}
-    assert step[20]["decoder/attention/scores"] == step[40]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 5 * 12
+    assert (
+        step[20]["decoder/attention/scores"] == step[40]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 5 * 12
+    )
     assert step[3]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 3 * 12
     assert step[40]["decoder/attention/index_scores"] == 2 * 2 * 2 * 40 * 2 * 9  # linear in the context
     lengths = decode_lengths(config, Workload(batch_size=2, seq_len=30, dtype="bf16"), 40)
     assert lengths.self_cache_bytes == 2 * 3 * 5 * (12 + 4) * 2  # the k selected latents of every layer
-    assert lengths.index_cache_bytes == 2 * 2 * 40 * 8 * 2  # every cached indexer key of the two indexer layers
+    # every cached indexer key of the two indexer layers
+    assert lengths.index_cache_bytes == 2 * 2 * 40 * 8 * 2
 
 
 @pytest.mark.torch
@@ -68,7 +74,9 @@ def test_torch_model_reconciles_exactly(n: int) -> None:
     config = ModelConfig.model_validate(TINY)
     model = build_model(config)
     assert component_params(model) == {k: v for k, v in count_params(config).as_dict().items() if v}
-    analytic = {k: v for k, v in analytic_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.items() if v}
+    analytic = {
+        k: v for k, v in analytic_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.items() if v
+    }
     assert component_flops(config, model, batch_size=2, seq_len=n) == analytic
 
 

@@ -89,7 +89,9 @@ def test_bubble_vanishes_without_a_pipeline() -> None:
     (("--global-batch", "1000"), "--global-batch 1000 must be a multiple of --batch-size 1 × --dp 16 = 16"),
     (("--global-batch", "8"), "must be a multiple"),
 ])  # fmt: skip
-def test_a_global_batch_that_is_not_whole_micro_batches_is_a_usage_error(args: tuple[str, ...], words: str) -> None:
+def test_a_global_batch_that_is_not_whole_micro_batches_is_a_usage_error(
+    args: tuple[str, ...], words: str
+) -> None:
     base = [a for a in GPT3 if a not in ("--global-batch", "1536")]
     result = runner.invoke(app, [*base, *args])
     assert result.exit_code == 2, result.output
@@ -116,7 +118,9 @@ def test_efficiency_one_number_or_one_per_roof() -> None:
 
 
 def test_alpha_beta_collectives() -> None:
-    c = TimeConstants(**{**load_calibration().constants.__dict__, "collective_base_s": 1e-5, "link_fraction": 0.5})
+    c = TimeConstants(
+        **{**load_calibration().constants.__dict__, "collective_base_s": 1e-5, "link_fraction": 0.5}
+    )
     path = LinkPath("nvlink", 100e9, 1e-6)
     one = Collective("all-reduce", "tp", 1, "x", 3, 10**6)
     assert collective_s(one, path, c) == 0
@@ -154,13 +158,22 @@ def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
     from embedcalc.config.hardware import LatencyFigure
 
     config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
-    kernels = {"prefill": kernels_per_forward(config, w, False), "decode": kernels_per_forward(config, w, True)}
+    kernels = {
+        "prefill": kernels_per_forward(config, w, False),
+        "decode": kernels_per_forward(config, w, True),
+    }
     catalogue = load_device("a100-80gb")
     assert catalogue.kernel_overhead_s is None
     assert _overhead_terms(catalogue, 0.0) == {"prefill": 0.0, "decode": 0.0}  # the term vanishes at zero
-    assert _overhead_terms(catalogue, 2e-6) == pytest.approx({k: n * 2e-6 for k, n in kernels.items()}, rel=1e-12)
+    assert _overhead_terms(catalogue, 2e-6) == pytest.approx(
+        {k: n * 2e-6 for k, n in kernels.items()}, rel=1e-12
+    )
     measured = catalogue.model_copy(update={"kernel_overhead_s": LatencyFigure(value=7e-6, source="test")})
-    for constant in (0.0, 2e-6):  # the device's own figure is used in place of the constant, never added to it
+    # the device's own figure is used in place of the constant, never added to it
+    for constant in (
+        0.0,
+        2e-6,
+    ):
         assert _overhead_terms(measured, constant) == pytest.approx({k: n * 7e-6 for k, n in kernels.items()},
                                                                      rel=1e-12)  # fmt: skip
 

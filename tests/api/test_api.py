@@ -70,7 +70,9 @@ def test_import_is_cheap_and_names_load_lazily() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy))); "
         "embedcalc.analyze; print('torch' in sys.modules, 'numpy' in sys.modules, embedcalc.__version__)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     first, second = out.stdout.splitlines()
     assert first == "[]"
     assert second == f"False False {embedcalc.__version__}"
@@ -111,7 +113,10 @@ def test_api_json_equals_the_cli_json() -> None:
     compare = cli_json("compare", "bert-base", "t5-small", "--batch-size", "2")
     assert embedcalc.compare(["bert-base", "t5-small"], batch_size=2).to_json() == compare["results"]
     sweep = cli_json("sweep", "bert-base", "--seq-len", "128,1024", "--embed-dim", "512,768")
-    assert embedcalc.sweep("bert-base", seq_len=[128, 1024], embed_dim="512,768").to_json() == sweep["results"][0]
+    assert (
+        embedcalc.sweep("bert-base", seq_len=[128, 1024], embed_dim="512,768").to_json()
+        == sweep["results"][0]
+    )
 
 
 def test_errors_are_the_package_errors() -> None:

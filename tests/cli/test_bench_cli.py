@@ -55,10 +55,16 @@ def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         timing, "measure_matmul_peak", functools.partial(timing.measure_matmul_peak, size=256)
     )
-    monkeypatch.setattr(bandwidth, "measure_memory_bandwidth",
-                        functools.partial(bandwidth.measure_memory_bandwidth, elements=1 << 20, repeat=2))
-    monkeypatch.setattr(timing, "measure_kernel_overhead",
-                        functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2))
+    monkeypatch.setattr(
+        bandwidth,
+        "measure_memory_bandwidth",
+        functools.partial(bandwidth.measure_memory_bandwidth, elements=1 << 20, repeat=2),
+    )
+    monkeypatch.setattr(
+        timing,
+        "measure_kernel_overhead",
+        functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2),
+    )
     monkeypatch.setattr(timing, "measure_gemm_rows",
                         functools.partial(timing.measure_gemm_rows, size=128, rows=(1, 8, 64), repeat=2))  # fmt: skip
 

@@ -27,16 +27,47 @@ from embedcalc.errors import ExitCode
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
-PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1",
-           "deberta-v3-base", "deepseek-v3",
-           "deepseek-v3.2", "falcon-7b",
-           "gemma-2-9b", "gemma-3-27b", "gemma-7b", "gpt-oss-20b", "granite-4.0-h-small", "gpt2", "gpt2-large",
-           "gpt2-medium", "gpt2-xl",
-           "gpt3-175b", "jamba-mini-1.7", "llama-2-70b", "llama-2-7b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b",
-           "mixtral-8x7b",
-           "modernbert-base", "mpnet-base", "phi-3-mini", "pythia-1.4b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
-           "qwen3-next-80b-a3b", "t5-base",
-           "t5-small", "transformer-base", "transformer-big", "xlm-roberta-base")
+PRESETS = (
+    "albert-base-v2",
+    "bart-large",
+    "bert-base",
+    "bert-large",
+    "bloom-7b1",
+    "deberta-v3-base",
+    "deepseek-v3",
+    "deepseek-v3.2",
+    "falcon-7b",
+    "gemma-2-9b",
+    "gemma-3-27b",
+    "gemma-7b",
+    "gpt-oss-20b",
+    "granite-4.0-h-small",
+    "gpt2",
+    "gpt2-large",
+    "gpt2-medium",
+    "gpt2-xl",
+    "gpt3-175b",
+    "jamba-mini-1.7",
+    "llama-2-70b",
+    "llama-2-7b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "modernbert-base",
+    "mpnet-base",
+    "phi-3-mini",
+    "pythia-1.4b",
+    "qwen2.5-7b",
+    "qwen3-30b-a3b",
+    "qwen3-8b",
+    "qwen3-next-80b-a3b",
+    "t5-base",
+    "t5-small",
+    "transformer-base",
+    "transformer-big",
+    "xlm-roberta-base",
+)
 INVALID = str(FIXTURES / "heads_1000_12.yaml")
 
 
@@ -48,24 +79,44 @@ def stderr_lines(text: str) -> list[str]:
 
 
 def test_exit_codes_are_named() -> None:
-    assert (ExitCode.OK, ExitCode.RUNTIME, ExitCode.USAGE, ExitCode.INVALID_CONFIG, ExitCode.ENVIRONMENT,
-            ExitCode.OVER_BUDGET, ExitCode.INTERRUPTED) == (0, 1, 2, 3, 4, 5, 130)
+    assert (
+        ExitCode.OK,
+        ExitCode.RUNTIME,
+        ExitCode.USAGE,
+        ExitCode.INVALID_CONFIG,
+        ExitCode.ENVIRONMENT,
+        ExitCode.OVER_BUDGET,
+        ExitCode.INTERRUPTED,
+    ) == (0, 1, 2, 3, 4, 5, 130)
 
 
-@pytest.mark.parametrize("args", [
-    ["analyze", "bert-base"],
-    ["analyze", "transformer-base", "--seq-len", "256", "--tgt-len", "64", "--mode", "training", "--dtype",
-     "bfloat16"],
-    ["analyze", "gpt2", "--attention", "eager", "--dtype", "int4"],
-    ["check", "bert-base", "gpt2"],
-    ["compare", "bert-base", "gpt2"],
-    ["heads", "768"],
-    ["schema"],
-    ["presets"],
-    ["presets", "show", "gpt2"],
-    ["--version"],
-    ["--help"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "bert-base"],
+        [
+            "analyze",
+            "transformer-base",
+            "--seq-len",
+            "256",
+            "--tgt-len",
+            "64",
+            "--mode",
+            "training",
+            "--dtype",
+            "bfloat16",
+        ],
+        ["analyze", "gpt2", "--attention", "eager", "--dtype", "int4"],
+        ["check", "bert-base", "gpt2"],
+        ["compare", "bert-base", "gpt2"],
+        ["heads", "768"],
+        ["schema"],
+        ["presets"],
+        ["presets", "show", "gpt2"],
+        ["--version"],
+        ["--help"],
+    ],
+)
 def test_exit_0(cli: Any, args: list[str]) -> None:
     result = cli(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -73,19 +124,22 @@ def test_exit_0(cli: Any, args: list[str]) -> None:
     assert result.stdout.strip()
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["analyze", "bert-base", "--batch-size", "0"], "--batch-size"),
-    (["analyze", "bert-base", "--seq-len", "-5"], "--seq-len"),
-    (["analyze", "bert-base", "--format", "xml"], "xml"),
-    (["analyze", "bert-base", "--format", "csv"], "csv"),  # csv/markdown are compare-only
-    (["compare", "bert-base", "gpt2", "--format", "xml"], "xml"),
-    (["analyze", "bert-base", "--dtype", "float8"], "float8"),
-    (["analyze", "bert-base", "--no-such-flag"], "--no-such-flag"),
-    (["analyze"], "target"),
-    (["heads", "0"], "embed_dim"),
-    (["heads", "abc"], "embed_dim"),
-    (["nonsense-command"], "nonsense-command"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["analyze", "bert-base", "--batch-size", "0"], "--batch-size"),
+        (["analyze", "bert-base", "--seq-len", "-5"], "--seq-len"),
+        (["analyze", "bert-base", "--format", "xml"], "xml"),
+        (["analyze", "bert-base", "--format", "csv"], "csv"),  # csv/markdown are compare-only
+        (["compare", "bert-base", "gpt2", "--format", "xml"], "xml"),
+        (["analyze", "bert-base", "--dtype", "float8"], "float8"),
+        (["analyze", "bert-base", "--no-such-flag"], "--no-such-flag"),
+        (["analyze"], "target"),
+        (["heads", "0"], "embed_dim"),
+        (["heads", "abc"], "embed_dim"),
+        (["nonsense-command"], "nonsense-command"),
+    ],
+)
 def test_exit_2_bad_flag(cli: Any, args: list[str], words: str) -> None:
     result = cli(*args)
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
@@ -101,16 +155,19 @@ def test_exit_2_in_a_real_process(run_cli: Run) -> None:
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["check", INVALID],
-    ["analyze", INVALID],
-    ["compare", "bert-base", INVALID],
-    ["check", "bert-base", INVALID],
-    ["analyze", "no-such-preset"],
-    ["presets", "show", "bert-bse"],
-    ["analyze", "bert-base", "--set", "num_heads=5"],
-    ["analyze", "bert-base", "--seq-len", "1024"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", INVALID],
+        ["analyze", INVALID],
+        ["compare", "bert-base", INVALID],
+        ["check", "bert-base", INVALID],
+        ["analyze", "no-such-preset"],
+        ["presets", "show", "bert-bse"],
+        ["analyze", "bert-base", "--set", "num_heads=5"],
+        ["analyze", "bert-base", "--seq-len", "1024"],
+    ],
+)
 def test_exit_3_invalid_config(cli: Any, args: list[str]) -> None:
     result = cli(*args)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
@@ -141,7 +198,8 @@ def test_debug_flag_shows_the_traceback(run_cli: Run) -> None:
 
 
 def test_json_on_stdout_warnings_on_stderr_real_process(run_cli: Run) -> None:
-    proc = run_cli("analyze", "bert-base", "--set", "vocab_size=30522", "--format", "json")  # a chosen size: warned
+    # a chosen size: warned
+    proc = run_cli("analyze", "bert-base", "--set", "vocab_size=30522", "--format", "json")
     assert proc.returncode == 0
     data = json.loads(proc.stdout)  # the warning did not leak into stdout
     assert data["status"] == "ok"
@@ -293,17 +351,45 @@ def test_set_applies_to_every_compare_target(cli: Any) -> None:
 def test_analyze_table_shows_convention_and_score_term(cli: Any) -> None:
     result = cli("analyze", "bert-base")
     out = result.stdout
-    for word in ("Parameters", "Forward FLOPs", "Memory", "★", "2 per multiply-accumulate", "4,608",
-                 "417.64 MiB", "training step"):
+    for word in (
+        "Parameters",
+        "Forward FLOPs",
+        "Memory",
+        "★",
+        "2 per multiply-accumulate",
+        "4,608",
+        "417.64 MiB",
+        "training step",
+    ):
         assert word in out, word
 
 
 def test_analyze_workload_in_json(cli: Any) -> None:
-    result = cli("analyze", "transformer-base", "--batch-size", "4", "--seq-len", "64", "--tgt-len", "32",
-                 "--dtype", "bfloat16", "--mode", "training", "--format", "json")
+    result = cli(
+        "analyze",
+        "transformer-base",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "64",
+        "--tgt-len",
+        "32",
+        "--dtype",
+        "bfloat16",
+        "--mode",
+        "training",
+        "--format",
+        "json",
+    )
     data = json.loads(result.stdout)
-    expected = {"batch_size": 4, "seq_len": 64, "tgt_len": 32, "dtype": "bf16", "mode": "training",
-                "attention": "sdpa"}
+    expected = {
+        "batch_size": 4,
+        "seq_len": 64,
+        "tgt_len": 32,
+        "dtype": "bf16",
+        "mode": "training",
+        "attention": "sdpa",
+    }
     assert {k: data["workload"][k] for k in expected} == expected
     memory = data["results"][0]["memory"]
     assert memory["optimizer_bytes"] == 12 * 63_082_496
@@ -398,8 +484,19 @@ def test_presets_show_unknown(cli: Any) -> None:
 @pytest.mark.parametrize("command", [["check"], ["analyze"], ["compare", "gpt2"]])
 def test_bracketed_file_name_shown_verbatim(cli: Any, in_tmp_cwd: Path, command: list[str]) -> None:
     path = Path("m [draft].yaml")  # relative and short, so that no title wraps it
-    path.write_text(yaml.safe_dump({"architecture": "decoder", "vocab_size": 1024, "max_seq_len": 512,
-                                    "embed_dim": 512, "num_heads": 8, "num_layers": 2}), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "architecture": "decoder",
+                "vocab_size": 1024,
+                "max_seq_len": 512,
+                "embed_dim": 512,
+                "num_heads": 8,
+                "num_layers": 2,
+            }
+        ),
+        encoding="utf-8",
+    )
     result = cli(*command, str(path))
     assert result.exit_code == 0, result.stderr
     assert "[draft]" in result.stdout
@@ -409,7 +506,9 @@ def test_heads_of_a_huge_embed_dim_is_fast(run_cli: Run) -> None:
     try:
         proc = run_cli("heads", str(10**18), "--format", "json", timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.fail("embedcalc heads 10**18 did not finish within 30 s (an algorithmic blow-up, not slowness)")
+        pytest.fail(
+            "embedcalc heads 10**18 did not finish within 30 s (an algorithmic blow-up, not slowness)"
+        )
     assert proc.returncode == 0
     choices = json.loads(proc.stdout)["results"][0]["choices"]
     assert len(choices) == 19 * 19  # 10^18 = 2^18 5^18
@@ -430,8 +529,12 @@ def test_analytic_commands_never_import_torch(tmp_path: Path) -> None:
 
 
 def test_help_imports_no_torch_importtime() -> None:
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "embedcalc", "--help"], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "embedcalc", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0
     imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line]
     assert "embedcalc.cli.app" in imported
@@ -480,9 +583,17 @@ def test_analyze_a_preset_imports_only_its_own_path(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = set(json.loads(listing.read_text(encoding="utf-8")))
     ours = {m for m in imported if _top(m) == "embedcalc"}
-    assert ours == ANALYZE_PRESET_MODULES, f"new: {sorted(ours - ANALYZE_PRESET_MODULES)}, " \
-        f"gone: {sorted(ANALYZE_PRESET_MODULES - ours)}"
-    assert not {_top(m) for m in imported} & {"torch", "numpy", "rich", "matplotlib", "transformers", "safetensors"}
+    assert ours == ANALYZE_PRESET_MODULES, (
+        f"new: {sorted(ours - ANALYZE_PRESET_MODULES)}, gone: {sorted(ANALYZE_PRESET_MODULES - ours)}"
+    )
+    assert not {_top(m) for m in imported} & {
+        "torch",
+        "numpy",
+        "rich",
+        "matplotlib",
+        "transformers",
+        "safetensors",
+    }
 
 
 # --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------
@@ -529,7 +640,9 @@ def _top(name: str) -> str:
 def test_analysis_and_config_import_no_torch_rich_or_typer(path: Path) -> None:
     imported = _imports(path, module_level_only=False)
     assert not {_top(m) for m in imported} & {"torch", "rich", "typer"}, sorted(imported)
-    assert not [m for m in imported if m.startswith(("embedcalc.cli", "embedcalc.render", "embedcalc.modeling"))]
+    assert not [
+        m for m in imported if m.startswith(("embedcalc.cli", "embedcalc.render", "embedcalc.modeling"))
+    ]
 
 
 def test_only_modeling_imports_torch_at_module_level() -> None:

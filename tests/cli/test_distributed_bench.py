@@ -82,10 +82,18 @@ def test_ddp_on_two_ranks_reports_every_rank_beside_the_prediction(tmp_path: Pat
         assert rank["peak_memory_bytes"] > 0 and rank["comm_calls_per_step"] > 0
     dp = next(c for c in result["communication"]["collectives"] if c["group"] == "dp")
     assert dp["payload_bytes"] == result["ranks"][0]["predicted_params"] * 4  # float32 gradients
-    assert set(result["predicted"]) == set(result["error_pct"]) == {"step_s", "tokens_per_s", "comm_s_per_step"}
-    for key in ("step_s", "tokens_per_s"):  # the expected step for local, 100 (measured - predicted) / predicted
+    assert (
+        set(result["predicted"]) == set(result["error_pct"]) == {"step_s", "tokens_per_s", "comm_s_per_step"}
+    )
+    # the expected step for local, 100 (measured - predicted) / predicted
+    for key in (
+        "step_s",
+        "tokens_per_s",
+    ):
         predicted = result["predicted"][key]
-        assert result["error_pct"][key] == pytest.approx(100 * (result[key] - predicted) / predicted, rel=1e-9)
+        assert result["error_pct"][key] == pytest.approx(
+            100 * (result[key] - predicted) / predicted, rel=1e-9
+        )
 
 
 @pytest.mark.slow
@@ -121,7 +129,9 @@ def test_a_killed_rank_ends_the_whole_group_cleanly(tmp_path: Path) -> None:
 
 
 def test_a_thousand_ranks_are_refused_before_launch_with_the_numbers() -> None:
-    proc = run_embedcalc("bench", "gpt2", "--nproc", "1000", "--device", "cpu", env=cli_env(COLUMNS="200"), timeout=120)
+    proc = run_embedcalc(
+        "bench", "gpt2", "--nproc", "1000", "--device", "cpu", env=cli_env(COLUMNS="200"), timeout=120
+    )
     assert proc.returncode == 4, proc.stderr  # DESIGN §6: the environment can't do it
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     cores = len(os.sched_getaffinity(0))
@@ -144,9 +154,13 @@ def test_the_launch_check_counts_each_rank_process_and_bounds_ranks_per_core() -
 
     analysis = _gpt2(4)
     per_rank = RANK_PROCESS_BYTES + predicted_bytes(analysis)
-    fits = launch_problems(analysis, 4, cores=2, free_host=4 * per_rank, gpus=None, free_gpu=None, force=False)
+    fits = launch_problems(
+        analysis, 4, cores=2, free_host=4 * per_rank, gpus=None, free_gpu=None, force=False
+    )
     assert fits.problems == [] and fits.largest_nproc == 4
-    short = launch_problems(analysis, 4, cores=2, free_host=4 * per_rank - 1, gpus=None, free_gpu=None, force=False)
+    short = launch_problems(
+        analysis, 4, cores=2, free_host=4 * per_rank - 1, gpus=None, free_gpu=None, force=False
+    )
     assert len(short.problems) == 1 and f"({4 * per_rank:,} bytes)" in short.problems[0]
     assert short.largest_nproc == 3 and short.forceable
     assert launch_problems(analysis, 4, 2, 4 * per_rank - 1, None, None, force=True).problems == []
@@ -154,7 +168,9 @@ def test_the_launch_check_counts_each_rank_process_and_bounds_ranks_per_core() -
     assert "over the bound of 2 ranks per core (4)" in crowded.problems[0]
     assert crowded.largest_nproc == 4 and not crowded.forceable  # --force lifts memory only
     # CUDA: one rank per GPU, each rank's model on its GPU, only the processes in this machine's RAM
-    gpu = launch_problems(analysis, 3, cores=16, free_host=3 * RANK_PROCESS_BYTES, gpus=2, free_gpu=10**12, force=False)
+    gpu = launch_problems(
+        analysis, 3, cores=16, free_host=3 * RANK_PROCESS_BYTES, gpus=2, free_gpu=10**12, force=False
+    )
     assert gpu.problems == ["3 ranks need a GPU each and this machine has 2"] and gpu.largest_nproc == 2
 
 
@@ -162,7 +178,10 @@ def test_the_launch_check_counts_each_rank_process_and_bounds_ranks_per_core() -
     ("nodes", "message"),
     [
         ({"nnodes": 2}, "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
-        ({"nnodes": 2, "node_rank": 2, "endpoint": "h:1"}, "--node-rank 2 is not a node of --nnodes 2; use 0 to 1"),
+        (
+            {"nnodes": 2, "node_rank": 2, "endpoint": "h:1"},
+            "--node-rank 2 is not a node of --nnodes 2; use 0 to 1",
+        ),
         ({"nnodes": 2, "endpoint": "h:0"}, "the port must be 1 to 65535"),
         ({"nnodes": 2, "endpoint": ":29400"}, "give node 0's address as HOST:PORT"),
         ({"timeout_s": 0}, "--rdzv-timeout must be at least 1 second"),
@@ -195,7 +214,9 @@ def test_refused_before_launch_when_the_ranks_cannot_fit(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_tensor_parallel_ranks_hold_the_predicted_shard_and_issue_the_predicted_collectives(tmp_path: Path) -> None:
+def test_tensor_parallel_ranks_hold_the_predicted_shard_and_issue_the_predicted_collectives(
+    tmp_path: Path,
+) -> None:
     proc = run_embedcalc(
         "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "tp", "--mode", "training",
         "--batch-size", "2", "--seq-len", "16", "--device", "cpu", "--warmup", "1", "--repeat", "2",
@@ -322,7 +343,10 @@ def test_a_rank_lost_mid_run_ends_both_nodes(tmp_path: Path) -> None:
     marker, port, tiny = f"embedcalc-test-{uuid.uuid4()}", _free_port(), str(_tiny(tmp_path))
     run = ("--mode", "training", "--seq-len", "8", "--warmup", "1", "--repeat", "50", "--no-baseline")
     try:  # global rank 1 kills itself before its first timed step, whichever node it is on
-        nodes = [_start(*_node(r, port, *run, target=tiny), marker=marker, EMBEDCALC_FAULT_RANK="1") for r in (1, 0)]
+        nodes = [
+            _start(*_node(r, port, *run, target=tiny), marker=marker, EMBEDCALC_FAULT_RANK="1")
+            for r in (1, 0)
+        ]
         outputs = [node.communicate(timeout=600) for node in nodes]
     finally:
         _reap(marker)
@@ -341,7 +365,9 @@ def _rank_rss(marker: str) -> dict[int, int]:
     for pid in _processes_with(marker):
         try:
             if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                ranks[pid] = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+                ranks[pid] = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf(
+                    "SC_PAGE_SIZE"
+                )
         except OSError:
             continue
     return ranks
@@ -355,7 +381,8 @@ def test_sigkill_of_the_launcher_leaves_no_rank(tmp_path: Path) -> None:
                       marker=marker)  # fmt: skip
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:  # both ranks running their model: past torch's import, past start-up
+        # both ranks running their model: past torch's import, past start-up
+        while time.monotonic() < deadline:
             ranks = _rank_rss(marker)
             if len(ranks) == 2 and min(ranks.values()) > 300_000_000:
                 break

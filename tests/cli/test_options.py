@@ -55,7 +55,9 @@ def test_flags_spreads_and_gathers_groups() -> None:
     seen: dict[str, Any] = {}
 
     @flags
-    def command(target: str, *, run: Annotated[WorkloadFlags, only("seq_len", "mode")], limits: BudgetFlags) -> None:
+    def command(
+        target: str, *, run: Annotated[WorkloadFlags, only("seq_len", "mode")], limits: BudgetFlags
+    ) -> None:
         seen.update(run=run, limits=limits, target=target)
 
     import inspect
@@ -113,7 +115,9 @@ def test_help_builds_every_command_without_the_config_models() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'yaml', 'torch', 'numpy')\n"
         "             or m in ('embedcalc.config.schema', 'embedcalc.analysis.report')))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 

@@ -90,7 +90,9 @@ def test_the_header_reader_agrees_with_safetensors(transformers: Any, tmp_path: 
     assert ours == theirs
 
 
-def test_a_config_that_disagrees_exits_3_naming_the_tensor(transformers: Any, cli: Any, tmp_path: Path) -> None:
+def test_a_config_that_disagrees_exits_3_naming_the_tensor(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
     _save(transformers, tmp_path / "model")
     config = tmp_path / "model" / "config.json"
     config.write_text(json.dumps(json.loads(config.read_text()) | {"intermediate_size": 128}))
@@ -150,7 +152,12 @@ def test_an_fp8_checkpoint_counts_its_weights_and_reports_its_scales(transformer
         scale = torch.ones(math.ceil(rows / 128), math.ceil(cols / 128), dtype=torch.float32)
         return {f"{module}.weight": weight.to(torch.float8_e4m3fn), f"{module}.weight_scale_inv": scale}
 
-    quant = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    quant = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    }
     numel = _quantized(transformers, tmp_path / "fp8", quant, fp8)
     code, result, _ = _verify(cli, str(tmp_path / "fp8"))
     assert code == 0 and result["agree"] and result["stored_params"] == numel
@@ -175,14 +182,18 @@ def test_a_gptq_checkpoint_unpacks_its_int32_weights(transformers: Any, cli: Any
                 f"{module}.scales": torch.zeros(groups, out, dtype=torch.float16),
                 f"{module}.g_idx": torch.zeros(inp, dtype=torch.int32)}  # fmt: skip
 
-    numel = _quantized(transformers, tmp_path / "gptq", {"quant_method": "gptq", "bits": 4, "group_size": 32}, gptq)
+    numel = _quantized(
+        transformers, tmp_path / "gptq", {"quant_method": "gptq", "bits": 4, "group_size": 32}, gptq
+    )
     code, result, _ = _verify(cli, str(tmp_path / "gptq"))
     assert code == 0 and result["agree"] and result["stored_params"] == numel
     qkv = next(c for c in result["components"] if c["key"] == "decoder/attention/qkv")
     assert qkv["quantized_tensors"] == 6 and qkv["scale_bytes"] > 0
 
 
-def test_a_hub_cache_snapshot(transformers: Any, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_cache_snapshot(
+    transformers: Any, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = tmp_path / "hub" / "models--org--tiny"
     commit = "0123456789abcdef0123456789abcdef01234567"
     numel = _save(transformers, repo / "snapshots" / commit)

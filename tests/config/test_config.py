@@ -107,11 +107,20 @@ def test_validation_error_is_a_pydantic_custom_error_at_num_heads() -> None:
 @pytest.mark.parametrize(
     ("alias", "field", "value"),
     [
-        ("d_model", "embed_dim", 512), ("hidden_size", "embed_dim", 512), ("n_embd", "embed_dim", 512),
-        ("nhead", "num_heads", 16), ("n_head", "num_heads", 16), ("num_attention_heads", "num_heads", 16),
-        ("d_ff", "ffn_dim", 1000), ("dim_feedforward", "ffn_dim", 1000), ("intermediate_size", "ffn_dim", 1000),
-        ("n_inner", "ffn_dim", 1000), ("n_layer", "num_layers", 5), ("num_hidden_layers", "num_layers", 5),
-        ("n_positions", "max_seq_len", 2048), ("max_position_embeddings", "max_seq_len", 2048),
+        ("d_model", "embed_dim", 512),
+        ("hidden_size", "embed_dim", 512),
+        ("n_embd", "embed_dim", 512),
+        ("nhead", "num_heads", 16),
+        ("n_head", "num_heads", 16),
+        ("num_attention_heads", "num_heads", 16),
+        ("d_ff", "ffn_dim", 1000),
+        ("dim_feedforward", "ffn_dim", 1000),
+        ("intermediate_size", "ffn_dim", 1000),
+        ("n_inner", "ffn_dim", 1000),
+        ("n_layer", "num_layers", 5),
+        ("num_hidden_layers", "num_layers", 5),
+        ("n_positions", "max_seq_len", 2048),
+        ("max_position_embeddings", "max_seq_len", 2048),
     ],
 )
 def test_alias_loads(write_config: Write, alias: str, field: str, value: int) -> None:
@@ -161,18 +170,21 @@ def test_alias_and_canonical_key_together_is_an_error(write_config: Write) -> No
 
 def test_several_problems_reported_together() -> None:
     problems = problems_of(FIXTURES / "multi_problem.yaml")
-    assert sorted(problems) == sorted([
-        ("dropuot", "unknown_key"),
-        ("num_layers", "greater_than"),
-        ("n_head", "heads_indivisible"),
-        ("ffn_dim", "int_type"),
-    ])
+    assert sorted(problems) == sorted(
+        [
+            ("dropuot", "unknown_key"),
+            ("num_layers", "greater_than"),
+            ("n_head", "heads_indivisible"),
+            ("ffn_dim", "int_type"),
+        ]
+    )
 
 
 def test_several_problems_on_the_command_line(run_cli: Run) -> None:
     proc = run_cli("check", str(FIXTURES / "multi_problem.yaml"))
-    assert_exit3(proc, "4 problems", "dropuot", "did you mean 'dropout'", "num_layers", "n_head (12)",
-                 "ffn_dim", "3.0")
+    assert_exit3(
+        proc, "4 problems", "dropuot", "did you mean 'dropout'", "num_layers", "n_head (12)", "ffn_dim", "3.0"
+    )
 
 
 def test_missing_required_fields_are_all_named(write_config: Write) -> None:
@@ -202,8 +214,9 @@ BAD_FILES: list[tuple[str, str | bytes | None, tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize(("name", "content", "words"), BAD_FILES, ids=[c[0] for c in BAD_FILES])
-def test_bad_file_exits_3_without_traceback(cli: Any, tmp_path: Path, name: str, content: str | bytes | None,
-                                            words: tuple[str, ...]) -> None:
+def test_bad_file_exits_3_without_traceback(
+    cli: Any, tmp_path: Path, name: str, content: str | bytes | None, words: tuple[str, ...]
+) -> None:
     path = tmp_path / name
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -259,27 +272,39 @@ BAD_VALUES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 
 
 @pytest.mark.parametrize(("data", "words"), [c[1:] for c in BAD_VALUES], ids=[c[0] for c in BAD_VALUES])
-def test_bad_value_exits_3_without_traceback(cli: Any, write_config: Write, data: dict[str, Any],
-                                             words: tuple[str, ...]) -> None:
+def test_bad_value_exits_3_without_traceback(
+    cli: Any, write_config: Write, data: dict[str, Any], words: tuple[str, ...]
+) -> None:
     path = write_config({**SMALL, **data})
     assert_exit3(in_process(cli, "check", str(path)), "1 problem", *words)
 
 
-@pytest.mark.parametrize(("data", "path", "code"), [
-    ({"num_layers": 12.0}, "num_layers", "int_type"),
-    ({"num_layers": True}, "num_layers", "int_type"),
-    ({"num_layers": "12"}, "num_layers", "int_type"),
-    ({"embed_dim": 0}, "embed_dim", "greater_than"),
-    ({"vocab_size": -1}, "vocab_size", "greater_than"),
-    ({"num_kv_heads": 3}, "num_kv_heads", "kv_heads_indivisible"),
-    ({"position": "rope", "head_dim": 63}, "head_dim", "rope_head_dim_odd"),
-    ({"position": "rope", "embed_dim": 504}, "num_heads", "rope_head_dim_odd"),
-    ({"pooler": True}, "pooler", "pooler_needs_encoder"),
-    ({"num_decoder_layers": 3}, "num_decoder_layers", "decoder_layers_need_encoder_decoder"),
-    ({"position": "relative", "relative_attention_bias": False}, "relative_attention_bias", "relative_needs_bias"),
-    ({"architecture": "decoder", "disentangled": {"span": 8}}, "disentangled", "disentangled_unsupported"),
-    ({"embed_dmi": 5}, "embed_dmi", "unknown_key"),
-])
+@pytest.mark.parametrize(
+    ("data", "path", "code"),
+    [
+        ({"num_layers": 12.0}, "num_layers", "int_type"),
+        ({"num_layers": True}, "num_layers", "int_type"),
+        ({"num_layers": "12"}, "num_layers", "int_type"),
+        ({"embed_dim": 0}, "embed_dim", "greater_than"),
+        ({"vocab_size": -1}, "vocab_size", "greater_than"),
+        ({"num_kv_heads": 3}, "num_kv_heads", "kv_heads_indivisible"),
+        ({"position": "rope", "head_dim": 63}, "head_dim", "rope_head_dim_odd"),
+        ({"position": "rope", "embed_dim": 504}, "num_heads", "rope_head_dim_odd"),
+        ({"pooler": True}, "pooler", "pooler_needs_encoder"),
+        ({"num_decoder_layers": 3}, "num_decoder_layers", "decoder_layers_need_encoder_decoder"),
+        (
+            {"position": "relative", "relative_attention_bias": False},
+            "relative_attention_bias",
+            "relative_needs_bias",
+        ),
+        (
+            {"architecture": "decoder", "disentangled": {"span": 8}},
+            "disentangled",
+            "disentangled_unsupported",
+        ),
+        ({"embed_dmi": 5}, "embed_dmi", "unknown_key"),
+    ],
+)
 def test_problem_path_and_code(write_config: Write, data: dict[str, Any], path: str, code: str) -> None:
     assert problems_of(write_config({**SMALL, **data})) == [(path, code)]
 
@@ -328,7 +353,9 @@ def test_set_override_valid() -> None:
 
 def test_set_override_is_validated_and_named(cli: Any) -> None:
     assert problems_of("bert-base", ["num_heads=7"]) == [("--set num_heads", "heads_indivisible")]
-    assert_exit3(in_process(cli, "check", "bert-base", "--set", "num_heads=7"), "--set num_heads (7)", "must divide")
+    assert_exit3(
+        in_process(cli, "check", "bert-base", "--set", "num_heads=7"), "--set num_heads (7)", "must divide"
+    )
 
 
 def test_set_override_invalid_value(cli: Any) -> None:
@@ -364,12 +391,16 @@ def test_seq_len_over_learned_positions_is_an_error(run_cli: Run) -> None:
     assert json.loads(ok.stdout)["workload"]["seq_len"] == 512
 
 
-@pytest.mark.parametrize(("target", "overrides", "position"), [
-    ("transformer-base", [], "sinusoidal"),
-    ("gpt2", ["--set", "position=rope"], "rope"),
-])
-def test_seq_len_over_context_is_a_warning_otherwise(cli: Any, target: str, overrides: list[str],
-                                                     position: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "overrides", "position"),
+    [
+        ("transformer-base", [], "sinusoidal"),
+        ("gpt2", ["--set", "position=rope"], "rope"),
+    ],
+)
+def test_seq_len_over_context_is_a_warning_otherwise(
+    cli: Any, target: str, overrides: list[str], position: str
+) -> None:
     proc = in_process(cli, "analyze", target, "--seq-len", "4096", "--format", "json", *overrides)
     assert proc.returncode == 0, proc.stderr
     assert "embedcalc: warning:" in proc.stderr and "extrapolate" in proc.stderr and position in proc.stderr
@@ -383,8 +414,14 @@ def test_tgt_len_over_learned_positions_is_an_error(write_config: Write) -> None
     from embedcalc.analysis.workload import Workload
     from embedcalc.config.checks import workload_problems
 
-    config = ModelConfig(architecture="encoder-decoder", vocab_size=100, max_seq_len=64, embed_dim=64,
-                         num_heads=4, num_layers=1)
+    config = ModelConfig(
+        architecture="encoder-decoder",
+        vocab_size=100,
+        max_seq_len=64,
+        embed_dim=64,
+        num_heads=4,
+        num_layers=1,
+    )
     errors, _ = workload_problems(config, Workload(seq_len=64, tgt_len=65))
     assert [(p.path, p.code) for p in errors] == [("--tgt-len", "seq_len_over_context")]
 
@@ -392,12 +429,15 @@ def test_tgt_len_over_learned_positions_is_an_error(write_config: Write) -> None
 # --- warnings (valid configs, exit 0) ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("data", "code"), [
-    ({"embed_dim": 500, "num_heads": 5}, "head_dim_unaligned"),  # head_dim 100
-    ({"embed_dim": 4096, "num_heads": 8}, "head_dim_large"),  # head_dim 512
-    ({"vocab_size": 1000}, "vocab_unaligned"),
-    ({"ffn_dim": 256}, "ffn_ratio_unusual"),  # ratio 0.5
-])
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        ({"embed_dim": 500, "num_heads": 5}, "head_dim_unaligned"),  # head_dim 100
+        ({"embed_dim": 4096, "num_heads": 8}, "head_dim_large"),  # head_dim 512
+        ({"vocab_size": 1000}, "vocab_unaligned"),
+        ({"ffn_dim": 256}, "ffn_ratio_unusual"),  # ratio 0.5
+    ],
+)
 def test_warnings_exit_0_on_stderr(cli: Any, write_config: Write, data: dict[str, Any], code: str) -> None:
     path = write_config({**SMALL, **data})
     result = cli("check", str(path), "--format", "json")
@@ -418,8 +458,11 @@ def test_clean_config_has_no_warnings(cli: Any) -> None:
 
 
 def test_every_field_has_a_description() -> None:
-    missing = [name for name, field in ModelConfig.model_fields.items()
-               if not (field.description and field.description.strip())]
+    missing = [
+        name
+        for name, field in ModelConfig.model_fields.items()
+        if not (field.description and field.description.strip())
+    ]
     assert missing == []
 
 
@@ -436,8 +479,11 @@ def test_schema_is_strict_and_frozen() -> None:
 
 def test_duplicate_keys_in_json_are_refused(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "dup.json"
-    path.write_text('{"architecture": "decoder", "vocab_size": 1024, "max_seq_len": 512, "embed_dim": 512, '
-                    '"embed_dim": 768, "num_heads": 8, "num_layers": 2}', encoding="utf-8")
+    path.write_text(
+        '{"architecture": "decoder", "vocab_size": 1024, "max_seq_len": 512, "embed_dim": 512, '
+        '"embed_dim": 768, "num_heads": 8, "num_layers": 2}',
+        encoding="utf-8",
+    )
     assert_exit3(in_process(cli, "check", str(path)), "duplicate", "embed_dim")
 
 
@@ -456,7 +502,9 @@ def test_deeply_nested_json_exits_3(cli: Any, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["digits.yaml", "digits.json"])
 def test_integer_over_python_digit_limit_exits_3(cli: Any, tmp_path: Path, name: str) -> None:
     path = tmp_path / name
-    text = ('{"embed_dim": ' + "9" * 5000 + "}") if name.endswith(".json") else "embed_dim: " + "9" * 5000 + "\n"
+    text = (
+        ('{"embed_dim": ' + "9" * 5000 + "}") if name.endswith(".json") else "embed_dim: " + "9" * 5000 + "\n"
+    )
     path.write_text(text, encoding="utf-8")
     assert_exit3(in_process(cli, "check", str(path)), name, "embed_dim")
 
@@ -506,10 +554,13 @@ def test_preset_name_is_not_shadowed_by_a_directory(cli: Any, in_tmp_cwd: Path) 
     assert json.loads(proc.stdout)["results"][0]["params"]["total"] == 124_439_808
 
 
-@pytest.mark.parametrize("text", [
-    "'foo[/]': 1\n",  # unknown key: the message quotes it
-    "activation: '[/]'\n",  # bad choice: the message quotes the value
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "'foo[/]': 1\n",  # unknown key: the message quotes it
+        "activation: '[/]'\n",  # bad choice: the message quotes the value
+    ],
+)
 def test_user_text_in_messages_is_not_rich_markup(cli: Any, write_config: Write, text: str) -> None:
     path = write_config(yaml.safe_dump(SMALL) + text)
     proc = in_process(cli, "check", str(path))
@@ -540,7 +591,9 @@ def test_set_reaches_inside_the_layer_model(cli: Any) -> None:
     assert params["active"] == 12_879_925_248 - per_expert
     bad = cli("check", "mixtral-8x7b", "--set", "ffn.top_k=9")
     assert bad.exit_code == 3 and "--set ffn.top_k: top_k (9) cannot exceed num_experts (8)" in bad.stderr
-    window = cli("check", "gemma-2-9b", "--set", "blocks.local.attention.sliding_window=1024", "--format", "json")
+    window = cli(
+        "check", "gemma-2-9b", "--set", "blocks.local.attention.sliding_window=1024", "--format", "json"
+    )
     assert window.exit_code == 0, window.stderr
     unknown = cli("check", "gpt2", "--set", "attention.bogus=1")
     assert unknown.exit_code == 3 and "--set attention.bogus" in unknown.stderr
@@ -567,8 +620,17 @@ def test_unknown_fields_of_the_layer_model_get_a_did_you_mean(cli: Any, write_co
     assert nested.exit_code == 3 and "did you mean 'top_k'?" in nested.stderr
     flat = cli("check", "mixtral-8x7b", "--set", "top_k=2")
     assert flat.exit_code == 3 and "did you mean 'ffn.top_k'?" in flat.stderr
-    path = write_config({"architecture": "decoder", "vocab_size": 100, "max_seq_len": 64, "embed_dim": 64,
-                         "num_heads": 4, "num_layers": 2, "blocks": {"local": {"attention": {"sliding_widow": 8}}}})
+    path = write_config(
+        {
+            "architecture": "decoder",
+            "vocab_size": 100,
+            "max_seq_len": 64,
+            "embed_dim": 64,
+            "num_heads": 4,
+            "num_layers": 2,
+            "blocks": {"local": {"attention": {"sliding_widow": 8}}},
+        }
+    )
     in_file = cli("check", str(path))
     assert in_file.exit_code == 3 and "blocks.local.attention.sliding_widow" in in_file.stderr
     assert "did you mean 'sliding_window'?" in in_file.stderr

@@ -26,7 +26,8 @@ from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, UnsupportedE
 
 REQUIRED = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "l4", "l40s", "a10",
             "rtx-4090", "mi250x", "mi300x", "tpu-v5e", "tpu-v5p", "h800", "tpu-v4", "mi250x-gcd")  # fmt: skip
-PACKAGES = {"mi250x": "mi250x-gcd"}  # a multi-die package no process sees -> the entry torch's device name matches
+# a multi-die package no process sees -> the entry torch's device name matches
+PACKAGES = {"mi250x": "mi250x-gcd"}
 runner = CliRunner()
 
 

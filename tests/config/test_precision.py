@@ -76,9 +76,12 @@ GROUPS_128 = 32 * (4 * 4096 * (4096 // 128) + 2 * 11008 * (4096 // 128) + 4096 *
 def test_llama_weights_in_every_format_exactly() -> None:
     assert LINEAR + OTHER == 6_738_415_616 == embedcalc.analyze("llama-2-7b").params.total
     weights = {d: embedcalc.analyze("llama-2-7b", dtype=d).memory.weights_bytes for d in DTYPES}
-    assert weights["fp32"] == 4 * (LINEAR + OTHER) and weights["bf16"] == weights["fp16"] == 2 * (LINEAR + OTHER)
+    assert weights["fp32"] == 4 * (LINEAR + OTHER) and weights["bf16"] == weights["fp16"] == 2 * (
+        LINEAR + OTHER
+    )
     assert weights["fp8"] == LINEAR + 2 * OTHER == 7_000_825_856  # embedding, head and norms stay bf16
-    assert GROUPS_128 == 50_593_792  # down_proj: 11008 inputs make 86 groups a row, the last one of 0 values short
+    # down_proj: 11008 inputs make 86 groups a row, the last one of 0 values short
+    assert GROUPS_128 == 50_593_792
     assert weights["int8"] == LINEAR + 4 * GROUPS_128 + 2 * OTHER == 7_203_201_024
     assert weights["int4"] == LINEAR // 2 + 4 * GROUPS_128 + 2 * OTHER == 3_965_198_336
 
@@ -108,7 +111,9 @@ def test_a_group_that_does_not_divide_a_row_is_rounded_up_per_row() -> None:
 
 def test_decode_reads_the_stored_weights_with_their_scales() -> None:
     def decode_weight_bytes(*flags: str) -> int:
-        time = _json("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--gen-tokens", "4", *flags)["results"][0]
+        time = _json("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--gen-tokens", "4", *flags)[
+            "results"
+        ][0]
         return sum(c["weight_bytes"] for c in time["time"]["breakdown"]["decode"].values())
 
     int4 = embedcalc.analyze("llama-2-7b", dtype="int4").memory.weights_bytes
@@ -124,12 +129,23 @@ def test_fp8_gemms_run_at_the_fp8_peak_and_the_rest_at_bf16() -> None:
         return dict(r["results"][0]["time"]["breakdown"]["prefill"])
 
     bf16, fp8 = prefill("bf16"), prefill("fp8")
-    for key in ("decoder/attention/qkv", "decoder/attention/out", "decoder/ffn/in", "decoder/ffn/out", "head/lm"):
+    for key in (
+        "decoder/attention/qkv",
+        "decoder/attention/out",
+        "decoder/ffn/in",
+        "decoder/ffn/out",
+        "head/lm",
+    ):
         assert bf16[key]["bound"] == fp8[key]["bound"] == "compute", key
     for key in ("decoder/attention/qkv", "decoder/attention/out", "decoder/ffn/in", "decoder/ffn/out"):
-        assert fp8[key]["time_s"] == pytest.approx(bf16[key]["time_s"] * 989.4 / 1978.9)  # H100 SXM dense peaks
+        # H100 SXM dense peaks
+        assert fp8[key]["time_s"] == pytest.approx(bf16[key]["time_s"] * 989.4 / 1978.9)
     assert fp8["head/lm"]["time_s"] == bf16["head/lm"]["time_s"]  # the LM head stays in bf16
-    for key in ("decoder/attention/scores", "decoder/attention/context"):  # attention's cores: bf16 activations
+    # attention's cores: bf16 activations
+    for key in (
+        "decoder/attention/scores",
+        "decoder/attention/context",
+    ):
         assert fp8[key] == bf16[key]
 
 
@@ -137,7 +153,9 @@ def test_fp8_on_a_device_without_fp8_is_exit_3_naming_it() -> None:
     result = runner.invoke(app, ["analyze", "llama-2-7b", "--dtype", "fp8", "--hardware", "v100-sxm2"])
     assert result.exit_code == 3
     assert "v100-sxm2" in result.stderr and "no FP8" in result.stderr
-    assert runner.invoke(app, ["analyze", "llama-2-7b", "--dtype", "fp8", "--hardware", "h800"]).exit_code == 0
+    assert (
+        runner.invoke(app, ["analyze", "llama-2-7b", "--dtype", "fp8", "--hardware", "h800"]).exit_code == 0
+    )
 
 
 # --- the default dtype is the model's own, and the output says where it came from ----------------------------------
@@ -160,7 +178,9 @@ def test_every_preset_dtype_is_sourced() -> None:
     from embedcalc.config.presets import preset_names
 
     for name in preset_names():
-        text = (Path(embedcalc.__file__).parent.parent / "presets" / f"{name}.yaml").read_text(encoding="utf-8")
+        text = (Path(embedcalc.__file__).parent.parent / "presets" / f"{name}.yaml").read_text(
+            encoding="utf-8"
+        )
         config = embedcalc.load(name).config
         if config.dtype is None:  # a new preset records its published dtype (its config.json's torch_dtype)
             assert "# No dtype:" in text, f"{name}: add `dtype:` with its source, or say why there is none"

@@ -20,26 +20,63 @@ from paths import ROOT
 pytestmark = pytest.mark.slow
 
 REPO_ROOT = ROOT
-PRESETS = ("albert-base-v2", "bart-large", "bert-base", "bert-large", "bloom-7b1",
-           "deberta-v3-base", "deepseek-v3",
-           "deepseek-v3.2", "falcon-7b",
-           "gemma-2-9b", "gemma-3-27b", "gemma-7b", "gpt-oss-20b", "granite-4.0-h-small", "gpt2", "gpt2-large",
-           "gpt2-medium", "gpt2-xl",
-           "gpt3-175b", "jamba-mini-1.7", "llama-2-70b", "llama-2-7b", "llama-3.1-70b", "llama-3.1-8b", "mistral-7b",
-           "mixtral-8x7b",
-           "modernbert-base", "mpnet-base", "phi-3-mini", "pythia-1.4b", "qwen2.5-7b", "qwen3-30b-a3b", "qwen3-8b",
-           "qwen3-next-80b-a3b", "t5-base",
-           "t5-small", "transformer-base", "transformer-big", "xlm-roberta-base")
+PRESETS = (
+    "albert-base-v2",
+    "bart-large",
+    "bert-base",
+    "bert-large",
+    "bloom-7b1",
+    "deberta-v3-base",
+    "deepseek-v3",
+    "deepseek-v3.2",
+    "falcon-7b",
+    "gemma-2-9b",
+    "gemma-3-27b",
+    "gemma-7b",
+    "gpt-oss-20b",
+    "granite-4.0-h-small",
+    "gpt2",
+    "gpt2-large",
+    "gpt2-medium",
+    "gpt2-xl",
+    "gpt3-175b",
+    "jamba-mini-1.7",
+    "llama-2-70b",
+    "llama-2-7b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "modernbert-base",
+    "mpnet-base",
+    "phi-3-mini",
+    "pythia-1.4b",
+    "qwen2.5-7b",
+    "qwen3-30b-a3b",
+    "qwen3-8b",
+    "qwen3-next-80b-a3b",
+    "t5-base",
+    "t5-small",
+    "transformer-base",
+    "transformer-big",
+    "xlm-roberta-base",
+)
 RUNTIME_DEPS = ("typer", "rich", "pydantic", "numpy", "pyyaml")
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")
+    }
     env.update(NO_COLOR="1", TERM="dumb", COLUMNS="120", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    proc = subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+    )
+    assert proc.returncode == 0, (
+        f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
     return proc
 
 
@@ -82,9 +119,11 @@ def test_wheel_ships_presets_and_entry_point(wheel: Path) -> None:
     assert not [n for n in names if n.startswith("tests/")]
     for dep in ("typer", "rich", "pydantic", "numpy", "pyyaml"):
         assert f"Requires-Dist: {dep}" in metadata.replace("PyYAML", "pyyaml")
-    assert "torch" not in [line.split()[1].split(";")[0].split(">")[0]
-                           for line in metadata.splitlines()
-                           if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert "torch" not in [
+        line.split()[1].split(";")[0].split(">")[0]
+        for line in metadata.splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
 
 
 def test_installed_wheel_lists_presets_outside_the_checkout(venv: Path, tmp_path: Path) -> None:
@@ -103,11 +142,15 @@ def test_installed_wheel_analyzes_bert_base(venv: Path, tmp_path: Path) -> None:
     assert result["params"]["total"] == 109_482_240
     assert result["flops"]["forward"] == 22_348_431_360
     # python -m works too, and the package really came from the venv, not the checkout
-    where = _run([str(venv / "bin" / "python"), "-c", "import embedcalc; print(embedcalc.__file__)"], cwd=tmp_path)
+    where = _run(
+        [str(venv / "bin" / "python"), "-c", "import embedcalc; print(embedcalc.__file__)"], cwd=tmp_path
+    )
     assert str(REPO_ROOT) not in where.stdout
     device = _run([str(venv / "bin" / "embedcalc"), "hardware", "show", "h100-sxm"], cwd=tmp_path)
     assert "h100" in device.stdout.lower()
-    zh = _run([str(venv / "bin" / "embedcalc"), "explain", "bert-base", "heads", "--lang", "zh"], cwd=tmp_path)
+    zh = _run(
+        [str(venv / "bin" / "embedcalc"), "explain", "bert-base", "heads", "--lang", "zh"], cwd=tmp_path
+    )
     assert "768" in zh.stdout and "head_dim" in zh.stdout
     module = _run([str(venv / "bin" / "python"), "-m", "embedcalc", "presets", "show", "gpt2"], cwd=tmp_path)
     assert "name: gpt2" in module.stdout

@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
 
-if __name__ == "__main__":  # run as a script (--update): put tests/ on sys.path, as pytest's root conftest does
+# run as a script (--update): put tests/ on sys.path, as pytest's root conftest does
+if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from paths import ROOT
 

@@ -112,8 +112,9 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
     return kv_cache_bytes(config, Workload(**workload))
 
 
-@pytest.mark.parametrize("name", ["gqa", "mla", "sparse", "sparse_shared", "sliding_window", "chunked",
-                                  "parallel_shared"])
+@pytest.mark.parametrize(
+    "name", ["gqa", "mla", "sparse", "sparse_shared", "sliding_window", "chunked", "parallel_shared"]
+)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_cache_bytes_equal_analytic(name: str, dtype: str) -> None:
     config = ModelConfig.model_validate({**BASE, **CONFIGS[name]})
@@ -147,7 +148,9 @@ def _bench_generate(run_cli: Any, target: str, *extra: str) -> dict[str, Any]:
 
 def _check_measurement(entry: dict[str, Any]) -> None:
     m = entry["measurement"]
-    for key in MEASUREMENT_KEYS:  # a tiny model's peak RSS growth can be 0 (it fits in pages already resident)
+    for (
+        key
+    ) in MEASUREMENT_KEYS:  # a tiny model's peak RSS growth can be 0 (it fits in pages already resident)
         assert m[key] is not None and m[key] >= (0 if key == "peak_memory_bytes" else 1e-12), key
         assert key in m["predicted"], key
     assert m["kv_cache_bytes_measured"] == entry["memory"]["kv_cache_bytes"] == m["kv_cache_bytes"]

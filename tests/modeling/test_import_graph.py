@@ -12,8 +12,13 @@ def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in (ROOT / "embedcalc" / "modeling").glob("*.py"):
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):  # lazy imports inside functions too
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("embedcalc.modeling."):
+        # lazy imports inside functions too
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("embedcalc.modeling.")
+            ):
                 deps.add(node.module.rsplit(".", 1)[-1])
         graph[path.stem] = deps
     return graph

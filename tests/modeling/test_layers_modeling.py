@@ -114,7 +114,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
         {"embedding/project_in": 2 * T * 8 * D, "encoder/attention/scores": SCORES},
     ),
 }  # fmt: skip
-NO_NORM_KEYS = ("decoder/attention/norm", "decoder/ffn/norm", "decoder/final_norm", "decoder/attention/qk_norm")
+NO_NORM_KEYS = (
+    "decoder/attention/norm",
+    "decoder/ffn/norm",
+    "decoder/final_norm",
+    "decoder/attention/qk_norm",
+)
 
 
 def _tokens(config: ModelConfig, length: int = N, seed: int = 0) -> Any:
@@ -174,7 +179,11 @@ def test_real_and_deterministic_routing_count_the_same_flops(activation: str) ->
         with torch.no_grad(), flop_counter_mode() as counter:
             model(_tokens(config, seed=4))
         totals[routing] = counter.get_total_flops()
-    assert totals["real"] == totals["deterministic"] == sum(component_flops(config, batch_size=B, seq_len=N).values())
+    assert (
+        totals["real"]
+        == totals["deterministic"]
+        == sum(component_flops(config, batch_size=B, seq_len=N).values())
+    )
 
 
 def test_real_routing_picks_the_top_k_experts() -> None:
@@ -424,9 +433,12 @@ def test_params_equal_transformers(family: str) -> None:
     config = ModelConfig.model_validate({**_OURS_COMMON, **ours})
     model = build_model(config)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in theirs.parameters())
+
     # tensor by tensor too; gpt-oss alone stores its experts transposed, (E, d, 2f) and (E, f, d)
     def shapes(m: Any) -> list[tuple[int, ...]]:
-        return sorted(tuple(sorted(p.shape)) if family == "gpt_oss" else tuple(p.shape) for p in m.parameters())
+        return sorted(
+            tuple(sorted(p.shape)) if family == "gpt_oss" else tuple(p.shape) for p in m.parameters()
+        )
 
     assert shapes(model) == shapes(theirs)
 

@@ -71,7 +71,9 @@ _QUICK_FLOP_PRESETS = frozenset({"bert-base", "gpt2", "t5-small", "llama-3.1-8b"
                                  "gemma-3-27b", "gpt-oss-20b"})  # fmt: skip
 _PRESET_FLOP_CASES = [
     pytest.param(name, impl, marks=() if name in _QUICK_FLOP_PRESETS else pytest.mark.slow)
-    for name in preset_names() if name != "gpt3-175b" for impl in IMPLS
+    for name in preset_names()
+    if name != "gpt3-175b"
+    for impl in IMPLS
     if impl == "sdpa" or name not in ("gpt2-medium", "gpt2-large", "gpt2-xl")
 ]
 
@@ -80,8 +82,9 @@ _PRESET_FLOP_CASES = [
 def test_preset_flops_match_analysis(name: str, impl: str) -> None:
     config = load_target(name).config
     tgt_len = 96 if config.architecture == "encoder-decoder" else None
-    measured = component_flops(config, build_model(config, attention=impl), batch_size=2, seq_len=128,
-                               tgt_len=tgt_len)
+    measured = component_flops(
+        config, build_model(config, attention=impl), batch_size=2, seq_len=128, tgt_len=tgt_len
+    )
     assert measured == _analytic_flops(config, 2, 128, tgt_len)
 
 
@@ -91,13 +94,19 @@ def test_bert_base_reference_numbers() -> None:
     model = build_model(config)
     assert _numel(model) == 109_482_240
     for impl in IMPLS:
-        assert sum(component_flops(config, batch_size=1, seq_len=128, attention=impl).values()) == 22_348_431_360
+        assert (
+            sum(component_flops(config, batch_size=1, seq_len=128, attention=impl).values()) == 22_348_431_360
+        )
 
 
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("bert-large", 335_141_888), ("gpt2", 124_439_808), ("transformer-base", 63_082_496),
-     ("transformer-big", 214_245_376)],
+    [
+        ("bert-large", 335_141_888),
+        ("gpt2", 124_439_808),
+        ("transformer-base", 63_082_496),
+        ("transformer-big", 214_245_376),
+    ],
 )
 def test_reference_param_counts(name: str, params: int) -> None:
     assert _numel(build_model(load_target(name).config)) == params
@@ -155,7 +164,9 @@ def configs(draw: st.DrawFn) -> ModelConfig:
         "embedding_norm": draw(st.sampled_from([None, True, False])),
         "lm_head": draw(st.sampled_from([None, True, False])),
         "pooler": draw(st.sampled_from([None, True, False] if arch == "encoder" else [None, False])),
-        "num_decoder_layers": draw(st.one_of(st.none(), st.integers(1, 2))) if arch == "encoder-decoder" else None,
+        "num_decoder_layers": draw(st.one_of(st.none(), st.integers(1, 2)))
+        if arch == "encoder-decoder"
+        else None,
     }
     data.update({k: v for k, v in optional.items() if v is not None})
     return ModelConfig.model_validate(data)
@@ -171,8 +182,12 @@ def _check_random_config(config: ModelConfig, batch: int, seq_len: int, tgt_len:
         assert component_params(model) == analytic_params.as_dict()
         measured = component_flops(config, model, batch_size=batch, seq_len=seq_len, tgt_len=tgt)
         assert measured == analytic_flops, impl
-        assert measured["decoder/attention/scores" if config.architecture == "decoder"
-                        else "encoder/attention/scores"] > 0
+        assert (
+            measured[
+                "decoder/attention/scores" if config.architecture == "decoder" else "encoder/attention/scores"
+            ]
+            > 0
+        )
 
 
 # the default suite draws 50 configs (about 8 s); the slow suite 200 (the count this property always had)
@@ -197,8 +212,13 @@ def test_score_flops_are_nonzero_for_both_impls() -> None:
     config = load_target("transformer-base").config
     for impl in IMPLS:
         flops = component_flops(config, batch_size=1, seq_len=16, tgt_len=8, attention=impl)
-        for key in ("encoder/attention/scores", "encoder/attention/context", "decoder/attention/scores",
-                    "decoder/cross_attention/scores", "decoder/cross_attention/context"):
+        for key in (
+            "encoder/attention/scores",
+            "encoder/attention/context",
+            "decoder/attention/scores",
+            "decoder/cross_attention/scores",
+            "decoder/cross_attention/context",
+        ):
             assert flops[key] > 0, (impl, key)
         assert flops["decoder/cross_attention/scores"] == 6 * 2 * 8 * 8 * 16 * 64
 
@@ -206,8 +226,14 @@ def test_score_flops_are_nonzero_for_both_impls() -> None:
 def test_cpu_sdpa_is_counted() -> None:
     """Counting a real CPU forward with SDPA does not fall into PyTorch issue 195460 (attention counted as 0)."""
     config = ModelConfig.model_validate(
-        {"architecture": "decoder", "vocab_size": 11, "max_seq_len": 8, "embed_dim": 8, "num_heads": 2,
-         "num_layers": 1}
+        {
+            "architecture": "decoder",
+            "vocab_size": 11,
+            "max_seq_len": 8,
+            "embed_dim": 8,
+            "num_heads": 2,
+            "num_layers": 1,
+        }
     )
     totals = {}
     for impl in IMPLS:
@@ -228,7 +254,9 @@ def test_component_keys_and_paths() -> None:
     config = load_target("transformer-base").config
     paths = component_paths(build_model(config))
     assert set(paths) == set(count_params(config).as_dict())
-    assert paths["decoder/cross_attention/qkv"] == [f"decoder.layers.{i}.cross_attention.qkv" for i in range(6)]
+    assert paths["decoder/cross_attention/qkv"] == [
+        f"decoder.layers.{i}.cross_attention.qkv" for i in range(6)
+    ]
     assert paths["embedding/token"] == ["embedding.token"]
 
 
@@ -245,12 +273,23 @@ def test_component_flops_rejects_a_model_of_another_config() -> None:
 
 # --- real forward passes on the CPU -----------------------------------------------------------------------------
 
-_TINY: dict[str, Any] = {"vocab_size": 23, "max_seq_len": 12, "embed_dim": 16, "num_heads": 4, "num_layers": 2}
+_TINY: dict[str, Any] = {
+    "vocab_size": 23,
+    "max_seq_len": 12,
+    "embed_dim": 16,
+    "num_heads": 4,
+    "num_layers": 2,
+}
 _VARIANTS: list[dict[str, Any]] = [
     {},
     {"position": "rope", "num_kv_heads": 2, "activation": "swiglu", "norm": "rmsnorm", "bias": False},
-    {"position": "relative", "head_dim": 6, "norm_placement": "pre", "activation": "geglu",
-     "relative_attention_num_buckets": 8},
+    {
+        "position": "relative",
+        "head_dim": 6,
+        "norm_placement": "pre",
+        "activation": "geglu",
+        "relative_attention_num_buckets": 8,
+    },
     {"position": "sinusoidal", "num_kv_heads": 1, "tie_embeddings": False, "type_vocab_size": 2},
 ]
 
@@ -351,14 +390,17 @@ def test_cheap_cpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_buffers_recomputed_after_to_empty() -> None:
-    config = ModelConfig.model_validate({**_TINY, "architecture": "encoder-decoder", "position": "sinusoidal"})
+    config = ModelConfig.model_validate(
+        {**_TINY, "architecture": "encoder-decoder", "position": "sinusoidal"}
+    )
     model = build_model(config, device="cpu", dtype=torch.float64)
     assert model.embedding.sinusoidal.table.dtype == torch.float64
     torch.testing.assert_close(model.embedding.sinusoidal.table, sinusoidal_table(12, 16).double())
     longer = model.embedding.sinusoidal(20)
     torch.testing.assert_close(longer[:12], model.embedding.sinusoidal.table)
     assert model.embedding.token.weight.dtype == torch.float64
-    rope = build_model(_tiny("decoder", _VARIANTS[1]), device="cpu").decoder.rotary["4"]  # one table per width
+    # one table per width
+    rope = build_model(_tiny("decoder", _VARIANTS[1]), device="cpu").decoder.rotary["4"]
     cos, sin = rotary_tables(12, 4)
     torch.testing.assert_close(rope.cos, cos)
     torch.testing.assert_close(rope.sin, sin)

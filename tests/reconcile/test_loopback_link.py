@@ -39,7 +39,9 @@ def test_the_link_gives_back_both_measured_times(nproc: int) -> None:
 def test_no_link_when_the_large_message_is_not_slower() -> None:
     m = AllReduceMeasurement(2, "gloo", 4, 1e-3, 64 << 20, 1e-3, 10)
     link = loopback_link(m, C)
-    assert link.per_direction_bytes_per_s is None and link.latency_s is None and "not determined" in link.method
+    assert (
+        link.per_direction_bytes_per_s is None and link.latency_s is None and "not determined" in link.method
+    )
 
 
 def test_local_keeps_its_link_and_analyze_times_tp_over_it(cli: Any) -> None:

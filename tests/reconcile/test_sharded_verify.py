@@ -185,7 +185,9 @@ def test_moe_zero3_collectives_count_each_stacked_expert_tensor_once() -> None:
 
     small = ["num_layers=2", "embed_dim=256", "num_heads=4", "num_kv_heads=2", "vocab_size=1001",
              "ffn.expert_dim=512", "ffn.num_experts=3", "ffn.top_k=1"]  # fmt: skip
-    result = verify_sharded("mixtral-8x7b", load_target("mixtral-8x7b", small).config, Parallelism(dp=2, zero=3))
+    result = verify_sharded(
+        "mixtral-8x7b", load_target("mixtral-8x7b", small).config, Parallelism(dp=2, zero=3)
+    )
     assert result.agree and result.collectives, result.mismatches()
     assert {c.kind for c in result.collectives} == {"all-gather", "reduce-scatter"}
 
@@ -201,7 +203,9 @@ def test_full_width_qk_norms_are_replicated_and_gathered_around() -> None:
     result = verify_sharded("gpt2", load_target("gpt2", sets).config, Parallelism(tp=2))
     assert result.agree, result.mismatches()
     norms = [r for r in result.shards if r.key == "decoder/attention/qk_norm"]
-    assert [r.torch for r in norms] == [2 * 2 * (768 + 256)] * 2  # weight and bias of q's and k's norms, 2 layers
+    assert [r.torch for r in norms] == [
+        2 * 2 * (768 + 256)
+    ] * 2  # weight and bias of q's and k's norms, 2 layers
     gathers = {c.phase: (c.torch_count, c.torch_bytes) for c in result.collectives if c.kind == "all-gather"}
     assert gathers == {"forward": (4, 2 * 16 * (768 + 256) * 4), "backward": (4, 2 * 16 * (768 + 256) * 4)}
 

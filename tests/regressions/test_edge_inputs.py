@@ -79,18 +79,28 @@ def test_check_budget_on_an_impossible_workload_is_invalid(cli: Any) -> None:
 
 
 def test_stage_layout_is_arithmetic_for_any_depth() -> None:
-    config = load_target("transformer-base", ["num_layers=100000000000000000000", "num_decoder_layers=7"]).config
+    config = load_target(
+        "transformer-base", ["num_layers=100000000000000000000", "num_decoder_layers=7"]
+    ).config
     stages = stage_layout(config, 3)
     assert sum(s.num_layers for s in stages) == 10**20 + 7
-    assert [s.num_layers for s in stages] == [33333333333333333336, 33333333333333333336, 33333333333333333335]
+    assert [s.num_layers for s in stages] == [
+        33333333333333333336,
+        33333333333333333336,
+        33333333333333333335,
+    ]
     assert stages[-1].layers == {"encoder": 33333333333333333328, "decoder": 7}
 
 
 def test_cli_counts_an_astronomically_deep_stack(cli: Any) -> None:
-    result = cli("analyze", "gpt2", "--set", "num_layers=100000000000000000000", "--pp", "4", "--format", "json")
+    result = cli(
+        "analyze", "gpt2", "--set", "num_layers=100000000000000000000", "--pp", "4", "--format", "json"
+    )
     assert result.exit_code == 0, result.stderr
     # one gpt2 block has 7,087,872 parameters; embeddings 39,383,808; final norm 1,536
-    assert json.loads(result.stdout)["results"][0]["params"]["total"] == 7_087_872 * 10**20 + 39_383_808 + 1_536
+    assert (
+        json.loads(result.stdout)["results"][0]["params"]["total"] == 7_087_872 * 10**20 + 39_383_808 + 1_536
+    )
 
 
 def test_unwritable_stdout_is_an_error_not_a_traceback(tmp_path: Path) -> None:

@@ -360,4 +360,8 @@ def test_a_mapping_where_an_activation_name_goes_is_refused(cli: Any, tmp_path: 
 
 def test_presets_show_with_a_name_too_long_for_a_file_is_an_unknown_preset(cli: Any) -> None:
     result = cli("presets", "show", "x" * 300)
-    assert result.exit_code == 3 and "unknown preset" in result.stderr and "File name too long" not in result.stderr
+    assert (
+        result.exit_code == 3
+        and "unknown preset" in result.stderr
+        and "File name too long" not in result.stderr
+    )

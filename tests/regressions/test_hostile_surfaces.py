@@ -48,7 +48,9 @@ def test_price_per_hour_inf_is_refused(cli: Any) -> None:
 
 
 def test_efficiency_1e_320_is_refused(cli: Any) -> None:
-    assert_refused(run(cli, "analyze", "gpt2", *H100, "--efficiency", "1e-320"), 2, "--efficiency", "[0.0001, 1]")
+    assert_refused(
+        run(cli, "analyze", "gpt2", *H100, "--efficiency", "1e-320"), 2, "--efficiency", "[0.0001, 1]"
+    )
 
 
 def test_device_file_with_1e_300_flops_is_refused(cli: Any, tmp_path: Path) -> None:
@@ -64,7 +66,9 @@ def test_device_file_with_1e_300_flops_is_refused(cli: Any, tmp_path: Path) -> N
 
 
 def test_devices_with_400_digits_is_a_usage_error(cli: Any) -> None:
-    assert_refused(run(cli, "analyze", "gpt2", *TRAINING, "--devices", "9" * 400), 2, "--devices", "30 digits")
+    assert_refused(
+        run(cli, "analyze", "gpt2", *TRAINING, "--devices", "9" * 400), 2, "--devices", "30 digits"
+    )
 
 
 def test_time_request_applies_the_same_rules_to_python_callers() -> None:
@@ -91,7 +95,9 @@ def test_json_is_never_written_with_infinity(capsys: pytest.CaptureFixture[str])
 # --- streams and terminals (real processes: the streams are the point) ----------------------------------------
 
 
-def _embedcalc(*args: str, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def _embedcalc(
+    *args: str, env: dict[str, str] | None = None, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     from conftest import cli_env
 
     base = cli_env(COLUMNS="120") if env is None else env
@@ -113,7 +119,9 @@ def test_closed_stderr_still_answers() -> None:
 def test_c_locale_without_utf8_mode_prints_ascii() -> None:
     from conftest import cli_env
 
-    env = {k: v for k, v in cli_env(COLUMNS="100").items() if k not in ("PYTHONIOENCODING", "LANG", "LC_CTYPE")}
+    env = {
+        k: v for k, v in cli_env(COLUMNS="100").items() if k not in ("PYTHONIOENCODING", "LANG", "LC_CTYPE")
+    }
     env.update(LC_ALL="C", PYTHONUTF8="0")
     proc = _embedcalc("analyze", "gpt2", env=env, capture_output=True, encoding="ascii", errors="strict")
     assert proc.returncode == 0, proc.stderr
@@ -165,7 +173,11 @@ def test_workload_checks_its_own_fields() -> None:
     from embedcalc.errors import WorkloadError
 
     assert Workload(parallel={"tp": 2}).parallel == Parallelism(tp=2)  # type: ignore[arg-type]
-    for kwargs, path in (({"dtype": 5}, "dtype"), ({"mode": "train"}, "mode"), ({"parallel": {"tpp": 2}}, "parallel")):
+    for kwargs, path in (
+        ({"dtype": 5}, "dtype"),
+        ({"mode": "train"}, "mode"),
+        ({"parallel": {"tpp": 2}}, "parallel"),
+    ):
         with pytest.raises(WorkloadError) as info:
             Workload(**kwargs)  # type: ignore[arg-type]
         assert info.value.problems[0].path.lstrip("-").startswith(path)
@@ -201,7 +213,9 @@ def test_api_sweep_takes_an_int_shape_axis() -> None:
 
 # --- fields that only mean something under another kind are refused, not ignored ---------------------------------
 
-SMALL_YAML = "architecture: decoder\nvocab_size: 1000\nmax_seq_len: 256\nembed_dim: 64\nnum_heads: 4\nnum_layers: 2\n"
+SMALL_YAML = (
+    "architecture: decoder\nvocab_size: 1000\nmax_seq_len: 256\nembed_dim: 64\nnum_heads: 4\nnum_layers: 2\n"
+)
 
 
 @pytest.mark.parametrize(
@@ -209,7 +223,10 @@ SMALL_YAML = "architecture: decoder\nvocab_size: 1000\nmax_seq_len: 256\nembed_d
     [
         ("ffn: {num_experts: 8, top_k: 2}", ["ffn.num_experts (8)", "add kind: moe"]),
         ("attention: {kv_lora_rank: 512, qk_rope_head_dim: 64}", ["attention.kv_lora_rank", "add kind: mla"]),
-        ("ffn: {kind: moe, num_experts: 8, top_k: 2, ffn_dim: 128}", ["ffn.ffn_dim (128)", "expert_dim: 128"]),
+        (
+            "ffn: {kind: moe, num_experts: 8, top_k: 2, ffn_dim: 128}",
+            ["ffn.ffn_dim (128)", "expert_dim: 128"],
+        ),
         ("ffn: {router_bias: true}", ["ffn.router_bias (true)", "add kind: moe"]),
     ],
 )
@@ -262,7 +279,9 @@ def test_concurrent_local_writers_and_a_reader(tmp_path: Path, monkeypatch: pyte
     assert [p.name for p in local_path().parent.iterdir()] == ["local.json"]  # no temporary file left behind
 
 
-def test_an_empty_local_json_is_not_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+def test_an_empty_local_json_is_not_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     (tmp_path / "embedcalc").mkdir()
     (tmp_path / "embedcalc" / "local.json").write_text("")
@@ -273,9 +292,15 @@ def test_an_empty_local_json_is_not_measured(tmp_path: Path, monkeypatch: pytest
 
 
 def test_check_refuses_the_tp_analyze_refuses(cli: Any) -> None:
-    check, analyze = run(cli, "check", "bert-base", "--tp", "5"), run(cli, "analyze", "bert-base", "--tp", "5")
+    check, analyze = (
+        run(cli, "check", "bert-base", "--tp", "5"),
+        run(cli, "analyze", "bert-base", "--tp", "5"),
+    )
     assert check.exit_code == analyze.exit_code == 3
-    assert "--tp 5 must divide num_heads (12)" in check.stderr and "--tp 5 must divide num_heads (12)" in analyze.stderr
+    assert (
+        "--tp 5 must divide num_heads (12)" in check.stderr
+        and "--tp 5 must divide num_heads (12)" in analyze.stderr
+    )
 
 
 def test_a_billion_layers_under_zero3_is_counted_in_closed_form(cli: Any) -> None:
@@ -284,7 +309,8 @@ def test_a_billion_layers_under_zero3_is_counted_in_closed_form(cli: Any) -> Non
                      "training", "--format", "json")  # fmt: skip
         assert result.exit_code == 0, result.stderr
         counts = [c["count"] for c in json.loads(result.stdout)["results"][0]["communication"]["collectives"]]
-        assert counts == ([10**9 + 1, 10**9, 10**9 + 1] if zero == "3" else [10**9 + 1])  # a block each, + root
+        # a block each, + root
+        assert counts == ([10**9 + 1, 10**9, 10**9 + 1] if zero == "3" else [10**9 + 1])
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -299,7 +325,9 @@ def test_ddp_bucket_count_equals_the_written_out_sequence(seed: int) -> None:
     assert ddp_bucket_count(runs) == ddp_buckets([s for period, n in runs for _ in range(n) for s in period])
 
 
-@pytest.mark.parametrize("command", [["verify", "gpt2"], ["verify", "gpt2", "--tp", "2"], ["diff", "gpt2", "gpt2"]])
+@pytest.mark.parametrize(
+    "command", [["verify", "gpt2"], ["verify", "gpt2", "--tp", "2"], ["diff", "gpt2", "gpt2"]]
+)
 def test_building_100000_layers_is_refused_before_torch(cli: Any, command: list[str]) -> None:
     result = run(cli, *command, "--set", "num_layers=100000")
     assert_refused(result, 4, "100,000 layers", "--set num_layers=2", "analyze")

@@ -21,9 +21,13 @@ def _drawn(renderable: object) -> str:
     return console.file.getvalue()
 
 
-@pytest.mark.parametrize(("ranks", "said"), [([0], "node 1: rank 0 took part"), ([2, 3], "node 1: ranks 2, 3 took")])
+@pytest.mark.parametrize(
+    ("ranks", "said"), [([0], "node 1: rank 0 took part"), ([2, 3], "node 1: ranks 2, 3 took")]
+)
 def test_a_node_other_than_0_says_where_the_report_is(ranks: list[int], said: str) -> None:
     from embedcalc.modeling.distributed import ReportElsewhere
 
-    text = " ".join(_drawn(elsewhere_note(SimpleNamespace(where=ReportElsewhere("gpu-a", 1, 1, ranks)))).split())
+    text = " ".join(
+        _drawn(elsewhere_note(SimpleNamespace(where=ReportElsewhere("gpu-a", 1, 1, ranks)))).split()
+    )
     assert said in text and "the report of every rank is on node 0, host gpu-a (rank 1)" in text

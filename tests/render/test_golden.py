@@ -77,16 +77,21 @@ def test_no_stale_goldens() -> None:
     assert sorted(p.name for p in GOLDEN_DIR.glob("*.txt")) == sorted(GOLDENS)
 
 
-@pytest.mark.parametrize(("args", "name"), [
-    (["analyze", "bert-base"], "analyze_bert-base.txt"),
-    (["compare", "bert-base", "gpt2", "transformer-base"], "compare_bert-base_gpt2_transformer-base.txt"),
-])
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (["analyze", "bert-base"], "analyze_bert-base.txt"),
+        (["compare", "bert-base", "gpt2", "transformer-base"], "compare_bert-base_gpt2_transformer-base.txt"),
+    ],
+)
 def test_cli_prints_the_golden_tables(run_cli: Callable[..., Any], args: list[str], name: str) -> None:
     """The CLI at COLUMNS=120, NO_COLOR=1, TERM=dumb prints exactly the golden text on stdout."""
     proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
     golden = (GOLDEN_DIR / name).read_text(encoding="utf-8")
-    assert [line.rstrip() for line in proc.stdout.splitlines()] == [line.rstrip() for line in golden.splitlines()]
+    assert [line.rstrip() for line in proc.stdout.splitlines()] == [
+        line.rstrip() for line in golden.splitlines()
+    ]
 
 
 # --- rows add up to totals --------------------------------------------------------------------------------------

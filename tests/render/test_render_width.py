@@ -72,7 +72,9 @@ def assert_key_values(text: str, width: int, what: str) -> None:
     assert text.strip(), f"{what} at {width} columns prints nothing"
     assert "…" not in text, f"{what} at {width} columns cuts a cell:\n{text}"
     drawn = sorted(BOX & set(text))
-    assert not drawn, f"{what} at {width} columns draws a table ({drawn}) instead of key: value lines:\n{text}"
+    assert not drawn, (
+        f"{what} at {width} columns draws a table ({drawn}) instead of key: value lines:\n{text}"
+    )
     assert KEY_VALUE.search(text), f"{what} at {width} columns: no key: value line in\n{text}"
     too_wide = [line for line in text.splitlines() if width and len(line) > width]
     assert not too_wide, f"{what} at {width} columns: lines wider than the terminal:\n{too_wide}"
@@ -258,8 +260,18 @@ EVERY_COMMAND: list[tuple[str, ...]] = [
     ("analyze", "deepseek-v3", "--mode", "training", "--tp", "8", "--pp", "4", "--dp", "2", "--zero", "1"),
     ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm"),
     ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--concurrency", "16"),
-    ("analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--mode", "training", "--train-tokens", "1T",
-     "--price-per-hour", "2"),
+    (
+        "analyze",
+        "llama-3.1-8b",
+        "--hardware",
+        "h100-sxm",
+        "--mode",
+        "training",
+        "--train-tokens",
+        "1T",
+        "--price-per-hour",
+        "2",
+    ),
     ("analyze", "qwen3-next-80b-a3b", "--hardware", "h100-sxm", "--gen-tokens", "16"),
     ("compare", "bert-base", "gpt2", "llama-3.1-8b", "--hardware", "h100-sxm"),
     ("sweep", "gpt2", "--seq-len", "128,1024", "--hardware", "h100-sxm"),
@@ -329,7 +341,9 @@ def test_diff_names_and_counts_whole(width: int) -> None:
     for name in names:
         assert_name_whole(text, name, f"diff at {width}")
     totals = data["totals"]
-    assert_whole(text, counts([totals["params_a"], totals["params_b"], totals["dropped_params"]]), f"diff at {width}")
+    assert_whole(
+        text, counts([totals["params_a"], totals["params_b"], totals["dropped_params"]]), f"diff at {width}"
+    )
     if width in (80, 60):
         assert "Left out at" in text  # the low-priority columns it dropped, said
 

@@ -97,7 +97,9 @@ class WidthDepthAnswer:
     deeper_than_threshold: bool
     chinchilla_tokens: int  # 20 x params
     chinchilla_training_flops: int  # 6 x active params x tokens (a token's compute: Kaplan et al. 2020 §2.1)
-    params_active: int  # parameters a token runs through (MoE: top_k of the routed experts); the total if dense
+    params_active: (
+        int  # parameters a token runs through (MoE: top_k of the routed experts); the total if dense
+    )
     references: list[ReferenceModel]
 
 

@@ -59,7 +59,9 @@ class _MemoryKinds:
     optimizer_bytes: int
     activations_bytes: int
     kv_cache_bytes: int
-    recurrent_state_bytes: int  # the recurrent mixers' state (Mamba-2): constant in the context, beside the KV cache
+    recurrent_state_bytes: (
+        int  # the recurrent mixers' state (Mamba-2): constant in the context, beside the KV cache
+    )
 
     @property
     def total_bytes(self) -> int:
@@ -210,7 +212,9 @@ def _stage_memory(
 def estimate_memory(config: ModelConfig, workload: Workload) -> MemoryEstimate:
     """Per-device memory of ``workload``: the heaviest pipeline stage, with every stage listed."""
     if workload.mode == "training" and workload.dtype in WEIGHT_ONLY_DTYPES:
-        raise ValueError(f"{workload.dtype} is a weight-only inference format; train in fp32, bf16, fp16 or fp8")
+        raise ValueError(
+            f"{workload.dtype} is a weight-only inference format; train in fp32, bf16, fp16 or fp8"
+        )
     layout = stage_layout(config, workload.parallel.pp)
     per_stage = stage_tensors(config, workload.parallel)
     stages = [_stage_memory(config, workload, s, t) for s, t in zip(layout, per_stage, strict=True)]

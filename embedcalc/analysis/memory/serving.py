@@ -170,7 +170,9 @@ def serving_stages(
         paged = exact
     workspace = _workspace(config, w, concurrency, kv_dtype)
     return tuple(
-        ServingStage(e.index, e.weights_bytes, ws, e.kv_cache_bytes, p.kv_cache_bytes, e.recurrent_state_bytes)
+        ServingStage(
+            e.index, e.weights_bytes, ws, e.kv_cache_bytes, p.kv_cache_bytes, e.recurrent_state_bytes
+        )
         for e, p, ws in zip(exact, paged, workspace, strict=True)
     )
 
@@ -193,9 +195,7 @@ def max_concurrency(
     if not per:
         return None
     # an upper bound: the workspace only grows with the concurrency
-    hi = min(
-        (usable_bytes - s.weights_bytes - s.workspace_bytes) // s.per_sequence_bytes for s in per
-    )
+    hi = min((usable_bytes - s.weights_bytes - s.workspace_bytes) // s.per_sequence_bytes for s in per)
     if hi < 1 or config.architecture != "decoder" or hi <= w.seq_len:
         return max(hi, 0)
 
@@ -207,9 +207,7 @@ def max_concurrency(
     # fits(seq_len) holds (the check above); with SDPA the workspace grows in proportion to the tokens of the
     # forward: start the search where that puts it
     guess = min(
-        (usable_bytes - s.weights_bytes)
-        * w.seq_len
-        // (s.workspace_bytes + w.seq_len * s.per_sequence_bytes)
+        (usable_bytes - s.weights_bytes) * w.seq_len // (s.workspace_bytes + w.seq_len * s.per_sequence_bytes)
         for s in per
     )
     guess = min(max(guess, w.seq_len), hi)

@@ -179,10 +179,14 @@ def estimate_time(
     reads and writes once."""
     device = request.device
     if device is None:
-        return RooflineEstimate(None, None, request.kv_dtype, None, None, Efficiency(), batch_size=w.batch_size)
+        return RooflineEstimate(
+            None, None, request.kv_dtype, None, None, Efficiency(), batch_size=w.batch_size
+        )
     if request.global_batch is not None and w.mode != "training":
-        message = "--global-batch applies to --mode training (sequences per optimizer step); drop it or add --mode " \
+        message = (
+            "--global-batch applies to --mode training (sequences per optimizer step); drop it or add --mode "
             "training"
+        )
         problem = Problem("--global-batch", message, "global_batch_inference")
         raise EmbedcalcError(message, ExitCode.USAGE, [problem], "global_batch_inference")
     cal = request.calibration
@@ -249,7 +253,9 @@ def _estimate(config: ModelConfig, w: Workload, request: TimeRequest, optimizer_
         def components_at(n: int) -> dict[str, ComponentTime]:
             return {c.key: c for c in step_at(n).components}
 
-        total = _decode_total(components_at, prompt + 1, prompt + w.gen_tokens, kinks) + w.gen_tokens * per_step
+        total = (
+            _decode_total(components_at, prompt + 1, prompt + w.gen_tokens, kinks) + w.gen_tokens * per_step
+        )
     return replace(
         base, phases=phases, decode_kv_len=prompt + steps, decode_steps=steps, decode_total_s=total
     )

@@ -154,14 +154,24 @@ def _sparse_reads(config: ModelConfig, w: Workload, kv_len: int, element_bytes: 
     return w.batch_size * unread * element_bytes, w.batch_size * index * element_bytes
 
 
-def cache_bytes(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> tuple[int, int]:
+def cache_bytes(
+    config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None
+) -> tuple[int, int]:
     """(self-attention, cross-attention) KV cache bytes of the whole model (every TP rank's share together) with
     ``kv_len`` tokens cached per sequence: the memory model's :func:`kv_cache_bytes`, in the KV dtype."""
-    at = replace(_at_kv_len(config, w, kv_len), parallel=Parallelism())  # the whole model; per_device splits it
+    # the whole model; per_device splits it
+    at = replace(_at_kv_len(config, w, kv_len), parallel=Parallelism())
     total = kv_cache_bytes(config, at)
     cross = 0
     if config.architecture == "encoder-decoder":
-        cross = 2 * w.batch_size * w.seq_len * config.resolved_decoder_layers * config.kv_dim * at.activation_bytes
+        cross = (
+            2
+            * w.batch_size
+            * w.seq_len
+            * config.resolved_decoder_layers
+            * config.kv_dim
+            * at.activation_bytes
+        )
     scale = at.activation_bytes if kv_bytes is None else kv_bytes
     return (total - cross) * scale // at.activation_bytes, cross * scale // at.activation_bytes
 
@@ -213,7 +223,9 @@ def _index_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths,
     moved = 0
     for a, layers in _attention_layers(config, stack, False):
         if a.indexer:
-            moved += layers * b * (m * (a.index_heads * (a.index_head_dim + 1) + n) + n * a.index_head_dim) * e
+            moved += (
+                layers * b * (m * (a.index_heads * (a.index_head_dim + 1) + n) + n * a.index_head_dim) * e
+            )
     return Traffic(activation_bytes=moved)
 
 

@@ -49,7 +49,9 @@ def axis_values(values: Iterable[object]) -> tuple[int, ...]:
         raise AxisError(f"empty; expected {AXIS_SYNTAX}")
     for value in taken:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < INT_BOUND:
-            shown = f"{value!r:.40}" if not isinstance(value, int) or abs(value) < INT_BOUND else "a huge integer"
+            shown = (
+                f"{value!r:.40}" if not isinstance(value, int) or abs(value) < INT_BOUND else "a huge integer"
+            )
             raise AxisError(f"{shown} is not a positive integer of at most {MAX_INT_DIGITS} digits")
     ints = [int(v) for v in taken]  # type: ignore[call-overload]
     _no_repeats(ints, "the axis")

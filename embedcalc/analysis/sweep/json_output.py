@@ -68,14 +68,20 @@ def result_json(result: SweepResult) -> dict[str, Any]:
         col("training_total_bytes"),
     )
     active = col("params_active")
-    breakdowns = {kind: _breakdown_lists(grid, kind) for kind in ("params", "flops")} if grid is not None else {}
+    breakdowns = (
+        {kind: _breakdown_lists(grid, kind) for kind in ("params", "flops")} if grid is not None else {}
+    )
     points = []
     for i in range(size):
         point: dict[str, Any] = {a: axis_cols[a][i] for a in AXES}
         point["valid"] = valid[i]
         if valid[i]:
             point["head_dim"] = head_dim[i]
-            point["params"] = {"total": params[i], "active": active[i], "breakdown": _at(breakdowns["params"], i)}
+            point["params"] = {
+                "total": params[i],
+                "active": active[i],
+                "breakdown": _at(breakdowns["params"], i),
+            }
             point["flops"] = {
                 "forward": forward[i],
                 "attention_scores": scores[i],
@@ -85,7 +91,8 @@ def result_json(result: SweepResult) -> dict[str, Any]:
                 "training_step": training_step[i],
                 "breakdown": _at(breakdowns["flops"], i),
             }
-            if "flops_recurrent_mixers" in cols:  # linear in seq_len, where attention_scores grow as its square
+            # linear in seq_len, where attention_scores grow as its square
+            if "flops_recurrent_mixers" in cols:
                 point["flops"]["recurrent_mixers"] = cols["flops_recurrent_mixers"][i]
             point["memory"] = {
                 **{k: c[i] for k, c in memory_cols.items()},

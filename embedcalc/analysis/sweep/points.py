@@ -57,7 +57,9 @@ class SweepBase:
     data: dict[str, Any]
     user_keys: dict[str, str]
     origin: str
-    dtype_source: DtypeSource = "config"  # where the mapping's own dtype comes from: a preset or a config file
+    dtype_source: DtypeSource = (
+        "config"  # where the mapping's own dtype comes from: a preset or a config file
+    )
 
     def config_at(self, point: Mapping[str, int], swept: Sequence[str] = ()) -> ModelConfig:
         """The validated config with ``point``'s config-axis values set; swept fields are named by their flag."""
@@ -80,9 +82,8 @@ class SweepResult:
     """Every point of one target's sweep: axis values, validity with reasons, and the grid's numbers."""
 
     target: str
-    config: (
-        ModelConfig | None
-    )  # the target as given (with --set), None if only some swept values make it valid
+    # the target as given (with --set), None if only some swept values make it valid
+    config: ModelConfig | None
     workload: Workload
     axes: dict[str, tuple[int, ...]]  # the swept axes, in AXES order
     index: dict[str, np.ndarray]  # per point, its position on each swept axis

@@ -25,7 +25,8 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
         config = base.config_at(point, tuple(point))
     except ConfigError as exc:
         return {"problems": exc.problems}
-    workload = with_model_dtype(workload, config.dtype, base.dtype_source)  # as the grid: the model's own dtype
+    # as the grid: the model's own dtype
+    workload = with_model_dtype(workload, config.dtype, base.dtype_source)
     run = replace(
         workload,
         batch_size=int(point.get("batch_size", workload.batch_size)),

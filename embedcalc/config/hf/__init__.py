@@ -146,7 +146,9 @@ def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:
     quant = raw.get("quantization_config")
     if isinstance(quant, Mapping) and quant.get("quant_method") == "fp8":
         reader.consumed.add("quantization_config")
-        reader.put("dtype", "fp8", "quantization_config", "file", "quant_method fp8: the weights are stored in FP8")
+        reader.put(
+            "dtype", "fp8", "quantization_config", "file", "quant_method fp8: the weights are stored in FP8"
+        )
         return
     for key in ("dtype", "torch_dtype"):
         value = raw.get(key)
@@ -157,7 +159,10 @@ def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:
 
 
 def _map_text_model(
-    raw: Mapping[str, Any], text: Mapping[str, Any], origin: str, path: Path | None,
+    raw: Mapping[str, Any],
+    text: Mapping[str, Any],
+    origin: str,
+    path: Path | None,
     moved: frozenset[str] = frozenset(),
 ) -> HFMapping:
     """A multimodal file (LLaVA, Qwen2-VL, Gemma 3, ...) whose ``text_config`` is a supported family: counted as

@@ -120,6 +120,8 @@ def sub_config_reason(model_type: str, parent: str, key: str, value: Any) -> str
     if keys is None:
         return None
     if key in base_keys():
-        return f"an attribute every PreTrainedConfig writes, here of the nested {keys.config_class}; no effect"
+        return (
+            f"an attribute every PreTrainedConfig writes, here of the nested {keys.config_class}; no effect"
+        )
     verdict = classify(keys, key, value, transformers_version())
     return verdict.text if verdict is not None and verdict.ignored else None

@@ -47,7 +47,8 @@ def _read_roberta(r: KeyReader) -> None:
     """RobertaModel numbers positions from padding_idx + 1 (fairseq's make_positions), so its table of
     max_position_embeddings rows (514) serves max_position_embeddings - pad_token_id - 1 tokens (512)."""
     _read_bert_like(r)
-    r.lookup("max_position_embeddings")  # read by map_offset_positions; consumed here when pad_token_id is bad
+    # read by map_offset_positions; consumed here when pad_token_id is bad
+    r.lookup("max_position_embeddings")
     pad_key, pad, _ = r.value("pad_token_id")
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
         r.problem(

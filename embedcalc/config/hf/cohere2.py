@@ -36,7 +36,9 @@ def _windows(r: KeyReader) -> None:
 
 
 def _read_cohere2(r: KeyReader) -> None:
-    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel")
+    read_core(
+        r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel"
+    )
     r.fixed("norm_bias", False, "Cohere2LayerNorm has a weight and no bias")
     r.fixed("parallel_norms", 1, "one input_layernorm feeds attention and the MLP")
     r.ignore("mlp_bias", "Cohere2MLP builds no biases whatever this says")

@@ -35,7 +35,9 @@ def _terms(r: KeyReader) -> list[str] | None:
         return []
     items = [x.strip().lower() for x in value.split("|")] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(x, str) and x in _TERMS for x in items):
-        r.problem(key, f"{key} = {value!r}: expected c2p, p2c or both ('p2c|c2p' or a list); {yaml_hint(r.family)}")
+        r.problem(
+            key, f"{key} = {value!r}: expected c2p, p2c or both ('p2c|c2p' or a list); {yaml_hint(r.family)}"
+        )
         return None
     return items
 
@@ -43,16 +45,30 @@ def _terms(r: KeyReader) -> list[str] | None:
 def _read_disentangled(r: KeyReader) -> None:
     """relative_attention and its keys -> the ``disentangled`` field (embedcalc.config.disentangled)."""
     key, relative, _ = r.value("relative_attention")
-    for name in ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd"):
+    for name in (
+        "position_buckets",
+        "max_relative_positions",
+        "pos_att_type",
+        "share_att_key",
+        "norm_rel_ebd",
+    ):
         r.lookup(name)
     if relative is not True:
-        r.ignore("relative_attention", f"{relative!r}: no disentangled attention, BERT-style content scores only")
+        r.ignore(
+            "relative_attention", f"{relative!r}: no disentangled attention, BERT-style content scores only"
+        )
         norm = r.raw.get("norm_rel_ebd", "none")
         if isinstance(norm, str) and "layer_norm" in [x.strip() for x in norm.lower().split("|")]:
             r.problem("norm_rel_ebd", f"norm_rel_ebd = {norm!r} with {key} false: DebertaV2Encoder still builds its "
                       "LayerNorm(hidden_size), unused, which embedcalc does not model; set norm_rel_ebd to 'none' "
                       "(the same model without those 2 x hidden_size parameters)")  # fmt: skip
-        for name in ("position_buckets", "max_relative_positions", "pos_att_type", "share_att_key", "norm_rel_ebd"):
+        for name in (
+            "position_buckets",
+            "max_relative_positions",
+            "pos_att_type",
+            "share_att_key",
+            "norm_rel_ebd",
+        ):
             r.ignore(name, f"{key} is false: DebertaV2Encoder builds no relative-position table")
         return
     terms = _terms(r)
@@ -86,8 +102,13 @@ def _read_embeddings(r: KeyReader) -> None:
     """Positions (position_biased_input), segments, and embedding_size's projection."""
     key, biased, _ = r.value("position_biased_input")
     origin: Origin = "file" if key in r.raw else "default"
-    r.put("position", "learned" if biased is not False else "none", key, origin,
-          "a learned position table" if biased is not False else "no absolute positions, relative ones only")
+    r.put(
+        "position",
+        "learned" if biased is not False else "none",
+        key,
+        origin,
+        "a learned position table" if biased is not False else "no absolute positions, relative ones only",
+    )
     r.copy("type_vocab_size", "type_vocab_size")
     width, hidden = r.raw.get("embedding_size", MISSING), r.data.get("embed_dim")
     if width is MISSING or width == hidden:

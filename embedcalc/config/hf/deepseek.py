@@ -87,7 +87,11 @@ def _mla(r: KeyReader, kind: str = "mla", extra: tuple[tuple[str, str], ...] = (
         keys.append(written)
         if value is not None:
             spec[name] = value
-    note = "multi-head latent attention" if kind == "mla" else "DeepSeek sparse attention: MLA + lightning indexer"
+    note = (
+        "multi-head latent attention"
+        if kind == "mla"
+        else "DeepSeek sparse attention: MLA + lightning indexer"
+    )
     r.put("attention", spec, ", ".join(keys), origin(r, ", ".join(keys)), note)
     nope, rope = spec.get("qk_nope_head_dim"), spec.get("qk_rope_head_dim")
     if isinstance(nope, int) and isinstance(rope, int):
@@ -104,7 +108,11 @@ def _read_deepseek(r: KeyReader) -> None:
     _moe_layout(r)
 
 
-_INDEXER = (("index_n_heads", "index_heads"), ("index_head_dim", "index_head_dim"), ("index_topk", "index_topk"))
+_INDEXER = (
+    ("index_n_heads", "index_heads"),
+    ("index_head_dim", "index_head_dim"),
+    ("index_topk", "index_topk"),
+)
 
 
 def _read_deepseek_v32(r: KeyReader) -> None:
@@ -119,7 +127,11 @@ def _read_deepseek_v32(r: KeyReader) -> None:
                            f"each of the {layers} layers, which the file must list as 'indexed_attention'")  # fmt: skip
         else:
             r.ignore(key, "every layer indexed (DSA) attention, as the class writes it")
-    shared = _indexer_types(r, layers) if r.family.model_type == "glm_moe_dsa" and isinstance(layers, int) else None
+    shared = (
+        _indexer_types(r, layers)
+        if r.family.model_type == "glm_moe_dsa" and isinstance(layers, int)
+        else None
+    )
     _moe_layout(r, shared)
 
 
@@ -138,7 +150,10 @@ def _indexer_types(r: KeyReader, layers: int) -> tuple[str, list[bool]] | None:
         else:
             step = max(freq if isinstance(freq, int) else 1, 1)
             skip = offset if isinstance(offset, int) else 2
-            key, types = f_key, ["full" if max(i - skip + 1, 0) % step == 0 else "shared" for i in range(layers)]
+            key, types = (
+                f_key,
+                ["full" if max(i - skip + 1, 0) % step == 0 else "shared" for i in range(layers)],
+            )
     for other in (p_key, f_key, o_key):
         if other != key and other in r.raw:
             r.ignore(other, f"{key} decides which layers run their own indexer")

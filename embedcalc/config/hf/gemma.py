@@ -54,7 +54,9 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
         "the KV cache class generate() uses (hybrid: sliding layers keep their window)",
     )
     if not encoder:
-        r.ignore("use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)")
+        r.ignore(
+            "use_bidirectional_attention", "changes which scores are masked, not the matmuls (full n x n)"
+        )
 
 
 def _read_gemma(r: KeyReader) -> None:
@@ -89,7 +91,9 @@ def _bidirectional_windows(r: KeyReader) -> None:
                   f"a sliding layer's token sees the {each - 1} tokens on each side and itself; the encoder computes "
                   "the full score matrix and masks it, and keeps no KV cache")  # fmt: skip
         r.ignore(window_key, reason)
-        r.notes.append(f"{window_key} {window} is bidirectional ({each - 1} tokens each way), as transformers reads it")
+        r.notes.append(
+            f"{window_key} {window} is bidirectional ({each - 1} tokens each way), as transformers reads it"
+        )
     else:
         r.ignore(window_key, "no sliding window")
     for key in ("layer_types", "sliding_window_pattern"):

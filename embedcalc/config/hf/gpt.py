@@ -168,7 +168,9 @@ def _read_phi(r: KeyReader) -> None:
 
 def _read_cohere(r: KeyReader) -> None:
     """CohereForCausalLM: CohereLayerNorm (weight only), attention and MLP in parallel off one norm, tied head."""
-    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel")
+    read_core(
+        r, qkv="attention_bias", out="attention_bias", ffn=False, norm="layernorm", placement="parallel"
+    )
     r.fixed("norm_bias", False, "CohereLayerNorm has no bias")
     r.fixed("parallel_norms", 1)
     refuse(r, "use_qk_norm", (False,), "CohereLayerNorm q/k norms with separate weights for every head")

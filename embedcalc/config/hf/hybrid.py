@@ -82,7 +82,9 @@ def _read_granitemoehybrid(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     pos_key, pos, _ = r.value("position_embedding_type")
     position = "rope" if pos == "rope" else "none"
-    replace_mapped(r, "position", position, pos_key, origin(r, pos_key), "GraniteMoeHybridModel: RoPE only for rope")
+    replace_mapped(
+        r, "position", position, pos_key, origin(r, pos_key), "GraniteMoeHybridModel: RoPE only for rope"
+    )
     for key in _GRANITE_SCALARS:
         r.ignore(key, "a scalar multiplier; element-wise only")
     r.ignore("time_step_limit", "clamps the Mamba-2 time step; element-wise only")
@@ -148,7 +150,9 @@ def _read_qwen3_next(r: KeyReader) -> None:
     for key in ("use_sliding_window", "sliding_window", "max_window_layers"):
         r.ignore(key, "Qwen3NextForCausalLM never reads it: no layer slides")
     _, shared, _ = r.value("shared_expert_intermediate_size")
-    extra = {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
+    extra = (
+        {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
+    )
     moe = read_moe(r, "num_experts", extra=extra)
     layers = r.data.get("num_layers")
     if moe is None or not isinstance(layers, int):
@@ -158,7 +162,11 @@ def _read_qwen3_next(r: KeyReader) -> None:
         _, interval = r.lookup("full_attention_interval")
         every = interval if isinstance(interval, int) and interval > 0 else 4
         types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
-    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"linear_attention", "full_attention"}:
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not set(types) <= {"linear_attention", "full_attention"}
+    ):
         r.problem(types_key, f"layer_types must list linear_attention or full_attention for each of the {layers} "
                              f"layers; got {types!r}")  # fmt: skip
         return
@@ -185,8 +193,16 @@ def _read_qwen3_next(r: KeyReader) -> None:
         variants[name] = spec
         names.append("default" if name == "full" else name)
     note = f"{types.count('linear_attention')} gated DeltaNet layers, {types.count('full_attention')} gated attention"
-    wanted = [types_key, *(key for _, key in _GDN_KEYS), "num_experts", "num_experts_per_tok",
-              "moe_intermediate_size", "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers"]
+    wanted = [
+        types_key,
+        *(key for _, key in _GDN_KEYS),
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+    ]
     put_layout(r, names, variants, ", ".join(k for k in wanted if k in r.raw) or types_key, note)
 
 

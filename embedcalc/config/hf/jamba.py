@@ -45,7 +45,9 @@ def _mamba1_spec(r: KeyReader) -> dict[str, Any] | None:
     if rank == "auto" and isinstance(hidden, int):
         rank = math.ceil(hidden / 16)
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
-        r.problem(rank_key, f"{rank_key} = {rank!r} must be a positive integer or 'auto' (ceil(hidden_size / 16))")
+        r.problem(
+            rank_key, f"{rank_key} = {rank!r} must be a positive integer or 'auto' (ceil(hidden_size / 16))"
+        )
         return None
     if state is None or conv is None or expand is None or not isinstance(hidden, int):
         return None
@@ -76,7 +78,9 @@ def _read_jamba(r: KeyReader) -> None:
     ignore_moe_keys(r)
     for key, reason in _RUNTIME.items():
         r.ignore(key, reason)
-    r.expect("sliding_window", (None,), "transformers' JambaAttention never slides, whatever an older file says")
+    r.expect(
+        "sliding_window", (None,), "transformers' JambaAttention never slides, whatever an older file says"
+    )
     layers = r.data.get("num_layers")
     attn, experts = _period(r, *_PLACEMENT[:2]), _period(r, *_PLACEMENT[2:])
     mamba = _mamba1_spec(r)
@@ -97,6 +101,7 @@ def _read_jamba(r: KeyReader) -> None:
     note = f"{layers - attention} Mamba layers, {attention} attention layers; {moe_layers} MoE layers"
     wanted = (*_PLACEMENT, *_MAMBA_KEYS, "num_experts", "num_experts_per_tok", "intermediate_size")
     put_layout(r, names, variants, ", ".join(k for k in wanted if k in r.raw) or "attn_layer_period", note)
+
 
 _DEFAULTS: dict[str, Any] = dict(
     vocab_size=65536, tie_word_embeddings=False, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,

@@ -174,8 +174,10 @@ def common_reason(key: str, value: Any) -> str | None:
         if key.startswith(prefix):
             return reason
     if key in ("torch_dtype", "dtype"):
-        return (f"the dtype the checkpoint names ({value}); the model's dtype is read from dtype / torch_dtype "
-                "or an fp8 quantization_config, and --dtype overrides it")
+        return (
+            f"the dtype the checkpoint names ({value}); the model's dtype is read from dtype / torch_dtype "
+            "or an fp8 quantization_config, and --dtype overrides it"
+        )
     return None
 
 

@@ -130,7 +130,10 @@ def put_windows(
     context = r.data.get("max_seq_len")
     if cap_at_context and isinstance(window, int) and isinstance(context, int) and window >= context:
         for k in keys:
-            r.ignore(k, f"a window of {window} >= max_position_embeddings ({context}) limits nothing in the context")
+            r.ignore(
+                k,
+                f"a window of {window} >= max_position_embeddings ({context}) limits nothing in the context",
+            )
         return
     if window is None or SLIDING not in types:
         for k in keys:

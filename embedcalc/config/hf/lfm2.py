@@ -49,7 +49,11 @@ def _layer_types(r: KeyReader, layers: int) -> tuple[str, list[str]] | None:
     idx_key, idxs = r.lookup("full_attn_idxs")
     if types is not MISSING and types is not None:
         r.ignore(idx_key, "layer_types decides which layers are attention")
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {"conv", "full_attention"}:
+        if (
+            not isinstance(types, list)
+            or len(types) != layers
+            or not set(types) <= {"conv", "full_attention"}
+        ):
             r.problem(key, f"layer_types must list conv or full_attention for each of the {layers} layers; got "
                            f"{types!r}")  # fmt: skip
             return None
@@ -63,9 +67,19 @@ def _layer_types(r: KeyReader, layers: int) -> tuple[str, list[str]] | None:
 
 
 def _read_lfm2(r: KeyReader) -> None:
-    for name, value in (("architecture", "decoder"), ("norm", "rmsnorm"), ("norm_placement", "pre"),
-                        ("embedding_norm", False), ("position", "rope"), ("bias", False), ("lm_head", True),
-                        ("activation", "swiglu"), ("qkv_bias", False), ("out_bias", False), ("ffn_bias", False)):
+    for name, value in (
+        ("architecture", "decoder"),
+        ("norm", "rmsnorm"),
+        ("norm_placement", "pre"),
+        ("embedding_norm", False),
+        ("position", "rope"),
+        ("bias", False),
+        ("lm_head", True),
+        ("activation", "swiglu"),
+        ("qkv_bias", False),
+        ("out_bias", False),
+        ("ffn_bias", False),
+    ):
         r.fixed(name, value)  # fmt: skip
     read_shape(r)
     r.copy("tie_word_embeddings", "tie_embeddings")

@@ -45,7 +45,9 @@ def _put_moe_layers(r: KeyReader, moe: dict[str, Any] | None, is_moe: list[bool]
     if moe is None:
         return
     slides = [w is not None for w in windows] if windows is not None else [False] * len(is_moe)
-    names = [("moe" if m else "default") + ("_local" if s else "") for m, s in zip(is_moe, slides, strict=True)]
+    names = [
+        ("moe" if m else "default") + ("_local" if s else "") for m, s in zip(is_moe, slides, strict=True)
+    ]
     window = next((w for w in windows or [] if w is not None), None)
     local = {"attention": {"sliding_window": window}} if window is not None else {}
     blocks = {"moe": {"ffn": moe}, "local": local, "moe_local": {"ffn": moe} | local}
@@ -62,7 +64,9 @@ def _put_moe_layers(r: KeyReader, moe: dict[str, Any] | None, is_moe: list[bool]
 def _read_ernie4_5_moe(r: KeyReader) -> None:
     read_core(r, qkv="use_bias", out="use_bias", ffn="use_bias")
     bias_key, bias, _ = r.value("use_bias")
-    r.put("lm_head_bias", bias is True, bias_key, origin(r, bias_key), "Ernie4_5_MoeForCausalLM: lm_head bias")
+    r.put(
+        "lm_head_bias", bias is True, bias_key, origin(r, bias_key), "Ernie4_5_MoeForCausalLM: lm_head bias"
+    )
     ignore_moe_keys(r)
     r.ignore("moe_norm_min", "a floor of the routing weights' normaliser; element-wise only")
     s_key, shared, _ = r.value("moe_num_shared_experts")
@@ -74,11 +78,14 @@ def _read_ernie4_5_moe(r: KeyReader) -> None:
     layers = r.data.get("num_layers")
     keys = [r.value(k) for k in ("moe_layer_start_index", "moe_layer_end_index", "moe_layer_interval")]
     (start_key, start, _), (end_key, end, _), (step_key, step, _) = keys
-    if not isinstance(layers, int) or not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end,
-                                                                                                      step)):
+    if not isinstance(layers, int) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)
+    ):
         for key, value, _ in keys:
             if not isinstance(value, int) or isinstance(value, bool):
-                r.problem(key, f"{key} = {value!r}: ERNIE-4.5 MoE reads one integer here (not a per-modality list)")
+                r.problem(
+                    key, f"{key} = {value!r}: ERNIE-4.5 MoE reads one integer here (not a per-modality list)"
+                )
         return
     if step < 1:
         r.problem(step_key, f"{step_key} = {step!r} must be a positive integer")
@@ -110,8 +117,10 @@ def _read_hunyuan_moe(r: KeyReader) -> None:
     k_key, top_k, _ = r.value("moe_topk")
     e_key, experts, _ = r.value("num_experts")
     per_layer = top_k if isinstance(top_k, list) else [top_k] * layers if isinstance(layers, int) else []
-    if not isinstance(layers, int) or len(per_layer) != layers or not all(
-        isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in per_layer
+    if (
+        not isinstance(layers, int)
+        or len(per_layer) != layers
+        or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in per_layer)
     ):
         r.problem(k_key, f"{k_key} = {top_k!r}: one positive integer, or one for each of the {layers} layers")
         return
@@ -123,7 +132,9 @@ def _read_hunyuan_moe(r: KeyReader) -> None:
     kinds = sorted(set(per_layer), key=per_layer.index)
     key = f"{e_key}, {k_key}, intermediate_size"
     if len(kinds) == 1:
-        r.put("ffn", moe | {"top_k": kinds[0]}, key, origin(r, key), "every layer: router, experts, shared MLP")
+        r.put(
+            "ffn", moe | {"top_k": kinds[0]}, key, origin(r, key), "every layer: router, experts, shared MLP"
+        )
         return
     put_layout(r, [f"top{k}" for k in per_layer], {f"top{k}": {"ffn": moe | {"top_k": k}} for k in kinds}, key,
                "every layer MoE; moe_topk per layer")  # fmt: skip
@@ -165,7 +176,9 @@ def _read_dots1(r: KeyReader) -> None:
     else:
         r.ignore(f_key if t_key in r.raw else t_key, "decides which layers slide (mapped as layers)")
     ignore_moe_keys(r)
-    r.ignore("moe_layer_freq", "transformers places MoE layers by first_k_dense_replace alone and never reads it")
+    r.ignore(
+        "moe_layer_freq", "transformers places MoE layers by first_k_dense_replace alone and never reads it"
+    )
     s_key, shared, _ = r.value("n_shared_experts")
     extra = {"num_shared_experts": shared} if isinstance(shared, int) and shared > 0 else {}
     moe = read_moe(r, "n_routed_experts", extra=extra)
@@ -183,7 +196,11 @@ def _read_dots1(r: KeyReader) -> None:
 
 def _read_minimax_m2(r: KeyReader) -> None:
     read_core(r, qkv=False, out=False, ffn=False)
-    r.fixed("attention", {"qk_norm": "full"}, "q_norm RMSNorm(heads x head_dim), k_norm RMSNorm(kv_heads x head_dim)")
+    r.fixed(
+        "attention",
+        {"qk_norm": "full"},
+        "q_norm RMSNorm(heads x head_dim), k_norm RMSNorm(kv_heads x head_dim)",
+    )
     for key in ("rotary_dim", "partial_rotary_factor"):
         r.ignore(key, "partial rotary positions: " + hf_keys.ROPE)
     every_layer_experts(r)  # Mixtral's; its e_score_correction_bias is a buffer

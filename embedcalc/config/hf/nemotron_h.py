@@ -26,8 +26,17 @@ from embedcalc.config.hf.reader import MISSING, Family, KeyReader, yaml_hint
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 _MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
                "use_conv_bias", "use_bias")  # fmt: skip
-_MOE_KEYS = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size")
-_LEGACY = {"mamba": "linear_attention", "attention": "full_attention"}  # transformers' remap_legacy_layer_types
+_MOE_KEYS = (
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "moe_shared_expert_intermediate_size",
+)
+# transformers' remap_legacy_layer_types
+_LEGACY = {
+    "mamba": "linear_attention",
+    "attention": "full_attention",
+}
 _IGNORED = {
     "use_mamba_kernels": "whether the fused CUDA kernels run the scan; the same computation",
     "num_logits_to_keep": "how many prompt positions generate() computes logits for; embedcalc's head counts every "
@@ -61,7 +70,11 @@ def _block_types(r: KeyReader) -> tuple[str, list[str]] | None:
     if types is not MISSING and types is not None:
         if pattern is not MISSING:
             r.ignore(pattern_key, "layers_block_type decides the layers (NemotronHConfig drops the pattern)")
-        if not isinstance(types, list) or not types or not set(types) <= set(_PATTERN.values()) | set(_LEGACY):
+        if (
+            not isinstance(types, list)
+            or not types
+            or not set(types) <= set(_PATTERN.values()) | set(_LEGACY)
+        ):
             r.problem(key, f"{key} must be a non-empty list of {', '.join(_PATTERN.values())}; got {types!r}")
             return None
         return key, [str(_LEGACY.get(t, t)) for t in types]
@@ -89,7 +102,9 @@ def _mamba2(r: KeyReader) -> dict[str, Any] | None:
 
 def _read_nemotron_h(r: KeyReader) -> None:
     read_core(r, qkv=False, out=False, ffn="mlp_bias", gated=False, act_key="mlp_hidden_act")
-    replace_mapped(r, "position", "none", "model_type", "family", "NemotronHAttention has no positional encoding")
+    replace_mapped(
+        r, "position", "none", "model_type", "family", "NemotronHAttention has no positional encoding"
+    )
     ignore_moe_keys(r)
     for key, reason in _IGNORED.items():
         r.ignore(key, reason)
@@ -102,8 +117,11 @@ def _read_nemotron_h(r: KeyReader) -> None:
         r.notes.append(f"{layers_key} = {layers!r} disagrees with the {len(types)} layers {types_key} lists; "
                        "NemotronHConfig uses the list (as here)")  # fmt: skip
     replace_mapped(r, "num_layers", len(types), types_key, origin(r, types_key), "one layer per entry")
-    r.ignore(layers_key, f"NemotronHConfig counts the layers of {types_key} ({len(types)}) and ignores this key")
-    head_key, head = r.lookup("attention_head_dim")  # older remote-code files: NemotronHAttention reads head_dim
+    r.ignore(
+        layers_key, f"NemotronHConfig counts the layers of {types_key} ({len(types)}) and ignores this key"
+    )
+    # older remote-code files: NemotronHAttention reads head_dim
+    head_key, head = r.lookup("attention_head_dim")
     if head is not MISSING:
         r.derived(head_key, r.data.get("head_dim"), "head_dim")
     _, latent, _ = r.value("moe_latent_size")
@@ -114,7 +132,10 @@ def _read_nemotron_h(r: KeyReader) -> None:
         return
     if latent is None:
         r.ignore("moe_latent_size", "null: the experts run in the hidden width")
-    variants: dict[str, dict[str, Any]] = {"attn": {"ffn": {"kind": "none"}}, "mlp": {"mixer": {"kind": "none"}}}
+    variants: dict[str, dict[str, Any]] = {
+        "attn": {"ffn": {"kind": "none"}},
+        "mlp": {"mixer": {"kind": "none"}},
+    }
     wanted = [types_key]
     if "linear_attention" in types:
         mamba = _mamba2(r)
@@ -135,12 +156,16 @@ def _read_nemotron_h(r: KeyReader) -> None:
     else:
         for key in _MOE_KEYS:
             r.ignore(key, "no layer is a mixture-of-experts layer")
-    r.ignore("moe_shared_expert_overlap", "whether the shared expert's matmuls overlap the routed ones; the same FLOPs")
+    r.ignore(
+        "moe_shared_expert_overlap",
+        "whether the shared expert's matmuls overlap the routed ones; the same FLOPs",
+    )
     names = [{"linear_attention": "mamba", "full_attention": "attn"}.get(t, t) for t in types]
     counts = ", ".join(f"{names.count(n)} {label}" for n, label in (("mamba", "Mamba-2"), ("attn", "attention"),
                        ("mlp", "MLP"), ("moe", "MoE")) if n in names)  # fmt: skip
     used = ", ".join(dict.fromkeys(k for k in wanted if k in r.raw)) or types_key
     put_layout(r, names, variants, used, f"{counts} blocks, one sublayer each")
+
 
 _DEFAULTS: dict[str, Any] = dict(
     vocab_size=131072, hidden_size=4096, tie_word_embeddings=False, num_attention_heads=32, num_key_value_heads=8,

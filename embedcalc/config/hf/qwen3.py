@@ -46,7 +46,8 @@ def _windows(r: KeyReader, layers: int, rule: Rule) -> list[int | None] | None:
     """The sliding window of each layer (None: full attention), by the family's rule or ``layer_types``."""
     use_key, use, _ = r.value("use_sliding_window")
     window_key, window, _ = r.value("sliding_window")
-    window = window if use is True else None  # every Qwen config: sliding_window = ... if use_sliding_window else None
+    # every Qwen config: sliding_window = ... if use_sliding_window else None
+    window = window if use is True else None
     first_key, first = "max_window_layers", 0
     if rule is _all_rule:
         r.ignore(first_key, "Qwen3MoeConfig does not read max_window_layers")

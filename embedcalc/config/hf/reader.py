@@ -297,7 +297,9 @@ def map_partial_rotary(reader: KeyReader, default: float, legacy: str | None = N
     if params is not MISSING:
         reader.ignored.append(IgnoredKey(params_key, params, keys.ROPE + f" ({key} mapped as rotary_dim)"))
     heads, d = reader.data.get("num_heads"), reader.data.get("embed_dim")
-    head_dim = reader.data.get("head_dim") or (d // heads if isinstance(d, int) and isinstance(heads, int) else None)
+    head_dim = reader.data.get("head_dim") or (
+        d // heads if isinstance(d, int) and isinstance(heads, int) else None
+    )
     if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
         reader.problem(written, f"{written} = {factor!r} must be a number in (0, 1]")
         return
@@ -322,10 +324,16 @@ def expect_absolute_positions(reader: KeyReader) -> None:
     Jina v3's ``rotary``) comes from the file's remote code, never from transformers' class."""
     written, value = reader.lookup("position_embedding_type")
     if value is MISSING or value in ("relative_key", "relative_key_query") or value == "absolute":
-        reader.expect("position_embedding_type", ("absolute",), "older transformers built distance embeddings for it")
+        reader.expect(
+            "position_embedding_type", ("absolute",), "older transformers built distance embeddings for it"
+        )
         return
     auto = reader.raw.get("auto_map")
-    named = ", ".join(sorted({str(v).rsplit(".", 1)[-1] for v in auto.values()})) if isinstance(auto, dict) else ""
+    named = (
+        ", ".join(sorted({str(v).rsplit(".", 1)[-1] for v in auto.values()}))
+        if isinstance(auto, dict)
+        else ""
+    )
     source = f"its remote code ({named}, in auto_map)" if named else "remote code"
     reader.problem(
         written,
@@ -344,7 +352,9 @@ def map_offset_positions(reader: KeyReader, offset: int, offset_key: str, why: s
     fixed = offset_key == "model_type"
     if isinstance(rows, int) and not isinstance(rows, bool):
         note = f"{rows_key} {rows} - {why}: the table's first {offset} rows are never used"
-        reader.put("max_seq_len", rows - offset, rows_key if fixed else f"{rows_key}, {offset_key}", origin, note)
+        reader.put(
+            "max_seq_len", rows - offset, rows_key if fixed else f"{rows_key}, {offset_key}", origin, note
+        )
     else:
         reader.put("max_seq_len", rows, rows_key, origin)
     offset_origin: Origin = "family" if fixed else "file" if offset_key in reader.raw else "default"
@@ -371,10 +381,11 @@ class Family:
     example_preset: str
     defaults: dict[str, Any]
     read: Callable[[KeyReader], None]
-    attribute_map: dict[str, str] = field(
-        default_factory=dict
-    )  # alias -> key, as transformers' attribute_map
-    core: dict[str, Any] = field(default_factory=dict)  # read_core's arguments, for a family that is a row of data
-    ignored: dict[str, str] = field(default_factory=dict)  # a row's keys its modules never read, with the reason
+    # alias -> key, as transformers' attribute_map
+    attribute_map: dict[str, str] = field(default_factory=dict)
+    # read_core's arguments, for a family that is a row of data
+    core: dict[str, Any] = field(default_factory=dict)
+    # a row's keys its modules never read, with the reason
+    ignored: dict[str, str] = field(default_factory=dict)
     # keys whose value is element-wise only and may hold a non-finite number (time_step_limit's bound Infinity)
     non_finite: frozenset[str] = frozenset()

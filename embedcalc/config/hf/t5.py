@@ -91,7 +91,8 @@ def _t5_ffn(r: KeyReader) -> None:
         if value is MISSING:
             continue
         if (key == "is_gated_act" and value is not expected) or (
-            key == "dense_act_fn" and (not isinstance(value, str) or value not in table)  # a mapping is no name
+            key == "dense_act_fn"
+            and (not isinstance(value, str) or value not in table)  # a mapping is no name
         ):
             r.problem(k, f"{k} = {value!r} contradicts {written} = {proj!r}")
         else:

@@ -52,8 +52,12 @@ def supported_class(name: str) -> str | None:
     best: tuple[int, str] | None = None
     for model_type, family in FAMILIES.items():
         prefix = family.config_class.removesuffix("Config")
-        rest = name[len(prefix):]
-        if name.startswith(prefix) and (rest == "" or rest[0].isupper()) and (best is None or len(prefix) > best[0]):
+        rest = name[len(prefix) :]
+        if (
+            name.startswith(prefix)
+            and (rest == "" or rest[0].isupper())
+            and (best is None or len(prefix) > best[0])
+        ):
             best = (len(prefix), model_type)
     return None if best is None else best[1]
 
@@ -79,7 +83,9 @@ def unsupported_family(model_type: Any, origin: str, raw: Mapping[str, Any]) -> 
             f"{REFUSED[model_type]}, so it is refused rather than miscounted{hint}. Describe the nearest model in "
             "embedcalc's own YAML (`embedcalc schema`; docs/concepts/huggingface.md) if an estimate will do"
         )
-        return ConfigError(message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family")
+        return ConfigError(
+            message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family"
+        )
     families = ", ".join(FAMILIES)
     message = (
         f"{origin}: model_type {model_type!r} is not a family embedcalc reads from a Hugging Face config.json "
@@ -88,7 +94,9 @@ def unsupported_family(model_type: Any, origin: str, raw: Mapping[str, Any]) -> 
         "presets show llama-2-7b` prints a complete example, `embedcalc schema` every field; "
         "docs/concepts/huggingface.md)"
     )
-    return ConfigError(message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family")
+    return ConfigError(
+        message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family"
+    )
 
 
 def family_before_numbers(raw: Mapping[str, Any], origin: str, refused: list[Problem]) -> ConfigError | None:

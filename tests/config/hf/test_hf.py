@@ -125,8 +125,14 @@ def test_today_and_older_formats_agree() -> None:
     """rope_theta / torch_dtype at top level (older) and rope_parameters / dtype (transformers 5) map alike."""
     old = _raw(FIXTURES / "llama-2-7b.json")
     new = {k: v for k, v in old.items() if k not in ("rope_scaling", "torch_dtype", "transformers_version")}
-    new |= {"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "dtype": "float16",
-            "transformers_version": "5.24.0", "head_dim": 128, "attention_bias": False, "mlp_bias": False}
+    new |= {
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "dtype": "float16",
+        "transformers_version": "5.24.0",
+        "head_dim": 128,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
     old |= {"rope_theta": 10000.0}
     a, b = _config(old), _config(new)
     assert count_params(a).as_dict() == count_params(b).as_dict()
@@ -200,7 +206,11 @@ def test_opt_350m_projections_and_post_norm() -> None:
 
 def test_qwen2_biases_on_qkv_only() -> None:
     config = _config(_raw(FIXTURES / "qwen2-0.5b.json"))
-    assert (config.resolved_qkv_bias, config.resolved_out_bias, config.resolved_ffn_bias) == (True, False, False)
+    assert (config.resolved_qkv_bias, config.resolved_out_bias, config.resolved_ffn_bias) == (
+        True,
+        False,
+        False,
+    )
     params = count_params(config).as_dict()
     d, q, kv, layers = 896, 896, 128, 24
     assert params["decoder/attention/qkv"] == layers * (d * (q + 2 * kv) + q + 2 * kv)
@@ -210,9 +220,14 @@ def test_qwen2_biases_on_qkv_only() -> None:
 def test_t5_head_untied_in_either_format() -> None:
     v1 = _config(_raw(FIXTURES / "t5-small.json"))
     v11_old = _config(_raw(FIXTURES / "t5-v1_1-small.json"))
-    v11_new = _config(_raw(FIXTURES / "t5-v1_1-base.v5.json"))  # tie_word_embeddings true, scale_decoder_outputs false
+    # tie_word_embeddings true, scale_decoder_outputs false
+    v11_new = _config(_raw(FIXTURES / "t5-v1_1-base.v5.json"))
     assert (v1.tie_embeddings, v11_old.tie_embeddings, v11_new.tie_embeddings) == (True, False, False)
-    assert (v11_old.activation, v1.activation, v11_new.relative_attention_max_distance) == ("geglu", "relu", 128)
+    assert (v11_old.activation, v1.activation, v11_new.relative_attention_max_distance) == (
+        "geglu",
+        "relu",
+        128,
+    )
 
 
 def test_distilbert_sinusoidal_still_counts_its_table() -> None:
@@ -291,7 +306,9 @@ def test_family_specific_refusals(fixture: str, extra: dict[str, Any], key: str)
 
 
 def test_invalid_values_name_the_hugging_face_key(cli: Any, write_config: Any) -> None:
-    path = write_config({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 30}, "config.json")
+    path = write_config(
+        {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 30}, "config.json"
+    )
     result = cli("check", str(path))
     assert result.exit_code == 3
     assert "num_attention_heads (30) must divide hidden_size (4096)" in result.stderr
@@ -348,13 +365,28 @@ def test_check_lists_mapped_and_ignored_keys(cli: Any) -> None:
     path = str(FIXTURES / "opt-350m.json")
     table = cli("check", path)
     assert table.exit_code == 0, table.stderr
-    for word in ("OPTForCausalLM", "word_embed_proj_dim", "token_embed_dim", "do_layer_norm_before", "layerdrop",
-                 "ignored", "Counting rule", "AutoModelForSeq2SeqLM", "transformers default"):
+    for word in (
+        "OPTForCausalLM",
+        "word_embed_proj_dim",
+        "token_embed_dim",
+        "do_layer_norm_before",
+        "layerdrop",
+        "ignored",
+        "Counting rule",
+        "AutoModelForSeq2SeqLM",
+        "transformers default",
+    ):
         assert word in table.stdout, word
     data = json.loads(cli("check", path, "--format", "json").stdout)["results"][0]["hf"]
-    assert (data["family"], data["counted_as"]) == ("opt", "OPTForCausalLM (AutoModelForCausalLM), LM head tied")
+    assert (data["family"], data["counted_as"]) == (
+        "opt",
+        "OPTForCausalLM (AutoModelForCausalLM), LM head tied",
+    )
     mapped = {m["field"]: m for m in data["mapped"]}
-    assert (mapped["token_embed_dim"]["key"], mapped["token_embed_dim"]["value"]) == ("word_embed_proj_dim", 512)
+    assert (mapped["token_embed_dim"]["key"], mapped["token_embed_dim"]["value"]) == (
+        "word_embed_proj_dim",
+        512,
+    )
     assert mapped["position_offset"]["origin"] == "family"
     ignored = {i["key"]: i["reason"] for i in data["ignored"]}
     assert "dropout" in ignored["attention_dropout"] and "metadata" in ignored["transformers_version"]
@@ -422,7 +454,9 @@ def test_hugging_face_configs_load_without_torch_or_transformers() -> None:
         ("roberta-base.json", {"seq_len": (64, 512), "embed_dim": (384, 768)}, Workload(mode="training")),
     ],
 )  # fmt: skip
-def test_grid_matches_analyze_on_new_fields(target: str, axes: dict[str, tuple[int, ...]], workload: Workload) -> None:
+def test_grid_matches_analyze_on_new_fields(
+    target: str, axes: dict[str, tuple[int, ...]], workload: Workload
+) -> None:
     path = str(FIXTURES / target)
     result = sweep_target(load_base(path), axes, workload)
     base = load_base(path)
@@ -458,8 +492,13 @@ def _hf_model(transformers: Any, raw: dict[str, Any], config: ModelConfig) -> An
 
     model_type = raw["model_type"]
     hf_config = transformers.CONFIG_MAPPING[model_type].from_dict(raw)
-    auto = (transformers.AutoModel if model_type in _ENCODERS
-            else transformers.AutoModelForSeq2SeqLM if model_type == "t5" else transformers.AutoModelForCausalLM)
+    auto = (
+        transformers.AutoModel
+        if model_type in _ENCODERS
+        else transformers.AutoModelForSeq2SeqLM
+        if model_type == "t5"
+        else transformers.AutoModelForCausalLM
+    )
     with torch.device("meta"):
         model = auto.from_config(hf_config, attn_implementation="eager")
     if model_type == "t5" and not config.tie_embeddings and model.lm_head.weight is model.shared.weight:
@@ -506,7 +545,9 @@ def _hf_forward_flops(model: Any, model_type: str, batch: int, seq_len: int, tgt
     ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         if model_type == "t5":
-            model(input_ids=ids, decoder_input_ids=torch.zeros(batch, tgt_len, dtype=torch.long, device="meta"))
+            model(
+                input_ids=ids, decoder_input_ids=torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
+            )
         else:
             model(input_ids=ids)
     return int(counter.get_total_flops())
@@ -541,6 +582,7 @@ def test_bert_base_reference_flops_from_its_config_json() -> None:
 
 # random small configs of every family: a hub-style raw dict drawn from a seeded generator
 
+
 def _heads(rng: random.Random, even: bool = False) -> tuple[int, int, int]:
     """(heads, kv_heads, head_dim) with kv_heads dividing heads."""
     heads = rng.randint(1, 4)
@@ -551,11 +593,19 @@ def _heads(rng: random.Random, even: bool = False) -> tuple[int, int, int]:
 
 def _bert(rng: random.Random, model_type: str) -> dict[str, Any]:
     heads, _, hd = _heads(rng)
-    raw = {"model_type": model_type, "vocab_size": rng.randint(5, 60), "hidden_size": heads * hd,
-           "num_attention_heads": heads, "num_hidden_layers": rng.randint(1, 2),
-           "intermediate_size": rng.randint(1, 24), "hidden_act": rng.choice(["gelu", "relu", "gelu_new"]),
-           "type_vocab_size": rng.randint(1, 3), "max_position_embeddings": rng.randint(12, 20),
-           "hidden_dropout_prob": rng.choice([0.0, 0.1]), "tie_word_embeddings": rng.random() < 0.5}
+    raw = {
+        "model_type": model_type,
+        "vocab_size": rng.randint(5, 60),
+        "hidden_size": heads * hd,
+        "num_attention_heads": heads,
+        "num_hidden_layers": rng.randint(1, 2),
+        "intermediate_size": rng.randint(1, 24),
+        "hidden_act": rng.choice(["gelu", "relu", "gelu_new"]),
+        "type_vocab_size": rng.randint(1, 3),
+        "max_position_embeddings": rng.randint(12, 20),
+        "hidden_dropout_prob": rng.choice([0.0, 0.1]),
+        "tie_word_embeddings": rng.random() < 0.5,
+    }
     if model_type == "roberta":
         raw["pad_token_id"] = rng.randint(0, 2)
     return raw
@@ -568,31 +618,72 @@ def _random_raw(model_type: str, seed: int) -> dict[str, Any]:
     heads, kv, hd = _heads(rng, even=model_type in ("llama", "mistral", "qwen2"))
     d = heads * hd
     if model_type == "distilbert":
-        return {"model_type": "distilbert", "vocab_size": rng.randint(5, 60), "dim": d, "n_heads": heads,
-                "n_layers": rng.randint(1, 2), "hidden_dim": rng.randint(1, 24), "max_position_embeddings": 16,
-                "sinusoidal_pos_embds": rng.random() < 0.5, "activation": rng.choice(["gelu", "relu"])}
+        return {
+            "model_type": "distilbert",
+            "vocab_size": rng.randint(5, 60),
+            "dim": d,
+            "n_heads": heads,
+            "n_layers": rng.randint(1, 2),
+            "hidden_dim": rng.randint(1, 24),
+            "max_position_embeddings": 16,
+            "sinusoidal_pos_embds": rng.random() < 0.5,
+            "activation": rng.choice(["gelu", "relu"]),
+        }
     if model_type == "gpt2":
-        return {"model_type": "gpt2", "vocab_size": rng.randint(5, 60), "n_embd": d, "n_head": heads,
-                "n_layer": rng.randint(1, 2), "n_positions": rng.randint(12, 20),
-                "n_inner": rng.choice([None, rng.randint(1, 24)]), "tie_word_embeddings": rng.random() < 0.5,
-                "activation_function": rng.choice(["gelu_new", "relu"]), "n_ctx": 1024}
+        return {
+            "model_type": "gpt2",
+            "vocab_size": rng.randint(5, 60),
+            "n_embd": d,
+            "n_head": heads,
+            "n_layer": rng.randint(1, 2),
+            "n_positions": rng.randint(12, 20),
+            "n_inner": rng.choice([None, rng.randint(1, 24)]),
+            "tie_word_embeddings": rng.random() < 0.5,
+            "activation_function": rng.choice(["gelu_new", "relu"]),
+            "n_ctx": 1024,
+        }
     if model_type == "opt":
-        return {"model_type": "opt", "vocab_size": rng.randint(5, 60), "hidden_size": d, "num_attention_heads": heads,
-                "num_hidden_layers": rng.randint(1, 2), "ffn_dim": rng.randint(1, 24), "max_position_embeddings": 16,
-                "word_embed_proj_dim": rng.choice([None, d, rng.randint(1, 12)]),
-                "do_layer_norm_before": rng.random() < 0.5, "_remove_final_layer_norm": rng.random() < 0.3,
-                "enable_bias": rng.random() < 0.7, "tie_word_embeddings": rng.random() < 0.7}
+        return {
+            "model_type": "opt",
+            "vocab_size": rng.randint(5, 60),
+            "hidden_size": d,
+            "num_attention_heads": heads,
+            "num_hidden_layers": rng.randint(1, 2),
+            "ffn_dim": rng.randint(1, 24),
+            "max_position_embeddings": 16,
+            "word_embed_proj_dim": rng.choice([None, d, rng.randint(1, 12)]),
+            "do_layer_norm_before": rng.random() < 0.5,
+            "_remove_final_layer_norm": rng.random() < 0.3,
+            "enable_bias": rng.random() < 0.7,
+            "tie_word_embeddings": rng.random() < 0.7,
+        }
     if model_type == "t5":
-        return {"model_type": "t5", "vocab_size": rng.randint(5, 60), "d_model": rng.randint(2, 16), "d_kv": hd,
-                "num_heads": heads, "d_ff": rng.randint(1, 24), "num_layers": rng.randint(1, 2),
-                "num_decoder_layers": rng.choice([None, 1, 2]),
-                "feed_forward_proj": rng.choice(["relu", "gated-gelu", "gated-silu", "gelu"]),
-                "relative_attention_num_buckets": rng.randint(2, 40),
-                "relative_attention_max_distance": rng.choice([16, 128]), "tie_word_embeddings": rng.random() < 0.5}
-    raw = {"model_type": model_type, "vocab_size": rng.randint(5, 60), "hidden_size": d,
-           "num_attention_heads": heads, "num_key_value_heads": kv, "num_hidden_layers": rng.randint(1, 2),
-           "intermediate_size": rng.randint(1, 24), "max_position_embeddings": 16,
-           "tie_word_embeddings": rng.random() < 0.5, "hidden_act": rng.choice(["silu", "gelu"])}
+        return {
+            "model_type": "t5",
+            "vocab_size": rng.randint(5, 60),
+            "d_model": rng.randint(2, 16),
+            "d_kv": hd,
+            "num_heads": heads,
+            "d_ff": rng.randint(1, 24),
+            "num_layers": rng.randint(1, 2),
+            "num_decoder_layers": rng.choice([None, 1, 2]),
+            "feed_forward_proj": rng.choice(["relu", "gated-gelu", "gated-silu", "gelu"]),
+            "relative_attention_num_buckets": rng.randint(2, 40),
+            "relative_attention_max_distance": rng.choice([16, 128]),
+            "tie_word_embeddings": rng.random() < 0.5,
+        }
+    raw = {
+        "model_type": model_type,
+        "vocab_size": rng.randint(5, 60),
+        "hidden_size": d,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "num_hidden_layers": rng.randint(1, 2),
+        "intermediate_size": rng.randint(1, 24),
+        "max_position_embeddings": 16,
+        "tie_word_embeddings": rng.random() < 0.5,
+        "hidden_act": rng.choice(["silu", "gelu"]),
+    }
     if rng.random() < 0.4:
         raw["head_dim"] = rng.randint(1, 4) * 2
     if model_type == "llama":
@@ -616,7 +707,10 @@ def test_random_small_configs_match_transformers(hf: Any, model_type: str, seed:
     rng = random.Random(seed)
     batch, seq_len, tgt_len = rng.randint(1, 3), rng.randint(1, 12), rng.randint(1, 9)
     workload = Workload(batch_size=batch, seq_len=seq_len, tgt_len=tgt_len if model_type == "t5" else None)
-    assert _hf_forward_flops(model, model_type, batch, seq_len, tgt_len) == forward_flops(config, workload).forward
+    assert (
+        _hf_forward_flops(model, model_type, batch, seq_len, tgt_len)
+        == forward_flops(config, workload).forward
+    )
 
 
 # --- our torch model honours every new field (analysis == torch, per component) -------------------------------------
@@ -651,7 +745,12 @@ def _new_field_configs(draw: st.DrawFn) -> ModelConfig:
 
 @pytest.mark.torch
 @settings(max_examples=40, deadline=None)
-@given(config=_new_field_configs(), batch=st.integers(1, 2), seq_len=st.integers(1, 10), tgt_len=st.integers(1, 6))
+@given(
+    config=_new_field_configs(),
+    batch=st.integers(1, 2),
+    seq_len=st.integers(1, 10),
+    tgt_len=st.integers(1, 6),
+)
 def test_torch_model_matches_analysis_on_new_fields(
     config: ModelConfig, batch: int, seq_len: int, tgt_len: int
 ) -> None:
@@ -659,7 +758,9 @@ def test_torch_model_matches_analysis_on_new_fields(
     from embedcalc.modeling import build_model, component_flops, component_params
 
     tgt = tgt_len if config.architecture == "encoder-decoder" else None
-    analytic = forward_flops(config, Workload(batch_size=batch, seq_len=seq_len, tgt_len=tgt)).breakdown.as_dict()
+    analytic = forward_flops(
+        config, Workload(batch_size=batch, seq_len=seq_len, tgt_len=tgt)
+    ).breakdown.as_dict()
     for impl in ("sdpa", "eager"):
         model = build_model(config, attention=impl)
         assert component_params(model) == count_params(config).as_dict()
@@ -687,7 +788,8 @@ def test_sliding_window_hides_tokens_a_window_back(impl: str) -> None:
     with torch.no_grad():
         before, after = model(tokens).hidden, model(changed).hidden
     assert not torch.allclose(before[:, 2 : 2 + window], after[:, 2 : 2 + window])  # inside the window
-    torch.testing.assert_close(before[:, 2 + window :], after[:, 2 + window :], rtol=0, atol=1e-6)  # one layer
+    # one layer
+    torch.testing.assert_close(before[:, 2 + window :], after[:, 2 + window :], rtol=0, atol=1e-6)
 
 
 @pytest.mark.torch
@@ -725,11 +827,12 @@ def test_relative_max_distance_matches_t5() -> None:
 
     relative = torch.arange(200)[None, :] - torch.arange(200)[:, None]
     for bidirectional in (True, False):
-        ours = relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=32, max_distance=64)
+        ours = relative_position_bucket(
+            relative, bidirectional=bidirectional, num_buckets=32, max_distance=64
+        )
         theirs = t5.T5Attention._relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=32,
                                                           max_distance=64)  # fmt: skip
         assert torch.equal(ours, theirs)
-
 
 
 # --- README: describing another family in embedcalc's YAML -------------------------------------------------------

@@ -98,7 +98,8 @@ def test_the_default_file_of_every_class_is_accepted(transformers: Any, model_ty
     assert keys is not None
     reported = [m.key for m in mapping.report.mapped] + [i.key for i in mapping.report.ignored]
     seen = {part.strip().split(".")[0] for key in reported for part in key.split(",")}
-    assert keys.written - {"model_type"} - seen == set()  # every key it writes is mapped or ignored with a reason
+    # every key it writes is mapped or ignored with a reason
+    assert keys.written - {"model_type"} - seen == set()
 
 
 def _resave(transformers: Any, raw: dict[str, Any], directory: Path) -> Path:
@@ -109,7 +110,9 @@ def _resave(transformers: Any, raw: dict[str, Any], directory: Path) -> Path:
 
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
-def test_a_fixture_resaved_by_transformers_counts_the_same(transformers: Any, path: Path, tmp_path: Path) -> None:
+def test_a_fixture_resaved_by_transformers_counts_the_same(
+    transformers: Any, path: Path, tmp_path: Path
+) -> None:
     """What a fine-tune saved with transformers 5 looks like (``qk_head_dim``, ``_sliding_window_pattern``, the
     derived keys written out): accepted, with the count of the file as published."""
     raw = json.loads(path.read_text(encoding="utf-8"))
@@ -194,4 +197,6 @@ def test_the_transformers_js_config_is_accepted() -> None:
 
 def test_same_value_keeps_booleans_apart_from_numbers() -> None:
     assert accept.same_value(0, 0.0) and accept.same_value(None, None) and accept.same_value([1], [1])
-    assert not accept.same_value(True, 1) and not accept.same_value(0, False) and not accept.same_value("1", 1)
+    assert (
+        not accept.same_value(True, 1) and not accept.same_value(0, False) and not accept.same_value("1", 1)
+    )

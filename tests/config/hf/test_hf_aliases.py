@@ -47,7 +47,9 @@ def _build(transformers: Any, config: Any, auto: Any = None) -> Any:
 
     with torch.device("meta"):
         if auto is None or hasattr(auto, "from_config"):
-            return (auto or transformers.AutoModelForCausalLM).from_config(config, attn_implementation="eager")
+            return (auto or transformers.AutoModelForCausalLM).from_config(
+                config, attn_implementation="eager"
+            )
         config._attn_implementation = "eager"
         return auto(config)
 
@@ -105,7 +107,9 @@ def test_qwen2_5_vl_counts_its_text_model_nested_or_flat(transformers: Any, tied
     """Qwen2.5-VL: transformers 5 writes a text_config; files written before keep the text keys at top level
     (Qwen2_5_VLConfig takes every key its text config declares). Both count the language model and the LM head
     of Qwen2_5_VLForConditionalGeneration, tied as the outer tie_word_embeddings says."""
-    config = transformers.Qwen2_5_VLConfig(text_config=_QWEN_TEXT, vision_config=_VISION, tie_word_embeddings=tied)
+    config = transformers.Qwen2_5_VLConfig(
+        text_config=_QWEN_TEXT, vision_config=_VISION, tie_word_embeddings=tied
+    )
     model = _build(transformers, config, transformers.Qwen2_5_VLForConditionalGeneration)
     expected = _numel(model, skip="model.visual.")
     nested = config.to_dict()
@@ -178,7 +182,10 @@ def _refusal(raw: dict[str, Any]) -> str:
 
 def test_a_refused_file_is_told_the_supported_class_it_names() -> None:
     by_architectures = _refusal({"model_type": "my_llama", "architectures": ["LlamaForCausalLM"]})
-    assert "Its architectures names LlamaForCausalLM, transformers' class of model_type 'llama'" in by_architectures
+    assert (
+        "Its architectures names LlamaForCausalLM, transformers' class of model_type 'llama'"
+        in by_architectures
+    )
     by_auto_map = _refusal({"model_type": "moonlight", "auto_map": {
         "AutoConfig": "configuration_deepseek.DeepseekV3Config"}})  # fmt: skip
     assert "auto_map.AutoConfig names DeepseekV3Config" in by_auto_map and "'deepseek_v3'" in by_auto_map
@@ -199,7 +206,9 @@ def test_a_hybrid_file_with_an_infinite_limit_is_told_its_family_first(cli: Any,
 
 
 @pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "granite-4.0-h-small"])
-def test_a_supported_hybrid_file_reads_its_infinite_time_step_limit(cli: Any, write_config: Any, name: str) -> None:
+def test_a_supported_hybrid_file_reads_its_infinite_time_step_limit(
+    cli: Any, write_config: Any, name: str
+) -> None:
     """transformers' default ``time_step_limit`` is ``(0.0, inf)`` and every save writes it: for a family that
     reads the key as element-wise only, the file is read (the value reported as text); Infinity elsewhere is still
     refused with its key."""
@@ -218,18 +227,30 @@ def test_a_supported_hybrid_file_reads_its_infinite_time_step_limit(cli: Any, wr
 def test_jina_position_types_are_said_to_come_from_remote_code() -> None:
     path = HF_FIXTURES / "bert-base-uncased.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
-    jina_v2 = raw | {"position_embedding_type": "alibi",
-                     "auto_map": {"AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel"}}
+    jina_v2 = raw | {
+        "position_embedding_type": "alibi",
+        "auto_map": {"AutoModel": "jinaai/jina-bert-implementation--modeling_bert.JinaBertModel"},
+    }
     message = _refusal(jina_v2)  # fmt: skip
     assert "remote code (JinaBertModel, in auto_map)" in message
     assert "older transformers" not in message
-    assert "older transformers built distance embeddings" in _refusal(raw | {"position_embedding_type": "relative_key"})
+    assert "older transformers built distance embeddings" in _refusal(
+        raw | {"position_embedding_type": "relative_key"}
+    )
 
 
 # --- OLMo 3 ------------------------------------------------------------------------------------------------------
 
-_OLMO3_7B = dict(vocab_size=100278, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=65536, sliding_window=4096)
+_OLMO3_7B = dict(
+    vocab_size=100278,
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    max_position_embeddings=65536,
+    sliding_window=4096,
+)
 
 
 def _kv_bytes(cfg: Any, tokens: int) -> int:
@@ -251,7 +272,9 @@ def test_olmo3_params_and_kv_cache_equal_transformers(transformers: Any, layer_t
     if layer_types is None:
         assert count_params(ours).total == 7_298_011_136
     for tokens in (1, 4096, 10_000, 65_536):
-        assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == _kv_bytes(cfg, tokens), tokens
+        assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == _kv_bytes(cfg, tokens), (
+            tokens
+        )
 
 
 def test_olmo3_forward_flops_equal_flop_counter(transformers: Any) -> None:

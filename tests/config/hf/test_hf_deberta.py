@@ -29,8 +29,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "own-projections": dict(share_att_key=False),
     "c2p-only": dict(share_att_key=False, pos_att_type="c2p"),
     "p2c-list-no-norm": dict(pos_att_type=["p2c"], norm_rel_ebd="none"),
-    "absolute-segments-unbucketed": dict(position_biased_input=True, type_vocab_size=2, position_buckets=-1,
-                                         max_relative_positions=16),
+    "absolute-segments-unbucketed": dict(
+        position_biased_input=True, type_vocab_size=2, position_buckets=-1, max_relative_positions=16
+    ),
     "no-relative": dict(relative_attention=False, position_biased_input=True, norm_rel_ebd="none"),
     "embedding-projection": dict(embedding_size=32),
 }

@@ -76,7 +76,13 @@ def _unused_experts(cfg: Any) -> int:
     if cfg.model_type == "dots1":
         layers = cfg.num_hidden_layers - cfg.first_k_dense_replace
         return layers * (cfg.n_routed_experts - cfg.num_experts_per_tok) * 3 * d * cfg.moe_intermediate_size
-    return cfg.num_hidden_layers * (cfg.num_local_experts - cfg.num_experts_per_tok) * 3 * d * cfg.intermediate_size
+    return (
+        cfg.num_hidden_layers
+        * (cfg.num_local_experts - cfg.num_experts_per_tok)
+        * 3
+        * d
+        * cfg.intermediate_size
+    )
 
 
 @pytest.mark.torch
@@ -126,13 +132,17 @@ def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize(("name", "extra"), [(name, {}) for name in sorted(PUBLISHED)] + [VARIANTS[3], VARIANTS[4]])
+@pytest.mark.parametrize(
+    ("name", "extra"), [(name, {}) for name in sorted(PUBLISHED)] + [VARIANTS[3], VARIANTS[4]]
+)
 def test_kv_cache_follows_transformers_config(transformers: Any, name: str, extra: dict[str, Any]) -> None:
     raw = raw_fixture(name) | extra
     cfg = hf_config(transformers, raw)
     config = _config(raw)
     for tokens in (1, 1000, 8192):
-        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == _kv_formula(cfg, tokens, 2)
+        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == _kv_formula(
+            cfg, tokens, 2
+        )
 
 
 # --- FLOPs on a small eager variant ----------------------------------------------------------------------------------
@@ -147,7 +157,9 @@ _SMALL = dict(
 
 def _small(raw: dict[str, Any]) -> dict[str, Any]:
     small = {key: _SMALL[key] if key in _SMALL and value is not None else value for key, value in raw.items()}
-    for key in ("moe_intermediate_size", "num_shared_expert") if raw["model_type"] == "hunyuan_v1_moe" else ():
+    for key in (
+        ("moe_intermediate_size", "num_shared_expert") if raw["model_type"] == "hunyuan_v1_moe" else ()
+    ):
         small.pop(key)
     if raw["model_type"] == "hunyuan_v1_moe":
         small["moe_topk"] = 2

@@ -31,10 +31,13 @@ PUBLISHED = {
     "glm-5": ("glm_moe_dsa", 743_911_199_232, 41_784_709_632),
 }
 V3 = 671_026_404_352  # DeepSeek-V3 (tests/test_presets_layers.py)
-INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64  # wq_b, wk, k_norm (weight, bias), weights_proj
+# wq_b, wk, k_norm (weight, bias), weights_proj
+INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
 V3 = 671_026_404_352  # DeepSeek-V3 (tests/test_presets_layers.py)
-INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64  # wq_b, wk, k_norm (weight, bias), weights_proj
-INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64  # wq_b, wk, k_norm (weight, bias), weights_proj
+# wq_b, wk, k_norm (weight, bias), weights_proj
+INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+# wq_b, wk, k_norm (weight, bias), weights_proj
+INDEXER_V32 = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
 
 SMALL = dict(
     hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,

@@ -25,8 +25,13 @@ from embedcalc.config.schema import ModelConfig
 PUBLISHED = published("test_mixers_hf")
 # layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
 # (nvidia/Nemotron-H-8B-Base-8K's file has no MoE block)
-UNUSED = {"granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096, "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
-          "nemotron-h-8b-base-8k": 0, "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048, "lfm2-1.2b": 0}
+UNUSED = {
+    "granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096,
+    "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
+    "nemotron-h-8b-base-8k": 0,
+    "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048,
+    "lfm2-1.2b": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +132,8 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
     mamba = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
     chunks = [-(-seq_len // m.chunk_size) for m in mamba]
     state_passing = sum(
-        2 * b * m.num_heads * (c + 1) ** 2 * m.head_dim * m.state_size for m, c in zip(mamba, chunks, strict=True)
+        2 * b * m.num_heads * (c + 1) ** 2 * m.head_dim * m.state_size
+        for m, c in zip(mamba, chunks, strict=True)
     )
     conv_tail = sum(2 * b * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mamba)
     assert measured == ours + state_passing + conv_tail
@@ -159,7 +165,9 @@ CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize(("name", "seq_len"), [("qwen3-next-80b-a3b", 16), ("qwen3-next-80b-a3b", 70),
                                                ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16), ("lfm2-1.2b", 5),
                                                ("lfm2-1.2b", 16)])  # fmt: skip
-def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: Any, name: str, seq_len: int) -> None:
+def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
+    transformers: Any, name: str, seq_len: int
+) -> None:
     import torch
 
     small = raw_fixture(name) | CONV_TAIL_ONLY[name]
@@ -177,7 +185,9 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(transformers: An
 
 @pytest.mark.torch
 @pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b"])
-def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(generate_state: Any, name: str) -> None:
+def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(
+    generate_state: Any, name: str
+) -> None:
     """``bench --mode generate`` on a small variant of the hub file (Nemotron-H: Mamba-2-only, MLP-only,
     attention-only and MoE-only blocks, its time_step_limit of [0.0, Infinity] kept): the state tensors hold the
     analytic bytes, and the KV cache of the attention layers too."""

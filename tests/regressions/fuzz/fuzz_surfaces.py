@@ -64,7 +64,9 @@ MIXER_FIELDS = ("kind", "state_size", "num_heads", "head_dim", "inner_dim", "dt_
                 "nonsense")  # fmt: skip
 SPEC_VALUES = st.one_of(
     st.sampled_from(HOSTILE_NUMBERS).map(lambda t: _value(t)),
-    st.sampled_from(["moe", "dense", "mla", "standard", "head", "full", "none", True, False, None, [], {}, 0, 3]),
+    st.sampled_from(
+        ["moe", "dense", "mla", "standard", "head", "full", "none", True, False, None, [], {}, 0, 3]
+    ),
 )
 
 
@@ -86,7 +88,15 @@ def layer_model_configs(draw: st.DrawFn) -> dict[str, Any]:
     data = json.loads(json.dumps(LAYERED))
     if draw(st.booleans()):
         data["attention"] = dict(MLA)
-    places = ["ffn", "attention", "blocks.dense.ffn", "blocks.local.attention", "layers", "num_layers", "blocks"]
+    places = [
+        "ffn",
+        "attention",
+        "blocks.dense.ffn",
+        "blocks.local.attention",
+        "layers",
+        "num_layers",
+        "blocks",
+    ]
     mixer = draw(st.one_of(st.none(), st.sampled_from(MIXERS)))
     if mixer is not None:
         data["blocks"]["ssm"] = {"mixer": dict(mixer)}
@@ -107,7 +117,13 @@ def layer_model_configs(draw: st.DrawFn) -> dict[str, Any]:
         spec = data
         for part in where.split("."):
             spec = spec[part]
-        fields = FFN_FIELDS if where.endswith("ffn") else MIXER_FIELDS if where.endswith("mixer") else ATTENTION_FIELDS
+        fields = (
+            FFN_FIELDS
+            if where.endswith("ffn")
+            else MIXER_FIELDS
+            if where.endswith("mixer")
+            else ATTENTION_FIELDS
+        )
         spec[draw(st.sampled_from(fields))] = draw(SPEC_VALUES)
     return data
 
@@ -178,15 +194,28 @@ def make_hub_cache(root: Path, outside: Path) -> Path:
 @st.composite
 def hub_args(draw: st.DrawFn) -> list[str]:
     target = draw(st.sampled_from(HUB_IDS)) + draw(st.sampled_from(REVISIONS))
-    command = draw(st.sampled_from([["check"], ["analyze"], ["compare", "gpt2"], ["analyze", "--format", "json"]]))
-    revision = draw(st.sampled_from([[], ["--revision", "main"], ["--revision", "../x"], ["--revision", COMMIT]]))
+    command = draw(
+        st.sampled_from([["check"], ["analyze"], ["compare", "gpt2"], ["analyze", "--format", "json"]])
+    )
+    revision = draw(
+        st.sampled_from([[], ["--revision", "main"], ["--revision", "../x"], ["--revision", COMMIT]])
+    )
     return [*revision, *command, target]
 
 
 # --- time flags and device files --------------------------------------------------------------------------------
 
 TIME_VALUES = {
-    "--hardware": ("h100-sxm", "a100-80gb", "tpu-v5e", "local", "nope", "", "../hardware/h100-sxm.yaml", "/dev/zero"),
+    "--hardware": (
+        "h100-sxm",
+        "a100-80gb",
+        "tpu-v5e",
+        "local",
+        "nope",
+        "",
+        "../hardware/h100-sxm.yaml",
+        "/dev/zero",
+    ),
     "--efficiency": ("0.5", "1", "1e-320", "1e-4", "0", "-1", "inf", "nan", "measured", "1.5", "x", ""),
     "--train-tokens": ("1e9", "2T", "1", "0", "-1", "inf", "nan", "9" * 31, "1e400", "x"),
     "--devices": ("1", "8", "0", "-1", "9" * 30, "9" * 400, "x"),
@@ -200,7 +229,9 @@ TIME_VALUES = {
 @st.composite
 def time_flag_args(draw: st.DrawFn) -> list[str]:
     command = draw(st.sampled_from(["analyze", "compare", "sweep"]))
-    positional = ["gpt2", "llama-2-7b"] if command == "compare" else [draw(st.sampled_from(["gpt2", "llama-2-7b"]))]
+    positional = (
+        ["gpt2", "llama-2-7b"] if command == "compare" else [draw(st.sampled_from(["gpt2", "llama-2-7b"]))]
+    )
     out = [command, *positional] + (["--seq-len", "128,256"] if command == "sweep" else [])
     for flag in draw(st.lists(st.sampled_from(sorted(TIME_VALUES)), max_size=5, unique=True)):
         out += [flag, draw(st.sampled_from(TIME_VALUES[flag]))]
@@ -222,7 +253,9 @@ def device_files(draw: st.DrawFn) -> str:
         *path, last = draw(st.sampled_from(DEVICE_FIGURES)).split(".")
         for part in path:
             spec = spec.setdefault(part, {})
-        value = draw(st.sampled_from([1.0e-300, 0.0, -1.0, 1e300, 312.0, 1e6, 1e25, "1e12", True, None, [], 2**70]))
+        value = draw(
+            st.sampled_from([1.0e-300, 0.0, -1.0, 1e300, 312.0, 1e6, 1e25, "1e12", True, None, [], 2**70])
+        )
         if isinstance(spec.get(last), dict):
             spec[last]["value"] = value
         else:

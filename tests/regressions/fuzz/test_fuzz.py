@@ -224,7 +224,13 @@ def nested_set_case(draw: st.DrawFn, workdir: Path) -> list[str]:
     command = draw(st.sampled_from(["check", "analyze", "sweep", "check --suggest"])).split()
     target = draw(st.sampled_from(["gpt2", "mixtral-8x7b", "deepseek-v3", str(layered)]))
     extra = ["--seq-len", "128,256"] if command[0] == "sweep" else []
-    return [*command, target, *draw(nested_set_args()), *extra, *draw(st.sampled_from([[], ["--format", "json"]]))]
+    return [
+        *command,
+        target,
+        *draw(nested_set_args()),
+        *extra,
+        *draw(st.sampled_from([[], ["--format", "json"]])),
+    ]
 
 
 @st.composite
@@ -232,13 +238,22 @@ def device_file_case(draw: st.DrawFn, workdir: Path) -> list[str]:
     path = workdir / "device.yaml"
     path.write_text(draw(device_files()), encoding="utf-8")
     mode = draw(st.sampled_from([[], ["--mode", "training", "--train-tokens", "1e9"], ["--gen-tokens", "8"]]))
-    return ["analyze", "gpt2", "--hardware", str(path), *mode, *draw(st.sampled_from([[], ["--format", "json"]]))]
+    return [
+        "analyze",
+        "gpt2",
+        "--hardware",
+        str(path),
+        *mode,
+        *draw(st.sampled_from([[], ["--format", "json"]])),
+    ]
 
 
 Case = Any  # a command line, or for the api category a (description, call) pair
 
 
-def _categories(workdir: Path, quick: bool) -> dict[str, tuple[st.SearchStrategy[Case], Callable[[Case], Outcome]]]:
+def _categories(
+    workdir: Path, quick: bool
+) -> dict[str, tuple[st.SearchStrategy[Case], Callable[[Case], Outcome]]]:
     """category -> (the strategy of its cases, how one case runs)."""
     paths = make_special_paths(workdir / "special")
     cache = make_hub_cache(workdir / "hf", workdir / "outside-the-cache")
