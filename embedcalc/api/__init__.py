@@ -13,6 +13,8 @@ API); the CLI is parse -> one call here -> render -> exit code. The modules, by 
 - :mod:`~embedcalc.api.sweep`: the grid of ``embedcalc sweep``;
 - :mod:`~embedcalc.api.explain`: the questions of ``embedcalc explain``, answered on the config;
 - :mod:`~embedcalc.api.catalogue`: the presets and the device catalogue;
+- :mod:`~embedcalc.api.heads` and :mod:`~embedcalc.api.schema`: the valid head counts of a width, and the JSON
+  Schema of the config format;
 - :mod:`~embedcalc.api.checkpoint`: ``verify --checkpoint`` (safetensors headers, no torch);
 - the torch side (needs the ``torch`` extra): :mod:`~embedcalc.api.verify`, :mod:`~embedcalc.api.diff`, and the
   measurements :mod:`~embedcalc.api.bench`

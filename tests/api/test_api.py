@@ -28,7 +28,8 @@ def _run_doctests(obj: object, name: str) -> doctest.TestResults:
 def test_package_and_api_docstrings_run_as_doctests() -> None:
     import importlib
 
-    for name in ("embedcalc", "embedcalc.api.load", "embedcalc.api.analyze", "embedcalc.api.sweep"):
+    modules = ("load", "analyze", "sweep", "heads", "schema")
+    for name in ("embedcalc", *(f"embedcalc.api.{m}" for m in modules)):
         results = _run_doctests(importlib.import_module(name), name)
         assert results.failed == 0, f"{name}: {results.failed} doctest(s) failed"
         assert results.attempted > 0
@@ -119,6 +120,25 @@ def test_api_json_equals_the_cli_json() -> None:
     )
 
 
+def test_heads_and_schema_json_equal_the_cli_json() -> None:
+    from embedcalc.api.heads import heads
+    from embedcalc.api.schema import config_schema
+
+    assert heads(768).to_json() == cli_json("heads", "768")["results"][0]
+    proc = subprocess.run([sys.executable, "-m", "embedcalc", "schema"], capture_output=True, text=True,
+                          timeout=300, check=True)  # fmt: skip
+    assert config_schema() == json.loads(proc.stdout)
+
+
+def test_heads_note_says_where_a_partial_listing_is_exact() -> None:
+    from embedcalc.api.heads import heads
+
+    many = heads(97821761637600)  # 17,280 divisors: the smallest 10,000 are listed
+    assert not many.listing.complete and len(many.choices) == 10_000
+    assert many.note is not None and "17,280 divisors" in many.note and "below 24,847,200" in many.note
+    assert heads(10**18).note is None  # 361 divisors, all listed
+
+
 def test_errors_are_the_package_errors() -> None:
     with pytest.raises(embedcalc.ConfigError) as info:
         embedcalc.analyze("bert-base", seq_len=4096)
@@ -131,6 +151,12 @@ def test_errors_are_the_package_errors() -> None:
         embedcalc.compare("bert-base")
     with pytest.raises(embedcalc.ConfigError):
         embedcalc.load({"embed_dim": 768})
+    from embedcalc.api.heads import heads
+
+    for bad in (0, 10**30, 768.0, True):
+        with pytest.raises(embedcalc.EmbedcalcError, match="embed_dim") as usage:
+            heads(bad)  # type: ignore[arg-type]
+        assert usage.value.exit_code == 2
 
 
 def test_workload_object_and_fields_combine() -> None:
