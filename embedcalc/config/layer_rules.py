@@ -129,6 +129,27 @@ class LayerRules:
             )
         return value
 
+    @field_validator("layers", check_fields=False)
+    @classmethod
+    def _first_sparse_layer_indexes(
+        cls, value: list[LayerRun] | None, info: ValidationInfo
+    ) -> list[LayerRun] | None:
+        """The first sparse layer of a stack must run its own indexer: ``index_shared`` reuses the selection of an
+        earlier sparse layer with one (transformers' GLM-MoE-DSA passes ``prev_topk_indices`` down the stack), and
+        the torch model has none to link to (``link_shared_selections``). Runs with the default ``layers`` too
+        (the field has ``validate_default``): then every layer is the default block."""
+        if not {"attention", "mixer", "blocks", "sliding_window", "num_layers"} <= info.data.keys():
+            return value  # a field it reads failed already and was reported
+        names = [name for run in value for name in run.pattern] if value is not None else [DEFAULT_BLOCK]
+        stacks = [names]
+        if (
+            info.data.get("architecture") == "encoder-decoder"
+        ):  # the decoder's layers are all the default block
+            stacks.append([DEFAULT_BLOCK])
+        for stack in stacks:
+            _check_index_sharing(stack, info)
+        return value
+
     @field_validator("shared_layers", check_fields=False)
     @classmethod
     def _sharing_needs_one_block(cls, value: bool, info: ValidationInfo) -> bool:
@@ -153,6 +174,30 @@ def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
             "{where}.kind {kind} is for decoder stacks (a causal scan, or no mixer); architecture {arch} "
             "needs attention. Use kind attention or architecture decoder",
             {"where": where, "kind": spec.kind, "arch": arch},
+        )
+
+
+def _check_index_sharing(names: list[str], info: ValidationInfo) -> None:
+    """Refuse a stack (its block names in layer order) whose first sparse layer has ``index_shared``."""
+    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    base_mixer = info.data["mixer"] or MixerSpec()
+    blocks: dict[str, BlockSpec] = info.data["blocks"]
+    for index, name in enumerate(names):
+        spec = blocks.get(name)
+        mixer = merge_spec(base_mixer, spec.mixer if spec is not None else None)
+        attention = merge_spec(base_attention, spec.attention if spec is not None else None)
+        if mixer.kind != "attention" or attention.kind != "sparse":
+            continue
+        if not attention.index_shared:
+            return
+        where = "attention" if name == DEFAULT_BLOCK else f"blocks.{name}.attention"
+        raise PydanticCustomError(
+            "index_shared_first",
+            "{where}.index_shared: layer {index} (block {name}) is the first sparse layer of its stack, so there "
+            "is no earlier indexer whose top-k selection it can reuse (GLM-5 shares a selection only after a "
+            "layer that computes one); set index_shared: false there, or put a sparse block with its own indexer "
+            "before it in layers",
+            {"where": where, "index": index, "name": name},
         )
 
 

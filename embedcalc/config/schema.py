@@ -276,6 +276,7 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
     )
     layers: list[LayerRun] | None = Field(
         default=None,
+        validate_default=True,
         description=(
             "The layers of the stack (the encoder of an encoder-decoder) as runs of block names, "
             "[{pattern: [local, global], repeat: 4}]; they must add up to num_layers. Default: every layer is "
