@@ -141,6 +141,20 @@ def forward_flops(model: Any, batch: int, seq_len: int) -> int:
     return int(counter.get_total_flops())
 
 
+def kv_cache_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
+    """The KV cache of ``tokens`` tokens, per layer from transformers' config object: MLA caches kv_lora_rank +
+    qk_rope_head_dim per token (DeepseekV2Attention's compressed latent), other layers 2 x kv_heads x head_dim per
+    token kept, a sliding layer (``layer_types``) keeping at most its window."""
+    if getattr(cfg, "kv_lora_rank", None):
+        return cfg.num_hidden_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * tokens * dtype_bytes
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = cfg.num_key_value_heads or cfg.num_attention_heads
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    window = getattr(cfg, "sliding_window", None)
+    kept = [min(tokens, window) if t == "sliding_attention" and window else tokens for t in types]
+    return sum(2 * kv_heads * head_dim * k * dtype_bytes for k in kept)
+
+
 def unaccounted_keys(raw: dict[str, Any]) -> set[str]:
     """Keys of a (text) config.json that embedcalc's report neither maps nor ignores with a reason."""
     from embedcalc.config.hf import map_hf_config

@@ -1,7 +1,8 @@
 """DeepSeek-V2 / V3 (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM: multi-head latent attention), DeepSeek-V3.2 and
 GLM-5 (DeepseekV32ForCausalLM, GlmMoeDsaForCausalLM: DeepSeek sparse attention, read as attention kind sparse) and
 GLM-4.5 (Glm4MoeForCausalLM: standard attention), all with dense MLPs on the first ``first_k_dense_replace`` layers
-(or as ``mlp_layer_types`` lists them) and routed plus shared experts after.
+(or as ``mlp_layer_types`` lists them) and routed plus shared experts after; and MiniCPM3 (MiniCPM3ForCausalLM:
+DeepSeek-V2's MLA in a dense LLaMA stack, no experts).
 
 DeepSeek-V3.2 (transformers' ``DeepseekV32Attention``, always with a query rank) adds a lightning indexer to every
 layer: ``index_n_heads`` heads of ``index_head_dim`` (wq_b from the query latent, wk with a LayerNorm, weights_proj)
@@ -77,7 +78,9 @@ def _mlp_layer_types(r: KeyReader, layers: int, first_key: str) -> list[bool] | 
     return [v == "sparse" for v in value]
 
 
-def _mla(r: KeyReader, kind: str = "mla", extra: tuple[tuple[str, str], ...] = ()) -> None:
+def _mla(
+    r: KeyReader, kind: str = "mla", extra: tuple[tuple[str, str], ...] = (), mlp_bias_read: bool = False
+) -> None:
     spec: dict[str, Any] = {"kind": kind}
     keys = []
     for key, name in (("q_lora_rank", "q_lora_rank"), ("kv_lora_rank", "kv_lora_rank"),
@@ -99,13 +102,35 @@ def _mla(r: KeyReader, kind: str = "mla", extra: tuple[tuple[str, str], ...] = (
     r.ignore("num_key_value_heads", "MLA caches one latent per token; kv_b_proj expands it to every head")
     r.ignore("head_dim", "MLA's head widths are qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
     r.ignore("rope_interleave", hf_keys.ROPE)
-    r.expect("mlp_bias", (False,), "biases on the MLPs and shared experts")
+    if not mlp_bias_read:
+        r.expect("mlp_bias", (False,), "biases on the MLPs and shared experts")
 
 
 def _read_deepseek(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _mla(r)
     _moe_layout(r)
+
+
+def _read_minicpm3(r: KeyReader) -> None:
+    """MiniCPM3ForCausalLM: DeepseekV2Attention (MLA, biases on q_a / kv_a / o from attention_bias) in LLaMA's
+    dense stack (LlamaMLP with mlp_bias, RMSNorm, pre-norm); ``v_head_dim`` null is hidden_size //
+    num_attention_heads, as MiniCPM3Config computes it. Its three scalings have no parameters and no matmul FLOPs:
+    ``scale_emb`` multiplies the embeddings (MiniCPM3ScaledWordEmbedding's embed_scale is a buffer),
+    ``scale_depth`` / sqrt(layers) each residual branch, and hidden / ``dim_model_base`` divides the LM head's
+    input."""
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
+    _mla(r, mlp_bias_read=True)
+    v_key, v_dim, v_in_file = r.value("v_head_dim")
+    hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
+    if v_dim is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        attention = dict(r.data["attention"]) | {"v_head_dim": hidden // heads}
+        r.put("attention", attention, v_key, "file" if v_in_file else "default",
+              "v_head_dim null: hidden_size // num_attention_heads (MiniCPM3Config)")  # fmt: skip
+    for key in ("scale_emb", "scale_depth", "dim_model_base"):
+        r.ignore(key, "a scalar multiplier (MiniCPM3's embedding, residual and logit scaling): no parameters, no "
+                      "matmul FLOPs")  # fmt: skip
+    r.ignore("pretraining_tp", "tensor-parallel split of the original training code; the same FLOPs")
 
 
 _INDEXER = (
@@ -206,6 +231,12 @@ _GLM: dict[str, Any] = dict(
     attention_bias=False, attention_dropout=0.0, moe_intermediate_size=1408, num_experts_per_tok=8,
     n_shared_experts=1, n_routed_experts=128, first_k_dense_replace=1, use_qk_norm=False,
 )  # fmt: skip
+_MINICPM3: dict[str, Any] = dict(
+    vocab_size=73448, hidden_size=2560, intermediate_size=6400, num_hidden_layers=62, num_attention_heads=40,
+    num_key_value_heads=40, hidden_act="silu", max_position_embeddings=32768, tie_word_embeddings=True,
+    attention_bias=False, attention_dropout=0.0, mlp_bias=False, kv_lora_rank=256, q_lora_rank=768,
+    qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=None,
+)  # fmt: skip
 _V32: dict[str, Any] = _V3 | dict(max_position_embeddings=163840, index_n_heads=64, index_head_dim=128,
                                    index_topk=2048)  # fmt: skip
 _GLM5: dict[str, Any] = _V32 | dict(
@@ -222,6 +253,8 @@ FAMILIES = (
            _V32, _read_deepseek_v32, {"num_local_experts": "n_routed_experts"}),
     Family("glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM (AutoModelForCausalLM)", "deepseek-v3.2", _GLM5,
            _read_deepseek_v32, {"num_local_experts": "n_routed_experts"}),
+    Family("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM (AutoModelForCausalLM)", "deepseek-v3",
+           _MINICPM3, _read_minicpm3),
     Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM (AutoModelForCausalLM)", "deepseek-v3", _GLM,
            _read_glm4_moe, {"num_local_experts": "n_routed_experts"}),
 )  # fmt: skip

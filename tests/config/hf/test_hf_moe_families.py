@@ -15,7 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_config, hf_model, numel, raw_fixture, text_raw, unaccounted_keys
+from hf_reference import (
+    forward_flops,
+    hf_config,
+    hf_model,
+    kv_cache_formula,
+    numel,
+    raw_fixture,
+    text_raw,
+    unaccounted_keys,
+)
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
@@ -121,16 +130,6 @@ def test_variants_count_what_transformers_builds(transformers: Any, name: str, e
 # --- KV cache ------------------------------------------------------------------------------------------------------
 
 
-def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
-    """Per layer, from transformers' config object: 2 x kv_heads x head_dim x the tokens the layer keeps."""
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = cfg.num_key_value_heads or cfg.num_attention_heads
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
-    window = getattr(cfg, "sliding_window", None)
-    kept = [min(tokens, window) if t == "sliding_attention" and window else tokens for t in types]
-    return sum(2 * kv_heads * head_dim * k * dtype_bytes for k in kept)
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize(
     ("name", "extra"), [(name, {}) for name in sorted(PUBLISHED)] + [VARIANTS[3], VARIANTS[4]]
@@ -140,7 +139,7 @@ def test_kv_cache_follows_transformers_config(transformers: Any, name: str, extr
     cfg = hf_config(transformers, raw)
     config = _config(raw)
     for tokens in (1, 1000, 8192):
-        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == _kv_formula(
+        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == kv_cache_formula(
             cfg, tokens, 2
         )
 
