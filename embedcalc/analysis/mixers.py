@@ -45,6 +45,19 @@ A short convolution (LFM2; transformers' ``Lfm2ShortConv``), inner I, kernel K: 
 gates B * x and C * y are element-wise). FLOPs 2 t d 3 I + 2 t I K + 2 t I d, the same per token in a decode step;
 transformers' convolution pads both sides, 2 b I K (K - 1) more. State: I K (transformers' conv-state layout).
 
+A lightning-attention layer (MiniMax; Qin et al. 2024, "Lightning Attention-2", arXiv:2401.04658, Algorithm 1;
+transformers' ``MiniMaxLightningAttention``), H heads of width h (inner I = H h), block B: ``in`` Linear(d, 4 I)
+(qkv_proj d -> 3 I and output_gate d -> I, one key: both read the layer's input), ``gate_norm`` the RMSNorm over I
+before the sigmoid gate (I weights), ``out`` Linear(I, d); no convolution and no scan parameters (the decay rate
+of each head is computed from the head and layer index). Per head and block of c tokens the block form does four
+matmuls: Q Kᵀ within the block (c x c x h) and its masked product with V (c x c x h), counted over the whole c x c
+block as the kernel and transformers compute it (the mask is element-wise), then Q times the carried state (c x h x
+h) and the block's Kᵀ V (h x c x h) that updates it (the state's decay is element-wise):
+``ssm`` = 2 b H (2 h (⌊n / B⌋ B² + (n mod B)²) + 2 n h²) — per token 4 H h (B + h) on whole blocks, linear in n;
+the last block runs at its own length (transformers does not pad). A decode step (the recurrent form) is
+2 b H 2 h² (the new token's kᵀ v and q times the state). State: H x h x h per sequence (transformers'
+``MiniMaxCache.linear_cache``), no convolution window.
+
 One **decode step** runs the recurrence instead: ``in`` and ``out`` on one token, ``conv`` 2 b conv_dim K (the
 window of K inputs against the kernel), ``ssm`` 2 b H P N (the state read out by C; its update is element-wise).
 
@@ -68,6 +81,12 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
     parallelism (not modelled as sharded)."""
     d = x.d
     out = linear(f"{prefix}/in", d, m.in_width, m.bias, "none")
+    if m.lightning:  # MiniMax: qkv_proj + output_gate, the RMSNorm over the heads' output, out_proj
+        return [
+            *out,
+            ParamTensor(f"{prefix}/gate_norm", (m.inner,)),
+            *linear(f"{prefix}/out", m.inner, d, m.bias, "none"),
+        ]
     out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
@@ -106,6 +125,8 @@ def mixer_flops(
         return _mamba1_terms(m, x, layers, t, prefix)
     if m.short_conv:
         return _short_conv_terms(m, x, layers, t, prefix)
+    if m.lightning:
+        return _lightning_terms(m, x, layers, n, prefix, pad)
     q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
     scanned = padded_tokens(n, q) if pad else n
     # per head and token; DeltaNet: Q Kᵀ and (β K) Kᵀ (2 Q dk), the intra-chunk output (Q dv), the state 3 dk dv
@@ -144,6 +165,23 @@ def _short_conv_terms(m: Mixer, x: Dims, layers: Num, t: Num, prefix: str) -> li
     ]
 
 
+def _lightning_terms(m: Mixer, x: Dims, layers: Num, n: Num, prefix: str, pad: bool) -> list[tuple[str, Num]]:
+    """Lightning attention's block form on ``x.b`` sequences of ``n`` tokens (module docstring): the projections and
+    per head the intra-block Q Kᵀ and its product with V (c² h each per block of c tokens) and the inter-block Q S
+    and Kᵀ V (c h² each); ``pad`` false: every token at the whole-block rate B² / B = B."""
+    b, d, block, h = x.b, x.d, m.chunk_size, m.head_dim
+    t = b * n
+    squares = (
+        n // block * (block * block) + (n % block) * (n % block) if pad else n * block
+    )  # sum of c² over blocks
+    scan = b * (layers * 2 * m.num_heads) * (2 * h * squares + 2 * h * h * n)
+    return [
+        (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
+        (f"{prefix}/ssm", scan),
+        (f"{prefix}/out", t * (layers * 2 * m.inner * d)),
+    ]
+
+
 def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> list[tuple[str, Num]]:
     """FLOPs of one decode step (one token per sequence) of ``layers`` recurrent layers: the recurrent form."""
     b, d = x.b, x.d
@@ -151,6 +189,12 @@ def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> l
         return _mamba1_terms(m, x, layers, b, prefix)
     if m.short_conv:
         return _short_conv_terms(m, x, layers, b, prefix)
+    if m.lightning:  # the recurrent form: S <- λ S + kᵀ v, y = q S (two h x h products per head)
+        return [
+            (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),
+            (f"{prefix}/ssm", b * (layers * 2 * m.num_heads * 2 * m.head_dim * m.head_dim)),
+            (f"{prefix}/out", b * (layers * 2 * m.inner * d)),
+        ]
     read = 2 * m.head_k_dim if m.deltanet else m.state_size  # DeltaNet reads the state with k and with q
     return [
         (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),

@@ -20,6 +20,12 @@ A block mixes tokens with one of:
   d -> (B, C, x) of inner_dim each, a causal depthwise conv of conv_kernel (``conv_L_cache``) taps over B * x, no
   activation, gated by C, out_proj inner_dim -> d; its state is the conv window, inner_dim x conv_kernel
   (transformers' conv-state layout), and no scan state;
+- ``lightning``: MiniMax's lightning attention, linear attention with a fixed exponential decay per head (Qin et
+  al. 2024, "Lightning Attention-2", arXiv:2401.04658; MiniMax 2025, arXiv:2501.08313; transformers'
+  ``MiniMaxLightningAttention``): qkv_proj d -> 3 x heads x head_dim (silu), the block form (intra-block masked
+  Q Kᵀ, inter-block Q times the carried K ᵀV state), an RMSNorm over the heads' concatenated output, times
+  sigmoid(output_gate(x)) (a second Linear d -> heads x head_dim), out_proj -> d. Its decay rates are computed
+  from the head and layer index (no parameters); no convolution; its state is num_heads x head_dim x head_dim;
 - ``none``: no mixer at all (Nemotron-H's MLP-only and MoE-only layers, the NAS models' attention-free layers).
 
 A recurrent mixer carries a fixed-size **state** per sequence instead of a KV cache that grows with the context:
@@ -38,23 +44,29 @@ from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
-MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "none"]
-RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv"})
+MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "none"]
+RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv", "lightning"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
     "mamba": ("state_size", "inner_dim", "dt_rank"),
     "mamba2": ("state_size", "num_heads", "head_dim"),
     "gated_deltanet": ("num_heads", "head_dim", "num_k_heads", "head_k_dim"),
     "short_conv": ("inner_dim",),
+    "lightning": ("num_heads", "head_dim"),
 }
+# fields a lightning layer has no use for (no convolution, no SSM state size, no groups): setting one is an error
+_NOT_LIGHTNING = ("state_size", "groups", "conv_kernel", "conv_bias", "inner_dim", "dt_rank", "num_k_heads",
+                  "head_k_dim")  # fmt: skip
 _EXAMPLE = {
     "mamba": "Jamba-Mini-1.7 has state_size: 16, inner_dim: 8192, dt_rank: 256",
     "mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64",
     "gated_deltanet": "Qwen3-Next-80B-A3B has num_heads: 32, head_dim: 128, num_k_heads: 16, head_k_dim: 128",
     "short_conv": "LFM2-1.2B has inner_dim: 2048 (its hidden size), conv_kernel: 3",
+    "lightning": "MiniMax-M1-80k has num_heads: 64, head_dim: 128",
 }
-# Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk
-_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64, "short_conv": 1}
+# Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk;
+# lightning: MiniMaxConfig's block_size default
+_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64, "short_conv": 1, "lightning": 256}
 
 
 class MixerSpec(BaseModel):
@@ -67,8 +79,9 @@ class MixerSpec(BaseModel):
         description=(
             "attention: the block's attention (standard or mla). mamba2: a Mamba-2 state-space layer (SSD, Dao & "
             "Gu 2024), a constant-size recurrent state per sequence instead of a KV cache. mamba: Mamba-1. "
-            "gated_deltanet: gated DeltaNet linear attention. short_conv: LFM2's gated short convolution. none: no "
-            "mixer (the block is its FFN only)."
+            "gated_deltanet: gated DeltaNet linear attention. short_conv: LFM2's gated short convolution. "
+            "lightning: MiniMax's lightning attention (linear attention with a per-head decay). none: no mixer (the "
+            "block is its FFN only)."
         ),
     )
     state_size: PositiveInt | None = Field(
@@ -79,12 +92,15 @@ class MixerSpec(BaseModel):
         default=None,
         description=(
             "mamba2: SSM heads H (mamba_n_heads); the inner width is num_heads x head_dim. gated_deltanet: value "
-            "heads (linear_num_value_heads)."
+            "heads (linear_num_value_heads). lightning: its heads (MiniMax: num_attention_heads)."
         ),
     )
     head_dim: PositiveInt | None = Field(
         default=None,
-        description="mamba2: channels P per SSM head (mamba_d_head). gated_deltanet: value head width.",
+        description=(
+            "mamba2: channels P per SSM head (mamba_d_head). gated_deltanet: value head width. lightning: the "
+            "query, key and value width per head (MiniMax: head_dim)."
+        ),
     )
     inner_dim: PositiveInt | None = Field(
         default=None,
@@ -118,7 +134,8 @@ class MixerSpec(BaseModel):
         default=None,
         description=(
             "Tokens per chunk Q of the chunked scan (mamba2: mamba_chunk_size, default 256; gated_deltanet: 64, "
-            "transformers' fixed chunk); FLOPs pad to whole chunks."
+            "transformers' fixed chunk; lightning: block_size, default 256); FLOPs pad to whole chunks (lightning: "
+            "the last block runs at its own length, as transformers runs it)."
         ),
     )
     conv_bias: bool | None = Field(
@@ -144,6 +161,14 @@ class MixerSpec(BaseModel):
                 "mixer_incomplete",
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
+            )
+        unused = [name for name in _NOT_LIGHTNING if name in self.model_fields_set]
+        if self.kind == "lightning" and unused:
+            raise PydanticCustomError(
+                "mixer_field_unused",
+                "kind lightning has no {fields} (no convolution, no SSM state size: its state is num_heads x head_dim "
+                "x head_dim); remove {fields}",
+                {"fields": ", ".join(unused)},
             )
         if (
             self.kind == "gated_deltanet"
@@ -210,9 +235,13 @@ class Mixer:
         return self.kind == "short_conv"
 
     @property
+    def lightning(self) -> bool:
+        return self.kind == "lightning"
+
+    @property
     def inner(self) -> int:
         """Width of the scan's output (and of z): num_heads x head_dim (Mamba-2's d_inner; DeltaNet's value dim);
-        Mamba-1's and the short convolution's inner_dim."""
+        Mamba-1's and the short convolution's inner_dim; lightning's heads x head_dim."""
         return self.inner_dim if self.mamba1 or self.short_conv else self.num_heads * self.head_dim
 
     @property
@@ -226,6 +255,8 @@ class Mixer:
         q, k and v (2 key_dim + inner)."""
         if self.deltanet:
             return 2 * self.key_dim + self.inner
+        if self.lightning:
+            return 0  # no convolution
         if self.mamba1 or self.short_conv:
             return self.inner
         return self.inner + 2 * self.groups * self.state_size
@@ -238,18 +269,23 @@ class Mixer:
             return self.conv_dim + self.inner + 2 * self.num_heads
         if self.mamba1:
             return 2 * self.inner  # x and z
+        if self.lightning:
+            return 4 * self.inner  # q, k, v (qkv_proj) and the output gate (output_gate), both from the input
         if self.short_conv:
             return 3 * self.inner  # B, C and x
         return self.inner + self.conv_dim + self.num_heads
 
     @property
     def ssm_state_shape(self) -> tuple[int, int, int]:
-        """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet;
+        """Per sequence: (heads, head_dim, state_size) for Mamba-2, (value heads, head_k_dim, head_dim) for DeltaNet,
+        (heads, head_dim, head_dim) for lightning;
         none (a 0-sized shape) for the short convolution, whose only state is its window."""
         if self.short_conv:
             return 0, 0, 0
         if self.deltanet:
             return self.num_heads, self.head_k_dim, self.head_dim
+        if self.lightning:
+            return self.num_heads, self.head_dim, self.head_dim  # transformers' linear_cache: K ᵀV per head
         if self.mamba1:
             return 1, self.inner, self.state_size
         return self.num_heads, self.head_dim, self.state_size
@@ -263,6 +299,8 @@ class Mixer:
             return 3 * self.inner + 2 * self.state_size  # x, dt, B, C in; y out
         if self.short_conv:
             return 0  # no scan
+        if self.lightning:
+            return 4 * self.inner  # q, k, v in; y out
         return 2 * self.inner + 2 * self.groups * self.state_size + self.num_heads
 
     @property
@@ -286,11 +324,12 @@ def resolve_mixer(spec: MixerSpec) -> Mixer | None:
     """The resolved recurrent mixer of ``spec``, or None for attention and for no mixer."""
     if spec.kind not in RECURRENT_KINDS:
         return None
-    deltanet = spec.kind == "gated_deltanet"
+    deltanet, lightning = spec.kind == "gated_deltanet", spec.kind == "lightning"
+    conv_bias = spec.conv_bias if spec.conv_bias is not None else not (deltanet or lightning)
     return Mixer(
         kind=spec.kind, state_size=spec.state_size or 0, num_heads=spec.num_heads or 1, head_dim=spec.head_dim or 0,
-        groups=spec.groups, conv_kernel=spec.conv_kernel, chunk_size=spec.chunk_size or _CHUNK[spec.kind],
-        conv_bias=spec.conv_bias if spec.conv_bias is not None else not deltanet, bias=spec.bias,
+        groups=spec.groups, conv_kernel=0 if lightning else spec.conv_kernel,
+        chunk_size=spec.chunk_size or _CHUNK[spec.kind], conv_bias=conv_bias, bias=spec.bias,
         norm_before_gate=spec.norm_before_gate or deltanet, num_k_heads=spec.num_k_heads or 0,
         head_k_dim=spec.head_k_dim or 0, inner_dim=spec.inner_dim or 0, dt_rank=spec.dt_rank or 0,
         bc_norms=spec.bc_norms,

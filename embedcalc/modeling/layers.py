@@ -27,6 +27,7 @@ from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
 from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.latent_attention import LatentAttention
+from embedcalc.modeling.lightning import LightningMixer
 from embedcalc.modeling.mamba1 import Mamba1Mixer
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
@@ -58,10 +59,13 @@ def make_attention(
     return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
 
 
-def make_mixer(config: ModelConfig, m: Mixer) -> nn.Module:
+def make_mixer(config: ModelConfig, m: Mixer, depth: tuple[int, int] = (0, 1)) -> nn.Module:
     """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 (:mod:`embedcalc.modeling.ssm`, which also holds
-    the base the others build on), gated DeltaNet, Mamba-1, the short convolution. Here, beside its only caller, so
-    that ssm.py imports none of the kinds built on it."""
+    the base the others build on), gated DeltaNet, Mamba-1, the short convolution, lightning attention (whose
+    decay rates depend on ``depth``, the layer's index and the stack's layer count). Here, beside its only caller,
+    so that ssm.py imports none of the kinds built on it."""
+    if m.lightning:
+        return LightningMixer(config, m, *depth)
     if m.short_conv:
         return ShortConvMixer(config, m)
     if m.deltanet:
@@ -121,6 +125,7 @@ class Block(nn.Module):
         cross_attention: AttentionSpec | None,
         relative_bias: bool,
         routing: Routing = "real",
+        depth: tuple[int, int] = (0, 1),
     ) -> None:
         super().__init__()
         self.parallel = config.resolved_norm_placement == "parallel"
@@ -131,7 +136,7 @@ class Block(nn.Module):
             if spec.attention is not None
             else None
         )
-        self.mixer = make_mixer(config, spec.mixer) if spec.mixer is not None else None
+        self.mixer = make_mixer(config, spec.mixer, depth) if spec.mixer is not None else None
         self.cross_attention: AttentionBase | None = (
             make_attention(config, cross_attention, impl=impl, causal=causal, cross=True, relative_bias=False)
             if cross_attention is not None

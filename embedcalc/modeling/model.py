@@ -68,7 +68,7 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(
             Block(
                 config, plan.block_at(i), impl=impl, causal=causal, cross_attention=cross,
-                relative_bias=relative and i == 0, routing=routing,
+                relative_bias=relative and i == 0, routing=routing, depth=(i, plan.num_layers),
             )
             for i in range(built)
         )  # fmt: skip

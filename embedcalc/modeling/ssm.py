@@ -81,16 +81,19 @@ class CausalConv(nn.Module):
 
 class MixerSublayer(nn.Module):
     """What every recurrent mixer's sublayer has, in this order of its module tree: ``in_`` (Linear d -> in_width),
-    ``conv`` (:class:`CausalConv` over conv_dim channels), the kind's own parts (added by the subclass's
-    ``__init__``), ``out`` (Linear inner -> d) and ``norm`` (the sublayer's norm); the subclass writes
-    :meth:`transform`, the residual wraps it."""
+    ``conv`` (:class:`CausalConv` over conv_dim channels; none when conv_dim is 0, lightning), the kind's own parts
+    (added by the subclass's ``__init__``), ``out`` (Linear inner -> d) and ``norm`` (the sublayer's norm); the
+    subclass writes :meth:`transform`, the residual wraps it."""
+
+    conv: CausalConv
 
     def __init__(self, config: ModelConfig, m: Mixer, conv_activation: bool = True) -> None:
         super().__init__()
         self.spec = m
         self.placement = config.resolved_norm_placement
         self.in_ = nn.Linear(config.embed_dim, m.in_width, bias=m.bias)
-        self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias, conv_activation)
+        if m.conv_dim:  # lightning attention has no convolution
+            self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias, conv_activation)
         self.out = nn.Linear(m.inner, config.embed_dim, bias=m.bias)
         self.norm = sublayer_norm(config)
 

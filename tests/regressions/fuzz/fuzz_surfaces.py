@@ -57,6 +57,7 @@ MIXERS = (
     {"kind": "mamba", "state_size": 8, "inner_dim": 128, "dt_rank": 4, "conv_kernel": 4},
     {"kind": "gated_deltanet", "num_heads": 2, "head_dim": 16, "num_k_heads": 2, "head_k_dim": 8, "conv_kernel": 4},
     {"kind": "short_conv", "inner_dim": 64, "conv_kernel": 3},
+    {"kind": "lightning", "num_heads": 4, "head_dim": 16, "chunk_size": 8},
     {"kind": "none"},
 )  # fmt: skip
 MIXER_FIELDS = ("kind", "state_size", "num_heads", "head_dim", "inner_dim", "dt_rank", "bc_norms", "num_k_heads",

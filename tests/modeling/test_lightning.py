@@ -1,0 +1,167 @@
+"""Lightning attention (MiniMax; DESIGN.md §16, issue 23): the ``lightning`` mixer kind by hand, the torch model
+against it, its output against transformers' ``MiniMaxLightningAttention`` with copied weights, generation through
+its state, and bad specs refused.
+
+A tiny MiniMax-shaped decoder: lightning layers with an MoE FFN and a softmax-attention layer every fourth, heads
+H = 4 of width h = 8 (inner I = 32), block B = 8.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from embedcalc.analysis.flops import forward_flops
+from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.params import count_params
+from embedcalc.analysis.roofline import decode_step_flops
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.schema import ModelConfig
+
+D, V, H, HD, B = 32, 64, 4, 8, 8
+INNER = H * HD
+MINI: dict[str, Any] = {
+    "name": "tiny-minimax", "architecture": "decoder", "vocab_size": V, "max_seq_len": 64, "embed_dim": D,
+    "num_heads": H, "num_kv_heads": 2, "head_dim": HD, "num_layers": 4, "ffn_dim": 48, "activation": "swiglu",
+    "norm": "rmsnorm", "position": "rope", "bias": False, "tie_embeddings": False, "dropout": 0.0,
+    "ffn": {"kind": "moe", "num_experts": 4, "top_k": 2, "expert_dim": 48},
+    "mixer": {"kind": "lightning", "num_heads": H, "head_dim": HD, "chunk_size": B},
+    "blocks": {"full": {"mixer": {"kind": "attention"}}},
+    "layers": [{"pattern": ["default", "default", "default", "full"]}],
+}  # fmt: skip
+LIGHTNING_LAYERS = 3
+
+
+def _config() -> ModelConfig:
+    return ModelConfig.model_validate(MINI)
+
+
+def test_params_follow_minimax_lightning_layer_by_hand() -> None:
+    """qkv_proj d -> 3 I and output_gate d -> I (one key), the RMSNorm over I, out_proj; no conv, no scan
+    parameters (the decay rates are computed)."""
+    p = count_params(_config()).as_dict()
+    assert p["decoder/mixer/in"] == LIGHTNING_LAYERS * D * 4 * INNER
+    assert p["decoder/mixer/gate_norm"] == LIGHTNING_LAYERS * INNER
+    assert p["decoder/mixer/out"] == LIGHTNING_LAYERS * INNER * D
+    assert "decoder/mixer/conv" not in p and "decoder/mixer/ssm" not in p
+
+
+@pytest.mark.parametrize("n", [1, 8, 13, 24])
+def test_block_form_flops_by_hand(n: int) -> None:
+    """Per head: 4 c² h within each block of c tokens (Q Kᵀ and its product with V), 4 c h² against the state."""
+    flops = forward_flops(_config(), Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    blocks = [B] * (n // B) + ([n % B] if n % B else [])
+    per_head = sum(4 * c * c * HD + 4 * c * HD * HD for c in blocks)
+    assert flops["decoder/mixer/ssm"] == LIGHTNING_LAYERS * 2 * H * per_head
+    assert flops["decoder/mixer/in"] == LIGHTNING_LAYERS * 2 * (2 * n) * D * 4 * INNER
+    assert "decoder/mixer/conv" not in flops
+
+
+def test_state_is_h_by_h_per_head_and_the_decode_step_reads_it() -> None:
+    config = _config()
+    short = estimate_memory(config, Workload(batch_size=3, seq_len=8))
+    long = estimate_memory(config, Workload(batch_size=3, seq_len=64))
+    assert short.recurrent_state_bytes == long.recurrent_state_bytes == 3 * LIGHTNING_LAYERS * H * HD * HD * 4
+    assert long.kv_cache_bytes == 8 * short.kv_cache_bytes  # the softmax layer's cache grows
+    step = decode_step_flops(config, Workload(batch_size=2, seq_len=30), 31)
+    # b x layers x 2 x H x (kᵀ v and q S: 2 h² per head)
+    assert step["decoder/mixer/ssm"] == 2 * LIGHTNING_LAYERS * 2 * H * 2 * HD * HD
+
+
+@pytest.mark.parametrize(
+    ("mixer", "code"),
+    [
+        ({"kind": "lightning", "num_heads": 4}, "mixer_incomplete"),
+        ({"kind": "lightning", "num_heads": 4, "head_dim": 8, "conv_kernel": 4}, "mixer_field_unused"),
+    ],
+)
+def test_bad_lightning_specs_are_refused(mixer: dict[str, Any], code: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ModelConfig.model_validate({**MINI, "mixer": mixer})
+    assert info.value.errors()[0]["type"] == code
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n", [8, 13])  # a whole block; a whole and a partial one
+def test_torch_model_counts_what_the_analysis_counts(n: int) -> None:
+    """Meta device: numel and ``FlopCounterMode`` per breakdown key equal the analytic terms."""
+    pytest.importorskip("torch")
+    from embedcalc.modeling import build_model, component_flops, component_params
+
+    config = _config()
+    analytic = forward_flops(config, Workload(batch_size=2, seq_len=n)).breakdown.as_dict()
+    assert component_flops(config, batch_size=2, seq_len=n) == {k: v for k, v in analytic.items() if v}
+    params = count_params(config).as_dict()
+    assert component_params(build_model(config)) == {k: v for k, v in params.items() if v}
+
+
+@pytest.mark.torch
+def test_generation_through_the_state_equals_recomputation() -> None:
+    """Prefill in the block form (13 tokens: a block and a part), then 5 recurrent steps: the tokens of full
+    recomputation, and state tensors of exactly the analytic bytes (b x layers x H h² x fp32)."""
+    torch = pytest.importorskip("torch")
+    from embedcalc.modeling import build_model
+    from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate
+
+    model = build_model(_config(), attention="eager", device="cpu")
+    prompt = torch.randint(0, V, (2, 13), generator=torch.Generator().manual_seed(3))
+    cache = allocate_cache(model, 2, 13 + 5)
+    tokens = greedy_generate(model, prompt, 5, cache).tokens
+    assert tokens.tolist() == reference_generate(model, prompt, 5).tolist()
+    analytic = estimate_memory(_config(), Workload(batch_size=2, seq_len=13)).recurrent_state_bytes
+    assert cache.state_nbytes == analytic == 2 * LIGHTNING_LAYERS * H * HD * HD * 4
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("n", [5, 8, 19])
+def test_lightning_matches_transformers_layer_with_copied_weights(n: int) -> None:
+    """MiniMaxLightningAttention (layer 1 of 4, block 8) and ours on the same input and weights: the block form
+    for a prompt, then the recurrent form for one more token from the cached state."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.minimax import modeling_minimax as hf_minimax
+
+    from embedcalc.config.mixers import MixerSpec, resolve_mixer
+    from embedcalc.modeling.lightning import LightningMixer
+    from embedcalc.modeling.ssm import allocate_state
+
+    hf_config = transformers.MiniMaxConfig(
+        hidden_size=D, num_attention_heads=H, head_dim=HD, num_hidden_layers=4, block_size=B, num_key_value_heads=2,
+        intermediate_size=48, num_local_experts=4, vocab_size=V,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    theirs = hf_minimax.MiniMaxLightningAttention(hf_config, layer_idx=1).eval()
+    with torch.no_grad():
+        for module in (theirs.qkv_proj, theirs.output_gate, theirs.out_proj):
+            module.weight.normal_(0, 0.2)
+        theirs.norm.weight.uniform_(0.5, 1.5)
+    mixer = resolve_mixer(MixerSpec(kind="lightning", num_heads=H, head_dim=HD, chunk_size=B))
+    assert mixer is not None
+    ours = LightningMixer(_config(), mixer, layer=1, layers=4).eval()
+    with torch.no_grad():
+        ours.in_.weight.copy_(torch.cat((theirs.qkv_proj.weight, theirs.output_gate.weight)))
+        ours.out.weight.copy_(theirs.out_proj.weight)
+        ours.gate_norm.weight.copy_(theirs.norm.weight)
+    x = torch.randn(2, n + 1, D)
+    cache = hf_minimax.MiniMaxCache()
+    state = allocate_state(mixer, 2, x)
+    with torch.no_grad():
+        expected, _ = theirs(x[:, :n], None, None, cache=cache)
+        got = ours.transform(x[:, :n], state)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(state.ssm, cache.get_linear_cache(1), rtol=1e-5, atol=1e-5)
+        step_expected, _ = theirs(x[:, n:], None, None, cache=cache)
+        torch.testing.assert_close(ours.transform(x[:, n:], state), step_expected, rtol=1e-5, atol=1e-5)
+    assert state.ssm.shape == cache.get_linear_cache(1).shape == (2, H, HD, HD)
+    assert state.ssm.dtype == cache.get_linear_cache(1).dtype
+
+
+@pytest.mark.torch
+def test_bench_generate_measures_the_lightning_state(generate_state: Any) -> None:
+    pytest.importorskip("torch")
+    assert (
+        generate_state(MINI, "minimax.json")["recurrent_state_bytes"]
+        == 2 * LIGHTNING_LAYERS * H * HD * HD * 4
+    )
