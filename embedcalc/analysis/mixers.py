@@ -212,26 +212,20 @@ def state_values(block: Block) -> int:
 def state_terms(config: ModelConfig, x: Dims, element_bytes: int) -> Num:
     """Bytes of the recurrent state of the decoder layers in ``x`` for ``x.b`` sequences: constant in n."""
     values: Num = 0
-    for sd in x.stacks:
-        if sd.name != "decoder":
-            continue
-        for block, layers in sd.blocks:
-            if block.mixer is not None:
-                values = values + layers * block.mixer.state_values
+    for _, block, layers in x.decoder_blocks():
+        if block.mixer is not None:
+            values = values + layers * block.mixer.state_values
     return x.b * values * element_bytes
 
 
 def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:
     """Decode-step FLOPs of the decoder's recurrent mixers by breakdown key (one token per sequence)."""
     out: dict[str, int] = {}
-    for sd in x.stacks:
-        if sd.name != "decoder":
+    for sd, block, layers in x.decoder_blocks():
+        if block.mixer is None:
             continue
-        for block, layers in sd.blocks:
-            if block.mixer is None:
-                continue
-            for key, value in mixer_step_flops(block.mixer, x, layers, f"{sd.name}/mixer"):
-                out[key] = out.get(key, 0) + int(value)
+        for key, value in mixer_step_flops(block.mixer, x, layers, f"{sd.name}/mixer"):
+            out[key] = out.get(key, 0) + int(value)
     return out
 
 

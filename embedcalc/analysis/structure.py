@@ -13,7 +13,7 @@ the blocks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
@@ -156,6 +156,14 @@ class Dims:
 
     def widths(self, block: Block) -> FFNWidths:
         return self.ffn[block.name]
+
+    def decoder_blocks(self) -> Iterator[tuple[StackDims, Block, Num]]:
+        """Each distinct block of the decoder stack (the one that caches keys, values and recurrent state while
+        generating) with its stack and its number of layers; none for an encoder."""
+        for sd in self.stacks:
+            if sd.name == "decoder":
+                for block, layers in sd.blocks:
+                    yield sd, block, layers
 
 
 def norm_has_bias(config: ModelConfig) -> bool:

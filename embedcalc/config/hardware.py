@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from embedcalc.config.dtypes import canonical_dtype
 from embedcalc.config.files import load_mapping
+from embedcalc.config.presets import shipped_dir, shipped_names
 from embedcalc.config.problems import did_you_mean, problems_from_validation
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 PeakDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8"]
 PEAK_DTYPES: tuple[PeakDtype, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
 LinkKind = Literal[
@@ -295,15 +295,12 @@ class Device(BaseModel):
 
 def hardware_dir() -> Path:
     """Where the device YAML files are: inside the installed package, else the checkout's ``hardware/``."""
-    packaged = _PACKAGE_DIR / "hardware"
-    if packaged.is_dir():
-        return packaged
-    return _PACKAGE_DIR.parent / "hardware"
+    return shipped_dir("hardware")
 
 
 def hardware_names() -> list[str]:
     """Names of the shipped devices, sorted (``local`` is not among them)."""
-    return sorted(p.stem for p in hardware_dir().glob("*.yaml"))
+    return shipped_names("hardware")
 
 
 def parse_device(data: dict[str, Any], origin: str) -> Device:

@@ -1,4 +1,5 @@
-"""The shipped presets: ``presets/*.yaml`` in a checkout, ``embedcalc/presets/*.yaml`` inside a wheel."""
+"""The shipped presets: ``presets/*.yaml`` in a checkout, ``embedcalc/presets/*.yaml`` inside a wheel; and where
+any shipped YAML folder is (the device catalogue's ``hardware/`` too, :mod:`embedcalc.config.hardware`)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,27 @@ from pathlib import Path
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
-def presets_dir() -> Path:
-    """Where the preset YAML files are: inside the installed package, else the source checkout's ``presets/``."""
-    packaged = _PACKAGE_DIR / "presets"
+def shipped_dir(folder: str) -> Path:
+    """Where the shipped YAML files of ``folder`` are: inside the installed package, else the source checkout's."""
+    packaged = _PACKAGE_DIR / folder
     if packaged.is_dir():
         return packaged
-    return _PACKAGE_DIR.parent / "presets"
+    return _PACKAGE_DIR.parent / folder
+
+
+def shipped_names(folder: str) -> list[str]:
+    """The names (file stems) of the shipped YAML files of ``folder``, sorted."""
+    return sorted(p.stem for p in shipped_dir(folder).glob("*.yaml"))
+
+
+def presets_dir() -> Path:
+    """Where the preset YAML files are: inside the installed package, else the source checkout's ``presets/``."""
+    return shipped_dir("presets")
 
 
 def preset_names() -> list[str]:
     """Names of all shipped presets, sorted."""
-    return sorted(p.stem for p in presets_dir().glob("*.yaml"))
+    return shipped_names("presets")
 
 
 MAX_PRESET_NAME = 100  # characters; the longest shipped name is a fraction of it

@@ -14,6 +14,8 @@ before them as a pre-norm sublayer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import FFN as FFNSpec
@@ -75,6 +77,18 @@ def make_mixer(config: ModelConfig, m: Mixer, depth: tuple[int, int] = (0, 1)) -
     return Mamba2Mixer(config, m)
 
 
+def _ffn_residual(
+    x: Tensor, norm: nn.Module | None, transform: Callable[[Tensor], Tensor], placement: str
+) -> Tensor:
+    """An FFN sublayer's forward: ``transform`` inside its norm and residual; a one-norm parallel block's FFN has no
+    norm (the block calls ``transform`` itself)."""
+    if norm is None:
+        raise RuntimeError(
+            "a one-norm parallel block's FFN has no norm of its own; the block calls transform"
+        )
+    return residual(x, norm, transform, placement)
+
+
 class FeedForward(MLP):
     """The dense FFN sublayer: ``in_``, ``out`` and its ``norm`` (None for the FFN of a one-norm parallel block)."""
 
@@ -84,11 +98,7 @@ class FeedForward(MLP):
         self.norm = sublayer_norm(config) if norm else None
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.norm is None:
-            raise RuntimeError(
-                "a one-norm parallel block's FFN has no norm of its own; the block calls transform"
-            )
-        return residual(x, self.norm, self.transform, self.placement)
+        return _ffn_residual(x, self.norm, self.transform, self.placement)
 
 
 class MoEFeedForward(nn.Module):
@@ -105,11 +115,7 @@ class MoEFeedForward(nn.Module):
         return out
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.norm is None:
-            raise RuntimeError(
-                "a one-norm parallel block's FFN has no norm of its own; the block calls transform"
-            )
-        return residual(x, self.norm, self.transform, self.placement)
+        return _ffn_residual(x, self.norm, self.transform, self.placement)
 
 
 class Block(nn.Module):

@@ -135,17 +135,14 @@ def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
         return 0
     cached = (x.n if config.architecture == "decoder" else x.n_dec) + workload.gen_tokens
     values: Num = 0
-    for sd in x.stacks:
-        if sd.name != "decoder":
+    for sd, block, layers in x.decoder_blocks():
+        if block.attention is None:
             continue
-        for block, layers in sd.blocks:
-            if block.attention is None:
-                continue
-            limit = block.attention.cache_limit
-            tokens = cached if limit is None else minimum(cached, limit)
-            values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
-            if sd.stack.cross_attention:  # the cross-attention K and V of the source
-                values = values + layers * x.n * kv_cache_values(cross_attention(config), x, tp)
+        limit = block.attention.cache_limit
+        tokens = cached if limit is None else minimum(cached, limit)
+        values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
+        if sd.stack.cross_attention:  # the cross-attention K and V of the source
+            values = values + layers * x.n * kv_cache_values(cross_attention(config), x, tp)
     return x.b * values * workload.activation_bytes
 
 

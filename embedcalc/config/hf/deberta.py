@@ -42,16 +42,20 @@ def _terms(r: KeyReader) -> list[str] | None:
     return items
 
 
+# the keys DebertaV2Config reads beside relative_attention for the disentangled scores
+_RELATIVE_KEYS = (
+    "position_buckets",
+    "max_relative_positions",
+    "pos_att_type",
+    "share_att_key",
+    "norm_rel_ebd",
+)
+
+
 def _read_disentangled(r: KeyReader) -> None:
     """relative_attention and its keys -> the ``disentangled`` field (embedcalc.config.disentangled)."""
     key, relative, _ = r.value("relative_attention")
-    for name in (
-        "position_buckets",
-        "max_relative_positions",
-        "pos_att_type",
-        "share_att_key",
-        "norm_rel_ebd",
-    ):
+    for name in _RELATIVE_KEYS:
         r.lookup(name)
     if relative is not True:
         r.ignore(
@@ -62,13 +66,7 @@ def _read_disentangled(r: KeyReader) -> None:
             r.problem("norm_rel_ebd", f"norm_rel_ebd = {norm!r} with {key} false: DebertaV2Encoder still builds its "
                       "LayerNorm(hidden_size), unused, which embedcalc does not model; set norm_rel_ebd to 'none' "
                       "(the same model without those 2 x hidden_size parameters)")  # fmt: skip
-        for name in (
-            "position_buckets",
-            "max_relative_positions",
-            "pos_att_type",
-            "share_att_key",
-            "norm_rel_ebd",
-        ):
+        for name in _RELATIVE_KEYS:
             r.ignore(name, f"{key} is false: DebertaV2Encoder builds no relative-position table")
         return
     terms = _terms(r)

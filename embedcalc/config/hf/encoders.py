@@ -44,16 +44,21 @@ def _factorised(r: KeyReader) -> None:
         r.ignore("embedding_size", "equals hidden_size: no projection")
 
 
-def _read_electra(r: KeyReader) -> None:
-    """ElectraModel: BERT's blocks, factorised embeddings when embedding_size < hidden_size, no pooler."""
-    for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("bias", True),
-                                   ("pooler", False)):  # fmt: skip
-        r.fixed(name, value)
+def _factorised_bert(r: KeyReader) -> None:
+    """ELECTRA's and ALBERT's shared keys: BERT's sizes and segments, the factorised embeddings, GELU, dropout."""
     bert_shape(r)
     r.copy("type_vocab_size", "type_vocab_size")
     _factorised(r)
     map_activation(r, "hidden_act", gated=False)
     map_dropout(r, "hidden_dropout_prob")
+
+
+def _read_electra(r: KeyReader) -> None:
+    """ElectraModel: BERT's blocks, factorised embeddings when embedding_size < hidden_size, no pooler."""
+    for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("bias", True),
+                                   ("pooler", False)):  # fmt: skip
+        r.fixed(name, value)
+    _factorised_bert(r)
     expect_absolute_positions(r)
     for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_last_dropout"):
         r.ignore(key, "configures ELECTRA's sequence-summary head; ElectraModel has none")
@@ -64,11 +69,7 @@ def _read_albert(r: KeyReader) -> None:
     for name, value in (*_ENCODER, ("norm_placement", "post"), ("position", "learned"), ("bias", True),
                                    ("pooler", True), ("shared_layers", True)):  # fmt: skip
         r.fixed(name, value)
-    bert_shape(r)
-    r.copy("type_vocab_size", "type_vocab_size")
-    _factorised(r)
-    map_activation(r, "hidden_act", gated=False)
-    map_dropout(r, "hidden_dropout_prob")
+    _factorised_bert(r)
     refuse(r, "num_hidden_groups", (1,), "ALBERT with several groups of shared layers")
     refuse(r, "inner_group_num", (1,), "ALBERT with several layers per group")
     for key in ("down_scale_factor", "gap_size", "net_structure_type", "num_memory_blocks", "layers_to_keep"):

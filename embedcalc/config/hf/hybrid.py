@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf.core import read_core
-from embedcalc.config.hf.layered import ignore_moe_keys, int_list, origin, put_layout, read_moe
+from embedcalc.config.hf.layered import checked_layer_types, ignore_moe_keys, origin, put_layout, read_moe
+from embedcalc.config.hf.qwen3 import moe_flags
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin, map_partial_rotary
 
 _MAMBA = frozenset({"mamba", "linear_attention"})
@@ -162,20 +163,9 @@ def _read_qwen3_next(r: KeyReader) -> None:
         _, interval = r.lookup("full_attention_interval")
         every = interval if isinstance(interval, int) and interval > 0 else 4
         types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
-    if (
-        not isinstance(types, list)
-        or len(types) != layers
-        or not set(types) <= {"linear_attention", "full_attention"}
-    ):
-        r.problem(types_key, f"layer_types must list linear_attention or full_attention for each of the {layers} "
-                             f"layers; got {types!r}")  # fmt: skip
-        return
-    step_key, step, _ = r.value("decoder_sparse_step")
-    only_key, only, _ = r.value("mlp_only_layers")
-    dense = [] if only is None else int_list(r, only_key, only, layers)
-    if dense is None or not isinstance(step, int) or step < 1:
-        if not isinstance(step, int) or step < 1:
-            r.problem(step_key, f"{step_key} = {step!r} must be a positive integer")
+    types = checked_layer_types(r, types_key, types, layers, ("linear_attention", "full_attention"))
+    flags = None if types is None else moe_flags(r, layers)
+    if types is None or flags is None:
         return
     gdn: dict[str, Any] = {"kind": "gated_deltanet"}
     for name, key in _GDN_KEYS:
@@ -184,8 +174,7 @@ def _read_qwen3_next(r: KeyReader) -> None:
             return
         gdn[name] = value
     names, variants = [], {}
-    for i, kind in enumerate(types):
-        is_moe = i not in dense and (i + 1) % step == 0
+    for kind, is_moe in zip(types, flags, strict=True):
         name = ("linear" if kind == "linear_attention" else "full") + ("_moe" if is_moe else "")
         spec: dict[str, Any] = {"ffn": moe} if is_moe else {}
         if kind == "linear_attention":

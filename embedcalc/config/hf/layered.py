@@ -52,11 +52,19 @@ def layer_types(r: KeyReader, num_layers: int, derive: Sequence[str] | None) -> 
     key, value = r.lookup("layer_types")
     if value is MISSING or value is None:
         return key, list(derive) if derive is not None else [FULL] * num_layers
-    if not isinstance(value, list) or len(value) != num_layers or not set(value) <= {SLIDING, FULL}:
-        r.problem(key, f"layer_types must list {SLIDING!r} or {FULL!r} for each of the {num_layers} layers; got "
-                       f"{value!r}")  # fmt: skip
-        return key, None
-    return key, list(value)
+    return key, checked_layer_types(r, key, value, num_layers, (SLIDING, FULL))
+
+
+def checked_layer_types(
+    r: KeyReader, key: str, value: Any, num_layers: int, kinds: Sequence[str]
+) -> list[str] | None:
+    """``value`` (the file's ``layer_types``) as a list of one of ``kinds`` per layer; None when it is not (a
+    problem naming ``key`` is recorded)."""
+    if not isinstance(value, list) or len(value) != num_layers or not set(value) <= set(kinds):
+        allowed = " or ".join(repr(k) for k in kinds)
+        r.problem(key, f"layer_types must list {allowed} for each of the {num_layers} layers; got {value!r}")
+        return None
+    return list(value)
 
 
 def pattern_types(num_layers: int, pattern: int) -> list[str]:

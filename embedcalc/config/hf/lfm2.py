@@ -18,7 +18,7 @@ from typing import Any
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_shape
 from embedcalc.config.hf.hybrid import positive, replace_mapped
-from embedcalc.config.hf.layered import origin, put_layout
+from embedcalc.config.hf.layered import checked_layer_types, origin, put_layout
 from embedcalc.config.hf.reader import MISSING, Family, KeyReader
 
 _FF_KEYS = ("intermediate_size", "block_auto_adjust_ff_dim", "block_ffn_dim_multiplier", "block_multiple_of")
@@ -49,15 +49,8 @@ def _layer_types(r: KeyReader, layers: int) -> tuple[str, list[str]] | None:
     idx_key, idxs = r.lookup("full_attn_idxs")
     if types is not MISSING and types is not None:
         r.ignore(idx_key, "layer_types decides which layers are attention")
-        if (
-            not isinstance(types, list)
-            or len(types) != layers
-            or not set(types) <= {"conv", "full_attention"}
-        ):
-            r.problem(key, f"layer_types must list conv or full_attention for each of the {layers} layers; got "
-                           f"{types!r}")  # fmt: skip
-            return None
-        return key, list(types)
+        checked = checked_layer_types(r, key, types, layers, ("conv", "full_attention"))
+        return None if checked is None else (key, checked)
     if idxs is MISSING or idxs is None:
         return key, ["full_attention"] * layers  # Lfm2Config's default: every layer attends
     if not isinstance(idxs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idxs):

@@ -67,7 +67,9 @@ def _windows(r: KeyReader, layers: int, rule: Rule) -> list[int | None] | None:
     return [window if t == SLIDING else None for t in types]
 
 
-def _moe_flags(r: KeyReader, layers: int) -> list[bool] | None:
+def moe_flags(r: KeyReader, layers: int) -> list[bool] | None:
+    """Which layers are MoE by Qwen's rule (every ``decoder_sparse_step``-th layer not in ``mlp_only_layers``);
+    None when either key is malformed (a problem is recorded)."""
     step_key, step, _ = r.value("decoder_sparse_step")
     only_key, only, _ = r.value("mlp_only_layers")
     dense = [] if only is None else int_list(r, only_key, only, layers)
@@ -83,7 +85,7 @@ def put_qwen_layout(r: KeyReader, moe: dict[str, Any] | None, moe_key: str, rule
     if not isinstance(layers, int):
         return
     windows = _windows(r, layers, rule)
-    flags = _moe_flags(r, layers) if moe is not None else [False] * layers
+    flags = moe_flags(r, layers) if moe is not None else [False] * layers
     if windows is None or flags is None:
         return
     names, variants = [], {}

@@ -99,17 +99,19 @@ def _t5_ffn(r: KeyReader) -> None:
             r.ignored.append(IgnoredKey(k, value, f"derived by T5Config from {written}"))
 
 
+# T5Config's and MT5Config's attribute_map (the same in both)
+_T5_ATTRIBUTES = {"hidden_size": "d_model", "num_attention_heads": "num_heads", "num_hidden_layers": "num_layers",
+                  "head_dim": "d_kv"}  # fmt: skip
+
 FAMILIES = (
     Family("t5", "T5Config", "T5ForConditionalGeneration (AutoModelForSeq2SeqLM)", "t5-small",
            dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=None,
                 num_heads=8, relative_attention_num_buckets=32, relative_attention_max_distance=128,
                 dropout_rate=0.1, feed_forward_proj="relu", tie_word_embeddings=True, n_positions=512),
-           _read_t5, {"hidden_size": "d_model", "num_attention_heads": "num_heads",
-                      "num_hidden_layers": "num_layers", "head_dim": "d_kv"}),
+           _read_t5, _T5_ATTRIBUTES),
     Family("mt5", "MT5Config", "MT5ForConditionalGeneration (AutoModelForSeq2SeqLM)", "t5-small",
            dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_decoder_layers=None,
                 num_heads=6, relative_attention_num_buckets=32, relative_attention_max_distance=128,
                 dropout_rate=0.1, feed_forward_proj="gated-gelu", tie_word_embeddings=True, n_positions=512),
-           _read_t5, {"hidden_size": "d_model", "num_attention_heads": "num_heads",
-                      "num_hidden_layers": "num_layers", "head_dim": "d_kv"}),
+           _read_t5, _T5_ATTRIBUTES),
 )  # fmt: skip
