@@ -92,8 +92,7 @@ def evaluate_training(
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
                                price_per_hour=price.per_device_hour if price else None,
                                global_batch=request.global_batch)  # fmt: skip
-    m = memory
-    estimate = estimate_time(config, w, request_time, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)
+    estimate = estimate_time(config, w, request_time, memory.model_state_bytes)
     run = estimate.to_json()
     train = run["train"]
     reasons: tuple[str, ...] = ()
@@ -102,8 +101,8 @@ def evaluate_training(
         reasons = (
             f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",
         )
-    return TrainingRow(layout, price, w.dtype, m.total_bytes, device.memory, run["step_s"], train["wall_s"],
-                       train["device_hours"], request.deadline_s, reasons, why, m.as_dict(), train)  # fmt: skip
+    return TrainingRow(layout, price, w.dtype, memory.total_bytes, device.memory, run["step_s"], train["wall_s"],
+                       train["device_hours"], request.deadline_s, reasons, why, memory.as_dict(), train)  # fmt: skip
 
 
 def _device_rows(

@@ -191,10 +191,10 @@ def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[R
             "local was not measured yet and was measured now, as bench --peak does",
         )
     request = TimeRequest(device=device)
-    m = analysis.memory
     try:
-        estimate = estimate_time(analysis.config, analysis.workload, request,
-                                 m.weights_bytes + m.gradients_bytes + m.optimizer_bytes)  # fmt: skip
+        estimate = estimate_time(
+            analysis.config, analysis.workload, request, analysis.memory.model_state_bytes
+        )
     except EmbedcalcError as exc:  # e.g. no measured peak for this dtype on local
         return None, f"no prediction: {exc.message}; run `embedcalc bench --peak --dtype {dtype}`"
     other = "" if device.title == name else f"; measured on {device.title}, this run is on {name}"

@@ -27,7 +27,7 @@ def preset_rows() -> list[dict[str, Any]]:
         config = load_target(name).config
         rows.append({"name": name, "architecture": config.architecture, "params": count_params(config).total,
                      "embed_dim": config.embed_dim, "num_heads": config.num_heads,
-                     "num_layers": config.num_layers + config.resolved_decoder_layers})  # fmt: skip
+                     "num_layers": config.total_layers})  # fmt: skip
     return rows
 
 

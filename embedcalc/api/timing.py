@@ -91,10 +91,7 @@ def apply_time(
         device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour,
         global_batch=options.global_batch,
     )  # fmt: skip
-    m = analysis.memory
-    estimate = estimate_time(
-        analysis.config, w, request, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes
-    )
+    estimate = estimate_time(analysis.config, w, request, analysis.memory.model_state_bytes)
     require_finite(estimate.to_json(), f"{analysis.target}: time")
     if max_memory is not None:
         limit, source = max_memory, "--max-memory"

@@ -93,6 +93,11 @@ class ResolvedShape:
         return self.num_decoder_layers if self.num_decoder_layers is not None else self.num_layers
 
     @property
+    def total_layers(self) -> int:
+        """Layers in both stacks (an encoder-decoder's encoder and decoder layers; else num_layers)."""
+        return self.num_layers + self.resolved_decoder_layers
+
+    @property
     def resolved_norm_placement(self) -> NormPlacement:
         if self.norm_placement is not None:
             return self.norm_placement

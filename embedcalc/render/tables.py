@@ -225,7 +225,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
         "num_heads / head_dim", [f"{a.config.num_heads} / {a.config.derived()['head_dim']}" for a in analyses]
     )
     row("num_kv_heads", [a.config.resolved_kv_heads for a in analyses])
-    row("layers", [a.config.num_layers + a.config.resolved_decoder_layers for a in analyses])
+    row("layers", [a.config.total_layers for a in analyses])
     row("ffn_dim", [a.config.resolved_ffn_dim for a in analyses])
     row("vocab_size", [a.config.vocab_size for a in analyses])
     row("params", [a.params.total for a in analyses])

@@ -56,7 +56,7 @@ class HeadShape:
             num_heads=config.num_heads,
             num_kv_heads=config.resolved_kv_heads,
             head_dim=config.head_dim,
-            num_layers=config.num_layers + config.resolved_decoder_layers,
+            num_layers=config.total_layers,
             cache_layers=cache,
             rope=config.position == "rope",
         )

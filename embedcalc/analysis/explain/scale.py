@@ -103,10 +103,6 @@ class WidthDepthAnswer:
     references: list[ReferenceModel]
 
 
-def _layers(config: ModelConfig) -> int:
-    return config.num_layers + config.resolved_decoder_layers
-
-
 def _tokens(config: ModelConfig, workload: Workload) -> int:
     """Tokens one forward pass processes (an encoder-decoder runs source and target)."""
     n = workload.seq_len
@@ -122,7 +118,7 @@ def reference_models(
     smallest first; a preset identical to ``config`` is not listed twice."""
 
     def row(name: str, c: ModelConfig, params: int, is_target: bool) -> ReferenceModel:
-        layers = _layers(c)
+        layers = c.total_layers
         return ReferenceModel(name, params, c.embed_dim, layers, c.num_heads, c.resolved_head_dim,
                               round(c.embed_dim / layers, 1), is_target)  # fmt: skip
 
@@ -143,7 +139,7 @@ def explain_width_depth(
     categories = {"attention": 0, "ffn": 0, "norms": 0, "embedding": 0, "other": 0}
     for key, value in params.items():
         categories[param_category(key)] += value
-    d, layers = config.embed_dim, _layers(config)
+    d, layers = config.embed_dim, config.total_layers
     non_embedding = params.total - categories["embedding"]
     # a token's compute runs through the active parameters (MoE: top_k of the routed experts; Fedus et al. 2021)
     active = active_params(config)

@@ -96,7 +96,7 @@ def explain_embed_dim(config: ModelConfig, workload: Workload) -> EmbedDimAnswer
         vocab_size=config.vocab_size,
         max_seq_len=config.max_seq_len,
         position=config.position,
-        num_layers=config.num_layers + config.resolved_decoder_layers,
+        num_layers=config.total_layers,
         params_total=total,
         components=components,
         width_params=width,

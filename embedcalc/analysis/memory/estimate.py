@@ -66,9 +66,14 @@ class _MemoryKinds:
     @property
     def total_bytes(self) -> int:
         return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
-        )  # fmt: skip
+            self.model_state_bytes + self.activations_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
+        )
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Weights + gradients + optimizer state: the "model states" of ZeRO (Rajbhandari et al. 2020, §3), which a
+        training step reads and writes once."""
+        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
 
     def _kinds(self) -> dict[str, int]:
         """The DESIGN.md §5 keys, and the recurrent state where the model has one (a key added, none renamed)."""
