@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from expected_presets import PRESETS
 from paths import FIXTURES, ROOT, SCRIPTS
 
 from embedcalc.analysis.heads import divisors
@@ -27,47 +28,6 @@ from embedcalc.errors import ExitCode
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
-PRESETS = (
-    "albert-base-v2",
-    "bart-large",
-    "bert-base",
-    "bert-large",
-    "bloom-7b1",
-    "deberta-v3-base",
-    "deepseek-v3",
-    "deepseek-v3.2",
-    "falcon-7b",
-    "gemma-2-9b",
-    "gemma-3-27b",
-    "gemma-7b",
-    "gpt-oss-20b",
-    "granite-4.0-h-small",
-    "gpt2",
-    "gpt2-large",
-    "gpt2-medium",
-    "gpt2-xl",
-    "gpt3-175b",
-    "jamba-mini-1.7",
-    "llama-2-70b",
-    "llama-2-7b",
-    "llama-3.1-70b",
-    "llama-3.1-8b",
-    "mistral-7b",
-    "mixtral-8x7b",
-    "modernbert-base",
-    "mpnet-base",
-    "phi-3-mini",
-    "pythia-1.4b",
-    "qwen2.5-7b",
-    "qwen3-30b-a3b",
-    "qwen3-8b",
-    "qwen3-next-80b-a3b",
-    "t5-base",
-    "t5-small",
-    "transformer-base",
-    "transformer-big",
-    "xlm-roberta-base",
-)
 INVALID = str(FIXTURES / "heads_1000_12.yaml")
 
 

@@ -67,15 +67,30 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+def _launch(
+    tmp_path: Path, strategy: str, batch_size: int, seq_len: int, repeat: int, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``bench --nproc 2`` of the tiny decoder: training steps on the CPU under torchrun (gloo), one warm-up, no
+    baseline, as JSON; ``env`` adds to the CLI's environment."""
+    return run_embedcalc(
+        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", strategy, "--mode", "training",
+        "--batch-size", str(batch_size), "--seq-len", str(seq_len), "--device", "cpu", "--warmup", "1",
+        "--repeat", str(repeat), "--no-baseline", "--format", "json", env=cli_env(COLUMNS="120", **env),
+        timeout=600,
+    )  # fmt: skip
+
+
+def _measured(tmp_path: Path, strategy: str, batch_size: int, repeat: int) -> dict[str, Any]:
+    """The ``results[0]`` entry of a two-rank launch (seq_len 16) that must succeed."""
+    proc = _launch(tmp_path, strategy, batch_size, 16, repeat)
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, Any] = json.loads(proc.stdout)["results"][0]
+    return result
+
+
 @pytest.mark.slow
 def test_ddp_on_two_ranks_reports_every_rank_beside_the_prediction(tmp_path: Path) -> None:
-    proc = run_embedcalc(
-        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "ddp", "--mode", "training",
-        "--batch-size", "2", "--seq-len", "16", "--device", "cpu", "--warmup", "1", "--repeat", "2",
-        "--no-baseline", "--format", "json", env=cli_env(COLUMNS="120"), timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)["results"][0]["distributed"]
+    result = _measured(tmp_path, "ddp", batch_size=2, repeat=2)["distributed"]
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
     for rank in result["ranks"]:
         assert rank["local_params"] == rank["predicted_params"]  # a DDP replica holds every parameter
@@ -98,13 +113,7 @@ def test_ddp_on_two_ranks_reports_every_rank_beside_the_prediction(tmp_path: Pat
 
 @pytest.mark.slow
 def test_fsdp_ranks_hold_their_shard(tmp_path: Path) -> None:
-    proc = run_embedcalc(
-        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "fsdp", "--mode", "training",
-        "--batch-size", "1", "--seq-len", "16", "--device", "cpu", "--warmup", "1", "--repeat", "1",
-        "--no-baseline", "--format", "json", env=cli_env(COLUMNS="120"), timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)["results"][0]
+    result = _measured(tmp_path, "fsdp", batch_size=1, repeat=1)
     ranks = result["distributed"]["ranks"]
     for rank in ranks:  # each rank's FSDP2 shard, tensor by tensor, equals the analytic chunk rule
         assert rank["local_params"] == rank["predicted_params"]
@@ -114,12 +123,7 @@ def test_fsdp_ranks_hold_their_shard(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_killed_rank_ends_the_whole_group_cleanly(tmp_path: Path) -> None:
     marker = f"embedcalc-test-{uuid.uuid4()}"
-    proc = run_embedcalc(
-        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "ddp", "--mode", "training",
-        "--batch-size", "1", "--seq-len", "8", "--device", "cpu", "--warmup", "1", "--repeat", "50",
-        "--no-baseline", "--format", "json",
-        env=cli_env(COLUMNS="120", EMBEDCALC_FAULT_RANK="1", EMBEDCALC_TEST_MARKER=marker), timeout=600,
-    )  # fmt: skip
+    proc = _launch(tmp_path, "ddp", 1, 8, 50, EMBEDCALC_FAULT_RANK="1", EMBEDCALC_TEST_MARKER=marker)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "rank 1 of 2 failed" in proc.stderr and "SIGKILL" in proc.stderr
@@ -217,13 +221,7 @@ def test_refused_before_launch_when_the_ranks_cannot_fit(tmp_path: Path) -> None
 def test_tensor_parallel_ranks_hold_the_predicted_shard_and_issue_the_predicted_collectives(
     tmp_path: Path,
 ) -> None:
-    proc = run_embedcalc(
-        "bench", str(_tiny(tmp_path)), "--nproc", "2", "--strategy", "tp", "--mode", "training",
-        "--batch-size", "2", "--seq-len", "16", "--device", "cpu", "--warmup", "1", "--repeat", "2",
-        "--no-baseline", "--format", "json", env=cli_env(COLUMNS="120"), timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)["results"][0]["distributed"]
+    result = _measured(tmp_path, "tp", batch_size=2, repeat=2)["distributed"]
     predicted_calls = sum(c["count"] for c in result["communication"]["collectives"])
     for rank in result["ranks"]:
         assert rank["local_params"] == rank["predicted_params"]
