@@ -554,6 +554,8 @@ def test_analyze_a_preset_imports_only_its_own_path(tmp_path: Path) -> None:
         "transformers",
         "safetensors",
     }
+    # pydantic's plugin discovery (importlib.metadata) stays unloaded (cli/app.py)
+    assert "importlib.metadata" not in imported
 
 
 # --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------
