@@ -4,6 +4,9 @@ Independent of embedcalc: everything here reads transformers' own config classes
 of the README: encoders as ``AutoModel``, decoders as ``AutoModelForCausalLM``; a multimodal file (Gemma 3,
 Llama 4) as the causal LM of its ``text_config``. Models are built on the meta device (no memory) with eager
 attention, so ``FlopCounterMode`` sees the score matmuls (PyTorch issue 195460: SDPA on the CPU counts 0).
+
+Beside it, the one embedcalc helper the parity modules share, :func:`mapped_config`: the config embedcalc reads from
+the same file, which every test compares with transformers' side.
 """
 
 from __future__ import annotations
@@ -11,10 +14,15 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 from paths import HF_FIXTURES, PUBLISHED_SIZES
+
+from embedcalc.config.hf import map_hf_config
+from embedcalc.config.loading import validate_config
+from embedcalc.config.schema import ModelConfig
 
 FIXTURES = HF_FIXTURES
 ENCODERS = {"albert"}
@@ -70,9 +78,20 @@ def quiet_transformers() -> Any:
     return module
 
 
+def fixture_path(name: str) -> Path:
+    """The hub config.json of fixture ``name`` in tests/fixtures/hf."""
+    return FIXTURES / f"{name}.json"
+
+
 def raw_fixture(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(fixture_path(name).read_text(encoding="utf-8"))
     return data
+
+
+def mapped_config(raw: dict[str, Any]) -> ModelConfig:
+    """embedcalc's validated config of the config.json mapping ``raw`` (named ``test``), as ``check`` reads a file."""
+    mapping = map_hf_config(raw, "test")
+    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def text_raw(raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Fixtures the Hugging Face parity modules share: transformers, quiet, for the tests that build its models."""
+"""Fixtures the Hugging Face parity modules share: transformers, quiet, for the tests that build its models (a module
+that reads only transformers' config classes, without torch, defines its own ``transformers``)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,9 @@ def hf_transformers() -> Any:
     from hf_reference import quiet_transformers
 
     return quiet_transformers()
+
+
+@pytest.fixture(scope="module")
+def transformers(hf_transformers: Any) -> Any:
+    """:func:`hf_transformers` under the name the older parity modules' tests take."""
+    return hf_transformers

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_reference import published
+from hf_reference import mapped_config, published
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import DOCS, HF_FIXTURES
@@ -35,7 +35,7 @@ from embedcalc.analysis.sweep import evaluate_point, sweep_target
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config
-from embedcalc.config.loading import load_target, validate_config
+from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
@@ -52,11 +52,6 @@ FIXTURE_FILES = sorted(p for p in FIXTURES.glob("*.json") if p.stem in PUBLISHED
 def _raw(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def test_every_fixture_has_a_published_size() -> None:
@@ -134,7 +129,7 @@ def test_today_and_older_formats_agree() -> None:
         "mlp_bias": False,
     }
     old |= {"rope_theta": 10000.0}
-    a, b = _config(old), _config(new)
+    a, b = mapped_config(old), mapped_config(new)
     assert count_params(a).as_dict() == count_params(b).as_dict()
     assert a.model_dump(exclude={"name", "head_dim"}) == b.model_dump(exclude={"name", "head_dim"})
 
@@ -155,7 +150,7 @@ def test_a_bare_model_type_uses_transformers_defaults(model_type: str) -> None:
     mapping = map_hf_config({"model_type": model_type}, "test")
     assert all(m.origin in ("default", "family") for m in mapping.report.mapped)
     assert mapping.report.ignored == []
-    _config({"model_type": model_type})
+    mapped_config({"model_type": model_type})
 
 
 def test_family_defaults_are_transformers_defaults() -> None:
@@ -185,14 +180,14 @@ def test_family_defaults_are_transformers_defaults() -> None:
 
 
 def test_roberta_positions_start_after_the_padding_index() -> None:
-    config = _config(_raw(FIXTURES / "roberta-base.json"))
+    config = mapped_config(_raw(FIXTURES / "roberta-base.json"))
     assert (config.max_seq_len, config.position_offset, config.position_rows) == (512, 2, 514)
-    shifted = _config(_raw(FIXTURES / "roberta-base.json") | {"pad_token_id": 0})
+    shifted = mapped_config(_raw(FIXTURES / "roberta-base.json") | {"pad_token_id": 0})
     assert (shifted.max_seq_len, shifted.position_offset) == (513, 1)
 
 
 def test_opt_350m_projections_and_post_norm() -> None:
-    config = _config(_raw(FIXTURES / "opt-350m.json"))
+    config = mapped_config(_raw(FIXTURES / "opt-350m.json"))
     assert (config.resolved_norm_placement, config.resolved_final_norm) == ("post", False)
     assert config.resolved_token_embed_dim == 512 and config.embedding_projection
     params = count_params(config).as_dict()
@@ -200,12 +195,12 @@ def test_opt_350m_projections_and_post_norm() -> None:
     assert params["embedding/project_in"] == params["head/project_out"] == 512 * 1024
     assert params["embedding/position"] == (2048 + 2) * 1024
     assert "decoder/final_norm" not in params and "head/lm" not in params  # tied
-    removed = _config(_raw(FIXTURES / "opt-125m.json") | {"_remove_final_layer_norm": True})
+    removed = mapped_config(_raw(FIXTURES / "opt-125m.json") | {"_remove_final_layer_norm": True})
     assert count_params(removed).total == PUBLISHED["opt-125m"] - 2 * 768
 
 
 def test_qwen2_biases_on_qkv_only() -> None:
-    config = _config(_raw(FIXTURES / "qwen2-0.5b.json"))
+    config = mapped_config(_raw(FIXTURES / "qwen2-0.5b.json"))
     assert (config.resolved_qkv_bias, config.resolved_out_bias, config.resolved_ffn_bias) == (
         True,
         False,
@@ -218,10 +213,10 @@ def test_qwen2_biases_on_qkv_only() -> None:
 
 
 def test_t5_head_untied_in_either_format() -> None:
-    v1 = _config(_raw(FIXTURES / "t5-small.json"))
-    v11_old = _config(_raw(FIXTURES / "t5-v1_1-small.json"))
+    v1 = mapped_config(_raw(FIXTURES / "t5-small.json"))
+    v11_old = mapped_config(_raw(FIXTURES / "t5-v1_1-small.json"))
     # tie_word_embeddings true, scale_decoder_outputs false
-    v11_new = _config(_raw(FIXTURES / "t5-v1_1-base.v5.json"))
+    v11_new = mapped_config(_raw(FIXTURES / "t5-v1_1-base.v5.json"))
     assert (v1.tie_embeddings, v11_old.tie_embeddings, v11_new.tie_embeddings) == (True, False, False)
     assert (v11_old.activation, v1.activation, v11_new.relative_attention_max_distance) == (
         "geglu",
@@ -231,8 +226,8 @@ def test_t5_head_untied_in_either_format() -> None:
 
 
 def test_distilbert_sinusoidal_still_counts_its_table() -> None:
-    a = _config(_raw(FIXTURES / "distilbert-base-uncased.json"))
-    b = _config(_raw(FIXTURES / "distilbert-base-uncased.json") | {"sinusoidal_pos_embds": True})
+    a = mapped_config(_raw(FIXTURES / "distilbert-base-uncased.json"))
+    b = mapped_config(_raw(FIXTURES / "distilbert-base-uncased.json") | {"sinusoidal_pos_embds": True})
     assert count_params(a).total == count_params(b).total == 66_362_880
     assert (a.type_vocab_size, a.resolved_pooler) == (0, False)
 
@@ -329,7 +324,7 @@ def test_qwen2_mixed_sliding_and_full_layers_count_as_transformers(extra: dict[s
     object (it was refused before the one decoder core of issue 22)."""
     transformers = pytest.importorskip("transformers")
     raw = _raw(FIXTURES / "qwen2-0.5b.json") | extra
-    ours = _config(raw)
+    ours = mapped_config(raw)
     theirs = transformers.Qwen2Config.from_dict(raw)
     head_dim, kv_heads = theirs.hidden_size // theirs.num_attention_heads, theirs.num_key_value_heads
     for tokens in (100, 2000, 8192):
@@ -345,7 +340,7 @@ def test_qwen2_mixed_sliding_and_full_layers_count_as_transformers(extra: dict[s
 def test_qwen2_all_sliding_layers_map_the_window() -> None:
     raw = _raw(FIXTURES / "qwen2-0.5b.json") | {"use_sliding_window": True, "max_window_layers": 0,
                                                 "sliding_window": 1024}  # fmt: skip
-    config = _config(raw)  # the one window mapper puts a window every layer shares on the default block
+    config = mapped_config(raw)  # the one window mapper puts a window every layer shares on the default block
     assert config.attention is not None and config.attention.sliding_window == 1024 and not config.blocks
 
 
@@ -568,7 +563,7 @@ def test_published_sizes_equal_transformers(hf: Any, path: Path) -> None:
                                   "opt-350m", "t5-v1_1-small", "qwen2-0.5b", "mistral-7b-v0.1"])  # fmt: skip
 def test_published_forward_flops_equal_flop_counter(hf: Any, name: str) -> None:
     raw = _raw(FIXTURES / f"{name}.json")
-    config = _config(raw)
+    config = mapped_config(raw)
     model = _hf_model(hf, raw, config)
     analytic = forward_flops(config, Workload(batch_size=2, seq_len=64, tgt_len=24)).forward
     assert _hf_forward_flops(model, raw["model_type"], 2, 64, 24) == analytic
@@ -700,7 +695,7 @@ RANDOM_CASES = [(model_type, seed) for model_type in CORE_FAMILIES for seed in r
 @pytest.mark.parametrize(("model_type", "seed"), RANDOM_CASES)
 def test_random_small_configs_match_transformers(hf: Any, model_type: str, seed: int) -> None:
     raw = _random_raw(model_type, seed)
-    config = _config(raw)
+    config = mapped_config(raw)
     model = _hf_model(hf, raw, config)
     assert _numel(model) == count_params(config).total
     assert _our_shapes(config) == _hf_shapes(hf, model)

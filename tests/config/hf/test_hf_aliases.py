@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 import pytest
-from hf_reference import quiet_transformers
+from hf_reference import mapped_config, quiet_transformers
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops
@@ -23,19 +23,12 @@ from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import validate_config
-from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
 def transformers() -> Any:
     return quiet_transformers()
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def _numel(model: Any, skip: str = "") -> int:
@@ -73,7 +66,7 @@ def test_kimi_k2_is_deepseek_v3(transformers: Any) -> None:
     """Kimi K2's dimensions (moonshotai/Kimi-K2-Instruct): 1,026,408,209,408 parameters as transformers'
     DeepseekV3ForCausalLM builds them on the meta device (measured once: 13 s to build, so pinned here), and a small
     variant built in the test."""
-    assert count_params(_config(_KIMI_FILE | _KIMI_K2)).total == 1_026_408_209_408
+    assert count_params(mapped_config(_KIMI_FILE | _KIMI_K2)).total == 1_026_408_209_408
     small = _KIMI_K2 | dict(vocab_size=512, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=8,
                             kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16,
@@ -81,7 +74,7 @@ def test_kimi_k2_is_deepseek_v3(transformers: Any) -> None:
     model = _build(transformers, transformers.DeepseekV3Config(**small))
     mapping = map_hf_config(_KIMI_FILE | small, "test")
     assert mapping.report.family == "kimi_k2"
-    assert count_params(_config(_KIMI_FILE | small)).total == _numel(model)
+    assert count_params(mapped_config(_KIMI_FILE | small)).total == _numel(model)
 
 
 def test_internlm3_is_llama_with_its_aliases(transformers: Any) -> None:
@@ -93,8 +86,8 @@ def test_internlm3_is_llama_with_its_aliases(transformers: Any) -> None:
         model = _build(transformers, config)
         assert type(model).__name__ == "LlamaForCausalLM"
         raw = {"model_type": "internlm3", "qkv_bias": bias, "bias": bias, **small}
-        assert count_params(_config(raw)).total == _numel(model), bias
-        assert count_params(_config(config.to_dict())).total == _numel(model), bias
+        assert count_params(mapped_config(raw)).total == _numel(model), bias
+        assert count_params(mapped_config(config.to_dict())).total == _numel(model), bias
 
 
 _QWEN_TEXT = dict(vocab_size=512, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
@@ -113,14 +106,14 @@ def test_qwen2_5_vl_counts_its_text_model_nested_or_flat(transformers: Any, tied
     model = _build(transformers, config, transformers.Qwen2_5_VLForConditionalGeneration)
     expected = _numel(model, skip="model.visual.")
     nested = config.to_dict()
-    assert count_params(_config(nested)).total == expected
+    assert count_params(mapped_config(nested)).total == expected
     flat = {k: v for k, v in nested.items() if k != "text_config"} | {
         k: v for k, v in nested["text_config"].items() if k not in ("model_type", "architectures")
     }
     flat["model_type"] = "qwen2_5_vl"
     mapping = map_hf_config(flat, "test")
     assert "the text keys at top level" in mapping.report.notes[-1]
-    assert count_params(_config(flat)).total == expected
+    assert count_params(mapped_config(flat)).total == expected
 
 
 def test_qwen3_vl_counts_its_text_model(transformers: Any) -> None:
@@ -129,7 +122,7 @@ def test_qwen3_vl_counts_its_text_model(transformers: Any) -> None:
               "deepstack_visual_indexes": [0]}  # fmt: skip
     config = transformers.Qwen3VLConfig(text_config=text, vision_config=vision)
     model = _build(transformers, config, transformers.Qwen3VLForConditionalGeneration)
-    assert count_params(_config(config.to_dict())).total == _numel(model, skip="model.visual.")
+    assert count_params(mapped_config(config.to_dict())).total == _numel(model, skip="model.visual.")
 
 
 _EMBEDDING_GEMMA = dict(
@@ -148,7 +141,7 @@ def test_embedding_gemma_is_a_bidirectional_encoder(transformers: Any) -> None:
     raw = config.to_dict()
     assert raw["sliding_window"] == 512
     model = _build(transformers, config, transformers.AutoModel)
-    ours = _config(raw)
+    ours = mapped_config(raw)
     assert ours.architecture == "encoder" and not ours.lm_head
     assert count_params(ours).total == _numel(model) == 302_863_104
     assert kv_cache_bytes(ours, Workload(seq_len=2048)) == 0
@@ -168,7 +161,10 @@ def test_embedding_gemma_flops_equal_flop_counter(transformers: Any) -> None:
     ids = torch.zeros(1, 40, dtype=torch.long)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(input_ids=ids)
-    assert forward_flops(_config(config.to_dict()), Workload(seq_len=40)).forward == counter.get_total_flops()
+    assert (
+        forward_flops(mapped_config(config.to_dict()), Workload(seq_len=40)).forward
+        == counter.get_total_flops()
+    )
 
 
 # --- messages of refused files ------------------------------------------------------------------------------------
@@ -265,7 +261,7 @@ def test_olmo3_params_and_kv_cache_equal_transformers(transformers: Any, layer_t
     import torch
 
     cfg = transformers.Olmo3Config(**_OLMO3_7B, layer_types=layer_types)
-    ours = _config(cfg.to_dict())
+    ours = mapped_config(cfg.to_dict())
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     assert count_params(ours).total == sum(p.numel() for p in model.parameters())
@@ -288,4 +284,6 @@ def test_olmo3_forward_flops_equal_flop_counter(transformers: Any) -> None:
     ids = torch.zeros(1, 32, dtype=torch.long)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(input_ids=ids, use_cache=False)
-    assert forward_flops(_config(cfg.to_dict()), Workload(seq_len=32)).forward == counter.get_total_flops()
+    assert (
+        forward_flops(mapped_config(cfg.to_dict()), Workload(seq_len=32)).forward == counter.get_total_flops()
+    )

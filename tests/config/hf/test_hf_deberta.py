@@ -12,14 +12,13 @@ import json
 from typing import Any
 
 import pytest
+from hf_reference import mapped_config
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import validate_config
-from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
 SMALL = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_hidden_layers=2, vocab_size=101,
@@ -42,11 +41,6 @@ def _raw(**extra: Any) -> dict[str, Any]:
     return data | extra
 
 
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_params_and_flops_equal_transformers(variant: str) -> None:
@@ -55,7 +49,7 @@ def test_params_and_flops_equal_transformers(variant: str) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     raw = _raw(**(SMALL | VARIANTS[variant]))
-    config = _config(raw)
+    config = mapped_config(raw)
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(transformers.DebertaV2Config.from_dict(raw),
                                                attn_implementation="eager").eval()  # fmt: skip
@@ -73,12 +67,12 @@ def test_verify_reconciles_every_component(variant: str) -> None:
     pytest.importorskip("torch")
     import embedcalc
 
-    result = embedcalc.verify(_config(_raw(**(SMALL | VARIANTS[variant]))), seq_len=12, batch_size=2)
+    result = embedcalc.verify(mapped_config(_raw(**(SMALL | VARIANTS[variant]))), seq_len=12, batch_size=2)
     assert result.agree
 
 
 def test_the_published_file_maps_the_v3_options() -> None:
-    spec = _config(_raw()).disentangled
+    spec = mapped_config(_raw()).disentangled
     assert spec is not None
     assert (spec.rows, spec.bucketed, spec.max_distance, spec.c2p, spec.p2c, spec.share_keys, spec.norm) == (
         512, True, 512, True, True, True, True)  # fmt: skip
@@ -86,7 +80,7 @@ def test_the_published_file_maps_the_v3_options() -> None:
 
 def test_position_terms_are_linear_in_the_sequence() -> None:
     """c2p and p2c score n queries (keys) against 2 span positions: linear in n; the table's projection is not."""
-    config = _config(_raw())
+    config = mapped_config(_raw())
     short, long = (forward_flops(config, Workload(seq_len=n)).breakdown for n in (128, 256))
     assert long["encoder/attention/pos_scores"] == 2 * short["encoder/attention/pos_scores"]
     assert long["encoder/attention/pos_proj"] == short["encoder/attention/pos_proj"]

@@ -18,6 +18,7 @@ from hf_reference import (
     hf_config,
     hf_model,
     kv_cache_formula,
+    mapped_config,
     numel,
     published,
     raw_fixture,
@@ -28,16 +29,8 @@ from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import validate_config
-from embedcalc.config.schema import ModelConfig
 
 PUBLISHED = published("test_hf_decoder_families")
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    m = map_hf_config(raw, "test")
-    return validate_config(dict(m.data), dict(m.user_keys), [], "test")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -60,7 +53,7 @@ def test_variants_count_what_transformers_builds(
     hf_transformers: Any, name: str, extra: dict[str, Any]
 ) -> None:
     raw = raw_fixture(name) | extra
-    assert count_params(_config(raw)).total == numel(hf_model(hf_transformers, raw))
+    assert count_params(mapped_config(raw)).total == numel(hf_model(hf_transformers, raw))
 
 
 # --- KV cache ------------------------------------------------------------------------------------------------------
@@ -70,7 +63,7 @@ def test_variants_count_what_transformers_builds(
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_kv_cache_follows_transformers_config(hf_transformers: Any, name: str) -> None:
     raw = raw_fixture(name)
-    cfg, config = hf_config(hf_transformers, raw), _config(raw)
+    cfg, config = hf_config(hf_transformers, raw), mapped_config(raw)
     expected = {n: kv_cache_formula(cfg, n, 2) for n in (1, 1000, 8192)}
     assert {n: kv_cache_bytes(config, Workload(seq_len=n, dtype="float16")) for n in expected} == expected
 
@@ -103,7 +96,7 @@ def test_forward_flops_equal_flop_counter(hf_transformers: Any, name: str) -> No
     torch.manual_seed(0)
     auto = hf_transformers.AutoModelForCausalLM
     model = auto.from_config(hf_config(hf_transformers, small), attn_implementation="eager").eval()
-    config = _config(small)
+    config = mapped_config(small)
     measured = {shape: forward_flops(model, *shape) for shape in ((1, 5), (2, 16))}
     assert {
         (b, n): analytic_flops(config, Workload(batch_size=b, seq_len=n)).forward for b, n in measured

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from hf_reference import published
+from hf_reference import mapped_config, published
 from paths import HF_FIXTURES, ROOT
 
 from embedcalc.analysis.flops import forward_flops
@@ -23,7 +23,7 @@ from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config
 from embedcalc.config.hf.registry import REFUSED
-from embedcalc.config.loading import load_target, validate_config
+from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
@@ -38,11 +38,6 @@ PUBLISHED = {name: row.model_type for name, row in published("test_hf_families")
 def _raw(stem: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((FIXTURES / f"{stem}.json").read_text())
     return data
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def test_every_family_has_a_fixture() -> None:
@@ -143,7 +138,7 @@ def _flop_counter(model: Any, config: ModelConfig, batch: int, seq_len: int, tgt
 @pytest.mark.parametrize("stem", sorted(SMALL))
 def test_forward_flops_equal_flop_counter(hf: Any, stem: str) -> None:
     raw = _raw(stem) | SMALL[stem]
-    config = _config(raw)
+    config = mapped_config(raw)
     model = _hf_model(hf, raw, config)
     assert count_params(config).total == _trainable(model)
     tgt = 5 if config.architecture == "encoder-decoder" else None
@@ -181,7 +176,8 @@ def test_kv_cache_equals_transformers_config(stem: str) -> None:
     per_layer = [min(tokens, window) if t == "sliding_attention" and window else tokens for t in types]
     expected = sum(2 * kv * head_dim * n * 2 for n in per_layer)
     assert (
-        kv_cache_bytes(_config(raw), Workload(seq_len=tokens - 1, gen_tokens=1, dtype="float16")) == expected
+        kv_cache_bytes(mapped_config(raw), Workload(seq_len=tokens - 1, gen_tokens=1, dtype="float16"))
+        == expected
     )
 
 
@@ -262,6 +258,6 @@ QWEN25_7B = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18
 def test_presets_equal_transformers(hf: Any, preset: str) -> None:
     raw = QWEN25_7B if preset == "qwen2.5-7b" else _raw(PRESET_SOURCES[preset])
     config = load_target(preset).config
-    assert count_params(config).total == _trainable(_hf_model(hf, raw, _config(raw)))
+    assert count_params(config).total == _trainable(_hf_model(hf, raw, mapped_config(raw)))
     assert f"{count_params(config).total:,}" in (ROOT / "presets" /
                                                  f"{preset}.yaml").read_text()  # fmt: skip

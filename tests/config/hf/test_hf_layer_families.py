@@ -10,39 +10,30 @@ MoE routing runs; every token reaches exactly top_k experts, so the count does n
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_reference import FIXTURES, forward_flops, hf_config, published, raw_fixture, text_raw
+from hf_reference import (
+    fixture_path,
+    forward_flops,
+    hf_config,
+    mapped_config,
+    published,
+    raw_fixture,
+    text_raw,
+)
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config
-from embedcalc.config.loading import load_target, validate_config
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.loading import load_target
 
 # fixture -> its row (model_type, transformers' total): this module's group of tests/fixtures/published_sizes.yaml,
 # whose sizes tests/config/hf/test_published_sizes.py checks on both sides
 PUBLISHED = published("test_hf_layer_families")
 FLOP_SAMPLE = ["gemma-2-9b", "gemma-3-1b", "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "mixtral-8x7b",
                "deepseek-v2-lite", "deepseek-v3", "gpt-oss-20b", "olmo-2-1124-7b", "olmoe-1b-7b"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def transformers() -> Any:
-    pytest.importorskip("torch")
-    return pytest.importorskip("transformers")
-
-
-def _path(name: str) -> Path:
-    return FIXTURES / f"{name}.json"
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(text_raw(raw), "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def test_every_family_is_registered_with_a_fixture() -> None:
@@ -82,7 +73,7 @@ def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> None:
     cfg = hf_config(transformers, raw_fixture(name))
-    config = load_target(str(_path(name))).config
+    config = load_target(str(fixture_path(name))).config
     for tokens in (1, 1000, 8192):
         workload = Workload(seq_len=tokens, dtype="float16")
         assert kv_cache_bytes(config, workload) == _kv_formula(cfg, tokens, 2), tokens
@@ -128,4 +119,6 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
     # no formula for (its FLOPs would silently count 0, as the CPU SDPA gap of PyTorch issue 195460 does)
     model = auto.from_config(cfg, attn_implementation="eager", experts_implementation="eager").eval()
     measured = forward_flops(model, batch=2, seq_len=16)
-    assert analytic_flops(_config(small), Workload(batch_size=2, seq_len=16)).forward == measured
+    assert (
+        analytic_flops(mapped_config(text_raw(small)), Workload(batch_size=2, seq_len=16)).forward == measured
+    )

@@ -20,6 +20,7 @@ from hf_reference import (
     hf_config,
     hf_model,
     kv_cache_formula,
+    mapped_config,
     numel,
     raw_fixture,
     text_raw,
@@ -31,9 +32,7 @@ from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import load_target, validate_config
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.loading import load_target
 
 # fixture -> (model_type, transformers 5.24's numel on the meta device, active parameters)
 PUBLISHED = {
@@ -42,19 +41,6 @@ PUBLISHED = {
     "dots.llm1.inst": ("dots1", 142_774_373_888, 14_016_581_120),
     "minimax-m2": ("minimax_m2", 228_689_748_992, 11_030_537_216),
 }
-
-
-@pytest.fixture(scope="module")
-def transformers() -> Any:
-    pytest.importorskip("torch")
-    from hf_reference import quiet_transformers
-
-    return quiet_transformers()
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(text_raw(raw), "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -98,7 +84,7 @@ def _unused_experts(cfg: Any) -> int:
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_active_is_the_total_less_the_skipped_experts(transformers: Any, name: str) -> None:
     cfg = hf_config(transformers, raw_fixture(name))
-    config = _config(raw_fixture(name))
+    config = mapped_config(text_raw(raw_fixture(name)))
     assert active_params(config) == count_params(config).total - _unused_experts(cfg)
 
 
@@ -122,7 +108,7 @@ VARIANTS = [
 @pytest.mark.parametrize(("name", "extra"), VARIANTS)
 def test_variants_count_what_transformers_builds(transformers: Any, name: str, extra: dict[str, Any]) -> None:
     raw = raw_fixture(name) | extra
-    config = _config(raw)
+    config = mapped_config(text_raw(raw))
     assert count_params(config).total == numel(hf_model(transformers, raw))
     assert active_params(config) == count_params(config).total - _unused_experts(hf_config(transformers, raw))
 
@@ -137,7 +123,7 @@ def test_variants_count_what_transformers_builds(transformers: Any, name: str, e
 def test_kv_cache_follows_transformers_config(transformers: Any, name: str, extra: dict[str, Any]) -> None:
     raw = raw_fixture(name) | extra
     cfg = hf_config(transformers, raw)
-    config = _config(raw)
+    config = mapped_config(text_raw(raw))
     for tokens in (1, 1000, 8192):
         assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == kv_cache_formula(
             cfg, tokens, 2
@@ -178,4 +164,6 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
         hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
     ).eval()
     measured = forward_flops(model, batch=2, seq_len=16)
-    assert analytic_flops(_config(small), Workload(batch_size=2, seq_len=16)).forward == measured
+    assert (
+        analytic_flops(mapped_config(text_raw(small)), Workload(batch_size=2, seq_len=16)).forward == measured
+    )

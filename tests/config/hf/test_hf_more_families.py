@@ -16,39 +16,30 @@ where embedcalc counts the top_k a token is routed to (DESIGN §9) — the test 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
-from hf_reference import FIXTURES, forward_flops, numel, published, raw_fixture, text_raw
+from hf_reference import (
+    fixture_path,
+    forward_flops,
+    mapped_config,
+    numel,
+    published,
+    raw_fixture,
+    text_raw,
+)
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import FAMILIES, map_hf_config
-from embedcalc.config.loading import load_target, validate_config
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.loading import load_target
 from embedcalc.errors import ConfigError
 
 # fixture -> its row (model_type, transformers' total, active): this module's group of
 # tests/fixtures/published_sizes.yaml, whose sizes tests/config/hf/test_published_sizes.py checks on both sides
 PUBLISHED = published("test_hf_more_families")
-
-
-@pytest.fixture(scope="module")
-def transformers() -> Any:
-    pytest.importorskip("torch")
-    return pytest.importorskip("transformers")
-
-
-def _path(name: str) -> Path:
-    return FIXTURES / f"{name}.json"
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def _buildable(raw: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +115,7 @@ def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> None:
     cfg = _hf_config(transformers, raw_fixture(name))
-    config = load_target(str(_path(name))).config
+    config = load_target(str(fixture_path(name))).config
     for tokens in (1, 1000, 8192, 32768):
         workload = Workload(seq_len=tokens, dtype="float16")
         assert kv_cache_bytes(config, workload) == _kv_formula(cfg, tokens, 2), tokens
@@ -172,7 +163,7 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
     # real weights, so transformers' routing runs; no grad: FlopCounterMode's module tracker rejects the
     # grad-less views of DBRX's fused expert weights
     model = _hf_model(transformers, small, meta=False).requires_grad_(False)
-    config = _config(small)
+    config = mapped_config(small)
     assert numel(model) == count_params(config).total
     measured = forward_flops(model, batch=2, seq_len=16)
     analytic = analytic_flops(config, Workload(batch_size=2, seq_len=16)).forward
@@ -191,7 +182,7 @@ def test_llama4_with_every_expert_routed_is_exact(transformers: Any) -> None:
     small = _tiny("llama-4-scout-17b-16e") | {"num_experts_per_tok": 4}
     torch.manual_seed(0)
     model = _hf_model(transformers, small, meta=False)
-    expected = analytic_flops(_config(small), Workload(batch_size=2, seq_len=16)).forward
+    expected = analytic_flops(mapped_config(small), Workload(batch_size=2, seq_len=16)).forward
     assert forward_flops(model, batch=2, seq_len=16) == expected
 
 
@@ -199,7 +190,7 @@ def test_llama4_with_every_expert_routed_is_exact(transformers: Any) -> None:
 
 
 def test_scout_layout_chunked_rope_layers_and_global_nope_layers() -> None:
-    config = load_target(str(_path("llama-4-scout-17b-16e"))).config
+    config = load_target(str(fixture_path("llama-4-scout-17b-16e"))).config
     plan = config.stack_plan("decoder")
     blocks = [plan.block_at(i) for i in range(8)]
     assert [b.attention.chunk for b in blocks] == [8192, 8192, 8192, None] * 2
@@ -226,7 +217,7 @@ def test_llama4_text_file_variants_equal_transformers(transformers: Any, change:
         text["no_rope_layers"] = text["no_rope_layers"][:8]
     if isinstance(text.get("moe_layers"), list) and text["moe_layers"]:
         text["moe_layers"] = text["moe_layers"][:8]
-    config = _config(text)
+    config = mapped_config(text)
     assert count_params(config).total == numel(_hf_model(transformers, text))
     cfg = _hf_config(transformers, text)
     for tokens in (100, 20000):
@@ -248,9 +239,9 @@ def test_multimodal_llama4_counts_its_text_model() -> None:
 
 def test_exaone4_string_pattern_keeps_the_last_layer_global() -> None:
     raw = raw_fixture("exaone-4.0-32b") | {"sliding_window_pattern": "LLLG", "num_hidden_layers": 6}
-    plan = _config(raw).stack_plan("decoder")
+    plan = mapped_config(raw).stack_plan("decoder")
     assert [plan.block_at(i).attention.window for i in range(6)] == [4096, 4096, 4096, None, 4096, None]
-    no_window = _config(raw_fixture("exaone-4.0-32b") | {"sliding_window": None})
+    no_window = mapped_config(raw_fixture("exaone-4.0-32b") | {"sliding_window": None})
     assert no_window.stack_plan("decoder").blocks[0].attention.window is None
     assert len(no_window.stack_plan("decoder").blocks) == 1
 
@@ -260,15 +251,18 @@ def test_exaone4_layer_types_file_equals_transformers(transformers: Any) -> None
     types = ["sliding_attention", "full_attention"] * 2
     raw = raw_fixture("exaone-4.0-32b") | {"num_hidden_layers": 4, "layer_types": types}
     cfg = _hf_config(transformers, raw)
-    config = _config(raw)
+    config = mapped_config(raw)
     assert count_params(config).total == numel(_hf_model(transformers, raw))
     assert kv_cache_bytes(config, Workload(seq_len=9000, dtype="float16")) == _kv_formula(cfg, 9000, 2)
 
 
 def test_cohere2_head_dim_is_hidden_over_heads_whatever_the_file_says() -> None:
     raw = raw_fixture("c4ai-command-r7b-12-2024")
-    assert count_params(_config(raw | {"head_dim": 64})).total == PUBLISHED["c4ai-command-r7b-12-2024"].total
-    plan = _config(raw).stack_plan("decoder")
+    assert (
+        count_params(mapped_config(raw | {"head_dim": 64})).total
+        == PUBLISHED["c4ai-command-r7b-12-2024"].total
+    )
+    plan = mapped_config(raw).stack_plan("decoder")
     assert [plan.block_at(i).attention.window for i in range(4)] == [4096, 4096, 4096, None]
 
 
@@ -292,7 +286,7 @@ def test_refusals_name_the_key(name: str, extra: dict[str, Any], key: str) -> No
 
 def test_dbrx_defaults_of_the_nested_configs() -> None:
     """A file without attn_config / ffn_config: DbrxAttentionConfig's 1 KV head, DbrxFFNConfig's 4 experts."""
-    config = _config({"model_type": "dbrx"})
+    config = mapped_config({"model_type": "dbrx"})
     block = config.stack_plan("decoder").blocks[0]
     assert (block.attention.num_kv_heads, block.ffn.num_experts, block.ffn.top_k, block.ffn.expert_dim) == (
         1, 4, 1, 3584)  # fmt: skip

@@ -14,16 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_config, hf_model, numel, raw_fixture
+from hf_reference import forward_flops, hf_config, hf_model, mapped_config, numel, raw_fixture
 from paths import HF_FIXTURES
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import load_target, validate_config
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.loading import load_target
 
 # fixture -> (model_type, transformers' numel on the meta device, active parameters)
 PUBLISHED = {
@@ -45,19 +43,6 @@ SMALL = dict(
     kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8, first_k_dense_replace=1,
     n_group=1, topk_group=1, index_n_heads=2, index_head_dim=16, index_topk=6,
 )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def transformers() -> Any:
-    pytest.importorskip("torch")
-    from hf_reference import quiet_transformers
-
-    return quiet_transformers()
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 def _small(name: str, **extra: Any) -> dict[str, Any]:
@@ -100,7 +85,7 @@ def test_glm5_shared_layers_have_no_indexer(transformers: Any, extra: dict[str, 
     hf = hf_config(transformers, raw)
     shared = hf.indexer_types.count("shared")
     assert shared > 0
-    config = _config(raw)
+    config = mapped_config(raw)
     assert count_params(config).total == numel(hf_model(transformers, raw))
     indexer = 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
     assert count_params(config).total == PUBLISHED["glm-5"][1] - shared * indexer
@@ -124,7 +109,7 @@ def _hf_cache_bytes(transformers: Any, raw: dict[str, Any], batch: int, length: 
                          [("deepseek-v3.2", {}), ("glm-5", {}), ("glm-5", {"index_topk_freq": 2})])  # fmt: skip
 def test_kv_cache_is_what_transformers_caches(transformers: Any, name: str, extra: dict[str, Any]) -> None:
     raw = _small(name, **extra)
-    config = _config(raw)
+    config = mapped_config(raw)
     for length in (3, 10):  # under and over index_topk: the cache holds every token either way
         want = _hf_cache_bytes(transformers, raw, 2, length)
         assert kv_cache_bytes(config, Workload(batch_size=2, seq_len=length, dtype="bf16")) == want, length
@@ -145,7 +130,7 @@ def test_forward_flops_equal_flop_counter_up_to_the_topk(transformers: Any, name
     model = transformers.AutoModelForCausalLM.from_config(
         hf_config(transformers, raw), attn_implementation="eager", experts_implementation="eager"
     ).eval()
-    config = _config(raw)
+    config = mapped_config(raw)
     for n in (4, 6, 10):
         measured = forward_flops(model, batch=2, seq_len=n)
         masked = 2 * 2 * 4 * 4 * max(n * n - n * 6, 0) * (16 + 8)

@@ -10,14 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_config, published, raw_fixture
+from hf_reference import forward_flops, hf_config, mapped_config, published, raw_fixture
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import validate_config
-from embedcalc.config.schema import ModelConfig
 
 # fixture -> its row (model_type, transformers' total, active, the preset that transcribes it): this module's group
 # of tests/fixtures/published_sizes.yaml; tests/config/hf/test_published_sizes.py checks the file, the preset and
@@ -32,17 +29,6 @@ UNUSED = {
     "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048,
     "lfm2-1.2b": 0,
 }
-
-
-@pytest.fixture(scope="module")
-def transformers() -> Any:
-    pytest.importorskip("torch")
-    return pytest.importorskip("transformers")
-
-
-def _config(raw: dict[str, Any]) -> ModelConfig:
-    mapping = map_hf_config(raw, "test")
-    return validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -77,7 +63,7 @@ def test_per_layer_cache_follows_transformers_config(transformers: Any, name: st
     """Attention layers cache 2 x kv_heads x head_dim per token; recurrent layers hold a state per sequence
     (:func:`_hf_state`), whatever the length (transformers' cache layout); MLP-only and MoE-only blocks neither."""
     hf = hf_config(transformers, raw_fixture(name))
-    config = _config(raw_fixture(name))
+    config = mapped_config(raw_fixture(name))
     attention = [t == "full_attention" for t in hf.layer_types]
     recurrent = [t in ("linear_attention", "conv") for t in hf.layer_types]
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
@@ -127,7 +113,7 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
         hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
     ).eval()
     b, measured = 2, forward_flops(model.to("cpu"), batch=2, seq_len=seq_len)
-    config = _config(small)
+    config = mapped_config(small)
     ours = analytic_flops(config, Workload(batch_size=b, seq_len=seq_len)).forward
     mamba = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
     chunks = [-(-seq_len // m.chunk_size) for m in mamba]
@@ -175,7 +161,7 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
     model = transformers.AutoModelForCausalLM.from_config(
         hf_config(transformers, small), attn_implementation="eager", experts_implementation="eager"
     ).eval()
-    config = _config(small)
+    config = mapped_config(small)
     ours = analytic_flops(config, Workload(batch_size=2, seq_len=seq_len)).forward
     mixers = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
     assert len(mixers) == 3
