@@ -163,14 +163,22 @@ def forward_flops(model: Any, batch: int, seq_len: int) -> int:
 def kv_cache_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
     """The KV cache of ``tokens`` tokens, per layer from transformers' config object: MLA caches kv_lora_rank +
     qk_rope_head_dim per token (DeepseekV2Attention's compressed latent), other layers 2 x kv_heads x head_dim per
-    token kept, a sliding layer (``layer_types``) keeping at most its window."""
+    token kept, a sliding layer keeping at most its window and a chunked one (Llama 4) at most its chunk. The kind
+    of each layer is ``layer_types``; a config without them slides every layer when it has a ``sliding_window``.
+    DBRX keeps its heads in ``attn_config``."""
     if getattr(cfg, "kv_lora_rank", None):
         return cfg.num_hidden_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * tokens * dtype_bytes
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = cfg.num_key_value_heads or cfg.num_attention_heads
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    if cfg.model_type == "dbrx":
+        kv_heads, head_dim = cfg.attn_config.kv_n_heads, cfg.d_model // cfg.n_heads
+    else:
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     window = getattr(cfg, "sliding_window", None)
-    kept = [min(tokens, window) if t == "sliding_attention" and window else tokens for t in types]
+    types = getattr(cfg, "layer_types", None)
+    if types is None:
+        types = ["sliding_attention" if window else "full_attention"] * cfg.num_hidden_layers
+    limits = {"sliding_attention": window, "chunked_attention": getattr(cfg, "attention_chunk_size", None)}
+    kept = [min(tokens, limit) if (limit := limits.get(t)) else tokens for t in types]
     return sum(2 * kv_heads * head_dim * k * dtype_bytes for k in kept)
 
 

@@ -17,6 +17,7 @@ from hf_reference import (
     fixture_path,
     forward_flops,
     hf_config,
+    kv_cache_formula,
     mapped_config,
     published,
     raw_fixture,
@@ -53,22 +54,6 @@ def test_report_accounts_for_every_key(name: str) -> None:
 # --- KV cache -----------------------------------------------------------------------------------------------------
 
 
-def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
-    """Per layer, from transformers' config object: the values cached per token times the tokens kept."""
-    if getattr(cfg, "kv_lora_rank", None):
-        return cfg.num_hidden_layers * (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * tokens * dtype_bytes
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    types = getattr(cfg, "layer_types", None)
-    window = getattr(cfg, "sliding_window", None)
-    total = 0
-    for i in range(cfg.num_hidden_layers):
-        slides = types[i] == "sliding_attention" if types is not None else bool(window)
-        kept = min(tokens, window) if slides and window else tokens
-        total += 2 * kv_heads * head_dim * kept * dtype_bytes
-    return total
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> None:
@@ -76,7 +61,7 @@ def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> No
     config = load_target(str(fixture_path(name))).config
     for tokens in (1, 1000, 8192):
         workload = Workload(seq_len=tokens, dtype="float16")
-        assert kv_cache_bytes(config, workload) == _kv_formula(cfg, tokens, 2), tokens
+        assert kv_cache_bytes(config, workload) == kv_cache_formula(cfg, tokens, 2), tokens
 
 
 # --- FLOPs on a small eager variant --------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 from hf_reference import (
     fixture_path,
     forward_flops,
+    kv_cache_formula,
     mapped_config,
     numel,
     published,
@@ -94,23 +95,6 @@ def test_active_params_per_token() -> None:
 # --- KV cache -----------------------------------------------------------------------------------------------------
 
 
-def _kv_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
-    """Per layer, from transformers' config object: 2 x kv_heads x head_dim x the tokens the layer keeps."""
-    if cfg.model_type == "dbrx":
-        kv_heads, head_dim = cfg.attn_config.kv_n_heads, cfg.d_model // cfg.n_heads
-    else:
-        kv_heads = cfg.num_key_value_heads or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
-    limits = {"sliding_attention": getattr(cfg, "sliding_window", None),
-              "chunked_attention": getattr(cfg, "attention_chunk_size", None)}  # fmt: skip
-    total = 0
-    for kind in types:
-        limit = limits.get(kind)
-        total += 2 * kv_heads * head_dim * (min(tokens, limit) if limit else tokens) * dtype_bytes
-    return total
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> None:
@@ -118,7 +102,7 @@ def test_kv_cache_equals_transformers_config(transformers: Any, name: str) -> No
     config = load_target(str(fixture_path(name))).config
     for tokens in (1, 1000, 8192, 32768):
         workload = Workload(seq_len=tokens, dtype="float16")
-        assert kv_cache_bytes(config, workload) == _kv_formula(cfg, tokens, 2), tokens
+        assert kv_cache_bytes(config, workload) == kv_cache_formula(cfg, tokens, 2), tokens
 
 
 # --- FLOPs on tiny eager variants ---------------------------------------------------------------------------------
@@ -221,7 +205,7 @@ def test_llama4_text_file_variants_equal_transformers(transformers: Any, change:
     assert count_params(config).total == numel(_hf_model(transformers, text))
     cfg = _hf_config(transformers, text)
     for tokens in (100, 20000):
-        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == _kv_formula(
+        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="float16")) == kv_cache_formula(
             cfg, tokens, 2
         )
 
@@ -253,7 +237,7 @@ def test_exaone4_layer_types_file_equals_transformers(transformers: Any) -> None
     cfg = _hf_config(transformers, raw)
     config = mapped_config(raw)
     assert count_params(config).total == numel(_hf_model(transformers, raw))
-    assert kv_cache_bytes(config, Workload(seq_len=9000, dtype="float16")) == _kv_formula(cfg, 9000, 2)
+    assert kv_cache_bytes(config, Workload(seq_len=9000, dtype="float16")) == kv_cache_formula(cfg, 9000, 2)
 
 
 def test_cohere2_head_dim_is_hidden_over_heads_whatever_the_file_says() -> None:
