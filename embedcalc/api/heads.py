@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from embedcalc.analysis.heads import MAX_LISTED_DIVISORS, HeadChoice, HeadListing, head_listing
+from embedcalc.analysis.heads import MAX_LISTED_DIVISORS, HeadListing, head_listing
 from embedcalc.api.workload import usage
 from embedcalc.config.limits import count_problem
 
@@ -23,16 +23,8 @@ __all__ = ["HeadsReport", "heads"]
 class HeadsReport:
     """The valid head counts of one width (``listing``), with the note a partial listing carries."""
 
+    # every valid num_heads listed (``choices``, smallest first) and what the listing proves
     listing: HeadListing
-
-    @property
-    def embed_dim(self) -> int:
-        return self.listing.embed_dim
-
-    @property
-    def choices(self) -> list[HeadChoice]:
-        """Every valid ``num_heads`` listed, smallest first."""
-        return self.listing.choices
 
     @property
     def note(self) -> str | None:
@@ -70,7 +62,7 @@ def heads(embed_dim: int) -> HeadsReport:
 
     >>> from embedcalc.api.heads import heads
     >>> r = heads(768)
-    >>> [(c.num_heads, c.head_dim) for c in r.choices if c.usual]
+    >>> [(c.num_heads, c.head_dim) for c in r.listing.choices if c.usual]
     [(6, 128), (12, 64)]
     >>> r.note is None, r.to_json()["complete"]
     (True, True)

@@ -39,10 +39,11 @@ def heads_command(
         return
     from embedcalc.render.config_tables import heads_table
 
-    shown = report.choices[:MAX_TABLE_ROWS]
+    choices = report.listing.choices
+    shown = choices[:MAX_TABLE_ROWS]
     output.stdout.print(heads_table(embed_dim, shown))
-    if len(shown) < len(report.choices):
+    if len(shown) < len(choices):
         _note(
-            f"the table shows the smallest {len(shown)} of the {len(report.choices):,} listed; "
+            f"the table shows the smallest {len(shown)} of the {len(choices):,} listed; "
             "--format json has them all"
         )

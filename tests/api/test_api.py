@@ -134,7 +134,7 @@ def test_heads_note_says_where_a_partial_listing_is_exact() -> None:
     from embedcalc.api.heads import heads
 
     many = heads(97821761637600)  # 17,280 divisors: the smallest 10,000 are listed
-    assert not many.listing.complete and len(many.choices) == 10_000
+    assert not many.listing.complete and len(many.listing.choices) == 10_000
     assert many.note is not None and "17,280 divisors" in many.note and "below 24,847,200" in many.note
     assert heads(10**18).note is None  # 361 divisors, all listed
 
