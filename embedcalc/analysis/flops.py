@@ -320,6 +320,9 @@ def _breakdown(terms: dict[str, Num]) -> Breakdown:
 # scale); LayerNorm = mean, subtract, square, mean, rsqrt-multiply, scale, shift; RMSNorm drops mean/subtract/shift;
 # activations count their arithmetic roughly (erf/tanh ~ 8), gated adds the product.
 _SOFTMAX_PER_SCORE = 6
+# a sparse layer's lightning indexer: the scale and the ReLU of each head's dot product, and the causal mask of the
+# weighted sum (its top-k is a sort, not arithmetic)
+_INDEX_PER_HEAD_SCORE = 2
 _NORM_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
 _ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4, "swiglu": 5, "geglu": 9}
 
@@ -346,7 +349,19 @@ def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
         norms = attention_norms + ffn_norms + (cross_norms if cross else 0)
         scores = h * n * n + (h * n * n_mem if cross else 0)
         for block, layers in sd.blocks:
-            if block.attention is not None:
+            a = block.attention
+            if (
+                a is not None and a.kind == "sparse"
+            ):  # the core's softmax over min(n, k) keys; the indexer's scores
+                pairs = n * minimum(n, a.index_topk)
+                out.add(
+                    f"{sd.name}/softmax",
+                    layers * b * (h * pairs + (h * n * n_mem if cross else 0)) * _SOFTMAX_PER_SCORE,
+                )
+                if not a.index_shared:
+                    per_score = _INDEX_PER_HEAD_SCORE * a.index_heads + 1
+                    out.add(f"{sd.name}/index_scores", layers * b * n * n * per_score)
+            elif a is not None:
                 out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
             out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)
             act = _ACTIVATION_PER_ELEMENT[config.activation]

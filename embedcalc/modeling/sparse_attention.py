@@ -13,6 +13,11 @@ The MLA core then runs on those keys only: each query's keys and values are gath
 (B, h, T, k, d), so ``FlopCounterMode`` counts n x min(n, k) pairs, the analytic count. A selected slot a query
 may not see (a query at position i < k - 1 has only i + 1 earlier tokens) is masked.
 
+The indexer runs without autograd: the core depends on its scores only through the integer top-k indices, so no
+gradient of the model's loss reaches it (DeepSeek-V3.2-Exp §2.1 detaches the indexer's input and trains it by its
+own KL objective, which embedcalc does not model), and its tensors — the (B, T, H_I, S) ReLU'd dot products, the
+(B, T, S) scores and their sort — are transient, never saved for the backward pass.
+
 A layer with ``index_shared`` (GLM-5) has no indexer: it reuses the selection of the previous layer that has one
 (linked by :func:`link_shared_selections`). Decoding, the cache holds the MLA latent and rope key and, for a layer
 with an indexer, its keys (B, L, index_head_dim), what transformers' ``DynamicIndexedLayer`` holds: the indexer
@@ -41,7 +46,11 @@ class IndexScores(nn.Module):
         self.scale, self.head_scale = width**-0.5, heads**-0.5
 
     def forward(self, q: Tensor, k: Tensor, weights: Tensor) -> Tensor:
-        dots = torch.relu(torch.matmul(q, k.transpose(-2, -1).unsqueeze(1)) * self.scale)  # (B, T, H_I, S)
+        batch, length, heads, width = q.shape
+        # one (B, T H_I, D_I) x (B, D_I, S) product: broadcasting k over T would copy it T times; in place, the
+        # selection runs without autograd
+        dots = torch.matmul(q.reshape(batch, length * heads, width), k.transpose(-2, -1))  # (B, T H_I, S)
+        dots = dots.mul_(self.scale).relu_().view(batch, length, heads, -1)  # (B, T, H_I, S)
         summed = torch.matmul((weights * self.head_scale).unsqueeze(-2), dots)  # (B, T, 1, S)
         return summed.squeeze(-2)  # (B, T, S)
 
@@ -113,7 +122,9 @@ class SparseAttention(LatentAttention):
             # the top k, ties (ReLU's zeros) to the earlier token: a stable sort, so a prompt and its cached decode
             # select alike (topk's order among equal scores depends on the shape)
             order = scores.sort(dim=-1, descending=True, stable=True).indices  # (B, T, S)
-            indices = order[..., : min(self.topk, scores.shape[-1])]  # (B, T, k)
+            indices = order[
+                ..., : min(self.topk, scores.shape[-1])
+            ].contiguous()  # (B, T, k): frees the (B, T, S)
         self.selection = indices
         hidden = torch.gather(blocked.expand(indices.shape[0], -1, -1), -1, indices)  # (B, T, k)
         return indices, hidden
@@ -160,7 +171,8 @@ class SparseAttention(LatentAttention):
         if rotary is not None:
             cos, sin = rotary[self.rope]
             q_rope, k_rope = apply_rotary(q_rope, cos, sin), apply_rotary(k_rope, cos, sin)
-        index_keys = self._index_keys(x, rotary) if not self.shared else None  # (B, T, D_I)
+        with torch.no_grad():  # the indexer only selects (module docstring: no gradient reaches it)
+            index_keys = self._index_keys(x, rotary) if not self.shared else None  # (B, T, D_I)
         if isinstance(cache, LayerCache):
             cache.write(torch.cat((latent, k_rope.squeeze(1)), dim=-1), None, position)  # (B, T, r_kv + rope)
             if index_keys is not None:
@@ -169,7 +181,8 @@ class SparseAttention(LatentAttention):
                 return self._decode(x, q_latent, q_nope, q_rope, rotary, cache, position)
         blocked = self._blocked(length, length, x.device)  # (T, S)
         keys = index_keys if index_keys is not None else x.new_empty(0)
-        indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k) each
+        with torch.no_grad():
+            indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k) each
         kv = _heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
         k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)
         k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)
@@ -189,7 +202,8 @@ class SparseAttention(LatentAttention):
         query = torch.arange(position, end, device=x.device)[:, None]  # (T, 1)
         blocked = torch.arange(end, device=x.device)[None, :] > query  # (T, S)
         keys = cache.read_index(end) if not self.shared else x.new_empty(0)  # (B, S, D_I)
-        indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k)
+        with torch.no_grad():
+            indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k)
         # (h, nope + v, r)
         weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)
         w_uk, w_uv = weight[:, : self.nope], weight[:, self.nope :]  # (h, nope, r), (h, v, r)

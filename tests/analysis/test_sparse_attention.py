@@ -10,6 +10,7 @@ equal the torch model's numel and ``FlopCounterMode`` (meta device) at lengths o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -120,3 +121,84 @@ def test_crossover_past_topk_counts_the_core_as_linear() -> None:
         f = analytic_flops(config, Workload(seq_len=n))
         linear = f.forward - f.attention_score_flops - f.breakdown.as_dict()["head/lm"]
         assert (f.attention_score_flops - linear) * sign > 0, n
+
+
+def _saved_attention_bytes(config: ModelConfig, b: int, n: int) -> int:
+    """Bytes of the distinct storages the torch model's attention sublayers save for the backward pass (fp32,
+    parameters excluded), recorded with ``saved_tensors_hooks`` while each attention module runs."""
+    import torch
+
+    from embedcalc.modeling import build_model
+
+    model = build_model(config, attention="eager", device="cpu").train()
+    fixed = [*model.parameters(), *model.buffers()]  # weights and the rotary tables
+    params = {p.untyped_storage().data_ptr() for p in fixed}
+    seen: dict[int, int] = {}
+    inside = [False]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if inside[0] and storage.data_ptr() not in params:
+            seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    for layer in model.decoder.layers:
+        layer.attention.register_forward_pre_hook(lambda *_: inside.__setitem__(0, True))
+        layer.attention.register_forward_hook(lambda *_: inside.__setitem__(0, False))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.randint(0, config.vocab_size, (b, n)))
+    return sum(seen.values())
+
+
+@pytest.mark.torch
+def test_training_saves_the_gathered_core_over_topk_keys_as_torch_does() -> None:
+    """The n min(n, k) terms of the estimate are exactly what the torch reference saves: the measured bytes minus
+    the analytic ones are linear in n (only MLA's per-token convention is left, never a pair term), at lengths on
+    both sides of k = 5; the indexer saves nothing (it selects without autograd)."""
+    pytest.importorskip("torch")
+    from embedcalc.analysis.memory.training import saved_activations
+
+    config = ModelConfig.model_validate({**TINY, "dropout": 0.0})
+    b, residual = 2, {}
+    for n in (3, 5, 9, 16):
+        w = Workload(batch_size=b, seq_len=n, mode="training", dtype="fp32", attention="eager")
+        analytic = {k: v for k, v in saved_activations(config, w).items() if "/attention/" in k}
+        residual[n] = _saved_attention_bytes(config, b, n) - sum(analytic.values())
+        # three layers' gathered K (12) and V (8) and weights of 4 heads, the mask, two indexers' int64 index
+        pairs = b * n * min(n, 5)
+        assert analytic["decoder/attention/scores"] == pairs * (3 * (4 * 4 * (12 + 8 + 1) + 1) + 2 * 8)
+    per_token = {n: r / n for n, r in residual.items()}
+    assert len(set(per_token.values())) == 1, per_token
+
+
+def test_indexer_and_core_enter_inference_and_training_memory() -> None:
+    """Inference: the gathered core over k keys (eager; a fused kernel's none under sdpa), and the indexer's
+    transient n x n tensors as a candidate of their own; training adds the largest indexer's transient tensors
+    once, and under sdpa saves the log-sum-exp and the selection only. Element-wise: softmax over n k pairs."""
+    from embedcalc.analysis.flops import elementwise_flops
+    from embedcalc.analysis.memory import estimate_memory
+    from embedcalc.analysis.memory.inference import peak_candidates
+    from embedcalc.analysis.memory.training import saved_activations
+    from embedcalc.analysis.structure import Dims
+
+    config = ModelConfig.model_validate({**TINY, "dropout": 0.0})
+    b, n, e = 2, 40, 2
+    w = Workload(batch_size=b, seq_len=n, dtype="bf16", attention="eager")
+    peaks = peak_candidates(config, w, Dims.of(config, b, n, None))
+    base = b * n * 2 * e * 32
+    mla = b * n * e * (16 + 48 + 16 + 48 + 32 + 32)  # q latent, Q, kv latent + rope, K and V, the context
+    assert peaks["decoder/attention"] == base + mla + b * n * 5 * e * (48 + 32 + 2 * 4)
+    # index q, weights and keys per token; per pair the 2 heads' dot products and their sum, or scores + sort
+    index = b * n * e * (2 * 8 + 2 + 8) + b * n * n * max(e * 3, 2 * e + 8)
+    assert peaks["decoder/attention/indexer"] == base + b * n * e * (16 + 12 + 4) + index
+    assert estimate_memory(config, w).activations_bytes == max(peaks.values())
+    fused = peak_candidates(config, replace(w, attention="sdpa"), Dims.of(config, b, n, None))
+    assert fused["decoder/attention"] == base + mla
+    assert fused["decoder/attention/indexer"] == peaks["decoder/attention/indexer"]
+    training = saved_activations(config, Workload(batch_size=b, seq_len=n, dtype="bf16", mode="training"))
+    assert training.as_dict()["decoder/index_working_set"] == index
+    # sdpa: 4 heads' fp32 log-sum-exp per query in 3 layers, the 2 indexer layers' int64 selection
+    assert training.as_dict()["decoder/attention/scores"] == 3 * b * n * 4 * 4 + 2 * b * n * 5 * 8
+    elementwise = elementwise_flops(config, w).as_dict()
+    assert elementwise["decoder/softmax"] == 3 * b * 4 * n * 5 * 6
+    assert elementwise["decoder/index_scores"] == 2 * b * n * n * (2 * 2 + 1)

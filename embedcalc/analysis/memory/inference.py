@@ -28,7 +28,10 @@ Peak inference activations are an estimate of the largest set of tensors alive a
 no autograd: the residual stream plus, for the costliest sublayer, its live intermediates: Q/K/V and the context
 (and with eager attention the score matrix and its softmax, 2 x b h n n), or the FFN's inner tensors (2 t f;
 gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the router logits), or the logits
-(t vocab). An encoder-decoder's decoder also holds the encoder output.
+(t vocab). An encoder-decoder's decoder also holds the encoder output. A sparse attention layer's core holds its
+gathered keys and values over min(n, index_topk) keys per query under either ``--attention``, and its indexer, just
+before, its own transient n x n tensors beside the query and key latents (``<stack>/attention/indexer``;
+the sparse-attention section below).
 
 :class:`RankWidths` (one block's attention and FFN widths on one TP rank) is shared with the training terms in
 :mod:`embedcalc.analysis.memory.training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
@@ -53,6 +56,9 @@ SCALE_ZERO_BYTES = 4  # an fp16 scale and an fp16 zero point per group of a weig
 _HIGH_PRECISION = frozenset({"router", "shared_gate", "relative_bias", "scores", "context"})
 _STACKS = ("encoder/", "decoder/")
 _BITS = {"int8": 8, "int4": 4}
+MASK_BYTES = 1  # a bool per selected slot of a sparse layer
+FP32_BYTES = 4  # a fused kernel's log-sum-exp statistics
+INDEX_BYTES = 8  # int64 indices (torch.sort, torch.gather)
 
 
 def low_precision(key: str, matrix: bool = True) -> bool:
@@ -159,6 +165,66 @@ def kv_cache_bytes(config: ModelConfig, workload: Workload, decoder_layers: int 
     return int(kv_cache_terms(config, workload, x, workload.parallel.tp))
 
 
+# --- sparse attention (DeepSeek Sparse Attention) ----------------------------------------------------------------
+
+# Activation bytes of a sparse attention layer (DeepSeek Sparse Attention, DeepSeek-V3.2-Exp report §2.1-2.2;
+# the torch reference is ``embedcalc.modeling.sparse_attention``), beside MLA's terms, which it shares.
+#
+# Each query attends to k' = min(n_kv, index_topk) keys. Under ``--attention eager`` the core is the torch
+# reference's: it gathers each query's keys and values (no custom kernel: a gather, then two batched matmuls) and
+# holds, per query-key pair and per head, the gathered key (d_qk values), the gathered value (d_v) and the softmax
+# weights (1), plus per pair one 1-byte mask (a selected slot the query may not see) and, in a layer with its own
+# indexer, the int64 index of the selected key (a sharing layer reuses its source's). Training saves exactly these
+# for the backward pass (:func:`sparse_core_saved`, in place of the n x n_kv score terms of dense attention); a
+# forward pass without autograd holds the gathered K and V with the scores and the weights
+# (:func:`sparse_core_live`). Under ``sdpa`` (the default) the core is a fused sparse kernel, as dense attention's
+# is (DeepSeek's FlashMLA sparse kernels run the MQA mode of MLA, V3.2-Exp §2.1, one latent shared by every head,
+# never gathered per head): it saves the fp32 log-sum-exp per query and head and the selection's int64 indices,
+# and holds nothing per pair beyond them. The torch reference itself always gathers: ``bench`` of a sparse model
+# measures the eager terms whatever ``--attention`` says.
+#
+# The lightning indexer selects without autograd: the core depends on its scores only through integer indices, so
+# the model's loss sends it no gradient (DeepSeek-V3.2-Exp §2.1 detaches its input and trains it by its own KL
+# objective, not modelled). Its tensors are transient, alive one layer at a time (:func:`index_working_bytes`): the
+# queries (index_heads x index_head_dim per token), the head weights (index_heads) and the keys (index_head_dim),
+# then per query-key pair either the index_heads ReLU'd dot products with their weighted sum, or, at the top-k, the
+# scores with the sort's values and int64 order — the larger of the two. Inference counts them as a peak candidate
+# of their own; training adds the largest once, on top of the saved activations (``<stack>/index_working_set``).
+
+
+def selected(a: Attention, n_kv: Num) -> Num:
+    """Keys each query of a sparse layer attends to: min(n_kv, index_topk)."""
+    return minimum(n_kv, a.index_topk)
+
+
+def sparse_core_saved(
+    a: Attention, b: Num, n: Num, n_kv: Num, heads: Num, qk: Num, v: Num, e: int, gathered: bool
+) -> Num:
+    """Bytes the core saves for the backward pass (the comment above). ``gathered``: per query-key pair, the
+    gathered K (``qk``, all heads of the rank) and V (``v``) and the weights (``heads``) in e bytes, the mask, and
+    the indexer layer's index; fused: the log-sum-exp of each query and head and the indexer layer's index."""
+    index = 0 if a.index_shared else INDEX_BYTES
+    pairs = b * n * selected(a, n_kv)
+    if not gathered:
+        return (b * n) * (FP32_BYTES * heads) + pairs * index
+    return pairs * (e * (qk + v + heads) + MASK_BYTES + index)
+
+
+def sparse_core_live(a: Attention, b: Num, n: Num, heads: Num, qk: Num, v: Num, e: int) -> Num:
+    """Bytes of the gathered core alive at once without autograd: gathered K and V, the scores and the weights."""
+    return (b * n * selected(a, n)) * (e * (qk + v + 2 * heads))
+
+
+def index_working_bytes(a: Attention, b: Num, n: Num, e: int) -> Num:
+    """The indexer's transient tensors in one layer (the comment above); 0 for a layer sharing its selection."""
+    if a.index_shared:
+        return 0
+    heads, width = a.index_heads, a.index_head_dim
+    per_token = e * (heads * width + heads + width)
+    per_pair = maximum(e * (heads + 1), 2 * e + INDEX_BYTES)
+    return (b * n) * per_token + (b * n * n) * per_pair
+
+
 # --- peak activations of one forward pass --------------------------------------------------------------------------
 
 
@@ -192,7 +258,16 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
                 attention = t * (q_path + kv_path + e * r.v)
             else:
                 attention = t * (e * (r.q + 2 * r.kv) + e * r.q)
-            if a is not None:
+            if (
+                a is not None and a.kind == "sparse"
+            ):  # the core (gathered under eager); the indexer on its own
+                if workload.attention == "eager":
+                    attention = attention + sparse_core_live(a, b, n, r.heads, r.q, r.v, e)
+                keep(f"{sd.name}/attention", base + attention)
+                if not a.index_shared:
+                    q_path = e * (a.q_lora_rank or 0) + e * (a.kv_lora_rank + a.qk_rope_head_dim)
+                    keep(f"{sd.name}/attention/indexer", base + t * q_path + index_working_bytes(a, b, n, e))
+            elif a is not None:
                 if workload.attention == "eager":
                     attention = attention + (b * n * n) * (2 * e * r.heads)
                 keep(f"{sd.name}/attention", base + attention)

@@ -25,6 +25,10 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
 - norms: each saves its input (t d); a layer has one per sublayer (two with sandwich norms, one for a parallel
   block with one norm); q/k norms save Q and K once more;
 - latent attention: the input, q_a's and kv_a's outputs and their normalised copies, Q, K, V, the context;
+- sparse attention: latent attention's terms, with the core over min(n, index_topk) keys in place of the n² terms
+  (eager: the torch reference's gathered keys and values; sdpa: a fused sparse kernel's statistics and the
+  selection), and the largest indexer's transient tensors added once
+  (the sparse-attention terms of :mod:`embedcalc.analysis.memory.inference`);
 - mixture of experts: the input, the router logits (t E), each token's top_k routed copies with their inner
   tensors (as a dense FFN of expert_dim, top_k times), the shared experts' inner tensors.
 
@@ -48,7 +52,12 @@ import functools
 from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.memory.inference import RankWidths, rank_widths
+from embedcalc.analysis.memory.inference import (
+    RankWidths,
+    index_working_bytes,
+    rank_widths,
+    sparse_core_saved,
+)
 from embedcalc.analysis.mixers import mixer_saved_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
@@ -115,10 +124,12 @@ def _attention_saved(
         linear = linear + t_kv * (e * d)
     if dropout:
         linear = linear + t * (MASK_BYTES * d)
-    if workload.attention == "sdpa":
-        scores: Num = t * (FP32_BYTES * r.heads)  # log-sum-exp statistics
-    elif recompute != "none":
-        scores = 0
+    if recompute != "none" and (a.kind == "sparse" or workload.attention == "eager"):
+        scores: Num = 0
+    elif a.kind == "sparse":  # the core over min(n_kv, index_topk) keys: gathered (eager) or a fused kernel
+        scores = sparse_core_saved(a, b, n, n_kv, r.heads, r.q, r.v, e, workload.attention == "eager")
+    elif workload.attention == "sdpa":
+        scores = t * (FP32_BYTES * r.heads)  # log-sum-exp statistics
     else:
         scores = (b * n * n_kv) * ((e + ((MASK_BYTES + e) if dropout else 0)) * r.heads)
     return [(f"{prefix}/linear", linear), (f"{prefix}/scores", scores)]
@@ -176,6 +187,7 @@ def saved_terms(
     b, e, d = x.b, workload.activation_bytes, x.d
     mask = MASK_BYTES * d if config.dropout > 0 else 0
     working: list[tuple[str, Num]] = []
+    indexing: list[tuple[str, Num]] = []  # sparse layers' transient indexer tensors (memory/inference.py)
     for sd in x.stacks:
         n, _ = x.tokens(config, sd.stack)
         t = b * n
@@ -188,16 +200,22 @@ def saved_terms(
             if workload.recompute != "none":
                 plain = layer_saved(config, workload, x, block, sd, tp, "none")
                 if workload.recompute == "selective":
-                    # eager re-materialises the n² tensors; sdpa keeps its O(n) statistics either way: nothing
-                    plain = [
-                        (k, v) for k, v in plain if k.endswith("/scores") and workload.attention == "eager"
-                    ]
+                    # eager (and a sparse layer's gathered core) re-materialises the score tensors; sdpa keeps its
+                    # O(n) statistics either way: nothing
+                    sparse = block.attention is not None and block.attention.kind == "sparse"
+                    eager = workload.attention == "eager" or sparse
+                    plain = [(k, v) for k, v in plain if k.endswith("/scores") and eager]
                 size: Num = 0
                 for _, value in plain:
                     size = size + value
                 working.append((sd.name, size))
+            if block.attention is not None and block.attention.kind == "sparse":
+                indexing.append((sd.name, index_working_bytes(block.attention, b, n, e)))
         if config.resolved_final_norm and x.last:
             _add(out, f"{sd.name}/final_norm", t * (e * d))
+    if indexing:  # the largest indexer's transient tensors, on top of what is saved
+        name, size = recompute_working_set(indexing)
+        _add(out, f"{name}/index_working_set", size)
     last = x.stacks[-1]
     if config.resolved_lm_head and x.last:
         n_last, _ = x.tokens(config, last.stack)
