@@ -148,15 +148,22 @@ def trainable(model: Any) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def forward_flops(model: Any, batch: int, seq_len: int) -> int:
-    """``FlopCounterMode``'s total for one forward of ``batch`` x ``seq_len`` token ids (meta tensors)."""
+def forward_flops(
+    model: Any, batch: int, seq_len: int, tgt_len: int | None = None, *, no_cache: bool = True
+) -> int:
+    """``FlopCounterMode``'s total for one forward of ``batch`` x ``seq_len`` token ids on the model's device (meta
+    for a model built there); ``tgt_len``: an encoder-decoder's decoder tokens (``decoder_input_ids``);
+    ``no_cache``: pass ``use_cache=False`` (the causal LMs; on the meta device some families, Falcon's among them,
+    fail with it, so the published-family tests call them as the model's defaults have it)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     device = next(model.parameters()).device
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device=device)
+    inputs = {"input_ids": torch.zeros(batch, seq_len, dtype=torch.long, device=device)}
+    if tgt_len is not None:
+        inputs["decoder_input_ids"] = torch.zeros(batch, tgt_len, dtype=torch.long, device=device)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(input_ids=ids, use_cache=False)
+        model(**inputs, **({"use_cache": False} if no_cache else {}))
     return int(counter.get_total_flops())
 
 

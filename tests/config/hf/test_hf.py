@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hf_reference import forward_flops as hf_forward_flops
 from hf_reference import mapped_config, published
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -533,21 +534,6 @@ def _our_shapes(config: ModelConfig) -> list[tuple[int, ...]]:
     return sorted(tuple(p.shape) for p in build_model(config).parameters())
 
 
-def _hf_forward_flops(model: Any, model_type: str, batch: int, seq_len: int, tgt_len: int) -> int:
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        if model_type == "t5":
-            model(
-                input_ids=ids, decoder_input_ids=torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
-            )
-        else:
-            model(input_ids=ids)
-    return int(counter.get_total_flops())
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
 def test_published_sizes_equal_transformers(hf: Any, path: Path) -> None:
@@ -566,7 +552,8 @@ def test_published_forward_flops_equal_flop_counter(hf: Any, name: str) -> None:
     config = mapped_config(raw)
     model = _hf_model(hf, raw, config)
     analytic = forward_flops(config, Workload(batch_size=2, seq_len=64, tgt_len=24)).forward
-    assert _hf_forward_flops(model, raw["model_type"], 2, 64, 24) == analytic
+    tgt = 24 if config.architecture == "encoder-decoder" else None
+    assert hf_forward_flops(model, 2, 64, tgt, no_cache=False) == analytic
 
 
 def test_bert_base_reference_flops_from_its_config_json() -> None:
@@ -702,10 +689,8 @@ def test_random_small_configs_match_transformers(hf: Any, model_type: str, seed:
     rng = random.Random(seed)
     batch, seq_len, tgt_len = rng.randint(1, 3), rng.randint(1, 12), rng.randint(1, 9)
     workload = Workload(batch_size=batch, seq_len=seq_len, tgt_len=tgt_len if model_type == "t5" else None)
-    assert (
-        _hf_forward_flops(model, model_type, batch, seq_len, tgt_len)
-        == forward_flops(config, workload).forward
-    )
+    measured = hf_forward_flops(model, batch, seq_len, workload.tgt_len, no_cache=False)
+    assert measured == forward_flops(config, workload).forward
 
 
 # --- our torch model honours every new field (analysis == torch, per component) -------------------------------------
@@ -856,4 +841,4 @@ def test_docs_yaml_example_equals_transformers_gpt_neox(hf: Any, write_config: A
     with torch.device("meta"):
         model = hf.AutoModelForCausalLM.from_config(neox, attn_implementation="eager").eval()
     assert _numel(model) == count_params(config).total
-    assert _hf_forward_flops(model, "gpt_neox", 1, 128, 0) == forward_flops(config, Workload(1, 128)).forward
+    assert hf_forward_flops(model, 1, 128, no_cache=False) == forward_flops(config, Workload(1, 128)).forward

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import pytest
+from hf_reference import forward_flops as hf_forward_flops
 from hf_reference import mapped_config, published
 from paths import HF_FIXTURES, ROOT
 
@@ -119,21 +120,6 @@ SMALL = {
 }  # fmt: skip
 
 
-def _flop_counter(model: Any, config: ModelConfig, batch: int, seq_len: int, tgt_len: int) -> int:
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        if config.architecture == "encoder-decoder":
-            model(
-                input_ids=ids, decoder_input_ids=torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
-            )
-        else:
-            model(input_ids=ids)
-    return int(counter.get_total_flops())
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("stem", sorted(SMALL))
 def test_forward_flops_equal_flop_counter(hf: Any, stem: str) -> None:
@@ -143,7 +129,7 @@ def test_forward_flops_equal_flop_counter(hf: Any, stem: str) -> None:
     assert count_params(config).total == _trainable(model)
     tgt = 5 if config.architecture == "encoder-decoder" else None
     analytic = forward_flops(config, Workload(batch_size=2, seq_len=12, tgt_len=tgt)).forward
-    assert _flop_counter(model, config, 2, 12, 5) == analytic
+    assert hf_forward_flops(model, 2, 12, tgt, no_cache=False) == analytic
 
 
 DECODERS = sorted(s for s in PUBLISHED if _raw(s)["model_type"] not in {
