@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from json_contract import MEMORY_KEYS
 
 from embedcalc.analysis.crossover import crossover_fraction, crossover_seq_len
 from embedcalc.analysis.flops import forward_flops
@@ -88,14 +89,7 @@ def test_bert_base_training_memory(
     assert memory["activations_bytes"] > 0
     assert memory["total_bytes"] == 16 * n + memory["activations_bytes"]
     assert sum(memory["activations_breakdown"].values()) == memory["activations_bytes"]
-    for key in (
-        "weights_bytes",
-        "gradients_bytes",
-        "optimizer_bytes",
-        "activations_bytes",
-        "kv_cache_bytes",
-        "total_bytes",
-    ):
+    for key in MEMORY_KEYS:
         assert isinstance(memory[key], int)
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from json_contract import MEMORY_KEYS
 from pydantic import ValidationError
 
 from embedcalc.analysis.crossover import crossover_fraction
@@ -155,14 +156,7 @@ def test_every_breakdown_sums_to_its_total(config: ModelConfig, workload: Worklo
             assert isinstance(value, int), (name, key)
             assert value > 0, (name, key)
             assert key.split("/")[0] in TOP_LEVEL, (name, key)
-    for key in (
-        "weights_bytes",
-        "gradients_bytes",
-        "optimizer_bytes",
-        "activations_bytes",
-        "kv_cache_bytes",
-        "total_bytes",
-    ):
+    for key in MEMORY_KEYS:
         assert isinstance(memory[key], int) and memory[key] >= 0, key
     json.dumps(out)  # the result is JSON-serialisable as is
 
