@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.memory.estimate import MEMORY_KEYS
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.render import units
@@ -244,14 +245,7 @@ def compare_rows(analyses: Sequence[Analysis]) -> list[tuple[str, list[str], lis
     row("forward FLOPs, causal", [a.flops.forward_causal for a in analyses])
     row("training step FLOPs", [a.flops.training_step for a in analyses])
     row("crossover seq_len n*", [a.crossover_seq_len for a in analyses], crossover_text)
-    for key in (
-        "weights_bytes",
-        "gradients_bytes",
-        "optimizer_bytes",
-        "activations_bytes",
-        "kv_cache_bytes",
-        "total_bytes",
-    ):
+    for key in MEMORY_KEYS:
         row(key, [a.memory.as_dict()[key] for a in analyses], units.binary_bytes)
     return rows
 
