@@ -78,7 +78,7 @@ def resolve_target(target: str) -> tuple[dict[str, Any], str, Path]:
             "A config file path works too (YAML or JSON)."
         )
         raise ConfigError(message, [Problem(target, message, "unknown_preset")], "unknown_preset")
-    return load_mapping(path_or_none), "preset", path_or_none
+    return load_mapping(path_or_none, shipped=True), "preset", path_or_none
 
 
 def normalise_keys(
