@@ -324,7 +324,16 @@ _SOFTMAX_PER_SCORE = 6
 # weighted sum (its top-k is a sort, not arithmetic)
 _INDEX_PER_HEAD_SCORE = 2
 _NORM_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
-_ACTIVATION_PER_ELEMENT = {"relu": 1, "gelu": 8, "gelu_tanh": 8, "silu": 4, "swiglu": 5, "geglu": 9}
+# xIELU: a square, two multiply-adds, expm1 and min on the negative branch, the select
+_ACTIVATION_PER_ELEMENT = {
+    "relu": 1,
+    "gelu": 8,
+    "gelu_tanh": 8,
+    "silu": 4,
+    "swiglu": 5,
+    "geglu": 9,
+    "xielu": 8,
+}
 
 
 def _activation_width(block: Block, x: Dims) -> Num:

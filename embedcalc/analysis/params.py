@@ -13,8 +13,9 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
   index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
-  embed_dim x ffn_dim matrices (Shazeer 2020). Mixture of experts: a router embed_dim -> num_experts, num_experts
-  such FFNs of expert_dim, one shared FFN of num_shared_experts x shared_expert_dim, an optional shared gate.
+  embed_dim x ffn_dim matrices (Shazeer 2020); xIELU adds its two learned scalars (``ffn/act``). Mixture of
+  experts: a router embed_dim -> num_experts, num_experts such FFNs of expert_dim, one shared FFN of
+  num_shared_experts x shared_expert_dim, an optional shared gate.
 - norms: LayerNorm 2 * width (width with ``norm_bias: false``), RMSNorm width, none with ``norm_affine: false``;
   one per sublayer (two with sandwich norms, one per layer for parallel blocks with one norm) and a final norm per
   stack when ``final_norm``.
@@ -112,12 +113,21 @@ def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
 
 
+def activation_tensors(config: ModelConfig) -> list[ParamTensor]:
+    """A learned activation's parameters in one dense FFN: xIELU's alpha_p and alpha_n, one scalar each (Huang
+    2024, arXiv 2411.13010, eq. 4; transformers' XIELUActivation), replicated under TP; none for the others."""
+    if config.activation != "xielu":
+        return []
+    return [ParamTensor("ffn/act", (1,)) for _ in range(2)]
+
+
 def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[ParamTensor]:
     """The tensors of one FFN sublayer: dense (``ffn/...``) or a mixture of experts (``moe/...``)."""
     d, w = x.d, x.widths(block)
     if not ffn.moe:
         f_in = 2 * w.f if ffn.gated else w.f
-        return _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear("ffn/out", w.f, d, ffn.bias, "row")
+        out = _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear("ffn/out", w.f, d, ffn.bias, "row")
+        return out + activation_tensors(config)
     fe_in = 2 * w.fe if ffn.gated else w.fe
     e = ffn.num_experts
     out = _linear("moe/router", d, e, ffn.router_bias, "none")

@@ -51,6 +51,13 @@ class LayerRules:
             _check_attention(value, info, "attention")
         return value
 
+    @field_validator("ffn", check_fields=False)
+    @classmethod
+    def _ffn_fits(cls, value: FFNSpec | None, info: ValidationInfo) -> FFNSpec | None:
+        if value is not None:
+            _check_ffn_activation(value, info, "ffn")
+        return value
+
     @field_validator("mixer", check_fields=False)
     @classmethod
     def _mixer_fits(cls, value: MixerSpec | None, info: ValidationInfo) -> MixerSpec | None:
@@ -84,6 +91,7 @@ class LayerRules:
                 ) from None
             _check_attention(attention, info, f"blocks.{name}.attention")
             _check_mixer(mixer, info, f"blocks.{name}.mixer")
+            _check_ffn_activation(ffn, info, f"blocks.{name}.ffn")
             missing = moe_missing(ffn)
             if missing:
                 raise PydanticCustomError(
@@ -163,6 +171,18 @@ class LayerRules:
                 {"names": ", ".join(sorted(names))},
             )
         return value
+
+
+def _check_ffn_activation(spec: FFNSpec, info: ValidationInfo, where: str) -> None:
+    """xIELU learns its two scalars once per dense FFN (transformers' ApertusMLP); experts that each carry them
+    are a model no family builds, so embedcalc refuses to guess how many."""
+    if spec.kind == "moe" and info.data.get("activation") == "xielu":
+        raise PydanticCustomError(
+            "xielu_moe",
+            "{where}: kind moe with activation xielu: xIELU's learned scalars are modelled for dense FFNs only "
+            "(Apertus); use a dense ffn, or activation relu for the same matmuls",
+            {"where": where},
+        )
 
 
 def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:

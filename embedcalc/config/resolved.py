@@ -29,7 +29,7 @@ from embedcalc.config.disentangled import DisentangledSpec
 from embedcalc.config.mixers import MixerSpec, resolve_mixer
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "xielu"]
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["post", "pre", "sandwich", "parallel"]
 Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]

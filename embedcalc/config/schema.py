@@ -137,7 +137,13 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
             "three embed_dim x ffn_dim matrices."
         ),
     )
-    activation: Activation = Field(default="gelu", description="FFN activation; swiglu and geglu are gated.")
+    activation: Activation = Field(
+        default="gelu",
+        description=(
+            "FFN activation; swiglu and geglu are gated. xielu (Huang 2024, arXiv 2411.13010; Apertus) is plain and "
+            "learns two scalars per FFN (alpha_p, alpha_n); dense FFNs only."
+        ),
+    )
     norm: Norm = Field(
         default="layernorm", description="layernorm (weight and bias) or rmsnorm (weight only)."
     )

@@ -3,11 +3,15 @@
 ``in_`` is the analytic ``ffn/in`` component: one embed_dim -> ffn_dim Linear, or for gated activations (swiglu,
 geglu; Shazeer 2020) a :class:`GatedInput` holding the ``gate`` and ``up`` projections as transformers lays them out
 (LLaMA's gate_proj/up_proj, T5 v1.1's wi_0/wi_1); ``out`` projects back. ``in_`` carries PEP 8's trailing
-underscore; its breakdown key is ``ffn/in``. The same network is a MoE's shared experts (``moe/shared``).
+underscore; its breakdown key is ``ffn/in``. A learned activation (xIELU) is the module ``act`` (``ffn/act``). The
+same network is a MoE's shared experts (``moe/shared``).
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -36,6 +40,26 @@ def activate_gated(name: str, gate: Tensor, up: Tensor) -> Tensor:
     raise ValueError(f"unknown gated activation {name!r}")
 
 
+class XIELU(nn.Module):
+    """xIELU (Huang et al. 2024, arXiv 2411.13010, eq. 4), the activation of Apertus: x > 0 -> a_p x^2 + beta x,
+    else (expm1(min(x, eps)) - x) a_n + beta x, with a_p = softplus(alpha_p) and a_n = beta + softplus(alpha_n).
+    ``alpha_p`` and ``alpha_n`` are learned scalars (initialised so that a_p = a_n = 0.8); beta = 0.5 and eps =
+    -1e-6 are fixed (transformers' XIELUActivation keeps them as buffers). Its breakdown key is ``ffn/act``."""
+
+    beta, eps = 0.5, -1e-6
+
+    def __init__(self, alpha_init: float = 0.8) -> None:
+        super().__init__()
+        self.alpha_p = nn.Parameter(torch.tensor([math.log(math.expm1(alpha_init))]))
+        self.alpha_n = nn.Parameter(torch.tensor([math.log(math.expm1(alpha_init - self.beta))]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        a_p = F.softplus(self.alpha_p)
+        a_n = self.beta + F.softplus(self.alpha_n)
+        negative = (torch.expm1(torch.clamp(x, max=self.eps)) - x) * a_n + self.beta * x
+        return torch.where(x > 0, a_p * x * x + self.beta * x, negative)
+
+
 class GatedInput(nn.Module):
     """The ``gate`` and ``up`` projections of a gated FFN."""
 
@@ -60,12 +84,15 @@ class MLP(nn.Module):
             else nn.Linear(embed_dim, ffn_dim, bias=bias)
         )
         self.out = nn.Linear(ffn_dim, embed_dim, bias=bias)
+        self.act = XIELU() if activation == "xielu" else None
 
     def transform(self, x: Tensor) -> Tensor:
         """(..., d) -> (..., d), without norm or residual."""
         if isinstance(self.in_, GatedInput):
             gate, up = self.in_(x)  # (..., f) each
             hidden = activate_gated(self.activation, gate, up)  # (..., f)
+        elif self.act is not None:
+            hidden = self.act(self.in_(x))  # (..., f)
         else:
             hidden = activate(self.activation, self.in_(x))  # (..., f)
         out: Tensor = self.out(hidden)  # (..., d)

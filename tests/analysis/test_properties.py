@@ -69,7 +69,7 @@ def config_dicts(draw: st.DrawFn, architectures: tuple[str, ...] = ARCHITECTURES
         data["num_decoder_layers"] = draw(st.integers(1, 48))
     optional: dict[str, st.SearchStrategy[Any]] = {
         "ffn_dim": st.integers(1, 8192),
-        "activation": st.sampled_from(ACTIVATIONS),
+        "activation": st.sampled_from((*ACTIVATIONS, "xielu")),
         "norm": st.sampled_from(("layernorm", "rmsnorm")),
         "norm_placement": st.sampled_from(("post", "pre")),
         "embedding_norm": st.booleans(),

@@ -634,3 +634,18 @@ def test_unknown_fields_of_the_layer_model_get_a_did_you_mean(cli: Any, write_co
     in_file = cli("check", str(path))
     assert in_file.exit_code == 3 and "blocks.local.attention.sliding_widow" in in_file.stderr
     assert "did you mean 'sliding_window'?" in in_file.stderr
+
+
+def test_xielu_is_a_dense_ffn_activation() -> None:
+    """xIELU learns its scalars once per dense FFN (Apertus); experts carrying it are refused with the field."""
+    from pydantic import ValidationError
+
+    base = {"architecture": "decoder", "vocab_size": 64, "max_seq_len": 16, "embed_dim": 16, "num_heads": 2,
+            "num_layers": 2, "activation": "xielu"}  # fmt: skip
+    moe = {"kind": "moe", "num_experts": 4, "top_k": 2}
+    for extra, where in (({"ffn": moe}, "ffn"), ({"blocks": {"e": {"ffn": moe}}, "layers": [{"pattern": ["e"],
+                         "repeat": 2}]}, "blocks")):  # fmt: skip
+        with pytest.raises(ValidationError, match="xielu") as info:
+            ModelConfig.model_validate(base | extra)
+        assert info.value.errors()[0]["loc"][0] == where
+        assert info.value.errors()[0]["type"] == "xielu_moe"

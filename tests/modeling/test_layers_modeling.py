@@ -59,6 +59,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
         {"decoder/attention/scores": SCORES, "decoder/attention/context": SCORES},
     ),
     "chunked": ({"attention": {"chunk_size": 3}}, {}, {"decoder/attention/scores": SCORES}),
+    "xielu": ({"activation": "xielu"}, {"decoder/ffn/act": L * 2, "decoder/ffn/in": L * D * F},
+              {"decoder/ffn/in": L * 2 * T * D * F, "decoder/ffn/out": L * 2 * T * F * D}),
     "alibi": ({"position": "alibi"}, {"decoder/attention/qkv": L * D * (H + 2 * G) * HD}, {}),
     "partial_rotary": ({"rotary_dim": 2}, {"decoder/attention/qkv": L * D * (H + 2 * G) * HD}, {}),
     "mla": (
@@ -458,3 +460,21 @@ def test_bench_miniature_of_every_preset_runs() -> None:
         with torch.no_grad():
             out = model(ids, ids[:, :4]) if tiny.architecture == "encoder-decoder" else model(ids)
         assert bool(torch.isfinite(out.main).all()), name
+
+
+def test_xielu_computes_what_transformers_computes() -> None:
+    """embedcalc's xIELU equals transformers' XIELUActivation (its Python path) at the same parameters, on both
+    branches and at the eps clamp."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.activations import XIELUActivation
+
+    from embedcalc.modeling.ffn import XIELU
+
+    theirs, ours = XIELUActivation(dtype=torch.float32), XIELU()
+    with torch.no_grad():
+        for mine, ref, value in ((ours.alpha_p, theirs.alpha_p, 0.3), (ours.alpha_n, theirs.alpha_n, -0.7)):
+            mine.fill_(value)
+            ref.fill_(value)
+    x = torch.cat([torch.linspace(-6, 6, 101), torch.tensor([0.0, -1e-7, 1e-7])])
+    torch.testing.assert_close(ours(x), theirs._xielu_python(x))
+    assert transformers is not None

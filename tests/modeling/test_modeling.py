@@ -149,7 +149,9 @@ def configs(draw: st.DrawFn) -> ModelConfig:
         "num_heads": heads,
         "num_layers": draw(st.integers(1, 2)),
         "position": position,
-        "activation": draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"])),
+        "activation": draw(
+            st.sampled_from(["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "xielu"])
+        ),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "type_vocab_size": draw(st.integers(0, 3)),
         "bias": draw(st.booleans()),

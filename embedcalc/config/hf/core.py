@@ -45,15 +45,17 @@ def read_core(
     gated: bool = True,
     act_key: str = "hidden_act",
     placement: str = "pre",
+    learned_activations: dict[str, str] | None = None,
 ) -> None:
-    """Map the core's keys (module docstring); ``qkv`` / ``out`` / ``ffn`` as :func:`map_biases` takes them."""
+    """Map the core's keys (module docstring); ``qkv`` / ``out`` / ``ffn`` as :func:`map_biases` takes them,
+    ``learned_activations`` as :func:`map_activation` does."""
     for name, value in (("architecture", "decoder"), ("norm", norm), ("norm_placement", placement),
                         ("embedding_norm", False), ("position", "rope"), ("bias", False),
                         ("lm_head", True)):  # fmt: skip
         r.fixed(name, value)
     read_shape(r)
     r.copy("tie_word_embeddings", "tie_embeddings")
-    map_activation(r, act_key, gated=gated)
+    map_activation(r, act_key, gated=gated, learned=learned_activations)
     map_dropout(r, "attention_dropout")
     map_biases(r, **{part: source for part, source in (("qkv", qkv), ("out", out), ("ffn", ffn))
                      if source is not None})  # fmt: skip

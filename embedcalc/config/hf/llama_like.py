@@ -1,7 +1,8 @@
 """Decoders built like LLaMA (RMSNorm or LayerNorm, pre-norm, RoPE, an MLP), each with the one thing that sets it
 apart, read off its ``modeling_*.py``: Granite's scalar multipliers, Seed-OSS's separate out-projection bias,
 Nemotron's LayerNorm1P and squared-ReLU MLP, StarCoder2's LayerNorm with biases everywhere, GLM's partial rotary,
-GLM-4's sandwich norms, HunYuan's per-head q/k norms, Phi-3's fused projections, Ministral's layer_types.
+GLM-4's sandwich norms, HunYuan's per-head q/k norms, Apertus' q/k norms and learned xIELU activation, Phi-3's
+fused projections, Ministral's layer_types.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import FULL, SLIDING, put_window_layout
 from embedcalc.config.hf.reader import (
+    LEARNED_ACTIVATIONS,
     MISSING,
     Family,
     KeyReader,
@@ -44,6 +46,15 @@ def _read_hunyuan(r: KeyReader) -> None:
     for key in ("use_qk_norm", "eod_token_id", "pretraining_tp"):
         r.ignore(key, "HunYuanDenseV1Attention always builds its q/k norms" if key == "use_qk_norm" else
                  hf_keys.TOKEN_ID if key == "eod_token_id" else "tensor-parallel split; the same FLOPs")  # fmt: skip
+
+
+def _read_apertus(r: KeyReader) -> None:
+    """ApertusForCausalLM: LLaMA's attention (biases from attention_bias) with q_norm / k_norm, RMSNorm(head_dim)
+    shared by the heads; an up/down MLP without biases whose xIELU activation (ApertusMLP: ``ACT2CLS["xielu"]``
+    when hidden_act is xielu) learns two scalars per layer; llama3 RoPE (no parameters)."""
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False, gated=False,
+              learned_activations=LEARNED_ACTIVATIONS)  # fmt: skip
+    r.fixed("attention", {"qk_norm": "head"}, "q_norm, k_norm: RMSNorm(head_dim) (ApertusAttention)")
 
 
 def _read_nemotron(r: KeyReader) -> None:
@@ -119,6 +130,11 @@ def refuse(r: KeyReader, key: str, harmless: tuple[Any, ...], missing: str) -> N
     r.problem(written, f"{written} = {value!r} is not modelled: {missing}. {yaml_hint(r.family)}")
 
 
+_APERTUS = dict(
+    vocab_size=131072, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+    num_key_value_heads=None, hidden_act="xielu", max_position_embeddings=65536, tie_word_embeddings=False,
+    attention_bias=False, attention_dropout=0.0,
+)  # fmt: skip
 LLAMA = dict(
     vocab_size=32000,
     hidden_size=4096,
@@ -148,6 +164,7 @@ FAMILIES = (
                           sliding_window=None)),
     _family("hunyuan_v1_dense", "HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM", _read_hunyuan,
             {k: v for k, v in LLAMA.items() if k != "mlp_bias"} | dict(vocab_size=290943, head_dim=None)),
+    _family("apertus", "ApertusConfig", "ApertusForCausalLM", _read_apertus, _APERTUS),
     _family("nemotron", "NemotronConfig", "NemotronForCausalLM", _read_nemotron,
             LLAMA | dict(vocab_size=256000, hidden_size=6144, intermediate_size=24576, num_attention_heads=48,
                           hidden_act="relu2", max_position_embeddings=4096, head_dim=None)),

@@ -263,10 +263,18 @@ GATED_ACTIVATIONS = {
 }
 
 
-def map_activation(reader: KeyReader, key: str, gated: bool) -> None:
-    """Map an activation name of transformers' ACT2FN (only the element-wise estimate depends on which)."""
+LEARNED_ACTIVATIONS = {"xielu": "xielu"}
+"""Activations with parameters of their own (xIELU's two scalars): accepted only by a family whose modules build
+exactly one per FFN (Apertus), which passes them to :func:`map_activation`."""
+
+
+def map_activation(
+    reader: KeyReader, key: str, gated: bool, learned: Mapping[str, str] | None = None
+) -> None:
+    """Map an activation name of transformers' ACT2FN (only the element-wise estimate depends on which, unless it
+    is one of the family's ``learned`` activations, whose parameters embedcalc counts)."""
     written, value, from_file = reader.value(key)
-    table = GATED_ACTIVATIONS if gated else PLAIN_ACTIVATIONS
+    table = GATED_ACTIVATIONS if gated else PLAIN_ACTIVATIONS | dict(learned or {})
     if not isinstance(value, str) or value not in table:
         kind = "gated FFN" if gated else "FFN"
         reader.problem(
@@ -277,6 +285,8 @@ def map_activation(reader: KeyReader, key: str, gated: bool) -> None:
         )
         return
     note = "gated: act(gate) * up, three matrices" if gated else ""
+    if value in (learned or {}):
+        note = "learned: two scalars per FFN (alpha_p, alpha_n)"
     reader.put("activation", table[value], written, "file" if from_file else "default", note)
 
 

@@ -44,6 +44,9 @@ VARIANTS = [
     ("minicpm3-4b", {"q_lora_rank": None}),
     ("minicpm3-4b", {"attention_bias": True, "mlp_bias": True, "v_head_dim": 96}),
     ("minicpm3-4b", {"tie_word_embeddings": False, "scale_depth": None, "dim_model_base": None}),
+    # ACT2FN's plain activations learn nothing; xIELU's two scalars go with hidden_act xielu
+    ("apertus-8b-2509", {"hidden_act": "relu2", "attention_bias": True}),
+    ("apertus-8b-2509", {"head_dim": 64, "num_key_value_heads": 32, "tie_word_embeddings": True}),
 ]
 
 
