@@ -125,24 +125,6 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_embedcalc
 
 
-@functools.cache
-def _analyze_json(*args: str) -> dict[str, Any]:
-    proc = run_embedcalc("analyze", *args, "--format", "json")
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    data: dict[str, Any] = json.loads(proc.stdout)
-    assert data["status"] == "ok"
-    assert data["problems"] == []
-    return data
-
-
-@pytest.fixture(scope="session")
-def analyze_json() -> Callable[..., dict[str, Any]]:
-    """``analyze_json("bert-base", "--seq-len", "64")``: ``embedcalc analyze ... --format json`` in a subprocess,
-    parsed and checked for status ok; cached per argument list (each call costs ~0.4 s)."""
-    return _analyze_json
-
-
 class InProcessCli:
     """``cli("analyze", "bert-base")`` -> click Result with separate ``stdout`` and ``stderr``."""
 
@@ -151,6 +133,26 @@ class InProcessCli:
 
     def __call__(self, *args: str) -> Any:
         return self.runner.invoke(app, list(args), env={"COLUMNS": "120", "NO_COLOR": "1"})
+
+
+@functools.cache
+def _analyze_json(*args: str) -> dict[str, Any]:
+    result = InProcessCli()("analyze", *args, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert data["status"] == "ok"
+    assert data["problems"] == []
+    return data
+
+
+@pytest.fixture(scope="session")
+def analyze_json() -> Callable[..., dict[str, Any]]:
+    """``analyze_json("bert-base", "--seq-len", "64")``: ``embedcalc analyze ... --format json`` in-process, parsed
+    and checked for status ok; cached per argument list. The numbers are the package's; the process boundary
+    (streams, exit codes, no traceback) has its own tests in tests/cli/ (``run_cli``)."""
+    return _analyze_json
 
 
 @pytest.fixture
