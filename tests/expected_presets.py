@@ -31,6 +31,7 @@ PRESETS = (
     "llama-2-7b",
     "llama-3.1-70b",
     "llama-3.1-8b",
+    "minimax-m1-80k",
     "mistral-7b",
     "mixtral-8x7b",
     "modernbert-base",

@@ -54,7 +54,8 @@ _REQUIRED = {
     "short_conv": ("inner_dim",),
     "lightning": ("num_heads", "head_dim"),
 }
-# fields a lightning layer has no use for (no convolution, no SSM state size, no groups): setting one is an error
+# fields a lightning layer has no use for (no convolution, no SSM state size, no groups): one off its default is an
+# error
 _NOT_LIGHTNING = ("state_size", "groups", "conv_kernel", "conv_bias", "inner_dim", "dt_rank", "num_k_heads",
                   "head_k_dim")  # fmt: skip
 _EXAMPLE = {
@@ -162,7 +163,8 @@ class MixerSpec(BaseModel):
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
             )
-        unused = [name for name in _NOT_LIGHTNING if name in self.model_fields_set]
+        fields = type(self).model_fields
+        unused = [name for name in _NOT_LIGHTNING if getattr(self, name) != fields[name].default]
         if self.kind == "lightning" and unused:
             raise PydanticCustomError(
                 "mixer_field_unused",

@@ -74,7 +74,8 @@ def test_state_is_h_by_h_per_head_and_the_decode_step_reads_it() -> None:
     ("mixer", "code"),
     [
         ({"kind": "lightning", "num_heads": 4}, "mixer_incomplete"),
-        ({"kind": "lightning", "num_heads": 4, "head_dim": 8, "conv_kernel": 4}, "mixer_field_unused"),
+        ({"kind": "lightning", "num_heads": 4, "head_dim": 8, "conv_kernel": 3}, "mixer_field_unused"),
+        ({"kind": "lightning", "num_heads": 4, "head_dim": 8, "state_size": 16}, "mixer_field_unused"),
     ],
 )
 def test_bad_lightning_specs_are_refused(mixer: dict[str, Any], code: str) -> None:
@@ -165,3 +166,18 @@ def test_bench_generate_measures_the_lightning_state(generate_state: Any) -> Non
         generate_state(MINI, "minimax.json")["recurrent_state_bytes"]
         == 2 * LIGHTNING_LAYERS * H * HD * HD * 4
     )
+
+
+@pytest.mark.parametrize("n", [1_000_000, 2_000_000])
+def test_analyze_minimax_m1_shows_the_softmax_kv_cache_beside_the_lightning_state(cli: Any, n: int) -> None:
+    """MiniMax-M1-80k at a million tokens: the 10 softmax layers' KV cache grows with n (2 x 8 KV heads x 128 per
+    token and layer, bf16); the 70 lightning layers hold 64 x 128 x 128 each whatever n; both rows in the table."""
+    import json
+
+    result = cli("analyze", "minimax-m1-80k", "--seq-len", str(n), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    memory = json.loads(result.stdout)["results"][0]["memory"]
+    assert memory["kv_cache_bytes"] == n * 10 * 2 * 8 * 128 * 2
+    assert memory["recurrent_state_bytes"] == 70 * 64 * 128 * 128 * 2 == 146_800_640
+    table = cli("analyze", "minimax-m1-80k", "--seq-len", str(n))
+    assert "kv cache" in table.stdout and "recurrent state" in table.stdout and "140.00 MiB" in table.stdout

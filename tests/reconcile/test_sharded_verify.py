@@ -145,7 +145,7 @@ def test_phi2_lm_head_bias_is_split_with_the_vocabulary(cli: Any, tmp_path: Any)
     assert [r["torch"] for r in bias] == [25_600, 25_600]
 
 
-@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "granite-4.0-h-small"])
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b", "granite-4.0-h-small", "minimax-m1-80k"])
 def test_tp_plan_splits_the_attention_gate_and_leaves_mixers_whole(name: str) -> None:
     # issue 24: the plan matched a Mamba / DeltaNet mixer's ``in_`` as an FFN input (torch split it, analyze did
     # not) and missed gated attention's output gate (analyze split it, torch did not)

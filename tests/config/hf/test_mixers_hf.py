@@ -14,7 +14,9 @@ from hf_reference import forward_flops, hf_config, mapped_config, published, raw
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import estimate_memory
+from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
+from embedcalc.errors import ConfigError
 
 # fixture -> its row (model_type, transformers' total, active, the preset that transcribes it): this module's group
 # of tests/fixtures/published_sizes.yaml; tests/config/hf/test_published_sizes.py checks the file, the preset and
@@ -28,6 +30,7 @@ UNUSED = {
     "nemotron-h-8b-base-8k": 0,
     "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048,
     "lfm2-1.2b": 0,
+    "minimax-m1-80k": 80 * 30 * 3 * 9216 * 6144,
 }
 
 
@@ -50,6 +53,8 @@ def _hf_state(hf: Any) -> int:
         return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
     if hf.model_type == "lfm2":  # the short convolution: its window only
         return hf.hidden_size * hf.conv_L_cache
+    if hf.model_type == "minimax":  # lightning attention: K ᵀV per head (MiniMaxCache.linear_cache), no conv
+        return hf.num_attention_heads * hf.head_dim * hf.head_dim
     if hf.model_type == "nemotron_h":
         inner = hf.mamba_num_heads * hf.mamba_head_dim
         return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel + inner * hf.ssm_state_size
@@ -127,8 +132,8 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
 
 # Small eager variants whose transformers CPU path counts exactly our matmuls plus the convolution's padded tail:
 # Qwen3-Next's gated DeltaNet (its triangular solves count none) and Jamba's Mamba-1 reference scan (the state read
-# out by C each token; attention at layer 2 of 4, experts on odd layers) and LFM2's short convolution (attention at
-# layer 2 of 4).
+# out by C each token; attention at layer 2 of 4, experts on odd layers), LFM2's short convolution (attention at
+# layer 2 of 4) and MiniMax's lightning attention (no conv: a tail of 0; blocks of 8, so 21 tokens end in a part).
 CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
     "qwen3-next-80b-a3b": dict(
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -144,13 +149,19 @@ CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
         block_multiple_of=16, full_attn_idxs=[2], vocab_size=256,
     ),
+    "minimax-m1-80k": dict(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        intermediate_size=48, num_local_experts=4, block_size=8, vocab_size=256,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+    ),
 }  # fmt: skip
 
 
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "seq_len"), [("qwen3-next-80b-a3b", 16), ("qwen3-next-80b-a3b", 70),
                                                ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16), ("lfm2-1.2b", 5),
-                                               ("lfm2-1.2b", 16)])  # fmt: skip
+                                               ("lfm2-1.2b", 16), ("minimax-m1-80k", 16),
+                                               ("minimax-m1-80k", 21)])  # fmt: skip
 def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
     transformers: Any, name: str, seq_len: int
 ) -> None:
@@ -170,7 +181,7 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b"])
+@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b", "minimax-m1-80k"])
 def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(
     generate_state: Any, name: str
 ) -> None:
@@ -180,3 +191,34 @@ def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(
     pytest.importorskip("torch")
     m = generate_state(raw_fixture(name) | {**STATE_PASSING, **CONV_TAIL_ONLY}[name])
     assert m["recurrent_state_bytes"] > 0 and m["kv_cache_bytes"] > 0
+
+
+def _minimax(**changes: Any) -> dict[str, Any]:
+    small = raw_fixture("minimax-m1-80k") | CONV_TAIL_ONLY["minimax-m1-80k"] | changes
+    return {k: v for k, v in small.items() if v is not None or k == "sliding_window"}
+
+
+@pytest.mark.torch
+def test_minimax_default_layout_alternates_as_minimax_config(transformers: Any) -> None:
+    """No layer_types: MiniMaxConfig puts full attention on even layers and lightning on odd ones; the count is
+    transformers' on the meta device."""
+    import torch
+
+    small = _minimax(layer_types=None, num_hidden_layers=5)
+    with torch.device("meta"):
+        model = transformers.MiniMaxForCausalLM(hf_config(transformers, small))
+    config = mapped_config(small)
+    plan = config.stack_plan("decoder")
+    assert [plan.block_at(i).mixer is not None for i in range(5)] == [False, True, False, True, False]
+    assert sum(p.numel() for p in model.parameters()) == count_params(config).total
+
+
+def test_minimax_remote_attn_type_list_alone_is_refused_with_the_layer_types() -> None:
+    """MiniMax's remote code lists the layout as attn_type_list (1 = softmax), which MiniMaxConfig does not read."""
+    with pytest.raises(ConfigError) as info:
+        mapped_config(_minimax(layer_types=None, attn_type_list=[0, 0, 0, 1]))
+    (problem,) = info.value.problems
+    assert problem.path == "attn_type_list"
+    assert "layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']" in (
+        problem.message
+    )
