@@ -150,3 +150,31 @@ def test_pydantic_asks_its_plugin_loader_for_get_plugins_only() -> None:
             elif isinstance(node, ast.Import):
                 assert not any(a.name.endswith("plugin._loader") for a in node.names), path
     assert names == {"get_plugins"}
+
+
+GC_DURING = """
+import gc, json, sys
+runs = []
+sys.argv = ["embedcalc", *sys.argv[1:]]
+from embedcalc.cli.app import GC_THRESHOLD, main
+# the collections once main() has set its threshold (the imports before it run at the default)
+gc.callbacks.append(lambda phase, info: runs.append(info["generation"])
+                    if phase == "stop" and gc.get_threshold()[0] == GC_THRESHOLD else None)
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps({"collections": runs, "threshold": gc.get_threshold()[0]}), file=sys.stderr)
+"""
+
+
+def test_the_collector_does_not_run_during_the_start_up_of_analyze_preset() -> None:
+    """main() raises the collector's first threshold (cli/app.py GC_THRESHOLD): `analyze PRESET --format json`
+    makes fewer net allocations than that, so it never collects (at the default 700 it collected 27 times)."""
+    from embedcalc.cli.app import GC_THRESHOLD
+
+    proc = subprocess.run([sys.executable, "-c", GC_DURING, "analyze", "bert-large", "--format", "json"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert got == {"collections": [], "threshold": GC_THRESHOLD}
