@@ -16,11 +16,11 @@ cut from when the difference grows. Compare two trees by running it with ``PYTHO
 Each round also runs `analyze` once instrumented (:data:`PHASES`) and splits its CPU time (user + system of that
 process, which the load of a shared machine moves far less than wall time; each phase is also given as a multiple
 of the first, which the load moves less still) into five phases: the dependencies' import (the baseline's own
-work); embedcalc's entry point (``embedcalc.cli.app``, which also stands in for pydantic's plugin loader, as
-``main`` does); pydantic's model machinery, which ``import pydantic`` defers to the first model class (a
-dependency's lazy work, that any pydantic model on the path pays); the rest of embedcalc's own import on the path
-(the `analyze` command module and the API it calls, its config models' schemas included); and the run (typer's
-parse, load, analysis, JSON).
+work); embedcalc's entry point (``embedcalc.cli.app``, and what ``main`` sets first: the stand-in for pydantic's
+plugin loader, the collector's threshold); pydantic's model machinery, which ``import pydantic`` defers to the
+first model class (a dependency's lazy work, that any pydantic model on the path pays); the rest of embedcalc's
+own import on the path (the `analyze` command module and the API it calls, its config models' schemas included);
+and the run (typer's parse, load, analysis, JSON).
 """
 
 from __future__ import annotations
@@ -52,13 +52,14 @@ print(params, counter.get_total_flops())
 
 # One instrumented `analyze` process: CPU seconds at each phase boundary (see the module docstring), on stderr.
 PHASES = """
-import os, sys, time
+import gc, os, sys, time
 marks = [time.process_time()]
 import typer, pydantic, yaml, rich
 marks.append(time.process_time())
 import embedcalc.cli.app
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as main() does first
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # what main() does first
 embedcalc.cli.app.skip_plugin_discovery()
+gc.set_threshold(embedcalc.cli.app.GC_THRESHOLD, *gc.get_threshold()[1:])
 marks.append(time.process_time())
 from pydantic import BaseModel
 class _Warm(BaseModel):  # pydantic's model machinery, loaded on the first model class
