@@ -229,19 +229,26 @@ def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:
     return out
 
 
-def chunk_score_values(m: Mixer, x: Dims, n: Num) -> Num:
+def chunk_score_values(m: Mixer, x: Dims, n: Num, one_block: bool = False) -> Num:
     """Values of one intra-chunk score tensor (C Bᵀ, or it masked by the decays) of ``x.b`` sequences: b L Q H (none
-    for the short convolution)."""
+    for the short convolution); ``one_block``: lightning attention's block loop, which holds the c x c scores of one
+    block at a time (b c² H, c = min(n, B))."""
     if m.short_conv:
         return 0
+    if one_block and m.lightning:
+        c = (n + m.chunk_size - abs(n - m.chunk_size)) // 2  # min(n, B), for ints and numpy arrays alike
+        return x.b * c * c * m.num_heads
     return (x.b * padded_tokens(n, m.chunk_size)) * (m.chunk_size * m.num_heads)
 
 
 def mixer_live_bytes(m: Mixer, x: Dims, n: Num, e: int) -> Num:
     """Activations of one Mamba-2 layer alive at once in a forward pass without autograd (an estimate): in_proj's
-    output, the convolution's output, the scan's output and its two intra-chunk score tensors."""
+    output, the convolution's output, the scan's output and its two intra-chunk score tensors (lightning: those of
+    one block)."""
     t = x.b * n
-    return t * (e * (m.in_width + m.conv_dim + m.inner)) + chunk_score_values(m, x, n) * (2 * e)
+    return t * (e * (m.in_width + m.conv_dim + m.inner)) + chunk_score_values(m, x, n, one_block=True) * (
+        2 * e
+    )
 
 
 def mixer_saved_bytes(m: Mixer, x: Dims, n: Num, e: int) -> Num:

@@ -181,3 +181,28 @@ def test_analyze_minimax_m1_shows_the_softmax_kv_cache_beside_the_lightning_stat
     assert memory["recurrent_state_bytes"] == 70 * 64 * 128 * 128 * 2 == 146_800_640
     table = cli("analyze", "minimax-m1-80k", "--seq-len", str(n))
     assert "kv cache" in table.stdout and "recurrent state" in table.stdout and "140.00 MiB" in table.stdout
+
+
+def test_a_forward_pass_holds_the_scores_of_one_block_at_a_time() -> None:
+    """Inference: the block loop keeps one block's two c x c score tensors per head (c = min(n, B)), whatever n;
+    training keeps every block's for the backward pass (b L B H)."""
+    import numpy as np
+
+    from embedcalc.analysis.mixers import chunk_score_values, mixer_live_bytes, mixer_saved_bytes
+    from embedcalc.analysis.structure import Dims
+
+    config = _config()
+    m = config.stack_plan("decoder").block_at(0).mixer
+    assert m is not None
+    for n, c in ((5, 5), (8, 8), (1000, B)):
+        x = Dims.of(config, 2, n)
+        live = 2 * n * 4 * (4 * INNER + INNER) + 2 * c * c * H * 2 * 4
+        assert mixer_live_bytes(m, x, n, 4) == live
+        assert (
+            mixer_saved_bytes(m, x, n, 4) - 2 * n * 4 * (D + 4 * INNER + 3 * INNER)
+            == 2 * (-(-n // B) * B) * B * H * 2 * 4
+        )
+    lengths = np.array([5, 8, 1000])
+    assert chunk_score_values(m, Dims.of(config, 2, 1), lengths, one_block=True).tolist() == [
+        2 * c * c * H for c in (5, 8, 8)
+    ]
