@@ -206,3 +206,19 @@ def test_a_forward_pass_holds_the_scores_of_one_block_at_a_time() -> None:
     assert chunk_score_values(m, Dims.of(config, 2, 1), lengths, one_block=True).tolist() == [
         2 * c * c * H for c in (5, 8, 8)
     ]
+
+
+def test_sweep_grid_evaluates_the_block_form_as_the_scalar_path() -> None:
+    """The sweep's numpy grid runs the same formula (whole blocks plus the last part's c²) as a single workload."""
+    from embedcalc.analysis.grid import evaluate_grid
+
+    config = _config()
+    lengths = (5, 8, 13, 40)
+    grid = evaluate_grid(config, Workload(batch_size=3), {"seq_len": lengths})
+    for i, n in enumerate(lengths):
+        w = Workload(batch_size=3, seq_len=n)
+        assert grid.columns["flops_forward"][i] == forward_flops(config, w).forward
+        assert grid.columns["flops_recurrent_mixers"][i] == sum(
+            v for k, v in forward_flops(config, w).breakdown.as_dict().items() if "/mixer/" in k
+        )
+        assert grid.columns["inference_total_bytes"][i] == estimate_memory(config, w).total_bytes
