@@ -160,6 +160,7 @@ def test_lightning_matches_transformers_layer_with_copied_weights(n: int) -> Non
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # ~20 s; the default suite runs bench --mode generate on the minimax hub file (test_mixers_hf)
 def test_bench_generate_measures_the_lightning_state(generate_state: Any) -> None:
     pytest.importorskip("torch")
     assert (
