@@ -132,7 +132,31 @@ MULTIMODAL_TEXT: dict[str, str] = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": 
 """Multimodal model types -> their text config's model_type, for files that keep the text keys at top level
 (Qwen2.5-VL before transformers 5: the class then takes every key its text config declares)."""
 
+_MLLAMA = (
+    "cross_attention_layers: layers whose attention is cross-attention over the vision tower's tokens "
+    "(MllamaTextCrossAttention with its own q/k norms, two tanh gates cross_attn_attn_gate / cross_attn_mlp_gate, "
+    "a KV cache the size of the image tokens, not of the text) among self-attention layers, which the layer model "
+    "cannot describe in a decoder-only stack"
+)
+_GEMMA3N = (
+    "the Gemma 3n text model's AltUp (altup_num_inputs parallel streams with their predict/correct projections), "
+    "Laurel (a laurel_rank low-rank residual), per-layer embeddings (vocab_size_per_layer_input x layers x "
+    "hidden_size_per_layer_input and their projections), KV sharing across the last num_kv_shared_layers layers "
+    "and activation_sparsity_pattern, none of which the layer model describes"
+)
+_GEMMA4 = (
+    "the Gemma 4 text model's per-layer embeddings (hidden_size_per_layer_input, vocab_size_per_layer_input: a "
+    "per-layer token table and its projections), KV sharing across the last num_kv_shared_layers layers, "
+    "attention_k_eq_v and use_double_wide_mlp, none of which the layer model describes"
+)
 REFUSED: dict[str, str] = {
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
+    # the multimodal files (text_config inside) and their text models alone: the text model is what is refused
+    "mllama": _MLLAMA,
+    "mllama_text_model": _MLLAMA,
+    "gemma3n": _GEMMA3N,
+    "gemma3n_text": _GEMMA3N,
+    "gemma4": _GEMMA4,
+    "gemma4_text": _GEMMA4,
 }
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

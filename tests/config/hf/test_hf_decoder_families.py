@@ -1,11 +1,12 @@
-"""The last decoder families of issue 23 against transformers: MiniCPM3, Apertus, Llama-3.2-Vision's text model
-(mllama), Gemma 3n and Gemma 4 text.
+"""The last decoder families of issue 23 against transformers: MiniCPM3 and Apertus counted, Llama-3.2-Vision's
+text model (mllama), Gemma 3n and Gemma 4 text refused.
 
-For each a flagship file (``tests/fixtures/hf``: transformers' config class keys with the published model's values,
-written here, not a hub copy; tests/fixtures/published_sizes.yaml names the source and checks the total on both
-sides): every key of the file is mapped or ignored with a reason; the KV cache equals the per-layer sum read off
-transformers' config object; variants the readers must follow count what transformers builds on the meta device;
-and forward FLOPs equal ``FlopCounterMode`` on a small eager variant of the file.
+For each counted family a flagship file (``tests/fixtures/hf``: transformers' config class keys with the published
+model's values, written here, not a hub copy; tests/fixtures/published_sizes.yaml names the source and checks the
+total on both sides): every key of the file is mapped or ignored with a reason; the KV cache equals the per-layer
+sum read off transformers' config object; variants the readers must follow count what transformers builds on the
+meta device; and forward FLOPs equal ``FlopCounterMode`` on a small eager variant of the file. The refused ones:
+the files transformers writes exit 3 naming the key whose layers the layer model cannot describe.
 """
 
 from __future__ import annotations
@@ -104,3 +105,32 @@ def test_forward_flops_equal_flop_counter(hf_transformers: Any, name: str) -> No
     assert {
         (b, n): analytic_flops(config, Workload(batch_size=b, seq_len=n)).forward for b, n in measured
     } == measured
+
+
+# --- refused: exact or refused, never approximate ---------------------------------------------------------------------
+
+# model_type -> (transformers' multimodal config class, a key the refusal must name)
+REFUSED_FILES = {
+    "mllama": ("MllamaConfig", "cross_attention_layers"),
+    "gemma3n": ("Gemma3nConfig", "altup_num_inputs"),
+    "gemma4": ("Gemma4Config", "num_kv_shared_layers"),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED_FILES))
+def test_refused_text_models_name_what_they_need(
+    hf_transformers: Any, cli: Any, write_config: Any, model_type: str
+) -> None:
+    """The file transformers writes (the multimodal config, text_config inside, and the text config alone) is
+    refused with exit 3, the refused-family code and the key whose layers the layer model cannot describe."""
+    import json
+
+    cls, key = REFUSED_FILES[model_type]
+    outer = getattr(hf_transformers, cls)().to_dict()
+    for raw in (outer, outer["text_config"]):
+        result = cli(
+            "check", str(write_config(json.dumps(raw, default=str), "config.json")), "--format", "json"
+        )
+        assert result.exit_code == 3, result.stdout
+        problem = json.loads(result.stdout)["problems"][0]
+        assert problem["code"] == "hf_refused_family" and key in problem["message"]
