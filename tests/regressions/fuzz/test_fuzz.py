@@ -63,8 +63,8 @@ QUICK = {"config-file": 45, "set": 35, "flags": 45, "hf": 25, "special-path": 25
 # strategy has fewer distinct inputs: the run of 2026-12-02 drew 846 device-file and 504 api cases, so the new
 # surfaces totalled 8,850 before layer-model (now with recurrent-mixer blocks) rose from 2,800 to 4,000 cases,
 # 160 s on their own). Measured on a shared 2-core machine:
-# FUZZ_SCALE=0.2 (2,535 cases) took 154 s of CPU (187 s wall), so the whole profile is ~13 min of one core (the
-# first verify case pays torch's import); FUZZ_SCALE trims it.
+# the whole profile (12,725 cases, 10,050 of them on issue 24's surfaces) took 225 s of CPU on 2026-12-02 (15 min
+# wall at load 7), ~13 min of one core before conftest cached typer's click conversion; FUZZ_SCALE trims it.
 LONG = {
     "config-file": 850,
     "set": 550,
@@ -80,6 +80,9 @@ LONG = {
     "device-file": 1000,
     "api": 1500,
 }
+# issue 24's surfaces: the long profile must draw at least 10,000 cases over them (checked at FUZZ_SCALE >= 1)
+NEW_SURFACES = ("layer-model", "nested-set", "hub-cache", "time-flags", "device-file", "api")
+NEW_SURFACE_CASES = 10_000
 SUBPROCESS_SAMPLE = 5
 
 COMMANDS_FOR_FILES = ("check", "analyze", "compare", "sweep", "check --suggest", "analyze --format json")
@@ -319,3 +322,5 @@ def test_long_profile(workdir: Path) -> None:
         _run_category(category, max(1, int(examples * SCALE)), workdir, summary)
     print("\n" + summary.report())
     assert not summary.failures, summary.report()
+    drawn = sum(summary.categories[category] for category in NEW_SURFACES)
+    assert SCALE < 1 or drawn >= NEW_SURFACE_CASES, f"issue 24's surfaces drew {drawn:,} cases"
