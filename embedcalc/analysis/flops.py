@@ -375,7 +375,9 @@ def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
             out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)
             act = _ACTIVATION_PER_ELEMENT[config.activation]
             out.add(f"{sd.name}/activation", layers * t * _activation_width(block, x) * act)
-            out.add(f"{sd.name}/residual", layers * sublayers * t * d)
+            # a mixer beside the attention (Falcon-H1) adds its output to the attention's: one more add
+            adds = sublayers + (1 if block.parallel_mixers else 0)
+            out.add(f"{sd.name}/residual", layers * adds * t * d)
     return out
 
 

@@ -12,9 +12,13 @@ n tokens (t = b n), the sequence padded to L = ceil(n / Q) Q tokens as the chunk
 | ``mixer/in`` | Linear(d, 2 I + 2 G N + H) (z, x, B, C, dt), bias when ``bias`` | 2 t d (2 I + 2 G N + H) |
 | ``mixer/conv`` | depthwise Conv1d, conv_dim = I + 2 G N channels, K taps, bias when ``conv_bias`` | 2 t conv_dim K |
 | ``mixer/ssm`` | A_log, D, dt_bias: H each | 2 b H L (Q N + Q P + 2 P N) |
-| ``mixer/gate_norm`` | the gated RMSNorm over I (I weights) | 0 |
-| ``mixer/out`` | Linear(I, d), bias when ``bias`` | 2 t I d |
-| ``mixer/norm`` | the sublayer's norms (as ``attention/norm``) | 0 |
+| ``mixer/gate_norm`` | the gated RMSNorm over I (I weights; none without ``gate_norm``) | 0 |
+| ``mixer/out`` | Linear(I, d), bias when ``out_bias`` (default ``bias``) | 2 t I d |
+| ``mixer/norm`` | the sublayer's norms (as ``attention/norm``; none beside attention) | 0 |
+
+A mixer that runs **in parallel with the block's attention** (Falcon-H1) has every term above but ``mixer/norm``:
+it reads the output of ``attention/norm``, so the block's parameters, FLOPs, KV cache and state are exactly those of
+its attention plus those of its mixer (the sum of the two outputs is one element-wise add).
 
 The scan's four matmuls per chunk are the SSD algorithm's: C Bᵀ within the chunk (Q x Q x N), its product with X
 (Q x Q x P), the chunk's final state Bᵀ X (P x Q x N) and the state's contribution C h (Q x N x P). The state is
@@ -85,13 +89,13 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
         return [
             *out,
             ParamTensor(f"{prefix}/gate_norm", (m.inner,)),
-            *linear(f"{prefix}/out", m.inner, d, m.bias, "none"),
+            *linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none"),
         ]
     out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim, 1, m.conv_kernel)))
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
     if m.short_conv:  # LFM2: in_proj, the conv and out_proj only
-        return out + linear(f"{prefix}/out", m.inner, d, m.bias, "none")
+        return out + linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none")
     if m.mamba1:  # Gu & Dao 2023: x_proj -> (dt, B, C), dt_proj (biased), A_log (I x N), D (I)
         out += linear(f"{prefix}/x_proj", m.inner, m.dt_rank + 2 * m.state_size, False, "none")
         out += linear(f"{prefix}/dt_proj", m.dt_rank, m.inner, True, "none")
@@ -101,11 +105,12 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
         ]
         if m.bc_norms:
             out += [ParamTensor(f"{prefix}/bc_norm", (w,)) for w in (m.dt_rank, m.state_size, m.state_size)]
-        return out + linear(f"{prefix}/out", m.inner, d, m.bias, "none")
+        return out + linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none")
     per_head = ("A_log", "dt_bias") if m.deltanet else ("A_log", "D", "dt_bias")
     out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)) for _ in per_head]
-    out.append(ParamTensor(f"{prefix}/gate_norm", (m.head_dim if m.deltanet else m.inner,)))
-    out += linear(f"{prefix}/out", m.inner, d, m.bias, "none")
+    if m.gate_norm:  # Falcon-H1 with mamba_rms_norm false gates by silu(z) alone
+        out.append(ParamTensor(f"{prefix}/gate_norm", (m.head_dim if m.deltanet else m.inner,)))
+    out += linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none")
     return out
 
 

@@ -152,7 +152,8 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
         out += _norm(config, "attention/norm", x.d, attention_norms)
     if block.mixer is not None:
         out += mixer_tensors(block.mixer, x)
-        out += _norm(config, "mixer/norm", x.d, attention_norms)
+        if not block.parallel_mixers:  # beside attention (Falcon-H1) it reads attention/norm's output
+            out += _norm(config, "mixer/norm", x.d, attention_norms)
     if cross:
         out += attention_tensors(config, cross_attention(config), x, "cross_attention")
         out += _norm(config, "cross_attention/norm", x.d, cross_norms)

@@ -173,6 +173,8 @@ def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention:
         mixer = (3 if a.q_lora_rank else 1) + 3 + rope + core + 1 if a.latent else 1 + rope + core + 1
         # a sparse layer's lightning indexer: index_q, index_k, its norm, index_weights, rope, scores, top-k
         mixer += 7 if a.indexer else 0
+        # a recurrent mixer beside it (Falcon-H1): its five kernels and the add of the two outputs
+        mixer += 6 if block.mixer is not None else 0
     else:
         mixer = 5 if block.mixer is not None and block.mixer.kind != "none" else 0
     dense_ffn = 3  # in (gate and up fused), activation, out

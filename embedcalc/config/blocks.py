@@ -36,7 +36,7 @@ from embedcalc.config.layer_plan import (
     QKNorm,
     StackPlan,
 )
-from embedcalc.config.mixers import MixerSpec
+from embedcalc.config.mixers import RECURRENT_KINDS, MixerSpec
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -387,7 +387,12 @@ def merge_spec(base: S, override: S | None) -> S:
     if "kind" in update and update["kind"] != base.kind:  # a new kind starts without the old kind's fields
         # mla <-> sparse keep MLA's
         kept = MLA_ONLY_FIELDS if {base.kind, update["kind"]} <= LATENT_KINDS else ()
-        for name in (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim"):
+        # a mixer's gated-norm switch is mamba2's; attention beside it needs a recurrent kind (Falcon-H1's base
+        # block with an attention-only variant)
+        mixer_fields: tuple[str, ...] = ("gate_norm",)
+        if update["kind"] not in RECURRENT_KINDS:
+            mixer_fields += ("parallel_attention",)
+        for name in (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim", *mixer_fields):
             if name in merged and name not in kept:
                 merged[name] = type(base).model_fields[name].default
     return type(base).model_validate({**merged, **update})

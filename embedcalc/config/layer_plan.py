@@ -110,7 +110,8 @@ class FFN:
 
 @dataclass(frozen=True)
 class Block:
-    """One layer: its token mixer (attention, a recurrent ``mixer`` or neither) and its FFN (or none)."""
+    """One layer: its token mixer (attention, a recurrent ``mixer``, both in parallel, or neither) and its FFN (or
+    none)."""
 
     name: str
     attention: Attention | None
@@ -118,8 +119,16 @@ class Block:
     mixer: Mixer | None = None
 
     @property
+    def parallel_mixers(self) -> bool:
+        """Whether attention and a recurrent mixer run side by side on one normalised input (Falcon-H1)."""
+        return self.attention is not None and self.mixer is not None
+
+    @property
     def mixer_kind(self) -> str:
-        """attention, the recurrent mixer's kind, or none."""
+        """attention, the recurrent mixer's kind, attention+KIND for the two in parallel, or none."""
+        if self.parallel_mixers:
+            assert self.mixer is not None
+            return f"attention+{self.mixer.kind}"
         if self.attention is not None:
             return "attention"
         return self.mixer.kind if self.mixer is not None else "none"

@@ -186,7 +186,8 @@ def _check_ffn_activation(spec: FFNSpec, info: ValidationInfo, where: str) -> No
 
 
 def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
-    """A recurrent mixer scans causally: decoders only (an encoder's layers see the whole sequence)."""
+    """A recurrent mixer scans causally: decoders only (an encoder's layers see the whole sequence); one beside the
+    block's attention shares a pre-norm input with it."""
     arch = info.data.get("architecture")
     if spec.kind != "attention" and arch != "decoder":
         raise PydanticCustomError(
@@ -194,6 +195,14 @@ def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
             "{where}.kind {kind} is for decoder stacks (a causal scan, or no mixer); architecture {arch} "
             "needs attention. Use kind attention or architecture decoder",
             {"where": where, "kind": spec.kind, "arch": arch},
+        )
+    placement = info.data.get("norm_placement")
+    if spec.parallel_attention and placement not in (None, "pre"):
+        raise PydanticCustomError(
+            "parallel_mixers_need_pre",
+            "{where}.parallel_attention runs attention and {kind} on one pre-normalised input (Falcon-H1), but "
+            "norm_placement is {placement}; set norm_placement: pre or remove parallel_attention",
+            {"where": where, "kind": spec.kind, "placement": placement},
         )
 
 

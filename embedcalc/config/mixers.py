@@ -28,6 +28,12 @@ A block mixes tokens with one of:
   from the head and layer index (no parameters); no convolution; its state is num_heads x head_dim x head_dim;
 - ``none``: no mixer at all (Nemotron-H's MLP-only and MoE-only layers, the NAS models' attention-free layers).
 
+A recurrent mixer may also run **in parallel with the block's attention** (``parallel_attention``; Falcon-H1, TII
+2025, arXiv:2507.22448 §2.1, transformers' ``FalconH1DecoderLayer``): both read the output of the one input norm,
+their outputs add into the residual, then the FFN follows as its own pre-norm sublayer. Falcon-H1's µP multipliers
+(``attention_in/out_multiplier``, ``ssm_in/out_multiplier``, ``ssm_multipliers``, ``key_multiplier``, ...) scale
+activations and own no parameters; they change values, not sizes or matmul FLOPs, and are not modelled.
+
 A recurrent mixer carries a fixed-size **state** per sequence instead of a KV cache that grows with the context:
 Mamba-2 keeps the last conv_kernel inputs of its convolution (conv_dim x conv_kernel, transformers' and mamba_ssm's
 conv-state layout) and the SSM state (num_heads x head_dim x state_size). :class:`Mixer` is the resolved,
@@ -39,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
@@ -153,6 +159,55 @@ class MixerSpec(BaseModel):
             "Nemotron-H); changes the values, not the cost."
         ),
     )
+    gate_norm: bool = Field(
+        default=True,
+        description=(
+            "mamba2: the scan output goes through the gated RMSNorm (inner weights, per group); false: it is only "
+            "gated by silu(z), no norm and no weights (Falcon-H1's mamba_rms_norm false)."
+        ),
+    )
+    out_bias: bool | None = Field(
+        default=None,
+        description=(
+            "The output projection (out_proj) has a bias; default bias (Falcon-H1 takes it from projectors_bias, "
+            "apart from the input projection's mamba_proj_bias)."
+        ),
+    )
+    parallel_attention: bool = Field(
+        default=False,
+        description=(
+            "The block also runs its attention, in parallel with this mixer on the same normalised input; the two "
+            "outputs add into one residual and the FFN follows (Falcon-H1's hybrid block, the layer model's "
+            "parallel sublayers of DESIGN.md §9 applied to the token mixers). One input norm (attention/norm) "
+            "serves both; the block keeps the attention's KV cache and this mixer's state."
+        ),
+    )
+
+    @field_validator("gate_norm")
+    @classmethod
+    def _gate_norm_of_mamba2(cls, value: bool, info: ValidationInfo) -> bool:
+        kind = info.data.get("kind")
+        if not value and kind != "mamba2":
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "mixer.gate_norm (false) applies to kind mamba2 only (its optional gated RMSNorm), but kind is "
+                "{kind}, so it would be ignored: add kind: mamba2 or remove gate_norm",
+                {"kind": kind},
+            )
+        return value
+
+    @field_validator("parallel_attention")
+    @classmethod
+    def _parallel_needs_recurrent(cls, value: bool, info: ValidationInfo) -> bool:
+        kind = info.data.get("kind")
+        if value and kind not in RECURRENT_KINDS:
+            raise PydanticCustomError(
+                "parallel_needs_recurrent",
+                "mixer.parallel_attention (true) runs the block's attention beside a recurrent mixer, but kind is "
+                "{kind}: set kind to one of {kinds} (Falcon-H1: mamba2), or remove parallel_attention",
+                {"kind": kind, "kinds": ", ".join(sorted(RECURRENT_KINDS))},
+            )
+        return value
 
     @model_validator(mode="after")
     def _complete(self) -> MixerSpec:
@@ -223,6 +278,14 @@ class Mixer:
     inner_dim: int = 0
     dt_rank: int = 0
     bc_norms: bool = False
+    gate_norm: bool = True  # mamba2: the gated RMSNorm after the scan (False: silu(z) gating only)
+    out_bias: bool | None = None  # out_proj's bias when it differs from in_proj's (``bias``)
+    parallel: bool = False  # runs beside the block's attention on the same normalised input (Falcon-H1)
+
+    @property
+    def out_proj_bias(self) -> bool:
+        """Whether the output projection has a bias: ``out_bias``, else ``bias``."""
+        return self.bias if self.out_bias is None else self.out_bias
 
     @property
     def deltanet(self) -> bool:
@@ -334,5 +397,5 @@ def resolve_mixer(spec: MixerSpec) -> Mixer | None:
         chunk_size=spec.chunk_size or _CHUNK[spec.kind], conv_bias=conv_bias, bias=spec.bias,
         norm_before_gate=spec.norm_before_gate or deltanet, num_k_heads=spec.num_k_heads or 0,
         head_k_dim=spec.head_k_dim or 0, inner_dim=spec.inner_dim or 0, dt_rank=spec.dt_rank or 0,
-        bc_norms=spec.bc_norms,
+        bc_norms=spec.bc_norms, gate_norm=spec.gate_norm, out_bias=spec.out_bias, parallel=spec.parallel_attention,
     )  # fmt: skip

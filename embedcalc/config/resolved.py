@@ -215,7 +215,10 @@ class ResolvedShape:
         return self.resolve_attention(AttentionSpec())
 
     def _block(self, name: str, mixer: MixerSpec, attention: AttentionSpec, ffn: FFNSpec) -> Block:
-        resolved = self.resolve_attention(attention) if mixer.kind == "attention" else None
+        attends = (
+            mixer.kind == "attention" or mixer.parallel_attention
+        )  # Falcon-H1: attention beside the mixer
+        resolved = self.resolve_attention(attention) if attends else None
         return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer))
 
     @cached_property

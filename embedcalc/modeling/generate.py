@@ -81,7 +81,9 @@ def allocate_cache(
                 raise ValueError("latent cross-attention")
             shape = (batch_size, c.num_kv_heads, source_len, c.head_dim)  # (B, h_kv, S, d_head)
             cross = CrossCache(empty(*shape), empty(*shape))
-        layers.append(BlockCache(own, cross))
+        mixer = model.config.stack_plan("decoder").block_at(i).mixer  # Falcon-H1: a state beside the KV cache
+        state = allocate_state(mixer, batch_size, weight) if mixer is not None else None
+        layers.append(BlockCache(own, cross, state))
     return KVCache(layers)
 
 

@@ -9,7 +9,8 @@ Each sublayer owns its norm(s), so the module tree mirrors the analytic breakdow
 Placements: pre, post and sandwich wrap each sublayer (:func:`embedcalc.modeling.norms.residual`). ``parallel``
 (GPT-J, GPT-NeoX, phi-2) runs attention and FFN on the same input, x + attn(n1(x)) + ffn(n2(x)), with n2 = n1
 (one norm, under ``attention/norm``) when ``parallel_norms`` is 1; a decoder's cross-attention, if any, runs
-before them as a pre-norm sublayer.
+before them as a pre-norm sublayer. A recurrent mixer with ``parallel_attention`` (Falcon-H1) runs beside the
+attention on the output of its norm, x + attn(n(x)) + mixer(n(x)), before the FFN's own pre-norm sublayer.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
 from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
-from embedcalc.modeling.ssm import Mamba2Mixer
+from embedcalc.modeling.ssm import Mamba2Mixer, MixerSublayer
 
 __all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding_table", "make_norm"]
 
@@ -143,6 +144,7 @@ class Block(nn.Module):
             else None
         )
         self.mixer = make_mixer(config, spec.mixer, depth) if spec.mixer is not None else None
+        self.parallel_mixers = spec.parallel_mixers
         self.cross_attention: AttentionBase | None = (
             make_attention(config, cross_attention, impl=impl, causal=causal, cross=True, relative_bias=False)
             if cross_attention is not None
@@ -164,11 +166,18 @@ class Block(nn.Module):
         """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``."""
         own = cache.self_attention if cache is not None else None
         cross = cache.cross_attention if cache is not None else None
+        state = cache.state if cache is not None else None
+        if self.parallel_mixers and self.attention is not None and isinstance(self.mixer, MixerSublayer):
+            # Falcon-H1: attention and the mixer on one normalised input, x + attn(n(x)) + mixer(n(x))
+            normed = self.attention.norm(x)  # (B, T, d)
+            attended = self.attention.attend(normed, None, bias, rotary, own, position)  # (B, T, d)
+            x = x + attended + self.mixer.transform(normed, state)  # (B, T, d)
+            return self.ffn(x) if self.ffn is not None else x
         if self.attention is None or self.ffn is None:  # a mixer-only, FFN-only or recurrent block: pre/post
             if self.attention is not None:
                 x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
             if self.mixer is not None:
-                x = self.mixer(x, cache.state if cache is not None else None)  # (B, T, d)
+                x = self.mixer(x, state)  # (B, T, d)
             return self.ffn(x) if self.ffn is not None else x
         if self.parallel:
             if self.cross_attention is not None:

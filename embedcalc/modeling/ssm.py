@@ -3,8 +3,10 @@
 
 Module tree (:mod:`embedcalc.modeling.counting` maps it to the keys of ``analysis/mixers.py``): ``mixer.in_``
 (Linear d -> z, x, B, C, dt), ``mixer.conv`` (the causal depthwise convolution over x, B, C), ``mixer.ssm`` (A_log,
-D, dt_bias and the scan), ``mixer.gate_norm`` (RMSNorm of the scan output gated by silu(z), per group),
-``mixer.out`` (Linear inner -> d) and ``mixer.norm`` (the sublayer's norm). Every matmul runs inside one of the
+D, dt_bias and the scan), ``mixer.gate_norm`` (RMSNorm of the scan output gated by silu(z), per group; without
+``gate_norm`` the output is only gated, Falcon-H1's ``mamba_rms_norm`` false), ``mixer.out`` (Linear inner -> d)
+and ``mixer.norm`` (the sublayer's norm; none for a mixer beside the block's attention, which reads the
+attention's norm). Every matmul runs inside one of the
 keyed modules, so ``FlopCounterMode`` attributes it: the convolution (left-padded with the state, so its output is
 exactly the kept tokens) and the scan's four einsums per chunk, C Bᵀ, (C Bᵀ ∘ L) X, Bᵀ X and C h, which torch
 runs as bmm. The state is passed from chunk to chunk by an element-wise scan. The scan runs in the model's dtype
@@ -94,14 +96,19 @@ class MixerSublayer(nn.Module):
         self.in_ = nn.Linear(config.embed_dim, m.in_width, bias=m.bias)
         if m.conv_dim:  # lightning attention has no convolution
             self.conv = CausalConv(m.conv_dim, m.conv_kernel, m.conv_bias, conv_activation)
-        self.out = nn.Linear(m.inner, config.embed_dim, bias=m.bias)
-        self.norm = sublayer_norm(config)
+        self.out = nn.Linear(m.inner, config.embed_dim, bias=m.out_proj_bias)
+        # beside the block's attention (Falcon-H1) the mixer reads the attention's norm: none of its own
+        self.norm = None if m.parallel else sublayer_norm(config)
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
         raise NotImplementedError
 
     def forward(self, x: Tensor, state: MixerState | None = None) -> Tensor:
+        if self.norm is None:
+            raise RuntimeError(
+                "a mixer beside the block's attention has no norm of its own; the block calls transform"
+            )
         return residual(x, self.norm, lambda h: self.transform(h, state), self.placement)
 
 
@@ -206,7 +213,7 @@ class Mamba2Mixer(MixerSublayer):
     def __init__(self, config: ModelConfig, m: Mixer) -> None:
         super().__init__(config, m)
         self.ssm = SSDScan(m)
-        self.gate_norm = GatedRMSNorm(m.inner, m.groups, m.norm_before_gate)
+        self.gate_norm = GatedRMSNorm(m.inner, m.groups, m.norm_before_gate) if m.gate_norm else None
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:
         """(B, T, d) -> (B, T, d); with ``state`` the T tokens continue the sequence it holds."""
@@ -221,5 +228,7 @@ class Mamba2Mixer(MixerSublayer):
             b.reshape(batch, length, m.groups, m.state_size), c.reshape(batch, length, m.groups, m.state_size),
             state,
         )  # (B, T, H, P)  # fmt: skip
-        out: Tensor = self.out(self.gate_norm(y.reshape(batch, length, m.inner), z))
+        y = y.reshape(batch, length, m.inner)  # (B, T, I)
+        gated = self.gate_norm(y, z) if self.gate_norm is not None else y * F.silu(z)  # (B, T, I)
+        out: Tensor = self.out(gated)
         return out

@@ -248,8 +248,9 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
         base = t * (2 * e * x.d) + memory  # residual stream and the sublayer's input/output
         for block, _ in sd.blocks:
             a, r = block.attention, rank_widths(block, x, tp)
-            if block.mixer is not None:
-                keep(f"{sd.name}/mixer", base + mixer_live_bytes(block.mixer, x, n, e))
+            if block.mixer is not None:  # beside attention (Falcon-H1) the attention's output waits for it
+                held = t * (e * x.d) if block.parallel_mixers else 0
+                keep(f"{sd.name}/mixer", base + held + mixer_live_bytes(block.mixer, x, n, e))
             if a is None:
                 pass
             elif a.latent:

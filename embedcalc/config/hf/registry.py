@@ -22,6 +22,7 @@ from embedcalc.config.hf import (
     deepseek,
     encoders,
     exaone4,
+    falcon_h1,
     gemma,
     gpt,
     gpt2,
@@ -55,7 +56,14 @@ MODULES += (
 )  # the layer-model families (layers as data, DESIGN §9)
 MODULES += (llama4, dbrx, cohere2, exaone4)  # issue 10's last layer-model families
 MODULES += (moe_families,)  # issue 23's MoE decoder families
-MODULES += (hybrid, jamba, nemotron_h, lfm2, minimax)  # token mixers beyond attention (issue 23, DESIGN §16)
+MODULES += (
+    hybrid,
+    jamba,
+    nemotron_h,
+    lfm2,
+    minimax,
+    falcon_h1,
+)  # token mixers beyond attention (issue 23, DESIGN §16)
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own

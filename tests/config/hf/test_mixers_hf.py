@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_config, mapped_config, published, raw_fixture
+from hf_reference import forward_flops, hf_config, mapped_config, published, raw_fixture, unaccounted_keys
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import estimate_memory
@@ -25,6 +25,7 @@ PUBLISHED = published("test_mixers_hf")
 # layers x (experts - top_k) unused experts x (gate_up 2 x width x hidden + down hidden x width)
 # (nvidia/Nemotron-H-8B-Base-8K's file has no MoE block)
 UNUSED = {
+    "falcon-h1-34b-instruct": 0,
     "granite-4.0-h-small": 40 * 62 * 3 * 768 * 4096,
     "jamba-mini-1.7": 16 * 14 * 3 * 14336 * 4096,
     "nemotron-h-8b-base-8k": 0,
@@ -55,6 +56,10 @@ def _hf_state(hf: Any) -> int:
         return hf.hidden_size * hf.conv_L_cache
     if hf.model_type == "minimax":  # lightning attention: K ᵀV per head (MiniMaxCache.linear_cache), no conv
         return hf.num_attention_heads * hf.head_dim * hf.head_dim
+    if hf.model_type == "falcon_h1":  # FalconH1Mixer: mamba_d_ssm (null: expand x hidden) channels
+        inner = hf.mamba_d_ssm or hf.mamba_expand * hf.hidden_size
+        conv_dim = inner + 2 * hf.mamba_n_groups * hf.mamba_d_state
+        return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
     if hf.model_type == "nemotron_h":
         inner = hf.mamba_num_heads * hf.mamba_head_dim
         return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel + inner * hf.ssm_state_size
@@ -69,8 +74,9 @@ def test_per_layer_cache_follows_transformers_config(transformers: Any, name: st
     (:func:`_hf_state`), whatever the length (transformers' cache layout); MLP-only and MoE-only blocks neither."""
     hf = hf_config(transformers, raw_fixture(name))
     config = mapped_config(raw_fixture(name))
-    attention = [t == "full_attention" for t in hf.layer_types]
-    recurrent = [t in ("linear_attention", "conv") for t in hf.layer_types]
+    # Falcon-H1's "hybrid" layers hold both: attention and Mamba-2 in parallel
+    attention = [t in ("full_attention", "hybrid") for t in hf.layer_types]
+    recurrent = [t in ("linear_attention", "conv", "hybrid") for t in hf.layer_types]
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     state = _hf_state(hf)
     plan = config.stack_plan("decoder")
@@ -96,6 +102,12 @@ STATE_PASSING: dict[str, dict[str, Any]] = {
         shared_intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, mamba_n_heads=8, mamba_d_head=32,
         mamba_d_state=16, mamba_n_groups=2, mamba_chunk_size=8, vocab_size=512, pad_token_id=0, bos_token_id=1,
         eos_token_id=2, layer_types=["mamba", "attention", "mamba", "mamba"],
+    ),
+    # Falcon-H1: attention and Mamba-2 in parallel in each of 3 layers, 2 groups, the gated norm, 21 tokens pad a chunk
+    "falcon-h1-34b-instruct": dict(
+        hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        intermediate_size=96, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_n_groups=2,
+        mamba_chunk_size=8, vocab_size=256,
     ),
     "nemotron-h-8b-base-8k": dict(
         hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_head_dim=16,
@@ -181,7 +193,10 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b", "minimax-m1-80k"])
+@pytest.mark.parametrize(
+    "name",
+    ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b", "minimax-m1-80k", "falcon-h1-34b-instruct"],
+)
 def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(
     generate_state: Any, name: str
 ) -> None:
@@ -222,3 +237,24 @@ def test_minimax_remote_attn_type_list_alone_is_refused_with_the_layer_types() -
     assert "layer_types: ['linear_attention', 'linear_attention', 'linear_attention', 'full_attention']" in (
         problem.message
     )
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_every_key_of_the_file_is_mapped_or_ignored_with_a_reason(name: str) -> None:
+    assert unaccounted_keys(raw_fixture(name)) == set()
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [({"mamba_d_head": 96}, "mamba_d_head"), ({"mamba_d_ssm": None, "mamba_expand": 0}, "mamba_expand")],
+)
+def test_a_falcon_h1_file_with_an_impossible_mamba_shape_is_refused_naming_the_key(
+    change: dict[str, Any], key: str
+) -> None:
+    """FalconH1Config refuses mamba_d_head x mamba_n_heads != the inner width; so does embedcalc, naming the key."""
+    from embedcalc.config.hf import map_hf_config
+
+    with pytest.raises(ConfigError) as info:
+        map_hf_config(raw_fixture("falcon-h1-34b-instruct") | change, "test")
+    assert [p.path for p in info.value.problems] == [key]
+    assert info.value.exit_code == 3
