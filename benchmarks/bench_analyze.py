@@ -58,8 +58,8 @@ import typer, pydantic, yaml, rich
 marks.append(time.process_time())
 import embedcalc.cli.app
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # what main() does first
-embedcalc.cli.app.skip_plugin_discovery()
-gc.set_threshold(embedcalc.cli.app.GC_THRESHOLD, *gc.get_threshold()[1:])
+embedcalc.cli.startup.skip_plugin_discovery()
+gc.set_threshold(embedcalc.cli.startup.GC_THRESHOLD, *gc.get_threshold()[1:])
 marks.append(time.process_time())
 from pydantic import BaseModel
 class _Warm(BaseModel):  # pydantic's model machinery, loaded on the first model class

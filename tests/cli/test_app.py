@@ -18,7 +18,8 @@ import typer.main
 from typer._click import Context
 from typer._coercion import build_runtime_param
 
-from embedcalc.cli.app import _DeferredCoercion, build_app
+from embedcalc.cli.app import build_app
+from embedcalc.cli.startup import _DeferredCoercion
 
 
 def _parameters(command: Any, path: str = "embedcalc") -> Iterator[tuple[str, Any, Any]]:
@@ -97,7 +98,7 @@ def test_the_first_coercion_replaces_the_deferred_one() -> None:
 STAND_IN = """
 import json, os, sys
 os.environ.update(json.loads(sys.argv[1]))
-from embedcalc.cli.app import skip_plugin_discovery
+from embedcalc.cli.startup import skip_plugin_discovery
 skip_plugin_discovery()
 from pydantic import BaseModel
 class M(BaseModel):
@@ -156,7 +157,8 @@ GC_DURING = """
 import gc, json, sys
 runs = []
 sys.argv = ["embedcalc", *sys.argv[1:]]
-from embedcalc.cli.app import GC_THRESHOLD, main
+from embedcalc.cli.app import main
+from embedcalc.cli.startup import GC_THRESHOLD
 # the collections once main() has set its threshold (the imports before it run at the default)
 gc.callbacks.append(lambda phase, info: runs.append(info["generation"])
                     if phase == "stop" and gc.get_threshold()[0] == GC_THRESHOLD else None)
@@ -171,7 +173,7 @@ print(json.dumps({"collections": runs, "threshold": gc.get_threshold()[0]}), fil
 def test_the_collector_does_not_run_during_the_start_up_of_analyze_preset() -> None:
     """main() raises the collector's first threshold (cli/app.py GC_THRESHOLD): `analyze PRESET --format json`
     makes fewer net allocations than that, so it never collects (at the default 700 it collected 27 times)."""
-    from embedcalc.cli.app import GC_THRESHOLD
+    from embedcalc.cli.startup import GC_THRESHOLD
 
     proc = subprocess.run([sys.executable, "-c", GC_DURING, "analyze", "bert-large", "--format", "json"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
