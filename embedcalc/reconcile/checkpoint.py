@@ -10,6 +10,9 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   per element; their scales, zeros and group indices are no parameters: their bytes are reported as ``scale_bytes``;
 - a tied head is stored once (transformers saves ``lm_head.weight`` only when untied); a stored one beside
   ``tie_word_embeddings`` is listed as stored twice;
+- a recurrent mixer layer's tensors are its ``mixer/...`` keys (the layer's kind from the config's layer plan);
+- Qwen3-Next's ``q_proj`` holds the query and the output gate (``attention/gate``), Linear(d, 2 H hd): its
+  parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``;
 - layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
   listed as extra, not counted;
 - standard shapes are checked tensor by tensor where the config fixes them (embeddings and head: vocab x hidden;
@@ -29,7 +32,7 @@ from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.config.schema import ModelConfig
-from embedcalc.reconcile.checkpoint_names import TensorRole, tensor_role
+from embedcalc.reconcile.checkpoint_names import Sublayer, TensorRole, tensor_role
 
 _HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
 _STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
@@ -171,6 +174,19 @@ def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[t
     return None
 
 
+def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
+    """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone."""
+    plan = config.stack_plan(stack)
+    kinds: dict[int, Sublayer] = {}
+    for layer in range(plan.num_layers):
+        block = plan.block_at(layer)
+        if block.attention is None and block.mixer is not None:
+            kinds[layer] = "mixer"
+        else:
+            kinds[layer] = "ffn" if block.attention is None and block.ffn is not None else "attention"
+    return kinds
+
+
 def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoint) -> CheckpointCheck:
     """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring)."""
     stack = "encoder" if config.architecture == "encoder" else "decoder"
@@ -178,14 +194,17 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
     analytic = count_params(config).as_dict()
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
-    stored: dict[str, list[tuple[StoredTensor, int]]] = defaultdict(list)
+    kinds = _layer_kinds(config, stack)
+    gate = f"{stack}/attention/gate" if f"{stack}/attention/gate" in analytic else None
+    # per key: (tensor, parameters, bytes) it holds there
+    stored: dict[str, list[tuple[StoredTensor, int, int]]] = defaultdict(list)
     scales: dict[str, int] = defaultdict(int)
     shape_errors: list[TensorNote] = []
     extra: list[TensorNote] = []
     notes: list[str] = []
     tied = config.tie_embeddings and "head/lm" not in analytic
     for tensor in checkpoint.tensors:
-        role = tensor_role(tensor.name, stack, placement != "pre")
+        role = tensor_role(tensor.name, stack, placement != "pre", kinds)
         param = tensor.name.rsplit(".", 1)[-1]
         if role.kind == "buffer":
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
@@ -210,25 +229,33 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
             continue
         if role.kind == "scale":
             scales[role.key] += tensor.nbytes
-            stored[role.key].append((tensor, 0))
+            stored[role.key].append((tensor, 0, tensor.nbytes))
             continue
         params = (
             tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
         )
-        stored[role.key].append((tensor, params))
+        if gate is not None and role.key.endswith("attention/qkv") and role.module.endswith("q_proj"):
+            stored[gate].append((tensor, params // 2, tensor.nbytes // 2))
+            stored[role.key].append((tensor, params - params // 2, tensor.nbytes - tensor.nbytes // 2))
+        else:
+            stored[role.key].append((tensor, params, tensor.nbytes))
         expected = expected_shape(config, role, param) if role.kind == "weight" else None
         if expected is not None and tensor.shape != expected[0]:
             shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
                                            f"({expected[1]})"))  # fmt: skip
+    if gate is not None:
+        notes.append(
+            "q_proj holds the query and the output gate: split in half, attention/qkv and attention/gate"
+        )
     if tied:
         notes.append("LM head tied to the token embedding: stored once, as embedding/token")
     components = []
     for key in [*analytic, *(k for k in stored if k not in analytic)]:
         rows = stored.get(key, [])
-        weights = [t for t, p in rows if p]
+        weights = [t for t, p, _ in rows if p]
         components.append(ComponentCheck(
-            key, analytic.get(key, 0), sum(p for _, p in rows), len(rows), tuple(sorted({t.dtype for t, _ in rows})),
-            sum(t.nbytes for t, _ in rows), scales.get(key, 0),
+            key, analytic.get(key, 0), sum(p for _, p, _ in rows), len(rows),
+            tuple(sorted({t.dtype for t, _, _ in rows})), sum(b for _, _, b in rows), scales.get(key, 0),
             sum(1 for t in weights if t.dtype.startswith("F8") or t.dtype == "I32"),
             int(analytic.get(key, 0) * DTYPE_BYTES[dtype])))  # fmt: skip
     missing = [key for key, count in analytic.items() if count and not stored.get(key)]

@@ -6,31 +6,49 @@ A name is ``[prefix.]<module path>.<parameter>``; the layer index is the number 
 ``down_proj`` -> ``ffn/out``, anything under ``experts`` -> ``moe/experts``). Quantization's side tensors (GPTQ/AWQ
 ``qweight``/``qzeros``/``scales``/``g_idx``, FP8's ``weight_scale_inv``/``weight_scale``/``input_scale``,
 compressed-tensors' ``weight_packed``/``weight_zero_point``) belong to the module they quantize; buffers a
-checkpoint may carry (``rotary_emb.inv_freq``, DeepSeek-V3's ``e_score_correction_bias``) are not parameters.
+checkpoint may carry (``rotary_emb.inv_freq``, DeepSeek-V3's ``e_score_correction_bias``, MiniMax's lightning
+decay tables) are not parameters.
+
+A layer whose block has a recurrent mixer (``layer_kinds``) files its mixer module's tensors under ``mixer/...``, the
+keys of :func:`embedcalc.analysis.mixers.mixer_tensors`, read off transformers' modeling files: the module is
+``mamba`` (granitemoehybrid's Mamba-2, Jamba's Mamba-1), ``mixer`` (nemotron_h's Mamba-2), ``linear_attn``
+(qwen3_next's gated DeltaNet), ``conv`` (lfm2's short convolution) or ``self_attn`` (minimax's lightning layers);
+its ``in_proj`` / ``in_proj_qkvz`` + ``in_proj_ba`` / ``qkv_proj`` + ``output_gate`` are ``mixer/in``, ``conv1d`` /
+``conv`` ``mixer/conv``, ``A_log`` / ``D`` / ``dt_bias`` ``mixer/ssm``, its ``norm`` ``mixer/gate_norm``,
+``out_proj`` ``mixer/out`` (Mamba-1's ``x_proj``, ``dt_proj``, ``dt/b/c_layernorm`` their own keys), and the
+layer's pre-norm (``input_layernorm``, lfm2's ``operator_norm``, nemotron_h's ``norm``) ``mixer/norm``; in a
+nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["weight", "packed", "scale", "buffer"]
+Sublayer = Literal["attention", "mixer", "ffn"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
 PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
 SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
           "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
-BUFFERS = ("inv_freq", "e_score_correction_bias", "masked_bias", "attn.bias", "position_ids")
+BUFFERS = ("inv_freq", "e_score_correction_bias", "masked_bias", "attn.bias", "position_ids", "slope_rate",
+           "query_decay", "key_decay", "diagonal_decay")  # fmt: skip
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("experts",), "moe/experts"),
-    (("shared_expert", "shared_experts", "shared_expert_gate", "shared_mlp"), "moe/shared"),
+    (("shared_expert_gate",), "moe/shared_gate"),
+    (("shared_expert", "shared_experts", "shared_mlp"), "moe/shared"),
+    # granitemoehybrid: block_sparse_moe.input_linear / output_linear (the experts), router.layer
+    (("input_linear", "output_linear"), "moe/experts"), (("router",), "moe/router"),
     (("q_a_proj",), "attention/q_a"), (("q_a_layernorm",), "attention/q_a_norm"), (("q_b_proj",), "attention/q_b"),
     (("kv_a_proj_with_mqa",), "attention/kv_a"), (("kv_a_layernorm",), "attention/kv_a_norm"),
     (("kv_b_proj",), "attention/kv_b"),
-    (("q_norm", "k_norm", "query_layernorm", "key_layernorm"), "attention/qk_norm"),
+    (("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm"),
+      "attention/qk_norm"),
     (("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "query", "key", "value", "Wqkv",
       "qkv"), "attention/qkv"),
     (("o_proj", "out_proj", "dense_out"), "attention/out"),
@@ -38,14 +56,22 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h"), "ffn/in"),
     (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h"), "ffn/out"),
     (("input_layernorm", "ln_1", "attention_norm"), "attention/norm"),
-    (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm"), "ffn/norm"),
+    (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm"),
+      "ffn/norm"),
 )  # fmt: skip
 _ROUTERS = ("gate", "router")  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
                "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
                "token_type_embeddings": "embedding/type"}  # fmt: skip
-_FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_layer_norm")
+# lfm2's final norm is ``embedding_norm`` (applied after the last layer)
+_FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_layer_norm", "embedding_norm")
+_MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
+_MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_proj": "in", "output_gate": "in",
+                "conv1d": "conv", "conv": "conv", "x_proj": "x_proj", "dt_proj": "dt_proj", "dt_layernorm": "bc_norm",
+                "b_layernorm": "bc_norm", "c_layernorm": "bc_norm", "norm": "gate_norm", "out_proj": "out"}  # fmt: skip
+_MIXER_PARAMS = ("A_log", "D", "dt_bias")
+_PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
 
 
 @dataclass(frozen=True)
@@ -71,11 +97,14 @@ def _split(name: str) -> tuple[str, str, Kind]:
     return module, param, "weight"
 
 
-def tensor_role(name: str, stack: str, sandwich: bool) -> TensorRole:
+def tensor_role(
+    name: str, stack: str, sandwich: bool, layer_kinds: Mapping[int, Sublayer] | None = None
+) -> TensorRole:
     """The component of checkpoint tensor ``name`` in a model whose layers are ``stack`` (``decoder`` /
     ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
-    FFN's pre-norm (LLaMA)."""
-    module, _, kind = _split(name)
+    FFN's pre-norm (LLaMA); ``layer_kinds``: the sublayer a layer's pre-norm serves (``mixer`` where its block has
+    a recurrent mixer, ``ffn`` where it has an FFN only; ``attention`` where absent)."""
+    module, param, kind = _split(name)
     segments = module.split(".")
     match = _LAYER.search(name)
     layer = int(match.group(1)) if match is not None else None
@@ -92,11 +121,27 @@ def tensor_role(name: str, stack: str, sandwich: bool) -> TensorRole:
             return TensorRole("embedding/norm", None, kind, module)
         if "pooler" in segments:
             return TensorRole("pooler", None, kind, module)
+        if last == "embeddings":  # nemotron_h's backbone.embeddings
+            return TensorRole("embedding/token", None, kind, module)
         if last in _FINAL_NORMS:
             return TensorRole(f"{stack}/final_norm", None, kind, module)
         return TensorRole(None, None, kind, module)
     inside = segments[segments.index(match.group(1)) + 1 :] if match.group(1) in segments else segments
-    return TensorRole(_layer_key(inside, stack, sandwich), layer, kind, module)
+    sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
+    key = _mixer_key(inside, param) if sublayer == "mixer" else None
+    if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
+        key = f"{sublayer}/norm"
+    return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
+
+
+def _mixer_key(inside: list[str], param: str) -> str | None:
+    """A recurrent mixer layer's tensor: ``mixer/<part>`` (module docstring), None for its FFN's."""
+    if not inside or inside[0] not in _MIXER_MODULES:
+        return None
+    if len(inside) == 1:
+        return "mixer/ssm" if param in _MIXER_PARAMS else None
+    part = _MIXER_PARTS.get(inside[1])
+    return f"mixer/{part}" if part is not None and len(inside) == 2 else None
 
 
 def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:

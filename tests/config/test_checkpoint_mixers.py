@@ -1,0 +1,77 @@
+"""``verify DIR --checkpoint`` on hybrid checkpoints (issue 23, item 5): every tensor of a recurrent-mixer layer is
+filed under its ``mixer/...`` key, and each component holds exactly the parameters ``analyze`` counts.
+
+Tiny variants (the small eager variants of tests/config/hf/test_mixers_hf.py) of Granite 4.0-H (Mamba-2,
+``mamba``), Nemotron-H (Mamba-2, ``mixer``; one block each of Mamba-2, MLP, attention and MoE), Jamba (Mamba-1),
+Qwen3-Next (gated DeltaNet, ``linear_attn``; its ``q_proj`` carries the output gate), LFM2 (short convolution,
+``conv``) and MiniMax (lightning attention, ``self_attn`` on its linear layers) are built on the CPU from their
+transformers config class and written by ``save_pretrained`` (safetensors). Beside the per-component counts, the
+mixer keys together must hold what transformers' mixer module of each recurrent layer holds, counted off the model's
+own parameters (its module name read from transformers' modeling file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from config.hf.test_mixers_hf import CONV_TAIL_ONLY, STATE_PASSING
+from hf_reference import hf_config, mapped_config, quiet_transformers, raw_fixture
+
+pytestmark = pytest.mark.torch
+
+# the recurrent mixer's module in each family's decoder layer (transformers' modeling_<family>.py)
+MIXER_MODULE = {"granite-4.0-h-small": "mamba", "nemotron-h-8b-base-8k": "mixer", "jamba-mini-1.7": "mamba",
+                "qwen3-next-80b-a3b": "linear_attn", "lfm2-1.2b": "conv", "minimax-m1-80k": "self_attn"}  # fmt: skip
+SMALL = STATE_PASSING | CONV_TAIL_ONLY
+
+
+@pytest.fixture(scope="module")
+def transformers() -> Any:
+    return quiet_transformers()
+
+
+@pytest.mark.parametrize("name", sorted(MIXER_MODULE))
+def test_a_hybrid_checkpoint_files_every_mixer_tensor_under_its_component(
+    transformers: Any, cli: Any, tmp_path: Path, name: str
+) -> None:
+    import torch
+
+    torch.manual_seed(0)
+    raw = raw_fixture(name) | SMALL[name]
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(transformers, raw))
+    model.save_pretrained(tmp_path / name)
+    numel = sum(p.numel() for p in model.parameters())
+    result = cli("verify", str(tmp_path / name), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
+    assert check["stored_params"] == check["analytic_params"] == numel
+    keys = {c["key"]: c for c in check["components"]}
+    assert all(c["stored_params"] == c["analytic_params"] for c in keys.values())
+    # the bytes on disk are the parameters' (Nemotron-H keeps its A_log and D in fp32 beside bf16 weights)
+    on_disk = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(c["stored_bytes"] for c in keys.values()) == on_disk
+    # nothing left over but buffers (MiniMax's decay tables)
+    assert all(e["reason"] == "a buffer, not a parameter" for e in check["extra"])
+
+    # the same numbers as analyze's breakdown
+    analyze = cli("analyze", str(tmp_path / name / "config.json"), "--format", "json")
+    assert analyze.exit_code == 0, analyze.stderr
+    breakdown = json.loads(analyze.stdout)["results"][0]["params"]["breakdown"]
+    assert {k: c["stored_params"] for k, c in keys.items()} == breakdown
+
+    # the mixer keys hold what transformers' mixer modules of the recurrent layers hold
+    plan = mapped_config(raw).stack_plan("decoder")
+    recurrent = [
+        i for i in range(plan.num_layers) if plan.block_at(i).mixer_kind not in ("attention", "none")
+    ]
+    assert recurrent
+    module = MIXER_MODULE[name]
+    in_mixers = sum(
+        p.numel() for n, p in model.named_parameters() if any(f"layers.{i}.{module}." in n for i in recurrent)
+    )
+    mixer = {k: c["stored_params"] for k, c in keys.items() if k.startswith("decoder/mixer/")}
+    assert sum(v for k, v in mixer.items() if k != "decoder/mixer/norm") == in_mixers
