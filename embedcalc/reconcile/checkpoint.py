@@ -175,13 +175,14 @@ def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[t
 
 
 def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
-    """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone."""
+    """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
+    (``parallel``: a recurrent mixer beside attention)."""
     plan = config.stack_plan(stack)
     kinds: dict[int, Sublayer] = {}
     for layer in range(plan.num_layers):
         block = plan.block_at(layer)
-        if block.attention is None and block.mixer is not None:
-            kinds[layer] = "mixer"
+        if block.mixer is not None:
+            kinds[layer] = "mixer" if block.attention is None else "parallel"
         else:
             kinds[layer] = "ffn" if block.attention is None and block.ffn is not None else "attention"
     return kinds

@@ -17,7 +17,8 @@ its ``in_proj`` / ``in_proj_qkvz`` + ``in_proj_ba`` / ``qkv_proj`` + ``output_ga
 ``conv`` ``mixer/conv``, ``A_log`` / ``D`` / ``dt_bias`` ``mixer/ssm``, its ``norm`` ``mixer/gate_norm``,
 ``out_proj`` ``mixer/out`` (Mamba-1's ``x_proj``, ``dt_proj``, ``dt/b/c_layernorm`` their own keys), and the
 layer's pre-norm (``input_layernorm``, lfm2's ``operator_norm``, nemotron_h's ``norm``) ``mixer/norm``; in a
-nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``.
+nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``. Falcon-H1's ``mamba`` beside its attention in one
+layer is mapped the same way, its one pre-norm attention's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["weight", "packed", "scale", "buffer"]
-Sublayer = Literal["attention", "mixer", "ffn"]
+# what a layer's pre-norm serves; "parallel": attention and a recurrent mixer side by side (Falcon-H1), the pre-norm
+# attention's as analysis/params.py counts it
+Sublayer = Literal["attention", "mixer", "ffn", "parallel"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
 PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
@@ -103,7 +106,8 @@ def tensor_role(
     """The component of checkpoint tensor ``name`` in a model whose layers are ``stack`` (``decoder`` /
     ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
     FFN's pre-norm (LLaMA); ``layer_kinds``: the sublayer a layer's pre-norm serves (``mixer`` where its block has
-    a recurrent mixer, ``ffn`` where it has an FFN only; ``attention`` where absent)."""
+    a recurrent mixer, ``parallel`` beside attention, ``ffn`` where it has an FFN only; ``attention`` where
+    absent)."""
     module, param, kind = _split(name)
     segments = module.split(".")
     match = _LAYER.search(name)
@@ -128,9 +132,9 @@ def tensor_role(
         return TensorRole(None, None, kind, module)
     inside = segments[segments.index(match.group(1)) + 1 :] if match.group(1) in segments else segments
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
-    key = _mixer_key(inside, param) if sublayer == "mixer" else None
+    key = _mixer_key(inside, param) if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
-        key = f"{sublayer}/norm"
+        key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
 
 
