@@ -19,8 +19,9 @@ Shared data stays at the top: ``fixtures/`` (``fixtures/hf/``: hub config.json f
 each file's total as transformers builds it, one row per file, checked by config/hf/test_published_sizes.py; a
 new family adds its row there, not a table in its test), ``golden/``; name them through ``paths.py`` (``from paths
 import HF_FIXTURES``), never from a test's own ``__file__``. Helpers shared by several directories stay at the top
-too (``hf_reference.py``, ``golden_json.py``, ``paths.py``); this directory is on ``sys.path`` (pytest puts the
-root conftest's directory there), so they import by their bare names. No ``__init__.py``: test file names are
+too (``hf_reference.py``, ``golden_json.py``, ``paths.py``, ``cli_process.py``); this directory is on ``sys.path``
+(pytest puts the root conftest's directory there), so they import by their bare names (never ``from conftest``: a
+directory's own conftest.py can stand in for this one). No ``__init__.py``: test file names are
 unique across the tree.
 
 Two ways to run the CLI:
@@ -37,7 +38,6 @@ import functools
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ import pytest
 import typer.main
 import typer.testing
 import yaml
+from cli_process import run_embedcalc
 from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
@@ -95,29 +96,6 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 @pytest.fixture
 def update_goldens(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-goldens"))
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment for a CLI subprocess: fixed width, no colour, no inherited COLUMNS/LINES."""
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
-    env.update({"NO_COLOR": "1", "TERM": "dumb", "PYTHONIOENCODING": "utf-8"})
-    env.update(extra)
-    return env
-
-
-def run_embedcalc(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "embedcalc", *args],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=cwd,
-        env=env if env is not None else cli_env(COLUMNS="120"),
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture

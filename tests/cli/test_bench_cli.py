@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cli_env
+from cli_process import cli_env
 
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.workload import Workload

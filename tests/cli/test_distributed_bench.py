@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import cli_env, run_embedcalc
+from cli_process import cli_env, run_embedcalc
 
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.distributed import RANK_PROCESS_BYTES, RANKS_PER_CORE, Nodes, launch_problems

@@ -98,7 +98,7 @@ def test_json_is_never_written_with_infinity(capsys: pytest.CaptureFixture[str])
 def _embedcalc(
     *args: str, env: dict[str, str] | None = None, **kwargs: Any
 ) -> subprocess.CompletedProcess[str]:
-    from conftest import cli_env
+    from cli_process import cli_env
 
     base = cli_env(COLUMNS="120") if env is None else env
     return subprocess.run([sys.executable, "-m", "embedcalc", *args], env=base, text=True, timeout=60,
@@ -117,7 +117,7 @@ def test_closed_stderr_still_answers() -> None:
 
 
 def test_c_locale_without_utf8_mode_prints_ascii() -> None:
-    from conftest import cli_env
+    from cli_process import cli_env
 
     env = {
         k: v for k, v in cli_env(COLUMNS="100").items() if k not in ("PYTHONIOENCODING", "LANG", "LC_CTYPE")
@@ -136,7 +136,7 @@ def test_columns_zero_prints_the_table() -> None:
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_broken_pipe_exits_0_silently(fmt: str) -> None:
     """The reader leaves before anything is written: exit 0, nothing on stderr (as when it leaves after)."""
-    from conftest import cli_env
+    from cli_process import cli_env
 
     args = [sys.executable, "-m", "embedcalc", "sweep", "gpt2", "--seq-len", "1:1024:+1", "--format", fmt]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_env(), text=True)
