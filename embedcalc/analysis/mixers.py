@@ -66,7 +66,10 @@ One **decode step** runs the recurrence instead: ``in`` and ``out`` on one token
 window of K inputs against the kernel), ``ssm`` 2 b H P N (the state read out by C; its update is element-wise).
 
 **State** per sequence and layer, constant in the context: conv_dim x K (the last K inputs of the convolution,
-transformers' and mamba_ssm's layout) + H x P x N (the SSM state), in the activation dtype.
+transformers' and mamba_ssm's layout) + H x P x N (the SSM state), in the activation dtype; a Mamba-2 mixer with
+``ssm_state_dtype`` keeps its SSM state in that dtype (Nemotron-H's ``mamba_ssm_cache_dtype``, float32 by default:
+transformers 5.24 never reads the key, and its torch path keeps the SSM state in float32 whatever the model's
+dtype; vLLM allocates the SSM state, not the convolution window, in it).
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from __future__ import annotations
 from embedcalc.analysis.structure import Dims, Num
 from embedcalc.analysis.tensor import ParamTensor, linear
 from embedcalc.config.blocks import Block
+from embedcalc.config.dtypes import DTYPE_BYTES
 from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
 
@@ -214,13 +218,24 @@ def state_values(block: Block) -> int:
     return block.mixer.state_values if block.mixer is not None else 0
 
 
+def ssm_state_bytes(m: Mixer, element_bytes: int) -> int:
+    """Bytes per value of the SSM state: its own dtype where the mixer sets one (Nemotron-H's
+    mamba_ssm_cache_dtype), else ``element_bytes`` (the activation or KV dtype)."""
+    return int(DTYPE_BYTES[m.ssm_state_dtype]) if m.ssm_state_dtype is not None else element_bytes
+
+
 def state_terms(config: ModelConfig, x: Dims, element_bytes: int) -> Num:
-    """Bytes of the recurrent state of the decoder layers in ``x`` for ``x.b`` sequences: constant in n."""
-    values: Num = 0
+    """Bytes of the recurrent state of the decoder layers in ``x`` for ``x.b`` sequences: constant in n (the
+    convolution window in ``element_bytes``, the SSM state in :func:`ssm_state_bytes`)."""
+    total: Num = 0
     for _, block, layers in x.decoder_blocks():
-        if block.mixer is not None:
-            values = values + layers * block.mixer.state_values
-    return x.b * values * element_bytes
+        m = block.mixer
+        if m is not None:
+            per_layer = m.conv_state_values * element_bytes + m.ssm_state_values * ssm_state_bytes(
+                m, element_bytes
+            )
+            total = total + layers * per_layer
+    return x.b * total
 
 
 def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:

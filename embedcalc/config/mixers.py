@@ -183,6 +183,14 @@ class MixerSpec(BaseModel):
         ),
     )
 
+    ssm_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None,
+        description=(
+            "mamba2: the dtype the SSM state is kept in (Nemotron-H's mamba_ssm_cache_dtype, float32 by default); "
+            "the convolution window stays in the activation dtype. Default: the activation dtype."
+        ),
+    )
+
     @field_validator("gate_norm")
     @classmethod
     def _gate_norm_of_mamba2(cls, value: bool, info: ValidationInfo) -> bool:
@@ -217,6 +225,13 @@ class MixerSpec(BaseModel):
                 "mixer_incomplete",
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
+            )
+        if self.ssm_state_dtype is not None and self.kind != "mamba2":
+            raise PydanticCustomError(
+                "mixer_field_unused",
+                "ssm_state_dtype ({dtype}) sets the dtype of a Mamba-2 SSM state; kind {kind} has none. Remove "
+                "ssm_state_dtype or use kind mamba2",
+                {"dtype": self.ssm_state_dtype, "kind": self.kind},
             )
         fields = type(self).model_fields
         unused = [name for name in _NOT_LIGHTNING if getattr(self, name) != fields[name].default]
@@ -286,6 +301,8 @@ class Mixer:
     def out_proj_bias(self) -> bool:
         """Whether the output projection has a bias: ``out_bias``, else ``bias``."""
         return self.bias if self.out_bias is None else self.out_bias
+
+    ssm_state_dtype: str | None = None  # the SSM state's dtype; None: the activation dtype
 
     @property
     def deltanet(self) -> bool:
@@ -398,4 +415,5 @@ def resolve_mixer(spec: MixerSpec) -> Mixer | None:
         norm_before_gate=spec.norm_before_gate or deltanet, num_k_heads=spec.num_k_heads or 0,
         head_k_dim=spec.head_k_dim or 0, inner_dim=spec.inner_dim or 0, dt_rank=spec.dt_rank or 0,
         bc_norms=spec.bc_norms, gate_norm=spec.gate_norm, out_bias=spec.out_bias, parallel=spec.parallel_attention,
+        ssm_state_dtype=spec.ssm_state_dtype,
     )  # fmt: skip

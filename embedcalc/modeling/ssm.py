@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.device import DTYPES
 from embedcalc.modeling.norms import residual, sublayer_norm
 
 _EPS = 1e-6
@@ -50,9 +51,11 @@ class MixerState:
 
 def allocate_state(m: Mixer, batch_size: int, like: Tensor) -> MixerState:
     """A zero state of mixer ``m`` for ``batch_size`` sequences on ``like``'s device and dtype: the conv window
-    (B, conv_dim, K) and the scan's state (B, *ssm_state_shape)."""
+    (B, conv_dim, K) and the scan's state (B, *ssm_state_shape), the latter in the mixer's ``ssm_state_dtype``
+    where it sets one."""
     conv = torch.zeros(batch_size, m.conv_dim, m.conv_kernel, device=like.device, dtype=like.dtype)
-    ssm = torch.zeros(batch_size, *m.ssm_state_shape, device=like.device, dtype=like.dtype)
+    dtype = DTYPES[m.ssm_state_dtype] if m.ssm_state_dtype is not None else like.dtype  # Nemotron-H: float32
+    ssm = torch.zeros(batch_size, *m.ssm_state_shape, device=like.device, dtype=dtype)
     return MixerState(conv, ssm)
 
 
@@ -150,7 +153,7 @@ class SSDScan(nn.Module):
     def _step(self, x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, h: Tensor) -> Tensor:
         """One token: h <- exp(a) h + dt x bᵀ (element-wise), y = h c: x (B, H, P), b and c (B, H, N)."""
         h.copy_(h * torch.exp(a)[..., None, None] + (dt[..., None] * x)[..., None] * b[:, :, None, :])
-        return torch.einsum("bhpn,bhn->bhp", h, c)  # (B, H, P)
+        return torch.einsum("bhpn,bhn->bhp", h.to(c.dtype), c)  # (B, H, P); h in the state's dtype
 
     def _chunked(self, x: Tensor, a: Tensor, b: Tensor, c: Tensor, state: MixerState | None) -> Tensor:
         """The SSD algorithm over chunks of Q tokens (x already scaled by dt): (B, T, H, P) -> (B, T, H, P)."""
@@ -181,7 +184,7 @@ class SSDScan(nn.Module):
             h = h * chunk_decay[:, :, k, None, None] + chunk_states[:, k]  # (B, H, P, N)
         if state is not None:
             state.ssm.copy_(h)
-        start = torch.stack(starts, dim=1)  # (B, c, H, P, N)
+        start = torch.stack([s.to(c.dtype) for s in starts], dim=1)  # (B, c, H, P, N)
         y_off = torch.einsum("bclhn,bchpn->bclhp", c, start)  # (B, c, Q, H, P)
         y_off = y_off * torch.exp(a_cum).permute(0, 2, 3, 1)[..., None]
         y = (y_diag + y_off).reshape(batch, chunks * q, heads, p)

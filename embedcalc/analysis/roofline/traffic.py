@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes, stored_bytes
-from embedcalc.analysis.mixers import decode_step_terms
+from embedcalc.analysis.mixers import decode_step_terms, ssm_state_bytes
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, cross_attention, stacks
 from embedcalc.analysis.workload import Parallelism, Workload
@@ -286,8 +286,15 @@ def _state_traffic(config: ModelConfig, w: Workload, key: str, f: int, lengths: 
     stack, _, part = key.split("/")
     mixers = [(b.mixer, n) for b, n in config.stack_plan(stack).counts() if b.mixer is not None]
     b, e = w.batch_size, w.activation_bytes
-    per_layer = [(m.ssm_state_values if part == "ssm" else m.conv_state_values, n) for m, n in mixers]
-    state = b * sum(values * n for values, n in per_layer) * kv_bytes
+    state = b * sum(
+        n
+        * (
+            m.ssm_state_values * ssm_state_bytes(m, kv_bytes)
+            if part == "ssm"
+            else m.conv_state_values * kv_bytes
+        )
+        for m, n in mixers
+    )
     weight = weights.bytes_read(key, weights.numel.get(key, 0))
     if decode:
         return Traffic(flops=f, weight_bytes=weight, kv_read_bytes=state, kv_write_bytes=state)

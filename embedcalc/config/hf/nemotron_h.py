@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from embedcalc.config.dtypes import ALIASES
 from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.hybrid import positive, replace_mapped
 from embedcalc.config.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
@@ -25,7 +26,7 @@ from embedcalc.config.hf.reader import MISSING, Family, KeyReader, yaml_hint
 
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 _MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
-               "use_conv_bias", "use_bias")  # fmt: skip
+               "use_conv_bias", "use_bias", "mamba_ssm_cache_dtype")  # fmt: skip
 _MOE_KEYS = (
     "n_routed_experts",
     "num_experts_per_tok",
@@ -55,8 +56,6 @@ _IGNORED = {
     "attention_bias": "NemotronHAttention builds q/k/v/o without bias whatever it says",
     "mamba_proj_bias": "NemotronHMamba2Mixer takes its projections' bias from use_bias; it never reads this key",
     "n_shared_experts": "NemotronHMoE builds one shared MLP of moe_shared_expert_intermediate_size whatever it says",
-    "mamba_ssm_cache_dtype": "the dtype transformers keeps the SSM state in (float32 by default); embedcalc reports "
-    "the recurrent state at the activation dtype (--dtype)",
     "mtp_layers_block_type": "multi-token-prediction layers, which transformers does not build",
     "mtp_hybrid_override_pattern": "multi-token-prediction layers, which transformers does not build",
 }
@@ -97,6 +96,17 @@ def _mamba2(r: KeyReader) -> dict[str, Any] | None:
     for name, key in (("conv_bias", "use_conv_bias"), ("bias", "use_bias")):
         _, value, _ = r.value(key)
         spec[name] = bool(value)
+    # the SSM state's dtype (the class default float32; transformers' torch path keeps it in float32 whatever the
+    # key says, vLLM in the key's dtype, the convolution window in the model's): "auto" follows the model
+    key, value, _ = r.value("mamba_ssm_cache_dtype")
+    state_dtype = ALIASES.get(value, value) if isinstance(value, str) else value
+    if state_dtype not in ("fp32", "bf16", "fp16", "auto"):
+        r.problem(
+            key, f"{key} = {value!r} is not a dtype of the SSM state; use float32, bfloat16, float16 or auto"
+        )
+        return None
+    if state_dtype != "auto":
+        spec["ssm_state_dtype"] = state_dtype
     return spec
 
 
@@ -173,6 +183,7 @@ _DEFAULTS: dict[str, Any] = dict(
     mlp_hidden_act="relu2", mlp_bias=False, ssm_state_size=128, mamba_num_heads=128, mamba_head_dim=64, n_groups=8,
     conv_kernel=4, use_conv_bias=True, chunk_size=128, use_bias=False, n_routed_experts=8, num_experts_per_tok=2,
     moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688, moe_latent_size=None,
+    mamba_ssm_cache_dtype="float32",
 )  # fmt: skip
 FAMILIES = (
     Family("nemotron_h", "NemotronHConfig", "NemotronHForCausalLM (AutoModelForCausalLM)", "granite-4.0-h-small",

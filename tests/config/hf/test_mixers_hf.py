@@ -67,6 +67,12 @@ def _hf_state(hf: Any) -> int:
     return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
 
 
+def _hf_ssm_state(hf: Any) -> int:
+    """Nemotron-H's SSM state values per sequence: heads x d_head x d_state."""
+    assert hf.mamba_ssm_cache_dtype == "float32"
+    return int(hf.mamba_num_heads * hf.mamba_head_dim * hf.ssm_state_size)
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_per_layer_cache_follows_transformers_config(transformers: Any, name: str) -> None:
@@ -90,7 +96,10 @@ def test_per_layer_cache_follows_transformers_config(transformers: Any, name: st
     for n in (4096, 262144):
         memory = estimate_memory(config, Workload(batch_size=2, seq_len=n, dtype="bfloat16"))
         assert memory.kv_cache_bytes == 2 * n * sum(attention) * 2 * hf.num_key_value_heads * head_dim * 2
-        assert memory.recurrent_state_bytes == 2 * sum(recurrent) * state * 2
+        # Nemotron-H keeps its SSM state in mamba_ssm_cache_dtype (float32), the conv window in bf16
+        # (tests/config/hf/test_ssm_state_dtype.py checks it against transformers' cache)
+        ssm = _hf_ssm_state(hf) if hf.model_type == "nemotron_h" else 0
+        assert memory.recurrent_state_bytes == 2 * sum(recurrent) * (state * 2 + ssm * (4 - 2))
 
 
 # Small eager variants of the Mamba-2 families: transformers' CPU path counts our matmuls plus the two terms
