@@ -16,6 +16,7 @@ PRESETS = (
     "deepseek-v3",
     "deepseek-v3.2",
     "falcon-7b",
+    "falcon-h1-34b",
     "gemma-2-9b",
     "gemma-3-27b",
     "gemma-7b",

@@ -123,7 +123,7 @@ _DEFAULTS: dict[str, Any] = dict(
     attention_bias=False, mlp_bias=False,
 )  # fmt: skip
 FAMILIES = (
-    Family("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM (AutoModelForCausalLM)", "granite-4.0-h-small",
+    Family("falcon_h1", "FalconH1Config", "FalconH1ForCausalLM (AutoModelForCausalLM)", "falcon-h1-34b",
            _DEFAULTS, _read_falcon_h1, {"layer_types": "layers_block_type"},
            non_finite=frozenset({"time_step_limit"})),
 )  # fmt: skip
