@@ -107,7 +107,8 @@ def _read_falcon_h1(r: KeyReader) -> None:
         return
     placed = ("mamba_norm_before_gate",) if mixer.get("gate_norm") else ()  # else ignored: no norm to place
     used = ", ".join(k for k in _MIXER_KEYS if k in r.raw and (k != "mamba_norm_before_gate" or placed))
-    used = used or "model_type"
+    # none of them in the file: FalconH1Config's defaults of them all (origin "default", not "file")
+    used = used or ", ".join(_MIXER_KEYS)
     note = (
         "FalconH1DecoderLayer: FalconH1Mixer (Mamba-2) beside FalconH1Attention on input_layernorm's output"
     )
