@@ -146,6 +146,24 @@ def test_unhashable_yaml_key_exits_3(cli: Any, tmp_path: Path, text: str) -> Non
     assert_refused(run(cli, "check", str(path)), 3, "model.yaml", "mapping key")
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"model_type": ["llava"], "text_config": {"model_type": "llama"}},
+        {"model_type": "llava", "text_config": {"model_type": ["llama"]}},
+        {"model_type": {"a": 1}, "text_config": {"model_type": {"b": 2}}},
+    ],
+)
+def test_unhashable_model_type_beside_a_text_config_exits_3(
+    cli: Any, tmp_path: Path, raw: dict[str, Any]
+) -> None:
+    """The fuzz long profile found it: a model_type that is an array, outer or in text_config, was looked up in
+    the family tables (TypeError: unhashable type, exit 1); it is no family's, and the message says model_type."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert_refused(run(cli, "check", str(path)), 3, "config.json", "model_type")
+
+
 # --- special files ------------------------------------------------------------------------------------------------
 
 

@@ -110,7 +110,16 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
     model_type = raw.get("model_type")
     family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
     text = raw.get("text_config")
-    if family is None and isinstance(text, Mapping) and text.get("model_type") in FAMILIES:
+    # a model_type that is not a string (an array, a number: a hand-edited or fuzzed file) is no family's, outer or
+    # inner: it reaches unsupported_family, which names the field, instead of a dict lookup of an unhashable value
+    inner_type = text.get("model_type") if isinstance(text, Mapping) else None
+    if (
+        family is None
+        and isinstance(model_type, str)
+        and isinstance(inner_type, str)
+        and inner_type in FAMILIES
+    ):
+        assert isinstance(text, Mapping)  # inner_type is a str only when text is a mapping
         return _map_text_model(raw, text, origin, path)
     if family is None and isinstance(model_type, str) and model_type in MULTIMODAL_TEXT and text is None:
         inner = flat_text_config(raw, MULTIMODAL_TEXT[model_type])
