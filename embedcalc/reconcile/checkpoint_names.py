@@ -6,8 +6,8 @@ A name is ``[prefix.]<module path>.<parameter>``; the layer index is the number 
 ``down_proj`` -> ``ffn/out``, anything under ``experts`` -> ``moe/experts``). Quantization's side tensors (GPTQ/AWQ
 ``qweight``/``qzeros``/``scales``/``g_idx``, FP8's ``weight_scale_inv``/``weight_scale``/``input_scale``,
 compressed-tensors' ``weight_packed``/``weight_zero_point``) belong to the module they quantize; buffers a
-checkpoint may carry (``rotary_emb.inv_freq``, DeepSeek-V3's ``e_score_correction_bias``, MiniMax's lightning
-decay tables) are not parameters.
+checkpoint may carry (``rotary_emb.inv_freq``, DeepSeek-V3's ``e_score_correction_bias``, LFM2-MoE's
+``feed_forward.expert_bias``, MiniMax's lightning decay tables) are not parameters.
 
 A layer whose block has a recurrent mixer (``layer_kinds``) files its mixer module's tensors under ``mixer/...``, the
 keys of :func:`embedcalc.analysis.mixers.mixer_tensors`, read off transformers' modeling files: the module is
@@ -38,7 +38,7 @@ PACKED = ("qweight", "weight_packed")  # packed integer weights: several paramet
 SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
           "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
 BUFFERS = ("inv_freq", "e_score_correction_bias", "masked_bias", "attn.bias", "position_ids", "slope_rate",
-           "query_decay", "key_decay", "diagonal_decay")  # fmt: skip
+           "query_decay", "key_decay", "diagonal_decay", "feed_forward.expert_bias")  # fmt: skip
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (

@@ -3,12 +3,12 @@ filed under its ``mixer/...`` key, and each component holds exactly the paramete
 
 Tiny variants (the small eager variants of tests/config/hf/test_mixers_hf.py) of Granite 4.0-H (Mamba-2,
 ``mamba``), Nemotron-H (Mamba-2, ``mixer``; one block each of Mamba-2, MLP, attention and MoE), Jamba (Mamba-1),
-Qwen3-Next (gated DeltaNet, ``linear_attn``; its ``q_proj`` carries the output gate), LFM2 (short convolution,
-``conv``), MiniMax (lightning attention, ``self_attn`` on its linear layers) and Falcon-H1 (Mamba-2 ``mamba`` beside
-attention in every layer) are built on the CPU from their transformers config class and written by
-``save_pretrained`` (safetensors). Beside the per-component counts, the mixer keys together must hold what
-transformers' mixer module of each recurrent layer holds, counted off the model's own parameters (its module name
-read from transformers' modeling file).
+Qwen3-Next (gated DeltaNet, ``linear_attn``; its ``q_proj`` carries the output gate), LFM2 and LFM2-MoE (short
+convolution, ``conv``; LFM2-MoE's ``expert_bias`` a buffer), MiniMax (lightning attention, ``self_attn`` on its
+linear layers) and Falcon-H1 (Mamba-2 ``mamba`` beside attention in every layer) are built on the CPU from their
+transformers config class and written by ``save_pretrained`` (safetensors). Beside the per-component counts, the
+mixer keys together must hold what transformers' mixer module of each recurrent layer holds, counted off the model's
+own parameters (its module name read from transformers' modeling file).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.torch
 
 # the recurrent mixer's module in each family's decoder layer (transformers' modeling_<family>.py)
 MIXER_MODULE = {"granite-4.0-h-small": "mamba", "nemotron-h-8b-base-8k": "mixer", "jamba-mini-1.7": "mamba",
-                "qwen3-next-80b-a3b": "linear_attn", "lfm2-1.2b": "conv", "minimax-m1-80k": "self_attn",
-                "falcon-h1-34b-instruct": "mamba"}  # fmt: skip
+                "qwen3-next-80b-a3b": "linear_attn", "lfm2-1.2b": "conv", "lfm2-8b-a1b": "conv",
+                "minimax-m1-80k": "self_attn", "falcon-h1-34b-instruct": "mamba"}  # fmt: skip
 SMALL = STATE_PASSING | CONV_TAIL_ONLY
 
 

@@ -136,9 +136,13 @@ def test_today_and_older_formats_agree() -> None:
 
 
 # transformers' own default config of these families cannot run: DeepseekV2Config() routes to
-# num_experts_per_tok=None experts (Dots1Config() n_routed_experts=None too); embedcalc refuses it, asking for the
-# key, rather than guess
-UNRUNNABLE_DEFAULTS = {"deepseek_v2": "num_experts_per_tok", "dots1": "n_routed_experts"}
+# num_experts_per_tok=None experts (Dots1Config() n_routed_experts=None too; Lfm2MoeConfig() has layer_types=None,
+# which Lfm2MoeDecoderLayer indexes); embedcalc refuses it, asking for the key, rather than guess
+UNRUNNABLE_DEFAULTS = {
+    "deepseek_v2": "num_experts_per_tok",
+    "dots1": "n_routed_experts",
+    "lfm2_moe": "layer_types",
+}
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILIES))

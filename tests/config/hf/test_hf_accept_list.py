@@ -87,6 +87,8 @@ def _defaults(transformers: Any, model_type: str) -> dict[str, Any]:
         data["num_experts_per_tok"] = 6  # DeepseekV2Config's default is None, which no MoE model can use
     if model_type == "dots1":  # Dots1Config's experts are None by default, which no MoE model can use
         data |= {"n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2}
+    if model_type == "lfm2_moe":  # Lfm2MoeConfig's layer_types is None by default, which it cannot build
+        data["layer_types"] = ["conv", "conv", "full_attention", "conv"] * (data["num_hidden_layers"] // 4)
     return data
 
 

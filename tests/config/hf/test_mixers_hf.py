@@ -31,6 +31,7 @@ UNUSED = {
     "nemotron-h-8b-base-8k": 0,
     "qwen3-next-80b-a3b": 48 * 502 * 3 * 512 * 2048,
     "lfm2-1.2b": 0,
+    "lfm2-8b-a1b": 22 * 28 * 3 * 1792 * 2048,
     "minimax-m1-80k": 80 * 30 * 3 * 9216 * 6144,
 }
 
@@ -52,7 +53,7 @@ def _hf_state(hf: Any) -> int:
         value = hf.linear_num_value_heads * hf.linear_value_head_dim
         conv = (2 * key + value) * hf.linear_conv_kernel_dim
         return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
-    if hf.model_type == "lfm2":  # the short convolution: its window only
+    if hf.model_type in ("lfm2", "lfm2_moe"):  # the short convolution: its window only
         return hf.hidden_size * hf.conv_L_cache
     if hf.model_type == "minimax":  # lightning attention: K ᵀV per head (MiniMaxCache.linear_cache), no conv
         return hf.num_attention_heads * hf.head_dim * hf.head_dim
@@ -170,6 +171,12 @@ CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
         block_multiple_of=16, full_attn_idxs=[2], vocab_size=256,
     ),
+    # LFM2-MoE: attention at layer 2 of 4, the first 2 layers dense, then 4 experts of 16, top 2
+    "lfm2-8b-a1b": dict(
+        hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
+        moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, vocab_size=256,
+        layer_types=["conv", "conv", "full_attention", "conv"],
+    ),
     "minimax-m1-80k": dict(
         hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         intermediate_size=48, num_local_experts=4, block_size=8, vocab_size=256,
@@ -181,7 +188,8 @@ CONV_TAIL_ONLY: dict[str, dict[str, Any]] = {
 @pytest.mark.torch
 @pytest.mark.parametrize(("name", "seq_len"), [("qwen3-next-80b-a3b", 16), ("qwen3-next-80b-a3b", 70),
                                                ("jamba-mini-1.7", 7), ("jamba-mini-1.7", 16), ("lfm2-1.2b", 5),
-                                               ("lfm2-1.2b", 16), ("minimax-m1-80k", 16),
+                                               ("lfm2-1.2b", 16), ("lfm2-8b-a1b", 5), ("lfm2-8b-a1b", 16),
+                                               ("minimax-m1-80k", 16),
                                                ("minimax-m1-80k", 21)])  # fmt: skip
 def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
     transformers: Any, name: str, seq_len: int
@@ -204,7 +212,14 @@ def test_flops_equal_transformers_torch_path_plus_the_conv_tail(
 @pytest.mark.torch
 @pytest.mark.parametrize(
     "name",
-    ["nemotron-h-8b-base-8k", "jamba-mini-1.7", "lfm2-1.2b", "minimax-m1-80k", "falcon-h1-34b-instruct"],
+    [
+        "nemotron-h-8b-base-8k",
+        "jamba-mini-1.7",
+        "lfm2-1.2b",
+        "lfm2-8b-a1b",
+        "minimax-m1-80k",
+        "falcon-h1-34b-instruct",
+    ],
 )
 def test_bench_generate_decodes_a_small_hub_file_with_the_analytic_state(
     generate_state: Any, name: str
