@@ -12,7 +12,8 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   ``tie_word_embeddings`` is listed as stored twice;
 - a recurrent mixer layer's tensors are its ``mixer/...`` keys (the layer's kind from the config's layer plan);
 - Qwen3-Next's ``q_proj`` holds the query and the output gate (``attention/gate``), Linear(d, 2 H hd): its
-  parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``;
+  parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``; it is one of the
+  tensors of each, and one tensor of the total (``stored_tensors`` counts distinct tensors);
 - layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
   listed as extra, not counted;
 - standard shapes are checked tensor by tensor where the config fixes them (embeddings and head: vocab x hidden;
@@ -88,6 +89,8 @@ class CheckpointCheck:
     shape_errors: list[TensorNote]
     extra: list[TensorNote]
     missing: list[str]
+    # distinct tensors filed under a component (a split tensor is in two components, once here)
+    stored_tensors: int
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,7 +117,7 @@ class CheckpointCheck:
         return {"target": self.target, "directory": self.directory, "files": list(self.files),
                 "sharded": self.sharded, "dtype": self.dtype, "agree": self.agree,
                 "analytic_params": self.analytic_params, "stored_params": self.stored_params,
-                "components": [c.to_json() for c in self.components],
+                "stored_tensors": self.stored_tensors, "components": [c.to_json() for c in self.components],
                 "shape_errors": [n.to_json() for n in self.shape_errors], "missing": list(self.missing),
                 "extra": [n.to_json() for n in self.extra], "notes": list(self.notes)}  # fmt: skip
 
@@ -246,7 +249,8 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
                                            f"({expected[1]})"))  # fmt: skip
     if gate is not None:
         notes.append(
-            "q_proj holds the query and the output gate: split in half, attention/qkv and attention/gate"
+            "q_proj holds the query and the output gate: split in half, attention/qkv and attention/gate "
+            "(one tensor of each, once in the total)"
         )
     if tied:
         notes.append("LM head tied to the token embedding: stored once, as embedding/token")
@@ -260,10 +264,11 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
             sum(1 for t in weights if t.dtype.startswith("F8") or t.dtype == "I32"),
             int(analytic.get(key, 0) * DTYPE_BYTES[dtype])))  # fmt: skip
     missing = [key for key, count in analytic.items() if count and not stored.get(key)]
+    filed = len({t.name for rows in stored.values() for t, _, _ in rows})
     quantized = sum(c.quantized_tensors for c in components)
     if quantized:
         notes.append(
             f"{quantized} quantized weight tensors (packed int32 at {bits} bits, or FP8), their scales apart"
         )
     return CheckpointCheck(target, str(checkpoint.directory), checkpoint.files, checkpoint.sharded, dtype,
-                           components, shape_errors, extra, missing, notes)  # fmt: skip
+                           components, shape_errors, extra, missing, filed, notes)  # fmt: skip

@@ -28,7 +28,7 @@ def checkpoint_table(check: CheckpointCheck) -> Table:
     table.add_section()
     stored_bytes = sum(c.stored_bytes for c in check.components)
     analytic_bytes = sum(c.analytic_bytes for c in check.components)
-    table.add_row("[bold]total[/]", str(sum(c.tensors for c in check.components)), "",
+    table.add_row("[bold]total[/]", str(check.stored_tensors), "",
                   f"[bold]{units.count(check.stored_params)}[/]", f"[bold]{units.count(check.analytic_params)}[/]",
                   units.binary_bytes(stored_bytes), units.binary_bytes(analytic_bytes))  # fmt: skip
     return table

@@ -40,6 +40,7 @@ def test_a_hybrid_checkpoint_files_every_mixer_tensor_under_its_component(
     transformers: Any, cli: Any, tmp_path: Path, name: str
 ) -> None:
     import torch
+    from safetensors import safe_open
 
     torch.manual_seed(0)
     raw = raw_fixture(name) | SMALL[name]
@@ -58,6 +59,14 @@ def test_a_hybrid_checkpoint_files_every_mixer_tensor_under_its_component(
     assert sum(c["stored_bytes"] for c in keys.values()) == on_disk
     # nothing left over but buffers (MiniMax's decay tables)
     assert all(e["reason"] == "a buffer, not a parameter" for e in check["extra"])
+    # every tensor of the file once: in the total, or listed as extra (Qwen3-Next's split q_proj is in two
+    # components, one tensor of the total)
+    with safe_open(tmp_path / name / "model.safetensors", "pt") as f:
+        in_file = len(list(f.keys()))
+    assert check["stored_tensors"] + len(check["extra"]) == in_file
+    # the components' tensor counts: Qwen3-Next's one q_proj (one attention layer) in attention/qkv and /gate
+    twice = 1 if name == "qwen3-next-80b-a3b" else 0
+    assert sum(c["tensors"] for c in keys.values()) == check["stored_tensors"] + twice
 
     # the same numbers as analyze's breakdown
     analyze = cli("analyze", str(tmp_path / name / "config.json"), "--format", "json")
@@ -77,3 +86,22 @@ def test_a_hybrid_checkpoint_files_every_mixer_tensor_under_its_component(
     )
     mixer = {k: c["stored_params"] for k, c in keys.items() if k.startswith("decoder/mixer/")}
     assert sum(v for k, v in mixer.items() if k != "decoder/mixer/norm") == in_mixers
+
+
+def test_the_table_total_counts_qwen3_next_split_q_proj_once(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
+    """The tensors column of the table: q_proj in attention/qkv and in attention/gate, once in the total row."""
+    import torch
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    raw = raw_fixture("qwen3-next-80b-a3b") | SMALL["qwen3-next-80b-a3b"]
+    transformers.AutoModelForCausalLM.from_config(hf_config(transformers, raw)).save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        names = list(f.keys())
+    assert sum(n.endswith("self_attn.q_proj.weight") for n in names) == 1
+    result = cli("verify", str(tmp_path), "--checkpoint")
+    assert result.exit_code == 0, result.stderr
+    (total,) = [line for line in result.stdout.splitlines() if " total " in line]
+    assert total.split("│")[2].strip() == str(len(names))
