@@ -24,6 +24,7 @@ the query-key pairs per head:
   ``pos_proj`` 2 R d h hd P (the table is projected once per layer, not per sequence) and ``pos_scores``
   2 b n h R hd per term (c2p: Q against the R position keys, p2c: K against the R position queries; a gather then
   picks each pair's entry, no FLOPs). Both grow linearly in n: they are not score terms.
+- a sublayer replaced by a linear (``replace_with_linear``): ``mixer/projection`` or ``ffn/projection`` 2 t d d.
 - dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
   token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
@@ -52,6 +53,7 @@ from embedcalc.analysis.structure import (
     Dims,
     Num,
     cross_attention,
+    kv_heads,
     minimum,
     qk_width,
     stacks,
@@ -146,7 +148,7 @@ def attention_flops(
     context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))
     out = (f"{prefix}/out", t * (layers * 2 * h * v * d))
     if a.kind == "standard":
-        kv = x.g * x.hd
+        kv = kv_heads(a, x) * x.hd
         if not cross:
             qkv = t * (layers * 2 * d * (h * x.hd + 2 * kv))
         else:  # K and V of the encoder output
@@ -236,7 +238,8 @@ def layer_flops(
     if cross:
         terms += attention_flops(cross_attention(config), x, layers, t, b * n_mem, b * (n * n_mem), "cross_attention",
                                  cross=True)  # fmt: skip
-    return terms + (ffn_flops(block.ffn, block, x, layers, t) if block.ffn is not None else [])
+    terms += ffn_flops(block.ffn, block, x, layers, t) if block.ffn is not None else []
+    return terms + [(f"{where}/projection", t * (layers * 2 * x.d * x.d)) for where in block.projections]
 
 
 def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 
 from embedcalc.analysis.params import param_tensors
-from embedcalc.analysis.structure import Dims, Num, StackDims, stacks
+from embedcalc.analysis.structure import Dims, Num, StackDims, maximum, stacks
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Parallelism
 from embedcalc.config.blocks import Block
@@ -80,24 +80,18 @@ def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
     return errors
 
 
-def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Problem], list[Problem]]:
-    """(errors, notes) of running ``config`` with ``par``; errors name the flag and the field."""
+def _kv_heads(config: ModelConfig) -> list[int]:
+    """The KV head counts of the stacks' standard attention layers (the flat one, and every block's own)."""
+    counts = {b.attention.num_kv_heads for s in stacks(config) for b in config.stack_plan(s.name).blocks
+              if b.attention is not None and b.attention.kind == "standard"}  # fmt: skip
+    return sorted(counts) or [config.resolved_kv_heads]
+
+
+def _kv_problems(config: ModelConfig, tp: int, heads: int, kv: int) -> tuple[list[Problem], list[Problem]]:
+    """(errors, notes) of splitting ``kv`` KV heads over ``tp`` ranks."""
     errors: list[Problem] = []
     notes: list[Problem] = []
-    tp, heads, kv = par.tp, config.num_heads, config.resolved_kv_heads
-    widths = _ffn_widths(config)
-    if heads % tp:
-        ok = [t for t in range(1, heads + 1) if heads % t == 0 and all(w % t == 0 for _, w in widths)]
-        errors.append(
-            Problem(
-                "--tp",
-                f"--tp {tp} must divide num_heads ({heads}) so each rank holds whole "
-                f"heads; tensor-parallel degrees that divide num_heads and the FFN widths: "
-                f"{', '.join(map(str, ok))}",
-                "tp_heads",
-            )
-        )
-    elif kv % tp and tp % kv:
+    if kv % tp and tp % kv:
         errors.append(
             Problem(
                 "--tp",
@@ -125,6 +119,31 @@ def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Probl
                 "tp_kv_replicated",
             )
         )
+    return errors, notes
+
+
+def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Problem], list[Problem]]:
+    """(errors, notes) of running ``config`` with ``par``; errors name the flag and the field."""
+    errors: list[Problem] = []
+    notes: list[Problem] = []
+    tp, heads = par.tp, config.num_heads
+    widths = _ffn_widths(config)
+    if heads % tp:
+        ok = [t for t in range(1, heads + 1) if heads % t == 0 and all(w % t == 0 for _, w in widths)]
+        errors.append(
+            Problem(
+                "--tp",
+                f"--tp {tp} must divide num_heads ({heads}) so each rank holds whole "
+                f"heads; tensor-parallel degrees that divide num_heads and the FFN widths: "
+                f"{', '.join(map(str, ok))}",
+                "tp_heads",
+            )
+        )
+    else:
+        for kv in _kv_heads(config):
+            kv_errors, kv_notes = _kv_problems(config, tp, heads, kv)
+            errors += kv_errors
+            notes += kv_notes
     for name, f in widths:
         if f % tp:
             errors.append(
@@ -246,9 +265,10 @@ def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) ->
         return (-(-shape[0] // tp), *shape[1:])
     if tensor.split == "row":
         return (shape[0], shape[1] // tp)
-    if tensor.split == "qkv":  # Q/K/V, KV heads replicated when fewer than ranks
-        kv_per_rank = max(1, config.resolved_kv_heads // tp)
-        return (config.q_dim // tp + 2 * config.resolved_head_dim * kv_per_rank, *shape[1:])
+    if tensor.split == "qkv":  # Q/K/V, KV heads replicated when fewer than ranks; the layer's own KV heads
+        head_dim = config.resolved_head_dim
+        kv_per_rank = maximum(1, (shape[0] - config.q_dim) // (2 * head_dim) // tp)
+        return (config.q_dim // tp + 2 * head_dim * kv_per_rank, *shape[1:])
     return (shape[0] // tp, *shape[1:])  # column-parallel
 
 

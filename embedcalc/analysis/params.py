@@ -12,6 +12,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
   index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
+- a sublayer replaced by a linear (the Nemotron NAS models' ``replace_with_linear``): one bias-free
+  embed_dim x embed_dim weight and the sublayer's norm (``mixer/projection``, ``ffn/projection``).
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
   embed_dim x ffn_dim matrices (Shazeer 2020); xIELU adds its two learned scalars (``ffn/act``). Mixture of
   experts: a router embed_dim -> num_experts, num_experts such FFNs of expert_dim, one shared FFN of
@@ -45,6 +47,7 @@ from embedcalc.analysis.structure import (
     Dims,
     Num,
     cross_attention,
+    kv_heads,
     norm_has_bias,
     sublayer_norms,
 )
@@ -66,7 +69,7 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
     """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
     d, h = x.d, x.h
     if a.kind == "standard":
-        q, kv = h * x.hd, x.g * x.hd
+        q, kv = h * x.hd, kv_heads(a, x) * x.hd
         out = _linear(f"{prefix}/qkv", d, q + 2 * kv, a.qkv_bias, "qkv")
         if a.qk_norm == "head":
             out += _norm(config, f"{prefix}/qk_norm", x.hd, 2)
@@ -143,10 +146,22 @@ def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[Pa
     return out
 
 
+def projection_tensors(config: ModelConfig, where: str, x: Dims, norms: int) -> list[ParamTensor]:
+    """A sublayer replaced by one linear (``where`` mixer or ffn): the bias-free embed_dim x embed_dim weight
+    ``{where}/projection`` and the sublayer's own norm(s), as DeciLM builds ``DeciLMLinearAttention`` /
+    ``DeciLMLinearMLP`` (``nn.Linear(hidden, hidden, bias=False)``) behind ``input_layernorm`` /
+    ``post_attention_layernorm`` (NVIDIA's ``modeling_decilm.py``). Replicated under TP: no collective."""
+    return _linear(f"{where}/projection", x.d, x.d, False, "none") + _norm(
+        config, f"{where}/norm", x.d, norms
+    )
+
+
 def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
     """The tensors of one layer of ``block``; keys relative to the stack, in model order."""
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
     out: list[ParamTensor] = []
+    if "mixer" in block.projections:
+        out += projection_tensors(config, "mixer", x, attention_norms)
     if block.attention is not None:
         out += attention_tensors(config, block.attention, x, "attention")
         out += _norm(config, "attention/norm", x.d, attention_norms)
@@ -160,6 +175,8 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
     if block.ffn is not None:
         out += ffn_tensors(config, block.ffn, block, x)
         out += _norm(config, "ffn/norm", x.d, ffn_norms)
+    if "ffn" in block.projections:
+        out += projection_tensors(config, "ffn", x, ffn_norms)
     return out
 
 

@@ -204,4 +204,8 @@ def v_width(attention: Attention, x: Dims) -> Num:
 
 
 def kv_heads(attention: Attention, x: Dims) -> Num:
-    return x.g if attention.kind == "standard" else x.h
+    """Key/value heads of one attention layer: every head for latent attention, the block's own
+    (``attention.num_kv_heads``, fixed under a sweep) when it sets them, else the flat ``g``."""
+    if attention.kind != "standard":
+        return x.h
+    return attention.num_kv_heads if attention.own_kv_heads else x.g

@@ -181,7 +181,7 @@ def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention:
     # router, top-k, permutes, experts
     moe = 2 + 2 + 3 + (dense_ffn if ffn is not None and ffn.shared_dim else 0)
     feed = 0 if ffn is None else moe if ffn.moe else dense_ffn
-    kernels = norms + 2 + mixer + feed
+    kernels = norms + 2 + mixer + feed + len(block.projections)  # a projection: one GEMM
     if cross:
         kernels += 1 + 1 + 3 + core  # norm, residual add, q / kv / out projections, core
     return kernels

@@ -83,6 +83,13 @@ class AttentionSpec(BaseModel):
             "index_topk keys a lightning indexer selects."
         ),
     )
+    num_kv_heads: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: this block's own key/value heads when they differ from the flat num_kv_heads (the Nemotron "
+            "NAS models: num_heads / n_heads_in_group per layer); must divide num_heads. Its KV cache follows them."
+        ),
+    )
     q_lora_rank: PositiveInt | None = Field(
         default=None,
         description=(
@@ -193,6 +200,13 @@ class AttentionSpec(BaseModel):
             _refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
         if self.kind != "sparse":
             _refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
+        if self.kind in LATENT_KINDS and self.num_kv_heads is not None:
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "attention.num_kv_heads ({value}) applies to kind standard only: kind {kind} caches one compressed "
+                "latent shared by every head, so it would be ignored; remove num_kv_heads or use kind standard",
+                {"value": self.num_kv_heads, "kind": self.kind},
+            )
         return self
 
     @field_validator("qk_norm")
@@ -216,8 +230,9 @@ class FFNSpec(BaseModel):
     kind: FFNKind = Field(
         default="dense",
         description=(
-            "dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token. none: the "
-            "block has no FFN (Nemotron-H's mixer-only layers)."
+            "dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token. projection: "
+            "one bias-free embed_dim x embed_dim linear behind the FFN's norm (the Nemotron NAS models' "
+            "replace_with_linear FFN, DeciLMLinearMLP). none: the block has no FFN (Nemotron-H's mixer-only layers)."
         ),
     )
     ffn_dim: PositiveInt | None = Field(
@@ -272,7 +287,14 @@ class FFNSpec(BaseModel):
     def _fields_of_its_kind(self) -> FFNSpec:
         if self.kind != "moe":
             _refuse_other_kind(self, MOE_ONLY_FIELDS, "ffn", "moe")
-        elif self.ffn_dim is not None:
+        if self.kind == "projection" and self.ffn_dim is not None:
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "ffn.ffn_dim ({value}) is the width of a dense FFN, but kind is projection (embed_dim x embed_dim), "
+                "so it would be ignored: remove ffn_dim or use kind dense",
+                {"value": self.ffn_dim},
+            )
+        if self.kind == "moe" and self.ffn_dim is not None:
             raise PydanticCustomError(
                 "field_of_other_kind",
                 "ffn.ffn_dim ({value}) is the width of a dense FFN; under kind moe the width of one expert is "
@@ -392,7 +414,8 @@ def merge_spec(base: S, override: S | None) -> S:
         mixer_fields: tuple[str, ...] = ("gate_norm",)
         if update["kind"] not in RECURRENT_KINDS:
             mixer_fields += ("parallel_attention",)
-        for name in (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim", *mixer_fields):
+        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim")
+        for name in (*kind_fields, "num_kv_heads", *mixer_fields):
             if name in merged and name not in kept:
                 merged[name] = type(base).model_fields[name].default
     return type(base).model_validate({**merged, **update})

@@ -14,7 +14,9 @@ from embedcalc.config.mixers import Mixer
 AttentionKind = Literal["standard", "mla", "sparse"]
 LATENT_KINDS = frozenset({"mla", "sparse"})  # the kinds built on multi-head latent attention
 QKNorm = Literal["none", "head", "full"]
-FFNKind = Literal["dense", "moe", "none"]
+FFNKind = Literal["dense", "moe", "none", "projection"]
+# the sublayers a block may replace by one bias-free embed_dim x embed_dim linear (DeciLM's replace_with_linear)
+Projected = Literal["mixer", "ffn"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class Attention:
     index_head_dim: int = 0
     index_topk: int = 0
     index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
+    # num_kv_heads is the block's own (AttentionSpec.num_kv_heads, the NAS models' per-layer KV heads): fixed under a
+    # sweep; else it is the flat num_kv_heads, which a sweep may vary with num_heads
+    own_kv_heads: bool = False
 
     @property
     def latent(self) -> bool:
@@ -110,13 +115,18 @@ class FFN:
 
 @dataclass(frozen=True)
 class Block:
-    """One layer: its token mixer (attention, a recurrent ``mixer``, both in parallel, or neither) and its FFN (or
-    none)."""
+    """One layer: its token mixer (attention, a recurrent ``mixer``, both in parallel, a projection, or neither) and
+    its FFN (or a projection, or none).
+
+    ``projections`` names the sublayers replaced by one bias-free embed_dim x embed_dim linear behind their own
+    norm (DeciLM's ``replace_with_linear``, NVIDIA's Nemotron NAS models): ``mixer`` in place of the token mixer
+    (then ``attention`` and ``mixer`` are None), ``ffn`` in place of the FFN (then ``ffn`` is None)."""
 
     name: str
     attention: Attention | None
     ffn: FFN | None
     mixer: Mixer | None = None
+    projections: tuple[Projected, ...] = ()
 
     @property
     def parallel_mixers(self) -> bool:
@@ -131,6 +141,8 @@ class Block:
             return f"attention+{self.mixer.kind}"
         if self.attention is not None:
             return "attention"
+        if "mixer" in self.projections:
+            return "projection"
         return self.mixer.kind if self.mixer is not None else "none"
 
 

@@ -264,6 +264,17 @@ def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> N
             )
     if spec.kind == "sparse":
         _check_sparse(spec, where)
+    heads, kv = info.data.get("num_heads"), spec.num_kv_heads
+    if kv is not None and isinstance(heads, int) and heads % kv:
+        fits = [k for k in range(1, heads + 1) if heads % k == 0]
+        near = sorted(fits, key=lambda k: (abs(k - kv), k))[:2]
+        raise PydanticCustomError(
+            "kv_heads_not_divisor",
+            "{where}.num_kv_heads ({kv}) must divide {heads_key} ({heads}): each KV head serves {heads_key} / "
+            "num_kv_heads query heads; use num_kv_heads {fix}",
+            {"where": where, "kv": kv, "heads": heads, "heads_key": written_key(info, "num_heads"),
+             "fix": " or ".join(map(str, sorted(near)))},
+        )  # fmt: skip
     arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
     for name in ("sliding_window", "chunk_size"):
         size = getattr(spec, name)

@@ -26,6 +26,9 @@ A block mixes tokens with one of:
   Q Kᵀ, inter-block Q times the carried K ᵀV state), an RMSNorm over the heads' concatenated output, times
   sigmoid(output_gate(x)) (a second Linear d -> heads x head_dim), out_proj -> d. Its decay rates are computed
   from the head and layer index (no parameters); no convolution; its state is num_heads x head_dim x head_dim;
+- ``projection``: one bias-free embed_dim x embed_dim linear behind the block's input norm, mixing no tokens
+  (DeciLM's ``replace_with_linear`` attention, ``DeciLMLinearAttention`` in NVIDIA's ``modeling_decilm.py``): no
+  KV cache, no state;
 - ``none``: no mixer at all (Nemotron-H's MLP-only and MoE-only layers, the NAS models' attention-free layers).
 
 A recurrent mixer may also run **in parallel with the block's attention** (``parallel_attention``; Falcon-H1, TII
@@ -50,7 +53,9 @@ from pydantic_core import PydanticCustomError
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
-MixerKind = Literal["attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "none"]
+MixerKind = Literal[
+    "attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "projection", "none"
+]
 RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv", "lightning"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
@@ -87,8 +92,9 @@ class MixerSpec(BaseModel):
             "attention: the block's attention (standard or mla). mamba2: a Mamba-2 state-space layer (SSD, Dao & "
             "Gu 2024), a constant-size recurrent state per sequence instead of a KV cache. mamba: Mamba-1. "
             "gated_deltanet: gated DeltaNet linear attention. short_conv: LFM2's gated short convolution. "
-            "lightning: MiniMax's lightning attention (linear attention with a per-head decay). none: no mixer (the "
-            "block is its FFN only)."
+            "lightning: MiniMax's lightning attention (linear attention with a per-head decay). projection: one "
+            "bias-free embed_dim x embed_dim linear behind the block's input norm, mixing no tokens (the Nemotron NAS "
+            "models' replace_with_linear attention): no KV cache. none: no mixer (the block is its FFN only)."
         ),
     )
     state_size: PositiveInt | None = Field(

@@ -26,6 +26,7 @@ from embedcalc.config.blocks import (
 )
 from embedcalc.config.blocks import FFN as ResolvedFFN
 from embedcalc.config.disentangled import DisentangledSpec
+from embedcalc.config.layer_plan import Projected
 from embedcalc.config.mixers import MixerSpec, resolve_mixer
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
@@ -178,11 +179,12 @@ class ResolvedShape:
 
     def resolve_attention(self, spec: AttentionSpec) -> Attention:
         """An attention spec with this config's head counts, biases and defaults filled in."""
+        own = spec.num_kv_heads
         standard = Attention(
-            kind="standard", num_heads=self.num_heads, num_kv_heads=self.resolved_kv_heads,
+            kind="standard", num_heads=self.num_heads, num_kv_heads=own or self.resolved_kv_heads,
             head_dim=self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias, out_bias=self.resolved_out_bias,
             qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window, chunk=spec.chunk_size,
-            output_gate=spec.output_gate,
+            output_gate=spec.output_gate, own_kv_heads=own is not None,
         )  # fmt: skip
         if spec.kind == "standard":
             return standard
@@ -198,7 +200,7 @@ class ResolvedShape:
     def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN | None:
         """An FFN spec with this config's widths, activation and biases filled in (None: the block has none)."""
         gated, bias = self.gated, self.resolved_ffn_bias
-        if spec.kind == "none":
+        if spec.kind in ("none", "projection"):  # a projection is the block's, not an FFN (Block.projections)
             return None
         if spec.kind == "dense":
             return ResolvedFFN("dense", gated, bias, spec.ffn_dim or self.resolved_ffn_dim)
@@ -219,7 +221,14 @@ class ResolvedShape:
             mixer.kind == "attention" or mixer.parallel_attention
         )  # Falcon-H1: attention beside the mixer
         resolved = self.resolve_attention(attention) if attends else None
-        return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer))
+        projected: list[
+            Projected
+        ] = []  # sublayers replaced by a linear (the NAS models' replace_with_linear)
+        if mixer.kind == "projection":
+            projected.append("mixer")
+        if ffn.kind == "projection":
+            projected.append("ffn")
+        return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer), tuple(projected))
 
     @cached_property
     def named_blocks(self) -> dict[str, Block]:

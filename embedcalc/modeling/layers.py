@@ -4,7 +4,8 @@
 Each sublayer owns its norm(s), so the module tree mirrors the analytic breakdown keys (docs/layers.md):
 ``attention/...`` (:mod:`embedcalc.modeling.attention`), ``ffn/in``, ``ffn/out``, ``ffn/norm``
 (:mod:`embedcalc.modeling.ffn`), and for a mixture of experts ``ffn.moe.*``, which
-:mod:`embedcalc.modeling.counting` files under ``moe/...`` (the sublayer's norms stay ``ffn/norm``).
+:mod:`embedcalc.modeling.counting` files under ``moe/...`` (the sublayer's norms stay ``ffn/norm``); a sublayer
+replaced by a linear is ``mixer.projection`` / ``ffn.projection`` beside its ``norm`` (:class:`Projection`).
 
 Placements: pre, post and sandwich wrap each sublayer (:func:`embedcalc.modeling.norms.residual`). ``parallel``
 (GPT-J, GPT-NeoX, phi-2) runs attention and FFN on the same input, x + attn(n1(x)) + ffn(n2(x)), with n2 = n1
@@ -38,7 +39,15 @@ from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import Mamba2Mixer, MixerSublayer
 
-__all__ = ["AttentionImpl", "Block", "FeedForward", "MoEFeedForward", "embedding_table", "make_norm"]
+__all__ = [
+    "AttentionImpl",
+    "Block",
+    "FeedForward",
+    "MoEFeedForward",
+    "Projection",
+    "embedding_table",
+    "make_norm",
+]
 
 
 def make_attention(
@@ -119,6 +128,27 @@ class MoEFeedForward(nn.Module):
         return _ffn_residual(x, self.norm, self.transform, self.placement)
 
 
+class Projection(nn.Module):
+    """A sublayer replaced by one bias-free d x d linear behind its own norm and residual: DeciLM's
+    ``replace_with_linear`` (``DeciLMLinearAttention`` / ``DeciLMLinearMLP`` in NVIDIA's ``modeling_decilm.py``,
+    which keep ``input_layernorm`` / ``post_attention_layernorm``). In place of the mixer it mixes no tokens and
+    caches nothing; ``norm`` is None for the FFN of a one-norm parallel block, as for :class:`FeedForward`."""
+
+    def __init__(self, config: ModelConfig, norm: bool) -> None:
+        super().__init__()
+        self.placement = config.resolved_norm_placement
+        self.projection = nn.Linear(config.embed_dim, config.embed_dim, bias=False)
+        self.norm = sublayer_norm(config) if norm else None
+
+    def transform(self, x: Tensor) -> Tensor:
+        out: Tensor = self.projection(x)  # (B, T, d)
+        return out
+
+    def forward(self, x: Tensor, state: object = None) -> Tensor:
+        """(B, T, d) -> (B, T, d); ``state`` is what a recurrent mixer in its place would take (none here)."""
+        return _ffn_residual(x, self.norm, self.transform, self.placement)
+
+
 class Block(nn.Module):
     """One Transformer layer: self-attention, cross-attention (decoder of an encoder-decoder), FFN."""
 
@@ -143,7 +173,11 @@ class Block(nn.Module):
             if spec.attention is not None
             else None
         )
-        self.mixer = make_mixer(config, spec.mixer, depth) if spec.mixer is not None else None
+        self.mixer: nn.Module | None = (
+            make_mixer(config, spec.mixer, depth) if spec.mixer is not None else None
+        )
+        if "mixer" in spec.projections:
+            self.mixer = Projection(config, norm=True)
         self.parallel_mixers = spec.parallel_mixers
         self.cross_attention: AttentionBase | None = (
             make_attention(config, cross_attention, impl=impl, causal=causal, cross=True, relative_bias=False)
@@ -151,7 +185,9 @@ class Block(nn.Module):
             else None
         )
         ffn_norm = not self.parallel or config.parallel_norms == 2
-        self.ffn: FeedForward | MoEFeedForward | None = None
+        self.ffn: FeedForward | MoEFeedForward | Projection | None = None
+        if "ffn" in spec.projections:
+            self.ffn = Projection(config, ffn_norm)
         if spec.ffn is not None:
             self.ffn = (
                 MoEFeedForward(config, spec.ffn, ffn_norm, routing)

@@ -160,6 +160,12 @@ def sharding_config(config: ModelConfig, tp: int) -> ModelConfig:
     data["vocab_size"] = -(-config.vocab_size // tp) * tp
     if config.resolved_kv_heads < tp:
         data["num_kv_heads"] = tp
+    specs = [data.get("attention")] + [
+        block.get("attention") for block in (data.get("blocks") or {}).values()
+    ]
+    for spec in specs:  # a block's own KV heads (the NAS models'), likewise
+        if spec and spec.get("num_kv_heads") is not None and spec["num_kv_heads"] < tp:
+            spec["num_kv_heads"] = tp
     return ModelConfig.model_validate(data)
 
 

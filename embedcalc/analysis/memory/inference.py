@@ -47,7 +47,7 @@ from math import prod
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
-from embedcalc.analysis.structure import Dims, Num, cross_attention, maximum, minimum
+from embedcalc.analysis.structure import Dims, Num, cross_attention, kv_heads, maximum, minimum
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.blocks import Attention, Block
 from embedcalc.config.schema import ModelConfig
@@ -117,10 +117,11 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
         return RankWidths(
             heads, heads * qk, heads * qk, heads * a.v_head_dim, w.f // tp, w.fe // tp, w.fs // tp
         )
+    g = kv_heads(a, x) if a is not None else x.g
     if tp == 1:
-        return RankWidths(x.h, x.q, x.kv, x.q, w.f, w.fe, w.fs)
+        return RankWidths(x.h, x.q, g * x.hd, x.q, w.f, w.fe, w.fs)
     q = x.q // tp
-    return RankWidths(x.h // tp, q, maximum(1, x.g // tp) * x.hd, q, w.f // tp, w.fe // tp, w.fs // tp)
+    return RankWidths(x.h // tp, q, maximum(1, g // tp) * x.hd, q, w.f // tp, w.fe // tp, w.fs // tp)
 
 
 # --- KV cache ------------------------------------------------------------------------------------------------------
@@ -131,7 +132,8 @@ def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
     a sparse layer's indexer key, replicated like the latent: transformers' ``DynamicIndexedLayer``)."""
     if a.latent:
         return a.kv_cache_width
-    heads = x.g if tp == 1 else maximum(1, x.g // tp)
+    g = kv_heads(a, x)
+    heads = g if tp == 1 else maximum(1, g // tp)
     return 2 * heads * x.hd
 
 

@@ -161,9 +161,11 @@ def layer_saved(
         terms += _attention_saved(config, workload, block.attention, r, x, n, n, "attention", recompute)
     if block.mixer is not None:
         terms.append(("mixer", mixer_saved_bytes(block.mixer, x, n, e)))
+    terms += [(where, t * (e * x.d)) for where in block.projections]  # a projection saves its input
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
-    mixes = block.attention is not None or block.mixer is not None
-    norms = (attention_norms if mixes else 0) + (ffn_norms if block.ffn is not None else 0)
+    mixes = block.attention is not None or block.mixer is not None or "mixer" in block.projections
+    feeds = block.ffn is not None or "ffn" in block.projections
+    norms = (attention_norms if mixes else 0) + (ffn_norms if feeds else 0)
     if sd.stack.cross_attention:
         a = cross_attention(config)
         terms += _attention_saved(config, workload, a, rank_widths(block, x, tp, a), x, n, n_mem, "cross_attention",
