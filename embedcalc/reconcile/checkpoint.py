@@ -17,7 +17,8 @@ count, and the analytic weight memory at the config's dtype. Conventions:
 - layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
   listed as extra, not counted;
 - standard shapes are checked tensor by tensor where the config fixes them (embeddings and head: vocab x hidden;
-  q/k/v/o: heads x head_dim; a dense MLP; norms), so a disagreement names the tensor.
+  q/k/v/o: heads x head_dim; a dense MLP; norms; every tensor of a recurrent mixer and its pre-norm, from the
+  layer's mixer: :mod:`embedcalc.reconcile.checkpoint_mixers`), so a disagreement names the tensor.
 
 The checkpoint agrees when every component's parameters equal the analytic count, no shape disagrees and no
 component the config has is missing; otherwise ``verify`` exits 3 naming the tensors.
@@ -32,8 +33,10 @@ from typing import Any
 from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
+from embedcalc.config.mixers import Mixer
 from embedcalc.config.schema import ModelConfig
-from embedcalc.reconcile.checkpoint_names import Sublayer, TensorRole, tensor_role
+from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
+from embedcalc.reconcile.checkpoint_names import Sublayer, TensorRole, tensor_role, within_layer
 
 _HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
 _STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
@@ -177,6 +180,18 @@ def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[t
     return None
 
 
+def _tensor_shape(
+    config: ModelConfig, role: TensorRole, param: str, mixers: dict[int, Mixer]
+) -> tuple[tuple[int, ...], str] | None:
+    """:func:`expected_shape`, and in a recurrent mixer's layer the mixer's tensors and the layer's pre-norm."""
+    mixer = mixers.get(role.layer) if role.layer is not None else None
+    if mixer is None or role.key is None or "/mixer/" not in role.key:
+        return expected_shape(config, role, param)
+    if role.key.endswith("/mixer/norm"):
+        return ((config.embed_dim,), "hidden") if param == "weight" else None
+    return mixer_tensor_shape(mixer, config.embed_dim, within_layer(role.module, role.layer), param)
+
+
 def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
     """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
     (``parallel``: a recurrent mixer beside attention)."""
@@ -199,6 +214,8 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
     kinds = _layer_kinds(config, stack)
+    plan = config.stack_plan(stack)
+    mixers = {i: m for i in range(plan.num_layers) if (m := plan.block_at(i).mixer) is not None}
     gate = f"{stack}/attention/gate" if f"{stack}/attention/gate" in analytic else None
     # per key: (tensor, parameters, bytes) it holds there
     stored: dict[str, list[tuple[StoredTensor, int, int]]] = defaultdict(list)
@@ -243,7 +260,7 @@ def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoin
             stored[role.key].append((tensor, params - params // 2, tensor.nbytes - tensor.nbytes // 2))
         else:
             stored[role.key].append((tensor, params, tensor.nbytes))
-        expected = expected_shape(config, role, param) if role.kind == "weight" else None
+        expected = _tensor_shape(config, role, param, mixers) if role.kind == "weight" else None
         if expected is not None and tensor.shape != expected[0]:
             shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
                                            f"({expected[1]})"))  # fmt: skip

@@ -130,12 +130,19 @@ def tensor_role(
         if last in _FINAL_NORMS:
             return TensorRole(f"{stack}/final_norm", None, kind, module)
         return TensorRole(None, None, kind, module)
-    inside = segments[segments.index(match.group(1)) + 1 :] if match.group(1) in segments else segments
+    inside = within_layer(module, layer)
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     key = _mixer_key(inside, param) if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
+
+
+def within_layer(module: str, layer: int | None) -> list[str]:
+    """The segments of ``module`` after its layer index (``model.layers.3.mamba.conv1d`` -> ``mamba``, ``conv1d``);
+    all of them outside the stack."""
+    segments = module.split(".")
+    return segments[segments.index(str(layer)) + 1 :] if str(layer) in segments else segments
 
 
 def _mixer_key(inside: list[str], param: str) -> str | None:

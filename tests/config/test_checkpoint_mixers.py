@@ -105,3 +105,41 @@ def test_the_table_total_counts_qwen3_next_split_q_proj_once(
     assert result.exit_code == 0, result.stderr
     (total,) = [line for line in result.stdout.splitlines() if " total " in line]
     assert total.split("│")[2].strip() == str(len(names))
+
+
+@pytest.mark.parametrize("name", sorted(MIXER_MODULE))
+def test_a_reshaped_mixer_tensor_exits_3_naming_it(
+    transformers: Any, cli: Any, tmp_path: Path, name: str
+) -> None:
+    """Every multi-dimensional tensor of the first recurrent layer's mixer stored with its dimensions reversed (the
+    same elements, so every component's total still agrees): verify exits 3 naming each, and only those."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    raw = raw_fixture(name) | SMALL[name]
+    model = transformers.AutoModelForCausalLM.from_config(hf_config(transformers, raw))
+    model.save_pretrained(tmp_path)
+    # parameters, not MiniMax's decay buffers, which the file holds too (Nemotron-H saves model.* as backbone.*)
+    params = {n[n.index("layers.") :] for n, _ in model.named_parameters() if "layers." in n}
+    plan = mapped_config(raw).stack_plan("decoder")
+    first = next(i for i in range(plan.num_layers) if plan.block_at(i).mixer is not None)
+    tensors = load_file(tmp_path / "model.safetensors")
+    prefix = f"layers.{first}.{MIXER_MODULE[name]}."
+    reshaped = sorted(
+        n
+        for n, t in tensors.items()
+        if prefix in n and n[n.index("layers.") :] in params and t.dim() > 1 and t.shape != t.shape[::-1]
+    )
+    assert reshaped
+    for n in reshaped:
+        tensors[n] = tensors[n].reshape(tuple(reversed(tensors[n].shape))).contiguous()
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
+    assert result.exit_code == 3
+    check = json.loads(result.stdout)["results"][0]
+    assert all(c["stored_params"] == c["analytic_params"] for c in check["components"])
+    assert sorted(e["tensor"] for e in check["shape_errors"]) == reshaped
+    shown = list(reversed(tensors[reshaped[0]].shape))
+    said = " ".join(result.stderr.split())  # the console wraps long lines
+    assert f"{reshaped[0]} has shape {list(tensors[reshaped[0]].shape)}: the config gives {shown}" in said
