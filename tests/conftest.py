@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,10 +88,42 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test reads or writes the user's ``~/.cache/embedcalc`` (``bench --peak`` records the local device there):
-    every test gets an empty cache of its own."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    every test gets an empty cache of its own (``$XDG_CACHE_HOME``, returned), so ``local`` is unmeasured unless
+    the test asks for ``measured_local``."""
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
+
+
+@pytest.fixture(scope="session")
+def _local_measurement(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``local.json`` as ``bench --peak --device cpu`` and ``bench --peak --device cpu --dtype bf16`` write it,
+    measured once per session (per xdist worker) in a cache of its own: the matmul peaks, memory bandwidth,
+    per-kernel overhead and GEMM rows of this CPU take seconds on 2 cores, and every bench of an unmeasured machine
+    would pay them again."""
+    pytest.importorskip("torch")
+    from embedcalc.api.bench import RunOptions, measure_peak
+
+    cache = tmp_path_factory.mktemp("measured-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        for dtype in ("fp32", "bf16"):
+            measure_peak(dtype, RunOptions(device="cpu"))
+    return cache / "embedcalc" / "local.json"
+
+
+@pytest.fixture
+def measured_local(_private_cache: Path, _local_measurement: Path) -> Path:
+    """This machine already measured as ``local`` (fp32 and bf16), in the test's own cache: a copy of the
+    session's one measurement (``_local_measurement``), so a bench run predicts from it instead of measuring the
+    machine first. Tests of an unmeasured machine (``--hardware local`` refused, the first bench measuring it)
+    leave this out."""
+    path = _private_cache / "embedcalc" / "local.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_local_measurement, path)
+    return path
 
 
 @pytest.fixture
@@ -158,9 +191,12 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
 
 
 @pytest.fixture
-def generate_state(cli: InProcessCli, write_config: Callable[..., Path]) -> Callable[..., dict[str, Any]]:
-    """``bench --mode generate`` (CPU, 2 sequences of 9 tokens, 3 decoded) on a config mapping: its measurement,
-    once the recurrent state the torch tensors hold is checked to be the analytic state (DESIGN.md §16)."""
+def generate_state(
+    cli: InProcessCli, write_config: Callable[..., Path], measured_local: Path
+) -> Callable[..., dict[str, Any]]:
+    """``bench --mode generate`` (CPU, 2 sequences of 9 tokens, 3 decoded, ``local`` already measured) on a config
+    mapping: its measurement, once the recurrent state the torch tensors hold is checked to be the analytic state
+    (DESIGN.md §16)."""
 
     def run(content: dict[str, Any], name: str = "config.json") -> dict[str, Any]:
         path = write_config(content, name)

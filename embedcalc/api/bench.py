@@ -166,16 +166,19 @@ def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchRes
             f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
         ) from None
     peak = matmul_peak(dev, run.dtype, options)
-    estimate, note = local_estimate(analysis, dev, options)
+    estimate, note = local_estimate(analysis, dev, options, peak)
     return BenchResult(
         analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note)
     )
 
 
-def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[RooflineEstimate | None, str]:
+def local_estimate(
+    analysis: Analysis, dev: Any, options: RunOptions, peak: Any = None
+) -> tuple[RooflineEstimate | None, str]:
     """The default prediction a measurement is put beside: the expected time for ``local`` (measured first, as
     ``bench --peak`` measures it, when this machine has not been measured yet), and a note on where it came from
-    (or why there is none)."""
+    (or why there is none). ``peak``: the matmul peak this run has just measured on ``dev`` in the workload's
+    dtype, which a first measurement of ``local`` takes rather than timing the same GEMMs a second time."""
     from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
     from embedcalc.config.hardware import LOCAL, load_device
     from embedcalc.modeling.device import device_name
@@ -185,7 +188,7 @@ def local_estimate(analysis: Analysis, dev: Any, options: RunOptions) -> tuple[R
         device = load_device(LOCAL)
         when = f"bench --peak of {device.measured.measured_at}" if device.measured else "bench --peak"
     except UnsupportedEnvironmentError:
-        measure_local(dev, name, dtype, matmul_peak(dev, dtype, options), options.progress)
+        measure_local(dev, name, dtype, peak or matmul_peak(dev, dtype, options), options.progress)
         device, when = (
             load_device(LOCAL),
             "local was not measured yet and was measured now, as bench --peak does",

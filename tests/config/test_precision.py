@@ -243,7 +243,7 @@ def test_the_python_api_defaults_to_the_models_dtype() -> None:
 
 
 @pytest.mark.torch
-def test_bench_keeps_fp32_whatever_the_models_dtype(tmp_path: Path) -> None:
+def test_bench_keeps_fp32_whatever_the_models_dtype(tmp_path: Path, measured_local: Path) -> None:
     pytest.importorskip("torch")
     tiny = tmp_path / "tiny.json"
     tiny.write_text(json.dumps({"architecture": "decoder", "vocab_size": 256, "max_seq_len": 32, "embed_dim": 32,

@@ -11,6 +11,7 @@ prediction beside them. Projection fusion (bench only) leaves the outputs unchan
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,7 +164,7 @@ def _check_measurement(entry: dict[str, Any]) -> None:
     assert m["decode_s_per_token_p10"] <= m["decode_s_per_token_median"] <= m["decode_s_per_token_p90"]
 
 
-def test_bench_generate_tiny_decoder(run_cli: Any, tmp_path: Any) -> None:
+def test_bench_generate_tiny_decoder(run_cli: Any, tmp_path: Any, measured_local: Path) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps({**BASE, **CONFIGS["sliding_window"]}))
     entry = _bench_generate(run_cli, str(path), "--gen-tokens", "12", "--seq-len", "8", "--batch-size", "2",
@@ -180,14 +181,14 @@ def test_bench_generate_refuses_an_encoder_and_zero_tokens(cli: Any) -> None:
 
 
 @pytest.mark.slow  # about 15-20 s; the default suite runs generate end to end on a tiny decoder
-def test_bench_generate_gpt2(run_cli: Any) -> None:
+def test_bench_generate_gpt2(run_cli: Any, measured_local: Path) -> None:
     """The done-when test of DESIGN.md §10: gpt2, 32 tokens, CPU, JSON (about 15 s here)."""
     entry = _bench_generate(run_cli, "gpt2", "--gen-tokens", "32", "--repeat", "1", "--warmup", "0")
     _check_measurement(entry)
 
 
 @pytest.mark.slow
-def test_bench_generate_encoder_decoder_bfloat16(run_cli: Any) -> None:
+def test_bench_generate_encoder_decoder_bfloat16(run_cli: Any, measured_local: Path) -> None:
     entry = _bench_generate(run_cli, "t5-small", "--gen-tokens", "8", "--seq-len", "32", "--dtype", "bfloat16",
                             "--repeat", "1", "--warmup", "0")  # fmt: skip
     _check_measurement(entry)

@@ -78,7 +78,9 @@ def test_bf16_state_bytes_equal_transformers_cache() -> None:
 
 
 @pytest.mark.torch
-def test_generation_allocates_the_ssm_state_in_its_dtype(write_config: Any, cli: Any) -> None:
+def test_generation_allocates_the_ssm_state_in_its_dtype(
+    write_config: Any, cli: Any, measured_local: Any
+) -> None:
     """``bench --mode generate --dtype bf16``: the state tensors embedcalc's model decodes with hold the analytic
     bytes (the SSM state in float32)."""
     import json
