@@ -32,6 +32,7 @@ PRESETS = (
     "llama-2-7b",
     "llama-3.1-70b",
     "llama-3.1-8b",
+    "llama-3.2-11b-vision",
     "minimax-m1-80k",
     "mistral-7b",
     "mixtral-8x7b",

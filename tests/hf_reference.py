@@ -149,12 +149,14 @@ def trainable(model: Any) -> int:
 
 
 def forward_flops(
-    model: Any, batch: int, seq_len: int, tgt_len: int | None = None, *, no_cache: bool = True
-) -> int:
+    model: Any, batch: int, seq_len: int, tgt_len: int | None = None, *, no_cache: bool = True,
+    extra: dict[str, Any] | None = None,
+) -> int:  # fmt: skip
     """``FlopCounterMode``'s total for one forward of ``batch`` x ``seq_len`` token ids on the model's device (meta
     for a model built there); ``tgt_len``: an encoder-decoder's decoder tokens (``decoder_input_ids``);
     ``no_cache``: pass ``use_cache=False`` (the causal LMs; on the meta device some families, Falcon's among them,
-    fail with it, so the published-family tests call them as the model's defaults have it)."""
+    fail with it, so the published-family tests call them as the model's defaults have it); ``extra``: more
+    inputs of the forward (Mllama's ``cross_attention_states``)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -163,7 +165,7 @@ def forward_flops(
     if tgt_len is not None:
         inputs["decoder_input_ids"] = torch.zeros(batch, tgt_len, dtype=torch.long, device=device)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(**inputs, **({"use_cache": False} if no_cache else {}))
+        model(**inputs, **(extra or {}), **({"use_cache": False} if no_cache else {}))
     return int(counter.get_total_flops())
 
 

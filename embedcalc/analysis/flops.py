@@ -31,6 +31,10 @@ the query-key pairs per head:
   ``moe/shared_gate`` 2 t d.
 - cross-attention (decoder of an encoder-decoder, m target and n source tokens): Q and out on the m target
   tokens, K and V on the n encoder outputs, scores and context 2 b h m n head_dim each.
+- cross-attention over an external sequence (``attention.cross``, Llama-3.2-Vision; m = context_tokens): Q and
+  out on the t text tokens, K and V on the b m external tokens, ``scores`` and ``context`` 2 b h n m head_dim each
+  (O(n m d): linear in the text length), the same in full and causally (no query is masked). Its K and V are
+  computed once per sequence, so a decode step (forward(n) - forward(n - 1)) has none and its cores read m keys.
 - ``pooler`` 2 b d d (first token only, BERT); ``head/lm`` 2 b n d_tok vocab on every position of the last stack;
   with token_embed_dim != embed_dim ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
   ``head/project_out`` 2 b n d d_tok.
@@ -226,7 +230,9 @@ def layer_flops(
     t = b * n
     a = block.attention
     terms: list[tuple[str, Num]] = []
-    if a is not None:
+    if a is not None and a.external:  # K and V of the external tokens; every query sees all of them
+        terms += attention_flops(a, x, layers, t, b * a.context, b * (n * a.context), "attention", cross=True)
+    elif a is not None:
         pairs = score_pairs(n, causal, a.window, a.chunk, a.index_topk if a.kind == "sparse" else None)
         terms += attention_flops(a, x, layers, t, t, b * pairs, "attention")
         if a.indexer:  # scores every earlier token (all n² pairs in full, as the torch path computes them)
@@ -373,6 +379,8 @@ def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
                 if not a.index_shared:
                     per_score = _INDEX_PER_HEAD_SCORE * a.index_heads + 1
                     out.add(f"{sd.name}/index_scores", layers * b * n * n * per_score)
+            elif a is not None and a.external:  # softmax over the external tokens
+                out.add(f"{sd.name}/softmax", layers * b * h * n * a.context * _SOFTMAX_PER_SCORE)
             elif a is not None:
                 out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
             out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)

@@ -7,7 +7,9 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 - standard attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor
   here, the layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per
   projection (``qkv_bias``, ``out_bias``; Qwen2 has Q/K/V biases and no output bias); q/k norms per head_dim
-  (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss).
+  (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss). Cross-attention over an
+  external sequence (``attention.cross``, Llama-3.2-Vision) has the same tensors (its K/V input is embed_dim wide);
+  tanh gates add one scalar each to the attention and the FFN (``attention/tanh_gate``, ``ffn/tanh_gate``).
 - multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
   rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
@@ -24,10 +26,11 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 - positions: learned tables are parameters (one per stack, max_seq_len + position_offset rows); sinusoidal, rope,
   alibi are not; relative (T5) is a buckets x num_heads table in the first block of each stack (Raffel et al.
   2020, §2.1).
-- token table vocab_size x token_embed_dim; when token_embed_dim differs from embed_dim, a projection
-  token_embed_dim -> embed_dim after the lookup (after the embedding norm with ``factorized_embeddings``, ALBERT,
-  whose position and type tables and embedding norm are token_embed_dim wide) and embed_dim -> token_embed_dim
-  before the LM head; ``lm_head_bias`` adds a vocab_size bias (phi-2), even when the head is tied.
+- token table (vocab_size + extra_token_rows) x token_embed_dim; when token_embed_dim differs from embed_dim, a
+  projection token_embed_dim -> embed_dim after the lookup (after the embedding norm with
+  ``factorized_embeddings``, ALBERT, whose position and type tables and embedding norm are token_embed_dim wide)
+  and embed_dim -> token_embed_dim before the LM head; ``lm_head_bias`` adds a vocab_size bias (phi-2), even
+  when the head is tied.
 - encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4).
 
 **Active parameters** (Fedus et al. 2021; DeepSeek-V3 report, Table 1): the total minus the (num_experts - top_k)
@@ -102,6 +105,8 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
         out += _linear(f"{prefix}/gate", d, h * x.hd, a.qkv_bias, "column")
     out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
+    if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
+        out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
     return out
 
 
@@ -174,6 +179,8 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
         out += _norm(config, "cross_attention/norm", x.d, cross_norms)
     if block.ffn is not None:
         out += ffn_tensors(config, block.ffn, block, x)
+        if block.attention is not None and block.attention.tanh_gates:  # Mllama's cross_attn_mlp_gate
+            out.append(ParamTensor("ffn/tanh_gate", (1,)))
         out += _norm(config, "ffn/norm", x.d, ffn_norms)
     if "ffn" in block.projections:
         out += projection_tensors(config, "ffn", x, ffn_norms)
@@ -183,7 +190,7 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
 def _embedding_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
     d, d_tok, copies = x.d, x.d_tok, len(x.stacks)
     wide = d_tok if config.factorized_embeddings else d  # width of the position / type tables and the norm
-    out = [ParamTensor("embedding/token", (config.vocab_size, d_tok), split="vocab")]
+    out = [ParamTensor("embedding/token", (config.token_rows, d_tok), split="vocab")]
     project = _linear("embedding/project_in", d_tok, d, config.embedding_projection_bias, "none")
     if config.embedding_projection and not config.factorized_embeddings:
         out += project  # OPT-350m: right after the token lookup

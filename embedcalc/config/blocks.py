@@ -170,6 +170,25 @@ class AttentionSpec(BaseModel):
         ),
     )
 
+    cross: bool = Field(
+        default=False,
+        description=(
+            "Cross-attention over the external sequence of context_tokens tokens (Llama-3.2-Vision's "
+            "cross-attention layers, MllamaTextCrossAttention): K and V are projected from those embed_dim-wide "
+            "vectors (the vision tower's projected output), not from the layer's input; every query sees every "
+            "one of them (no causal mask, no positions), and the layer's KV cache holds context_tokens tokens "
+            "whatever the text length. The block has no self-attention. Standard attention only."
+        ),
+    )
+    tanh_gates: bool = Field(
+        default=False,
+        description=(
+            "tanh-gated residuals: one learned scalar g each scales the attention and the FFN outputs by tanh(g) "
+            "before the residual add (Flamingo, Alayrac et al. 2022 §2.2; Mllama's cross_attn_attn_gate and "
+            "cross_attn_mlp_gate): 1 parameter per gated sublayer."
+        ),
+    )
+
     @field_validator("qk_rope_head_dim")
     @classmethod
     def _rope_dims_even(cls, value: int | None, info: ValidationInfo) -> int | None:

@@ -46,6 +46,14 @@ class Attention:
     # num_kv_heads is the block's own (AttentionSpec.num_kv_heads, the NAS models' per-layer KV heads): fixed under a
     # sweep; else it is the flat num_kv_heads, which a sweep may vary with num_heads
     own_kv_heads: bool = False
+    context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
+    tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)
+
+    @property
+    def external(self) -> bool:
+        """Cross-attention over an external sequence (the vision tokens of Llama-3.2-Vision): K and V are
+        projected from ``context`` tokens that are not the layer's input; every query sees all of them."""
+        return self.context > 0
 
     @property
     def latent(self) -> bool:

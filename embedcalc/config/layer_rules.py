@@ -158,6 +158,46 @@ class LayerRules:
             _check_index_sharing(stack, info)
         return value
 
+    @field_validator("context_tokens", check_fields=False)
+    @classmethod
+    def _context_read_by_cross(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """``context_tokens`` and cross-attention blocks come together: cross layers need the external sequence's
+        length, and a length no layer reads would change no number."""
+        if not {"attention", "blocks", "sliding_window"} <= info.data.keys():
+            return value  # a field it reads failed already and was reported
+        cross = _cross_blocks(info)
+        if cross and value is None:
+            raise PydanticCustomError(
+                "context_tokens_missing",
+                "{where}.cross attends to an external sequence, but context_tokens is not set; set "
+                "context_tokens: its tokens per sequence (Llama-3.2-Vision: 6404 for one 560-pixel image in 4 "
+                "tiles, ((560 / 14)^2 + 1) x 4)",
+                {"where": cross[0]},
+            )
+        if not cross and value is not None:
+            raise PydanticCustomError(
+                "context_tokens_unused",
+                "context_tokens ({value}) is the length of the sequence cross-attention blocks attend to, but no "
+                "block sets attention.cross, so it would change nothing; remove context_tokens or add a block "
+                "with attention: {{cross: true}}",
+                {"value": value},
+            )
+        return value
+
+    @field_validator("extra_token_rows", check_fields=False)
+    @classmethod
+    def _extra_rows_untied(cls, value: int, info: ValidationInfo) -> int:
+        """A tied head would predict the extra rows too; MllamaForCausalLM's separate head has vocab_size rows."""
+        if value and info.data.get("tie_embeddings"):
+            raise PydanticCustomError(
+                "extra_rows_tied",
+                "extra_token_rows ({value}) are token-table rows the LM head does not predict, but "
+                "tie_embeddings is true, so the head would be that table; set tie_embeddings: false or "
+                "extra_token_rows: 0",
+                {"value": value},
+            )
+        return value
+
     @field_validator("shared_layers", check_fields=False)
     @classmethod
     def _sharing_needs_one_block(cls, value: bool, info: ValidationInfo) -> bool:
@@ -171,6 +211,16 @@ class LayerRules:
                 {"names": ", ".join(sorted(names))},
             )
         return value
+
+
+def _cross_blocks(info: ValidationInfo) -> list[str]:
+    """Where attention.cross is set, as error paths: ``attention`` (the default block) and ``blocks.NAME.attention``."""
+    base = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    out = ["attention"] if base.cross else []
+    for name, block in info.data["blocks"].items():
+        if merge_spec(base, block.attention).cross:
+            out.append(f"blocks.{name}.attention")
+    return out
 
 
 def _check_ffn_activation(spec: FFNSpec, info: ValidationInfo, where: str) -> None:
@@ -251,6 +301,38 @@ def _check_sparse(spec: AttentionSpec, where: str) -> None:
         )
 
 
+# what cross-attention over an external sequence cannot have: latent attention, a causal window or chunk, sinks
+_NOT_CROSS = {"sliding_window": None, "chunk_size": None, "sinks": False, "output_gate": False}
+
+
+def _check_cross(spec: AttentionSpec, where: str) -> None:
+    """Cross-attention is standard attention whose every query sees all the external tokens: refuse the fields
+    that would limit or change that (their values would be silently ignored)."""
+    if spec.kind != "standard":
+        raise PydanticCustomError(
+            "cross_needs_standard",
+            "{where}.cross applies to kind standard (Llama-3.2-Vision's cross-attention has plain GQA "
+            "projections), but kind is {kind}; set kind: standard or remove cross",
+            {"where": where, "kind": spec.kind},
+        )
+    for name, default in _NOT_CROSS.items():
+        value = getattr(spec, name)
+        if value != default:
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            raise PydanticCustomError(
+                "field_with_cross",
+                "{where}.{name} ({value}) shapes causal self-attention, but cross is true: every query sees "
+                "all context_tokens external tokens; remove {name} from this block (write {name}: {default} to "
+                "drop a value it inherits) or cross",
+                {
+                    "where": where,
+                    "name": name,
+                    "value": shown,
+                    "default": "null" if default is None else "false",
+                },
+            )
+
+
 def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
     """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
     if spec.kind in ("mla", "sparse"):
@@ -275,6 +357,23 @@ def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> N
             {"where": where, "kv": kv, "heads": heads, "heads_key": written_key(info, "num_heads"),
              "fix": " or ".join(map(str, sorted(near)))},
         )  # fmt: skip
+    if spec.cross:
+        _check_cross(spec, where)
+    if spec.cross and info.data.get("architecture") != "decoder":
+        raise PydanticCustomError(
+            "cross_needs_decoder",
+            "{where}.cross is cross-attention from a decoder's text to an external sequence (Llama-3.2-Vision); "
+            "architecture {arch} has none (an encoder-decoder's decoder attends to its encoder already). Use "
+            "architecture decoder or remove cross",
+            {"where": where, "arch": info.data.get("architecture")},
+        )
+    if spec.cross and info.data.get("norm_placement") == "parallel":
+        raise PydanticCustomError(
+            "cross_not_parallel",
+            "{where}.cross: a cross-attention block runs its attention and FFN one after the other "
+            "(Llama-3.2-Vision), but norm_placement is parallel; use norm_placement pre or remove cross",
+            {"where": where},
+        )
     arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
     for name in ("sliding_window", "chunk_size"):
         size = getattr(spec, name)

@@ -74,6 +74,9 @@ class ResolvedShape:
         blocks: dict[str, BlockSpec]
         layers: list[LayerRun] | None
         shared_layers: bool
+        context_tokens: int | None
+        extra_token_rows: int
+        vocab_size: int
 
     @property
     def resolved_head_dim(self) -> int:
@@ -157,6 +160,11 @@ class ResolvedShape:
         return self.position == "relative"
 
     @property
+    def token_rows(self) -> int:
+        """Rows of the token table: vocab_size + extra_token_rows (the LM head predicts vocab_size)."""
+        return self.vocab_size + self.extra_token_rows
+
+    @property
     def position_rows(self) -> int:
         """Rows of the learned position table: max_seq_len + position_offset."""
         return self.max_seq_len + self.position_offset
@@ -185,6 +193,7 @@ class ResolvedShape:
             head_dim=self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias, out_bias=self.resolved_out_bias,
             qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window, chunk=spec.chunk_size,
             output_gate=spec.output_gate, own_kv_heads=own is not None,
+            context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
         )  # fmt: skip
         if spec.kind == "standard":
             return standard
@@ -297,8 +306,18 @@ class ResolvedShape:
         if self.architecture != "encoder":  # K and V (or MLA's latent) values one token adds to the cache
             decoder = self.stack_plan("decoder").counts()
             out["kv_cache_values_per_token"] = sum(
-                b.attention.kv_cache_width * n for b, n in decoder if b.attention is not None
+                b.attention.kv_cache_width * n
+                for b, n in decoder
+                if b.attention is not None and not b.attention.external
             )
+            external = [
+                (b.attention, n) for b, n in decoder if b.attention is not None and b.attention.external
+            ]
+            if (
+                external
+            ):  # cross-attention: a cache of the external tokens, per sequence, whatever the text length
+                out["cross_attention_layers"] = sum(n for _, n in external)
+                out["context_kv_cache_values"] = sum(a.kv_cache_width * a.context * n for a, n in external)
             if self.has_recurrent_state:  # the constant state of the recurrent layers, per sequence
                 out["recurrent_state_values"] = sum(b.mixer.state_values * n for b, n in decoder if b.mixer)
         if (

@@ -303,6 +303,24 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
             "projects into content-to-position and position-to-content score terms. Default none."
         ),
     )
+    context_tokens: PositiveInt | None = Field(
+        default=None,
+        validate_default=True,
+        description=(
+            "Tokens per sequence of the external sequence that cross-attention blocks (attention.cross) attend "
+            "to: Llama-3.2-Vision's vision tokens, ((image_size / patch_size)^2 + 1) per tile x max_num_tiles "
+            "per image (6404 for one 560-pixel image in 4 tiles of 14-pixel patches). Their K and V are projected "
+            "once per sequence and cached; the text length does not change them. Required with cross blocks, "
+            "refused without."
+        ),
+    )
+    extra_token_rows: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "Rows of the token table beyond vocab_size that the LM head does not predict (MllamaTextModel builds "
+            "vocab_size + 8 rows for its image token and reserved ids; its head has vocab_size). Default 0."
+        ),
+    )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")
 
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
-from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
+from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.positions import apply_rotary, relative_position_bucket
 
 AttentionImpl = Literal["sdpa", "eager"]
@@ -157,6 +157,7 @@ class AttentionBase(nn.Module):
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
         self.relative_bias = embedding_table(self.num_buckets, spec.num_heads) if relative_bias else None
+        self.tanh_gate = TanhGate() if spec.tanh_gates else None  # Mllama's cross_attn_attn_gate
 
     def position_bias(self, query_len: int, key_len: int, query_offset: int = 0) -> Tensor:
         """T5's relative position bias, (1, h, T, S), for queries at positions ``query_offset`` on (cached decode)
@@ -265,9 +266,8 @@ class AttentionBase(nn.Module):
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
         cache: LayerCache | CrossCache | None = None, position: int = 0,
     ) -> Tensor:  # fmt: skip
-        return residual(
-            x, self.norm, lambda h: self.attend(h, memory, bias, rotary, cache, position), self.placement
-        )
+        transform = gated(lambda h: self.attend(h, memory, bias, rotary, cache, position), self.tanh_gate)
+        return residual(x, self.norm, transform, self.placement)
 
 
 class Attention(AttentionBase):

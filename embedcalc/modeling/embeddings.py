@@ -42,7 +42,7 @@ class Embeddings(nn.Module):
         self.position_offset = config.position_offset
         self.first_stack = stack_names[0]
         self.scale = math.sqrt(config.embed_dim) if config.scale_embeddings else None
-        self.token = embedding_table(config.vocab_size, e)
+        self.token = embedding_table(config.token_rows, e)  # vocab_size + extra_token_rows (Mllama: + 8)
         self.project_in = (
             nn.Linear(e, config.embed_dim, bias=config.embedding_projection_bias)
             if config.embedding_projection

@@ -54,6 +54,15 @@ def allocate_cache(
     for i in range(decoder.num_layers):
         block = cast(Block, decoder.layers[i if len(decoder.layers) > 1 else 0])
         attn = block.attention
+        if (
+            attn is not None and block.external
+        ):  # cross-attention: K and V of the external tokens, filled once
+            if not isinstance(attn, Attention):  # pragma: no cover - cross-attention is standard
+                raise ValueError("latent cross-attention")
+            m = model.config.context_tokens or 0
+            shape = (batch_size, attn.num_kv_heads, m, attn.head_dim)  # (B, h_kv, m, d_head)
+            layers.append(BlockCache(None, CrossCache(empty(*shape), empty(*shape))))
+            continue
         if attn is None:  # a recurrent mixer's fixed-size state, or nothing for a block without a mixer
             mixer = model.config.stack_plan("decoder").block_at(i).mixer
             state = allocate_state(mixer, batch_size, weight) if mixer is not None else None

@@ -12,6 +12,10 @@ Placements: pre, post and sandwich wrap each sublayer (:func:`embedcalc.modeling
 (one norm, under ``attention/norm``) when ``parallel_norms`` is 1; a decoder's cross-attention, if any, runs
 before them as a pre-norm sublayer. A recurrent mixer with ``parallel_attention`` (Falcon-H1) runs beside the
 attention on the output of its norm, x + attn(n(x)) + mixer(n(x)), before the FFN's own pre-norm sublayer.
+A block whose attention is cross-attention over an external sequence (Llama-3.2-Vision) attends from the text to
+``memory``, the external tokens (no rotary positions, no mask), through a cross cache filled at prefill; with tanh
+gates each sublayer's output is scaled by tanh(g) before its residual add (``attention/tanh_gate``,
+``ffn/tanh_gate``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.lightning import LightningMixer
 from embedcalc.modeling.mamba1 import Mamba1Mixer
 from embedcalc.modeling.moe import MoE, Routing
-from embedcalc.modeling.norms import make_norm, residual, sublayer_norm
+from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import Mamba2Mixer, MixerSublayer
@@ -100,32 +104,38 @@ def _ffn_residual(
 
 
 class FeedForward(MLP):
-    """The dense FFN sublayer: ``in_``, ``out`` and its ``norm`` (None for the FFN of a one-norm parallel block)."""
+    """The dense FFN sublayer: ``in_``, ``out`` and its ``norm`` (None for the FFN of a one-norm parallel block);
+    ``tanh_gate`` scales its output in a tanh-gated block (Mllama's cross_attn_mlp_gate)."""
 
-    def __init__(self, config: ModelConfig, spec: FFNSpec, norm: bool) -> None:
+    def __init__(self, config: ModelConfig, spec: FFNSpec, norm: bool, tanh_gate: bool = False) -> None:
         super().__init__(config.embed_dim, spec.ffn_dim, spec.bias, config.activation)
         self.placement = config.resolved_norm_placement
         self.norm = sublayer_norm(config) if norm else None
+        self.tanh_gate = TanhGate() if tanh_gate else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return _ffn_residual(x, self.norm, self.transform, self.placement)
+        return _ffn_residual(x, self.norm, gated(self.transform, self.tanh_gate), self.placement)
 
 
 class MoEFeedForward(nn.Module):
-    """The mixture-of-experts FFN sublayer: ``moe`` (router, experts, shared experts) and its ``norm``."""
+    """The mixture-of-experts FFN sublayer: ``moe`` (router, experts, shared experts), its ``norm`` and, in a
+    tanh-gated block, ``tanh_gate``."""
 
-    def __init__(self, config: ModelConfig, spec: FFNSpec, norm: bool, routing: Routing) -> None:
+    def __init__(
+        self, config: ModelConfig, spec: FFNSpec, norm: bool, routing: Routing, tanh_gate: bool = False
+    ) -> None:
         super().__init__()
         self.placement = config.resolved_norm_placement
         self.moe = MoE(config.embed_dim, spec, config.activation, routing)
         self.norm = sublayer_norm(config) if norm else None
+        self.tanh_gate = TanhGate() if tanh_gate else None
 
     def transform(self, x: Tensor) -> Tensor:
         out: Tensor = self.moe(x)  # (B, T, d)
         return out
 
     def forward(self, x: Tensor) -> Tensor:
-        return _ffn_residual(x, self.norm, self.transform, self.placement)
+        return _ffn_residual(x, self.norm, gated(self.transform, self.tanh_gate), self.placement)
 
 
 class Projection(nn.Module):
@@ -166,9 +176,16 @@ class Block(nn.Module):
     ) -> None:
         super().__init__()
         self.parallel = config.resolved_norm_placement == "parallel"
+        # cross-attention over an external sequence (Llama-3.2-Vision) is this block's attention, K/V from memory
+        self.external = spec.attention is not None and spec.attention.external
         self.attention: AttentionBase | None = (
             make_attention(
-                config, spec.attention, impl=impl, causal=causal, cross=False, relative_bias=relative_bias
+                config,
+                spec.attention,
+                impl=impl,
+                causal=causal,
+                cross=self.external,
+                relative_bias=relative_bias,
             )
             if spec.attention is not None
             else None
@@ -189,10 +206,11 @@ class Block(nn.Module):
         if "ffn" in spec.projections:
             self.ffn = Projection(config, ffn_norm)
         if spec.ffn is not None:
+            gate = spec.attention is not None and spec.attention.tanh_gates
             self.ffn = (
-                MoEFeedForward(config, spec.ffn, ffn_norm, routing)
+                MoEFeedForward(config, spec.ffn, ffn_norm, routing, gate)
                 if spec.ffn.moe
-                else FeedForward(config, spec.ffn, ffn_norm)
+                else FeedForward(config, spec.ffn, ffn_norm, gate)
             )
 
     def forward(
@@ -210,7 +228,9 @@ class Block(nn.Module):
             x = x + attended + self.mixer.transform(normed, state)  # (B, T, d)
             return self.ffn(x) if self.ffn is not None else x
         if self.attention is None or self.ffn is None:  # a mixer-only, FFN-only or recurrent block: pre/post
-            if self.attention is not None:
+            if self.attention is not None and self.external:
+                x = self.attention(x, memory=memory, cache=cross)  # (B, T, d)
+            elif self.attention is not None:
                 x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
             if self.mixer is not None:
                 x = self.mixer(x, state)  # (B, T, d)
@@ -222,7 +242,10 @@ class Block(nn.Module):
             ffn_in = self.ffn.norm(x) if self.ffn.norm is not None else normed  # (B, T, d)
             attended = self.attention.attend(normed, None, bias, rotary, own, position)  # (B, T, d)
             return x + attended + self.ffn.transform(ffn_in)
-        x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
+        if self.external:  # K and V from the external sequence (memory), cached once in the cross cache
+            x = self.attention(x, memory=memory, cache=cross)  # (B, T, d)
+        else:
+            x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
         if self.cross_attention is not None:
             x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)
         out: Tensor = self.ffn(x)  # (B, T, d)

@@ -12,6 +12,10 @@ stack builds layer i from ``config.stack_plan(stack).block_at(i)`` (layers as da
 called num_layers times when ``shared_layers`` (ALBERT). This is a second, independent implementation of the counts:
 it shares no code with :mod:`embedcalc.analysis`.
 
+A decoder with cross-attention layers over an external sequence (Llama-3.2-Vision) takes that sequence as
+``context`` (B, context_tokens, d); without one it attends to :meth:`TransformerModel.context_states`, fixed
+pseudo-random states of that shape (the analytic counts depend only on the shape).
+
 Dropout is not built: it has no parameters and no matmul FLOPs, and the model is for measuring cost.
 """
 
@@ -164,9 +168,27 @@ class TransformerModel(nn.Module):
         self.pooler = Pooler(config) if config.resolved_pooler else None
         self.head = Head(config, self.embedding.token) if config.resolved_lm_head else None
 
+    def context_states(self, batch_size: int) -> Tensor | None:
+        """The external sequence the decoder's cross-attention layers attend to (Llama-3.2-Vision's projected
+        vision tokens): (B, context_tokens, d), the same fixed pseudo-random values on every call (so a cached
+        generation and a full recomputation see one image), on the model's device and dtype; None when no layer
+        reads one. On the meta device, shapes only."""
+        m = self.config.context_tokens
+        if self.decoder is None or m is None:
+            return None
+        weight = self.embedding.token.weight
+        shape = (batch_size, m, self.config.embed_dim)
+        if weight.device.type == "meta":
+            return torch.empty(shape, device=weight.device, dtype=weight.dtype)
+        generator = torch.Generator().manual_seed(0)
+        states = torch.randn(shape, generator=generator) * _CONTEXT_STD  # (B, m, d)
+        return states.to(device=weight.device, dtype=weight.dtype)
+
     def forward(
-        self, input_ids: Tensor, tgt_ids: Tensor | None = None, token_type_ids: Tensor | None = None
-    ) -> TransformerOutput:
+        self, input_ids: Tensor, tgt_ids: Tensor | None = None, token_type_ids: Tensor | None = None,
+        context: Tensor | None = None,
+    ) -> TransformerOutput:  # fmt: skip
+        """``context``: the external tokens (B, m, d) of cross-attention layers, default :meth:`context_states`."""
         if self.encoder is not None and self.decoder is not None:
             if tgt_ids is None:
                 raise ValueError("an encoder-decoder takes source and target ids: model(src_ids, tgt_ids)")
@@ -177,7 +199,10 @@ class TransformerModel(nn.Module):
         elif self.encoder is not None:
             hidden = self.encoder(self.embedding(input_ids, "encoder", token_type_ids))  # (B, T, d)
         elif self.decoder is not None:
-            hidden = self.decoder(self.embedding(input_ids, "decoder", token_type_ids))  # (B, T, d)
+            if context is None:
+                context = self.context_states(input_ids.shape[0])  # (B, m, d) or None
+            # (B, T, d)
+            hidden = self.decoder(self.embedding(input_ids, "decoder", token_type_ids), memory=context)
         else:  # pragma: no cover - the constructor always builds a stack
             raise RuntimeError("model has no stack")
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -197,6 +222,8 @@ class TransformerModel(nn.Module):
         encoder output) is needed until the cross-attention caches are filled, at prefill."""
         if self.decoder is None or self.head is None:
             raise ValueError("generation needs a decoder with an LM head")
+        if memory is None and cache.position == 0 and self.encoder is None:  # prefill fills the cross caches
+            memory = self.context_states(ids.shape[0])  # (B, m, d) or None
         x = self.embedding(ids, "decoder", position=cache.position)  # (B, T, d)
         hidden = self.decoder(x, memory=memory, cache=cache)  # (B, T, d)
         cache.position += ids.shape[1]
@@ -206,6 +233,7 @@ class TransformerModel(nn.Module):
 
 # --- cheap initialisation -------------------------------------------------------------------------------------
 
+_CONTEXT_STD = 1.0  # the external states stand for normalised vision features
 _POOL_SIZE = 16381  # prime, so rows of a tiled matrix are distinct windows, never exact repeats
 _INIT_STD = 0.02
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
@@ -42,6 +43,25 @@ class SandwichNorm(nn.Module):
         """The input norm, so that a parallel or pre-norm caller can treat a sandwich like one norm."""
         out: Tensor = self.before(x)
         return out
+
+
+class TanhGate(nn.Module):
+    """A learned scalar g that scales a sublayer's output by tanh(g) before the residual add (Flamingo, Alayrac et
+    al. 2022 §2.2; Mllama's ``cross_attn_attn_gate`` / ``cross_attn_mlp_gate``): one parameter, no matmul."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight.tanh() * x  # (B, T, d)
+
+
+def gated(transform: Callable[[Tensor], Tensor], gate: TanhGate | None) -> Callable[[Tensor], Tensor]:
+    """``transform`` with its output scaled by ``gate`` (unchanged without one)."""
+    if gate is None:
+        return transform
+    return lambda h: gate(transform(h))
 
 
 def sublayer_norm(config: ModelConfig) -> nn.Module:

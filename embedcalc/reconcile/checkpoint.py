@@ -156,6 +156,8 @@ def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[t
     d, vocab = config.embed_dim, config.vocab_size
     if role.key in ("embedding/token", "head/lm") and param == "weight":
         width = (config.token_embed_dim or d) if role.key == "embedding/token" else d
+        if role.key == "embedding/token" and config.extra_token_rows:  # Mllama: vocab_size + 8 rows
+            return (config.token_rows, width), "vocab_size + extra_token_rows, hidden"
         return (vocab, width), "vocab_size, hidden"
     if role.layer is None or config.blocks or role.key is None:
         return None

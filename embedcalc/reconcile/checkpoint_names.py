@@ -18,7 +18,10 @@ its ``in_proj`` / ``in_proj_qkvz`` + ``in_proj_ba`` / ``qkv_proj`` + ``output_ga
 ``out_proj`` ``mixer/out`` (Mamba-1's ``x_proj``, ``dt_proj``, ``dt/b/c_layernorm`` their own keys), and the
 layer's pre-norm (``input_layernorm``, lfm2's ``operator_norm``, nemotron_h's ``norm``) ``mixer/norm``; in a
 nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``. Falcon-H1's ``mamba`` beside its attention in one
-layer is mapped the same way, its one pre-norm attention's.
+layer is mapped the same way, its one pre-norm attention's. Llama-3.2-Vision's cross-attention layers are
+``cross_attn.*`` (q/k/v/o projections and q/k norms as above) and the layer's own ``cross_attn_attn_gate`` /
+``cross_attn_mlp_gate`` (``attention/tanh_gate``, ``ffn/tanh_gate``); a multimodal checkpoint's vision tower and
+projector (``vision_model``, ``multi_modal_projector``, ...) belong to no component of the text model.
 """
 
 from __future__ import annotations
@@ -75,6 +78,10 @@ _MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_
                 "b_layernorm": "bc_norm", "c_layernorm": "bc_norm", "norm": "gate_norm", "out_proj": "out"}  # fmt: skip
 _MIXER_PARAMS = ("A_log", "D", "dt_bias")
 _PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
+# Mllama's tanh gates, parameters of the cross-attention layer itself (MllamaCrossAttentionDecoderLayer)
+_LAYER_PARAMS = {"cross_attn_attn_gate": "attention/tanh_gate", "cross_attn_mlp_gate": "ffn/tanh_gate"}
+# a multimodal checkpoint's towers and projector, outside the text model embedcalc counts
+_OUTSIDE = ("vision_model", "vision_tower", "multi_modal_projector", "visual")
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ def tensor_role(
     segments = module.split(".")
     match = _LAYER.search(name)
     layer = int(match.group(1)) if match is not None else None
-    if kind == "buffer":
+    if kind == "buffer" or any(segment in _OUTSIDE for segment in segments):
         return TensorRole(None, layer, kind, module)
     last = segments[-1] if segments else ""
     if match is None:
@@ -131,6 +138,8 @@ def tensor_role(
             return TensorRole(f"{stack}/final_norm", None, kind, module)
         return TensorRole(None, None, kind, module)
     inside = within_layer(module, layer)
+    if not inside and param in _LAYER_PARAMS:
+        return TensorRole(f"{stack}/{_LAYER_PARAMS[param]}", layer, kind, module)
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     key = _mixer_key(inside, param) if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:

@@ -21,6 +21,8 @@ KV cache (decoder self-attention; GQA-aware), a sum over the decoder's layers: 2
 num_kv_heads x head_dim x bytes per standard layer, tokens capped per layer at its window or chunk (Mistral's
 rolling buffer cache, Jiang et al. 2023, §2); multi-head latent attention caches kv_lora_rank + qk_rope_head_dim
 values per token (the compressed latent and the shared rope key, DeepSeek-V2 §2.1.2), the same on every TP rank.
+A cross-attention layer over an external sequence (Llama-3.2-Vision) caches the K and V of its context_tokens
+tokens per sequence, whatever the text length: 2 x batch x context_tokens x num_kv_heads x head_dim x bytes.
 An encoder-decoder's decoder also caches the cross-attention K and V of the source: 2 x batch x src_len x decoder
 layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
 
@@ -148,6 +150,8 @@ def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
             continue
         limit = block.attention.cache_limit
         tokens = cached if limit is None else minimum(cached, limit)
+        if block.attention.external:  # cross-attention caches the external tokens, not the text
+            tokens = block.attention.context
         values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
         if sd.stack.cross_attention:  # the cross-attention K and V of the source
             values = values + layers * x.n * kv_cache_values(cross_attention(config), x, tp)
@@ -247,6 +251,8 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
         memory = (
             b * n_mem * (e * x.d) if sd.stack.cross_attention else 0
         )  # encoder output held by the decoder
+        context = max((bl.attention.context for bl, _ in sd.blocks if bl.attention is not None), default=0)
+        memory = memory + b * context * (e * x.d)  # the external sequence cross-attention layers read
         base = t * (2 * e * x.d) + memory  # residual stream and the sublayer's input/output
         for block, _ in sd.blocks:
             a, r = block.attention, rank_widths(block, x, tp)
@@ -259,6 +265,8 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
                 q_path = e * (a.q_lora_rank or 0) + e * r.q
                 kv_path = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * (r.q + r.v)
                 attention = t * (q_path + kv_path + e * r.v)
+            elif a.external:  # Q and the context on the text, K and V on the external tokens
+                attention = t * (2 * e * r.q) + (b * a.context) * (2 * e * r.kv)
             else:
                 attention = t * (e * (r.q + 2 * r.kv) + e * r.q)
             if (
@@ -272,7 +280,8 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
                     keep(f"{sd.name}/attention/indexer", base + t * q_path + index_working_bytes(a, b, n, e))
             elif a is not None:
                 if workload.attention == "eager":
-                    attention = attention + (b * n * n) * (2 * e * r.heads)
+                    keys = a.context if a.external else n
+                    attention = attention + (b * n * keys) * (2 * e * r.heads)
                 keep(f"{sd.name}/attention", base + attention)
             ffn = block.ffn
             if ffn is None:

@@ -157,8 +157,13 @@ def layer_saved(
         return [("layer_input", t * (e * x.d))]
     r = rank_widths(block, x, tp)
     terms: list[tuple[str, Num]] = []
-    if block.attention is not None:
-        terms += _attention_saved(config, workload, block.attention, r, x, n, n, "attention", recompute)
+    a_own = block.attention
+    if (
+        a_own is not None and a_own.external
+    ):  # K and V on the external tokens (one tensor, shared by the layers)
+        terms += _attention_saved(config, workload, a_own, r, x, n, a_own.context, "attention", recompute)
+    elif a_own is not None:
+        terms += _attention_saved(config, workload, a_own, r, x, n, n, "attention", recompute)
     if block.mixer is not None:
         terms.append(("mixer", mixer_saved_bytes(block.mixer, x, n, e)))
     terms += [(where, t * (e * x.d)) for where in block.projections]  # a projection saves its input

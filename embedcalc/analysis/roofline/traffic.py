@@ -202,10 +202,11 @@ def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, 
         k_width = a.q_dim if a.latent else a.kv_dim  # MLA: every head's own decompressed K
         v_width = a.value_dim if a.latent else a.kv_dim
         out = a.q_dim if core == "scores" else a.value_dim  # Q read, or the context written
-        keys += b * n * (k_width if core == "scores" else v_width) * layers
+        n_a = a.context if a.external else n  # cross-attention over an external sequence reads its tokens
+        keys += b * n_a * (k_width if core == "scores" else v_width) * layers
         activation += b * m * out * layers * e
         if w.attention == "eager":  # scores written / probabilities read (a sparse core's selected keys only)
-            keys_seen = min(n, a.index_topk) if a.kind == "sparse" else n
+            keys_seen = min(n_a, a.index_topk) if a.kind == "sparse" else n_a
             activation += b * a.num_heads * m * keys_seen * layers * e
     if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
         return Traffic(kv_read_bytes=keys * kv_bytes)

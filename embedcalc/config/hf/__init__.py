@@ -23,7 +23,7 @@ from typing import Any
 
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.config.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
-from embedcalc.config.hf.registry import FAMILIES, MULTIMODAL_TEXT
+from embedcalc.config.hf.registry import FAMILIES, FORWARDED, MULTIMODAL_TEXT
 from embedcalc.config.hf.unsupported import flat_text_config, unsupported_family
 from embedcalc.errors import ConfigError, Problem
 
@@ -188,9 +188,15 @@ def _map_text_model(
         inner["tie_word_embeddings"] = outer_tie or either
     elif forwarded:
         inner["tie_word_embeddings"] = outer_tie
+    passed = [k for k in FORWARDED.get(str(raw.get("model_type")), ()) if k in raw]
+    inner |= {k: raw[k] for k in passed}  # outer keys the text model reads (Mllama's vision_config)
     mapping = map_hf_config(inner, f"{origin} (text_config)", path)
-    prefix = "text_config." if "text_config" in raw else ""
-    read = {"text_config", "model_type", *moved} | ({"tie_word_embeddings"} if forwarded else set())
+    text_prefix = "text_config." if "text_config" in raw else ""
+
+    def prefix(key: str) -> str:
+        return "" if key.split(".")[0].split(" ")[0] in passed else text_prefix
+
+    read = {"text_config", "model_type", *moved, *passed} | ({"tie_word_embeddings"} if forwarded else set())
     others = sorted(k for k in raw if k not in read)
     note = (
         f"a {raw.get('model_type')!r} multimodal file: counted as its text model, "
@@ -201,8 +207,8 @@ def _map_text_model(
     report = HFReport(
         mapping.report.family,
         mapping.report.counted_as + ", text model of a multimodal file",
-        [MappedKey(prefix + m.key, m.field, m.value, m.origin, m.note) for m in mapping.report.mapped],
-        [IgnoredKey(prefix + i.key, i.value, i.reason) for i in mapping.report.ignored]
+        [MappedKey(prefix(m.key) + m.key, m.field, m.value, m.origin, m.note) for m in mapping.report.mapped],
+        [IgnoredKey(prefix(i.key) + i.key, i.value, i.reason) for i in mapping.report.ignored]
         + [IgnoredKey(k, raw[k], "outside the text model: not counted") for k in others],
         [*mapping.report.notes, note],
     )

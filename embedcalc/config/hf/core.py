@@ -46,9 +46,11 @@ def read_core(
     act_key: str = "hidden_act",
     placement: str = "pre",
     learned_activations: dict[str, str] | None = None,
+    dropout_key: str = "attention_dropout",
 ) -> None:
     """Map the core's keys (module docstring); ``qkv`` / ``out`` / ``ffn`` as :func:`map_biases` takes them,
-    ``learned_activations`` as :func:`map_activation` does."""
+    ``learned_activations`` as :func:`map_activation` does; ``dropout_key`` names the family's attention dropout
+    (Mllama: ``dropout``)."""
     for name, value in (("architecture", "decoder"), ("norm", norm), ("norm_placement", placement),
                         ("embedding_norm", False), ("position", "rope"), ("bias", False),
                         ("lm_head", True)):  # fmt: skip
@@ -56,7 +58,7 @@ def read_core(
     read_shape(r)
     r.copy("tie_word_embeddings", "tie_embeddings")
     map_activation(r, act_key, gated=gated, learned=learned_activations)
-    map_dropout(r, "attention_dropout")
+    map_dropout(r, dropout_key)
     map_biases(r, **{part: source for part, source in (("qkv", qkv), ("out", out), ("ffn", ffn))
                      if source is not None})  # fmt: skip
     for key in ("rope_theta", "rope_scaling", "rope_parameters", "rope_type"):

@@ -34,6 +34,7 @@ from embedcalc.config.hf import (
     llama4,
     llama_like,
     minimax,
+    mllama,
     moe,
     moe_families,
     nemotron_h,
@@ -64,6 +65,7 @@ MODULES += (
     minimax,
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
+MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -140,12 +142,10 @@ MULTIMODAL_TEXT: dict[str, str] = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": 
 """Multimodal model types -> their text config's model_type, for files that keep the text keys at top level
 (Qwen2.5-VL before transformers 5: the class then takes every key its text config declares)."""
 
-_MLLAMA = (
-    "cross_attention_layers: layers whose attention is cross-attention over the vision tower's tokens "
-    "(MllamaTextCrossAttention with its own q/k norms, two tanh gates cross_attn_attn_gate / cross_attn_mlp_gate, "
-    "a KV cache the size of the image tokens, not of the text) among self-attention layers, which the layer model "
-    "cannot describe in a decoder-only stack"
-)
+FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
+"""Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
+``vision_config`` sets how many vision tokens its cross-attention layers attend to (config/hf/mllama.py)."""
+
 _GEMMA3N = (
     "the Gemma 3n text model's AltUp (altup_num_inputs parallel streams with their predict/correct projections), "
     "Laurel (a laurel_rank low-rank residual), per-layer embeddings (vocab_size_per_layer_input x layers x "
@@ -160,8 +160,6 @@ _GEMMA4 = (
 REFUSED: dict[str, str] = {
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
     # the multimodal files (text_config inside) and their text models alone: the text model is what is refused
-    "mllama": _MLLAMA,
-    "mllama_text_model": _MLLAMA,
     "gemma3n": _GEMMA3N,
     "gemma3n_text": _GEMMA3N,
     "gemma4": _GEMMA4,

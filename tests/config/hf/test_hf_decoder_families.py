@@ -1,5 +1,5 @@
-"""The last decoder families of issue 23 against transformers: MiniCPM3 and Apertus counted, Llama-3.2-Vision's
-text model (mllama), Gemma 3n and Gemma 4 text refused.
+"""The last decoder families of issue 23 against transformers: MiniCPM3 and Apertus counted, Gemma 3n and Gemma 4
+text refused (Llama-3.2-Vision's text model is counted in test_hf_mllama.py).
 
 For each counted family a flagship file (``tests/fixtures/hf``: transformers' config class keys with the published
 model's values, written here, not a hub copy; tests/fixtures/published_sizes.yaml names the source and checks the
@@ -111,7 +111,6 @@ def test_forward_flops_equal_flop_counter(hf_transformers: Any, name: str) -> No
 
 # model_type -> (transformers' multimodal config class, a key the refusal must name)
 REFUSED_FILES = {
-    "mllama": ("MllamaConfig", "cross_attention_layers"),
     "gemma3n": ("Gemma3nConfig", "altup_num_inputs"),
     "gemma4": ("Gemma4Config", "num_kv_shared_layers"),
 }

@@ -1,0 +1,133 @@
+"""Cross-attention over an external sequence (Llama-3.2-Vision's cross-attention layers) in the torch model: the
+counts per breakdown key by hand, the same in embedcalc.analysis, what the layer computes (every query sees every
+external token, the tanh gates, no positions), and generation through a cache of the external tokens whose bytes
+are the analytic KV cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from embedcalc.analysis.flops import forward_flops  # noqa: E402
+from embedcalc.analysis.memory import kv_cache_bytes  # noqa: E402
+from embedcalc.analysis.params import count_params  # noqa: E402
+from embedcalc.analysis.workload import Workload  # noqa: E402
+from embedcalc.config.schema import ModelConfig  # noqa: E402
+from embedcalc.modeling import build_model, component_flops, component_params  # noqa: E402
+from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+# a tiny decoder: d 16, h 4, g 2, hd 4, gated FFN 32; layers [self, cross, self]; M external tokens
+V, D, H, G, HD, F, M, EXTRA = 31, 16, 4, 2, 4, 32, 5, 3
+B, N = 2, 7
+T = B * N
+BASE: dict[str, Any] = {
+    "architecture": "decoder", "vocab_size": V, "max_seq_len": 32, "embed_dim": D, "num_heads": H,
+    "num_kv_heads": G, "num_layers": 3, "ffn_dim": F, "position": "rope", "activation": "swiglu",
+    "norm": "rmsnorm", "bias": False, "tie_embeddings": False, "lm_head": True, "context_tokens": M,
+    "extra_token_rows": EXTRA,
+    "blocks": {"cross": {"attention": {"cross": True, "qk_norm": "head", "tanh_gates": True}}},
+    "layers": [{"pattern": ["default", "cross", "default"]}],
+}  # fmt: skip
+
+
+def _config(**extra: Any) -> ModelConfig:
+    return ModelConfig.model_validate({**BASE, **extra})
+
+
+def test_counts_by_hand_equal_analysis_and_torch() -> None:
+    """Params and FLOPs of the cross layer by hand (analysis/flops.py docstring): K and V on the B x M external
+    tokens, scores and context 2 B h N M hd each, whatever the causal mask; the gates 1 parameter each."""
+    config = _config()
+    by_hand_params = {
+        "embedding/token": (V + EXTRA) * D,
+        "decoder/attention/qkv": 3 * D * (H + 2 * G) * HD,
+        "decoder/attention/qk_norm": 2 * HD,  # the cross layer's per-head q and k norms
+        "decoder/attention/tanh_gate": 1,
+        "decoder/ffn/tanh_gate": 1,
+        "head/lm": V * D,
+    }
+    self_scores = 2 * (2 * B * H * N * N * HD)
+    cross_scores = 2 * B * H * N * M * HD
+    by_hand_flops = {
+        "decoder/attention/qkv": 2 * (2 * T * D * (H + 2 * G) * HD)
+        + 2 * T * D * H * HD
+        + 2 * (B * M) * D * 2 * G * HD,
+        "decoder/attention/scores": self_scores + cross_scores,
+        "decoder/attention/context": self_scores + cross_scores,
+    }
+    workload = Workload(batch_size=B, seq_len=N)
+    analytic_params = count_params(config).as_dict()
+    analytic = forward_flops(config, workload)
+    for impl in ("sdpa", "eager"):
+        model = build_model(config, attention=impl)
+        params = component_params(model)
+        flops = component_flops(config, model, batch_size=B, seq_len=N)
+        assert params == analytic_params, impl
+        assert flops == analytic.breakdown.as_dict(), impl
+        assert {k: params[k] for k in by_hand_params} == by_hand_params
+        assert {k: flops[k] for k in by_hand_flops} == by_hand_flops
+    causal = analytic.causal_breakdown
+    assert causal is not None  # only the self-attention layers' pairs shrink causally
+    assert (
+        causal.as_dict()["decoder/attention/scores"]
+        == 2 * (2 * B * H * (N * (N + 1) // 2) * HD) + cross_scores
+    )
+
+
+def _cpu(config: ModelConfig, impl: str = "eager") -> Any:
+    return build_model(config, attention=impl, device="cpu", seed=1)
+
+
+def _ids(config: ModelConfig, length: int = N, seed: int = 0) -> Any:
+    return torch.randint(0, config.vocab_size, (B, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_every_query_sees_every_external_token_and_sdpa_equals_eager() -> None:
+    """The cross layer is unmasked: changing the last external token changes the first text position's output
+    (a causal mask over the external tokens would not); sdpa and eager agree."""
+    config = _config()
+    eager, sdpa = _cpu(config, "eager"), _cpu(config, "sdpa")
+    sdpa.load_state_dict(eager.state_dict())
+    ids = _ids(config)
+    context = eager.context_states(B)
+    assert tuple(context.shape) == (B, M, D)
+    changed = context.clone()
+    changed[:, -1] += 1.0
+    with torch.no_grad():
+        base = eager(ids, context=context).logits
+        moved = eager(ids, context=changed).logits
+        torch.testing.assert_close(sdpa(ids, context=context).logits, base, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(base[:, 0], moved[:, 0])
+
+
+def test_zero_gates_make_the_cross_layer_the_identity() -> None:
+    """tanh(0) = 0 on both sublayers (Mllama initialises its gates at 0): the cross layer passes x through, so the
+    model equals the same stack without it, whatever the external tokens."""
+    config = _config()
+    model = _cpu(config)
+    cross = model.decoder.layers[1]
+    with torch.no_grad():
+        cross.attention.tanh_gate.weight.zero_()
+        cross.ffn.tanh_gate.weight.zero_()
+        ids = _ids(config)
+        x = model.embedding(ids, "decoder")
+        assert torch.equal(cross(x, memory=model.context_states(B)), x)
+
+
+def test_generation_caches_the_external_tokens_and_matches_recomputation() -> None:
+    """Greedy decoding through the cache equals full recomputation; the cache tensors hold the analytic KV cache:
+    the self-attention layers' text tokens plus the cross layer's M external tokens."""
+    config = _config()
+    model = _cpu(config)
+    prompt, gen = _ids(config, 5, seed=2), 4
+    cache = allocate_cache(model, B, 5 + gen)
+    tokens = greedy_generate(model, prompt, gen, cache).tokens
+    assert torch.equal(tokens, reference_generate(model, prompt, gen))
+    analytic = kv_cache_bytes(config, Workload(batch_size=B, seq_len=5, gen_tokens=gen))
+    assert cache.nbytes == analytic == B * 4 * (2 * (2 * G * HD) * (5 + gen) + 2 * G * HD * M)
