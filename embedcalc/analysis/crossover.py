@@ -7,7 +7,10 @@ scores, 2 FLOPs per MAC), a sum over its layers of the per-layer terms of :mod:`
   projections + FFN = 2 d (q + 2 kv) + 2 q d + 2 d f_in + 2 f d
 so n* = (2 d (q + 2 kv) + 2 q d + 2 d f_in + 2 f d) / (4 q), where f_in = 2 f for gated FFNs.
 For BERT-base: (2·768·2304 + 2·768·768 + 2·768·3072 + 2·3072·768) / (4·768) = 2 d + f = 4608.
-Cross-attention is left out: for an encoder-decoder this is the encoder's crossover. A sparse layer's core (DeepSeek
+Cross-attention is left out: for an encoder-decoder this is the encoder's crossover. A block whose attention is
+cross-attention over m external tokens (Llama-3.2-Vision) costs 4 m q per text token in its cores, linear in n: its
+per-token FLOPs (Q, scores, context, out and FFN; not the per-sequence K and V of the external tokens) count on
+the linear side. A sparse layer's core (DeepSeek
 Sparse Attention) attends to at most k keys per query, so past k only its indexer grows as n²: when n* lands past
 k, n* = (linear - c k) / I with c the core's and I the indexer's FLOPs per query-key pair (deepseek-v3.2: 62,413
 tokens, where counting its core as n² would give 12,174).

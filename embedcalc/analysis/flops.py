@@ -293,6 +293,12 @@ def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
             if block.attention is not None and block.attention.kind == "sparse"
             else 0
         )
+        if block.attention is not None and block.attention.external:
+            # cross-attention over m external tokens grows linearly in n (its K and V are a per-sequence
+            # constant, left out): its per-token rate, forward(2) - forward(1), joins the linear side
+            at = [dict(layer_flops(config, x, block, layers, k, 1, False, False, False)) for k in (1, 2)]
+            linear = linear + sum(at[1][key] - at[0].get(key, 0) for key in at[1])
+            continue
         for key, value in layer_flops(config, x, block, layers, 1, 1, False, sd.stack.cross_attention, False):
             if is_score_key(key):
                 quadratic = quadratic + value

@@ -105,3 +105,13 @@ def test_check_exits_3_naming_the_field(cli: Any, tmp_path: Path) -> None:
     err = " ".join(result.stderr.split())
     assert "context_tokens" in err and "blocks.cross.attention.cross" in err and "Traceback" not in err
     assert result.stdout == ""
+
+
+def test_the_crossover_counts_cross_attention_as_linear() -> None:
+    """n* = linear / quadratic per token (analysis/crossover.py): the two self-attention layers give
+    2 d (q + 2 kv) + 2 q d + 2 d 2f + 2 f d = 15,360 and 4 q = 128 each; the cross layer's Q, out, FFN and its cores
+    over the 10 external tokens, 4 m q, are linear: 2,048 + 2,048 + 9,216 + 1,280."""
+    from embedcalc.analysis.crossover import crossover_seq_len
+
+    config = ModelConfig.model_validate(BASE)
+    assert crossover_seq_len(config) == (2 * 15_360 + 2_048 + 2_048 + 9_216 + 1_280) // (2 * 128) == 177

@@ -170,3 +170,59 @@ def test_verify_checkpoint_files_the_text_model_and_leaves_the_vision_tower_out(
     )
     vision = sum(p.numel() for n, p in model.named_parameters() if "vision_model" in n or "multi_modal" in n)
     assert vision + text == sum(p.numel() for p in model.parameters())
+
+
+# embedcalc's module path (layer i) -> transformers' (MllamaForCausalLM); {attn}: self_attn or cross_attn
+_WEIGHTS = {
+    "attention.norm": "input_layernorm", "attention.qkv.q": "{attn}.q_proj", "attention.qkv.k": "{attn}.k_proj",
+    "attention.qkv.v": "{attn}.v_proj", "attention.out": "{attn}.o_proj", "attention.qk_norm.q": "cross_attn.q_norm",
+    "attention.qk_norm.k": "cross_attn.k_norm", "ffn.in_.gate": "mlp.gate_proj", "ffn.in_.up": "mlp.up_proj",
+    "ffn.out": "mlp.down_proj", "ffn.norm": "post_attention_layernorm",
+}  # fmt: skip
+
+
+def _hf_name(name: str, cross: set[int]) -> str:
+    """transformers' parameter name for one of embedcalc's (the table above; the gates are the layer's own)."""
+    outside = {"embedding.token.weight": "model.embed_tokens.weight", "decoder.final_norm.weight": "model.norm.weight",
+               "head.lm.weight": "lm_head.weight"}  # fmt: skip
+    if name in outside:
+        return outside[name]
+    _, _, index, rest = name.split(".", 3)
+    module = rest.removesuffix(".weight")
+    gates = {"attention.tanh_gate": "cross_attn_attn_gate", "ffn.tanh_gate": "cross_attn_mlp_gate"}
+    if module in gates:
+        return f"model.layers.{index}.{gates[module]}"
+    attn = "cross_attn" if int(index) in cross else "self_attn"
+    return f"model.layers.{index}.{_WEIGHTS[module].format(attn=attn)}.weight"
+
+
+def test_the_torch_model_computes_what_transformers_computes(hf_transformers: Any) -> None:
+    """embedcalc's model with transformers' weights gives MllamaForCausalLM's logits for the same token ids and
+    vision states (RoPE theta 10000 as embedcalc builds it; gates set away from their zero init, so the cross
+    layers act): the q/k norms per head on queries and keys, no RoPE and no mask in the cross layers, the tanh
+    gates on both sublayers. embedcalc's RMSNorm epsilon (1e-6, numerics only) is set to the file's 1e-5."""
+    import torch
+
+    from embedcalc.modeling import build_model
+
+    small = _small(raw_fixture(NAME))
+    small["text_config"]["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+    config = mapped_config(small)
+    model, states = _run(hf_transformers, small, 2, 7)
+    theirs = dict(model.named_parameters())
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "cross_attn_attn_gate"):
+                layer.cross_attn_attn_gate.fill_(0.7)
+                layer.cross_attn_mlp_gate.fill_(-0.4)
+    ours = build_model(config, attention="eager", device="cpu")
+    cross = set(small["text_config"]["cross_attention_layers"])
+    ours.load_state_dict({n: theirs[_hf_name(n, cross)].detach() for n, _ in ours.named_parameters()})
+    for norm in ours.modules():
+        if isinstance(norm, torch.nn.RMSNorm):
+            norm.eps = small["text_config"]["rms_norm_eps"]
+    ids = torch.randint(0, 300, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model(input_ids=ids, cross_attention_states=states, use_cache=False).logits
+        got = ours(ids, context=states).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
