@@ -160,7 +160,7 @@ def generate() -> dict[str, Any]:
     import transformers
     from transformers import CONFIG_MAPPING, PretrainedConfig
 
-    from embedcalc.config.hf.registry import CONFIG_TYPE, FAMILIES
+    from embedcalc.config.hf.registry import CONFIG_TYPE, FAMILIES, REMOTE_CODE
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
@@ -169,7 +169,7 @@ def generate() -> dict[str, Any]:
     families: dict[str, Any] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for model_type in sorted(FAMILIES):
+        for model_type in sorted(set(FAMILIES) - REMOTE_CODE):  # no transformers class to read
             families[model_type] = _class_entry(
                 CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)], base_written
             )

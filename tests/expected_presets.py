@@ -33,6 +33,7 @@ PRESETS = (
     "llama-3.1-70b",
     "llama-3.1-8b",
     "llama-3.2-11b-vision",
+    "llama-3.3-nemotron-super-49b",
     "minimax-m1-80k",
     "mistral-7b",
     "mixtral-8x7b",

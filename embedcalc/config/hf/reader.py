@@ -222,8 +222,12 @@ class KeyReader:
             self.problem(
                 key,
                 f"unknown key {key!r}{did_you_mean(key, known)} for model_type {self.family.model_type}: "
-                f"transformers' {cls} neither "
-                f"declares nor writes it (transformers {version}), so embedcalc cannot tell whether it changes the "
+                + (
+                    f"transformers' {cls} neither declares nor writes it (transformers {version})"
+                    if class_keys
+                    else f"the family's reader does not read it ({cls} is the checkpoint's remote code)"
+                )
+                + ", so embedcalc cannot tell whether it changes the "
                 f"model's size or cost. If it is a typo, fix it; if {cls} ignores it, remove it from a copy of the "
                 f"file; otherwise {yaml_hint(self.family, lower=True)}",
                 "hf_unknown_key",

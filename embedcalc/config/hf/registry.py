@@ -38,6 +38,7 @@ from embedcalc.config.hf import (
     moe,
     moe_families,
     nemotron_h,
+    nemotron_nas,
     olmo,
     opt,
     qwen3,
@@ -66,6 +67,9 @@ MODULES += (
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
 MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
+MODULES += (
+    nemotron_nas,
+)  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -134,6 +138,10 @@ ALIASES: tuple[Family, ...] = (
            max_position_embeddings=128000, use_sliding_window=False, sliding_window=None),
 )  # fmt: skip
 FAMILIES |= {family.model_type: family for family in ALIASES}
+
+REMOTE_CODE: frozenset[str] = frozenset(family.model_type for family in nemotron_nas.FAMILIES)
+"""Families transformers has no class for: their readers follow the checkpoint's own remote code (cited in the
+module), so the accept-list (scripts/hf_accept_list.py) and the class-default checks skip them."""
 
 CONFIG_TYPE: dict[str, str] = {"kimi_k2": "deepseek_v3"}
 """A ``model_type`` transformers has no class for -> the model_type of the class its file names (``auto_map``)."""

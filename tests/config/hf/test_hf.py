@@ -36,6 +36,7 @@ from embedcalc.analysis.sweep import evaluate_point, sweep_target
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.config.hf import FAMILIES, is_hf_config, map_hf_config
+from embedcalc.config.hf.registry import REMOTE_CODE
 from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
@@ -142,6 +143,7 @@ UNRUNNABLE_DEFAULTS = {
     "deepseek_v2": "num_experts_per_tok",
     "dots1": "n_routed_experts",
     "lfm2_moe": "layer_types",
+    "nemotron-nas": "block_configs",  # DeciLMConfig's default None, which DeciLMDecoderLayer indexes
 }
 
 
@@ -171,6 +173,10 @@ def test_family_defaults_are_transformers_defaults() -> None:
     own |= {("qwen2_5_vl_text", "tie_word_embeddings"), ("qwen3_vl_text", "tie_word_embeddings")}
     own |= {("qwen3_vl_text", key) for key in ("use_sliding_window", "sliding_window", "max_window_layers")}
     for family in FAMILIES.values():
+        if (
+            family.model_type in REMOTE_CODE
+        ):  # no transformers class: the reader cites the remote code's defaults
+            continue
         cls = getattr(transformers, family.config_class)
         fields = {f.name: f.default for f in dataclasses.fields(cls)}
         instance = cls()

@@ -23,12 +23,15 @@ from embedcalc.analysis.params import count_params
 from embedcalc.config.hf import FAMILIES, accept, map_hf_config
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.reader import Family, KeyReader
-from embedcalc.config.hf.registry import CONFIG_TYPE
+from embedcalc.config.hf.registry import CONFIG_TYPE, REMOTE_CODE
 from embedcalc.config.loading import load_target
 from embedcalc.errors import ConfigError
 
 SCRIPT = SCRIPTS / "hf_accept_list.py"
-FIXTURE_FILES = sorted(FIXTURES.glob("*.json"))
+# files of families transformers has a class for (the remote-code ones have none to re-save with)
+FIXTURE_FILES = sorted(p for p in FIXTURES.glob("*.json")
+                       if json.loads(p.read_text(encoding="utf-8")).get("model_type") not in REMOTE_CODE)  # fmt: skip
+CLASS_FAMILIES = sorted(set(FAMILIES) - REMOTE_CODE)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +60,10 @@ def test_accept_list_is_current(transformers: Any) -> None:
 
 
 def test_every_supported_family_is_listed() -> None:
-    assert all(accept.class_keys(model_type) is not None for model_type in FAMILIES)
-    for model_type, family in FAMILIES.items():
+    assert all(accept.class_keys(model_type) is not None for model_type in CLASS_FAMILIES)
+    assert all(accept.class_keys(model_type) is None for model_type in REMOTE_CODE)
+    for model_type in CLASS_FAMILIES:
+        family = FAMILIES[model_type]
         keys = accept.class_keys(model_type)
         assert keys is not None and keys.config_class == family.config_class, model_type
 
@@ -92,7 +97,7 @@ def _defaults(transformers: Any, model_type: str) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("model_type", sorted(FAMILIES))
+@pytest.mark.parametrize("model_type", CLASS_FAMILIES)
 def test_the_default_file_of_every_class_is_accepted(transformers: Any, model_type: str) -> None:
     """``to_dict()`` of the class with its defaults: every parameter and every key it derives, written out."""
     mapping = map_hf_config(_defaults(transformers, model_type), "test")
