@@ -168,3 +168,26 @@ def test_generation_caches_the_analytic_bytes() -> None:
         cache.nbytes
         == estimate_memory(config, Workload(batch_size=2, seq_len=7, gen_tokens=5)).kv_cache_bytes
     )
+
+
+def test_a_num_heads_sweep_keeps_each_blocks_kv_heads(cli: Any, write_config: Any) -> None:
+    """The grid path (analysis/grid.py) reads a block's own KV heads as fixed while num_heads varies: each valid
+    point counts what the single-config path counts, and a point whose num_heads the block's KV heads do not divide
+    is listed invalid naming that block's field."""
+    import json
+
+    data = {
+        **NAS,
+        "blocks": {
+            **NAS["blocks"],
+            "one_kv_head": {"attention": {"num_kv_heads": 4}, "ffn": {"kind": "none"}},
+        },
+    }
+    path = write_config(data)
+    result = cli("sweep", str(path), "--num-heads", "2,4,8", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    points = {p["num_heads"]: p for p in json.loads(result.stdout)["results"][0]["points"]}
+    assert [p["path"] for p in points[2]["problems"]] == ["blocks.one_kv_head.attention.num_kv_heads"]
+    for heads in (4, 8):
+        single = count_params(ModelConfig.model_validate({**data, "num_heads": heads})).total
+        assert points[heads]["params"]["total"] == single

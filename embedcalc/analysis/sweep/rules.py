@@ -103,16 +103,16 @@ def validity_rules(
                 )
             )
             heads_ok &= ~odd
-    kv_heads = data.get("num_kv_heads")
-    if kv_heads is not None and "num_heads" in axes:
-        kk = keys.get("num_kv_heads", "num_kv_heads")
+    for kk, kv_heads in _kv_head_fields(data, keys):
+        if "num_heads" not in axes:
+            break
         kv_bad = heads_ok & np.asarray(axis_table(h_vals)[None, :] % kv_heads != 0, dtype=bool)
         config_rules.append(
             _rule(
                 "kv_heads_indivisible",
                 kk,
                 kv_bad,
-                lambda i, j: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})",
+                lambda i, j, kk=kk, kv_heads=kv_heads: f"{kk} ({kv_heads}) must divide {kh} ({h_vals[j]})",
                 (d_idx, h_idx),
             )
         )
@@ -136,6 +136,21 @@ def validity_rules(
     return config_rules, workload_rules
 
 
+def _kv_head_fields(data: Mapping[str, Any], keys: Mapping[str, str]) -> list[tuple[str, int]]:
+    """(field as written, value) of every KV head count a swept num_heads must stay a multiple of: the flat
+    num_kv_heads and each block's own (``attention.num_kv_heads``, the NAS models' per-layer KV heads)."""
+    out = []
+    if isinstance(data.get("num_kv_heads"), int):
+        out.append((keys.get("num_kv_heads", "num_kv_heads"), data["num_kv_heads"]))
+    specs = [("attention", data.get("attention"))]
+    specs += [(f"blocks.{name}.attention", (block or {}).get("attention"))
+              for name, block in (data.get("blocks") or {}).items()]  # fmt: skip
+    for where, spec in specs:
+        if isinstance(spec, Mapping) and isinstance(spec.get("num_kv_heads"), int):
+            out.append((f"{where}.num_kv_heads", spec["num_kv_heads"]))
+    return out
+
+
 def explained_by_sweep(problem: Problem, swept: set[str], data: Mapping[str, Any]) -> bool:
     """Whether a problem of the first point is one that a swept axis causes (so other points may be valid)."""
     shape_swept = bool({"embed_dim", "num_heads"} & swept)
@@ -143,6 +158,6 @@ def explained_by_sweep(problem: Problem, swept: set[str], data: Mapping[str, Any
         return shape_swept
     if problem.code == "rope_head_dim_odd":
         return shape_swept and data.get("head_dim") is None
-    if problem.code == "kv_heads_indivisible":
+    if problem.code in ("kv_heads_indivisible", "kv_heads_not_divisor"):  # flat, or a block's own
         return "num_heads" in swept
     return False
