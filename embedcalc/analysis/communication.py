@@ -214,12 +214,16 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     all-reduces its input gradient on its own; latent attention's q_b and kv_b read the replicated low-rank latents
     (widths q_lora_rank and kv_lora_rank); gated attention's output gate is a fourth. MoE experts are sharded inside
     their stacked tensors and add no collective of their own here; a shared-expert FFN is a dense FFN.
+    Cross-attention over an external sequence (Llama-3.2-Vision) all-reduces only its q input's gradient: its k
+    and v read the external states, which the text model takes as an input (no gradient into a vision tower).
     """
     attention, ffn = block.attention, block.ffn
     if attention is None:  # a recurrent mixer is replicated (analysis/mixers.py): no collective; or no mixer
         columns, rows = [], 0
     elif attention.latent:
         columns, rows = [attention.q_lora_rank or d, attention.kv_lora_rank], 1
+    elif attention.external:  # k and v read the external states, an input of the model: no gradient to reduce
+        columns, rows = [d], 1
     else:
         columns, rows = [d, d, d] + ([d] if attention.output_gate else []), 1
     if cross:

@@ -154,10 +154,14 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, 
 
 
 def sharding_config(config: ModelConfig, tp: int) -> ModelConfig:
-    """The config as Megatron builds it for ``tp`` ranks: vocabulary padded to a multiple of tp, and at least tp
-    KV heads (each of fewer heads replicated) so that every rank holds whole KV heads."""
+    """The config as Megatron builds it for ``tp`` ranks: vocabulary (and the token table) padded to a multiple of
+    tp, and at least tp KV heads (each of fewer heads replicated) so that every rank holds whole KV heads."""
     data = config.model_dump()
     data["vocab_size"] = -(-config.vocab_size // tp) * tp
+    if (
+        config.extra_token_rows
+    ):  # the token table (vocab_size + extra rows) is padded on its own (Mllama: + 8)
+        data["extra_token_rows"] = -(-config.token_rows // tp) * tp - data["vocab_size"]
     if config.resolved_kv_heads < tp:
         data["num_kv_heads"] = tp
     specs = [data.get("attention")] + [

@@ -131,3 +131,22 @@ def test_generation_caches_the_external_tokens_and_matches_recomputation() -> No
     assert torch.equal(tokens, reference_generate(model, prompt, gen))
     analytic = kv_cache_bytes(config, Workload(batch_size=B, seq_len=5, gen_tokens=gen))
     assert cache.nbytes == analytic == B * 4 * (2 * (2 * G * HD) * (5 + gen) + 2 * G * HD * M)
+
+
+def test_tensor_parallel_verify_agrees_on_every_collective(cli: Any, tmp_path: Any) -> None:
+    """``verify --tp 2`` (DTensor on the fake process group): the cross layer all-reduces its output in the forward
+    and only its queries' input gradient in the backward (k and v read the external states, a model input with no
+    gradient), as the analytic count says (analysis/communication.py)."""
+    import json
+
+    import yaml
+
+    path = tmp_path / "cross.yaml"
+    path.write_text(yaml.safe_dump(BASE), encoding="utf-8")
+    result = cli("verify", str(path), "--tp", "2", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    sharded = json.loads(result.stdout)["results"][0]["sharded"]
+    assert sharded["agree"] and sharded["mismatches"] == []
+    backward = {(c["kind"], c["phase"]): c for c in sharded["collectives"]}[("all-reduce", "backward")]
+    # 2 self layers x (q, k, v, gate, up) + the cross layer's q, gate, up + the LM head's input
+    assert backward["torch_count"] == backward["analytic_count"] == 2 * 5 + 3 + 1
