@@ -187,6 +187,8 @@ def _tensor_shape(
 ) -> tuple[tuple[int, ...], str] | None:
     """:func:`expected_shape`, and in a recurrent mixer's layer the mixer's tensors and the layer's pre-norm."""
     mixer = mixers.get(role.layer) if role.layer is not None else None
+    if role.key is not None and role.key.endswith("/projection"):  # a sublayer replaced by a d x d linear
+        return ((config.embed_dim, config.embed_dim), "hidden, hidden") if param == "weight" else None
     if mixer is None or role.key is None or "/mixer/" not in role.key:
         return expected_shape(config, role, param)
     if role.key.endswith("/mixer/norm"):
@@ -203,6 +205,8 @@ def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
         block = plan.block_at(layer)
         if block.mixer is not None:
             kinds[layer] = "mixer" if block.attention is None else "parallel"
+        elif "mixer" in block.projections:  # its input_layernorm is the projection's norm
+            kinds[layer] = "mixer"
         else:
             kinds[layer] = "ffn" if block.attention is None and block.ffn is not None else "attention"
     return kinds

@@ -21,7 +21,9 @@ nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``. Falcon-H1's ``mam
 layer is mapped the same way, its one pre-norm attention's. Llama-3.2-Vision's cross-attention layers are
 ``cross_attn.*`` (q/k/v/o projections and q/k norms as above) and the layer's own ``cross_attn_attn_gate`` /
 ``cross_attn_mlp_gate`` (``attention/tanh_gate``, ``ffn/tanh_gate``); a multimodal checkpoint's vision tower and
-projector (``vision_model``, ``multi_modal_projector``, ...) belong to no component of the text model.
+projector (``vision_model``, ``multi_modal_projector``, ...) belong to no component of the text model. The Nemotron
+NAS models' linear sublayers are ``self_attn.linear_attn`` (``mixer/projection``, the layer's ``input_layernorm``
+then ``mixer/norm``) and ``mlp.linear_mlp`` (``ffn/projection``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,12 @@ _MIXER_PARAMS = ("A_log", "D", "dt_bias")
 _PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
 # Mllama's tanh gates, parameters of the cross-attention layer itself (MllamaCrossAttentionDecoderLayer)
 _LAYER_PARAMS = {"cross_attn_attn_gate": "attention/tanh_gate", "cross_attn_mlp_gate": "ffn/tanh_gate"}
+# DeciLM's replace_with_linear sublayers (the Nemotron NAS models' DeciLMLinearAttention / DeciLMLinearMLP, in
+# modeling_decilm.py), by their path inside the layer
+_REPLACED: dict[tuple[str, ...], str] = {
+    ("self_attn", "linear_attn"): "mixer/projection",
+    ("mlp", "linear_mlp"): "ffn/projection",
+}
 # a multimodal checkpoint's towers and projector, outside the text model embedcalc counts
 _OUTSIDE = ("vision_model", "vision_tower", "multi_modal_projector", "visual")
 
@@ -141,6 +149,8 @@ def tensor_role(
     if not inside and param in _LAYER_PARAMS:
         return TensorRole(f"{stack}/{_LAYER_PARAMS[param]}", layer, kind, module)
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
+    if tuple(inside) in _REPLACED:
+        return TensorRole(f"{stack}/{_REPLACED[tuple(inside)]}", layer, kind, module)
     key = _mixer_key(inside, param) if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"

@@ -64,8 +64,9 @@ def _tiny(**attention_extra: Any) -> dict[str, Any]:
 # --- the independent DeciLM re-implementation (torch, meta device) -------------------------------------------------
 
 
-def _decilm(raw: dict[str, Any]) -> Any:
-    """DeciLMForCausalLM of ``raw`` as modeling_decilm.py builds it (module docstring), on the meta device."""
+def _decilm(raw: dict[str, Any], device: str = "meta") -> Any:
+    """DeciLMForCausalLM of ``raw`` as modeling_decilm.py builds it (module docstring, its module names), on
+    ``device``."""
     torch = pytest.importorskip("torch")
     nn = torch.nn
     d, heads = raw["hidden_size"], raw["num_attention_heads"]
@@ -103,42 +104,64 @@ def _decilm(raw: dict[str, Any]) -> Any:
         def forward(self, x: Any) -> Any:
             return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
-    class Layer(nn.Module):
+    class LinearAttention(nn.Module):  # DeciLMLinearAttention
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear_attn = nn.Linear(d, d, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            return self.linear_attn(x)
+
+    class LinearMLP(nn.Module):  # DeciLMLinearMLP
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear_mlp = nn.Linear(d, d, bias=False)
+
+        def forward(self, x: Any) -> Any:
+            return self.linear_mlp(x)
+
+    class Layer(nn.Module):  # DeciLMDecoderLayer
         def __init__(self, config: dict[str, Any]) -> None:
             super().__init__()
             attn, ffn = config["attention"], config["ffn"]
             self.self_attn = self.mlp = None
             if not attn["no_op"]:
                 self.input_layernorm = RMSNorm()
-                self.self_attn = (nn.Linear(d, d, bias=False) if attn["replace_with_linear"]
+                self.self_attn = (LinearAttention() if attn["replace_with_linear"]
                                   else Attention(attn["n_heads_in_group"]))  # fmt: skip
             if not ffn["no_op"]:
                 self.post_attention_layernorm = RMSNorm()
-                width = 2 * ffn["ffn_mult"] * d / 3 if not ffn["replace_with_linear"] else 0
-                size = -(-int(width) // 256) * 256  # _find_multiple(int(2 ffn_mult d / 3), 256)
-                self.mlp = nn.Linear(d, d, bias=False) if ffn["replace_with_linear"] else MLP(size)
+                if ffn["replace_with_linear"]:
+                    self.mlp = LinearMLP()
+                else:  # _find_multiple(int(2 ffn_mult d / 3), 256)
+                    self.mlp = MLP(-(-int(2 * ffn["ffn_mult"] * d / 3) // 256) * 256)
 
         def forward(self, x: Any) -> Any:  # norms are element-wise: their FLOPs are not matmuls
             x = x + self.self_attn(x) if self.self_attn is not None else x
             return x + self.mlp(x) if self.mlp is not None else x
 
-    class Model(nn.Module):
+    class Decoder(nn.Module):  # DeciLMModel
         def __init__(self) -> None:
             super().__init__()
             self.embed_tokens = nn.Embedding(raw["vocab_size"], d)
             self.layers = nn.ModuleList(Layer(c) for c in raw["block_configs"])
             self.norm = RMSNorm()
+
+    class Model(nn.Module):  # DeciLMForCausalLM
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = Decoder()
             self.lm_head = nn.Linear(d, raw["vocab_size"], bias=False)
             if raw.get("tie_word_embeddings", False):
-                self.lm_head.weight = self.embed_tokens.weight
+                self.lm_head.weight = self.model.embed_tokens.weight
 
         def forward(self, ids: Any) -> Any:
-            x = self.embed_tokens(ids)
-            for layer in self.layers:
+            x = self.model.embed_tokens(ids)
+            for layer in self.model.layers:
                 x = layer(x)
             return self.lm_head(x)
 
-    with torch.device("meta"):
+    with torch.device(device):
         return Model()
 
 
@@ -292,3 +315,36 @@ def test_every_key_is_accounted_for(cli: Any) -> None:
             "auto_map"} <= ignored  # fmt: skip
     mapped = {row["field"]: row["key"] for row in report["mapped"]}
     assert mapped["num_kv_heads"] == mapped["ffn_dim"] == mapped["blocks"] == "block_configs"
+
+
+@pytest.mark.torch
+def test_verify_checkpoint_places_every_decilm_tensor(cli: Any, tmp_path: Any) -> None:
+    """A tiny DeciLM checkpoint (the re-implementation's state dict, its names modeling_decilm.py's): every tensor
+    lands on a component and every component's count equals the analysis (``self_attn.linear_attn`` and
+    ``mlp.linear_mlp`` on the projections, a linear layer's ``input_layernorm`` on mixer/norm); a layer whose
+    k_proj has other KV heads than its block config says is refused naming the component."""
+    pytest.importorskip("safetensors")
+    from safetensors.torch import save_file
+
+    raw = _tiny()
+    tensors = {name: t.contiguous() for name, t in _decilm(raw, "cpu").state_dict().items()}
+    (tmp_path / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert check["extra"] == [] and check["missing"] == [], check
+    rows = {r["key"]: r for r in check["components"]}
+    assert (
+        rows["decoder/mixer/projection"]["stored_params"]
+        == rows["decoder/ffn/projection"]["stored_params"]
+        == 256**2
+    )
+    assert rows["decoder/mixer/norm"]["stored_params"] == 256
+
+    import torch
+
+    tensors["model.layers.3.self_attn.k_proj.weight"] = torch.zeros(64, 256)  # 2 KV heads of 32, not 4
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    bad = cli("verify", str(tmp_path), "--checkpoint")
+    assert bad.exit_code == 3 and "decoder/attention/qkv" in bad.stdout + bad.stderr
