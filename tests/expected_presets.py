@@ -19,6 +19,7 @@ PRESETS = (
     "falcon-h1-34b",
     "gemma-2-9b",
     "gemma-3-27b",
+    "gemma-4-31b",
     "gemma-7b",
     "gpt-oss-20b",
     "granite-4.0-h-small",

@@ -96,9 +96,10 @@ def mapped_config(raw: dict[str, Any]) -> ModelConfig:
 
 def text_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """The text model's keys: ``text_config`` of a multimodal file, else the file itself."""
-    if isinstance(raw.get("text_config"), dict) and raw.get("model_type") in ("gemma3", "llama4"):
+    inner = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text"}
+    if isinstance(raw.get("text_config"), dict) and raw.get("model_type") in inner:
         text = dict(raw["text_config"])
-        text.setdefault("model_type", {"gemma3": "gemma3_text", "llama4": "llama4_text"}[raw["model_type"]])
+        text.setdefault("model_type", inner[raw["model_type"]])
         return text
     return raw
 

@@ -57,8 +57,11 @@ from embedcalc.analysis.structure import (
     Dims,
     Num,
     cross_attention,
-    kv_heads,
+    head_width,
+    kv_width,
     minimum,
+    per_layer_width,
+    projected_kv,
     qk_width,
     stacks,
     sublayer_norms,
@@ -152,12 +155,12 @@ def attention_flops(
     context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))
     out = (f"{prefix}/out", t * (layers * 2 * h * v * d))
     if a.kind == "standard":
-        kv = kv_heads(a, x) * x.hd
-        if not cross:
-            qkv = t * (layers * 2 * d * (h * x.hd + 2 * kv))
+        hd, kv = head_width(a, x), kv_width(a, x)
+        if not cross:  # K and V as many as the layer projects itself (values from keys, shared K and V)
+            qkv = t * (layers * 2 * d * (h * hd + projected_kv(a) * kv))
         else:  # K and V of the encoder output
-            qkv = t * (layers * 2 * d * h * x.hd) + t_kv * (layers * 2 * d * 2 * kv)
-        gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * x.hd))] if a.output_gate else []
+            qkv = t * (layers * 2 * d * h * hd) + t_kv * (layers * 2 * d * 2 * kv)
+        gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * hd))] if a.output_gate else []
         return [(f"{prefix}/qkv", qkv), scores, context, *gate, out]
     terms: list[tuple[str, Num]] = []
     if a.q_lora_rank is not None:
@@ -245,7 +248,14 @@ def layer_flops(
         terms += attention_flops(cross_attention(config), x, layers, t, b * n_mem, b * (n * n_mem), "cross_attention",
                                  cross=True)  # fmt: skip
     terms += ffn_flops(block.ffn, block, x, layers, t) if block.ffn is not None else []
-    return terms + [(f"{where}/projection", t * (layers * 2 * x.d * x.d)) for where in block.projections]
+    terms += [(f"{where}/projection", t * (layers * 2 * x.d * x.d)) for where in block.projections]
+    p = config.per_layer_input_dim
+    if p:  # Gemma 3n/4: the per-layer input's gate (d -> p) and projection back (p -> d)
+        terms += [
+            ("per_layer/gate", t * (layers * 2 * x.d * p)),
+            ("per_layer/out", t * (layers * 2 * p * x.d)),
+        ]
+    return terms
 
 
 def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
@@ -261,6 +271,8 @@ def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
         for sd in x.stacks:
             tokens = tokens + b * x.tokens(config, sd.stack)[0]
         add("embedding/project_in", tokens * (2 * d_tok * d))
+    if config.per_layer_input_dim:  # per_layer_model_projection: d -> L x p on every token
+        add("embedding/per_layer_project", b * x.n * (2 * d * per_layer_width(config, x)))
     for sd in x.stacks:
         n, n_mem = x.tokens(config, sd.stack)
         for block, layers in sd.blocks:

@@ -124,6 +124,7 @@ def _dims(config: ModelConfig, workload: Workload, size: dict[str, Num], head_di
         n_dec=workload.tgt_len if workload.tgt_len is not None else n,
         ffn=_ffn_widths(config, flat_f),
         stacks=tuple(plans),
+        depth=layers,
     )
 
 

@@ -50,8 +50,11 @@ from embedcalc.analysis.structure import (
     Dims,
     Num,
     cross_attention,
-    kv_heads,
+    head_width,
+    kv_width,
     norm_has_bias,
+    per_layer_width,
+    projected_kv,
     sublayer_norms,
 )
 from embedcalc.analysis.tensor import ParamTensor
@@ -72,14 +75,16 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
     """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
     d, h = x.d, x.h
     if a.kind == "standard":
-        q, kv = h * x.hd, kv_heads(a, x) * x.hd
-        out = _linear(f"{prefix}/qkv", d, q + 2 * kv, a.qkv_bias, "qkv")
+        hd = head_width(a, x)
+        q, kv = h * hd, kv_width(a, x)
+        out = _linear(f"{prefix}/qkv", d, q + projected_kv(a) * kv, a.qkv_bias, "qkv")
+        keys = 0 if a.kv_shared else 1  # a layer reusing another's keys has no key norm
         if a.qk_norm == "head":
-            out += _norm(config, f"{prefix}/qk_norm", x.hd, 2)
+            out += _norm(config, f"{prefix}/qk_norm", hd, 1 + keys)
         elif a.qk_norm == "full":
             # replicated under TP: q and k are gathered around it
             out += _norm(config, f"{prefix}/qk_norm", q)
-            out += _norm(config, f"{prefix}/qk_norm", kv)
+            out += _norm(config, f"{prefix}/qk_norm", kv, keys)
         value = q
     else:  # mla, DeepSeek-V2 §2.1
         qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
@@ -99,11 +104,11 @@ def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -
             out += indexer_tensors(a, x, prefix)
     if config.disentangled is not None and prefix == "attention" and not config.disentangled.share_keys:
         for _ in range(config.disentangled.terms):  # DeBERTa's pos_key_proj (c2p), pos_query_proj (p2c)
-            out += _linear(f"{prefix}/pos_proj", d, h * x.hd, True, "none")
+            out += _linear(f"{prefix}/pos_proj", d, h * head_width(a, x), True, "none")
     if a.sinks:
         out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
-        out += _linear(f"{prefix}/gate", d, h * x.hd, a.qkv_bias, "column")
+        out += _linear(f"{prefix}/gate", d, h * head_width(a, x), a.qkv_bias, "column")
     out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
     if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
         out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
@@ -184,6 +189,12 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
         out += _norm(config, "ffn/norm", x.d, ffn_norms)
     if "ffn" in block.projections:
         out += projection_tensors(config, "ffn", x, ffn_norms)
+    p = config.per_layer_input_dim
+    if p:  # Gemma 3n/4: per_layer_input_gate, per_layer_projection, post_per_layer_input_norm
+        out += _linear("per_layer/gate", x.d, p, False, "none") + _linear(
+            "per_layer/out", p, x.d, False, "none"
+        )
+        out += _norm(config, "per_layer/norm", x.d)
     return out
 
 
@@ -202,6 +213,15 @@ def _embedding_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
         out += [replace(t, copies=copies) for t in _norm(config, "embedding/norm", wide)]
     if config.embedding_projection and config.factorized_embeddings:
         out += project  # ALBERT: after the embedding norm
+    if (
+        config.per_layer_input_dim
+    ):  # Gemma 3n/4: embed_tokens_per_layer, per_layer_model_projection and its norm
+        width = per_layer_width(config, x)
+        out.append(
+            ParamTensor("embedding/per_layer", (config.per_layer_vocab_size or config.vocab_size, width))
+        )
+        out += _linear("embedding/per_layer_project", d, width, False, "none")
+        out += _norm(config, "embedding/per_layer_norm", config.per_layer_input_dim)
     return out
 
 

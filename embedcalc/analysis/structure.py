@@ -111,6 +111,7 @@ class Dims:
     stacks: tuple[StackDims, ...]
     first: bool = True  # holds the embeddings (pipeline stage 0)
     last: bool = True  # holds the final norms, pooler and LM head
+    depth: Num = 0  # layers of the first stack in the whole model (per-layer embeddings are that many wide)
 
     @classmethod
     def of(
@@ -135,6 +136,7 @@ class Dims:
             stacks=tuple(
                 StackDims(stack, tuple(config.stack_plan(stack.name).counts())) for stack in stacks(config)
             ),
+            depth=config.num_layers,
         )
 
     def with_workload(self, batch_size: Num, seq_len: Num, tgt_len: Num | None = None) -> Dims:
@@ -193,14 +195,24 @@ def cross_attention(config: ModelConfig) -> Attention:
     return config.cross_attention_block()
 
 
+def head_width(attention: Attention, x: Dims) -> Num:
+    """Per-head width of standard attention: the block's own head_dim (Gemma 4's full layers), else the flat
+    head_dim (which a sweep may vary)."""
+    return attention.head_dim if attention.own_head_dim else x.hd
+
+
 def qk_width(attention: Attention, x: Dims) -> Num:
     """Per-head query/key width: head_dim (standard, may be swept) or qk_nope + qk_rope (MLA, fixed)."""
-    return x.hd if attention.kind == "standard" else attention.qk_nope_head_dim + attention.qk_rope_head_dim
+    return (
+        head_width(attention, x)
+        if attention.kind == "standard"
+        else attention.qk_nope_head_dim + attention.qk_rope_head_dim
+    )
 
 
 def v_width(attention: Attention, x: Dims) -> Num:
     """Per-head value width: head_dim (standard) or v_head_dim (MLA)."""
-    return x.hd if attention.kind == "standard" else attention.v_head_dim
+    return head_width(attention, x) if attention.kind == "standard" else attention.v_head_dim
 
 
 def kv_heads(attention: Attention, x: Dims) -> Num:
@@ -209,3 +221,22 @@ def kv_heads(attention: Attention, x: Dims) -> Num:
     if attention.kind != "standard":
         return x.h
     return attention.num_kv_heads if attention.own_kv_heads else x.g
+
+
+def kv_width(attention: Attention, x: Dims) -> Num:
+    """Width of all key (or value) heads of standard attention together."""
+    return kv_heads(attention, x) * head_width(attention, x)
+
+
+def projected_kv(attention: Attention) -> int:
+    """How many of K and V standard attention projects itself: 2, 1 when the values are the keys (Gemma 4's
+    attention_k_eq_v), 0 when the layer reuses an earlier layer's keys and values (KV sharing)."""
+    if attention.kv_shared:
+        return 0
+    return 1 if attention.values_from_keys else 2
+
+
+def per_layer_width(config: ModelConfig, x: Dims) -> Num:
+    """Width of the per-layer embeddings of all layers together (num_layers x per_layer_input_dim; Gemma 3n/4's
+    packed per-layer table), 0 without them."""
+    return x.depth * config.per_layer_input_dim if config.per_layer_input_dim else 0

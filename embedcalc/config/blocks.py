@@ -49,6 +49,7 @@ __all__ = [
     "MLA_ONLY_FIELDS",
     "MOE_ONLY_FIELDS",
     "SPARSE_FIELDS",
+    "STANDARD_ONLY_FIELDS",
     "Attention",
     "AttentionKind",
     "AttentionSpec",
@@ -135,6 +136,28 @@ class AttentionSpec(BaseModel):
         description=(
             "sparse: reuse the previous layer's top-k selection (GLM-5's shared layers): no indexer parameters, "
             "FLOPs or cached keys in this layer."
+        ),
+    )
+    head_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: this block's per-head width when it differs from the flat head_dim (Gemma 4's full-attention "
+            "layers: global_head_dim 512 beside 256); the block then keeps it when a sweep varies head_dim."
+        ),
+    )
+    values_from_keys: bool = Field(
+        default=False,
+        description=(
+            "standard: the values are the key projection's output (Gemma 4's attention_k_eq_v): no value "
+            "projection; the KV cache still holds keys and values (they are normalised apart)."
+        ),
+    )
+    kv_shared: bool = Field(
+        default=False,
+        description=(
+            "standard: reuse the keys and values of the nearest earlier layer with the same window and head shape "
+            "that computes its own (Gemma 3n / Gemma 4 num_kv_shared_layers): no key/value projections or key "
+            "norm, no KV cache of its own; its queries, scores and output are as usual."
         ),
     )
     qk_norm: QKNorm = Field(
@@ -226,6 +249,8 @@ class AttentionSpec(BaseModel):
                 "latent shared by every head, so it would be ignored; remove num_kv_heads or use kind standard",
                 {"value": self.num_kv_heads, "kind": self.kind},
             )
+        if self.kind != "standard":
+            _refuse_other_kind(self, STANDARD_ONLY_FIELDS, "attention", "standard")
         return self
 
     @field_validator("qk_norm")
@@ -343,6 +368,8 @@ class FFNSpec(BaseModel):
 
 # the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
 MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
+# what only standard attention has (its own head shape, values from keys, shared keys and values)
+STANDARD_ONLY_FIELDS = ("head_dim", "values_from_keys", "kv_shared")
 # what kind sparse needs beyond mla
 SPARSE_FIELDS = (
     "q_lora_rank",
@@ -433,7 +460,8 @@ def merge_spec(base: S, override: S | None) -> S:
         mixer_fields: tuple[str, ...] = ("gate_norm",)
         if update["kind"] not in RECURRENT_KINDS:
             mixer_fields += ("parallel_attention",)
-        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *MOE_ONLY_FIELDS, "ffn_dim")
+        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *STANDARD_ONLY_FIELDS,
+                                        *MOE_ONLY_FIELDS, "ffn_dim")  # fmt: skip
         for name in (*kind_fields, "num_kv_heads", *mixer_fields):
             if name in merged and name not in kept:
                 merged[name] = type(base).model_fields[name].default

@@ -43,9 +43,12 @@ class Attention:
     index_head_dim: int = 0
     index_topk: int = 0
     index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
-    # num_kv_heads is the block's own (AttentionSpec.num_kv_heads, the NAS models' per-layer KV heads): fixed under a
-    # sweep; else it is the flat num_kv_heads, which a sweep may vary with num_heads
-    own_kv_heads: bool = False
+    own_head_dim: bool = False  # standard: head_dim is the block's own, not the flat (swept) one
+    own_kv_heads: bool = False  # standard: num_kv_heads is the block's own, likewise
+    values_from_keys: bool = (
+        False  # standard: no value projection, V is K's projection (Gemma 4 attention_k_eq_v)
+    )
+    kv_shared: bool = False  # standard: reuses an earlier layer's K and V: no K/V projections, no KV cache
     context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
     tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)
 
@@ -91,7 +94,7 @@ class Attention:
         a sparse layer's indexer key)."""
         if self.latent:
             return self.kv_lora_rank + self.qk_rope_head_dim + self.index_cache_width
-        return 2 * self.kv_dim
+        return 0 if self.kv_shared else 2 * self.kv_dim
 
     @property
     def cache_limit(self) -> int | None:

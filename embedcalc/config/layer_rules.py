@@ -156,6 +156,36 @@ class LayerRules:
             stacks.append([DEFAULT_BLOCK])
         for stack in stacks:
             _check_index_sharing(stack, info)
+            _check_kv_sharing(stack, info)
+        return value
+
+    @field_validator("per_layer_input_dim", check_fields=False)
+    @classmethod
+    def _per_layer_needs_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
+        arch = info.data.get("architecture")
+        if value is not None and arch != "decoder":
+            raise PydanticCustomError(
+                "per_layer_needs_decoder",
+                "per_layer_input_dim ({value}) gives each layer of a decoder its own input (Gemma 3n / Gemma 4); "
+                "architecture {arch} has none. Remove per_layer_input_dim or use architecture decoder",
+                {"value": value, "arch": arch},
+            )
+        return value
+
+    @field_validator("per_layer_vocab_size", check_fields=False)
+    @classmethod
+    def _per_layer_vocab_needs_inputs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if (
+            value is not None
+            and info.data.get("per_layer_input_dim") is None
+            and "per_layer_input_dim" in info.data
+        ):
+            raise PydanticCustomError(
+                "per_layer_vocab_without_inputs",
+                "per_layer_vocab_size ({value}) sizes the per-layer token table, but per_layer_input_dim is not "
+                "set, so there is none; set per_layer_input_dim (Gemma 4 E2B: 256) or remove per_layer_vocab_size",
+                {"value": value},
+            )
         return value
 
     @field_validator("context_tokens", check_fields=False)
@@ -278,6 +308,34 @@ def _check_index_sharing(names: list[str], info: ValidationInfo) -> None:
             "before it in layers",
             {"where": where, "index": index, "name": name},
         )
+
+
+def _check_kv_sharing(names: list[str], info: ValidationInfo) -> None:
+    """Refuse a stack (its block names in layer order) whose layer with ``kv_shared`` has no earlier layer of its
+    window and head shape computing its own keys and values to reuse (Gemma 3n/4 share the last layer of the same
+    layer type before the shared ones; transformers refuses a layer type with no such producer)."""
+    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    base_mixer = info.data["mixer"] or MixerSpec()
+    blocks: dict[str, BlockSpec] = info.data["blocks"]
+    producers: set[tuple[object, ...]] = set()
+    for index, name in enumerate(names):
+        spec = blocks.get(name)
+        mixer = merge_spec(base_mixer, spec.mixer if spec is not None else None)
+        attention = merge_spec(base_attention, spec.attention if spec is not None else None)
+        if mixer.kind != "attention" and not mixer.parallel_attention:
+            continue
+        shape = (attention.sliding_window, attention.chunk_size, attention.head_dim, attention.num_kv_heads)
+        if not attention.kv_shared:
+            producers.add(shape)
+        elif shape not in producers:
+            where = "attention" if name == DEFAULT_BLOCK else f"blocks.{name}.attention"
+            raise PydanticCustomError(
+                "kv_shared_first",
+                "{where}.kv_shared: layer {index} (block {name}) reuses the keys and values of an earlier layer "
+                "with the same window and head shape, but none before it computes its own; set kv_shared: false "
+                "there, or put a block of that shape without kv_shared before it in layers",
+                {"where": where, "index": index, "name": name},
+            )
 
 
 def _check_sparse(spec: AttentionSpec, where: str) -> None:

@@ -94,6 +94,20 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
         default=False,
         description="Token embeddings are multiplied by sqrt(embed_dim) (Gemma); no parameters, no matmul FLOPs.",
     )
+    per_layer_input_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Per-layer embeddings (Gemma 3n / Gemma 4 hidden_size_per_layer_input, decoders): a second token "
+            "table of per_layer_vocab_size x (num_layers x per_layer_input_dim) and a projection embed_dim -> "
+            "num_layers x per_layer_input_dim with an RMSNorm of per_layer_input_dim give each layer its own "
+            "input; every layer gates it (embed_dim -> per_layer_input_dim), projects it back "
+            "(per_layer_input_dim -> embed_dim) and normalises it (embed_dim) into the residual. Default none."
+        ),
+    )
+    per_layer_vocab_size: PositiveInt | None = Field(
+        default=None,
+        description="Rows of the per-layer token table (vocab_size_per_layer_input); default vocab_size.",
+    )
     num_layers: PositiveInt = Field(
         description="Transformer blocks in the stack; for encoder-decoder, the encoder's blocks."
     )

@@ -82,15 +82,21 @@ class QKV(nn.Module):
     from the encoder memory, so no FLOPs are spent projecting the wrong stream.
     """
 
-    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool) -> None:
+    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool, kv: int = 2) -> None:
         super().__init__()
         self.q = nn.Linear(embed_dim, q_dim, bias=bias)
-        self.k = nn.Linear(embed_dim, kv_dim, bias=bias)
-        self.v = nn.Linear(embed_dim, kv_dim, bias=bias)
+        # kv: the projections of K and V the layer has, 2; 1 when the values are the keys (Gemma 4
+        # attention_k_eq_v); 0 when it reuses an earlier layer's (modeling/shared_kv.py)
+        self.k = nn.Linear(embed_dim, kv_dim, bias=bias) if kv else None
+        self.v = nn.Linear(embed_dim, kv_dim, bias=bias) if kv == 2 else None
 
     def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        if self.k is None:
+            raise RuntimeError("a layer sharing another layer's keys and values projects queries only")
         source = x if memory is None else memory
-        return self.q(x), self.k(source), self.v(source)  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
+        k = self.k(source)  # (B, S, kv_dim)
+        v = self.v(source) if self.v is not None else k  # (B, S, kv_dim): values from keys
+        return self.q(x), k, v  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
 
 
 class QKNorm(nn.Module):
@@ -101,7 +107,12 @@ class QKNorm(nn.Module):
         super().__init__()
         self.full = spec.qk_norm == "full"
         self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)
-        self.k = make_norm(config, spec.kv_dim if self.full else spec.head_dim)
+        # a layer reusing another layer's keys has no key norm of its own
+        self.k = (
+            nn.Identity()
+            if spec.kv_shared
+            else make_norm(config, spec.kv_dim if self.full else spec.head_dim)
+        )
 
 
 def _heads(x: Tensor, heads: int) -> Tensor:
@@ -287,7 +298,10 @@ class Attention(AttentionBase):
         )  # fmt: skip
         self.num_kv_heads, self.head_dim = spec.num_kv_heads, spec.head_dim
         self.rotary_width = config.rotary_dim or spec.head_dim
-        self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias)
+        kv = 0 if spec.kv_shared else 1 if spec.values_from_keys else 2
+        self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias, kv)
+        self.shared_kv: tuple[Tensor, Tensor, Tensor | None, bool] | None = None  # what it attended with
+        self.keeps_kv = False  # a later layer reuses its keys and values (modeling/shared_kv.py)
         self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
         self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
         self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
@@ -339,6 +353,7 @@ class Attention(AttentionBase):
         length = x.shape[1]
         cache.write(k, v, position)
         if position == 0:  # prefill: the prompt attends to itself, as without a cache
+            self._keep(k, v, None, True)
             k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, T, d_head)
             return self._core(q, k, v, bias)
         if cache.rolling and length > 1:
@@ -348,9 +363,15 @@ class Attention(AttentionBase):
         keys, values = cache.read(position + length)  # (B, h_kv, S, d_head) each
         if values is None:  # pragma: no cover - a standard layer's cache has values
             raise RuntimeError("standard attention needs a K and a V cache")
-        return self._cached_core(
-            q, keys, values, bias, self._cached_blocked(cache, position, length, q.device)
-        )
+        blocked = self._cached_blocked(cache, position, length, q.device)
+        self._keep(keys, values, blocked, False)
+        return self._cached_core(q, keys, values, bias, blocked)
+
+    def _keep(self, k: Tensor, v: Tensor, blocked: Tensor | None, full: bool) -> None:
+        """Keep the keys and values (B, h_kv, S, d_head) this layer attends with, and the mask of a cached step
+        (``full``: no cache, or the prefill), for the later layers that reuse them."""
+        if self.keeps_kv:
+            self.shared_kv = (k, v, blocked, full)
 
     def attend(
         self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
@@ -358,13 +379,18 @@ class Attention(AttentionBase):
     ) -> Tensor:  # fmt: skip
         if self.cross and memory is None and not (isinstance(cache, CrossCache) and cache.ready):
             raise ValueError("cross-attention needs the encoder output (memory)")
-        batch, length, _ = x.shape
         if cache is not None:
             context = self._attend_cached(x, memory, bias, rotary, cache, position)  # (B, h, T, d_head)
         else:
             q, k, v = self._project(x, memory, rotary)
+            self._keep(k, v, None, True)
             k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
             context = self._core(q, k, v, bias)  # (B, h, T, d_head)
+        return self._output(x, context)
+
+    def _output(self, x: Tensor, context: Tensor) -> Tensor:
+        """The heads' context (B, h, T, d_head) merged, gated (Qwen3-Next) and projected out: (B, T, d)."""
+        batch, length, _ = x.shape
         # (B, T, q_dim)
         merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
         if self.gate is not None:  # gated attention (Qwen3-Next): sigmoid(gate(x)) per channel

@@ -72,6 +72,8 @@ class PositionProjections(nn.Module):
             return x.view(x.shape[0], heads, -1).transpose(0, 1)
 
         if self.spec.share_keys:  # transformers projects both with the content weights whatever the terms
+            if qkv.k is None:  # pragma: no cover - DeBERTa's attention projects its own keys
+                raise RuntimeError("disentangled attention needs its key projection")
             keys = split(F.linear(rel, qkv.k.weight, qkv.k.bias))
             queries = split(F.linear(rel, qkv.q.weight, qkv.q.bias))
             return (keys if self.spec.c2p else None), (queries if self.spec.p2c else None)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.layers import embedding_table, make_norm
+from embedcalc.modeling.per_layer import per_layer_inputs, per_layer_modules
 from embedcalc.modeling.positions import SinusoidalPositions
 
 
@@ -62,6 +63,10 @@ class Embeddings(nn.Module):
             if config.resolved_embedding_norm
             else None
         )
+        self.num_layers = config.num_layers
+        self.per_layer: nn.Embedding | None = None  # Gemma 3n/4's per-layer inputs (modeling/per_layer.py)
+        if config.per_layer_input_dim:
+            self.per_layer, self.per_layer_project, self.per_layer_norm = per_layer_modules(config)
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
         """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
@@ -88,6 +93,14 @@ class Embeddings(nn.Module):
         if self.project_in is not None and self.factorized:
             x = self.project_in(x)  # (B, T, d_tok) -> (B, T, d)
         return x
+
+    def layer_inputs(self, ids: Tensor, embedded: Tensor) -> Tensor | None:
+        """Every layer's per-layer input (B, T, L, p) for ``ids`` embedded as ``embedded``; None without them."""
+        if self.per_layer is None:
+            return None
+        return per_layer_inputs(
+            self.per_layer, self.per_layer_project, self.per_layer_norm, ids, embedded, self.num_layers
+        )
 
 
 class Pooler(nn.Module):

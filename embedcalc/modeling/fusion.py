@@ -38,6 +38,8 @@ class FusedQKV(nn.Module):
 
     def __init__(self, qkv: QKV) -> None:
         super().__init__()
+        if qkv.k is None or qkv.v is None:
+            raise ValueError("only a layer with its own K and V projections fuses them")
         self.widths = [qkv.q.out_features, qkv.k.out_features, qkv.v.out_features]
         self.fused = _concat([qkv.q, qkv.k, qkv.v])
 
@@ -65,7 +67,10 @@ def fuse_projections(model: nn.Module) -> int:
     """Fuse every self-attention QKV and every gated FFN input of ``model`` in place; returns how many."""
     count = 0
     for module in list(model.modules()):
-        if isinstance(module, Attention) and not module.cross and isinstance(module.qkv, QKV):
+        if (
+            isinstance(module, Attention) and not module.cross and isinstance(module.qkv, QKV)
+            and module.qkv.k is not None and module.qkv.v is not None  # values from keys, shared K/V: as built
+        ):  # fmt: skip
             module.qkv = FusedQKV(module.qkv)  # type: ignore[assignment]
             count += 1
         for name, child in list(module.named_children()):

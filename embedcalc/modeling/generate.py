@@ -29,6 +29,7 @@ from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCa
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.layers import AttentionImpl, Block
 from embedcalc.modeling.model import TransformerModel, build_model
+from embedcalc.modeling.shared_kv import SharedKVAttention
 from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import allocate_state
 from embedcalc.modeling.steps import make_inputs
@@ -79,6 +80,8 @@ def allocate_cache(
             if isinstance(attn, SparseAttention) and not attn.shared:  # the indexer's keys (B, L, D_I)
                 own.index_keys = empty(batch_size, size, attn.index_width)
         elif isinstance(attn, Attention):
+            if isinstance(attn, SharedKVAttention):  # reads its source layer's keys and values: no cache
+                size = 0
             shape = (batch_size, attn.num_kv_heads, size, attn.head_dim)  # (B, h_kv, L, d_head)
             own = LayerCache(empty(*shape), empty(*shape), total_tokens, limit)
         else:  # pragma: no cover - make_attention builds one of the two

@@ -39,6 +39,8 @@ from embedcalc.modeling.lightning import LightningMixer
 from embedcalc.modeling.mamba1 import Mamba1Mixer
 from embedcalc.modeling.moe import MoE, Routing
 from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
+from embedcalc.modeling.per_layer import PerLayerSublayer
+from embedcalc.modeling.shared_kv import SharedKVAttention
 from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import Mamba2Mixer, MixerSublayer
@@ -72,6 +74,8 @@ def make_attention(
         return DisentangledAttention(config, spec, impl=impl, owns_table=relative_bias)
     if spec.kind == "mla":
         return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    if spec.kv_shared:
+        return SharedKVAttention(config, spec, impl=impl, causal=causal)
     return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
 
 
@@ -212,12 +216,27 @@ class Block(nn.Module):
                 if spec.ffn.moe
                 else FeedForward(config, spec.ffn, ffn_norm, gate)
             )
+        width = config.per_layer_input_dim
+        self.per_layer = PerLayerSublayer(config, width) if width else None  # Gemma 3n/4, after the FFN
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
-        cache: BlockCache | None = None, position: int = 0,
+        cache: BlockCache | None = None, position: int = 0, per_layer_input: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
-        """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``."""
+        """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``;
+        ``per_layer_input`` (B, T, p) is this layer's per-layer input (Gemma 3n/4), added after the FFN."""
+        x = self._sublayers(x, memory, bias, rotary, cache, position)  # (B, T, d)
+        if self.per_layer is not None:
+            if per_layer_input is None:
+                raise ValueError("a layer with per-layer embeddings needs its per-layer input")
+            x = self.per_layer(x, per_layer_input)  # (B, T, d)
+        return x
+
+    def _sublayers(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: BlockCache | None, position: int,
+    ) -> Tensor:  # fmt: skip
+        """The mixer(s) and the FFN with their norms and residuals: (B, T, d) -> (B, T, d)."""
         own = cache.self_attention if cache is not None else None
         cross = cache.cross_attention if cache is not None else None
         state = cache.state if cache is not None else None

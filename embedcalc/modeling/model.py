@@ -80,6 +80,10 @@ class Stack(nn.Module):
             from embedcalc.modeling.sparse_attention import link_shared_selections
 
             link_shared_selections([cast(Block, layer).attention for layer in self.layers])
+        if any(b.attention is not None and b.attention.kv_shared for b in plan.blocks):  # Gemma 3n/4
+            from embedcalc.modeling.shared_kv import link_shared_kv
+
+            link_shared_kv([cast(Block, layer).attention for layer in self.layers])
         self.alibi_heads = config.num_heads if config.position == "alibi" else None
         widths = rotary_widths(config, [b.attention for b in plan.blocks if b.attention is not None])
         self.rotary = (
@@ -108,10 +112,13 @@ class Stack(nn.Module):
         first = cast(Block, self.layers[0]).attention
         return (first is not None and first.relative_bias is not None) or self.alibi_heads is not None
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, cache: KVCache | None = None,
+        per_layer: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
         """(B, T, d) -> (B, T, d). With ``cache`` (generation, decoder only) the T tokens start at
         ``cache.position``, and each layer writes its keys and values to ``cache.layers[i]``; the caller advances
-        the position."""
+        the position. ``per_layer`` (B, T, L, p) holds every layer's per-layer input (Gemma 3n/4)."""
         length = x.shape[1]
         position = cache.position if cache is not None else 0
         bias = self._bias(length, x.device, position)
@@ -123,7 +130,10 @@ class Stack(nn.Module):
         for i in range(self.num_layers):
             layer = self.layers[i if len(self.layers) > 1 else 0]
             step = cache.layers[i] if cache is not None else None
-            x = layer(x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position)  # (B, T, d)
+            own = per_layer[:, :, i] if per_layer is not None else None  # (B, T, p)
+            x = layer(
+                x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position, per_layer_input=own
+            )
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
@@ -201,8 +211,9 @@ class TransformerModel(nn.Module):
         elif self.decoder is not None:
             if context is None:
                 context = self.context_states(input_ids.shape[0])  # (B, m, d) or None
-            # (B, T, d)
-            hidden = self.decoder(self.embedding(input_ids, "decoder", token_type_ids), memory=context)
+            x = self.embedding(input_ids, "decoder", token_type_ids)  # (B, T, d)
+            per_layer = self.embedding.layer_inputs(input_ids, x)  # (B, T, L, p) or None
+            hidden = self.decoder(x, memory=context, per_layer=per_layer)  # (B, T, d)
         else:  # pragma: no cover - the constructor always builds a stack
             raise RuntimeError("model has no stack")
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -225,7 +236,8 @@ class TransformerModel(nn.Module):
         if memory is None and cache.position == 0 and self.encoder is None:  # prefill fills the cross caches
             memory = self.context_states(ids.shape[0])  # (B, m, d) or None
         x = self.embedding(ids, "decoder", position=cache.position)  # (B, T, d)
-        hidden = self.decoder(x, memory=memory, cache=cache)  # (B, T, d)
+        per_layer = self.embedding.layer_inputs(ids, x)  # (B, T, L, p) or None
+        hidden = self.decoder(x, memory=memory, cache=cache, per_layer=per_layer)  # (B, T, d)
         cache.position += ids.shape[1]
         logits: Tensor = self.head(hidden)  # (B, T, vocab)
         return logits

@@ -53,6 +53,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "alibi": {"position": "alibi"},
     "parallel_shared": {"norm_placement": "parallel", "shared_layers": True},
     "sinusoidal_post": {"position": "sinusoidal", "norm_placement": "post", "norm": "layernorm"},
+    # Gemma 4's parts: full layers with their own heads and values from keys, KV sharing, per-layer inputs
+    "gemma4_kv_shared": {
+        "num_layers": 4, "num_kv_heads": 2, "norm_placement": "sandwich", "per_layer_input_dim": 4,
+        "per_layer_vocab_size": 50, "attention": {"qk_norm": "head", "sliding_window": 3},
+        "blocks": {"full": {"attention": {"sliding_window": None, "head_dim": 16, "num_kv_heads": 1,
+                                          "values_from_keys": True}},
+                   "shared_local": {"attention": {"kv_shared": True}},
+                   "shared_full": {"attention": {"sliding_window": None, "head_dim": 16, "num_kv_heads": 1,
+                                                 "kv_shared": True}}},
+        "layers": [{"pattern": ["default", "full", "shared_local", "shared_full"]}]},
 }  # fmt: skip
 PROMPT, GEN, BATCH = 5, 9, 2
 
@@ -114,7 +124,17 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
 
 
 @pytest.mark.parametrize(
-    "name", ["gqa", "mla", "sparse", "sparse_shared", "sliding_window", "chunked", "parallel_shared"]
+    "name",
+    [
+        "gqa",
+        "mla",
+        "sparse",
+        "sparse_shared",
+        "sliding_window",
+        "chunked",
+        "parallel_shared",
+        "gemma4_kv_shared",
+    ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_cache_bytes_equal_analytic(name: str, dtype: str) -> None:
@@ -194,7 +214,7 @@ def test_bench_generate_encoder_decoder_bfloat16(run_cli: Any, measured_local: P
     _check_measurement(entry)
 
 
-@pytest.mark.parametrize("name", ["gqa", "standard", "mla", "qk_norm"])
+@pytest.mark.parametrize("name", ["gqa", "standard", "mla", "qk_norm", "gemma4_kv_shared"])
 def test_fused_projections_keep_outputs(name: str) -> None:
     from embedcalc.modeling.fusion import FusedGatedInput, FusedQKV, fuse_projections
 

@@ -49,7 +49,7 @@ from math import prod
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
-from embedcalc.analysis.structure import Dims, Num, cross_attention, kv_heads, maximum, minimum
+from embedcalc.analysis.structure import Dims, Num, cross_attention, head_width, kv_heads, maximum, minimum
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.blocks import Attention, Block
 from embedcalc.config.schema import ModelConfig
@@ -119,11 +119,11 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
         return RankWidths(
             heads, heads * qk, heads * qk, heads * a.v_head_dim, w.f // tp, w.fe // tp, w.fs // tp
         )
-    g = kv_heads(a, x) if a is not None else x.g
+    hd, g = (head_width(a, x), kv_heads(a, x)) if a is not None else (x.hd, x.g)
     if tp == 1:
-        return RankWidths(x.h, x.q, g * x.hd, x.q, w.f, w.fe, w.fs)
-    q = x.q // tp
-    return RankWidths(x.h // tp, q, maximum(1, g // tp) * x.hd, q, w.f // tp, w.fe // tp, w.fs // tp)
+        return RankWidths(x.h, x.h * hd, g * hd, x.h * hd, w.f, w.fe, w.fs)
+    q = x.h * hd // tp
+    return RankWidths(x.h // tp, q, maximum(1, g // tp) * hd, q, w.f // tp, w.fe // tp, w.fs // tp)
 
 
 # --- KV cache ------------------------------------------------------------------------------------------------------
@@ -134,9 +134,11 @@ def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
     a sparse layer's indexer key, replicated like the latent: transformers' ``DynamicIndexedLayer``)."""
     if a.latent:
         return a.kv_cache_width
+    if a.kv_shared:  # its keys and values are an earlier layer's, cached there
+        return 0
     g = kv_heads(a, x)
     heads = g if tp == 1 else maximum(1, g // tp)
-    return 2 * heads * x.hd
+    return 2 * heads * head_width(a, x)
 
 
 def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1) -> Num:

@@ -21,7 +21,7 @@ from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, m
 _NO_PARAMS = "a scalar of the attention or the logits (soft-capping, score scale); element-wise only"
 
 
-def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str = "pre",
+def read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str = "pre",
                  encoder: bool = False) -> None:  # fmt: skip
     architecture = ("encoder", "use_bidirectional_attention: Gemma3TextModel (AutoModel), no LM head, no KV "
                     "cache") if encoder else ("decoder", "")  # fmt: skip
@@ -60,7 +60,7 @@ def _read_common(r: KeyReader, act_key: str, other_act_key: str, placement: str 
 
 
 def _read_gemma(r: KeyReader) -> None:
-    _read_common(r, "hidden_act", "hidden_activation")
+    read_common(r, "hidden_act", "hidden_activation")
 
 
 def _windowed(r: KeyReader, derive: list[str] | None, derive_key: str | None = None) -> None:
@@ -73,7 +73,7 @@ def _windowed(r: KeyReader, derive: list[str] | None, derive_key: str | None = N
 
 
 def _read_gemma2(r: KeyReader) -> None:
-    _read_common(r, "hidden_activation", "hidden_act", "sandwich")
+    read_common(r, "hidden_activation", "hidden_act", "sandwich")
     r.ignore("sliding_window_size", "an old duplicate of sliding_window that transformers never reads")
     layers = r.data.get("num_layers")
     derive = [SLIDING if (i + 1) % 2 else FULL for i in range(layers)] if isinstance(layers, int) else None
@@ -104,7 +104,7 @@ def _read_gemma3_text(r: KeyReader) -> None:
     bidirectional = r.lookup("use_bidirectional_attention")[1] is True
     if bidirectional:
         r.ignored.append(IgnoredKey("use_bidirectional_attention", True, "read: an encoder (EmbeddingGemma)"))
-    _read_common(r, "hidden_activation", "hidden_act", "sandwich", encoder=bidirectional)
+    read_common(r, "hidden_activation", "hidden_act", "sandwich", encoder=bidirectional)
     r.put("attention", {"qk_norm": "head"}, "model_type", "family", "q_norm, k_norm: RMSNorm(head_dim)")
     if bidirectional:
         _bidirectional_windows(r)

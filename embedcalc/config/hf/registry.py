@@ -24,6 +24,7 @@ from embedcalc.config.hf import (
     exaone4,
     falcon_h1,
     gemma,
+    gemma4,
     gpt,
     gpt2,
     gpt_oss,
@@ -50,6 +51,7 @@ from embedcalc.config.hf.reader import Family
 MODULES: tuple[ModuleType, ...] = (bert, encoders, deberta, gpt2, gpt, opt, t5, bart, llama, llama_like)
 MODULES += (
     gemma,
+    gemma4,
     qwen3,
     moe,
     deepseek,
@@ -160,17 +162,10 @@ _GEMMA3N = (
     "hidden_size_per_layer_input and their projections), KV sharing across the last num_kv_shared_layers layers "
     "and activation_sparsity_pattern, none of which the layer model describes"
 )
-_GEMMA4 = (
-    "the Gemma 4 text model's per-layer embeddings (hidden_size_per_layer_input, vocab_size_per_layer_input: a "
-    "per-layer token table and its projections), KV sharing across the last num_kv_shared_layers layers, "
-    "attention_k_eq_v and use_double_wide_mlp, none of which the layer model describes"
-)
 REFUSED: dict[str, str] = {
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
     # the multimodal files (text_config inside) and their text models alone: the text model is what is refused
     "gemma3n": _GEMMA3N,
     "gemma3n_text": _GEMMA3N,
-    "gemma4": _GEMMA4,
-    "gemma4_text": _GEMMA4,
 }
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

@@ -112,7 +112,6 @@ def test_forward_flops_equal_flop_counter(hf_transformers: Any, name: str) -> No
 # model_type -> (transformers' multimodal config class, a key the refusal must name)
 REFUSED_FILES = {
     "gemma3n": ("Gemma3nConfig", "altup_num_inputs"),
-    "gemma4": ("Gemma4Config", "num_kv_shared_layers"),
 }
 
 
