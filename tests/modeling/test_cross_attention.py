@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -150,3 +152,32 @@ def test_tensor_parallel_verify_agrees_on_every_collective(cli: Any, tmp_path: A
     backward = {(c["kind"], c["phase"]): c for c in sharded["collectives"]}[("all-reduce", "backward")]
     # 2 self layers x (q, k, v, gate, up) + the cross layer's q, gate, up + the LM head's input
     assert backward["torch_count"] == backward["analytic_count"] == 2 * 5 + 3 + 1
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pattern=st.lists(st.sampled_from(["default", "cross"]), min_size=1, max_size=4).filter(
+        lambda p: "cross" in p
+    ),
+    context=st.integers(1, 9),
+    kv=st.sampled_from([1, 2, 4]),
+    qk_norm=st.sampled_from(["none", "head", "full"]),
+    gates=st.booleans(),
+    extra=st.integers(0, 3),
+    batch=st.integers(1, 2),
+    seq_len=st.integers(1, 6),
+)
+def test_random_cross_stacks_count_the_same_in_torch(
+    pattern: list[str], context: int, kv: int, qk_norm: str, gates: bool, extra: int, batch: int, seq_len: int
+) -> None:
+    """Any layout of self and cross blocks, any external length, KV heads, q/k norms, gates and extra token rows:
+    parameters and forward FLOPs per breakdown key, analysis == the torch model on the meta device."""
+    config = _config(
+        num_layers=len(pattern), num_kv_heads=kv, context_tokens=context, extra_token_rows=extra,
+        blocks={"cross": {"attention": {"cross": True, "qk_norm": qk_norm, "tanh_gates": gates}}},
+        layers=[{"pattern": pattern}],
+    )  # fmt: skip
+    model = build_model(config)
+    assert component_params(model) == count_params(config).as_dict()
+    flops = component_flops(config, model, batch_size=batch, seq_len=seq_len)
+    assert flops == forward_flops(config, Workload(batch_size=batch, seq_len=seq_len)).breakdown.as_dict()
