@@ -15,12 +15,13 @@ cut from when the difference grows. Compare two trees by running it with ``PYTHO
 
 Each round also runs `analyze` once instrumented (:data:`PHASES`) and splits its CPU time (user + system of that
 process, which the load of a shared machine moves far less than wall time; each phase is also given as a multiple
-of the first, which the load moves less still) into five phases: the dependencies' import (the baseline's own
+of the first, which the load moves less still) into four phases: the dependencies' import (the baseline's own
 work); embedcalc's entry point (``embedcalc.cli.app``, and what ``main`` sets first: the stand-in for pydantic's
-plugin loader, the collector's threshold); pydantic's model machinery, which ``import pydantic`` defers to the
-first model class (a dependency's lazy work, that any pydantic model on the path pays); the rest of embedcalc's
-own import on the path (the `analyze` command module and the API it calls, its config models' schemas included);
-and the run (typer's parse, load, analysis, JSON).
+plugin loader, the collector's threshold); the rest of embedcalc's own import on the path (the `analyze` command
+module and the API it calls); and the run (typer's parse, load, analysis, JSON). pydantic's model machinery,
+which ``import pydantic`` defers to the first model class or TypeAdapter, is no phase: the preset's path builds
+neither (a shipped preset is its record, embedcalc/config/record.py; typer's adapters, embedcalc/cli/startup.py),
+and the instrumented process says so on its last line if that changes.
 """
 
 from __future__ import annotations
@@ -61,10 +62,6 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # what main() does
 embedcalc.cli.startup.skip_plugin_discovery()
 gc.set_threshold(embedcalc.cli.startup.GC_THRESHOLD, *gc.get_threshold()[1:])
 marks.append(time.process_time())
-from pydantic import BaseModel
-class _Warm(BaseModel):  # pydantic's model machinery, loaded on the first model class
-    value: int = 0
-marks.append(time.process_time())
 import embedcalc.cli.analyze, embedcalc.api.analyze
 marks.append(time.process_time())
 sys.argv = ["embedcalc", *sys.argv[1:]]
@@ -74,11 +71,11 @@ except SystemExit:
     pass
 marks.append(time.process_time())
 print(*(b - a for a, b in zip(marks, marks[1:])), file=sys.stderr)
+print("pydantic.main" in sys.modules, file=sys.stderr)
 """
 PHASE_NAMES = ("dependencies' import", "the entry point (embedcalc.cli.app)",
-               "pydantic's model machinery", "embedcalc's own import (analyze, the API)",
-               "the run (parse, load, analysis, JSON)")  # fmt: skip
-OWN = (1, 3)  # the phases that are embedcalc's own import
+               "embedcalc's own import (analyze, the API)", "the run (parse, load, analysis, JSON)")  # fmt: skip
+OWN = (1, 2)  # the phases that are embedcalc's own import
 
 DEPS = "import typer, pydantic, yaml, rich"
 ANALYZE = "embedcalc analyze bert-large"
@@ -92,12 +89,14 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def phases() -> list[float]:
-    """CPU seconds of each of :data:`PHASE_NAMES` in one instrumented `analyze` process."""
+def phases() -> tuple[list[float], bool]:
+    """CPU seconds of each of :data:`PHASE_NAMES` in one instrumented `analyze` process, and whether it loaded
+    pydantic's model machinery."""
     proc = subprocess.run(
         [sys.executable, "-c", PHASES, *ANALYZE_ARGS[2:]], capture_output=True, text=True, check=True
     )
-    return [float(x) for x in proc.stderr.split()[-len(PHASE_NAMES) :]]
+    *seconds, machinery = proc.stderr.split()[-len(PHASE_NAMES) - 1 :]
+    return [float(x) for x in seconds], machinery == "True"
 
 
 def slowest_imports(count: int = 15) -> list[str]:
@@ -139,6 +138,7 @@ def main() -> None:
     names = list(commands)
     rows = []
     cpu = []
+    loaded_machinery = False
     print(
         f"{'round':>5} "
         + " ".join(f"{n:>29}" for n in names)
@@ -148,7 +148,9 @@ def main() -> None:
         order = names if i % 2 == 0 else [names[1], names[0], *names[2:]]
         times = {n: wall(commands[n]) for n in order}
         rows.append(times)
-        cpu.append(phases())
+        split, machinery = phases()
+        cpu.append(split)
+        loaded_machinery = loaded_machinery or machinery
         over = times[ANALYZE] - times[DEPS]
         print(
             f"{i + 1:>5} " + " ".join(f"{times[n]:>28.3f}s" for n in names)
@@ -172,6 +174,9 @@ def main() -> None:
         f"  over the dependencies' import: {sum(split[1:]) * 1000:.1f} ms, of which embedcalc's own import "
         f"{own * 1000:.1f} ms"
     )
+    if loaded_machinery:
+        print("  note: the instrumented run loaded pydantic's model machinery (pydantic.main): something on the path "
+              "now builds a model or a TypeAdapter")  # fmt: skip
     if TORCH in med:
         torch_ratio = statistics.median(r[TORCH] / r[ANALYZE] for r in rows)
         print(f"the torch route is {torch_ratio:.1f}x slower than analyze")

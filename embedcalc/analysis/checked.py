@@ -16,11 +16,11 @@ from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
     from embedcalc.config.loading import LoadedConfig
-    from embedcalc.config.schema import ModelConfig
+    from embedcalc.config.resolved import ResolvedShape
 
 
 def fit_problems(
-    config: ModelConfig, workload: Workload
+    config: ResolvedShape, workload: Workload
 ) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """How ``workload`` fits ``config``, by the rules ``analyze`` and ``check`` share: (the workload's errors,
     the parallel layout's errors, warnings and notes)."""

@@ -46,7 +46,7 @@ from embedcalc.analysis.memory import mixed_precision
 from embedcalc.analysis.parallel import stage_layout, stage_params
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send"]
 Group = Literal["dp", "tp", "pp", "ep"]
@@ -161,7 +161,7 @@ def ddp_bucket_count(runs: Runs) -> int:
     return buckets + (1 if filled else 0)
 
 
-def gradient_tensor_runs(config: ModelConfig, par: Any, bytes_per_param: int) -> Runs:
+def gradient_tensor_runs(config: ResolvedShape, par: Any, bytes_per_param: int) -> Runs:
     """One device's parameter tensors (one TP rank of the heaviest stage), each layer's its own, in the reverse of
     module order (embeddings, the blocks layer by layer, final norms and heads): the order DDP's gradients arrive.
     Written as runs of identical layers, so its size does not grow with the depth."""
@@ -194,13 +194,13 @@ def gradient_tensor_runs(config: ModelConfig, par: Any, bytes_per_param: int) ->
     return [(list(reversed(period)), repeats) for period, repeats in reversed(runs) if period and repeats]
 
 
-def gradient_tensor_bytes(config: ModelConfig, par: Any, bytes_per_param: int) -> list[int]:
+def gradient_tensor_bytes(config: ResolvedShape, par: Any, bytes_per_param: int) -> list[int]:
     """:func:`gradient_tensor_runs` written out, tensor by tensor (small models: tests and reconciliation)."""
     return [size for period, repeats in gradient_tensor_runs(config, par, bytes_per_param)
             for _ in range(repeats) for size in period]  # fmt: skip
 
 
-def _stack_lengths(config: ModelConfig, workload: Workload) -> dict[str, int]:
+def _stack_lengths(config: ResolvedShape, workload: Workload) -> dict[str, int]:
     """Tokens per sequence of each stack (an encoder-decoder's decoder runs tgt_len, default seq_len)."""
     tgt = workload.tgt_len if workload.tgt_len is not None else workload.seq_len
     return {s.name: (tgt if s.name == "decoder" and config.architecture == "encoder-decoder" else workload.seq_len)
@@ -233,7 +233,7 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     return rows, columns
 
 
-def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> list[Collective]:
+def _tp(config: ResolvedShape, workload: Workload, sequence_parallel: bool) -> list[Collective]:
     par, e, b = workload.parallel, workload.activation_bytes, workload.batch_size
     if par.tp == 1:
         return []
@@ -286,7 +286,7 @@ def _tp(config: ModelConfig, workload: Workload, sequence_parallel: bool) -> lis
     return out
 
 
-def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int, int]]:
+def fsdp_unit_runs(config: ResolvedShape, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int, int]]:
     """(unit, bytes it all-gathers, how many such units) of FSDP2 ``fully_shard`` on each stack's relative-position
     table (T5: its stack computes the bias before the first block runs), on every block and on the root (last,
     one), one TP rank's tensors: each parameter tensor is padded along its first dimension to a multiple of
@@ -321,7 +321,7 @@ def fsdp_unit_runs(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> l
     return [*((name, size, count) for name, (size, count) in tables.items()), *runs, ("root", root, 1)]
 
 
-def fsdp_units(config: ModelConfig, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
+def fsdp_units(config: ResolvedShape, tp: int, dp: int, dtype_bytes: int) -> list[tuple[str, int]]:
     """:func:`fsdp_unit_runs` written out, one (unit, bytes) per unit (small models: tests and reconciliation)."""
     return [
         (name, size)
@@ -337,7 +337,7 @@ def torch_tensor_count(tensor: Any) -> int:
 
 
 def torch_row_splits(
-    tensor: Any, shape: tuple[int, ...], config: ModelConfig, tp: int
+    tensor: Any, shape: tuple[int, ...], config: ResolvedShape, tp: int
 ) -> list[tuple[int, int]]:
     """(rows, elements per row) of each torch tensor behind one analytic tensor of TP-local ``shape``: the fused
     Q/K/V is q, k, v; a dense gated FFN input is gate and up; stacked experts are (E, ·, ·), one row per expert."""
@@ -354,7 +354,7 @@ def torch_row_splits(
     return [(shape[0], rest)]
 
 
-def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
+def _dp(config: ResolvedShape, workload: Workload) -> list[Collective]:
     par = workload.parallel
     if par.dp == 1:
         return []
@@ -381,7 +381,7 @@ def _dp(config: ModelConfig, workload: Workload) -> list[Collective]:
     ]
 
 
-def _pp(config: ModelConfig, workload: Workload) -> list[Collective]:
+def _pp(config: ResolvedShape, workload: Workload) -> list[Collective]:
     par = workload.parallel
     if par.pp == 1:
         return []
@@ -394,7 +394,7 @@ def _pp(config: ModelConfig, workload: Workload) -> list[Collective]:
                        par.pp * directions, par.pp * directions * payload)]  # fmt: skip
 
 
-def _ep(config: ModelConfig, workload: Workload) -> list[Collective]:
+def _ep(config: ResolvedShape, workload: Workload) -> list[Collective]:
     ep = getattr(workload.parallel, "ep", 1)
     if ep == 1:
         return []
@@ -421,7 +421,7 @@ def _ep(config: ModelConfig, workload: Workload) -> list[Collective]:
 
 
 def communication(
-    config: ModelConfig, workload: Workload, sequence_parallel: bool = False
+    config: ResolvedShape, workload: Workload, sequence_parallel: bool = False
 ) -> CommunicationEstimate:
     """The collectives of one device for ``workload`` under its parallel settings (module docstring)."""
     return CommunicationEstimate(

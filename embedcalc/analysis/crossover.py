@@ -24,16 +24,16 @@ from fractions import Fraction
 
 from embedcalc.analysis.flops import crossover_terms
 from embedcalc.analysis.structure import Dims
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 
-def crossover_fraction(config: ModelConfig) -> Fraction | None:
+def crossover_fraction(config: ResolvedShape) -> Fraction | None:
     """n* as an exact fraction; None without softmax attention (nothing grows as n²)."""
     linear, quadratic = crossover_terms(config, Dims.of(config))
     return Fraction(linear, quadratic) if quadratic else None
 
 
-def crossover_seq_len(config: ModelConfig) -> int | float | None:
+def crossover_seq_len(config: ResolvedShape) -> int | float | None:
     """n*: an int when it is whole (4608 for bert-base), else a float; None without softmax attention."""
     value = crossover_fraction(config)
     if value is None:

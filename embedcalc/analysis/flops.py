@@ -68,9 +68,9 @@ from embedcalc.analysis.structure import (
     v_width,
 )
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.blocks import FFN, Attention, Block
-from embedcalc.config.disentangled import DisentangledSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import FFN, Attention, Block
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.config.spec_shapes import DisentangledShape
 
 SCORE_KEYS = ("scores", "context", "index_scores")
 TRAINING_STEP_FACTOR = 3  # forward + backward, backward = 2 x forward for matmuls
@@ -190,7 +190,7 @@ def indexer_flops(
     ]
 
 
-def disentangled_flops(spec: DisentangledSpec, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
+def disentangled_flops(spec: DisentangledShape, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
     """The position terms of ``layers`` layers of disentangled attention on ``t`` tokens (module docstring)."""
     rows, width = spec.rows, x.h * x.hd
     return [("attention/pos_proj", layers * (2 * rows * x.d * width * spec.projections)),
@@ -217,7 +217,7 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
 
 
 def layer_flops(
-    config: ModelConfig,
+    config: ResolvedShape,
     x: Dims,
     block: Block,
     layers: Num,
@@ -258,7 +258,7 @@ def layer_flops(
     return terms
 
 
-def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
+def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num]:
     """Forward FLOPs by breakdown key at sizes ``x`` (ints or arrays), full or causal self-attention scores."""
     out: dict[str, Num] = {}
 
@@ -290,7 +290,7 @@ def forward_terms(config: ModelConfig, x: Dims, causal: bool) -> dict[str, Num]:
     return out
 
 
-def crossover_terms(config: ModelConfig, x: Dims) -> tuple[Num, Num]:
+def crossover_terms(config: ResolvedShape, x: Dims) -> tuple[Num, Num]:
     """(linear, quadratic) coefficients of the first stack's forward FLOPs per sequence at n = 1, b = 1: the
     projections + FFN per token and the full-score FLOPs per token per unit of n (see ``crossover.py``), so that
     n* = linear / quadratic. A sparse layer's core grows as n min(n, k): when n* lands past its k, the core's
@@ -370,7 +370,7 @@ def _activation_width(block: Block, x: Dims) -> Num:
     return block.ffn.top_k * w.fe + w.fs if block.ffn.moe else w.f
 
 
-def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
+def elementwise_flops(config: ResolvedShape, workload: Workload) -> Breakdown:
     """An estimate of the non-matmul work (softmax, norms, activations, residual adds); never in the matmul total."""
     out = Breakdown()
     x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
@@ -410,7 +410,7 @@ def elementwise_flops(config: ModelConfig, workload: Workload) -> Breakdown:
     return out
 
 
-def forward_flops(config: ModelConfig, workload: Workload) -> FlopsEstimate:
+def forward_flops(config: ResolvedShape, workload: Workload) -> FlopsEstimate:
     """Forward-pass matmul FLOPs of ``config`` on ``workload``, by component, with causal and element-wise views."""
     x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
     has_causal = any(s.causal for s in stacks(config))

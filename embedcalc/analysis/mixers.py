@@ -76,10 +76,10 @@ from __future__ import annotations
 
 from embedcalc.analysis.structure import Dims, Num
 from embedcalc.analysis.tensor import ParamTensor, linear
-from embedcalc.config.blocks import Block
 from embedcalc.config.dtypes import DTYPE_BYTES
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import Block
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 
 MIXER_KEYS = ("in", "conv", "ssm", "gate_norm", "out")
 
@@ -224,7 +224,7 @@ def ssm_state_bytes(m: Mixer, element_bytes: int) -> int:
     return int(DTYPE_BYTES[m.ssm_state_dtype]) if m.ssm_state_dtype is not None else element_bytes
 
 
-def state_terms(config: ModelConfig, x: Dims, element_bytes: int) -> Num:
+def state_terms(config: ResolvedShape, x: Dims, element_bytes: int) -> Num:
     """Bytes of the recurrent state of the decoder layers in ``x`` for ``x.b`` sequences: constant in n (the
     convolution window in ``element_bytes``, the SSM state in :func:`ssm_state_bytes`)."""
     total: Num = 0
@@ -238,7 +238,7 @@ def state_terms(config: ModelConfig, x: Dims, element_bytes: int) -> Num:
     return x.b * total
 
 
-def decode_step_terms(config: ModelConfig, x: Dims) -> dict[str, int]:
+def decode_step_terms(config: ResolvedShape, x: Dims) -> dict[str, int]:
     """Decode-step FLOPs of the decoder's recurrent mixers by breakdown key (one token per sequence)."""
     out: dict[str, int] = {}
     for sd, block, layers in x.decoder_blocks():

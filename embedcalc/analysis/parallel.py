@@ -34,12 +34,12 @@ from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, Num, StackDims, maximum, stacks
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Parallelism
-from embedcalc.config.blocks import Block
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import Block
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
 
 
-def _ffn_widths(config: ModelConfig) -> list[tuple[str, int]]:
+def _ffn_widths(config: ResolvedShape) -> list[tuple[str, int]]:
     """The FFN widths tensor parallelism splits, as (field name, value), over the blocks the stacks use."""
     out: list[tuple[str, int]] = []
     for stack in stacks(config):
@@ -53,13 +53,13 @@ def _ffn_widths(config: ModelConfig) -> list[tuple[str, int]]:
     return out
 
 
-def _full_qk_norm(config: ModelConfig) -> bool:
+def _full_qk_norm(config: ResolvedShape) -> bool:
     """Whether a block of the stacks normalises q and k over all heads (OLMo 2's qk_norm full)."""
     return any(b.attention is not None and b.attention.qk_norm == "full"
                for s in stacks(config) for b in config.stack_plan(s.name).blocks)  # fmt: skip
 
 
-def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
+def _moe_problems(config: ResolvedShape, par: Parallelism) -> list[Problem]:
     if par.ep == 1:
         return []
     experts = sorted({b.ffn.num_experts for s in stacks(config) for b in config.stack_plan(s.name).blocks
@@ -80,14 +80,14 @@ def _moe_problems(config: ModelConfig, par: Parallelism) -> list[Problem]:
     return errors
 
 
-def _kv_heads(config: ModelConfig) -> list[int]:
+def _kv_heads(config: ResolvedShape) -> list[int]:
     """The KV head counts of the stacks' standard attention layers (the flat one, and every block's own)."""
     counts = {b.attention.num_kv_heads for s in stacks(config) for b in config.stack_plan(s.name).blocks
               if b.attention is not None and b.attention.kind == "standard"}  # fmt: skip
     return sorted(counts) or [config.resolved_kv_heads]
 
 
-def _kv_problems(config: ModelConfig, tp: int, heads: int, kv: int) -> tuple[list[Problem], list[Problem]]:
+def _kv_problems(config: ResolvedShape, tp: int, heads: int, kv: int) -> tuple[list[Problem], list[Problem]]:
     """(errors, notes) of splitting ``kv`` KV heads over ``tp`` ranks."""
     errors: list[Problem] = []
     notes: list[Problem] = []
@@ -122,7 +122,7 @@ def _kv_problems(config: ModelConfig, tp: int, heads: int, kv: int) -> tuple[lis
     return errors, notes
 
 
-def parallel_problems(config: ModelConfig, par: Parallelism) -> tuple[list[Problem], list[Problem]]:
+def parallel_problems(config: ResolvedShape, par: Parallelism) -> tuple[list[Problem], list[Problem]]:
     """(errors, notes) of running ``config`` with ``par``; errors name the flag and the field."""
     errors: list[Problem] = []
     notes: list[Problem] = []
@@ -215,7 +215,7 @@ class Stage:
         return sum(self.layers.values())
 
 
-def _spans(config: ModelConfig) -> list[tuple[str, int, int]]:
+def _spans(config: ResolvedShape) -> list[tuple[str, int, int]]:
     """(stack name, first global layer, end) for each stack, encoder layers first."""
     out, start = [], 0
     for s in stacks(config):
@@ -224,7 +224,7 @@ def _spans(config: ModelConfig) -> list[tuple[str, int, int]]:
     return out
 
 
-def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
+def stage_layout(config: ResolvedShape, pp: int) -> list[Stage]:
     """Split the layers (encoder, then decoder) into ``pp`` contiguous stages, the first ones one larger.
 
     Arithmetic on the layer counts and the stacks' layer runs only (constant time for 10**20 layers as for 12).
@@ -244,7 +244,7 @@ def stage_layout(config: ModelConfig, pp: int) -> list[Stage]:
     return out
 
 
-def stage_dims(config: ModelConfig, stage: Stage, x: Dims) -> Dims:
+def stage_dims(config: ResolvedShape, stage: Stage, x: Dims) -> Dims:
     """``x`` restricted to the layers of ``stage`` (and its embeddings / head when it is the first / last)."""
     spans = {name: (lo, hi) for name, lo, hi in _spans(config)}
     restricted = tuple(
@@ -256,7 +256,7 @@ def stage_dims(config: ModelConfig, stage: Stage, x: Dims) -> Dims:
     return replace(x, stacks=restricted, first=stage.first, last=stage.last)
 
 
-def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) -> tuple[Num, ...]:
+def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ResolvedShape) -> tuple[Num, ...]:
     """Shape of one copy of ``tensor`` on one TP rank."""
     tp, shape = par.tp, tensor.shape
     if tp == 1 or tensor.split == "none":
@@ -272,7 +272,7 @@ def sharded_shape(tensor: ParamTensor, par: Parallelism, config: ModelConfig) ->
     return (shape[0] // tp, *shape[1:])  # column-parallel
 
 
-def _on_stage(tensor: ParamTensor, stage: Stage, config: ModelConfig) -> int:
+def _on_stage(tensor: ParamTensor, stage: Stage, config: ResolvedShape) -> int:
     """How many copies of ``tensor`` live on ``stage`` (all experts: expert parallelism divides them later)."""
     if tensor.per_layer:
         if config.shared_layers:
@@ -293,11 +293,11 @@ def _on_stage(tensor: ParamTensor, stage: Stage, config: ModelConfig) -> int:
     return int(tensor.copies) if stage.last else 0  # pooler, untied LM head
 
 
-def _tied_head(config: ModelConfig) -> bool:
+def _tied_head(config: ResolvedShape) -> bool:
     return config.resolved_lm_head and config.tie_embeddings
 
 
-def stage_tensors(config: ModelConfig, par: Parallelism) -> list[list[tuple[ParamTensor, int]]]:
+def stage_tensors(config: ResolvedShape, par: Parallelism) -> list[list[tuple[ParamTensor, int]]]:
     """Per stage: (tensor, copies on one device of that stage); routed experts divided over ``--ep`` ranks."""
     layout = stage_layout(config, par.pp)
     tensors = param_tensors(config)
@@ -308,7 +308,7 @@ def stage_tensors(config: ModelConfig, par: Parallelism) -> list[list[tuple[Para
     return out
 
 
-def stage_params(config: ModelConfig, par: Parallelism) -> list[int]:
+def stage_params(config: ResolvedShape, par: Parallelism) -> list[int]:
     """Parameters held by one device of each pipeline stage."""
     return [
         sum(prod(sharded_shape(t, par, config)) * n for t, n in stage) for stage in stage_tensors(config, par)

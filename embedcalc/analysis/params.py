@@ -59,11 +59,11 @@ from embedcalc.analysis.structure import (
 )
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.tensor import linear as _linear
-from embedcalc.config.blocks import FFN, Attention, Block
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import FFN, Attention, Block
+from embedcalc.config.resolved import ResolvedShape
 
 
-def _norm(config: ModelConfig, key: str, width: Num, count: int = 1) -> list[ParamTensor]:
+def _norm(config: ResolvedShape, key: str, width: Num, count: int = 1) -> list[ParamTensor]:
     """``count`` norms of ``width`` (none when the norms are parameter-free); replicated under TP."""
     if not config.norm_affine or not count:
         return []
@@ -71,7 +71,7 @@ def _norm(config: ModelConfig, key: str, width: Num, count: int = 1) -> list[Par
     return [ParamTensor(key, (width,), count) for _ in range(parts)]
 
 
-def attention_tensors(config: ModelConfig, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
+def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
     d, h = x.d, x.h
     if a.kind == "standard":
@@ -126,7 +126,7 @@ def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
 
 
-def activation_tensors(config: ModelConfig) -> list[ParamTensor]:
+def activation_tensors(config: ResolvedShape) -> list[ParamTensor]:
     """A learned activation's parameters in one dense FFN: xIELU's alpha_p and alpha_n, one scalar each (Huang
     2024, arXiv 2411.13010, eq. 4; transformers' XIELUActivation), replicated under TP; none for the others."""
     if config.activation != "xielu":
@@ -134,7 +134,7 @@ def activation_tensors(config: ModelConfig) -> list[ParamTensor]:
     return [ParamTensor("ffn/act", (1,)) for _ in range(2)]
 
 
-def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[ParamTensor]:
+def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[ParamTensor]:
     """The tensors of one FFN sublayer: dense (``ffn/...``) or a mixture of experts (``moe/...``)."""
     d, w = x.d, x.widths(block)
     if not ffn.moe:
@@ -156,7 +156,7 @@ def ffn_tensors(config: ModelConfig, ffn: FFN, block: Block, x: Dims) -> list[Pa
     return out
 
 
-def projection_tensors(config: ModelConfig, where: str, x: Dims, norms: int) -> list[ParamTensor]:
+def projection_tensors(config: ResolvedShape, where: str, x: Dims, norms: int) -> list[ParamTensor]:
     """A sublayer replaced by one linear (``where`` mixer or ffn): the bias-free embed_dim x embed_dim weight
     ``{where}/projection`` and the sublayer's own norm(s), as DeciLM builds ``DeciLMLinearAttention`` /
     ``DeciLMLinearMLP`` (``nn.Linear(hidden, hidden, bias=False)``) behind ``input_layernorm`` /
@@ -166,7 +166,7 @@ def projection_tensors(config: ModelConfig, where: str, x: Dims, norms: int) -> 
     )
 
 
-def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
+def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
     """The tensors of one layer of ``block``; keys relative to the stack, in model order."""
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
     out: list[ParamTensor] = []
@@ -198,7 +198,7 @@ def block_tensors(config: ModelConfig, block: Block, x: Dims, cross: bool) -> li
     return out
 
 
-def _embedding_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
+def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     d, d_tok, copies = x.d, x.d_tok, len(x.stacks)
     wide = d_tok if config.factorized_embeddings else d  # width of the position / type tables and the norm
     out = [ParamTensor("embedding/token", (config.token_rows, d_tok), split="vocab")]
@@ -225,7 +225,7 @@ def _embedding_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
     return out
 
 
-def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
+def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     """Every parameter tensor of ``config`` at sizes ``x`` (tied weights once), with its key and TP split."""
     out = _embedding_tensors(config, x)
     for sd in x.stacks:
@@ -262,7 +262,7 @@ def model_tensors(config: ModelConfig, x: Dims) -> list[ParamTensor]:
     return out
 
 
-def param_terms(config: ModelConfig, x: Dims) -> dict[str, Num]:
+def param_terms(config: ResolvedShape, x: Dims) -> dict[str, Num]:
     """Parameters by breakdown key at sizes ``x`` (ints or arrays), in model order."""
     out: dict[str, Num] = {}
     for t in model_tensors(config, x):
@@ -270,7 +270,7 @@ def param_terms(config: ModelConfig, x: Dims) -> dict[str, Num]:
     return out
 
 
-def inactive_params(config: ModelConfig, x: Dims) -> Num:
+def inactive_params(config: ResolvedShape, x: Dims) -> Num:
     """Parameters of the routed experts a token does not use: (num_experts - top_k) per MoE layer."""
     total: Num = 0
     for sd in x.stacks:
@@ -284,12 +284,12 @@ def inactive_params(config: ModelConfig, x: Dims) -> Num:
     return total
 
 
-def param_tensors(config: ModelConfig) -> list[ParamTensor]:
+def param_tensors(config: ResolvedShape) -> list[ParamTensor]:
     """Every parameter tensor of ``config`` (tied weights once), with its breakdown key and TP split."""
     return model_tensors(config, Dims.of(config))
 
 
-def count_params(config: ModelConfig) -> Breakdown:
+def count_params(config: ResolvedShape) -> Breakdown:
     """Trainable parameters of ``config`` by component; ``.total`` is the model's size."""
     out = Breakdown()
     for key, value in param_terms(config, Dims.of(config)).items():
@@ -297,7 +297,7 @@ def count_params(config: ModelConfig) -> Breakdown:
     return out
 
 
-def active_params(config: ModelConfig) -> int:
+def active_params(config: ResolvedShape) -> int:
     """Parameters a token uses (module docstring): the total for dense models."""
     x = Dims.of(config)
     return int(sum(param_terms(config, x).values()) - inactive_params(config, x))

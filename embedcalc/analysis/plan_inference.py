@@ -33,7 +33,7 @@ from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.hardware import Device, peak_dtype
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.units import binary_bytes
 
 
@@ -61,12 +61,12 @@ def device_dtype(device: Device, w: Workload, fallback: bool) -> Workload:
     return w
 
 
-def tp_degrees(config: ModelConfig, most: int) -> list[int]:
+def tp_degrees(config: ResolvedShape, most: int) -> list[int]:
     """The tensor-parallel degrees up to ``most`` that ``analyze`` accepts for ``config``."""
     return [t for t in range(1, most + 1) if not parallel_problems(config, Parallelism(tp=t))[0]]
 
 
-def _time(config: ModelConfig, w: Workload, device: Device, request: ServingRequest) -> RooflineEstimate:
+def _time(config: ResolvedShape, w: Workload, device: Device, request: ServingRequest) -> RooflineEstimate:
     """``analyze``'s time estimate for ``w`` on ``device`` (the same call its --hardware makes)."""
     # the time model's defaults, as analyze without --efficiency: the same call, the same numbers
     return estimate_time(config, w, TimeRequest(device=device, kv_dtype=request.kv_dtype))
@@ -101,7 +101,7 @@ def _latency_met(objectives: Objectives, t: ServingTimes) -> bool:
 
 
 def _times(
-    config: ModelConfig, w: Workload, device: Device, request: ServingRequest, batch: int, most: int
+    config: ResolvedShape, w: Workload, device: Device, request: ServingRequest, batch: int, most: int
 ) -> ServingTimes | None:
     """The serving times at ``batch`` in flight (or at ``request.rate``). Without a load asked for and with a
     latency objective, the most sequences up to ``batch`` whose TTFT and TPOT still meet it (both grow with the
@@ -136,7 +136,7 @@ def _times(
 
 
 def evaluate_serving(
-    config: ModelConfig, device: Device, layout: Layout, request: ServingRequest, price: Price | None
+    config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest, price: Price | None
 ) -> ServingRow:
     """One layout: serving memory, the most sequences that fit, the times at the requested load, the reasons."""
     w = replace(request.workload, parallel=Parallelism(tp=layout.tp, pp=layout.pp))
@@ -170,7 +170,7 @@ def evaluate_serving(
     return ServingRow(layout, price, w.dtype, memory, most, times, tuple(request.objectives.misses(times)))
 
 
-def _layers(config: ModelConfig) -> int:
+def _layers(config: ResolvedShape) -> int:
     return sum(s.num_layers for s in stacks(config))
 
 
@@ -181,7 +181,7 @@ def _holds(row: ServingRow, request: ServingRequest) -> bool:
 
 
 def plan_device(
-    config: ModelConfig, device: Device, request: ServingRequest, price: Price | None, degrees: list[int]
+    config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None, degrees: list[int]
 ) -> list[ServingRow]:
     """Every TP degree within a node on ``device``; pipeline stages over more nodes (TP over the whole node) when
     no single-node layout holds the model and the load, up to ``request.max_devices``."""
@@ -202,7 +202,7 @@ def plan_device(
 
 
 def plan_serving(
-    config: ModelConfig, devices: Sequence[tuple[Device, Price | None]], request: ServingRequest
+    config: ResolvedShape, devices: Sequence[tuple[Device, Price | None]], request: ServingRequest
 ) -> list[ServingRow]:
     """Every layout on every device, best first: the ones that fit and meet the objectives, cheapest per million
     output tokens first (device-seconds per token without a price), then the others."""

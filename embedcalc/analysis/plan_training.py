@@ -17,7 +17,7 @@ from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Recompute, Workload
 from embedcalc.config.hardware import Device
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.units import binary_bytes, seconds
 
 RECOMPUTE_ORDER: tuple[Recompute, ...] = ("none", "selective", "full")
@@ -46,7 +46,7 @@ MemoryCache = dict[Workload, MemoryEstimate]  # the same layout on every device 
 
 
 def _fitting(
-    config: ModelConfig, w: Workload, limit: int, cache: MemoryCache
+    config: ResolvedShape, w: Workload, limit: int, cache: MemoryCache
 ) -> tuple[Workload, MemoryEstimate, str] | tuple[None, MemoryEstimate, str]:
     """The first (recompute, ZeRO) that fits ``limit`` bytes per device, with why; else the leanest tried."""
     zeros = (1, 2, 3) if w.parallel.dp > 1 else (0,)
@@ -67,7 +67,7 @@ def _fitting(
 
 
 def evaluate_training(
-    config: ModelConfig,
+    config: ResolvedShape,
     device: Device,
     tp: int,
     pp: int,
@@ -106,7 +106,7 @@ def evaluate_training(
 
 
 def _device_rows(
-    config: ModelConfig, device: Device, request: TrainingRequest, price: Price | None, cache: MemoryCache
+    config: ResolvedShape, device: Device, request: TrainingRequest, price: Price | None, cache: MemoryCache
 ) -> list[TrainingRow]:
     """TP at every accepted degree within a node, DP in powers of two; with TP over the whole node, pipeline stages
     (powers of two, across nodes) added one doubling at a time until the layout fits: PP only where it is needed."""
@@ -127,7 +127,7 @@ def _device_rows(
 
 
 def plan_training(
-    config: ModelConfig, devices: Sequence[tuple[Device, Price | None]], request: TrainingRequest
+    config: ResolvedShape, devices: Sequence[tuple[Device, Price | None]], request: TrainingRequest
 ) -> list[TrainingRow]:
     """Every training layout on every device: those that fit first, within the deadline first, fastest first."""
     rows: list[TrainingRow] = []

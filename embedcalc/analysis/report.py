@@ -12,7 +12,7 @@ from embedcalc.analysis.flops import FlopsEstimate, forward_flops
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
 
 
@@ -21,7 +21,7 @@ class Analysis:
     """Params, FLOPs and memory of ``config`` on ``workload``."""
 
     target: str
-    config: ModelConfig
+    config: ResolvedShape
     workload: Workload
     params: Breakdown
     flops: FlopsEstimate
@@ -66,7 +66,7 @@ class Analysis:
 
 
 def analyze(
-    target: str, config: ModelConfig, workload: Workload, warnings: list[Problem] | None = None
+    target: str, config: ResolvedShape, workload: Workload, warnings: list[Problem] | None = None
 ) -> Analysis:
     """Count everything for one config and workload."""
     params = count_params(config)

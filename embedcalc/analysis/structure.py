@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeAlias
 
-from embedcalc.config.blocks import Attention, Block
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import Attention, Block
+from embedcalc.config.resolved import ResolvedShape
 
 # A size or count: a Python int (one config, exact at any size) or a numpy integer array (one entry per grid
 # point; int64 under a proven bound, else object arrays of Python ints).
@@ -53,7 +53,7 @@ class Stack:
     cross_attention: bool
 
 
-def stacks(config: ModelConfig) -> list[Stack]:
+def stacks(config: ResolvedShape) -> list[Stack]:
     """The stacks of ``config`` in forward order."""
     if config.architecture == "encoder":
         return [Stack("encoder", config.num_layers, causal=False, cross_attention=False)]
@@ -115,7 +115,7 @@ class Dims:
 
     @classmethod
     def of(
-        cls, config: ModelConfig, batch_size: int = 1, seq_len: int = 1, tgt_len: int | None = None
+        cls, config: ResolvedShape, batch_size: int = 1, seq_len: int = 1, tgt_len: int | None = None
     ) -> Dims:
         """The sizes of one config (Python ints), for ``batch_size`` sequences of ``seq_len`` tokens."""
         return cls(
@@ -150,7 +150,7 @@ class Dims:
     def kv(self) -> Num:
         return self.g * self.hd
 
-    def tokens(self, config: ModelConfig, stack: Stack) -> tuple[Num, Num]:
+    def tokens(self, config: ResolvedShape, stack: Stack) -> tuple[Num, Num]:
         """(tokens per sequence in ``stack``, tokens per sequence of the encoder memory it attends to)."""
         if config.architecture == "encoder-decoder" and stack.name == "decoder":
             return self.n_dec, self.n
@@ -168,19 +168,19 @@ class Dims:
                     yield sd, block, layers
 
 
-def norm_has_bias(config: ModelConfig) -> bool:
+def norm_has_bias(config: ResolvedShape) -> bool:
     """LayerNorm has a bias (shift) unless ``norm_bias`` is false; RMSNorm never has one."""
     return config.norm == "layernorm" and config.norm_bias
 
 
-def norm_params(config: ModelConfig, width: Num) -> Num:
+def norm_params(config: ResolvedShape, width: Num) -> Num:
     """Parameters of one norm of ``width``: LayerNorm 2w (w without bias), RMSNorm w, 0 when not affine."""
     if not config.norm_affine:
         return 0
     return 2 * width if norm_has_bias(config) else width
 
 
-def sublayer_norms(config: ModelConfig) -> tuple[int, int, int]:
+def sublayer_norms(config: ResolvedShape) -> tuple[int, int, int]:
     """Norms per layer in (attention, cross-attention, FFN) by ``norm_placement`` (docs/layers.md, Norms)."""
     placement = config.resolved_norm_placement
     if placement == "sandwich":
@@ -190,7 +190,7 @@ def sublayer_norms(config: ModelConfig) -> tuple[int, int, int]:
     return 1, 1, 1
 
 
-def cross_attention(config: ModelConfig) -> Attention:
+def cross_attention(config: ResolvedShape) -> Attention:
     """The cross-attention of an encoder-decoder's decoder layers (standard, from the flat fields)."""
     return config.cross_attention_block()
 
@@ -236,7 +236,7 @@ def projected_kv(attention: Attention) -> int:
     return 1 if attention.values_from_keys else 2
 
 
-def per_layer_width(config: ModelConfig, x: Dims) -> Num:
+def per_layer_width(config: ResolvedShape, x: Dims) -> Num:
     """Width of the per-layer embeddings of all layers together (num_layers x per_layer_input_dim; Gemma 3n/4's
     packed per-layer table), 0 without them."""
     return x.depth * config.per_layer_input_dim if config.per_layer_input_dim else 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.divisors import nearest_divisible, nearest_divisors
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
@@ -85,7 +86,7 @@ def _reference_params(data: dict[str, Any]) -> int | float | None:
 
 
 def suggest(
-    raw: dict[str, Any], load: Callable[[list[str]], ModelConfig], limit: int = 5
+    raw: dict[str, Any], load: Callable[[list[str]], ResolvedShape], limit: int = 5
 ) -> list[Suggestion]:
     """Valid alternatives to the invalid config ``raw``, ranked by |change in params|; ``load(extra_overrides)``
     validates a candidate (the caller's loader: the same target and overrides, plus the candidate's), raising

@@ -20,7 +20,7 @@ from embedcalc.analysis.time_model import (
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.calibration import TimeConstants
 from embedcalc.config.hardware import Device
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 Terms = tuple[tuple[str, float], ...]
 
@@ -37,7 +37,7 @@ class ExpectedModel:
     def memory_fraction(self) -> float:
         return self.override.memory if self.override is not None else self.constants.memory_fraction
 
-    def fractions(self, config: ModelConfig, w: Workload, weights: Weights, decode: bool) -> Fractions:
+    def fractions(self, config: ResolvedShape, w: Workload, weights: Weights, decode: bool) -> Fractions:
         return component_fractions(config, w, weights, decode, self.constants, self.override)
 
     def stream_s(self, num_bytes: float) -> float:
@@ -65,19 +65,19 @@ def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
     return replace(constants, **own)
 
 
-def step_workload(config: ModelConfig, w: Workload) -> Workload:
+def step_workload(config: ResolvedShape, w: Workload) -> Workload:
     """A decode step's workload: one new token per sequence (the decoder's length 1)."""
     if config.architecture == "encoder-decoder":
         return replace(w, tgt_len=1, gen_tokens=0)
     return replace(w, seq_len=1, gen_tokens=0)
 
 
-def critical_collectives(config: ModelConfig, w: Workload, groups: tuple[str, ...]) -> list[Collective]:
+def critical_collectives(config: ResolvedShape, w: Workload, groups: tuple[str, ...]) -> list[Collective]:
     """The collectives of ``groups`` one device runs for ``w`` (communication.py's bytes)."""
     return [c for c in communication(config, w).collectives if c.group in groups]
 
 
-def pipeline_sends(config: ModelConfig, w: Workload, tokens: int) -> list[Collective]:
+def pipeline_sends(config: ResolvedShape, w: Workload, tokens: int) -> list[Collective]:
     """Inference: a request crosses the pp − 1 stage boundaries one after another, each a send of its b × n × d
     activations (Narayanan et al. 2021, §2.2)."""
     pp = w.parallel.pp
@@ -87,7 +87,7 @@ def pipeline_sends(config: ModelConfig, w: Workload, tokens: int) -> list[Collec
     return [Collective("send", "pp", pp, "stage boundary activations", pp - 1, (pp - 1) * payload)]
 
 
-def inference_terms(config: ModelConfig, w: Workload, model: ExpectedModel, decode: bool) -> Terms:
+def inference_terms(config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool) -> Terms:
     """The extra terms of one inference phase on one device: prefill / forward over the prompt, or one decode
     step (module docstring). The TP share of the element-wise work is not divided (norms and residuals run
     replicated on every tensor-parallel rank)."""

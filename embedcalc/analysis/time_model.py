@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from embedcalc.analysis.roofline.traffic import Weights, experts_reached
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.blocks import Block
 from embedcalc.config.calibration import TimeConstants
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import Block
+from embedcalc.config.resolved import ResolvedShape
 
 Fractions = Callable[[str], tuple[float, float]]  # component key -> (compute fraction, memory fraction)
 
@@ -77,7 +77,7 @@ def gemm_fraction(rows: float, c: TimeConstants) -> float:
     return c.gemm_fraction * rows / (rows + c.gemm_half_rows)
 
 
-def component_rows(config: ModelConfig, w: Workload, key: str, weights: Weights, decode: bool) -> float:
+def component_rows(config: ResolvedShape, w: Workload, key: str, weights: Weights, decode: bool) -> float:
     """Rows of the GEMM of component ``key``: the tokens per layer through it (a routed expert: the tokens each
     reached expert receives, T·k / experts reached)."""
     last = stacks(config)[-1].name
@@ -95,7 +95,7 @@ def component_rows(config: ModelConfig, w: Workload, key: str, weights: Weights,
 
 
 def component_fractions(
-    config: ModelConfig,
+    config: ResolvedShape,
     w: Workload,
     weights: Weights,
     decode: bool,
@@ -117,7 +117,7 @@ def component_fractions(
 # --- element-wise traffic and kernels ----------------------------------------------------------------------------
 
 
-def _norms_per_layer(config: ModelConfig) -> int:
+def _norms_per_layer(config: ResolvedShape) -> int:
     """Norm kernels per layer: 2 (pre or post), 4 (Gemma's sandwich), 1 or 2 (a parallel block's shared norms)."""
     placement = config.resolved_norm_placement
     if placement == "sandwich":
@@ -138,7 +138,7 @@ def _block_widths(block: Block) -> tuple[int, int]:
     return inner, rotated
 
 
-def elementwise_bytes(config: ModelConfig, w: Workload, tokens: int, tp: int = 1) -> int:
+def elementwise_bytes(config: ResolvedShape, w: Workload, tokens: int, tp: int = 1) -> int:
     """Bytes the element-wise kernels of one forward move on one TP rank for ``tokens`` tokens per stack (all
     sequences): each norm reads and writes b·n·d, each residual add reads two and writes one (both replicated on
     every rank), the activation reads its inner tensor (two for a gated one) and writes one, the rotary embedding
@@ -158,7 +158,7 @@ def elementwise_bytes(config: ModelConfig, w: Workload, tokens: int, tp: int = 1
     return total
 
 
-def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention: str) -> int:
+def kernels_per_layer(config: ResolvedShape, block: Block, cross: bool, attention: str) -> int:
     """Kernels one layer launches in a forward, as the common fused stacks run it (gpt-fast, vLLM, TensorRT-LLM:
     fused QKV and gate/up projections, one fused attention kernel): norms and residual adds, the projections, the
     rotary embedding, the attention core (eager: two batched matmuls and a softmax), the FFN matmuls and their
@@ -187,7 +187,7 @@ def kernels_per_layer(config: ModelConfig, block: Block, cross: bool, attention:
     return kernels
 
 
-def kernels_per_forward(config: ModelConfig, w: Workload, decode: bool, layer_share: float = 1.0) -> float:
+def kernels_per_forward(config: ResolvedShape, w: Workload, decode: bool, layer_share: float = 1.0) -> float:
     """Kernels of one forward (decode: one step, the encoder idle) on one device holding ``layer_share`` of the
     layers (1 / pp in training): every layer's, plus embedding lookup, final norm, LM head and (decode) sampling."""
     total = 0

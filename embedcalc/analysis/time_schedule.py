@@ -36,7 +36,7 @@ from embedcalc.analysis.roofline.traffic import Traffic, Weights
 from embedcalc.analysis.time_expected import ExpectedModel
 from embedcalc.analysis.time_model import elementwise_bytes, kernels_per_forward
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 _CORE = ("scores", "context")
@@ -76,7 +76,7 @@ def recompute_passes(w: Workload, key: str) -> int:
 
 
 def training_step(
-    config: ModelConfig, w: Workload, peak: tuple[Callable[[str], float], float], traffic: Mapping[str, Traffic],
+    config: ResolvedShape, w: Workload, peak: tuple[Callable[[str], float], float], traffic: Mapping[str, Traffic],
     weights: Weights, m: int, optimizer_bytes: int, model: ExpectedModel | None,
 ) -> tuple[Phase, Schedule]:  # fmt: skip
     """One optimizer step of ``m`` micro-batches on one device: its components (every pass of every micro-batch
@@ -113,7 +113,7 @@ def training_step(
     return Phase("training_step", tuple(components), tuple(terms)), schedule
 
 
-def _micro_batch_terms(config: ModelConfig, w: Workload, model: ExpectedModel) -> list[tuple[str, float]]:
+def _micro_batch_terms(config: ResolvedShape, w: Workload, model: ExpectedModel) -> list[tuple[str, float]]:
     """Per micro-batch on one device: element-wise traffic and kernel overhead of every pass, TP/EP collectives
     (the recomputed forward repeats the forward ones), and the stage boundary sends."""
     par = w.parallel
@@ -137,7 +137,7 @@ def _micro_batch_terms(config: ModelConfig, w: Workload, model: ExpectedModel) -
     ]
 
 
-def _dp_exposed(config: ModelConfig, w: Workload, model: ExpectedModel, m: int, compute_mb: float,
+def _dp_exposed(config: ResolvedShape, w: Workload, model: ExpectedModel, m: int, compute_mb: float,
                 backward_mb: float) -> float:  # fmt: skip
     """Seconds of the step's data-parallel / ZeRO collectives not hidden behind compute (module docstring)."""
     par = w.parallel

@@ -117,7 +117,7 @@ def analyze_target(
 ) -> Analysis:
     """TARGET as the CLI names it, loaded with ``--set``, checked against the workload and analysed (its warnings
     on the result); in the model's own dtype unless one was chosen or ``model_dtype`` is False (bench)."""
-    return analyze_loaded(load_target(target, overrides), run, model_dtype)
+    return analyze_loaded(load_target(target, overrides, records=True), run, model_dtype)
 
 
 def analyze_report(
@@ -144,5 +144,5 @@ def compare_reports(
 ) -> list[AnalysisReport]:
     """``embedcalc compare``: :func:`analyze_report` of every target (``--set`` applies to each); the problems of
     every target that fails in one :class:`ConfigError`."""
-    loaders = [(t, partial(load_target, t, overrides)) for t in targets]
+    loaders = [(t, partial(load_target, t, overrides, records=True)) for t in targets]
     return [_report(a, time, budget) for a in _analyze_each(loaders, run)]

@@ -17,7 +17,7 @@ from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
     from embedcalc.analysis.explain import HeadShape
-    from embedcalc.config.schema import ModelConfig
+    from embedcalc.config.resolved import ResolvedShape
 
 # validation problems the heads topic explains (DESIGN.md §3: the head split of the width)
 HEAD_PROBLEMS = frozenset({"heads_indivisible", "kv_heads_indivisible", "rope_head_dim_odd"})
@@ -31,7 +31,7 @@ class Explanation:
     with the ``problems`` that make it invalid; ``narrowed`` when more topics were asked for)."""
 
     target: str
-    config: ModelConfig | None
+    config: ResolvedShape | None
     answers: list[tuple[str, Any]]
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
@@ -77,14 +77,14 @@ def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
     )
 
 
-def _presets() -> list[tuple[str, ModelConfig]]:
+def _presets() -> list[tuple[str, ResolvedShape]]:
     from embedcalc.config.loading import load_target
     from embedcalc.config.presets import preset_names
 
     return [(name, load_target(name).config) for name in preset_names()]
 
 
-def _answer(topic: str, config: ModelConfig, workload: Workload) -> Any:
+def _answer(topic: str, config: ResolvedShape, workload: Workload) -> Any:
     from embedcalc.analysis.explain import (
         HeadShape,
         explain_cost,
@@ -113,7 +113,7 @@ def explain(
     from embedcalc.analysis.explain import TOPICS
 
     asked = list(topics) if topics else list(TOPICS)
-    config: ModelConfig | None = None
+    config: ResolvedShape | None = None
     try:
         analysis = analyze_target(target, overrides, run)
         config, run = analysis.config, analysis.workload  # the model's own dtype unless --dtype

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from embedcalc.config.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
-ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ModelConfig
+ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ResolvedShape  # a ResolvedShape
 
 __all__ = ["ConfigLike", "as_loaded", "label", "load", "load_target", "without_dropout"]
 
@@ -39,7 +39,7 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
     ...     print(exc.problems[0].path, "|", exc.problems[0].code)
     --set num_heads | heads_indivisible
     """
-    if isinstance(target, LoadedConfig | ModelConfig):
+    if isinstance(target, LoadedConfig | ResolvedShape):
         loaded = as_loaded(target)
         if not overrides:
             return loaded
@@ -57,23 +57,28 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
     return _load_named(str(target), overrides, rename=True)
 
 
-def load_target(target: str, overrides: Sequence[str] | None = None) -> LoadedConfig:
+def load_target(
+    target: str, overrides: Sequence[str] | None = None, *, records: bool = False
+) -> LoadedConfig:
     """TARGET as the CLI loads it (``--set`` strings): results keep the name TARGET was given by, even when an
-    override sets ``name``."""
-    return _load_named(target, list(overrides or []), rename=False)
+    override sets ``name``. With ``records`` a shipped preset without ``--set`` is its record, not a validated
+    model (:func:`embedcalc.config.loading.load_parsed`): for the commands that only count (analyze, compare)."""
+    return _load_named(target, list(overrides or []), rename=False, records=records)
 
 
-def _load_named(name: str, overrides: Overrides, rename: bool) -> LoadedConfig:
+def _load_named(name: str, overrides: Overrides, rename: bool, records: bool = False) -> LoadedConfig:
     raw, source, path = resolve_target(name)
     origin = target_origin(name, source, path)
-    return load_parsed(raw, source, origin, path, target=name, overrides=overrides, rename=rename)
+    return load_parsed(
+        raw, source, origin, path, target=name, overrides=overrides, rename=rename, records=records
+    )
 
 
 def as_loaded(config: ConfigLike) -> LoadedConfig:
     """Any form :func:`load` accepts, loaded (a loaded config as it is)."""
     if isinstance(config, LoadedConfig):
         return config
-    if isinstance(config, ModelConfig):
+    if isinstance(config, ResolvedShape):
         return LoadedConfig(target=config.name or "config", config=config, source="python")
     return load(config)
 
@@ -84,7 +89,7 @@ def label(config: ConfigLike) -> str:
         return str(config)
     if isinstance(config, LoadedConfig):
         return config.target
-    if isinstance(config, ModelConfig):
+    if isinstance(config, ResolvedShape):
         return config.name or "config"
     if isinstance(config, Mapping):
         return str(config.get("name") or "config")

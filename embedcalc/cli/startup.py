@@ -5,7 +5,9 @@ answer is the library's own) and each guarded by tests/cli/test_app.py, since tw
 
 - typer (0.29) builds a pydantic TypeAdapter for every parameter of the command being run;
   :class:`_DeferredCoercion` builds one only when a value reaches the parameter (:func:`defer_coercion`, used by
-  the application's command and group classes). Off on a typer without ``typer._coercion``.
+  the application's command and group classes), and none for text given to a ``str`` parameter or a valid choice
+  (:func:`_plain_coercion`), so ``analyze PRESET --format json`` builds no adapter and never loads pydantic's
+  model machinery. Off on a typer without ``typer._coercion``.
 - pydantic imports its plugin loader on the first validator, and the loader imports importlib.metadata, only to
   answer "no plugins" when PYDANTIC_DISABLE_PLUGINS says so: :class:`_PluginsOff` answers the same without it.
 - the collector's first threshold, :data:`GC_THRESHOLD`, keeps it from scanning the start-up's long-lived objects.
@@ -24,7 +26,8 @@ import typer.core
 
 try:  # typer >= 0.29 coerces through its own runtime parameters (older typer: click types, nothing to defer)
     from typer._click.core import ParameterSource
-    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+    from typer._param_types import choice_coercion_annotation, coerce_cli_choice
 
     _TYPER_COERCION = True
 except ImportError:  # pragma: no cover - typer < 0.29
@@ -46,8 +49,32 @@ if TYPE_CHECKING or _TYPER_COERCION:
         def _coerce_value(self, value: Any, param: typer.core._TyperParameter, ctx: Any) -> Any:
             if value is param.default and ctx.get_parameter_source(param.name) is ParameterSource.DEFAULT:
                 return value
+            plain = _plain_coercion(param.type_descriptor, value, ctx)
+            if plain is not _NOT_PLAIN:
+                return plain
             param._runtime_param = real = build_runtime_param(param.type_descriptor)
             return real._coerce_value(value, param=param, ctx=ctx)
+
+    _NOT_PLAIN = object()
+
+    def _plain_coercion(descriptor: TypeDescriptor, value: Any, ctx: Any) -> Any:
+        """What typer's adapter returns for a text value of a ``str`` parameter (the text itself: its before-
+        validator returns ``str(value)``, pydantic's str validation the same) or a valid value of a choice
+        (typer's own :func:`coerce_cli_choice`, the adapter's one validator, over Any), computed without the
+        adapter, whose first build loads pydantic's model machinery; :data:`_NOT_PLAIN` for anything else,
+        including an invalid choice, which the adapter then refuses with its own message."""
+        info = descriptor.parameter_info
+        if descriptor.file_annotation is not None or info.parser is not None:
+            return _NOT_PLAIN
+        if descriptor.annotation is str:
+            return value if type(value) is str else _NOT_PLAIN
+        choices = choice_coercion_annotation(descriptor.annotation, info)
+        if choices is None:
+            return _NOT_PLAIN
+        try:
+            return coerce_cli_choice(value, choices=choices[0], case_sensitive=choices[1], ctx=ctx)
+        except ValueError:
+            return _NOT_PLAIN
 
 
 def _defer(param: Any) -> None:

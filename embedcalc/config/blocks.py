@@ -21,11 +21,12 @@ and Jiang et al. 2023 (Mistral); chunked attention, Llama 4 (transformers' ``att
 
 from __future__ import annotations
 
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from embedcalc.config.fields import AttentionFields, BlockFields, FFNFields
 from embedcalc.config.layer_plan import (
     FFN,
     LATENT_KINDS,
@@ -36,12 +37,25 @@ from embedcalc.config.layer_plan import (
     QKNorm,
     StackPlan,
 )
-from embedcalc.config.mixers import RECURRENT_KINDS, MixerSpec
+from embedcalc.config.mixers import MixerSpec
+from embedcalc.config.spec_shapes import (
+    DEFAULT_BLOCK,
+    MLA_FIELDS,
+    MLA_ONLY_FIELDS,
+    MOE_ONLY_FIELDS,
+    SPARSE_FIELDS,
+    SPARSE_ONLY_FIELDS,
+    STANDARD_ONLY_FIELDS,
+    LayerRunShape,
+    base_attention_spec,
+    merge_spec,
+)
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
-# the resolved view lives in config/layer_plan.py and is re-exported here
+# the resolved view lives in config/layer_plan.py, the specs' field groups and merging in config/spec_shapes.py
+# (no pydantic: a shipped preset's path); both are re-exported here
 __all__ = [
     "DEFAULT_BLOCK",
     "FFN",
@@ -65,12 +79,10 @@ __all__ = [
     "moe_missing",
 ]
 
-DEFAULT_BLOCK = "default"
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
-MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
-class AttentionSpec(BaseModel):
+class AttentionSpec(AttentionFields, BaseModel):
     """What the self-attention of a block is, beyond the flat head counts: kind, norms, sinks, window."""
 
     model_config = _FROZEN
@@ -266,7 +278,7 @@ class AttentionSpec(BaseModel):
         return value
 
 
-class FFNSpec(BaseModel):
+class FFNSpec(FFNFields, BaseModel):
     """What the feed-forward sublayer of a block is: dense (plain or gated) or a mixture of experts."""
 
     model_config = _FROZEN
@@ -366,22 +378,6 @@ class FFNSpec(BaseModel):
         return self
 
 
-# the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
-MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
-# what only standard attention has (its own head shape, values from keys, shared keys and values)
-STANDARD_ONLY_FIELDS = ("head_dim", "values_from_keys", "kv_shared")
-# what kind sparse needs beyond mla
-SPARSE_FIELDS = (
-    "q_lora_rank",
-    "index_heads",
-    "index_head_dim",
-    "index_topk",
-)
-SPARSE_ONLY_FIELDS = ("index_heads", "index_head_dim", "index_topk", "index_shared")
-MOE_ONLY_FIELDS = ("num_experts", "top_k", "expert_dim", "num_shared_experts", "shared_expert_dim",
-                   "shared_expert_gate", "router_bias", "expert_bias")  # fmt: skip
-
-
 def _refuse_other_kind(spec: AttentionSpec | FFNSpec, names: tuple[str, ...], where: str, kind: str) -> None:
     """Refuse the first of ``names`` that ``spec`` sets to other than its default while its kind is not ``kind``."""
     for name in names:
@@ -403,7 +399,7 @@ def moe_missing(spec: FFNSpec) -> str | None:
     return next((name for name in ("num_experts", "top_k") if getattr(spec, name) is None), None)
 
 
-class BlockSpec(BaseModel):
+class BlockSpec(BlockFields, BaseModel):
     """A named variant of the default block: the mixer, attention and FFN fields it changes."""
 
     model_config = _FROZEN
@@ -421,7 +417,7 @@ class BlockSpec(BaseModel):
     )
 
 
-class LayerRun(BaseModel):
+class LayerRun(LayerRunShape, BaseModel):
     """``repeat`` copies of a pattern of block names, laid out in order over depth."""
 
     model_config = _FROZEN
@@ -431,38 +427,3 @@ class LayerRun(BaseModel):
         description="Block names in order (a name from blocks, or default), e.g. [local, global].",
     )
     repeat: PositiveInt = Field(default=1, description="How many times the pattern follows itself.")
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.pattern) * self.repeat
-
-
-S = TypeVar("S", AttentionSpec, FFNSpec, MixerSpec)
-
-
-def base_attention_spec(flat_window: int | None, spec: AttentionSpec | None) -> AttentionSpec:
-    """The default block's attention spec: ``spec``, with the flat ``sliding_window`` where it sets none."""
-    base = AttentionSpec(sliding_window=flat_window) if flat_window is not None else AttentionSpec()
-    return merge_spec(base, spec)
-
-
-def merge_spec(base: S, override: S | None) -> S:
-    """``base`` with the fields ``override`` sets; the result is validated again (its rules span fields)."""
-    if override is None or not override.model_fields_set:
-        return base
-    update = {name: getattr(override, name) for name in override.model_fields_set}
-    merged = base.model_dump()
-    if "kind" in update and update["kind"] != base.kind:  # a new kind starts without the old kind's fields
-        # mla <-> sparse keep MLA's
-        kept = MLA_ONLY_FIELDS if {base.kind, update["kind"]} <= LATENT_KINDS else ()
-        # a mixer's gated-norm switch is mamba2's; attention beside it needs a recurrent kind (Falcon-H1's base
-        # block with an attention-only variant)
-        mixer_fields: tuple[str, ...] = ("gate_norm",)
-        if update["kind"] not in RECURRENT_KINDS:
-            mixer_fields += ("parallel_attention",)
-        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *STANDARD_ONLY_FIELDS,
-                                        *MOE_ONLY_FIELDS, "ffn_dim")  # fmt: skip
-        for name in (*kind_fields, "num_kv_heads", *mixer_fields):
-            if name in merged and name not in kept:
-                merged[name] = type(base).model_fields[name].default
-    return type(base).model_validate({**merged, **update})

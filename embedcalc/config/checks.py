@@ -6,7 +6,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from embedcalc.config.limits import FLASH_ATTENTION_MAX_HEAD_DIM
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
 
 
@@ -28,7 +28,7 @@ FFN_RATIO_RANGE = (1.0, 8.0)
 
 
 def config_warnings(
-    config: ModelConfig, user_keys: dict[str, str] | None = None, published: bool = False
+    config: ResolvedShape, user_keys: dict[str, str] | None = None, published: bool = False
 ) -> list[Problem]:
     """Things that are valid but probably unintended or slow (DESIGN.md §3).
 
@@ -87,7 +87,7 @@ def config_warnings(
     return out
 
 
-def workload_problems(config: ModelConfig, workload: WorkloadShape) -> tuple[list[Problem], list[Problem]]:
+def workload_problems(config: ResolvedShape, workload: WorkloadShape) -> tuple[list[Problem], list[Problem]]:
     """(errors, warnings) of running ``workload`` on ``config``: sequence lengths against the context."""
     errors: list[Problem] = []
     warnings: list[Problem] = []

@@ -17,10 +17,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from embedcalc.config.spec_shapes import DisentangledShape
+
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
 
-class DisentangledSpec(BaseModel):
+class DisentangledSpec(DisentangledShape, BaseModel):
     """The relative-position table and the position terms of DeBERTa's disentangled attention."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -54,18 +56,3 @@ class DisentangledSpec(BaseModel):
     norm: bool = Field(
         default=False, description="A norm on the table before use (norm_rel_ebd: layer_norm)."
     )
-
-    @property
-    def terms(self) -> int:
-        """How many position terms are added to the scores (0, 1 or 2)."""
-        return int(self.c2p) + int(self.p2c)
-
-    @property
-    def projections(self) -> int:
-        """Projections of the table per layer: both q and k when shared (transformers computes both), else one per
-        term."""
-        return 2 if self.share_keys else self.terms
-
-    @property
-    def rows(self) -> int:
-        return 2 * self.span

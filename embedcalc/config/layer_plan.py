@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from embedcalc.config.mixers import Mixer
+from embedcalc.config.mixer_plan import Mixer
 
 AttentionKind = Literal["standard", "mla", "sparse"]
 LATENT_KINDS = frozenset({"mla", "sparse"})  # the kinds built on multi-head latent attention

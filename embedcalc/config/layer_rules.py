@@ -68,7 +68,9 @@ class LayerRules:
     @field_validator("blocks", check_fields=False)
     @classmethod
     def _blocks_resolve(cls, value: dict[str, BlockSpec], info: ValidationInfo) -> dict[str, BlockSpec]:
-        base_attention = base_attention_spec(info.data.get("sliding_window"), info.data.get("attention"))
+        base_attention = base_attention_spec(
+            info.data.get("sliding_window"), info.data.get("attention"), AttentionSpec
+        )
         base_ffn = info.data.get("ffn") or FFNSpec()
         base_mixer = info.data.get("mixer") or MixerSpec()
         for name, block in value.items():
@@ -245,7 +247,7 @@ class LayerRules:
 
 def _cross_blocks(info: ValidationInfo) -> list[str]:
     """Where attention.cross is set, as error paths: ``attention`` (the default block) and ``blocks.NAME.attention``."""
-    base = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    base = base_attention_spec(info.data["sliding_window"], info.data["attention"], AttentionSpec)
     out = ["attention"] if base.cross else []
     for name, block in info.data["blocks"].items():
         if merge_spec(base, block.attention).cross:
@@ -288,7 +290,7 @@ def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
 
 def _check_index_sharing(names: list[str], info: ValidationInfo) -> None:
     """Refuse a stack (its block names in layer order) whose first sparse layer has ``index_shared``."""
-    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"], AttentionSpec)
     base_mixer = info.data["mixer"] or MixerSpec()
     blocks: dict[str, BlockSpec] = info.data["blocks"]
     for index, name in enumerate(names):
@@ -314,7 +316,7 @@ def _check_kv_sharing(names: list[str], info: ValidationInfo) -> None:
     """Refuse a stack (its block names in layer order) whose layer with ``kv_shared`` has no earlier layer of its
     window and head shape computing its own keys and values to reuse (Gemma 3n/4 share the last layer of the same
     layer type before the shared ones; transformers refuses a layer type with no such producer)."""
-    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"])
+    base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"], AttentionSpec)
     base_mixer = info.data["mixer"] or MixerSpec()
     blocks: dict[str, BlockSpec] = info.data["blocks"]
     producers: set[tuple[object, ...]] = set()

@@ -10,22 +10,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import yaml
-from pydantic import ValidationError
 
 from embedcalc.config.aliases import ALIAS_TO_FIELD, canonical_key
-from embedcalc.config.blocks import AttentionSpec, FFNSpec
 from embedcalc.config.files import RefusedNumber, load_mapping, oversized_ints, parse_scalar, too_many_digits
 from embedcalc.config.hub import resolve_hub_id
 from embedcalc.config.presets import preset_names, preset_path
-from embedcalc.config.problems import did_you_mean, problems_from_validation
-from embedcalc.config.schema import FIELD_NAMES, ModelConfig
+from embedcalc.config.problems import did_you_mean
+from embedcalc.config.records import FIELD_NAMES, TEXT_FIELDS, AttentionRecord, ConfigRecord, FFNRecord
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:  # the Hugging Face families load only for a Hugging Face config (start-up)
     from embedcalc.config.hf import HFReport
+    from embedcalc.config.schema import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class LoadedConfig:
     """A validated config and where it came from."""
 
     target: str
-    config: ModelConfig
+    config: (
+        ResolvedShape  # the schema's ModelConfig; a shipped preset's record on analyze's path (records.py)
+    )
     source: str  # "preset", "file" or "hf"
     user_keys: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -136,7 +138,7 @@ def _unknown_key(key: object, where: str, known: list[str]) -> Problem:
 
 
 # the fields ``--set attention.X`` / ``--set ffn.X`` reach (config/blocks.py)
-_SPEC_FIELDS = {"attention": tuple(AttentionSpec.model_fields), "ffn": tuple(FFNSpec.model_fields)}
+_SPEC_FIELDS = {"attention": tuple(AttentionRecord.model_fields), "ffn": tuple(FFNRecord.model_fields)}
 
 
 def canonical_mapping(
@@ -154,14 +156,6 @@ def canonical_mapping(
             return dict(mapping.data), dict(mapping.user_keys), [], mapping.report
     data, user_keys, problems = normalise_keys(raw)
     return data, user_keys, problems, None
-
-
-# fields typed as text (``name``): an override's value is taken verbatim, not read as a YAML scalar
-TEXT_FIELDS = frozenset(
-    name
-    for name, info in ModelConfig.model_fields.items()
-    if str in (info.annotation, *get_args(info.annotation))
-)
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -246,6 +240,11 @@ def validate_config(
     Integers of more than ``MAX_INT_DIGITS`` digits are refused here too (they can come from a Python mapping or be
     derived by a Hugging Face family), before the schema's arithmetic sees them.
     """
+    from pydantic import ValidationError
+
+    from embedcalc.config.problems import problems_from_validation
+    from embedcalc.config.schema import ModelConfig  # pydantic's model machinery, on the first validation
+
     huge = oversized_ints(data)
     config = None
     if huge:
@@ -290,12 +289,15 @@ def load_parsed(
     target: str,
     overrides: Overrides = None,
     rename: bool = False,
+    records: bool = False,
 ) -> LoadedConfig:
     """The loading pipeline after a target is read: canonical mapping -> overrides -> validation.
 
     ``raw`` is the parsed mapping, ``source`` its kind (``preset``, ``file``, ``python``; a Hugging Face config
     becomes ``hf``), ``origin`` the name error messages give it, ``target`` the name results carry. With
     ``rename`` an override that sets ``name`` renames ``target`` too (the Python API); the CLI keeps its TARGET.
+    With ``records`` a shipped preset without overrides is built as its record (:mod:`embedcalc.config.record`),
+    not validated by the schema: ``analyze``'s path, which then never loads pydantic's model machinery.
     Raises ConfigError carrying every problem found.
     """
     data, user_keys, problems, report = canonical_mapping(raw, origin, path)
@@ -305,7 +307,11 @@ def load_parsed(
         target = data["name"]
     if source == "preset" and "name" not in data:
         data["name"] = target
-    config = validate_config(data, user_keys, problems, origin)
+    config: ResolvedShape
+    if records and source == "preset" and not overrides and not problems:
+        config = ConfigRecord.model_validate(data)  # trusted data (config/record.py): no pydantic model built
+    else:
+        config = validate_config(data, user_keys, problems, origin)
     return LoadedConfig(
         target=target,
         config=config,

@@ -10,24 +10,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
-from embedcalc.config.blocks import (
-    DEFAULT_BLOCK,
-    Attention,
-    AttentionSpec,
-    Block,
-    BlockSpec,
-    FFNSpec,
-    LayerRun,
-    StackPlan,
-    base_attention_spec,
-    merge_spec,
-)
-from embedcalc.config.blocks import FFN as ResolvedFFN
-from embedcalc.config.disentangled import DisentangledSpec
-from embedcalc.config.layer_plan import Projected
-from embedcalc.config.mixers import MixerSpec, resolve_mixer
+from embedcalc.config.fields import ConfigFields
+from embedcalc.config.layer_plan import FFN as ResolvedFFN
+from embedcalc.config.layer_plan import Attention, Block, Projected, StackPlan
+from embedcalc.config.mixer_plan import resolve_mixer
+from embedcalc.config.spec_shapes import DEFAULT_BLOCK, base_attention_spec, merge_spec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from embedcalc.config.fields import AttentionFields, FFNFields, MixerFields
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
 Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "xielu"]
@@ -38,45 +32,20 @@ Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]
 GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
 
 
-class ResolvedShape:
-    """Resolved defaults and derived sizes; the fields themselves are declared by ``ModelConfig``."""
+class ResolvedShape(ConfigFields):
+    """Resolved defaults and derived sizes; the fields themselves are declared by ``ModelConfig`` (and by the
+    record of a shipped preset, :mod:`embedcalc.config.records`, which shares this mixin)."""
 
+    # the classes of the attention, FFN and mixer specs the default block is built from (the schema's models, or
+    # the records for a record)
+    spec_types: ClassVar[tuple[type[AttentionFields], type[FFNFields], type[MixerFields]]]
+
+    # what the schema's model and the record both offer (pydantic's signatures, the part used)
     if TYPE_CHECKING:
-        activation: Activation
-        architecture: Architecture
-        bias: bool
-        embed_dim: int
-        embedding_norm: bool | None
-        ffn_bias: bool | None
-        ffn_dim: int | None
-        final_norm: bool | None
-        head_dim: int | None
-        lm_head: bool | None
-        max_seq_len: int
-        name: str | None
-        norm_placement: NormPlacement | None
-        num_decoder_layers: int | None
-        num_heads: int
-        num_kv_heads: int | None
-        num_layers: int
-        out_bias: bool | None
-        pooler: bool | None
-        position: Position
-        position_offset: int
-        relative_attention_bias: bool | None
-        disentangled: DisentangledSpec | None
-        qkv_bias: bool | None
-        token_embed_dim: int | None
-        sliding_window: int | None
-        attention: AttentionSpec | None
-        ffn: FFNSpec | None
-        mixer: MixerSpec | None
-        blocks: dict[str, BlockSpec]
-        layers: list[LayerRun] | None
-        shared_layers: bool
-        context_tokens: int | None
-        extra_token_rows: int
-        vocab_size: int
+
+        def model_dump(self, *, mode: str = ..., exclude_unset: bool = ...) -> dict[str, Any]: ...
+
+        def model_copy(self, *, update: Mapping[str, Any] | None = ...) -> Self: ...
 
     @property
     def resolved_head_dim(self) -> int:
@@ -185,7 +154,7 @@ class ResolvedShape:
 
     # --- layers as data (config/blocks.py) ----------------------------------------------------------------------
 
-    def resolve_attention(self, spec: AttentionSpec) -> Attention:
+    def resolve_attention(self, spec: AttentionFields) -> Attention:
         """An attention spec with this config's head counts, biases and defaults filled in."""
         standard = Attention(
             kind="standard", num_heads=self.num_heads, num_kv_heads=spec.num_kv_heads or self.resolved_kv_heads,
@@ -207,7 +176,7 @@ class ResolvedShape:
             index_shared=spec.index_shared,
         )  # fmt: skip
 
-    def resolve_ffn(self, spec: FFNSpec) -> ResolvedFFN | None:
+    def resolve_ffn(self, spec: FFNFields) -> ResolvedFFN | None:
         """An FFN spec with this config's widths, activation and biases filled in (None: the block has none)."""
         gated, bias = self.gated, self.resolved_ffn_bias
         if spec.kind in ("none", "projection"):  # a projection is the block's, not an FFN (Block.projections)
@@ -224,9 +193,9 @@ class ResolvedShape:
 
     def cross_attention_block(self) -> Attention:
         """The cross-attention of an encoder-decoder's decoder: standard attention from the flat fields."""
-        return self.resolve_attention(AttentionSpec())
+        return self.resolve_attention(self.spec_types[0]())
 
-    def _block(self, name: str, mixer: MixerSpec, attention: AttentionSpec, ffn: FFNSpec) -> Block:
+    def _block(self, name: str, mixer: MixerFields, attention: AttentionFields, ffn: FFNFields) -> Block:
         attends = (
             mixer.kind == "attention" or mixer.parallel_attention
         )  # Falcon-H1: attention beside the mixer
@@ -243,9 +212,10 @@ class ResolvedShape:
     @cached_property
     def named_blocks(self) -> dict[str, Block]:
         """The default block and every variant of ``blocks``, resolved."""
-        attention = base_attention_spec(self.sliding_window, self.attention)
-        ffn = self.ffn or FFNSpec()
-        mixer = self.mixer or MixerSpec()
+        attention_type, ffn_type, mixer_type = self.spec_types
+        attention = base_attention_spec(self.sliding_window, self.attention, attention_type)
+        ffn = self.ffn or ffn_type()
+        mixer = self.mixer or mixer_type()
         out = {DEFAULT_BLOCK: self._block(DEFAULT_BLOCK, mixer, attention, ffn)}
         for name, spec in self.blocks.items():
             out[name] = self._block(

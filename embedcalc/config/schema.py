@@ -10,7 +10,7 @@ so a config round-trips exactly as written.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -34,10 +34,14 @@ PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
 
-class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
+# ResolvedShape declares (for mypy) the part of model_dump / model_copy that the records implement too; pydantic's
+# own signatures are wider, which mypy reports as incompatible definitions in the bases
+class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):  # type: ignore[misc]
     """A Transformer's shape: everything that decides its parameters, FLOPs and memory."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    spec_types: ClassVar[tuple[type[AttentionSpec], type[FFNSpec], type[MixerSpec]]] = (AttentionSpec, FFNSpec,
+                                                                                         MixerSpec)  # fmt: skip
 
     @field_validator("dtype", mode="before")
     @classmethod
@@ -336,6 +340,3 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):
         ),
     )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")
-
-
-FIELD_NAMES: tuple[str, ...] = tuple(ModelConfig.model_fields)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.positions import apply_rotary, relative_position_bucket
@@ -103,7 +103,7 @@ class QKNorm(nn.Module):
     """Norms on queries (``q``) and keys (``k``): per head over head_dim (Qwen3, Gemma 3) or over all heads
     together (OLMo 2, ``full``). Applied before rotary positions, as transformers does."""
 
-    def __init__(self, config: ModelConfig, spec: AttentionSpec) -> None:
+    def __init__(self, config: ResolvedShape, spec: AttentionSpec) -> None:
         super().__init__()
         self.full = spec.qk_norm == "full"
         self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)
@@ -141,7 +141,7 @@ class AttentionBase(nn.Module):
 
     def __init__(
         self,
-        config: ModelConfig,
+        config: ResolvedShape,
         spec: AttentionSpec,
         *,
         impl: AttentionImpl,
@@ -289,7 +289,7 @@ class Attention(AttentionBase):
     """
 
     def __init__(
-        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool,
+        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool,
         relative_bias: bool,
     ) -> None:  # fmt: skip
         super().__init__(
@@ -399,6 +399,6 @@ class Attention(AttentionBase):
         return out
 
 
-def rotary_widths(config: ModelConfig, specs: list[AttentionSpec]) -> set[int]:
+def rotary_widths(config: ResolvedShape, specs: list[AttentionSpec]) -> set[int]:
     """The rotary widths the attention layers of ``specs`` rotate (rotary_dim or head_dim; MLA's rope dims)."""
     return {s.qk_rope_head_dim if s.latent else config.rotary_dim or s.head_dim for s in specs}

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import torch
 
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.layers import AttentionImpl
@@ -49,7 +50,7 @@ class BenchRun:
     threads: int
 
 
-def miniature(config: ModelConfig) -> ModelConfig:
+def miniature(config: ResolvedShape) -> ResolvedShape:
     """The same architecture and options at toy size (embed_dim 64, vocab 128, one layer per distinct block,
     at most 4 experts, MLA dims 16/8, windows and chunks within the 16-token context)."""
     heads = 4
@@ -113,7 +114,7 @@ def _mini_ffn(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_benchmark(
-    config: ModelConfig, settings: BenchSettings, device: torch.device, on_step: StepCallback | None = None
+    config: ResolvedShape, settings: BenchSettings, device: torch.device, on_step: StepCallback | None = None
 ) -> BenchRun:
     """Build ``config`` on ``device`` and time ``settings.repeat`` steps after ``settings.warmup``; on the CPU a
     miniature runs two steps first (the page-in of :func:`~embedcalc.modeling.device.peak_memory`)."""
@@ -126,7 +127,7 @@ def run_benchmark(
 
 
 def _timed(
-    config: ModelConfig, settings: BenchSettings, device: torch.device, on_step: StepCallback | None
+    config: ResolvedShape, settings: BenchSettings, device: torch.device, on_step: StepCallback | None
 ) -> tuple[Timings, float]:
     """Build the model and time its steps; returns the timings and the build time."""
     mixed = settings.mode == "training" and settings.dtype != "fp32"

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionImpl, FusedCore
 from embedcalc.modeling.model import TransformerModel, build_model
 
@@ -170,7 +170,7 @@ def _attribute(counts: dict[str, dict[Any, int]], widths: dict[str, tuple[int, i
 
 
 def _inputs(
-    config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
+    config: ResolvedShape, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)  # (B, S)
     if config.architecture != "encoder-decoder":
@@ -188,7 +188,7 @@ def _model_device(model: nn.Module) -> torch.device:
 
 
 def component_flops(
-    config: ModelConfig,
+    config: ResolvedShape,
     model: TransformerModel | None = None,
     batch_size: int = 1,
     seq_len: int = 128,
@@ -217,7 +217,7 @@ def component_flops(
     return out
 
 
-def _check_complete(config: ModelConfig, out: dict[str, int], total: int) -> None:
+def _check_complete(config: ResolvedShape, out: dict[str, int], total: int) -> None:
     """Every counted FLOP is on a key, and every stack's attention core was really counted."""
     if sum(out.values()) != total:
         raise RuntimeError(

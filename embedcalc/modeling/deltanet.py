@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 _EPS = 1e-6
@@ -120,7 +120,7 @@ class HeadRMSNorm(nn.Module):
 class GatedDeltaNetMixer(MixerSublayer):
     """The gated DeltaNet sublayer of one block: its norm and the mixer (module docstring)."""
 
-    def __init__(self, config: ModelConfig, m: Mixer) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer) -> None:
         super().__init__(config, m)
         self.ssm = DeltaRule(m)
         self.gate_norm = HeadRMSNorm(m.head_dim)

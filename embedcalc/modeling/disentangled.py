@@ -20,13 +20,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.disentangled import DisentangledSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.config.spec_shapes import DisentangledShape
 from embedcalc.modeling.attention import QKV, Attention, AttentionImpl, Context, Scores, embedding_table
 from embedcalc.modeling.norms import make_norm
 
 
-def relative_positions(length: int, spec: DisentangledSpec, device: torch.device) -> Tensor:
+def relative_positions(length: int, spec: DisentangledShape, device: torch.device) -> Tensor:
     """(T, T) query-minus-key distances, log-bucketed when ``spec.bucketed`` (transformers'
     ``build_relative_position`` and ``make_log_bucket_position``)."""
     ids = torch.arange(length, device=device)
@@ -47,7 +47,7 @@ class RelativeTable(nn.Module):
     """The stack's relative-position table and its optional norm (``attention/rel_embeddings``); one module, so that
     FSDP2 gathers both when the stack reads it, before the first block runs."""
 
-    def __init__(self, config: ModelConfig, spec: DisentangledSpec) -> None:
+    def __init__(self, config: ResolvedShape, spec: DisentangledShape) -> None:
         super().__init__()
         self.table = embedding_table(spec.rows, config.embed_dim)
         self.norm = make_norm(config) if spec.norm else None
@@ -60,7 +60,7 @@ class RelativeTable(nn.Module):
 class PositionProjections(nn.Module):
     """The table's projections to position keys and queries, (h, 2·span, hd) each (``attention/pos_proj``)."""
 
-    def __init__(self, config: ModelConfig, spec: DisentangledSpec, q_dim: int) -> None:
+    def __init__(self, config: ResolvedShape, spec: DisentangledShape, q_dim: int) -> None:
         super().__init__()
         self.spec = spec
         own = not spec.share_keys
@@ -104,7 +104,7 @@ class DisentangledAttention(Attention):
     """Standard multi-head self-attention plus DeBERTa's position terms; layer 0 owns the stack's table."""
 
     def __init__(
-        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, owns_table: bool
+        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, owns_table: bool
     ) -> None:
         super().__init__(config, spec, impl=impl, causal=False, cross=False, relative_bias=False)
         positions = config.disentangled

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import torch
 
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
 from embedcalc.modeling.device import peak_memory
 from embedcalc.modeling.launch import DistributedRunError, Rendezvous, RendezvousFailedError, launch
@@ -109,7 +110,7 @@ def _local_numel(model: torch.nn.Module) -> int:
 
 
 def _wrap(
-    model: torch.nn.Module, config: ModelConfig, settings: DistributedSettings, device: torch.device
+    model: torch.nn.Module, config: ResolvedShape, settings: DistributedSettings, device: torch.device
 ) -> Any:
     if settings.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -172,7 +173,7 @@ def _comm_profile(step: Any, steps: int) -> tuple[float, float, dict[str, int]]:
     return seconds / steps, calls / steps, ops
 
 
-def _page_in(config: ModelConfig, settings: DistributedSettings, device: torch.device) -> None:
+def _page_in(config: ResolvedShape, settings: DistributedSettings, device: torch.device) -> None:
     """Two steps of a miniature of the model (same options, toy size): the page-in of the rank's peak memory, so
     that the kernels' code pages and the process group's buffers are resident and not counted as the model's."""
     from embedcalc.modeling.benchmark import miniature
@@ -208,7 +209,7 @@ def _run_rank(config_data: dict[str, Any], settings_data: dict[str, Any]) -> dic
     from embedcalc.modeling.model import build_model
 
     settings = DistributedSettings(**settings_data)
-    config = ModelConfig.model_validate(config_data)
+    config: ResolvedShape = ModelConfig.model_validate(config_data)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if settings.device == "cuda":
         device = torch.device("cuda", local_rank)
@@ -298,7 +299,7 @@ class ReportElsewhere:
                 "ranks_here": self.local_ranks}  # fmt: skip
 
 
-def run_id(config: ModelConfig, settings: DistributedSettings) -> str:
+def run_id(config: ResolvedShape, settings: DistributedSettings) -> str:
     """The rendezvous id every node of one run computes alike: a digest of the model and of what every rank runs
     (all but this node's rank), so that only nodes running the same command meet."""
     shared = asdict(replace(settings, node_rank=0))
@@ -307,7 +308,7 @@ def run_id(config: ModelConfig, settings: DistributedSettings) -> str:
 
 
 def run_ranks(
-    config: ModelConfig, settings: DistributedSettings, rendezvous: Rendezvous
+    config: ResolvedShape, settings: DistributedSettings, rendezvous: Rendezvous
 ) -> list[RankResult] | ReportElsewhere:
     """Run this node's ``settings.nproc`` ranks; every rank's result in rank order on the node holding the report
     (node 0), or where the report is on any other node."""

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.layers import embedding_table, make_norm
 from embedcalc.modeling.per_layer import per_layer_inputs, per_layer_modules
 from embedcalc.modeling.positions import SinusoidalPositions
@@ -34,7 +34,7 @@ class Embeddings(nn.Module):
     ``project_in`` comes last. ``scale_embeddings`` multiplies the token vectors by sqrt(embed_dim) (Gemma).
     """
 
-    def __init__(self, config: ModelConfig, stack_names: list[str]) -> None:
+    def __init__(self, config: ResolvedShape, stack_names: list[str]) -> None:
         super().__init__()
         e = config.resolved_token_embed_dim
         self.factorized = config.factorized_embeddings and config.embedding_projection
@@ -106,7 +106,7 @@ class Embeddings(nn.Module):
 class Pooler(nn.Module):
     """BERT's pooler (Devlin et al. 2019, §3): tanh(dense(first token))."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ResolvedShape) -> None:
         super().__init__()
         self.dense = nn.Linear(config.embed_dim, config.embed_dim, bias=config.bias)
 
@@ -121,7 +121,7 @@ class VocabProjection(nn.Module):
     an input, which would make FlopCounterMode's module tracker hook a Parameter on every call).
     """
 
-    def __init__(self, config: ModelConfig, tied_to: nn.Embedding | None) -> None:
+    def __init__(self, config: ResolvedShape, tied_to: nn.Embedding | None) -> None:
         super().__init__()
         self._tied: tuple[nn.Embedding, ...] = (tied_to,) if tied_to is not None else ()
         self.weight = (
@@ -151,7 +151,7 @@ class Head(nn.Module):
     (embed_dim -> token_embed_dim, no bias) when the token table has its own width (OPT-350m), and adds
     ``lm_bias`` (vocab_size) when ``lm_head_bias`` (phi-2, GPT-J)."""
 
-    def __init__(self, config: ModelConfig, token: nn.Embedding) -> None:
+    def __init__(self, config: ResolvedShape, token: nn.Embedding) -> None:
         super().__init__()
         self.project_out = (
             nn.Linear(config.embed_dim, config.resolved_token_embed_dim, bias=False)

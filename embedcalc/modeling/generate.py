@@ -21,7 +21,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention
 from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.fusion import fuse_projections
@@ -184,7 +184,10 @@ class GenerationRun:
 
 
 def run_generation(
-    config: ModelConfig, settings: GenerateSettings, device: torch.device, on_step: StepCallback | None = None
+    config: ResolvedShape,
+    settings: GenerateSettings,
+    device: torch.device,
+    on_step: StepCallback | None = None,
 ) -> GenerationRun:
     """Build ``config`` on ``device``, allocate the cache, run ``warmup`` then ``repeat`` timed generations."""
     if config.architecture == "encoder":
@@ -216,14 +219,14 @@ def run_generation(
                          torch.get_num_threads(), prompt.shape[1], cache.state_nbytes)  # fmt: skip
 
 
-def _build(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> TransformerModel:
+def _build(config: ResolvedShape, settings: GenerateSettings, device: torch.device) -> TransformerModel:
     model = build_model(config, attention=settings.attention, device=device, dtype=DTYPES[settings.dtype])
     # one QKV and one gate/up GEMM (embedcalc.modeling.fusion): bench only, never verify
     fuse_projections(model)
     return model
 
 
-def _page_in(config: ModelConfig, settings: GenerateSettings, device: torch.device) -> None:
+def _page_in(config: ResolvedShape, settings: GenerateSettings, device: torch.device) -> None:
     """Generate a few tokens with a miniature of the model: the page-in of :func:`run_generation`'s peak memory."""
     from embedcalc.modeling.benchmark import miniature
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionBase, AttentionImpl, Rotary, _heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.norms import make_norm
@@ -31,7 +31,7 @@ class LatentAttention(AttentionBase):
 
     def __init__(
         self,
-        config: ModelConfig,
+        config: ResolvedShape,
         spec: AttentionSpec,
         *,
         impl: AttentionImpl,

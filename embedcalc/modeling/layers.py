@@ -27,8 +27,8 @@ from torch import Tensor, nn
 from embedcalc.config.blocks import FFN as FFNSpec
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.blocks import Block as BlockSpec
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary, embedding_table
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
@@ -57,7 +57,7 @@ __all__ = [
 
 
 def make_attention(
-    config: ModelConfig,
+    config: ResolvedShape,
     spec: AttentionSpec,
     *,
     impl: AttentionImpl,
@@ -79,7 +79,7 @@ def make_attention(
     return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
 
 
-def make_mixer(config: ModelConfig, m: Mixer, depth: tuple[int, int] = (0, 1)) -> nn.Module:
+def make_mixer(config: ResolvedShape, m: Mixer, depth: tuple[int, int] = (0, 1)) -> nn.Module:
     """The recurrent mixer sublayer of kind ``m.kind``: Mamba-2 (:mod:`embedcalc.modeling.ssm`, which also holds
     the base the others build on), gated DeltaNet, Mamba-1, the short convolution, lightning attention (whose
     decay rates depend on ``depth``, the layer's index and the stack's layer count). Here, beside its only caller,
@@ -111,7 +111,7 @@ class FeedForward(MLP):
     """The dense FFN sublayer: ``in_``, ``out`` and its ``norm`` (None for the FFN of a one-norm parallel block);
     ``tanh_gate`` scales its output in a tanh-gated block (Mllama's cross_attn_mlp_gate)."""
 
-    def __init__(self, config: ModelConfig, spec: FFNSpec, norm: bool, tanh_gate: bool = False) -> None:
+    def __init__(self, config: ResolvedShape, spec: FFNSpec, norm: bool, tanh_gate: bool = False) -> None:
         super().__init__(config.embed_dim, spec.ffn_dim, spec.bias, config.activation)
         self.placement = config.resolved_norm_placement
         self.norm = sublayer_norm(config) if norm else None
@@ -126,7 +126,7 @@ class MoEFeedForward(nn.Module):
     tanh-gated block, ``tanh_gate``."""
 
     def __init__(
-        self, config: ModelConfig, spec: FFNSpec, norm: bool, routing: Routing, tanh_gate: bool = False
+        self, config: ResolvedShape, spec: FFNSpec, norm: bool, routing: Routing, tanh_gate: bool = False
     ) -> None:
         super().__init__()
         self.placement = config.resolved_norm_placement
@@ -148,7 +148,7 @@ class Projection(nn.Module):
     which keep ``input_layernorm`` / ``post_attention_layernorm``). In place of the mixer it mixes no tokens and
     caches nothing; ``norm`` is None for the FFN of a one-norm parallel block, as for :class:`FeedForward`."""
 
-    def __init__(self, config: ModelConfig, norm: bool) -> None:
+    def __init__(self, config: ResolvedShape, norm: bool) -> None:
         super().__init__()
         self.placement = config.resolved_norm_placement
         self.projection = nn.Linear(config.embed_dim, config.embed_dim, bias=False)
@@ -168,7 +168,7 @@ class Block(nn.Module):
 
     def __init__(
         self,
-        config: ModelConfig,
+        config: ResolvedShape,
         spec: BlockSpec,
         *,
         impl: AttentionImpl,

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 _NORM_EPS = 1e-6  # MiniMaxLightningAttention builds MiniMaxRMSNorm(heads x head_dim) with its default eps
@@ -78,7 +78,7 @@ class LightningMixer(MixerSublayer):
     """The lightning-attention sublayer of one block at ``layer`` of ``layers``: its norm and the mixer (module
     docstring)."""
 
-    def __init__(self, config: ModelConfig, m: Mixer, layer: int = 0, layers: int = 1) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer, layer: int = 0, layers: int = 1) -> None:
         super().__init__(config, m)
         self.ssm = LightningScan(m, layer, layers)
         self.gate_norm = nn.RMSNorm(m.inner, eps=_NORM_EPS)

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 
@@ -53,7 +53,7 @@ class BCNorm(nn.Module):
 class Mamba1Mixer(MixerSublayer):
     """The Mamba-1 sublayer of one block: its norm and the mixer (module docstring)."""
 
-    def __init__(self, config: ModelConfig, m: Mixer) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer) -> None:
         super().__init__(config, m)
         self.x_proj = nn.Linear(m.inner, m.dt_rank + 2 * m.state_size, bias=False)
         self.bc_norm = BCNorm(m) if m.bc_norms else None

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionBase, AttentionImpl
 from embedcalc.modeling.device import DTYPES
 from embedcalc.modeling.model import build_model
@@ -67,7 +67,7 @@ def attention_core_removed(model: torch.nn.Module) -> Iterator[None]:
 
 
 def measure_attention_split(
-    config: ModelConfig, seq_lens: list[int], batch_size: int, dtype: str, attention: AttentionImpl,
+    config: ResolvedShape, seq_lens: list[int], batch_size: int, dtype: str, attention: AttentionImpl,
     device: torch.device, warmup: int = 1, repeat: int = 3, on_step: StepCallback | None = None,
 ) -> list[SplitPoint]:  # fmt: skip
     """Time full and core-less forward passes at each seq_len (one model, built once)."""

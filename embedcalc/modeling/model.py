@@ -1,4 +1,4 @@
-"""The torch model built from a :class:`ModelConfig`: its stacks of blocks, their assembly with the embeddings and
+"""The torch model built from a :class:`ResolvedShape`: its stacks of blocks, their assembly with the embeddings and
 heads of :mod:`embedcalc.modeling.embeddings`, and :func:`build_model`, which builds it cheaply.
 
 One class covers the three architectures (DESIGN.md §3): an encoder (BERT: token + position + type embeddings,
@@ -26,7 +26,7 @@ from typing import NamedTuple, cast
 import torch
 from torch import Tensor, nn
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Rotary, rotary_widths
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.embeddings import Embeddings, Head, Pooler
@@ -60,7 +60,7 @@ class Stack(nn.Module):
     """
 
     def __init__(
-        self, config: ModelConfig, name: str, *, impl: AttentionImpl, causal: bool, cross_attention: bool,
+        self, config: ResolvedShape, name: str, *, impl: AttentionImpl, causal: bool, cross_attention: bool,
         routing: Routing = "real",
     ) -> None:  # fmt: skip
         super().__init__()
@@ -153,7 +153,7 @@ class TransformerModel(nn.Module):
     """
 
     def __init__(
-        self, config: ModelConfig, attention: AttentionImpl = "sdpa", routing: Routing = "real"
+        self, config: ResolvedShape, attention: AttentionImpl = "sdpa", routing: Routing = "real"
     ) -> None:
         super().__init__()
         self.config = config
@@ -313,7 +313,7 @@ def materialise_(model: nn.Module, device: torch.device) -> None:
 
 
 def build_model(
-    config: ModelConfig,
+    config: ResolvedShape,
     attention: AttentionImpl = "sdpa",
     device: str | torch.device = "meta",
     dtype: torch.dtype = torch.float32,

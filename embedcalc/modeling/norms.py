@@ -14,13 +14,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 _RMS_EPS = 1e-6
 _LAYER_NORM_EPS = 1e-5
 
 
-def make_norm(config: ModelConfig, width: int | None = None) -> nn.Module:
+def make_norm(config: ResolvedShape, width: int | None = None) -> nn.Module:
     """A norm of the config's kind over ``width`` channels (default embed_dim)."""
     width = config.embed_dim if width is None else width
     affine = config.norm_affine
@@ -34,7 +34,7 @@ def make_norm(config: ModelConfig, width: int | None = None) -> nn.Module:
 class SandwichNorm(nn.Module):
     """The two norms of a sandwich sublayer (Gemma 2): ``before`` its input and ``after`` its output."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ResolvedShape) -> None:
         super().__init__()
         self.before = make_norm(config)
         self.after = make_norm(config)
@@ -64,7 +64,7 @@ def gated(transform: Callable[[Tensor], Tensor], gate: TanhGate | None) -> Calla
     return lambda h: gate(transform(h))
 
 
-def sublayer_norm(config: ModelConfig) -> nn.Module:
+def sublayer_norm(config: ResolvedShape) -> nn.Module:
     """The norm(s) one sublayer owns under the config's placement (a :class:`SandwichNorm` for sandwich)."""
     return SandwichNorm(config) if config.resolved_norm_placement == "sandwich" else make_norm(config)
 

@@ -17,12 +17,12 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import embedding_table
 from embedcalc.modeling.norms import make_norm
 
 
-def per_layer_modules(config: ModelConfig) -> tuple[nn.Embedding, nn.Linear, nn.Module]:
+def per_layer_modules(config: ResolvedShape) -> tuple[nn.Embedding, nn.Linear, nn.Module]:
     """The model-level half, registered on the embeddings as ``per_layer`` (the packed table, rows x L p),
     ``per_layer_project`` (d -> L p) and ``per_layer_norm`` (p)."""
     width = config.per_layer_input_dim or 0
@@ -51,7 +51,7 @@ def per_layer_inputs(
 class PerLayerSublayer(nn.Module):
     """The layer-level half: ``gate`` (d -> p), ``out`` (p -> d) and ``norm`` (d), added into the residual."""
 
-    def __init__(self, config: ModelConfig, width: int) -> None:
+    def __init__(self, config: ResolvedShape, width: int) -> None:
         super().__init__()
         self.gate = nn.Linear(config.embed_dim, width, bias=False)
         self.out = nn.Linear(width, config.embed_dim, bias=False)

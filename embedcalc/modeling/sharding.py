@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
 
 # module paths by their last components: attention (self and cross, MLA's q / q_b / kv_b, the output gate of
@@ -153,7 +154,7 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, 
                 setattr(module, "num_kv_heads", max(1, kv_heads // tp))  # noqa: B010
 
 
-def sharding_config(config: ModelConfig, tp: int) -> ModelConfig:
+def sharding_config(config: ResolvedShape, tp: int) -> ResolvedShape:
     """The config as Megatron builds it for ``tp`` ranks: vocabulary (and the token table) padded to a multiple of
     tp, and at least tp KV heads (each of fewer heads replicated) so that every rank holds whole KV heads."""
     data = config.model_dump()
@@ -291,7 +292,7 @@ def _shard_stacked(model: nn.Module, mesh: Any) -> None:
                 module.register_parameter(pname, nn.Parameter(placed))
 
 
-def _unsupported_forward(model: nn.Module, config: ModelConfig) -> str | None:
+def _unsupported_forward(model: nn.Module, config: ResolvedShape) -> str | None:
     """Why a DTensor forward of ``model`` is not run (layer kinds whose tensors the plan does not shard), or None."""
     if config.disentangled is not None:
         return "disentangled attention projects one position table in every layer, and the plan does not split it"
@@ -313,7 +314,7 @@ def _unsupported_forward(model: nn.Module, config: ModelConfig) -> str | None:
 
 
 def shard_on_fake_group(
-    config: ModelConfig, tp: int, dp: int = 1, zero3: bool = False, attention: str = "eager",
+    config: ResolvedShape, tp: int, dp: int = 1, zero3: bool = False, attention: str = "eager",
     batch_size: int = 1, seq_len: int = 16, plan_override: dict[str, Any] | None = None,
 ) -> ShardedRun:  # fmt: skip
     """Shard ``config``'s model for tp x dp ranks on torch's fake process group and record what torch did."""
@@ -366,7 +367,7 @@ def shard_on_fake_group(
 
 
 def _one_step(
-    model: nn.Module, config: ModelConfig, batch_size: int, seq_len: int, device: str
+    model: nn.Module, config: ResolvedShape, batch_size: int, seq_len: int, device: str
 ) -> list[RecordedCollective]:
     """One forward and backward under the recording comm mode; the loss is cross-entropy on vocab-sharded logits
     (torch's parallel loss) when the model has an LM head, else the mean of its output."""
@@ -394,7 +395,7 @@ def _one_step(
     return recorder.records
 
 
-def stage_module_params(model: nn.Module, config: ModelConfig, pp: int) -> list[dict[str, int]]:
+def stage_module_params(model: nn.Module, config: ResolvedShape, pp: int) -> list[dict[str, int]]:
     """Parameter numel per name on each of ``pp`` pipeline stages of the module split (module docstring).
 
     A stack's layers are its ``num_layers`` calls, not its built modules: with ``shared_layers`` (ALBERT) the one

@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention, AttentionImpl, Rotary, _expand_kv, _heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.positions import apply_rotary
@@ -36,7 +36,7 @@ class SharedKVAttention(Attention):
     """Standard attention over an earlier layer's keys and values (module docstring)."""
 
     def __init__(
-        self, config: ModelConfig, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool
+        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool
     ) -> None:
         super().__init__(config, spec, impl=impl, causal=causal, cross=False, relative_bias=False)
         self._source: list[Attention] = []  # a list, so the source is not registered as a submodule

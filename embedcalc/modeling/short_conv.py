@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 
 class ShortConvMixer(MixerSublayer):
     """The short-convolution sublayer of one block: its norm and the mixer (module docstring)."""
 
-    def __init__(self, config: ModelConfig, m: Mixer) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer) -> None:
         super().__init__(config, m, conv_activation=False)
 
     def transform(self, h: Tensor, state: MixerState | None = None) -> Tensor:

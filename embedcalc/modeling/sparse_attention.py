@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionImpl, Rotary, _heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.latent_attention import LatentAttention
@@ -60,7 +60,7 @@ class SparseAttention(LatentAttention):
 
     def __init__(
         self,
-        config: ModelConfig,
+        config: ResolvedShape,
         spec: AttentionSpec,
         *,
         impl: AttentionImpl,

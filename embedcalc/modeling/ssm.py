@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.device import DTYPES
 from embedcalc.modeling.norms import residual, sublayer_norm
 
@@ -92,7 +92,7 @@ class MixerSublayer(nn.Module):
 
     conv: CausalConv
 
-    def __init__(self, config: ModelConfig, m: Mixer, conv_activation: bool = True) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer, conv_activation: bool = True) -> None:
         super().__init__()
         self.spec = m
         self.placement = config.resolved_norm_placement
@@ -213,7 +213,7 @@ class GatedRMSNorm(nn.Module):
 class Mamba2Mixer(MixerSublayer):
     """The Mamba-2 sublayer of one block: its norm and the mixer (module docstring)."""
 
-    def __init__(self, config: ModelConfig, m: Mixer) -> None:
+    def __init__(self, config: ResolvedShape, m: Mixer) -> None:
         super().__init__(config, m)
         self.ssm = SSDScan(m)
         self.gate_norm = GatedRMSNorm(m.inner, m.groups, m.norm_before_gate) if m.gate_norm else None

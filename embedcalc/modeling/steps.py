@@ -15,11 +15,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 
 def make_inputs(
-    config: ModelConfig, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
+    config: ResolvedShape, batch_size: int, seq_len: int, tgt_len: int | None, device: torch.device
 ) -> tuple[Tensor, Tensor | None]:
     """Random token ids: (B, S) for the first stack and, for an encoder-decoder, (B, T) for the decoder."""
     gen = torch.Generator(device="cpu").manual_seed(0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.counting import component_key
 from embedcalc.modeling.model import build_model
 
@@ -24,7 +24,7 @@ class NamedTensor:
     component: str  # breakdown key, e.g. ``decoder/attention/qkv``
 
 
-def named_tensors(config: ModelConfig) -> list[NamedTensor]:
+def named_tensors(config: ResolvedShape) -> list[NamedTensor]:
     """Every parameter tensor of the model built for ``config``, in module order."""
     model = build_model(config, device="meta")
     out = []

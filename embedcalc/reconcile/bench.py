@@ -20,7 +20,7 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import largest
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hardware import datasheet_peak
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import UnsupportedEnvironmentError
 from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
 
@@ -41,7 +41,7 @@ def predicted_bytes(analysis: Analysis, decodes: bool = False) -> int:
 
 
 def largest_fitting(
-    workload: Workload, config: ModelConfig, free: int, field: str, decodes: bool = False
+    workload: Workload, config: ResolvedShape, free: int, field: str, decodes: bool = False
 ) -> int | None:
     """The largest batch_size (or seq_len) at which the prediction fits in ``free`` bytes, by bisection."""
 

@@ -33,8 +33,8 @@ from typing import Any
 from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
-from embedcalc.config.mixers import Mixer
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.mixer_plan import Mixer
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
 from embedcalc.reconcile.checkpoint_names import Sublayer, TensorRole, tensor_role, within_layer
 
@@ -150,7 +150,7 @@ def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
     return _STORED_DTYPES[max(floats, key=lambda t: t.nbytes).dtype] if floats else "fp32"
 
 
-def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[tuple[int, ...], str] | None:
+def expected_shape(config: ResolvedShape, role: TensorRole, param: str) -> tuple[tuple[int, ...], str] | None:
     """The shape the config fixes for a standard tensor, and the config's reason; None where it fixes none here
     (MoE experts, latent attention, per-layer blocks: their component totals are checked instead)."""
     d, vocab = config.embed_dim, config.vocab_size
@@ -183,7 +183,7 @@ def expected_shape(config: ModelConfig, role: TensorRole, param: str) -> tuple[t
 
 
 def _tensor_shape(
-    config: ModelConfig, role: TensorRole, param: str, mixers: dict[int, Mixer]
+    config: ResolvedShape, role: TensorRole, param: str, mixers: dict[int, Mixer]
 ) -> tuple[tuple[int, ...], str] | None:
     """:func:`expected_shape`, and in a recurrent mixer's layer the mixer's tensors and the layer's pre-norm."""
     mixer = mixers.get(role.layer) if role.layer is not None else None
@@ -196,7 +196,7 @@ def _tensor_shape(
     return mixer_tensor_shape(mixer, config.embed_dim, within_layer(role.module, role.layer), param)
 
 
-def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
+def _layer_kinds(config: ResolvedShape, stack: str) -> dict[int, Sublayer]:
     """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
     (``parallel``: a recurrent mixer beside attention)."""
     plan = config.stack_plan(stack)
@@ -212,7 +212,7 @@ def _layer_kinds(config: ModelConfig, stack: str) -> dict[int, Sublayer]:
     return kinds
 
 
-def reconcile_checkpoint(target: str, config: ModelConfig, checkpoint: Checkpoint) -> CheckpointCheck:
+def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpoint) -> CheckpointCheck:
     """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring)."""
     stack = "encoder" if config.architecture == "encoder" else "decoder"
     placement = config.resolved_norm_placement

@@ -23,7 +23,7 @@ and for every kind ``out_proj`` (d, inner); a bias has the weight's first dimens
 
 from __future__ import annotations
 
-from embedcalc.config.mixers import Mixer
+from embedcalc.config.mixer_plan import Mixer
 
 Shape = tuple[tuple[int, ...], str]
 

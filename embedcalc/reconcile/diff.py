@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.tensors import NamedTensor, named_tensors
 
 Status = Literal["kept", "reshaped", "new", "dropped"]
@@ -162,7 +162,7 @@ def compare_tensors(a: Sequence[NamedTensor], b: Sequence[NamedTensor]) -> list[
     return [TensorRow(n, components[n], shapes_a.get(n), shapes_b.get(n)) for n in names]
 
 
-def changed_fields(a: ModelConfig, b: ModelConfig) -> dict[str, tuple[Any, Any]]:
+def changed_fields(a: ResolvedShape, b: ResolvedShape) -> dict[str, tuple[Any, Any]]:
     """Fields whose resolved meaning differs between A and B (defaults resolved, e.g. num_kv_heads)."""
     dump_a, dump_b = a.model_dump(), b.model_dump()
     out = {
@@ -206,7 +206,7 @@ def _layer_note(rows: list[TensorRow], stack: str, a: int, b: int, wider: bool) 
     )
 
 
-def change_notes(config_a: ModelConfig, config_b: ModelConfig, rows: list[TensorRow]) -> list[DiffNote]:
+def change_notes(config_a: ResolvedShape, config_b: ResolvedShape, rows: list[TensorRow]) -> list[DiffNote]:
     """One note per common change between A and B, with this pair's numbers."""
     changed = changed_fields(config_a, config_b)
     notes: list[DiffNote] = []
@@ -279,7 +279,7 @@ def change_notes(config_a: ModelConfig, config_b: ModelConfig, rows: list[Tensor
     return notes
 
 
-def diff_models(target_a: str, config_a: ModelConfig, target_b: str, config_b: ModelConfig) -> ModelDiff:
+def diff_models(target_a: str, config_a: ResolvedShape, target_b: str, config_b: ResolvedShape) -> ModelDiff:
     """Build both torch models on the meta device and compare every tensor."""
     from embedcalc.reconcile.verify import check_buildable
 

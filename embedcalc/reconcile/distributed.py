@@ -24,7 +24,7 @@ from embedcalc.analysis.parallel import stage_params
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Parallelism
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 if TYPE_CHECKING:  # types only: `analyze --tp/--dp` reaches this module through the communication table, and
     # importing the torch side at run time would load torch there (and fail without it: issue 24)
@@ -35,7 +35,7 @@ from embedcalc.reconcile.bench import run_bytes
 from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
 
 
-def fsdp_rank_params(config: ModelConfig, nproc: int, rank: int) -> int:
+def fsdp_rank_params(config: ResolvedShape, nproc: int, rank: int) -> int:
     """Parameters FSDP2 ``fully_shard`` leaves on ``rank``: every parameter tensor is split along its first dim
     into ``nproc`` chunks of ceil(rows / nproc) rows (torch.chunk's rule, the last chunks shorter or empty), and
     the rank keeps chunk ``rank`` of each; computed from the analytic tensor list."""

@@ -20,7 +20,7 @@ from embedcalc.analysis.communication import communication, torch_row_splits, to
 from embedcalc.analysis.parallel import sharded_shape, stage_params
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 _TORCH_OPS = {"all_reduce": "all-reduce", "_allgather_base_": "all-gather", "_reduce_scatter_base_": "reduce-scatter",
               "all_gather_into_tensor": "all-gather", "reduce_scatter_tensor": "reduce-scatter"}  # fmt: skip
@@ -99,7 +99,7 @@ def _chunk(rows: int, parts: int, index: int) -> int:
     return max(0, min(size, rows - index * size))
 
 
-def analytic_shards(config: ModelConfig, tp: int, dp: int, zero3: bool) -> dict[str, list[int]]:
+def analytic_shards(config: ResolvedShape, tp: int, dp: int, zero3: bool) -> dict[str, list[int]]:
     """Local parameters per breakdown key on every rank (rank = dp index x tp + tp index)."""
     out: dict[str, list[int]] = {}
     par = Parallelism(tp=tp)
@@ -135,7 +135,7 @@ def _torch_shards(
     return sums, names
 
 
-def _comm_rows(config: ModelConfig, workload: Workload, recorded: list[Any]) -> list[CommRow]:
+def _comm_rows(config: ResolvedShape, workload: Workload, recorded: list[Any]) -> list[CommRow]:
     expected: dict[tuple[str, str], list[int]] = {}
     for c in communication(config, workload).collectives:
         if c.group in ("tp", "dp"):
@@ -159,7 +159,7 @@ def _comm_rows(config: ModelConfig, workload: Workload, recorded: list[Any]) -> 
 
 
 def verify_sharded(
-    target: str, config: ModelConfig, parallel: Parallelism, attention: str = "eager", batch_size: int = 1,
+    target: str, config: ResolvedShape, parallel: Parallelism, attention: str = "eager", batch_size: int = 1,
     seq_len: int = 16, plan_override: dict[str, Any] | None = None,
 ) -> ShardedVerify:  # fmt: skip
     """Shard ``config`` on a fake process group and reconcile every rank and every collective (module docstring)."""

@@ -15,14 +15,14 @@ from embedcalc.analysis.workload import AttentionImpl, Workload
 from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentError
 
 if TYPE_CHECKING:
-    from embedcalc.config.schema import ModelConfig
+    from embedcalc.config.resolved import ResolvedShape
 
 # verify, diff and sharded verify build one torch module per layer (on the meta device: no memory, but time: 500
 # gpt2 layers took 36 s to verify on a shared 2-core machine). The deepest published models have ~130 layers.
 MAX_BUILT_LAYERS = 512
 
 
-def check_buildable(config: ModelConfig, target: str, command: str) -> None:
+def check_buildable(config: ResolvedShape, target: str, command: str) -> None:
     """Refuse (exit 4, before torch builds anything) a model of more than MAX_BUILT_LAYERS layers: building it
     layer by layer would not end in reasonable time, while analyze counts any depth in closed form."""
     from embedcalc.analysis.structure import stacks

@@ -19,7 +19,7 @@ from typer._click import Context
 from typer._coercion import build_runtime_param
 
 from embedcalc.cli.app import build_app
-from embedcalc.cli.startup import _DeferredCoercion
+from embedcalc.cli.startup import _NOT_PLAIN, _DeferredCoercion, _plain_coercion
 
 
 def _parameters(command: Any, path: str = "embedcalc") -> Iterator[tuple[str, Any, Any]]:
@@ -82,6 +82,57 @@ def test_a_default_left_alone_is_the_default(cli: Any) -> None:
     result = cli("analyze", "bert-base", "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert '"batch_size": 1' in result.stdout and '"mode": "inference"' in result.stdout
+
+
+def _plain_cases() -> Iterator[tuple[str, Any, Any, Any]]:
+    """(command path, command, parameter, value) for every str or choice parameter: a text and, for a choice,
+    each choice as typed (its value, upper-cased too) and one that is none of them."""
+    for path, command, param in PARAMETERS:
+        descriptor = param.type_descriptor
+        if descriptor.annotation is str:
+            yield path, command, param, "bert-base"
+            continue
+        choices = typer._param_types.choice_coercion_annotation(
+            descriptor.annotation, descriptor.parameter_info
+        )
+        if choices is None:
+            continue
+        for choice in choices[0]:
+            text = typer._param_types.choice_as_str(choice)
+            yield path, command, param, text
+            yield path, command, param, text.upper()
+        yield path, command, param, "not-a-choice"
+
+
+PLAIN_CASES = list(_plain_cases())
+
+
+def test_the_plain_cases_cover_analyze() -> None:
+    """TARGET and --format of analyze, the values `analyze PRESET --format json` gives, are among them."""
+    names = {param.name for path, _, param, _ in PLAIN_CASES if path == "embedcalc analyze"}
+    assert {"target", "format"} <= names, names
+    assert len(PLAIN_CASES) > 100
+
+
+@pytest.mark.parametrize(
+    ("path", "command", "param", "value"), PLAIN_CASES, ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_a_plain_value_is_coerced_as_typers_adapter_coerces_it(
+    path: str, command: Any, param: Any, value: Any
+) -> None:
+    """_plain_coercion gives what typer's own adapter gives (same value, same type), or steps aside
+    (_NOT_PLAIN) where the adapter refuses the value, so the adapter's message is the one the user reads."""
+    ctx = Context(command)
+    plain = _plain_coercion(param.type_descriptor, value, ctx)
+    real = build_runtime_param(param.type_descriptor)
+    try:
+        expected = real._coerce_value(value, param=param, ctx=ctx)
+    except typer.BadParameter:
+        assert plain is _NOT_PLAIN, (path, param.name, value, plain)
+        return
+    if plain is _NOT_PLAIN:  # allowed (the adapter then coerces), but not for a str or a valid choice
+        pytest.fail(f"{path} {param.name}: {value!r} is the adapter's {expected!r}, but not plain")
+    assert plain == expected and type(plain) is type(expected), (path, param.name, value, plain, expected)
 
 
 def test_the_first_coercion_replaces_the_deferred_one() -> None:

@@ -503,7 +503,8 @@ def test_help_imports_no_torch_importtime() -> None:
 
 # The modules `analyze PRESET --format json` imports (issue 22, start-up: its import work is what the command costs
 # beyond its dependencies). A module joining this path is a deliberate choice: add it here. The HF readers, the
-# device catalogue, the roofline, plotting, explain, render (rich) and numpy stay off it.
+# device catalogue, the roofline, plotting, explain, render (rich) and numpy stay off it, and so does the config
+# schema (pydantic's model machinery): a shipped preset is built as its record (config/record.py).
 ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
@@ -515,14 +516,12 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.timing",
     "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app", "embedcalc.cli.startup",
     "embedcalc.cli.common", "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
-    "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.blocks",
-    "embedcalc.config.checks",
-    "embedcalc.config.disentangled",  # DeBERTa's field of ModelConfig (issue 23): a config model, so on every path
-    "embedcalc.config.dtypes", "embedcalc.config.files",
-    "embedcalc.config.hub", "embedcalc.config.layer_plan", "embedcalc.config.layer_rules", "embedcalc.config.limits",
-    "embedcalc.config.loading", "embedcalc.config.mixers",
-    "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading", "embedcalc.config.resolved",
-    "embedcalc.config.schema", "embedcalc.config.shape_rules", "embedcalc.errors", "embedcalc.units",
+    "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.checks",
+    "embedcalc.config.dtypes", "embedcalc.config.fields", "embedcalc.config.files", "embedcalc.config.hub",
+    "embedcalc.config.layer_plan", "embedcalc.config.limits", "embedcalc.config.loading",
+    "embedcalc.config.mixer_plan", "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading",
+    "embedcalc.config.record", "embedcalc.config.records", "embedcalc.config.resolved", "embedcalc.config.spec_shapes",
+    "embedcalc.errors", "embedcalc.units",
 })  # fmt: skip
 
 
@@ -556,6 +555,9 @@ def test_analyze_a_preset_imports_only_its_own_path(tmp_path: Path) -> None:
     }
     # pydantic's plugin discovery (importlib.metadata) stays unloaded (cli/app.py)
     assert "importlib.metadata" not in imported
+    # no pydantic model or TypeAdapter is built: the model machinery stays unloaded (config/record.py, and typer's
+    # adapters for TARGET and --format, cli/startup.py); `import pydantic` alone loads none of these
+    assert not imported & {"pydantic.main", "pydantic.type_adapter", "pydantic.fields", "typer._adapters"}
 
 
 # --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------

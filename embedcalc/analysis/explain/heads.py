@@ -21,7 +21,7 @@ from embedcalc.analysis.heads import (
 )
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 
 def head_dim_value(embed_dim: int, num_heads: int) -> int | float:
@@ -29,7 +29,7 @@ def head_dim_value(embed_dim: int, num_heads: int) -> int | float:
     return embed_dim // num_heads if embed_dim % num_heads == 0 else embed_dim / num_heads
 
 
-def per_token_kv_bytes(config: ModelConfig, workload: Workload) -> int:
+def per_token_kv_bytes(config: ResolvedShape, workload: Workload) -> int:
     """KV-cache bytes one more cached token costs (0 for encoders), from the memory model itself."""
     base = replace(workload, batch_size=1, seq_len=1, tgt_len=1, gen_tokens=0)
     return kv_cache_bytes(config, replace(base, gen_tokens=1)) - kv_cache_bytes(config, base)
@@ -48,7 +48,7 @@ class HeadShape:
     rope: bool
 
     @classmethod
-    def of(cls, config: ModelConfig) -> HeadShape:
+    def of(cls, config: ResolvedShape) -> HeadShape:
         arch = config.architecture
         cache = config.num_layers if arch == "decoder" else config.resolved_decoder_layers
         return cls(
@@ -110,7 +110,7 @@ class HeadsAnswer:
     flash_attention_max_head_dim: int = FLASH_ATTENTION_MAX_HEAD_DIM
 
 
-def explain_heads(shape: HeadShape, workload: Workload, config: ModelConfig | None = None) -> HeadsAnswer:
+def explain_heads(shape: HeadShape, workload: Workload, config: ResolvedShape | None = None) -> HeadsAnswer:
     """Q4 then Q1 for ``shape``: the reshape with this config's numbers and the head counts that work. With the
     (valid) ``config``, the KV cache per token comes from the memory model, which knows every attention kind."""
     d, h, kv = shape.embed_dim, shape.num_heads, shape.num_kv_heads

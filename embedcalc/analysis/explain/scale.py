@@ -29,7 +29,7 @@ from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 TOPICS = ("heads", "width-depth", "fine-tune", "embed-dim", "cost")
 CHINCHILLA_TOKENS_PER_PARAM = 20  # Hoffmann et al. 2022, compute-optimal training
@@ -103,7 +103,7 @@ class WidthDepthAnswer:
     references: list[ReferenceModel]
 
 
-def _tokens(config: ModelConfig, workload: Workload) -> int:
+def _tokens(config: ResolvedShape, workload: Workload) -> int:
     """Tokens one forward pass processes (an encoder-decoder runs source and target)."""
     n = workload.seq_len
     if config.architecture == "encoder-decoder":
@@ -112,12 +112,12 @@ def _tokens(config: ModelConfig, workload: Workload) -> int:
 
 
 def reference_models(
-    config: ModelConfig, label: str, presets: list[tuple[str, ModelConfig]], count: int = 5
+    config: ResolvedShape, label: str, presets: list[tuple[str, ResolvedShape]], count: int = 5
 ) -> list[ReferenceModel]:
     """``config`` (as ``label``) among the ``count`` presets closest to it in parameter count (log scale),
     smallest first; a preset identical to ``config`` is not listed twice."""
 
-    def row(name: str, c: ModelConfig, params: int, is_target: bool) -> ReferenceModel:
+    def row(name: str, c: ResolvedShape, params: int, is_target: bool) -> ReferenceModel:
         layers = c.total_layers
         return ReferenceModel(name, params, c.embed_dim, layers, c.num_heads, c.resolved_head_dim,
                               round(c.embed_dim / layers, 1), is_target)  # fmt: skip
@@ -131,7 +131,7 @@ def reference_models(
 
 
 def explain_width_depth(
-    config: ModelConfig, workload: Workload, presets: list[tuple[str, ModelConfig]], label: str = ""
+    config: ResolvedShape, workload: Workload, presets: list[tuple[str, ResolvedShape]], label: str = ""
 ) -> WidthDepthAnswer:
     """Q2 for ``config`` (called ``label`` in the table); ``presets`` are the shipped models to compare with,
     loaded by the caller."""
@@ -211,7 +211,7 @@ class CostAnswer:
     total_bytes: int
 
 
-def explain_cost(config: ModelConfig, workload: Workload) -> CostAnswer:
+def explain_cost(config: ResolvedShape, workload: Workload) -> CostAnswer:
     """The cost walk-through for ``config`` on ``workload``: FLOPs by kind, the n² share, memory by kind."""
     flops = forward_flops(config, workload)
     categories = {"projections": 0, "scores": 0, "ffn": 0, "head": 0}

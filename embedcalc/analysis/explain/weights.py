@@ -18,6 +18,7 @@ from embedcalc.analysis.heads import divisors, nearest_valid_heads
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
 
 Shape = tuple[int, ...]
@@ -67,7 +68,7 @@ def _width_axes(shapes: list[Shape], d: int) -> int:
     return sum(1 for axis in largest if axis == d)
 
 
-def explain_embed_dim(config: ModelConfig, workload: Workload) -> EmbedDimAnswer:
+def explain_embed_dim(config: ResolvedShape, workload: Workload) -> EmbedDimAnswer:
     """Every component of ``config`` with its tensor shapes and share of the parameters."""
     d = config.embed_dim
     grouped: dict[str, list[ParamTensor]] = {}
@@ -109,7 +110,7 @@ def explain_embed_dim(config: ModelConfig, workload: Workload) -> EmbedDimAnswer
 # --- fine-tune: what a checkpoint keeps when a field changes ------------------------------------------------
 
 
-def _blocks(tensor: ParamTensor, config: ModelConfig) -> list[Shape]:
+def _blocks(tensor: ParamTensor, config: ResolvedShape) -> list[Shape]:
     """The loadable blocks of one tensor: a fused Q/K/V tensor is three (Q, K, V rows), anything else one."""
     q, kv = config.q_dim, config.kv_dim
     if tensor.key.endswith("attention/qkv") and tensor.shape[0] == q + 2 * kv:
@@ -118,7 +119,7 @@ def _blocks(tensor: ParamTensor, config: ModelConfig) -> list[Shape]:
     return [tensor.shape]
 
 
-def _slots(config: ModelConfig) -> dict[str, list[tuple[Shape, int]]]:
+def _slots(config: ResolvedShape) -> dict[str, list[tuple[Shape, int]]]:
     """Breakdown key -> (block shape, copies) in model order."""
     out: dict[str, list[tuple[Shape, int]]] = {}
     for tensor in param_tensors(config):
@@ -141,7 +142,7 @@ class Transfer:
         return self.params_b - self.loadable_params
 
 
-def transfer(a: ModelConfig, b: ModelConfig) -> Transfer:
+def transfer(a: ResolvedShape, b: ResolvedShape) -> Transfer:
     """Match B's tensors against A's, component by component and block by block (module docstring)."""
     slots_a, slots_b = _slots(a), _slots(b)
     loadable, params_b = 0, 0
@@ -189,7 +190,7 @@ class FineTuneAnswer:
         return next((s for s in self.scenarios if s.field == field), None)
 
 
-def _changed(config: ModelConfig, **update: Any) -> ModelConfig | None:
+def _changed(config: ResolvedShape, **update: Any) -> ResolvedShape | None:
     """``config`` with ``update`` applied and validated; None when the change makes it invalid."""
     try:
         return ModelConfig.model_validate({**config.model_dump(), **update})
@@ -197,7 +198,7 @@ def _changed(config: ModelConfig, **update: Any) -> ModelConfig | None:
         return None
 
 
-def _candidate_changes(config: ModelConfig) -> list[tuple[str, int, dict[str, Any]]]:
+def _candidate_changes(config: ResolvedShape) -> list[tuple[str, int, dict[str, Any]]]:
     """(field, new value, update) for the common fine-tuning changes that apply to ``config``."""
     d, h, kv, layers = config.embed_dim, config.num_heads, config.resolved_kv_heads, config.num_layers
     out: list[tuple[str, int, dict[str, Any]]] = []
@@ -221,7 +222,7 @@ def _candidate_changes(config: ModelConfig) -> list[tuple[str, int, dict[str, An
     return out
 
 
-def explain_fine_tune(config: ModelConfig) -> FineTuneAnswer:
+def explain_fine_tune(config: ResolvedShape) -> FineTuneAnswer:
     """For each common change (wider, other head count, deeper, GQA, more vocabulary, longer positions): the
     parameters a checkpoint of ``config`` loads unchanged into the changed model and those to initialise."""
     scenarios = []

@@ -44,7 +44,7 @@ from embedcalc.analysis.parallel import Stage, sharded_shape, stage_dims, stage_
 from embedcalc.analysis.params import model_tensors
 from embedcalc.analysis.structure import Dims, Num, maximum
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 MEMORY_KEYS = (
     "weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes", "total_bytes",
@@ -127,7 +127,7 @@ class MemoryEstimate(_MemoryKinds):
 # --- the whole model on one device (the sweep grid's columns) -------------------------------------------------------
 
 
-def memory_terms(config: ModelConfig, workload: Workload, x: Dims, params: Num) -> dict[str, Num]:
+def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num) -> dict[str, Num]:
     """Inference and training memory of one device without parallelism at sizes ``x`` (ints or arrays)."""
     weights = weight_bytes(((t.key, t.shape, t.copies) for t in model_tensors(config, x)), workload)
     candidates = list(peak_candidates(config, workload, x).values())
@@ -168,7 +168,7 @@ def memory_terms(config: ModelConfig, workload: Workload, x: Dims, params: Num) 
 
 
 def _stage_memory(
-    config: ModelConfig, workload: Workload, stage: Stage, tensors: list[tuple[Any, int]]
+    config: ResolvedShape, workload: Workload, stage: Stage, tensors: list[tuple[Any, int]]
 ) -> StageMemory:
     par = workload.parallel
     shapes = [(sharded_shape(t, par, config), n, t.expert) for t, n in tensors]
@@ -214,7 +214,7 @@ def _stage_memory(
     )  # fmt: skip
 
 
-def estimate_memory(config: ModelConfig, workload: Workload) -> MemoryEstimate:
+def estimate_memory(config: ResolvedShape, workload: Workload) -> MemoryEstimate:
     """Per-device memory of ``workload``: the heaviest pipeline stage, with every stage listed."""
     if workload.mode == "training" and workload.dtype in WEIGHT_ONLY_DTYPES:
         raise ValueError(

@@ -51,8 +51,8 @@ from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, cross_attention, head_width, kv_heads, maximum, minimum
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
-from embedcalc.config.blocks import Attention, Block
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import Attention, Block
+from embedcalc.config.resolved import ResolvedShape
 
 SCALE_ZERO_BYTES = 4  # an fp16 scale and an fp16 zero point per group of a weight-only format
 _HIGH_PRECISION = frozenset({"router", "shared_gate", "relative_bias", "scores", "context"})
@@ -141,7 +141,7 @@ def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
     return 2 * heads * head_width(a, x)
 
 
-def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1) -> Num:
+def kv_cache_terms(config: ResolvedShape, workload: Workload, x: Dims, tp: int = 1) -> Num:
     """KV cache bytes of the decoder layers in ``x`` on one TP rank (module docstring)."""
     if config.architecture == "encoder":
         return 0
@@ -160,7 +160,7 @@ def kv_cache_terms(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
     return x.b * values * workload.activation_bytes
 
 
-def kv_cache_bytes(config: ModelConfig, workload: Workload, decoder_layers: int | None = None) -> int:
+def kv_cache_bytes(config: ResolvedShape, workload: Workload, decoder_layers: int | None = None) -> int:
     """K and V of the first ``decoder_layers`` decoder layers (default all) on one TP rank (module docstring)."""
     x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
     if decoder_layers is not None:
@@ -236,7 +236,7 @@ def index_working_bytes(a: Attention, b: Num, n: Num, e: int) -> Num:
 # --- peak activations of one forward pass --------------------------------------------------------------------------
 
 
-def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 1) -> dict[str, Num]:
+def peak_candidates(config: ResolvedShape, workload: Workload, x: Dims, tp: int = 1) -> dict[str, Num]:
     """The sets of activations alive at once in one forward pass (no autograd) on one TP rank, by stage of the
     pass; the peak is the largest (module docstring)."""
     b, e = x.b, workload.activation_bytes
@@ -303,7 +303,7 @@ def peak_candidates(config: ModelConfig, workload: Workload, x: Dims, tp: int = 
 
 
 def peak_inference_activations(
-    config: ModelConfig, workload: Workload, stage: Stage | None = None
+    config: ResolvedShape, workload: Workload, stage: Stage | None = None
 ) -> Breakdown:
     """The largest set of activations alive at once in one forward pass (no autograd) on one TP rank."""
     x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)

@@ -33,7 +33,7 @@ from typing import Any
 from embedcalc.analysis.memory.estimate import MemoryEstimate, estimate_memory
 from embedcalc.analysis.roofline import largest, with_kv_dtype
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 BLOCK_TOKENS = 16  # vLLM's default --block-size
 DEFAULT_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization
@@ -135,7 +135,7 @@ class ServingMemory:
         }  # fmt: skip
 
 
-def _cached_tokens(config: ModelConfig, w: Workload) -> int:
+def _cached_tokens(config: ResolvedShape, w: Workload) -> int:
     """Tokens of one sequence's self-attention cache: the decoder's prompt plus the generated tokens."""
     return (w.seq_len if config.architecture == "decoder" else w.decoder_len) + w.gen_tokens
 
@@ -145,11 +145,11 @@ def paged_tokens(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
     return -(-tokens // block_tokens) * block_tokens
 
 
-def _memory(config: ModelConfig, w: Workload, kv_dtype: str | None) -> MemoryEstimate:
+def _memory(config: ResolvedShape, w: Workload, kv_dtype: str | None) -> MemoryEstimate:
     return with_kv_dtype(estimate_memory(config, w), w, kv_dtype)
 
 
-def _workspace(config: ModelConfig, w: Workload, concurrency: int, kv_dtype: str | None) -> list[int]:
+def _workspace(config: ResolvedShape, w: Workload, concurrency: int, kv_dtype: str | None) -> list[int]:
     """Per stage: the activations of the largest forward (module docstring)."""
     if config.architecture == "decoder" and concurrency > w.seq_len:
         w = replace(w, seq_len=concurrency)
@@ -158,7 +158,11 @@ def _workspace(config: ModelConfig, w: Workload, concurrency: int, kv_dtype: str
 
 
 def serving_stages(
-    config: ModelConfig, w: Workload, concurrency: int, kv_dtype: str | None, block_tokens: int = BLOCK_TOKENS
+    config: ResolvedShape,
+    w: Workload,
+    concurrency: int,
+    kv_dtype: str | None,
+    block_tokens: int = BLOCK_TOKENS,
 ) -> tuple[ServingStage, ...]:
     """Every pipeline stage's serving terms for one sequence of ``w`` (its batch size is ignored)."""
     one = replace(w, batch_size=1)
@@ -178,7 +182,7 @@ def serving_stages(
 
 
 def max_concurrency(
-    config: ModelConfig,
+    config: ResolvedShape,
     w: Workload,
     usable_bytes: int,
     kv_dtype: str | None,
@@ -217,7 +221,7 @@ def max_concurrency(
 
 
 def serving_memory(
-    config: ModelConfig,
+    config: ResolvedShape,
     w: Workload,
     concurrency: int,
     device_bytes: int | None = None,

@@ -62,8 +62,8 @@ from embedcalc.analysis.mixers import mixer_saved_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.blocks import FFN, Attention, Block
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.layer_plan import FFN, Attention, Block
+from embedcalc.config.resolved import ResolvedShape
 
 FP32_BYTES = 4
 MASK_BYTES = 1  # torch saves dropout masks as bool tensors
@@ -98,7 +98,7 @@ def optimizer_state_bytes(shape: tuple[Num, ...], optimizer: str, mixed: bool) -
 
 
 def _attention_saved(
-    config: ModelConfig,
+    config: ResolvedShape,
     workload: Workload,
     a: Attention,
     r: RankWidths,
@@ -136,7 +136,7 @@ def _attention_saved(
 
 
 def _ffn_saved(
-    config: ModelConfig, workload: Workload, ffn: FFN, r: RankWidths, x: Dims, t: Num
+    config: ResolvedShape, workload: Workload, ffn: FFN, r: RankWidths, x: Dims, t: Num
 ) -> tuple[str, Num]:
     e, d = workload.activation_bytes, x.d
     inner = 4 if ffn.gated else 2  # activation input and output; gated: gate, up, act(gate), product
@@ -148,7 +148,7 @@ def _ffn_saved(
 
 
 def layer_saved(
-    config: ModelConfig, workload: Workload, x: Dims, block: Block, sd: StackDims, tp: int, recompute: str
+    config: ResolvedShape, workload: Workload, x: Dims, block: Block, sd: StackDims, tp: int, recompute: str
 ) -> list[tuple[str, Num]]:
     """Saved bytes of one layer of ``block`` on one TP rank, by component (keys relative to the stack)."""
     n, n_mem = x.tokens(config, sd.stack)
@@ -186,7 +186,7 @@ def _add(out: dict[str, Num], key: str, value: Num) -> None:
 
 
 def saved_terms(
-    config: ModelConfig, workload: Workload, x: Dims, tp: int = 1
+    config: ResolvedShape, workload: Workload, x: Dims, tp: int = 1
 ) -> tuple[dict[str, Num], list[tuple[str, Num]]]:
     """Activations kept for the backward pass of one micro-batch on one TP rank of the layers in ``x``:
     (by key, the recompute working set) — the working set is the largest of the candidates, added once."""
@@ -244,7 +244,7 @@ def recompute_working_set(working: list[tuple[str, Num]]) -> tuple[str, Num]:
     return working[0][0], functools.reduce(maximum, [v for _, v in working])
 
 
-def saved_activations(config: ModelConfig, workload: Workload, stage: Stage | None = None) -> Breakdown:
+def saved_activations(config: ResolvedShape, workload: Workload, stage: Stage | None = None) -> Breakdown:
     """Activations kept for the backward pass of one micro-batch on one TP rank of ``stage`` (default: all)."""
     x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
     if stage is not None:

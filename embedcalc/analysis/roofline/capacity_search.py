@@ -12,7 +12,7 @@ from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.roofline.estimate import Capacity
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.dtypes import KV_DTYPES
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 KV_DTYPE_BYTES: dict[str, int] = {name: int(DTYPE_BYTES[name]) for name in KV_DTYPES}
 
@@ -52,7 +52,7 @@ def largest(fits: Any, lo: int, hi: int) -> int:
 
 
 def capacity(
-    config: ModelConfig, w: Workload, limit_bytes: int, source: str, kv_dtype: str | None
+    config: ResolvedShape, w: Workload, limit_bytes: int, source: str, kv_dtype: str | None
 ) -> Capacity:
     """The largest batch (at this context) and the largest context (at this batch) within ``limit_bytes`` per
     device; the context is prompt + generated tokens, at most max_seq_len."""

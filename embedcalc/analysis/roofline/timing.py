@@ -43,7 +43,7 @@ from embedcalc.config.calibration import Calibration, load_calibration
 from embedcalc.config.dtypes import ACTIVATION_DTYPE
 from embedcalc.config.hardware import Device, peak_dtype
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError, WorkloadError
 
 
@@ -129,7 +129,7 @@ class TimeRequest:
                                     "time_input_invalid")  # fmt: skip
 
 
-def _traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
+def _traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
              kv_bytes: int, weights: Weights, divisor: int) -> dict[str, Traffic]:  # fmt: skip
     raw = phase_traffic(config, w, flops, lengths, decode, kv_bytes, weights)
     return per_device(config, w, raw, weights, divisor)
@@ -172,7 +172,7 @@ def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -
 
 
 def estimate_time(
-    config: ModelConfig, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
+    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
 ) -> RooflineEstimate:
     """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
     (``lower_bound``); ``optimizer_bytes`` is the per-device weights + gradients + optimizer state a training step
@@ -201,7 +201,7 @@ def estimate_time(
     return replace(expected, lower_bound=bound, model=model, efficiency=eff or label)
 
 
-def _estimate(config: ModelConfig, w: Workload, request: TimeRequest, optimizer_bytes: int,
+def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int,
               model: ExpectedModel | None) -> RooflineEstimate:  # fmt: skip
     """The roofline at peak (``model`` None) or the expected times (module docstring)."""
     device = request.device
@@ -262,7 +262,7 @@ def _estimate(config: ModelConfig, w: Workload, request: TimeRequest, optimizer_
 
 
 def _training_run(
-    config: ModelConfig, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
+    config: ResolvedShape, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
 ) -> TrainingRun | None:
     """Wall time, device-hours and cost of ``request.train_tokens`` tokens on ``request.devices`` devices, one step
     taking ``micro_batches`` micro-batches per replica."""
@@ -277,6 +277,6 @@ def _training_run(
                        request.price_per_hour)  # fmt: skip
 
 
-def _tokens_per_sequence(config: ModelConfig, w: Workload) -> int:
+def _tokens_per_sequence(config: ResolvedShape, w: Workload) -> int:
     """Training tokens in one sequence: seq_len, plus the target's tgt_len for an encoder-decoder."""
     return w.seq_len + (prompt_len(config, w) if config.architecture == "encoder-decoder" else 0)

@@ -17,7 +17,7 @@ from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, cross_attention, stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.blocks import Attention
-from embedcalc.config.schema import ModelConfig
+from embedcalc.config.resolved import ResolvedShape
 
 _CORE = ("scores", "context")
 _STATEFUL = ("/mixer/ssm", "/mixer/conv")  # the recurrent mixers' parts that read and write a state
@@ -79,7 +79,7 @@ class Weights:
         return self.stored[key] if numel == total else -(-self.stored[key] * numel // total)
 
 
-def weights_of(config: ModelConfig, w: Workload) -> Weights:
+def weights_of(config: ResolvedShape, w: Workload) -> Weights:
     numel: dict[str, int] = {}
     split: dict[str, int] = {}
     shape: dict[str, tuple[int, int]] = {}
@@ -121,7 +121,7 @@ class Lengths:
     index_cache_bytes: int = 0  # decode: the sparse layers' indexer keys read per step (all of them)
 
 
-def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
+def prefill_lengths(config: ResolvedShape, w: Workload) -> Lengths:
     if config.architecture == "encoder-decoder":
         tgt = w.tgt_len if w.tgt_len is not None else w.seq_len
         m = {"encoder": w.seq_len, "decoder": tgt}
@@ -130,7 +130,7 @@ def prefill_lengths(config: ModelConfig, w: Workload) -> Lengths:
     return Lengths({stack: w.seq_len}, {stack: w.seq_len}, 0, w.seq_len)
 
 
-def decode_lengths(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None) -> Lengths:
+def decode_lengths(config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | None = None) -> Lengths:
     """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
     that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
     encoder-decoder's cross-attention part, which the cross cores read. A sparse layer's indexer reads all its
@@ -141,7 +141,7 @@ def decode_lengths(config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int 
     return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, self_bytes - unread - index, index)
 
 
-def _sparse_reads(config: ModelConfig, w: Workload, kv_len: int, element_bytes: int) -> tuple[int, int]:
+def _sparse_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int) -> tuple[int, int]:
     """(cached latent bytes the sparse layers' cores do not read, indexer key bytes their indexers read) in one
     decode step at ``kv_len`` cached tokens, every sequence of the batch."""
     unread = index = 0
@@ -155,7 +155,7 @@ def _sparse_reads(config: ModelConfig, w: Workload, kv_len: int, element_bytes: 
 
 
 def cache_bytes(
-    config: ModelConfig, w: Workload, kv_len: int, kv_bytes: int | None = None
+    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | None = None
 ) -> tuple[int, int]:
     """(self-attention, cross-attention) KV cache bytes of the whole model (every TP rank's share together) with
     ``kv_len`` tokens cached per sequence: the memory model's :func:`kv_cache_bytes`, in the KV dtype."""
@@ -176,7 +176,7 @@ def cache_bytes(
     return (total - cross) * scale // at.activation_bytes, cross * scale // at.activation_bytes
 
 
-def _attention_layers(config: ModelConfig, stack: str, cross: bool) -> list[tuple[Attention, int]]:
+def _attention_layers(config: ResolvedShape, stack: str, cross: bool) -> list[tuple[Attention, int]]:
     """(attention, layers) of ``stack`` from the layer model: each block's own heads, widths and MLA shape; the
     cross-attention of an encoder-decoder's decoder layers."""
     plan = config.stack_plan(stack).counts()
@@ -185,7 +185,7 @@ def _attention_layers(config: ModelConfig, stack: str, cross: bool) -> list[tupl
     return [(block.attention, n) for block, n in plan if block.attention is not None]
 
 
-def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, decode: bool,
+def _core_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Lengths, decode: bool,
                   kv_bytes: int) -> Traffic:  # fmt: skip
     """Bytes of one attention core (Q·Kᵀ or A·V) of one stack, summed over its layers (module docstring): Q and K
     (scores) or the probabilities' V and the output (context), in each layer's own widths (MLA: the decompressed
@@ -213,7 +213,7 @@ def _core_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, 
     return Traffic(activation_bytes=activation + keys * e)
 
 
-def _index_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths, decode: bool) -> Traffic:
+def _index_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Lengths, decode: bool) -> Traffic:
     """The sparse layers' index scores (all their layers): a decode step reads every cached indexer key; a prefill
     reads the indexer's queries, weights and keys and writes the m x n index scores the top-k selection reads."""
     if decode:
@@ -230,7 +230,7 @@ def _index_traffic(key: str, config: ModelConfig, w: Workload, lengths: Lengths,
     return Traffic(activation_bytes=moved)
 
 
-def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
+def phase_traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
                    kv_bytes: int, weights: Weights) -> dict[str, Traffic]:  # fmt: skip
     """Per component, the whole model's traffic for one phase (before the TP split)."""
     out: dict[str, Traffic] = {}
@@ -279,7 +279,7 @@ def phase_traffic(config: ModelConfig, w: Workload, flops: Mapping[str, int], le
     return out
 
 
-def _state_traffic(config: ModelConfig, w: Workload, key: str, f: int, lengths: Lengths, decode: bool,
+def _state_traffic(config: ResolvedShape, w: Workload, key: str, f: int, lengths: Lengths, decode: bool,
                    kv_bytes: int, weights: Weights, caches: bool) -> Traffic:  # fmt: skip
     """A recurrent mixer's scan or convolution, all its layers (analysis/mixers.py): a decode step reads and writes
     the state (the SSM state, or the convolution's window); a prefill reads the inputs and writes the outputs, and
@@ -313,7 +313,7 @@ def _experts_numel(numel: int, experts: int, top_k: int, tokens: int) -> int:
     return round(numel * experts_reached(experts, top_k, tokens) / experts)
 
 
-def _add_kv_writes(config: ModelConfig, w: Workload, kv_bytes: int, out: dict[str, Traffic]) -> None:
+def _add_kv_writes(config: ResolvedShape, w: Workload, kv_bytes: int, out: dict[str, Traffic]) -> None:
     """Prefill: the prompt's K and V written to the cache (the memory model's KV cache at the prompt length, per
     layer windows and MLA's compressed latent), on the projection that makes them (qkv, or MLA's kv_a); an
     encoder-decoder's cross-attention K and V of the source on its cross qkv, once."""
@@ -325,7 +325,7 @@ def _add_kv_writes(config: ModelConfig, w: Workload, kv_bytes: int, out: dict[st
         out["decoder/cross_attention/qkv"] += Traffic(kv_write_bytes=cross_bytes)
 
 
-def per_device(config: ModelConfig, w: Workload, traffic: dict[str, Traffic], weights: Weights,
+def per_device(config: ResolvedShape, w: Workload, traffic: dict[str, Traffic], weights: Weights,
                 divisor: int) -> dict[str, Traffic]:  # fmt: skip
     """Per device: split by ``divisor`` (tp, or tp × pp), weights of replicated tensors whole."""
     if divisor == 1:
@@ -338,7 +338,7 @@ def per_device(config: ModelConfig, w: Workload, traffic: dict[str, Traffic], we
     return out
 
 
-def matmul_flops(config: ModelConfig, w: Workload, causal: bool) -> dict[str, int]:
+def matmul_flops(config: ResolvedShape, w: Workload, causal: bool) -> dict[str, int]:
     estimate = forward_flops(config, w)
     chosen = (
         estimate.causal_breakdown if causal and estimate.causal_breakdown is not None else estimate.breakdown
@@ -346,13 +346,13 @@ def matmul_flops(config: ModelConfig, w: Workload, causal: bool) -> dict[str, in
     return chosen.as_dict()
 
 
-def _at_kv_len(config: ModelConfig, w: Workload, n: int) -> Workload:
+def _at_kv_len(config: ResolvedShape, w: Workload, n: int) -> Workload:
     if config.architecture == "encoder-decoder":
         return replace(w, tgt_len=n, gen_tokens=0)
     return replace(w, seq_len=n, gen_tokens=0)
 
 
-def decode_step_flops(config: ModelConfig, w: Workload, kv_len: int) -> dict[str, int]:
+def decode_step_flops(config: ResolvedShape, w: Workload, kv_len: int) -> dict[str, int]:
     """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key; a
     recurrent mixer's, one step of its recurrence (analysis/mixers.py)."""
     now = matmul_flops(config, _at_kv_len(config, w, kv_len), True)
@@ -361,7 +361,7 @@ def decode_step_flops(config: ModelConfig, w: Workload, kv_len: int) -> dict[str
     return out | decode_step_terms(config, Dims.of(config, w.batch_size, 1))  # recurrent mixers: one step
 
 
-def prompt_len(config: ModelConfig, w: Workload) -> int:
+def prompt_len(config: ResolvedShape, w: Workload) -> int:
     """Tokens in the decoder's cache after prefill (the target prompt of an encoder-decoder)."""
     if config.architecture == "encoder-decoder":
         return w.tgt_len if w.tgt_len is not None else w.seq_len
