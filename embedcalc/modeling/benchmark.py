@@ -54,9 +54,7 @@ def miniature(config: ResolvedShape) -> ResolvedShape:
     """The same architecture and options at toy size (embed_dim 64, vocab 128, one layer per distinct block,
     at most 4 experts, MLA dims 16/8, windows and chunks within the 16-token context)."""
     heads = 4
-    kv = (
-        heads if config.resolved_kv_heads == config.num_heads else (1 if config.resolved_kv_heads == 1 else 2)
-    )
+    kv = _mini_kv_heads(config.resolved_kv_heads, config.num_heads, heads)
     context = min(config.max_seq_len, 16)
     # unset fields keep their meaning (a block overrides only its own)
     data = config.model_dump(exclude_unset=True)
@@ -75,6 +73,12 @@ def miniature(config: ResolvedShape) -> ResolvedShape:
     if config.layers is not None:
         names = list(dict.fromkeys(name for run in config.layers for name in run.pattern))
         data.update(layers=[{"pattern": names, "repeat": 1}], num_layers=len(names))
+    specs = [data.get("attention")] + [
+        block.get("attention") for block in (data.get("blocks") or {}).values()
+    ]
+    for spec in specs:  # a block's own KV heads (the NAS models'), scaled as the flat ones
+        if spec and spec.get("num_kv_heads") is not None:
+            spec["num_kv_heads"] = _mini_kv_heads(spec["num_kv_heads"], config.num_heads, heads)
     if data.get("attention") is not None:  # a config passed through model_dump sets every field, None too
         data["attention"] = _mini_attention(data["attention"], context)
     if data.get("ffn") is not None:
@@ -85,6 +89,11 @@ def miniature(config: ResolvedShape) -> ResolvedShape:
         if block.get("ffn") is not None:
             block["ffn"] = _mini_ffn(block["ffn"])
     return ModelConfig.model_validate(data)
+
+
+def _mini_kv_heads(kv: int, num_heads: int, heads: int) -> int:
+    """KV heads at toy size: all ``heads`` for MHA, 1 for MQA, else 2 (GQA), so they divide the 4 query heads."""
+    return heads if kv == num_heads else (1 if kv == 1 else 2)
 
 
 _MINI_MLA = {"q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,

@@ -191,3 +191,19 @@ def test_a_num_heads_sweep_keeps_each_blocks_kv_heads(cli: Any, write_config: An
     for heads in (4, 8):
         single = count_params(ModelConfig.model_validate({**data, "num_heads": heads})).total
         assert points[heads]["params"]["total"] == single
+
+
+@pytest.mark.torch
+def test_the_bench_miniature_scales_each_blocks_kv_heads() -> None:
+    """bench and bench --mode generate page in with a miniature of the model (4 query heads): a block's own KV
+    heads are scaled as the flat ones (MHA stays MHA, MQA MQA, GQA 2), so the miniature of a config with 8 query
+    heads and a block of 8 KV heads is a valid config that verify reconciles (it was refused: 8 does not divide 4)."""
+    pytest.importorskip("torch")
+    import embedcalc
+    from embedcalc.modeling.benchmark import miniature
+
+    blocks = {**NAS["blocks"], "one_kv_head": {"attention": {"num_kv_heads": 8}, "ffn": {"kind": "none"}}}
+    tiny = miniature(_config(num_heads=8, blocks=blocks))
+    own = {b.name: b.attention.num_kv_heads for b in tiny.named_blocks.values() if b.attention is not None}
+    assert own == {"default": 2, "one_kv_head": 4}
+    assert embedcalc.verify(tiny.model_dump(exclude_unset=True), seq_len=8, attention="eager").agree
