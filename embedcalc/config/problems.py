@@ -9,11 +9,14 @@ from __future__ import annotations
 import difflib
 import itertools
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from embedcalc.errors import Problem
+
+if (
+    TYPE_CHECKING
+):  # pydantic itself loads only when a config is validated (a shipped preset on analyze's path is not)
+    from pydantic import ValidationError
 
 
 def _describe(value: Any) -> str:

@@ -555,9 +555,11 @@ def test_analyze_a_preset_imports_only_its_own_path(tmp_path: Path) -> None:
     }
     # pydantic's plugin discovery (importlib.metadata) stays unloaded (cli/app.py)
     assert "importlib.metadata" not in imported
-    # no pydantic model or TypeAdapter is built: the model machinery stays unloaded (config/record.py, and typer's
-    # adapters for TARGET and --format, cli/startup.py); `import pydantic` alone loads none of these
-    assert not imported & {"pydantic.main", "pydantic.type_adapter", "pydantic.fields", "typer._adapters"}
+    # no pydantic model or TypeAdapter is built (config/record.py, and typer's adapters for TARGET and --format,
+    # cli/startup.py), and nothing validates: pydantic is not even imported (config/problems.py imports its
+    # ValidationError for typing only)
+    assert not {_top(m) for m in imported} & {"pydantic", "pydantic_core"}
+    assert "typer._adapters" not in imported
 
 
 # --- import rules (DESIGN.md §7), read from the source with ast -------------------------------------------------
