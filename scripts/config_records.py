@@ -237,7 +237,8 @@ def _formatted(text: str, path: Path) -> str:
     """``text`` with its imports sorted and formatted as ruff writes them (the repository checks both)."""
     import subprocess
 
-    for command in (["ruff", "check", "--fix", "--select", "I", "--quiet"], ["ruff", "format"]):
+    ruff = [sys.executable, "-m", "ruff"]  # the interpreter's own ruff, whatever PATH holds
+    for command in ([*ruff, "check", "--fix", "--select", "I", "--quiet"], [*ruff, "format"]):
         text = subprocess.run([*command, "--stdin-filename", str(path), "-"], input=text, text=True,
                               capture_output=True, check=True, cwd=ROOT).stdout  # fmt: skip
     return text
