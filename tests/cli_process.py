@@ -5,9 +5,12 @@ directory's own, such as tests/config/hf/conftest.py), not the root one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -32,3 +35,19 @@ def run_embedcalc(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+@contextlib.contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Start the children of the block with SIGINT at its default disposition, as a terminal's foreground job
+    has it, whatever this process inherited. A command run in the background of a non-interactive shell
+    (``cmd &`` in a script, a CI lane) starts with SIGINT ignored (POSIX Shell Command Language, 2.11
+    "Signals and Error Handling"); an ignored disposition survives fork and exec, and Python then installs no
+    KeyboardInterrupt handler (the signal module's documentation), so a child spawned from such a test run
+    ignores the test's SIGINT and keeps running. A Python handler, unlike SIG_IGN, is reset to the default by
+    exec: installing Python's own for the block gives the child the terminal's disposition."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
