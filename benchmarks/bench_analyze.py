@@ -8,10 +8,12 @@ yaml, rich'` (embedcalc's own import and work: the start-up target of issue 22, 
 baseline as a ratio (the number to quote: load on a shared machine moves both), and how many times slower the
 torch route (build BertModel on the meta device + FlopCounterMode) is.
 
-    python benchmarks/bench_analyze.py [--rounds 9] [--no-torch] [--importtime]
+    python benchmarks/bench_analyze.py [--rounds 9] [--no-torch] [--importtime] [--callgrind]
 
 ``--importtime`` also prints the 15 slowest imports of one `analyze` run (``python -X importtime``), the list to
-cut from when the difference grows. Compare two trees by running it with ``PYTHONPATH=<tree>``.
+cut from when the difference grows. ``--callgrind`` also counts the instructions of one run of each under valgrind's
+callgrind: a number the machine's load does not move, to compare two trees on a shared machine. Compare two trees
+by running it with ``PYTHONPATH=<tree>``.
 
 Each round also runs `analyze` once instrumented (:data:`PHASES`) and splits its CPU time (user + system of that
 process, which the load of a shared machine moves far less than wall time; each phase is also given as a multiple
@@ -109,6 +111,22 @@ def slowest_imports(count: int = 15) -> list[str]:
     return sorted(timed, key=lambda row: int(row.split("|")[1]))[-count:]
 
 
+def instructions(cmd: list[str]) -> int:
+    """Instructions one run of ``cmd`` executes, counted by valgrind's callgrind (deterministic under load)."""
+    import re
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out", *cmd],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    if match is None:
+        raise RuntimeError(f"no instruction count in callgrind's output: {proc.stderr[-500:]}")
+    return int(match[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -119,6 +137,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--importtime", action="store_true", help="Also list the slowest imports of `analyze`."
+    )
+    parser.add_argument(
+        "--callgrind", action="store_true", help="Also count instructions under valgrind (needs valgrind)."
     )
     args = parser.parse_args()
     commands = {DEPS: [sys.executable, "-c", "import typer, pydantic, yaml, rich"],
@@ -180,6 +201,12 @@ def main() -> None:
     if TORCH in med:
         torch_ratio = statistics.median(r[TORCH] / r[ANALYZE] for r in rows)
         print(f"the torch route is {torch_ratio:.1f}x slower than analyze")
+    if args.callgrind:
+        deps, analyze = instructions(commands[DEPS]), instructions(commands[ANALYZE])
+        print(
+            f"instructions (callgrind): dependencies {deps / 1e6:,.1f} M, analyze {analyze / 1e6:,.1f} M, "
+            f"analyze - deps {(analyze - deps) / 1e6:,.1f} M, analyze / deps {analyze / deps:.2f}x"
+        )
     if args.importtime:
         print("slowest imports of one `analyze` run (self us | cumulative us | module):")
         for row in slowest_imports():
