@@ -19,7 +19,10 @@ token per tile; every image is padded to max_num_tiles tiles, and ``MllamaModel`
 (batch, images x tiles x patches, hidden)): from the outer file's ``vision_config`` when there is one (6404 for
 Llama-3.2-11B-Vision's 560-pixel tiles), else ``MllamaVisionConfig``'s defaults (448 / 14, 4 tiles: 4100).
 ``context_tokens`` changes the count (``--set context_tokens=...``, e.g. for more images). The vision tower and
-projector are not counted (the text model is, as for Qwen2.5-VL's).
+projector are not counted (the text model is, as for Qwen2.5-VL's): ``MllamaVisionModel`` is a second stack (a
+patch convolution, gated tile and position embeddings, a 32-layer local and an 8-layer gated global encoder, the
+intermediate-layer concatenation) that the layer model does not describe, so counting it would mean a separate,
+hand-written formula; verify --checkpoint lists its tensors as held by no component of the text model.
 """
 
 from __future__ import annotations
