@@ -153,6 +153,10 @@ def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[
         )
     if ffn.shared_gate:
         out += _linear("moe/shared_gate", d, 1, False, "none")
+    if ffn.router_scale:  # Gemma 4: Gemma4TextRouter.scale (d) and .per_expert_scale (E)
+        out += [ParamTensor("moe/router_scale", (d,)), ParamTensor("moe/router_scale", (e,))]
+    if ffn.branch_norms:  # Gemma 4: post_feedforward_layernorm_1, pre_ / post_feedforward_layernorm_2
+        out += _norm(config, "moe/branch_norms", d, 3)
     return out
 
 

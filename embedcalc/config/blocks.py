@@ -322,6 +322,22 @@ class FFNSpec(FFNFields, BaseModel):
     router_bias: bool = Field(
         default=False, description="moe: the router (embed_dim -> num_experts) has a bias (gpt-oss)."
     )
+    router_scale: bool = Field(
+        default=False,
+        description=(
+            "moe: the router scales its (weight-free normalised) input by a learned vector of embed_dim and each "
+            "chosen expert's weight by a learned per-expert scale (Gemma 4's Gemma4TextRouter: scale, "
+            "per_expert_scale): embed_dim + num_experts parameters, no matmul."
+        ),
+    )
+    branch_norms: bool = Field(
+        default=False,
+        description=(
+            "moe: norms on the shared experts' output and on the routed experts' input and output (Gemma 4's "
+            "post_feedforward_layernorm_1, pre_ / post_feedforward_layernorm_2): three norms of embed_dim. Needs "
+            "shared experts."
+        ),
+    )
     expert_bias: bool | None = Field(
         default=None, description="moe: biases inside the experts (gpt-oss); default the flat ffn_bias."
     )
@@ -366,6 +382,13 @@ class FFNSpec(FFNFields, BaseModel):
                 "shared_gate_without_shared_experts",
                 "shared_expert_gate scales the shared experts' output, but num_shared_experts is 0; set "
                 "num_shared_experts: 1 (Qwen2-MoE) or shared_expert_gate: false",
+                {},
+            )
+        if self.branch_norms and self.kind == "moe" and self.num_shared_experts == 0:
+            raise PydanticCustomError(
+                "branch_norms_without_shared_experts",
+                "branch_norms normalise the shared experts' output beside the routed experts', but "
+                "num_shared_experts is 0; set num_shared_experts: 1 (Gemma 4's dense MLP) or branch_norms: false",
                 {},
             )
         missing = moe_missing(self)

@@ -118,6 +118,8 @@ class FFN:
     shared_gate: bool = False
     router_bias: bool = False
     expert_bias: bool = False
+    router_scale: bool = False  # Gemma 4: the router's input scale (d) and per-expert scale (E)
+    branch_norms: bool = False  # Gemma 4: norms on the shared output, the routed input and output (3 x d)
 
     @property
     def moe(self) -> bool:

@@ -101,6 +101,8 @@ class FFNRecord(FFNFields, Record):
         "shared_expert_dim": RecordField(None),
         "shared_expert_gate": RecordField(False),
         "router_bias": RecordField(False),
+        "router_scale": RecordField(False),
+        "branch_norms": RecordField(False),
         "expert_bias": RecordField(None),
     }
 

@@ -189,6 +189,7 @@ class ResolvedShape(ConfigFields):
             expert_dim=expert_dim, shared_dim=spec.num_shared_experts * (spec.shared_expert_dim or expert_dim),
             shared_gate=spec.shared_expert_gate, router_bias=spec.router_bias,
             expert_bias=bias if spec.expert_bias is None else spec.expert_bias,
+            router_scale=spec.router_scale, branch_norms=spec.branch_norms,
         )  # fmt: skip
 
     def cross_attention_block(self) -> Attention:

@@ -52,6 +52,35 @@ class ShapeRules:
             )
         return value
 
+    @field_validator("per_layer_input_dim", check_fields=False)
+    @classmethod
+    def _per_layer_needs_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
+        arch = info.data.get("architecture")
+        if value is not None and arch != "decoder":
+            raise PydanticCustomError(
+                "per_layer_needs_decoder",
+                "per_layer_input_dim ({value}) gives each layer of a decoder its own input (Gemma 3n / Gemma 4); "
+                "architecture {arch} has none. Remove per_layer_input_dim or use architecture decoder",
+                {"value": value, "arch": arch},
+            )
+        return value
+
+    @field_validator("per_layer_vocab_size", check_fields=False)
+    @classmethod
+    def _per_layer_vocab_needs_inputs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if (
+            value is not None
+            and info.data.get("per_layer_input_dim") is None
+            and "per_layer_input_dim" in info.data
+        ):
+            raise PydanticCustomError(
+                "per_layer_vocab_without_inputs",
+                "per_layer_vocab_size ({value}) sizes the per-layer token table, but per_layer_input_dim is not "
+                "set, so there is none; set per_layer_input_dim (Gemma 4 E2B: 256) or remove per_layer_vocab_size",
+                {"value": value},
+            )
+        return value
+
     @field_validator("position_offset", check_fields=False)
     @classmethod
     def _offset_needs_learned(cls, value: int, info: ValidationInfo) -> int:

@@ -37,7 +37,7 @@ from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.lightning import LightningMixer
 from embedcalc.modeling.mamba1 import Mamba1Mixer
-from embedcalc.modeling.moe import MoE, Routing
+from embedcalc.modeling.moe import BranchNorms, MoE, Routing
 from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.per_layer import PerLayerSublayer
 from embedcalc.modeling.shared_kv import SharedKVAttention
@@ -130,7 +130,12 @@ class MoEFeedForward(nn.Module):
     ) -> None:
         super().__init__()
         self.placement = config.resolved_norm_placement
-        self.moe = MoE(config.embed_dim, spec, config.activation, routing)
+        norms = (
+            BranchNorms(make_norm(config), make_norm(config), make_norm(config))
+            if spec.branch_norms
+            else None
+        )
+        self.moe = MoE(config.embed_dim, spec, config.activation, routing, norms)
         self.norm = sublayer_norm(config) if norm else None
         self.tanh_gate = TanhGate() if tanh_gate else None
 

@@ -118,10 +118,34 @@ class Experts(nn.Module):
         return out
 
 
+class RouterScale(nn.Module):
+    """Gemma 4's router scales (``Gemma4TextRouter.scale``, ``.per_expert_scale``): ``input`` (d) multiplies the
+    router's input, ``experts`` (E) each chosen expert's weight; no matmul (key ``moe/router_scale``)."""
+
+    def __init__(self, embed_dim: int, num_experts: int) -> None:
+        super().__init__()
+        self.input = nn.Parameter(torch.empty(embed_dim))
+        self.experts = nn.Parameter(torch.empty(num_experts))
+
+
+class BranchNorms(nn.Module):
+    """Gemma 4's norms around the two branches of its MoE block (``post_feedforward_layernorm_1`` on the dense
+    MLP's output, ``pre_`` / ``post_feedforward_layernorm_2`` on the experts' input and output; key
+    ``moe/branch_norms``). Gemma 4 feeds the experts its un-normalised residual through ``routed_in``; here they get
+    the sublayer's input like the shared branch: the same shapes, so the same counts."""
+
+    def __init__(self, shared_out: nn.Module, routed_in: nn.Module, routed_out: nn.Module) -> None:
+        super().__init__()
+        self.shared_out, self.routed_in, self.routed_out = shared_out, routed_in, routed_out
+
+
 class MoE(nn.Module):
     """Router, routed experts, shared experts and their gate: (B, T, d) -> (B, T, d), no norm or residual."""
 
-    def __init__(self, embed_dim: int, spec: FFNSpec, activation: str, routing: Routing = "real") -> None:
+    def __init__(
+        self, embed_dim: int, spec: FFNSpec, activation: str, routing: Routing = "real",
+        branch_norms: BranchNorms | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.top_k, self.num_experts, self.routing = spec.top_k, spec.num_experts, routing
         self.router = nn.Linear(embed_dim, spec.num_experts, bias=spec.router_bias)
@@ -130,6 +154,8 @@ class MoE(nn.Module):
         self.shared_gate = (
             nn.Linear(embed_dim, 1, bias=False) if spec.shared_dim and spec.shared_gate else None
         )
+        self.router_scale = RouterScale(embed_dim, spec.num_experts) if spec.router_scale else None
+        self.branch_norms = branch_norms
 
     def _route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """Expert ids (t, k) and their weights (t, k), renormalised over the chosen experts."""
@@ -145,12 +171,21 @@ class MoE(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         batch, length, d = x.shape
         tokens = x.reshape(batch * length, d)  # (t, d)
-        experts, weights = self._route(self.router(tokens))  # (t, k) each
-        out = self.experts(tokens, experts, weights)  # (t, d)
+        scale = self.router_scale
+        experts, weights = self._route(self.router(tokens * scale.input if scale is not None else tokens))
+        if scale is not None:  # (t, k): the chosen experts' own scales
+            weights = weights * scale.experts.index_select(0, experts.flatten().to(x.device)).view_as(weights)
+        norms = self.branch_norms
+        routed_in = norms.routed_in(tokens) if norms is not None else tokens  # (t, d)
+        out = self.experts(routed_in, experts, weights)  # (t, d)
+        if norms is not None:
+            out = norms.routed_out(out)
         if self.shared is not None:
             shared = self.shared(tokens)  # (t, d)
             if self.shared_gate is not None:
                 shared = torch.sigmoid(self.shared_gate(tokens)) * shared  # (t, 1) * (t, d)
+            if norms is not None:
+                shared = norms.shared_out(shared)
             out = out + shared
         merged: Tensor = out.view(batch, length, d)  # (B, T, d)
         return merged

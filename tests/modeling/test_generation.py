@@ -63,6 +63,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                    "shared_full": {"attention": {"sliding_window": None, "head_dim": 16, "num_kv_heads": 1,
                                                  "kv_shared": True}}},
         "layers": [{"pattern": ["default", "full", "shared_local", "shared_full"]}]},
+    # Gemma 4 26B-A4B's MoE block: routed experts beside a dense MLP (a shared expert), scales and branch norms
+    "gemma4_moe": {"ffn": {"kind": "moe", "num_experts": 4, "top_k": 2, "expert_dim": 16, "num_shared_experts": 1,
+                           "shared_expert_dim": 48, "router_scale": True, "branch_norms": True}},
 }  # fmt: skip
 PROMPT, GEN, BATCH = 5, 9, 2
 

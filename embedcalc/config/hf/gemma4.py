@@ -15,8 +15,9 @@ Gemma 3's decoder (sandwich RMSNorms, q/k norms of head_dim, GeGLU, scaled embed
   norm (embedcalc's ``per_layer_input_dim``).
 
 The value norm (``v_norm``, no weight), ``layer_scalar`` (a buffer), proportional RoPE on the full layers and
-final-logit soft-capping own no parameters and no matmul. The MoE block (``enable_moe_block``: experts beside the
-dense MLP, a router with its own scales and three more norms) is not modelled and is refused.
+final-logit soft-capping own no parameters and no matmul. The MoE block (``enable_moe_block``, 26B-A4B): routed
+experts beside the dense MLP, which embedcalc counts as one shared expert, with the router's input and per-expert
+scales and three more norms (FFN ``router_scale``, ``branch_norms``).
 """
 
 from __future__ import annotations
@@ -133,14 +134,7 @@ def _read_gemma4_text(r: KeyReader) -> None:
     read_common(r, "hidden_activation", "hidden_act", "sandwich")
     r.put("attention", {"qk_norm": "head"}, "model_type", "family", "q_norm, k_norm: RMSNorm(head_dim); v_norm "
           "has no weight")  # fmt: skip
-    moe_key, moe, _ = r.value("enable_moe_block")
-    if moe is not True:
-        r.ignore(moe_key, "false: every layer's FFN is the dense MLP")
-    else:
-        r.problem(moe_key, "enable_moe_block: Gemma 4's MoE block (experts beside the dense MLP, a router with its "
-                  "own scale and per-expert scale, three more norms per layer) is not modelled yet")  # fmt: skip
-    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
-        r.ignore(key, "read only with enable_moe_block")
+    moe = _read_moe(r)
     _per_layer_embeddings(r)
     layers = r.data.get("num_layers")
     if not _int(layers):
@@ -164,8 +158,11 @@ def _read_gemma4_text(r: KeyReader) -> None:
             {"sliding_window": window} if kind == SLIDING else {"sliding_window": None, **full}
         )
         spec: dict[str, Any] = {"attention": attention | ({"kv_shared": True} if shared else {})}
-        if shared and wide is True and _int(ffn):
-            spec["ffn"] = {"ffn_dim": 2 * ffn}  # Gemma4TextMLP: intermediate_size x 2 in the sharing layers
+        if (
+            shared and wide is True and _int(ffn)
+        ):  # Gemma4TextMLP: intermediate_size x 2 in the sharing layers
+            # a variant's ffn is validated on its own: the whole MoE spec, with the wider shared expert
+            spec["ffn"] = {**r.data["ffn"], "shared_expert_dim": 2 * ffn} if moe else {"ffn_dim": 2 * ffn}
         names.append(name)
         variants[name] = spec
     keys = ", ".join(k for k in ("layer_types", window_key, "num_kv_shared_layers", wide_key) if k in r.raw)
@@ -175,6 +172,31 @@ def _read_gemma4_text(r: KeyReader) -> None:
     put_layout(r, names, variants, keys or "layer_types", note)
     if wide is not True:
         r.ignore(wide_key, "false: every MLP is intermediate_size wide")
+
+
+def _read_moe(r: KeyReader) -> bool:
+    """Gemma 4's MoE block (``enable_moe_block``; 26B-A4B): every layer keeps its dense MLP of intermediate_size
+    (a shared expert to embedcalc) beside num_experts routed experts of moe_intermediate_size, top top_k_experts,
+    with the router's two learned scales and three more norms (``router_scale``, ``branch_norms``)."""
+    moe_key, moe, _ = r.value("enable_moe_block")
+    keys = ("num_experts", "top_k_experts", "moe_intermediate_size")
+    if moe is not True:
+        r.ignore(moe_key, f"{moe!r}: every layer's FFN is the dense MLP")
+        for key in keys:
+            r.ignore(key, "read only with enable_moe_block")
+        return False
+    spec: dict[str, Any] = {"kind": "moe"}
+    for key, name in zip(keys, ("num_experts", "top_k", "expert_dim"), strict=True):
+        written, value, _ = r.value(key)
+        if not _int(value) or value < 1:
+            r.problem(written, f"{written} = {value!r}: enable_moe_block needs a positive {key}")
+            return False
+        spec[name] = value
+    ffn = r.data.get("ffn_dim")
+    spec |= {"num_shared_experts": 1, "shared_expert_dim": ffn, "router_scale": True, "branch_norms": True}
+    r.put("ffn", spec, ", ".join((moe_key, *keys)), "file", "Gemma4TextExperts beside the dense Gemma4TextMLP "
+          "(its shared expert), Gemma4TextRouter's scales, three more norms per layer")  # fmt: skip
+    return True
 
 
 def _per_layer_embeddings(r: KeyReader) -> None:
@@ -194,7 +216,8 @@ _DEFAULTS: dict[str, Any] = dict(
     num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131072,
     tie_word_embeddings=True, attention_bias=False, attention_dropout=0.0, sliding_window=512,
     vocab_size_per_layer_input=262144, hidden_size_per_layer_input=256, attention_k_eq_v=False,
-    num_kv_shared_layers=0, enable_moe_block=False, use_double_wide_mlp=False,
+    num_kv_shared_layers=0, enable_moe_block=False, use_double_wide_mlp=False, num_experts=None,
+    top_k_experts=None, moe_intermediate_size=None,
 )  # fmt: skip
 FAMILIES = (
     Family("gemma4_text", "Gemma4TextConfig", "Gemma4ForCausalLM (AutoModelForCausalLM)", "gemma-4-31b",

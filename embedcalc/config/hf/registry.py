@@ -157,10 +157,11 @@ FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (config/hf/mllama.py)."""
 
 _GEMMA3N = (
-    "the Gemma 3n text model's AltUp (altup_num_inputs parallel streams with their predict/correct projections), "
-    "Laurel (a laurel_rank low-rank residual), per-layer embeddings (vocab_size_per_layer_input x layers x "
-    "hidden_size_per_layer_input and their projections), KV sharing across the last num_kv_shared_layers layers "
-    "and activation_sparsity_pattern, none of which the layer model describes"
+    "the Gemma 3n text model's AltUp (altup_num_inputs parallel copies of the residual stream, with per-layer "
+    "prediction / correction coefficient projections, a modality router and the model's altup_projections / "
+    "altup_unembed_projections) and Laurel (a laurel_rank low-rank residual beside attention), which the layer model "
+    "does not describe; its per-layer embeddings and KV sharing across num_kv_shared_layers are modelled (Gemma 4), "
+    "and activation_sparsity_pattern changes no matmul"
 )
 REFUSED: dict[str, str] = {
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",

@@ -25,6 +25,7 @@ from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config
 from embedcalc.config.loading import load_target
+from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
 
 PUBLISHED = published("test_hf_gemma4")
@@ -41,7 +42,16 @@ def test_report_accounts_for_every_key(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_count_and_active_are_the_published_total(name: str) -> None:
     config = load_target(str(fixture_path(name))).config
-    assert count_params(config).total == active_params(config) == PUBLISHED[name].total
+    row = PUBLISHED[name]
+    assert count_params(config).total == row.total
+    assert active_params(config) == (row.active if row.active is not None else row.total)
+
+
+def test_active_params_of_the_moe_model_skip_the_unused_experts() -> None:
+    """26B-A4B: each of the 30 layers keeps top_k 8 of its 128 experts (gate_up 2 x 704 x 2816, down 2816 x 704),
+    the dense MLP, router and scales all active: the total minus 30 x 120 x 3 x 2816 x 704."""
+    config = load_target(str(fixture_path("gemma-4-26b-a4b"))).config
+    assert active_params(config) == PUBLISHED["gemma-4-26b-a4b"].total - 30 * 120 * 3 * 2816 * 704
 
 
 def _kv_cache(cfg: Any, tokens: int, dtype_bytes: int) -> int:
@@ -85,11 +95,47 @@ def _refused(raw: dict[str, Any]) -> str:
     return str(caught.value)
 
 
-def test_the_moe_block_is_refused_naming_the_key() -> None:
-    raw = copy.deepcopy(raw_fixture("gemma-4-31b"))
-    raw["text_config"] |= {"enable_moe_block": True, "num_experts": 128, "top_k_experts": 8,
-                           "moe_intermediate_size": 704}  # fmt: skip
-    assert "enable_moe_block" in _refused(raw)
+def test_an_moe_block_without_its_experts_is_refused_naming_the_key() -> None:
+    raw = copy.deepcopy(raw_fixture("gemma-4-26b-a4b"))
+    raw["text_config"]["num_experts"] = None
+    assert "num_experts = None: enable_moe_block needs a positive num_experts" in _refused(raw)
+
+
+_TINY_MOE = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1,
+                 attention_k_eq_v=True, sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2,
+                 hidden_size_per_layer_input=8, num_kv_shared_layers=2, use_double_wide_mlp=True,
+                 enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+                 max_position_embeddings=64, model_type="gemma4_text")  # fmt: skip
+
+
+@pytest.mark.torch
+def test_a_tiny_moe_variant_equals_transformers_and_the_torch_model(hf_transformers: Any) -> None:
+    """Every Gemma 4 part at once (MoE block, KV sharing with double-wide shared MLPs, k_eq_v full layers, PLE):
+    parameters analytic = embedcalc's torch model = Gemma4ForCausalLM (meta); forward FLOPs analytic = embedcalc's
+    torch model (eager) = transformers' eager forward on the CPU with eager experts (FlopCounterMode)."""
+    import torch
+    from hf_reference import forward_flops as hf_forward_flops
+
+    from embedcalc.analysis.flops import forward_flops
+    from embedcalc.modeling import build_model
+    from embedcalc.modeling.counting import component_flops, component_params
+
+    config = ModelConfig.model_validate(map_hf_config(_TINY_MOE, "tiny").data)
+    hf = hf_config(hf_transformers, _TINY_MOE)
+    with torch.device("meta"):
+        meta = hf_transformers.Gemma4ForCausalLM(hf)
+    assert component_params(build_model(config)) == dict(count_params(config).items())
+    assert count_params(config).total == sum(p.numel() for p in meta.parameters())
+    analytic = forward_flops(config, Workload(batch_size=2, seq_len=12))
+    assert component_flops(config, batch_size=2, seq_len=12, attention="eager") == dict(
+        analytic.breakdown.items()
+    )
+    torch.manual_seed(0)
+    model = hf_transformers.AutoModelForCausalLM.from_config(
+        hf, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    assert hf_forward_flops(model, 2, 12) == analytic.forward
 
 
 def test_sharing_more_layers_than_a_type_has_producers_is_refused() -> None:
