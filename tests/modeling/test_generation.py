@@ -160,10 +160,11 @@ MEASUREMENT_KEYS = ("ttft_s", "decode_s_per_token_median", "decode_s_per_token_p
                     "kv_cache_bytes_measured", "peak_memory_bytes")  # fmt: skip
 
 
-def _bench_generate(run_cli: Any, target: str, *extra: str) -> dict[str, Any]:
-    result = run_cli("bench", target, "--mode", "generate", "--device", "cpu", "--format", "json", *extra,
-                     timeout=300)  # fmt: skip
-    assert result.returncode == 0, result.stderr
+def _bench_generate(cli: Any, target: str, *extra: str) -> dict[str, Any]:
+    """``bench --mode generate`` in-process (the process boundary of bench has its own tests in
+    tests/cli/test_bench_cli.py; a subprocess here cost a torch import per test)."""
+    result = cli("bench", target, "--mode", "generate", "--device", "cpu", "--format", "json", *extra)
+    assert result.exit_code == 0, (result.stderr, result.exception)
     envelope = json.loads(result.stdout)
     assert envelope["command"] == "bench"
     entry: dict[str, Any] = envelope["results"][0]
@@ -187,10 +188,10 @@ def _check_measurement(entry: dict[str, Any]) -> None:
     assert m["decode_s_per_token_p10"] <= m["decode_s_per_token_median"] <= m["decode_s_per_token_p90"]
 
 
-def test_bench_generate_tiny_decoder(run_cli: Any, tmp_path: Any, measured_local: Path) -> None:
+def test_bench_generate_tiny_decoder(cli: Any, tmp_path: Any, measured_local: Path) -> None:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps({**BASE, **CONFIGS["sliding_window"]}))
-    entry = _bench_generate(run_cli, str(path), "--gen-tokens", "12", "--seq-len", "8", "--batch-size", "2",
+    entry = _bench_generate(cli, str(path), "--gen-tokens", "12", "--seq-len", "8", "--batch-size", "2",
                             "--repeat", "2", "--warmup", "1")  # fmt: skip
     _check_measurement(entry)
     assert entry["measurement"]["gen_tokens"] == 12
@@ -204,15 +205,15 @@ def test_bench_generate_refuses_an_encoder_and_zero_tokens(cli: Any) -> None:
 
 
 @pytest.mark.slow  # about 15-20 s; the default suite runs generate end to end on a tiny decoder
-def test_bench_generate_gpt2(run_cli: Any, measured_local: Path) -> None:
+def test_bench_generate_gpt2(cli: Any, measured_local: Path) -> None:
     """The done-when test of DESIGN.md §10: gpt2, 32 tokens, CPU, JSON (about 15 s here)."""
-    entry = _bench_generate(run_cli, "gpt2", "--gen-tokens", "32", "--repeat", "1", "--warmup", "0")
+    entry = _bench_generate(cli, "gpt2", "--gen-tokens", "32", "--repeat", "1", "--warmup", "0")
     _check_measurement(entry)
 
 
 @pytest.mark.slow
-def test_bench_generate_encoder_decoder_bfloat16(run_cli: Any, measured_local: Path) -> None:
-    entry = _bench_generate(run_cli, "t5-small", "--gen-tokens", "8", "--seq-len", "32", "--dtype", "bfloat16",
+def test_bench_generate_encoder_decoder_bfloat16(cli: Any, measured_local: Path) -> None:
+    entry = _bench_generate(cli, "t5-small", "--gen-tokens", "8", "--seq-len", "32", "--dtype", "bfloat16",
                             "--repeat", "1", "--warmup", "0")  # fmt: skip
     _check_measurement(entry)
 
