@@ -59,6 +59,8 @@ __all__ = ["RECURRENT_KINDS", "Mixer", "MixerKind", "MixerSpec", "resolve_mixer"
 
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 
+# the kinds with a scan state beside (or instead of) the convolution window: all but the short convolution
+SSM_STATE_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "lightning"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
     "mamba": ("state_size", "inner_dim", "dt_rank"),
@@ -191,8 +193,10 @@ class MixerSpec(MixerFields, BaseModel):
     ssm_state_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
         default=None,
         description=(
-            "mamba2: the dtype the SSM state is kept in (Nemotron-H's mamba_ssm_cache_dtype, float32 by default); "
-            "the convolution window stays in the activation dtype. Default: the activation dtype."
+            "mamba, mamba2, gated_deltanet, lightning: the dtype the scan's state (SSM or delta-rule state) is kept "
+            "in, e.g. fp32 as transformers' torch path keeps it for Jamba, Granite 4.0-H, Falcon-H1, Nemotron-H "
+            "(its mamba_ssm_cache_dtype) and Qwen3-Next; the convolution window stays in the activation dtype. "
+            "Default: the activation dtype."
         ),
     )
 
@@ -231,12 +235,16 @@ class MixerSpec(MixerFields, BaseModel):
                 "kind {kind} needs {fields} ({example})",
                 {"kind": self.kind, "fields": ", ".join(missing), "example": _EXAMPLE[self.kind]},
             )
-        if self.ssm_state_dtype is not None and self.kind != "mamba2":
+        if self.ssm_state_dtype is not None and self.kind not in SSM_STATE_KINDS:
             raise PydanticCustomError(
                 "mixer_field_unused",
-                "ssm_state_dtype ({dtype}) sets the dtype of a Mamba-2 SSM state; kind {kind} has none. Remove "
-                "ssm_state_dtype or use kind mamba2",
-                {"dtype": self.ssm_state_dtype, "kind": self.kind},
+                "ssm_state_dtype ({dtype}) sets the dtype of a scan's state; kind {kind} has none (its only state is "
+                "the convolution window). Remove ssm_state_dtype or use one of {kinds}",
+                {
+                    "dtype": self.ssm_state_dtype,
+                    "kind": self.kind,
+                    "kinds": ", ".join(sorted(SSM_STATE_KINDS)),
+                },
             )
         fields = type(self).model_fields
         unused = [name for name in _NOT_LIGHTNING if getattr(self, name) != fields[name].default]

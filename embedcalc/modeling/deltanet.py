@@ -6,9 +6,10 @@ splits it in two, the same numel and FLOPs), ``mixer.conv`` (the causal depthwis
 :class:`~embedcalc.modeling.ssm.CausalConv`), ``mixer.ssm`` (A_log, dt_bias and the chunked delta rule),
 ``mixer.gate_norm`` (an RMSNorm over each value head, one weight of head_dim, times silu(z)), ``mixer.out``.
 Within a chunk the rule's matmuls run as ``@`` (bmm: counted), the UT transform's two unit-triangular systems by
-``torch.linalg.solve_triangular`` (not a matmul: ``FlopCounterMode`` counts none), and the state passes from chunk
-to chunk through the per-chunk matmuls. One decode step runs the recurrence: the state decays, is read by k (two
-einsums with the reads by q), and takes the rank-one delta update (element-wise).
+``torch.linalg.solve_triangular`` (not a matmul: ``FlopCounterMode`` counts none), in float32 below it (PyTorch's
+CPU ``triangular_solve`` has no bf16 or fp16 kernel; transformers runs the whole rule in float32), and the state
+passes from chunk to chunk through the per-chunk matmuls. One decode step runs the recurrence: the state decays, is
+read by k (two einsums with the reads by q), and takes the rank-one delta update (element-wise).
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.ssm import MixerState, MixerSublayer
 
 _EPS = 1e-6
+
+
+def _solve_unit_lower(a: Tensor, b: Tensor) -> Tensor:
+    """X with a X = b for unit lower-triangular a (the UT transform), in float32 when the inputs are narrower."""
+    wide = torch.promote_types(b.dtype, torch.float32)
+    x: Tensor = torch.linalg.solve_triangular(a.to(wide), b.to(wide), upper=False, unitriangular=True)
+    return x.to(b.dtype)
 
 
 def _l2norm(x: Tensor) -> Tensor:
@@ -58,10 +66,10 @@ class DeltaRule(nn.Module):
     def _step(self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, s: Tensor) -> Tensor:
         """One token: S <- exp(g) S + k ((v - Sᵀk) beta)ᵀ, y = Sᵀ q; q, k (B, H, dk), v (B, H, dv) -> (B, H, dv)."""
         decayed = s * torch.exp(g)[..., None, None]  # (B, H, dk, dv)
-        remembered = torch.einsum("bhkv,bhk->bhv", decayed, k)  # (B, H, dv)
+        remembered = torch.einsum("bhkv,bhk->bhv", decayed.to(k.dtype), k)  # (B, H, dv)
         delta = (v - remembered) * beta[..., None]
         s.copy_(decayed + k[..., None] * delta[..., None, :])
-        return torch.einsum("bhkv,bhk->bhv", s, q)  # (B, H, dv)
+        return torch.einsum("bhkv,bhk->bhv", s.to(q.dtype), q)  # (B, H, dv); s in the state's dtype
 
     def _chunked(
         self, q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, state: MixerState | None
@@ -86,18 +94,17 @@ class DeltaRule(nn.Module):
         ut = (k_beta @ k.transpose(-1, -2)) * decay  # (B, H, n, C, C)
         intra = (q @ k.transpose(-1, -2)) * decay
         # (B, H, n, C, dv)
-        new_values = torch.linalg.solve_triangular(ut, v_beta, upper=False, unitriangular=True)
-        k_decay = torch.linalg.solve_triangular(
-            ut, k_beta * cum.exp()[..., None], upper=False, unitriangular=True
-        )
+        new_values = _solve_unit_lower(ut, v_beta)
+        k_decay = _solve_unit_lower(ut, k_beta * cum.exp()[..., None])
         q = q * cum.exp()[..., None]
         k = k * (cum[..., -1:] - cum).exp()[..., None]
         chunk_decay = cum[..., -1].exp()[..., None, None]  # (B, H, n, 1, 1)
         s = state.ssm if state is not None else q.new_zeros(batch, heads, dk, dv)
         out = []
         for i in range(chunks):
-            v_new = new_values[:, :, i] - k_decay[:, :, i] @ s  # (B, H, C, dv)
-            out.append(q[:, :, i] @ s + intra[:, :, i] @ v_new)
+            read = s.to(q.dtype)  # the state in its own dtype (ssm_state_dtype), read in the activations'
+            v_new = new_values[:, :, i] - k_decay[:, :, i] @ read  # (B, H, C, dv)
+            out.append(q[:, :, i] @ read + intra[:, :, i] @ v_new)
             s = s * chunk_decay[:, :, i] + k[:, :, i].transpose(-1, -2) @ v_new  # (B, H, dk, dv)
         if state is not None:
             state.ssm.copy_(s)

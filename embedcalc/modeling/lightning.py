@@ -50,7 +50,7 @@ class LightningScan(nn.Module):
         if state is not None and q.shape[2] == 1:
             kv = state.ssm * torch.exp(-s) + k.transpose(-1, -2) @ v  # (B, H, h, h)
             state.ssm.copy_(kv)
-            return q @ kv  # (B, H, 1, h)
+            return q @ kv.to(q.dtype)  # (B, H, 1, h); kv in the state's dtype
         return self._blocks(q, k, v, s, state)
 
     def _blocks(self, q: Tensor, k: Tensor, v: Tensor, s: Tensor, state: MixerState | None) -> Tensor:
@@ -66,7 +66,7 @@ class LightningScan(nn.Module):
             gap = steps[:, None] - steps[None, :]  # (c, c): i - j
             mask = torch.where(gap >= 0, torch.exp(-s * gap), 0)  # (H, c, c)
             intra = ((qi @ ki.transpose(-1, -2)) * mask) @ vi  # (B, H, c, h)
-            inter = (qi * torch.exp(-s * steps[:, None])) @ kv  # (B, H, c, h)
+            inter = (qi * torch.exp(-s * steps[:, None])) @ kv.to(q.dtype)  # (B, H, c, h)
             out.append(intra + inter)
             kv = kv * torch.exp(-s * c) + (ki * torch.exp(-s * (c - steps[:, None]))).transpose(-1, -2) @ vi
         if state is not None:

@@ -36,7 +36,7 @@ class SelectiveScan(nn.Module):
         out = []
         for i in range(x.shape[1]):
             h = decay[:, i] * h + write[:, i]  # (B, I, N)
-            out.append(torch.einsum("bdn,bn->bd", h, c[:, i]))  # (B, I)
+            out.append(torch.einsum("bdn,bn->bd", h.to(c.dtype), c[:, i]))  # (B, I); h in the state's dtype
         if state is not None:
             state.ssm[:, 0].copy_(h)
         return torch.stack(out, dim=1) + self.D * x

@@ -18,7 +18,8 @@ gated by silu(z) alone, no weights); out_proj inner -> hidden with bias ``projec
 
 The µP multipliers (``embedding_multiplier``, ``lm_head_multiplier``, ``mlp_multipliers``, ``key_multiplier``,
 ``attention_in/out_multiplier``, ``ssm_multipliers`` (the non-persistent ``mup_vector`` buffer), ``ssm_in/out_
-multiplier``) own no parameters and scale activations element-wise: no effect on sizes or matmul FLOPs.
+multiplier``) own no parameters and scale activations element-wise: no effect on sizes or matmul FLOPs. The scan's
+state is kept in float32, as transformers' torch path keeps it (:data:`~embedcalc.config.hf.hybrid.TORCH_STATE_DTYPE`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf.core import read_core
-from embedcalc.config.hf.hybrid import positive
+from embedcalc.config.hf.hybrid import TORCH_STATE_DTYPE, positive
 from embedcalc.config.hf.layered import origin
 from embedcalc.config.hf.reader import Family, KeyReader
 
@@ -88,7 +89,7 @@ def _mixer(r: KeyReader) -> dict[str, Any] | None:
                             "file otherwise)")  # fmt: skip
         return None
     spec: dict[str, Any] = {"kind": "mamba2", "parallel_attention": True, "num_heads": heads, "head_dim": head,
-                            **sizes, **flags}  # fmt: skip
+                            **sizes, **flags, "ssm_state_dtype": TORCH_STATE_DTYPE}  # fmt: skip
     if not spec["gate_norm"]:
         del spec["norm_before_gate"]
         r.ignore("mamba_norm_before_gate", "mamba_rms_norm is false: no gated norm to place")

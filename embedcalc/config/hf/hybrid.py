@@ -21,6 +21,12 @@ goes through, or only that MLP when ``num_local_experts`` is 0. The Mamba-2 laye
 inner + 2 x groups x d_state channels (bias ``mamba_conv_bias``), A_log / D / dt_bias per head, a gated RMSNorm
 over inner and out_proj inner -> hidden, with inner = ``mamba_expand`` x hidden = ``mamba_n_heads`` x
 ``mamba_d_head`` (transformers checks both).
+
+The scan's state of both (and of Jamba's Mamba-1 and Falcon-H1's Mamba-2) is kept in float32
+(:data:`TORCH_STATE_DTYPE`): transformers' torch paths cast the scan's inputs to float32 (granitemoehybrid's
+``torch_forward``: ``hidden_states.float()``, B and C ``.float()``; Qwen3-Next's ``torch_chunk_gated_delta_rule``:
+q, k, v ``.to(torch.float32)``), and the cache keeps the state they return; the convolution window stays in the
+model's dtype. Measured at bf16 after a prefill and a decode step: tests/config/hf/test_ssm_state_dtype.py.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ _ATTENTION = frozenset({"attention", "full_attention"})
 _MAMBA_KEYS = ("mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
                "mamba_expand", "mamba_conv_bias", "mamba_proj_bias")  # fmt: skip
 _GRANITE_SCALARS = ("embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier")
+# the scan's state as transformers' torch path keeps it (module docstring); MiniMax keeps its lightning state in the
+# model's dtype and LFM2 has none
+TORCH_STATE_DTYPE = "fp32"
 
 
 def replace_mapped(r: KeyReader, name: str, value: Any, key: str, how: Origin, note: str = "") -> None:
@@ -72,7 +81,8 @@ def _mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
         r.problem(head_key, f"mamba_d_head ({head!r}) x mamba_n_heads ({heads}) must equal mamba_expand x "
                             f"hidden_size = {inner} (transformers refuses the file otherwise)")  # fmt: skip
         return None
-    spec: dict[str, Any] = {"kind": "mamba2", "num_heads": heads, "head_dim": head, **sizes}
+    spec: dict[str, Any] = {"kind": "mamba2", "num_heads": heads, "head_dim": head, **sizes,
+                            "ssm_state_dtype": TORCH_STATE_DTYPE}  # fmt: skip
     for name, key in (("conv_bias", "mamba_conv_bias"), ("bias", "mamba_proj_bias")):
         _, value, _ = r.value(key)
         spec[name] = bool(value)
@@ -167,7 +177,7 @@ def _read_qwen3_next(r: KeyReader) -> None:
     flags = None if types is None else moe_flags(r, layers)
     if types is None or flags is None:
         return
-    gdn: dict[str, Any] = {"kind": "gated_deltanet"}
+    gdn: dict[str, Any] = {"kind": "gated_deltanet", "ssm_state_dtype": TORCH_STATE_DTYPE}
     for name, key in _GDN_KEYS:
         value = positive(r, key)
         if value is None:

@@ -10,7 +10,10 @@ d -> 2 x inner (bias ``mamba_proj_bias``), a depthwise conv of ``mamba_d_conv`` 
 inner = ``mamba_expand`` x hidden and dt_rank = ``mamba_dt_rank`` (``auto``: ceil(hidden / 16), as
 ``JambaConfig.__post_init__``). The FFN of layer i is ``JambaSparseMoeBlock`` (``num_experts`` gated experts of
 ``intermediate_size``, a bias-free router, top ``num_experts_per_tok``) when
-``i % expert_layer_period == expert_layer_offset``, else the gated ``JambaMLP`` of ``intermediate_size``.
+``i % expert_layer_period == expert_layer_offset``, else the gated ``JambaMLP`` of ``intermediate_size``. The
+scan's state is kept in float32 (``JambaMambaMixer.forward`` takes A = -exp(A_log.float()), so
+``mamba_selective_scan`` returns a float32 state, which the cache keeps; :data:`~embedcalc.config.hf.hybrid.
+TORCH_STATE_DTYPE`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import math
 from typing import Any
 
 from embedcalc.config.hf.core import read_core
-from embedcalc.config.hf.hybrid import positive, replace_mapped
+from embedcalc.config.hf.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
 from embedcalc.config.hf.layered import ignore_moe_keys, put_layout, read_moe
 from embedcalc.config.hf.reader import Family, KeyReader
 
@@ -52,7 +55,7 @@ def _mamba1_spec(r: KeyReader) -> dict[str, Any] | None:
     if state is None or conv is None or expand is None or not isinstance(hidden, int):
         return None
     spec: dict[str, Any] = {"kind": "mamba", "state_size": state, "inner_dim": expand * hidden, "dt_rank": rank,
-                            "conv_kernel": conv, "bc_norms": True}  # fmt: skip
+                            "conv_kernel": conv, "bc_norms": True, "ssm_state_dtype": TORCH_STATE_DTYPE}  # fmt: skip
     for name, key in (("conv_bias", "mamba_conv_bias"), ("bias", "mamba_proj_bias")):
         _, value, _ = r.value(key)
         spec[name] = bool(value)

@@ -41,37 +41,42 @@ def test_active_is_the_total_less_the_unused_experts(name: str) -> None:
     assert PUBLISHED[name].active == PUBLISHED[name].total - UNUSED[name]
 
 
-def _hf_state(hf: Any) -> int:
+def _hf_window_and_scan(hf: Any) -> tuple[int, int]:
     """Values of one recurrent layer's state per sequence, read off transformers' config object: the conv window
     (conv_dim x kernel) and the scan's state (Mamba-2: heads x d_head x d_state; DeltaNet: v heads x dk x dv;
-    Mamba-1: inner x d_state)."""
+    Mamba-1: inner x d_state; lightning: heads x head_dim x head_dim, no window; the short conv: no scan)."""
     if hf.model_type == "jamba":
         inner = hf.mamba_expand * hf.hidden_size
-        return inner * hf.mamba_d_conv + inner * hf.mamba_d_state
+        return inner * hf.mamba_d_conv, inner * hf.mamba_d_state
     if hf.model_type == "qwen3_next":
         key = hf.linear_num_key_heads * hf.linear_key_head_dim
         value = hf.linear_num_value_heads * hf.linear_value_head_dim
         conv = (2 * key + value) * hf.linear_conv_kernel_dim
-        return conv + hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
+        return conv, hf.linear_num_value_heads * hf.linear_key_head_dim * hf.linear_value_head_dim
     if hf.model_type in ("lfm2", "lfm2_moe"):  # the short convolution: its window only
-        return hf.hidden_size * hf.conv_L_cache
+        return hf.hidden_size * hf.conv_L_cache, 0
     if hf.model_type == "minimax":  # lightning attention: K ᵀV per head (MiniMaxCache.linear_cache), no conv
-        return hf.num_attention_heads * hf.head_dim * hf.head_dim
+        return 0, hf.num_attention_heads * hf.head_dim * hf.head_dim
     if hf.model_type == "falcon_h1":  # FalconH1Mixer: mamba_d_ssm (null: expand x hidden) channels
         inner = hf.mamba_d_ssm or hf.mamba_expand * hf.hidden_size
         conv_dim = inner + 2 * hf.mamba_n_groups * hf.mamba_d_state
-        return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
+        return conv_dim * hf.mamba_d_conv, hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
     if hf.model_type == "nemotron_h":
+        assert hf.mamba_ssm_cache_dtype == "float32"
         inner = hf.mamba_num_heads * hf.mamba_head_dim
-        return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel + inner * hf.ssm_state_size
+        return (inner + 2 * hf.n_groups * hf.ssm_state_size) * hf.conv_kernel, inner * hf.ssm_state_size
     conv_dim = hf.mamba_expand * hf.hidden_size + 2 * hf.mamba_n_groups * hf.mamba_d_state
-    return conv_dim * hf.mamba_d_conv + hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
+    return conv_dim * hf.mamba_d_conv, hf.mamba_n_heads * hf.mamba_d_head * hf.mamba_d_state
 
 
-def _hf_ssm_state(hf: Any) -> int:
-    """Nemotron-H's SSM state values per sequence: heads x d_head x d_state."""
-    assert hf.mamba_ssm_cache_dtype == "float32"
-    return int(hf.mamba_num_heads * hf.mamba_head_dim * hf.ssm_state_size)
+def _hf_state(hf: Any) -> int:
+    return sum(_hf_window_and_scan(hf))
+
+
+# the families whose scan state transformers' torch path keeps in float32 whatever the model's dtype (the conv
+# window in the model's); MiniMax keeps its lightning state in the model's dtype (tests/config/hf/
+# test_ssm_state_dtype.py measures both on transformers' cache)
+FP32_SCAN_STATE = {"granitemoehybrid", "falcon_h1", "jamba", "qwen3_next", "nemotron_h"}
 
 
 @pytest.mark.torch
@@ -97,10 +102,9 @@ def test_per_layer_cache_follows_transformers_config(transformers: Any, name: st
     for n in (4096, 262144):
         memory = estimate_memory(config, Workload(batch_size=2, seq_len=n, dtype="bfloat16"))
         assert memory.kv_cache_bytes == 2 * n * sum(attention) * 2 * hf.num_key_value_heads * head_dim * 2
-        # Nemotron-H keeps its SSM state in mamba_ssm_cache_dtype (float32), the conv window in bf16
-        # (tests/config/hf/test_ssm_state_dtype.py checks it against transformers' cache)
-        ssm = _hf_ssm_state(hf) if hf.model_type == "nemotron_h" else 0
-        assert memory.recurrent_state_bytes == 2 * sum(recurrent) * (state * 2 + ssm * (4 - 2))
+        window, scan = _hf_window_and_scan(hf)
+        scan_bytes = 4 if hf.model_type in FP32_SCAN_STATE else 2
+        assert memory.recurrent_state_bytes == 2 * sum(recurrent) * (window * 2 + scan * scan_bytes)
 
 
 # Small eager variants of the Mamba-2 families: transformers' CPU path counts our matmuls plus the two terms
