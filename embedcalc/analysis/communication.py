@@ -21,7 +21,8 @@ Conventions, stated because peers differ:
   modules, transformers' layout): every row-parallel projection (attention output, FFN output, cross-attention
   output) all-reduces its b x n x d output in the forward, and every column-parallel projection all-reduces the
   gradient of its input in the backward (q, k, v: three; latent attention's q_b and kv_b: their latent widths;
-  gate and up: two; Megatron's fused QKV would do one). The vocab-parallel lookup of each stack all-reduces its
+  gate and up: two; Megatron's fused QKV would do one; a layer whose values are its keys has q and k, one that
+  reuses an earlier layer's keys and values q alone). The vocab-parallel lookup of each stack all-reduces its
   output; the vocab-parallel LM head all-reduces its input gradient, and the parallel cross-entropy three fp32
   values per token (max, sum of exponentials, target logit) in the forward. With ``sequence_parallel`` the same
   tensors move as all-gather plus reduce-scatter (the same bytes on the wire; Korthikanti et al. 2022 §4.2.2).
@@ -44,7 +45,7 @@ from typing import Any, Literal
 
 from embedcalc.analysis.memory import mixed_precision
 from embedcalc.analysis.parallel import stage_layout, stage_params
-from embedcalc.analysis.structure import stacks
+from embedcalc.analysis.structure import projected_kv, stacks
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.resolved import ResolvedShape
 
@@ -224,8 +225,8 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
         columns, rows = [attention.q_lora_rank or d, attention.kv_lora_rank], 1
     elif attention.external:  # k and v read the external states, an input of the model: no gradient to reduce
         columns, rows = [d], 1
-    else:
-        columns, rows = [d, d, d] + ([d] if attention.output_gate else []), 1
+    else:  # q, the k and v it projects itself (none when shared, k alone when the values are the keys), gate
+        columns, rows = [d] * (1 + projected_kv(attention)) + ([d] if attention.output_gate else []), 1
     if cross:
         rows, columns = rows + 1, [*columns, d, d, d]
     if ffn is not None and (not ffn.moe or ffn.shared_dim):
