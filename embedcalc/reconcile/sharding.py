@@ -3,8 +3,8 @@
 Two independent sides. Analytic: the tensor list of :mod:`embedcalc.analysis.params`, split by
 :func:`embedcalc.analysis.parallel.sharded_shape` (TP) and by FSDP2's rule for ZeRO-3 (every tensor chunked along
 its first dimension over the dp ranks, torch.chunk's sizes, in the torch layout of
-:func:`embedcalc.analysis.communication.torch_row_splits`), pipeline stages from ``stage_params``, collectives from
-:func:`embedcalc.analysis.communication.communication`. Torch: :func:`embedcalc.modeling.sharding.shard_on_fake_group`
+:func:`embedcalc.analysis.gradient_buckets.torch_row_splits`), pipeline stages from ``stage_params``, collectives from
+:func:`embedcalc.analysis.communication.communication`. Torch: :func:`embedcalc.modeling.fake_group.shard_on_fake_group`
 (DTensor ``parallelize_module`` and FSDP2 ``fully_shard`` on a fake process group; local numel per rank from the
 DTensor placements; the collectives of one forward and backward recorded by CommDebugMode) and the module split of
 :func:`embedcalc.modeling.sharding.stage_module_params`. Every row must agree exactly; a difference names the
@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embedcalc.analysis.communication import communication, torch_row_splits, torch_tensor_count
+from embedcalc.analysis.communication import communication
+from embedcalc.analysis.gradient_buckets import torch_row_splits, torch_tensor_count
 from embedcalc.analysis.parallel import sharded_shape, stage_params
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.workload import Parallelism, Workload
@@ -167,8 +168,9 @@ def verify_sharded(
 
     check_buildable(config, target, "verify")
     from embedcalc.modeling.counting import component_key
+    from embedcalc.modeling.fake_group import shard_on_fake_group
     from embedcalc.modeling.model import build_model
-    from embedcalc.modeling.sharding import shard_on_fake_group, sharding_config, stage_module_params
+    from embedcalc.modeling.sharding import sharding_config, stage_module_params
 
     tp, dp, zero3 = parallel.tp, parallel.dp, parallel.zero == 3
     notes: list[str] = []

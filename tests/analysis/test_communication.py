@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from embedcalc.analysis.communication import (
+from embedcalc.analysis.communication import communication
+from embedcalc.analysis.gradient_buckets import (
     DDP_BUCKET_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     MIB,
-    communication,
     ddp_buckets,
     fsdp_units,
 )

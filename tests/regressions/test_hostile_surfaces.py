@@ -317,7 +317,7 @@ def test_a_billion_layers_under_zero3_is_counted_in_closed_form(cli: Any) -> Non
 def test_ddp_bucket_count_equals_the_written_out_sequence(seed: int) -> None:
     import random
 
-    from embedcalc.analysis.communication import ddp_bucket_count, ddp_buckets
+    from embedcalc.analysis.gradient_buckets import ddp_bucket_count, ddp_buckets
 
     rng = random.Random(seed)
     runs = [([rng.choice([0, 1, 3 << 18, 5 << 20, 9 << 20, 30 << 20]) for _ in range(rng.randint(1, 5))],
