@@ -24,12 +24,10 @@ from embedcalc.analysis.plan import (
     Objectives,
     Price,
     ServingRow,
-    ServingTimes,
-    closed_loop,
-    open_loop,
 )
 from embedcalc.analysis.roofline import RooflineEstimate, largest
 from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
+from embedcalc.analysis.serving_queue import ServingTimes, closed_loop, open_loop
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.hardware import Device, peak_dtype

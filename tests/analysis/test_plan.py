@@ -18,10 +18,9 @@ from embedcalc.analysis.plan import (
     PlanResult,
     ServingRow,
     TrainingRow,
-    closed_loop,
-    open_loop,
     parse_duration,
 )
+from embedcalc.analysis.serving_queue import closed_loop, open_loop
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
 from embedcalc.config.loading import load_target
