@@ -104,6 +104,24 @@ def text_raw(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def unaccounted_keys(raw: dict[str, Any], name: str = "test") -> set[str]:
+    """The keys of config.json ``raw`` that its HF report neither maps nor ignores with a reason (empty: every key
+    is accounted for). The text model's keys of a multimodal file count with or without their ``text_config.``
+    prefix; a nested dict (DBRX's ``attn_config``, Mllama's ``text_config``) whose keys the report names one by one
+    (``attn_config.clip_qkv``) and does not account for as a whole must have every one of them named."""
+    report = map_hf_config(raw, name).report
+    named = {k.strip() for m in report.mapped for k in m.key.split(",")} | {i.key for i in report.ignored}
+    assert all(i.reason for i in report.ignored), [i.key for i in report.ignored if not i.reason]
+    seen = named | {key.removeprefix("text_config.") for key in named}
+    keys: set[str] = set()
+    for key, value in text_raw(raw).items():
+        if isinstance(value, dict) and key not in seen and any(s.startswith(f"{key}.") for s in seen):
+            keys |= {f"{key}.{sub}" for sub in value}
+        else:
+            keys.add(key)
+    return keys - seen
+
+
 def hf_config(transformers: Any, raw: dict[str, Any]) -> Any:
     """transformers' config object for the (text) model of ``raw`` (Llama 4's ``attn_temperature_tuning``, an int in
     the hub file, as the bool transformers 5 accepts)."""
@@ -190,12 +208,3 @@ def kv_cache_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
     limits = {"sliding_attention": window, "chunked_attention": getattr(cfg, "attention_chunk_size", None)}
     kept = [min(tokens, limit) if (limit := limits.get(t)) else tokens for t in types]
     return sum(2 * kv_heads * head_dim * k * dtype_bytes for k in kept)
-
-
-def unaccounted_keys(raw: dict[str, Any]) -> set[str]:
-    """Keys of a (text) config.json that embedcalc's report neither maps nor ignores with a reason."""
-    from embedcalc.config.hf import map_hf_config
-
-    report = map_hf_config(text_raw(raw), "test").report
-    seen = {k.strip() for m in report.mapped for k in m.key.split(",")} | {i.key for i in report.ignored}
-    return set(text_raw(raw)) - seen

@@ -5,7 +5,10 @@ the root conftest.py there, and the scripts in tests/ run from it)."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -16,3 +19,14 @@ GOLDEN = TESTS / "golden"
 GOLDEN_JSON = GOLDEN / "json"
 SCRIPTS = ROOT / "scripts"
 DOCS = ROOT / "docs"
+
+
+def load_script(stem: str) -> ModuleType:
+    """``scripts/STEM.py`` imported as module ``STEM`` (the scripts are not a package; registered in
+    ``sys.modules`` so that its dataclasses and pickles resolve their module)."""
+    spec = importlib.util.spec_from_file_location(stem, SCRIPTS / f"{stem}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(stem, module)
+    spec.loader.exec_module(module)
+    return module

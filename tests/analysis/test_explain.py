@@ -3,7 +3,6 @@ languages carrying the same numbers, every preset x topic x language without a t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -12,7 +11,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from paths import ROOT
+from paths import ROOT, load_script
 from typer.testing import CliRunner
 
 from embedcalc.analysis.explain import TOPICS
@@ -169,12 +168,7 @@ def test_language_follows_the_locale() -> None:
 
 
 def _catalogue(lang: str) -> dict[str, str]:
-    spec = importlib.util.spec_from_file_location(
-        "compile_messages", REPO / "scripts" / "compile_messages.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("compile_messages")
     po = LOCALE_DIR / lang / "LC_MESSAGES" / "embedcalc.po"
     mo = po.with_suffix(".mo")
     entries: dict[str, str] = module.parse_po(po.read_text(encoding="utf-8"))

@@ -8,29 +8,19 @@ modules are what scripts/config_records.py writes from the schema (one source of
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from paths import SCRIPTS, load_script
 
 from embedcalc.config.loading import canonical_mapping, load_parsed, load_target, resolve_target
 from embedcalc.config.presets import preset_names
 from embedcalc.config.records import FIELD_NAMES, TEXT_FIELDS, ConfigRecord
 from embedcalc.config.schema import ModelConfig
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "config_records.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("config_records", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = SCRIPTS / "config_records.py"
 
 
 def _record(name: str) -> ConfigRecord:
@@ -65,7 +55,9 @@ def test_the_generated_modules_are_current() -> None:
     """scripts/config_records.py writes embedcalc/config/fields.py and records.py from the schema; a field added to
     ModelConfig or a spec needs them rewritten (`python scripts/config_records.py`)."""
     stale = [
-        str(path) for path, text in _script().expected().items() if path.read_text(encoding="utf-8") != text
+        str(path)
+        for path, text in load_script("config_records").expected().items()
+        if path.read_text(encoding="utf-8") != text
     ]
     assert not stale, f"stale: {stale}; run `python scripts/config_records.py`"
 

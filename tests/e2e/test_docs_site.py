@@ -4,30 +4,17 @@ Markdown. ``mkdocs build --strict`` itself runs in .ci/run."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from types import ModuleType
 
 import pytest
 import typer
-from paths import ROOT
+from paths import ROOT, load_script
 
 import embedcalc
 from embedcalc.cli.app import build_app
 from embedcalc.config.hardware import catalogue, hardware_names
 
-
-def _load_site() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_site", ROOT / "scripts" / "docs_site.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("docs_site", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-site = _load_site()
+site = load_script("docs_site")
 
 
 def _top_level_commands() -> set[str]:

@@ -9,15 +9,13 @@ when it agrees, and at another value it stays an error.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from hf_reference import FIXTURES, quiet_transformers
-from paths import SCRIPTS
+from paths import SCRIPTS, load_script
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.hf import FAMILIES, accept, map_hf_config
@@ -39,21 +37,13 @@ def transformers() -> Any:
     return quiet_transformers()
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hf_accept_list", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_accept_list_is_current(transformers: Any) -> None:
     recorded = accept.transformers_version()
     assert transformers.__version__ == recorded, (
         f"the accept-list was generated from transformers {recorded}, this is {transformers.__version__}: "
         "install that version (CI does) or regenerate with `python scripts/hf_accept_list.py`"
     )
-    script = _script()
+    script = load_script("hf_accept_list")
     assert script.render(script.generate()) == accept.PATH.read_text(encoding="utf-8"), (
         "stale: run `python scripts/hf_accept_list.py`"
     )
