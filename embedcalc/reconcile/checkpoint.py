@@ -16,9 +16,11 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   tensors of each, and one tensor of the total (``stored_tensors`` counts distinct tensors);
 - layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
   listed as extra, not counted;
-- standard shapes are checked tensor by tensor where the config fixes them (embeddings and head: vocab x hidden;
-  q/k/v/o: heads x head_dim; a dense MLP; norms; every tensor of a recurrent mixer and its pre-norm, from the
-  layer's mixer: :mod:`embedcalc.reconcile.checkpoint_mixers`), so a disagreement names the tensor.
+- a multimodal checkpoint's vision and audio towers and projectors are listed as extra, not part of the text model;
+- shapes are checked tensor by tensor from the block of the tensor's layer (:mod:`checkpoint_shapes`: attention
+  of every kind, dense and MoE FFNs, norms, per-layer inputs, every tensor of a recurrent mixer), so a transposed
+  or reshaped tensor is named even where its component's total agrees; a tensor the layer's block does not build
+  (a ``k_proj`` in a layer sharing an earlier layer's K/V) is listed as extra.
 
 The checkpoint agrees when every component's parameters equal the analytic count, no shape disagrees and no
 component the config has is missing; otherwise ``verify`` exits 3 naming the tensors.
@@ -33,10 +35,9 @@ from typing import Any
 from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
-from embedcalc.config.mixer_plan import Mixer
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
-from embedcalc.reconcile.checkpoint_names import Sublayer, TensorRole, tensor_role, within_layer
+from embedcalc.reconcile.checkpoint_names import Sublayer, outside_text_model, tensor_role
+from embedcalc.reconcile.checkpoint_shapes import ShapeRules, refile
 
 _HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
 _STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
@@ -150,52 +151,6 @@ def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
     return _STORED_DTYPES[max(floats, key=lambda t: t.nbytes).dtype] if floats else "fp32"
 
 
-def expected_shape(config: ResolvedShape, role: TensorRole, param: str) -> tuple[tuple[int, ...], str] | None:
-    """The shape the config fixes for a standard tensor, and the config's reason; None where it fixes none here
-    (MoE experts, latent attention, per-layer blocks: their component totals are checked instead)."""
-    d, vocab = config.embed_dim, config.vocab_size
-    if role.key in ("embedding/token", "head/lm") and param == "weight":
-        width = (config.token_embed_dim or d) if role.key == "embedding/token" else d
-        if role.key == "embedding/token" and config.extra_token_rows:  # Mllama: vocab_size + 8 rows
-            return (config.token_rows, width), "vocab_size + extra_token_rows, hidden"
-        return (vocab, width), "vocab_size, hidden"
-    if role.layer is None or config.blocks or role.key is None:
-        return None
-    last = role.module.rsplit(".", 1)[-1]
-    standard = config.attention is None or config.attention.kind == "standard"
-    q, kv = config.num_heads * config.resolved_head_dim, config.resolved_kv_heads * config.resolved_head_dim
-    outs = {"q_proj": (q, "num_heads x head_dim"), "k_proj": (kv, "num_kv_heads x head_dim"),
-            "v_proj": (kv, "num_kv_heads x head_dim")}  # fmt: skip
-    if standard and last in outs:
-        rows, why = outs[last]
-        return ((rows, d), f"{why}, hidden") if param == "weight" else ((rows,), why)
-    if standard and last == "o_proj" and param == "weight":
-        return (d, q), "hidden, num_heads x head_dim"
-    dense = config.ffn is None or config.ffn.kind == "dense"
-    width = config.resolved_ffn_dim
-    if dense and last in ("gate_proj", "up_proj") and param == "weight":
-        return (width, d), "intermediate_size, hidden"
-    if dense and last == "down_proj" and param == "weight":
-        return (d, width), "hidden, intermediate_size"
-    if last in ("input_layernorm", "post_attention_layernorm") and param == "weight":
-        return (d,), "hidden"
-    return None
-
-
-def _tensor_shape(
-    config: ResolvedShape, role: TensorRole, param: str, mixers: dict[int, Mixer]
-) -> tuple[tuple[int, ...], str] | None:
-    """:func:`expected_shape`, and in a recurrent mixer's layer the mixer's tensors and the layer's pre-norm."""
-    mixer = mixers.get(role.layer) if role.layer is not None else None
-    if role.key is not None and role.key.endswith("/projection"):  # a sublayer replaced by a d x d linear
-        return ((config.embed_dim, config.embed_dim), "hidden, hidden") if param == "weight" else None
-    if mixer is None or role.key is None or "/mixer/" not in role.key:
-        return expected_shape(config, role, param)
-    if role.key.endswith("/mixer/norm"):
-        return ((config.embed_dim,), "hidden") if param == "weight" else None
-    return mixer_tensor_shape(mixer, config.embed_dim, within_layer(role.module, role.layer), param)
-
-
 def _layer_kinds(config: ResolvedShape, stack: str) -> dict[int, Sublayer]:
     """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
     (``parallel``: a recurrent mixer beside attention)."""
@@ -220,8 +175,9 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
     kinds = _layer_kinds(config, stack)
-    plan = config.stack_plan(stack)
-    mixers = {i: m for i in range(plan.num_layers) if (m := plan.block_at(i).mixer) is not None}
+    raw = checkpoint.raw_config
+    text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
+    rules = ShapeRules(config, stack, raw.get("model_type") or text.get("model_type"))
     gate = f"{stack}/attention/gate" if f"{stack}/attention/gate" in analytic else None
     # per key: (tensor, parameters, bytes) it holds there
     stored: dict[str, list[tuple[StoredTensor, int, int]]] = defaultdict(list)
@@ -232,7 +188,11 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     tied = config.tie_embeddings and "head/lm" not in analytic
     for tensor in checkpoint.tensors:
         role = tensor_role(tensor.name, stack, placement != "pre", kinds)
+        role = refile(role, rules.block(role.layer))
         param = tensor.name.rsplit(".", 1)[-1]
+        if (tower := outside_text_model(tensor.name)) is not None:
+            extra.append(TensorNote(tensor.name, tensor.shape, tower))
+            continue
         if role.kind == "buffer":
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
             continue
@@ -254,6 +214,10 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.key is None:
             extra.append(TensorNote(tensor.name, tensor.shape, "no component of the config holds it"))
             continue
+        expected = rules.tensor_shape(role, param) if role.kind == "weight" else None
+        if expected is not None and expected[0] is None:
+            extra.append(TensorNote(tensor.name, tensor.shape, expected[1]))
+            continue
         if role.kind == "scale":
             scales[role.key] += tensor.nbytes
             stored[role.key].append((tensor, 0, tensor.nbytes))
@@ -266,8 +230,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
             stored[role.key].append((tensor, params - params // 2, tensor.nbytes - tensor.nbytes // 2))
         else:
             stored[role.key].append((tensor, params, tensor.nbytes))
-        expected = _tensor_shape(config, role, param, mixers) if role.kind == "weight" else None
-        if expected is not None and tensor.shape != expected[0]:
+        if expected is not None and expected[0] is not None and tensor.shape != expected[0]:
             shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
                                            f"({expected[1]})"))  # fmt: skip
     if gate is not None:

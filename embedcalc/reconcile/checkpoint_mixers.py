@@ -1,6 +1,6 @@
 """The shapes a recurrent mixer's checkpoint tensors must have, from the block's resolved mixer
 (:class:`~embedcalc.config.mixers.Mixer`): ``verify --checkpoint`` checks them tensor by tensor, as it checks q/k/v/o
-and a dense MLP (:func:`embedcalc.reconcile.checkpoint.expected_shape`), so a tensor that disagrees with the config
+and a dense MLP (:mod:`embedcalc.reconcile.checkpoint_shapes`), so a tensor that disagrees with the config
 is named even where its component's total happens to agree (a reshaped or transposed tensor).
 
 A tensor is named by its path inside the layer (``mamba.in_proj.weight``, ``linear_attn.A_log``,

@@ -42,11 +42,27 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
 PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
 SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
           "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
-BUFFERS = ("inv_freq", "e_score_correction_bias", "masked_bias", "attn.bias", "position_ids", "slope_rate",
-           "query_decay", "key_decay", "diagonal_decay", "feed_forward.expert_bias")  # fmt: skip
+BUFFERS = (
+    "inv_freq",
+    "e_score_correction_bias",
+    "masked_bias",
+    "attn.bias",
+    "position_ids",
+    "slope_rate",
+    "query_decay",
+    "key_decay",
+    "diagonal_decay",
+    "feed_forward.expert_bias",
+    "layer_scalar",
+)  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights)
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
+    # Gemma 3n/4's per-layer inputs (Gemma4TextDecoderLayer) and the MoE block's norms on its two branches
+    (("per_layer_input_gate",), "per_layer/gate"), (("per_layer_projection",), "per_layer/out"),
+    (("post_per_layer_input_norm",), "per_layer/norm"),
+    (("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"),
+      "moe/branch_norms"),
     (("experts",), "moe/experts"),
     (("shared_expert_gate",), "moe/shared_gate"),
     (("shared_expert", "shared_experts", "shared_mlp"), "moe/shared"),
@@ -67,11 +83,22 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm"),
       "ffn/norm"),
 )  # fmt: skip
+# parameters of a layer's modules that are their own component: Gemma4TextRouter's scale and per_expert_scale,
+# GPT-OSS's attention sinks (self_attn.sinks)
+_OWN_PARAMS = {
+    "scale": "moe/router_scale",
+    "per_expert_scale": "moe/router_scale",
+    "sinks": "attention/sinks",
+}
 _ROUTERS = ("gate", "router")  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
                "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
-               "token_type_embeddings": "embedding/type"}  # fmt: skip
+               "token_type_embeddings": "embedding/type",
+               # Gemma 3n/4's per-layer inputs (Gemma4TextModel): the packed table, its projection and norm
+               "embed_tokens_per_layer": "embedding/per_layer",
+               "per_layer_model_projection": "embedding/per_layer_project",
+               "per_layer_projection_norm": "embedding/per_layer_norm"}  # fmt: skip
 # lfm2's final norm is ``embedding_norm`` (applied after the last layer)
 _FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_layer_norm", "embedding_norm")
 _MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
@@ -88,8 +115,17 @@ _REPLACED: dict[tuple[str, ...], str] = {
     ("self_attn", "linear_attn"): "mixer/projection",
     ("mlp", "linear_mlp"): "ffn/projection",
 }
-# a multimodal checkpoint's towers and projector, outside the text model embedcalc counts
-_OUTSIDE = ("vision_model", "vision_tower", "multi_modal_projector", "visual")
+# a multimodal checkpoint's towers and projectors, outside the text model embedcalc counts (Gemma 4's
+# Gemma4Model: vision_tower, audio_tower and their embedders embed_vision / embed_audio)
+_OUTSIDE = (
+    "vision_model",
+    "vision_tower",
+    "multi_modal_projector",
+    "visual",
+    "audio_tower",
+    "embed_vision",
+    "embed_audio",
+)
 
 
 @dataclass(frozen=True)
@@ -148,6 +184,8 @@ def tensor_role(
     inside = within_layer(module, layer)
     if not inside and param in _LAYER_PARAMS:
         return TensorRole(f"{stack}/{_LAYER_PARAMS[param]}", layer, kind, module)
+    if inside and inside[-1] in ("router", "self_attn") and param in _OWN_PARAMS:
+        return TensorRole(f"{stack}/{_OWN_PARAMS[param]}", layer, kind, module)
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     if tuple(inside) in _REPLACED:
         return TensorRole(f"{stack}/{_REPLACED[tuple(inside)]}", layer, kind, module)
@@ -155,6 +193,17 @@ def tensor_role(
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
+
+
+def outside_text_model(name: str) -> str | None:
+    """Why tensor ``name`` is no part of the text model: the multimodal tower or projector it belongs to; None
+    for the text model's tensors."""
+    tower = next((s for s in name.split(".") if s in _OUTSIDE), None)
+    if tower is None:
+        return None
+    return (
+        f"{tower}: a vision/audio tower or projector of a multimodal checkpoint, not part of the text model"
+    )
 
 
 def within_layer(module: str, layer: int | None) -> list[str]:
