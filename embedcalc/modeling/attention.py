@@ -6,6 +6,7 @@ Every matmul runs inside the submodule named after the breakdown key it is count
 ``qkv`` (separate ``q``, ``k``, ``v`` as transformers lays them out), ``out``, ``scores``, ``context``; for MLA
 ``q_a``, ``q_a_norm``, ``q_b`` (or ``q``), ``kv_a``, ``kv_a_norm``, ``kv_b``. Parameter-only parts have their own
 modules too: ``qk_norm`` (``q``, ``k``), ``sinks``, ``norm`` (the sublayer's norms), ``relative_bias``.
+The parts themselves (projections, cores, norms, sinks, head reshapes) are in :mod:`embedcalc.modeling.attention_parts`.
 
 Sources: Vaswani et al. 2017 §3.2 (softmax(Q·Kᵀ / sqrt(d) + bias) · V); Ainslie et al. 2023 (GQA); DeepSeek-V2
 report §2.1 and transformers' ``DeepseekV3Attention`` (MLA: low-rank Q and KV, the rope part of the key one vector
@@ -19,115 +20,28 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.modeling.attention_parts import (
+    QKV,
+    Context,
+    FusedCore,
+    QKNorm,
+    Scores,
+    Sinks,
+    embedding_table,
+    expand_kv,
+    split_heads,
+)
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
-from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
+from embedcalc.modeling.norms import TanhGate, gated, residual, sublayer_norm
 from embedcalc.modeling.positions import apply_rotary, relative_position_bucket
 
 AttentionImpl = Literal["sdpa", "eager"]
 RotaryAngles = tuple[Tensor, Tensor]  # cos, sin: (T, rotary width) each
 Rotary = dict[int, RotaryAngles]  # rotary width -> its angles (standard heads and MLA's rope dims may differ)
-
-
-def embedding_table(rows: int, dim: int) -> nn.Embedding:
-    """An ``nn.Embedding`` without its N(0, 1) initialisation: ``build_model`` fills weights itself, and
-    ``normal_`` on the meta device costs a one-off second or more (it imports ``torch._dynamo``)."""
-    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
-
-
-class Scores(nn.Module):
-    """Eager Q·Kᵀ: (B, h, T, d_qk) x (B, h, d_qk, S) -> (B, h, T, S), counted as ``attention/scores``."""
-
-    def forward(self, q: Tensor, k: Tensor) -> Tensor:
-        return torch.matmul(q, k.transpose(-2, -1))  # (B, h, T, S)
-
-
-class Context(nn.Module):
-    """Eager A·V: (B, h, T, S) x (B, h, S, d_v) -> (B, h, T, d_v), counted as ``attention/context``."""
-
-    def forward(self, weights: Tensor, v: Tensor) -> Tensor:
-        return torch.matmul(weights, v)  # (B, h, T, d_v)
-
-
-class FusedCore(nn.Module):
-    """``scaled_dot_product_attention``: Q·Kᵀ, mask, softmax and ·V in one op (counted as scores + context, split
-    in the ratio ``qk_head_dim : v_head_dim``, which differ for MLA)."""
-
-    def __init__(self, qk_head_dim: int, v_head_dim: int) -> None:
-        super().__init__()
-        self.qk_head_dim, self.v_head_dim = qk_head_dim, v_head_dim
-
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        if k.shape[1] != q.shape[1]:  # cached decode passes the KV heads unexpanded (GQA/MQA)
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, h, T, d_v)
-
-
-class Sinks(nn.Module):
-    """gpt-oss's attention sinks: one learned logit per head (``attention/sinks``), no matmul."""
-
-    def __init__(self, num_heads: int) -> None:
-        super().__init__()
-        self.logits = nn.Parameter(torch.empty(num_heads))
-
-
-class QKV(nn.Module):
-    """The ``q``, ``k`` and ``v`` projections of standard attention (the ``attention/qkv`` key).
-
-    Self-attention projects one stream; cross-attention takes queries from the decoder stream and keys and values
-    from the encoder memory, so no FLOPs are spent projecting the wrong stream.
-    """
-
-    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool, kv: int = 2) -> None:
-        super().__init__()
-        self.q = nn.Linear(embed_dim, q_dim, bias=bias)
-        # kv: the projections of K and V the layer has, 2; 1 when the values are the keys (Gemma 4
-        # attention_k_eq_v); 0 when it reuses an earlier layer's (modeling/shared_kv.py)
-        self.k = nn.Linear(embed_dim, kv_dim, bias=bias) if kv else None
-        self.v = nn.Linear(embed_dim, kv_dim, bias=bias) if kv == 2 else None
-
-    def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        if self.k is None:
-            raise RuntimeError("a layer sharing another layer's keys and values projects queries only")
-        source = x if memory is None else memory
-        k = self.k(source)  # (B, S, kv_dim)
-        v = self.v(source) if self.v is not None else k  # (B, S, kv_dim): values from keys
-        return self.q(x), k, v  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
-
-
-class QKNorm(nn.Module):
-    """Norms on queries (``q``) and keys (``k``): per head over head_dim (Qwen3, Gemma 3) or over all heads
-    together (OLMo 2, ``full``). Applied before rotary positions, as transformers does."""
-
-    def __init__(self, config: ResolvedShape, spec: AttentionSpec) -> None:
-        super().__init__()
-        self.full = spec.qk_norm == "full"
-        self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)
-        # a layer reusing another layer's keys has no key norm of its own
-        self.k = (
-            nn.Identity()
-            if spec.kv_shared
-            else make_norm(config, spec.kv_dim if self.full else spec.head_dim)
-        )
-
-
-def _heads(x: Tensor, heads: int) -> Tensor:
-    batch, length, width = x.shape
-    return x.view(batch, length, heads, width // heads).transpose(1, 2)  # (B, heads, T, d_head)
-
-
-def _expand_kv(x: Tensor, heads: int) -> Tensor:
-    """Repeat each K/V head for its group of query heads (GQA/MQA): (B, h_kv, S, d) -> (B, h, S, d)."""
-    batch, heads_kv, length, dim = x.shape
-    groups = heads // heads_kv
-    if groups == 1:
-        return x
-    expanded = x[:, :, None].expand(batch, heads_kv, groups, length, dim)  # (B, h_kv, g, S, d_head)
-    return expanded.reshape(batch, heads_kv * groups, length, dim)  # (B, h, S, d_head)
 
 
 class AttentionBase(nn.Module):
@@ -262,7 +176,7 @@ class AttentionBase(nn.Module):
                 mask = ~blocked if mask is None else mask.masked_fill(blocked, float("-inf"))
             out: Tensor = self.sdpa(q, k, v, mask, False)  # (B, h, T, d_v)
             return out
-        k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d)
+        k, v = expand_kv(k, self.num_heads), expand_kv(v, self.num_heads)  # (B, h, S, d)
         return self._eager(q, k, v, bias, blocked)
 
     def attend(
@@ -314,7 +228,11 @@ class Attention(AttentionBase):
         q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
         if self.qk_norm is not None and self.qk_norm.full:
             q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # over all heads: (B, T, q_dim), (B, S, kv_dim)
-        q, k, v = _heads(q, self.num_heads), _heads(k, self.num_kv_heads), _heads(v, self.num_kv_heads)
+        q, k, v = (
+            split_heads(q, self.num_heads),
+            split_heads(k, self.num_kv_heads),
+            split_heads(v, self.num_kv_heads),
+        )
         # q (B, h, T, d_head); k, v (B, h_kv, S, d_head)
         if self.qk_norm is not None and not self.qk_norm.full:
             q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # per head, over d_head
@@ -328,7 +246,7 @@ class Attention(AttentionBase):
         q: Tensor = self.qkv.q(x)  # (B, T, q_dim)
         if self.qk_norm is not None and self.qk_norm.full:
             q = self.qk_norm.q(q)
-        q = _heads(q, self.num_heads)  # (B, h, T, d_head)
+        q = split_heads(q, self.num_heads)  # (B, h, T, d_head)
         if self.qk_norm is not None and not self.qk_norm.full:
             q = self.qk_norm.q(q)
         return q
@@ -354,7 +272,7 @@ class Attention(AttentionBase):
         cache.write(k, v, position)
         if position == 0:  # prefill: the prompt attends to itself, as without a cache
             self._keep(k, v, None, True)
-            k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, T, d_head)
+            k, v = expand_kv(k, self.num_heads), expand_kv(v, self.num_heads)  # (B, h, T, d_head)
             return self._core(q, k, v, bias)
         if cache.rolling and length > 1:
             raise ValueError(
@@ -384,7 +302,7 @@ class Attention(AttentionBase):
         else:
             q, k, v = self._project(x, memory, rotary)
             self._keep(k, v, None, True)
-            k, v = _expand_kv(k, self.num_heads), _expand_kv(v, self.num_heads)  # (B, h, S, d_head)
+            k, v = expand_kv(k, self.num_heads), expand_kv(v, self.num_heads)  # (B, h, S, d_head)
             context = self._core(q, k, v, bias)  # (B, h, T, d_head)
         return self._output(x, context)
 

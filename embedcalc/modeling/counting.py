@@ -31,7 +31,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import AttentionImpl, FusedCore
+from embedcalc.modeling.attention import AttentionImpl
+from embedcalc.modeling.attention_parts import FusedCore
 from embedcalc.modeling.model import TransformerModel, build_model
 
 # Segments a breakdown key keeps, by its first segment.

@@ -22,7 +22,8 @@ from torch import Tensor, nn
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.spec_shapes import DisentangledShape
-from embedcalc.modeling.attention import QKV, Attention, AttentionImpl, Context, Scores, embedding_table
+from embedcalc.modeling.attention import Attention, AttentionImpl
+from embedcalc.modeling.attention_parts import QKV, Context, Scores, embedding_table
 from embedcalc.modeling.norms import make_norm
 
 

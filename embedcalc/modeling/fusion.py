@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from embedcalc.modeling.attention import QKV, Attention
+from embedcalc.modeling.attention import Attention
+from embedcalc.modeling.attention_parts import QKV
 from embedcalc.modeling.ffn import GatedInput
 
 

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import AttentionBase, AttentionImpl, Rotary, _heads
+from embedcalc.modeling.attention import AttentionBase, AttentionImpl, Rotary
+from embedcalc.modeling.attention_parts import split_heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.norms import make_norm
 from embedcalc.modeling.positions import apply_rotary
@@ -95,7 +96,7 @@ class LatentAttention(AttentionBase):
     ) -> Tensor:  # fmt: skip
         batch, length, _ = x.shape
         h = self.num_heads
-        q = _heads(self._queries(x), h)  # (B, h, T, nope + rope)
+        q = split_heads(self._queries(x), h)  # (B, h, T, nope + rope)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)  # (B, h, T, nope), (B, h, T, rope)
         compressed: Tensor = self.kv_a(x)  # (B, T, r_kv + rope)
         # (B, T, r_kv), (B, T, rope)
@@ -116,7 +117,7 @@ class LatentAttention(AttentionBase):
                 merged = context.transpose(1, 2).reshape(batch, length, h * self.v_dim)  # (B, T, h v)
                 absorbed: Tensor = self.out(merged)  # (B, T, d)
                 return absorbed
-        kv = _heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
+        kv = split_heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
         k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)  # (B, h, T, nope), (B, h, T, v)
         q = torch.cat((q_nope, q_rope), dim=-1)  # (B, h, T, nope + rope)
         k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)

@@ -29,7 +29,8 @@ from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.blocks import Block as BlockSpec
 from embedcalc.config.mixer_plan import Mixer
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary, embedding_table
+from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary
+from embedcalc.modeling.attention_parts import embedding_table
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import embedding_table
+from embedcalc.modeling.attention_parts import embedding_table
 from embedcalc.modeling.norms import make_norm
 
 

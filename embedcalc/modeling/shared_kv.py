@@ -14,7 +14,8 @@ from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import Attention, AttentionImpl, Rotary, _expand_kv, _heads
+from embedcalc.modeling.attention import Attention, AttentionImpl, Rotary
+from embedcalc.modeling.attention_parts import expand_kv, split_heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.positions import apply_rotary
 
@@ -47,7 +48,7 @@ class SharedKVAttention(Attention):
         q: Tensor = self.qkv(x)  # (B, T, q_dim)
         if self.qk_norm is not None and self.qk_norm.full:
             q = self.qk_norm.q(q)
-        q = _heads(q, self.num_heads)  # (B, h, T, d_head)
+        q = split_heads(q, self.num_heads)  # (B, h, T, d_head)
         if self.qk_norm is not None and not self.qk_norm.full:
             q = self.qk_norm.q(q)
         if rotary is not None:
@@ -64,7 +65,7 @@ class SharedKVAttention(Attention):
         keys, values, blocked, full = self._source[0].shared_kv  # (B, h_kv, S, d_head) each
         q = self._queries(x, rotary)  # (B, h, T, d_head)
         if full:  # no cache, or the prefill: the source's own core, with this layer's queries
-            k, v = _expand_kv(keys, self.num_heads), _expand_kv(values, self.num_heads)  # (B, h, S, d_head)
+            k, v = expand_kv(keys, self.num_heads), expand_kv(values, self.num_heads)  # (B, h, S, d_head)
             context = self._core(q, k, v, bias)  # (B, h, T, d_head)
         else:
             context = self._cached_core(q, keys, values, bias, blocked)  # (B, h, T, d_head)

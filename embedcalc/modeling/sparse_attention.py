@@ -31,7 +31,8 @@ from torch import Tensor, nn
 
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.modeling.attention import AttentionImpl, Rotary, _heads
+from embedcalc.modeling.attention import AttentionImpl, Rotary
+from embedcalc.modeling.attention_parts import split_heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.positions import apply_rotary
@@ -162,7 +163,7 @@ class SparseAttention(LatentAttention):
         ):  # pragma: no cover - config requires it
             raise RuntimeError("sparse attention's indexer reads the query latent (q_lora_rank)")
         q_latent = self.q_a_norm(self.q_a(x))  # (B, T, r_q)
-        q = _heads(self.q_b(q_latent), h)  # (B, h, T, nope + rope)
+        q = split_heads(self.q_b(q_latent), h)  # (B, h, T, nope + rope)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)
         # (B, T, r), (B, T, rope)
         latent, k_rope = torch.split(self.kv_a(x), [self.latent_dim, self.rope], dim=-1)
@@ -183,7 +184,7 @@ class SparseAttention(LatentAttention):
         keys = index_keys if index_keys is not None else x.new_empty(0)
         with torch.no_grad():
             indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k) each
-        kv = _heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
+        kv = split_heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
         k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)
         k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)
         context = self._gathered(torch.cat((q_nope, q_rope), dim=-1), k, v, indices, hidden)  # (B, h, T, v)

@@ -1,0 +1,113 @@
+"""The parts attention sublayers are built from (modeling/attention.py, latent_attention.py, shared_kv.py,
+disentangled.py, sparse_attention.py): the ``q``/``k``/``v`` projections, the eager ``scores`` and ``context``
+matmuls and the fused ``sdpa`` core, each its own module so that FLOPs land on the breakdown key it is counted under
+(docs/layers.md); q/k norms, attention sinks, the token table constructor, and the head reshapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.modeling.norms import make_norm
+
+
+def embedding_table(rows: int, dim: int) -> nn.Embedding:
+    """An ``nn.Embedding`` without its N(0, 1) initialisation: ``build_model`` fills weights itself, and
+    ``normal_`` on the meta device costs a one-off second or more (it imports ``torch._dynamo``)."""
+    return nn.Embedding(rows, dim, _weight=torch.empty(rows, dim))
+
+
+class Scores(nn.Module):
+    """Eager Q·Kᵀ: (B, h, T, d_qk) x (B, h, d_qk, S) -> (B, h, T, S), counted as ``attention/scores``."""
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        return torch.matmul(q, k.transpose(-2, -1))  # (B, h, T, S)
+
+
+class Context(nn.Module):
+    """Eager A·V: (B, h, T, S) x (B, h, S, d_v) -> (B, h, T, d_v), counted as ``attention/context``."""
+
+    def forward(self, weights: Tensor, v: Tensor) -> Tensor:
+        return torch.matmul(weights, v)  # (B, h, T, d_v)
+
+
+class FusedCore(nn.Module):
+    """``scaled_dot_product_attention``: Q·Kᵀ, mask, softmax and ·V in one op (counted as scores + context, split
+    in the ratio ``qk_head_dim : v_head_dim``, which differ for MLA)."""
+
+    def __init__(self, qk_head_dim: int, v_head_dim: int) -> None:
+        super().__init__()
+        self.qk_head_dim, self.v_head_dim = qk_head_dim, v_head_dim
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        if k.shape[1] != q.shape[1]:  # cached decode passes the KV heads unexpanded (GQA/MQA)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, h, T, d_v)
+
+
+class Sinks(nn.Module):
+    """gpt-oss's attention sinks: one learned logit per head (``attention/sinks``), no matmul."""
+
+    def __init__(self, num_heads: int) -> None:
+        super().__init__()
+        self.logits = nn.Parameter(torch.empty(num_heads))
+
+
+class QKV(nn.Module):
+    """The ``q``, ``k`` and ``v`` projections of standard attention (the ``attention/qkv`` key).
+
+    Self-attention projects one stream; cross-attention takes queries from the decoder stream and keys and values
+    from the encoder memory, so no FLOPs are spent projecting the wrong stream.
+    """
+
+    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool, kv: int = 2) -> None:
+        super().__init__()
+        self.q = nn.Linear(embed_dim, q_dim, bias=bias)
+        # kv: the projections of K and V the layer has, 2; 1 when the values are the keys (Gemma 4
+        # attention_k_eq_v); 0 when it reuses an earlier layer's (modeling/shared_kv.py)
+        self.k = nn.Linear(embed_dim, kv_dim, bias=bias) if kv else None
+        self.v = nn.Linear(embed_dim, kv_dim, bias=bias) if kv == 2 else None
+
+    def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        if self.k is None:
+            raise RuntimeError("a layer sharing another layer's keys and values projects queries only")
+        source = x if memory is None else memory
+        k = self.k(source)  # (B, S, kv_dim)
+        v = self.v(source) if self.v is not None else k  # (B, S, kv_dim): values from keys
+        return self.q(x), k, v  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
+
+
+class QKNorm(nn.Module):
+    """Norms on queries (``q``) and keys (``k``): per head over head_dim (Qwen3, Gemma 3) or over all heads
+    together (OLMo 2, ``full``). Applied before rotary positions, as transformers does."""
+
+    def __init__(self, config: ResolvedShape, spec: AttentionSpec) -> None:
+        super().__init__()
+        self.full = spec.qk_norm == "full"
+        self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)
+        # a layer reusing another layer's keys has no key norm of its own
+        self.k = (
+            nn.Identity()
+            if spec.kv_shared
+            else make_norm(config, spec.kv_dim if self.full else spec.head_dim)
+        )
+
+
+def split_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, heads x d_head) -> (B, heads, T, d_head)."""
+    batch, length, width = x.shape
+    return x.view(batch, length, heads, width // heads).transpose(1, 2)  # (B, heads, T, d_head)
+
+
+def expand_kv(x: Tensor, heads: int) -> Tensor:
+    """Repeat each K/V head for its group of query heads (GQA/MQA): (B, h_kv, S, d) -> (B, h, S, d)."""
+    batch, heads_kv, length, dim = x.shape
+    groups = heads // heads_kv
+    if groups == 1:
+        return x
+    expanded = x[:, :, None].expand(batch, heads_kv, groups, length, dim)  # (B, h_kv, g, S, d_head)
+    return expanded.reshape(batch, heads_kv * groups, length, dim)  # (B, h, S, d_head)
