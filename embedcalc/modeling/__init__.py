@@ -5,6 +5,7 @@ The only package that imports torch (DESIGN.md §7). It shares no code with :mod
 """
 
 from embedcalc.modeling.counting import (
+    component_buffers,
     component_flops,
     component_key,
     component_params,
@@ -21,6 +22,7 @@ __all__ = [
     "TransformerModel",
     "TransformerOutput",
     "build_model",
+    "component_buffers",
     "component_flops",
     "component_key",
     "component_params",

@@ -114,6 +114,21 @@ def component_params(model: nn.Module) -> dict[str, int]:
     return out
 
 
+def component_buffers(model: nn.Module) -> dict[str, int]:
+    """Values of the persistent buffers (those ``state_dict`` saves) per breakdown key, zero entries omitted; the
+    tables a module recomputes and does not save (RoPE, sinusoidal positions) are left out."""
+    out: dict[str, int] = {}
+    for name, buffer in model.named_buffers():
+        module_path, _, local = name.rpartition(".")
+        if local in model.get_submodule(module_path)._non_persistent_buffers_set or not buffer.numel():
+            continue
+        key = component_key(module_path)
+        if key is None:
+            raise ValueError(f"buffer {name!r} maps to no breakdown key")
+        out[key] = out.get(key, 0) + buffer.numel()
+    return out
+
+
 def _sdpa_flops(
     query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: Any, **kwargs: Any
 ) -> int:

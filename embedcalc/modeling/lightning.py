@@ -10,7 +10,10 @@ convolution. A prompt runs the block form, four matmuls per head and block of c 
 with V after the decay mask (element-wise), Q times the carried state and the block's Kᵀ V; the state passes from
 block to block by an element-wise decay. One decode step runs the recurrence: kᵀ v and q S, two matmuls per head.
 The state is :class:`~embedcalc.modeling.ssm.MixerState`'s ``ssm`` (B, H, h, h), transformers' ``linear_cache``
-layout; its conv window is empty.
+layout; its conv window is empty. The decays are persistent buffers of the scan (``mixer.ssm``), the four tables
+``MiniMaxLightningAttention.__init__`` registers, in its shapes: ``slope_rate`` (H, 1, 1), ``query_decay`` and
+``key_decay`` (H, B, 1), ``diagonal_decay`` (1, H, B, B) for blocks of B tokens; a shorter last block reads their
+leading (key: trailing) c rows, as transformers does.
 """
 
 from __future__ import annotations
@@ -36,17 +39,43 @@ def decay_rates(heads: int, layer: int, layers: int) -> Tensor:
 
 
 class LightningScan(nn.Module):
-    """The decayed linear-attention recurrence of one layer (no parameters): block form and recurrent step."""
+    """The decayed linear-attention recurrence of one layer (no parameters; the decay tables as buffers): block form
+    and recurrent step."""
+
+    slope_rate: Tensor
+    query_decay: Tensor
+    key_decay: Tensor
+    diagonal_decay: Tensor
 
     def __init__(self, m: Mixer, layer: int, layers: int) -> None:
         super().__init__()
         self.spec = m
         self.layer, self.layers = layer, layers
+        heads, block = m.num_heads, m.chunk_size
+        self.register_buffer("slope_rate", torch.empty(heads, 1, 1))
+        self.register_buffer("query_decay", torch.empty(heads, block, 1))
+        self.register_buffer("key_decay", torch.empty(heads, block, 1))
+        self.register_buffer("diagonal_decay", torch.empty(1, heads, block, block))
+        self.reset_buffers()
+
+    def reset_buffers(self) -> None:
+        """(Re)compute the decay tables in place (``MiniMaxLightningAttention.decay_factors``), e.g. after
+        ``to_empty`` left them uninitialised: query exp(-s i), key exp(-s (B - i)) for i = 1 .. B, and the
+        diagonal exp(-s (i - j)) where i >= j, else 0."""
+        device = self.slope_rate.device
+        s = decay_rates(self.spec.num_heads, self.layer, self.layers).to(device)[:, None, None]  # (H, 1, 1)
+        steps = torch.arange(self.spec.chunk_size, device=device) + 1  # (B,)
+        gap = (steps[:, None] - steps[None, :]).float()  # (B, B): i - j
+        with torch.no_grad():
+            self.slope_rate.copy_(s)
+            self.query_decay.copy_(torch.exp(-s * steps[:, None]))  # (H, B, 1)
+            self.key_decay.copy_(torch.exp(-s * (self.spec.chunk_size - steps[:, None])))  # (H, B, 1)
+            self.diagonal_decay.copy_(torch.where(gap >= 0, torch.exp(-s * gap), 0)[None])  # (1, H, B, B)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, state: MixerState | None) -> Tensor:
         """q, k, v (B, H, T, h) -> (B, H, T, h); ``state.ssm`` (B, H, h, h) holds the state before and is left
         holding the state after."""
-        s = decay_rates(self.spec.num_heads, self.layer, self.layers).to(q)[:, None, None]  # (H, 1, 1)
+        s = self.slope_rate.to(q)  # (H, 1, 1)
         if state is not None and q.shape[2] == 1:
             kv = state.ssm * torch.exp(-s) + k.transpose(-1, -2) @ v  # (B, H, h, h)
             state.ssm.copy_(kv)
@@ -62,13 +91,11 @@ class LightningScan(nn.Module):
         for start in range(0, length, block):
             c = min(block, length - start)
             qi, ki, vi = (t[:, :, start : start + c] for t in (q, k, v))  # (B, H, c, h)
-            steps = torch.arange(c, device=q.device, dtype=q.dtype) + 1  # (c,)
-            gap = steps[:, None] - steps[None, :]  # (c, c): i - j
-            mask = torch.where(gap >= 0, torch.exp(-s * gap), 0)  # (H, c, c)
+            mask = self.diagonal_decay[:, :, :c, :c].to(q)  # (1, H, c, c)
             intra = ((qi @ ki.transpose(-1, -2)) * mask) @ vi  # (B, H, c, h)
-            inter = (qi * torch.exp(-s * steps[:, None])) @ kv.to(q.dtype)  # (B, H, c, h)
+            inter = (qi * self.query_decay[:, :c].to(q)) @ kv.to(q.dtype)  # (B, H, c, h)
             out.append(intra + inter)
-            kv = kv * torch.exp(-s * c) + (ki * torch.exp(-s * (c - steps[:, None]))).transpose(-1, -2) @ vi
+            kv = kv * torch.exp(-s * c) + (ki * self.key_decay[:, -c:].to(q)).transpose(-1, -2) @ vi
         if state is not None:
             state.ssm.copy_(kv)
         return torch.cat(out, dim=2)  # (B, H, T, h)

@@ -121,12 +121,15 @@ def memory_table(a: Analysis, serving: ServingMemory | None = None) -> Table:
     table.add_column("size", justify="right", whole=True)
     memory = a.memory.as_dict()
     for key, value in memory.items():
-        if key == "total_bytes":
+        if key in ("total_bytes", "buffers_bytes"):
             continue
         if value or key in ("weights_bytes", "activations_bytes"):
             table.add_row(
                 key.removesuffix("_bytes").replace("_", " "), units.count(value), units.binary_bytes(value)
             )
+        if key == "weights_bytes" and (buffers := memory.get("buffers_bytes")):  # a part of the weights
+            table.add_row("  [dim]weights: of which fixed buffers[/]", f"[dim]{units.count(buffers)}[/]",
+                          f"[dim]{units.binary_bytes(buffers)}[/]")  # fmt: skip
     for key, value in a.memory.activations.items():
         table.add_row(
             f"  [dim]activations: {key}[/]",

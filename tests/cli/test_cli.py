@@ -507,6 +507,7 @@ def test_help_imports_no_torch_importtime() -> None:
 # schema (pydantic's model machinery): a shipped preset is built as its record (config/record.py).
 ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
+    "embedcalc.analysis.buffers",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
     "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory.estimate",
     "embedcalc.analysis.memory.inference",

@@ -4,6 +4,8 @@ per-pipeline-stage assembly with ZeRO sharding.
 Inference = weights + KV cache + peak activations of one forward pass (:mod:`embedcalc.analysis.memory.inference`).
 Training  = weights + gradients + optimizer state + activations saved for the backward pass
 (:mod:`embedcalc.analysis.memory.training`).
+Weights include the model's persistent buffers (MiniMax's lightning decay tables; :mod:`embedcalc.analysis.buffers`),
+reported again beside them as ``buffers_bytes`` (a part of ``weights_bytes``, not added twice).
 All of it per device: with ``--tp/--pp/--dp/--zero`` (see ``analysis/parallel.py``) the numbers are those of the
 heaviest pipeline stage's device; every stage is listed beside it. ZeRO (Rajbhandari et al. 2020) shards the dense
 state over the dp ranks and the expert state over the dp / ep ranks that hold the same experts: stage 1 the
@@ -25,6 +27,7 @@ from math import prod
 from typing import Any
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.buffers import buffer_bytes
 from embedcalc.analysis.memory.inference import (
     kv_cache_terms,
     peak_candidates,
@@ -62,24 +65,27 @@ class _MemoryKinds:
     recurrent_state_bytes: (
         int  # the recurrent mixers' state (Mamba-2): constant in the context, beside the KV cache
     )
+    buffers_bytes: int  # the persistent buffers, a part of weights_bytes (analysis/buffers.py)
 
     @property
     def total_bytes(self) -> int:
-        return (
-            self.model_state_bytes + self.activations_bytes + self.kv_cache_bytes + self.recurrent_state_bytes
-        )
+        return (self.model_state_bytes + self.buffers_bytes + self.activations_bytes + self.kv_cache_bytes
+                + self.recurrent_state_bytes)  # fmt: skip
 
     @property
     def model_state_bytes(self) -> int:
         """Weights + gradients + optimizer state: the "model states" of ZeRO (Rajbhandari et al. 2020, §3), which a
-        training step reads and writes once."""
-        return self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+        training step reads and writes once; the buffers (a part of ``weights_bytes``) are not among them."""
+        return self.weights_bytes - self.buffers_bytes + self.gradients_bytes + self.optimizer_bytes
 
     def _kinds(self) -> dict[str, int]:
-        """The DESIGN.md §5 keys, and the recurrent state where the model has one (a key added, none renamed)."""
+        """The DESIGN.md §5 keys, and the recurrent state and the buffers (a part of the weights) where the model has
+        them (keys added, none renamed)."""
         out = {k: getattr(self, k) for k in MEMORY_KEYS}
         if self.recurrent_state_bytes:
             out["recurrent_state_bytes"] = self.recurrent_state_bytes
+        if self.buffers_bytes:
+            out["buffers_bytes"] = self.buffers_bytes
         return out
 
 
@@ -96,6 +102,7 @@ class StageMemory(_MemoryKinds):
     activations_bytes: int
     kv_cache_bytes: int
     recurrent_state_bytes: int = 0
+    buffers_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {"stage": self.index, "num_layers": self.num_layers, "params": self.params, **self._kinds()}
@@ -113,6 +120,7 @@ class MemoryEstimate(_MemoryKinds):
     activations: Breakdown
     stages: list[StageMemory] = field(default_factory=list)
     recurrent_state_bytes: int = 0
+    buffers_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return self._kinds()
@@ -129,7 +137,8 @@ class MemoryEstimate(_MemoryKinds):
 
 def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num) -> dict[str, Num]:
     """Inference and training memory of one device without parallelism at sizes ``x`` (ints or arrays)."""
-    weights = weight_bytes(((t.key, t.shape, t.copies) for t in model_tensors(config, x)), workload)
+    buffers = buffer_bytes(config, x, workload.activation_bytes)
+    weights = weight_bytes(((t.key, t.shape, t.copies) for t in model_tensors(config, x)), workload) + buffers
     candidates = list(peak_candidates(config, workload, x).values())
     activations = functools.reduce(maximum, candidates) if candidates else 0
     kv_cache = kv_cache_terms(config, workload, x)
@@ -155,12 +164,13 @@ def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num
     if workload.recompute != "none":
         saved = saved + recompute_working_set(working)[1]
     per_param = training_param_bytes(workload.dtype)
+    buffers = buffer_bytes(config, x, per_param)
     return out | {
-        "training_weights_bytes": params * per_param,
+        "training_weights_bytes": params * per_param + buffers,
         "gradients_bytes": params * per_param,
         "optimizer_bytes": optimizer,
         "training_activations_bytes": saved,
-        "training_total_bytes": params * (2 * per_param) + optimizer + saved,
+        "training_total_bytes": params * (2 * per_param) + buffers + optimizer + saved,
     }
 
 
@@ -178,10 +188,11 @@ def _stage_memory(
         activations = peak_inference_activations(config, workload, stage)
         stored = weight_bytes(((t.key, shape, n) for (t, _), (shape, n, _) in zip(tensors, shapes, strict=True)),
                               workload)  # fmt: skip
+        buffers = int(buffer_bytes(config, x, workload.activation_bytes))
         return StageMemory(
-            stage.index, stage.num_layers, params, int(stored), 0, 0,
+            stage.index, stage.num_layers, params, int(stored) + buffers, 0, 0,
             activations.total, int(kv_cache_terms(config, workload, x, par.tp)),
-            int(state_terms(config, x, workload.activation_bytes)),
+            int(state_terms(config, x, workload.activation_bytes)), buffers,
         )  # fmt: skip
     mixed = mixed_precision(workload.dtype)
     in_flight = par.pp - stage.index  # 1F1B: micro-batches whose activations stage i holds
@@ -204,13 +215,15 @@ def _stage_memory(
         )
         for expert in (False, True)
     ]
+    buffers = int(buffer_bytes(config, x, per_param))  # never sharded by ZeRO (analysis/buffers.py)
     return StageMemory(
         stage.index, stage.num_layers, params,
-        weights_bytes=sharded(dense_params * per_param, expert_params * per_param, 3),
+        weights_bytes=sharded(dense_params * per_param, expert_params * per_param, 3) + buffers,
         gradients_bytes=sharded(dense_params * per_param, expert_params * per_param, 2),
         optimizer_bytes=sharded(optimizer[0], optimizer[1], 1),
         activations_bytes=in_flight * saved_activations(config, workload, stage).total,
         kv_cache_bytes=0,
+        buffers_bytes=buffers,
     )  # fmt: skip
 
 
@@ -241,4 +254,5 @@ def estimate_memory(config: ResolvedShape, workload: Workload) -> MemoryEstimate
         activations=activations,
         stages=stages,
         recurrent_state_bytes=heaviest.recurrent_state_bytes,
+        buffers_bytes=heaviest.buffers_bytes,
     )
