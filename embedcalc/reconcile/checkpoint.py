@@ -175,6 +175,9 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
     kinds = _layer_kinds(config, stack)
+    # post_attention_layernorm is attention's own norm where the FFN has one after it too (Gemma 2/3 sandwich;
+    # OLMo-2's post-sublayer norms, counted as pre-norms), the FFN's pre-norm otherwise (LLaMA)
+    sandwich = placement != "pre" or any(".post_feedforward_layernorm." in t.name for t in checkpoint.tensors)
     raw = checkpoint.raw_config
     text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
     rules = ShapeRules(config, stack, raw.get("model_type") or text.get("model_type"))
@@ -187,7 +190,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     notes: list[str] = []
     tied = config.tie_embeddings and "head/lm" not in analytic
     for tensor in checkpoint.tensors:
-        role = tensor_role(tensor.name, stack, placement != "pre", kinds)
+        role = tensor_role(tensor.name, stack, sandwich, kinds)
         role = refile(role, rules.block(role.layer))
         param = tensor.name.rsplit(".", 1)[-1]
         if (tower := outside_text_model(tensor.name)) is not None:

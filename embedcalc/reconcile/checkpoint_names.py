@@ -39,6 +39,8 @@ Kind = Literal["weight", "packed", "scale", "buffer"]
 Sublayer = Literal["attention", "mixer", "ffn", "parallel"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
+# ERNIE 4.5's moe_statics.e_score_correction_bias is an nn.Parameter (Ernie4_5_MoeStatics), DeepSeek's a buffer
+_PARAM_STATICS = "moe_statics"
 PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
 SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
           "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
@@ -67,7 +69,7 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("shared_expert_gate",), "moe/shared_gate"),
     (("shared_expert", "shared_experts", "shared_mlp"), "moe/shared"),
     # granitemoehybrid: block_sparse_moe.input_linear / output_linear (the experts), router.layer
-    (("input_linear", "output_linear"), "moe/experts"), (("router",), "moe/router"),
+    (("input_linear", "output_linear"), "moe/experts"), (("router", _PARAM_STATICS), "moe/router"),
     (("q_a_proj",), "attention/q_a"), (("q_a_layernorm",), "attention/q_a_norm"), (("q_b_proj",), "attention/q_b"),
     (("kv_a_proj_with_mqa",), "attention/kv_a"), (("kv_a_layernorm",), "attention/kv_a_norm"),
     (("kv_b_proj",), "attention/kv_b"),
@@ -142,7 +144,7 @@ class TensorRole:
 def _split(name: str) -> tuple[str, str, Kind]:
     """(module path, parameter name, kind) of a tensor name."""
     module, _, param = name.rpartition(".")
-    if any(name.endswith(b) for b in BUFFERS):
+    if any(name.endswith(b) for b in BUFFERS) and not module.endswith(_PARAM_STATICS):
         return module, param, "buffer"
     if param in PACKED:
         return module, param, "packed"
@@ -227,7 +229,8 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     for names, component in _IN_LAYER:
         if any(segment in names for segment in inside):
             return f"{stack}/{component}"
-    if inside and inside[-1] in _ROUTERS and len(inside) >= 2:
+    # HunYuan's router is mlp.gate.wg (HunYuanMoEV1Gate)
+    if len(inside) >= 2 and (inside[-1] in _ROUTERS or inside[-2:] == ["gate", "wg"]):
         return f"{stack}/moe/router"
     if "post_attention_layernorm" in inside:
         return f"{stack}/{'attention' if sandwich else 'ffn'}/norm"

@@ -17,7 +17,8 @@ block builds no such tensor" (then the tensor is extra, not counted). The widths
   (kv_lora_rank + rope, d), ``kv_a_layernorm`` (kv_lora_rank,), ``kv_b_proj`` (H (nope + v), kv_lora_rank);
   ``o_proj`` (d, H v);
 - a dense FFN: ``gate_proj`` / ``up_proj`` (F, d), a fused ``gate_up_proj`` (2 F, d), ``down_proj`` (d, F);
-- a mixture of experts: the router (``gate`` / ``router`` / Gemma 4's ``router.proj``) (E, d) and its bias (E,);
+- a mixture of experts: the router (``gate`` / ``router`` / Gemma 4's ``router.proj`` / HunYuan's ``gate.wg``) (E, d)
+  and its bias (E,), ERNIE 4.5's ``moe_statics.e_score_correction_bias`` (1, E);
   Gemma 4's ``router.scale`` (d,) and ``router.per_expert_scale`` (E,); per-expert modules ``experts.N.gate_proj``
   / ``up_proj`` / Mixtral's ``w1`` / ``w3`` (I, d) and ``down_proj`` / ``w2`` (d, I), as ``save_pretrained`` writes
   Qwen3-MoE, Mixtral and DeepSeek-V3; fused 3-D experts ``experts.gate_up_proj`` (E, 2 I, d) and
@@ -159,6 +160,8 @@ def _moe(
 ) -> Expected | None:
     e, d, last = ffn.num_experts, x.d, inside[-1] if inside else ""
     if component == "moe/router":
+        if param == "e_score_correction_bias":  # Ernie4_5_MoeStatics: (num_experts_groups = 1, E)
+            return (1, e), "1 group, num_experts"
         return _linear(e, d, "num_experts", "hidden", param)
     if component == "moe/router_scale":  # Gemma4TextRouter.scale, .per_expert_scale
         return {"scale": ((d,), "hidden"), "per_expert_scale": ((e,), "num_experts")}.get(param)

@@ -7,9 +7,11 @@ keys and their own head_dim / KV heads, KV-shared layers with double-wide MLPs, 
 (26B-A4B-like: router, fused experts, dense MLP as the shared branch, branch norms), a Gemma 4 multimodal model
 (text under ``model.language_model.``, vision tower beside it), Qwen3-MoE, DeepSeek-V3 (latent attention, shared
 experts, a dense first layer), DeepSeek-V2-Lite (latent attention with one full-rank ``q_proj``), Mixtral (``w1`` /
-``w2`` / ``w3`` experts) and GPT-OSS (input-major fused experts with biases, sinks). Each places every tensor with
-the shape the config gives it; with every multi-dimensional tensor stored with its dimensions reversed (the same
-elements, so every total still agrees), verify exits 3 naming each.
+``w2`` / ``w3`` experts), GPT-OSS (input-major fused experts with biases, sinks), ERNIE 4.5 (its router's correction
+bias a parameter), HunYuan-A13B (router ``gate.wg``, ``shared_mlp``, query/key layernorms) and OLMo-2 (norms after
+attention and after the MLP, no pre-norms). Each places every tensor with the shape the config gives it; with every
+multi-dimensional tensor stored with its dimensions reversed (the same elements, so every total still agrees),
+verify exits 3 naming each.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import pytest
 from config.hf.test_hf_gemma4 import _TINY_MOE
 from config.hf.test_hf_layer_families import _small
+from config.hf.test_hf_moe_families import _small as moe_small
 from hf_reference import hf_config, quiet_transformers, raw_fixture
 
 from embedcalc.config.checkpoint import read_checkpoint
@@ -34,7 +37,8 @@ pytestmark = pytest.mark.torch
 GEMMA4_DENSE = _TINY_MOE | {"enable_moe_block": False}
 RAW = {"gemma4-dense": GEMMA4_DENSE, "gemma4-moe": _TINY_MOE,
        **{name: _small(raw_fixture(name)) for name in ("qwen3-30b-a3b", "deepseek-v3", "deepseek-v2-lite",
-                                                        "mixtral-8x7b", "gpt-oss-20b")}}  # fmt: skip
+                                                        "mixtral-8x7b", "gpt-oss-20b", "olmo-2-1124-7b")},
+       **{name: moe_small(raw_fixture(name)) for name in ("ernie-4.5-21b-a3b", "hunyuan-a13b")}}  # fmt: skip
 MULTIMODAL = "gemma4-multimodal"
 BUFFER = "a buffer, not a parameter"
 
@@ -98,7 +102,8 @@ def test_every_tensor_is_placed_with_the_shape_its_block_gives(
     buffers = {n for n, _ in model.named_buffers()}
     text = [t for t in checkpoint.tensors if t.name not in buffers and outside_text_model(t.name) is None]
     for tensor in text:
-        role = tensor_role(tensor.name, "decoder", config.resolved_norm_placement != "pre", kinds)
+        sandwich = config.resolved_norm_placement != "pre" or "olmo" in name
+        role = tensor_role(tensor.name, "decoder", sandwich, kinds)
         expected = rules.tensor_shape(refile(role, rules.block(role.layer)), tensor.name.rsplit(".", 1)[-1])
         assert expected is not None and expected[0] == tensor.shape, (tensor.name, expected)
     assert sum(t.numel for t in text) == _text_numel(model)
@@ -176,3 +181,79 @@ def test_a_k_proj_in_a_kv_shared_layer_is_extra(transformers: Any, cli: Any, tmp
     assert code == 0 and check["agree"]
     (extra,) = [e for e in check["extra"] if e["reason"] != BUFFER]
     assert extra["tensor"] == "model.layers.2.self_attn.k_proj.weight" and "kv_shared" in extra["reason"]
+
+
+def _reverse_all(path: Path, skip: set[str]) -> tuple[list[str], dict[str, list[int]]]:
+    """Every multi-dimensional tensor of the safetensors file ``path`` (but ``skip`` and the towers) whose reversed
+    shape differs, stored reversed; returns their names and stored shapes."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    names = sorted(
+        n
+        for n, t in tensors.items()
+        if n not in skip and outside_text_model(n) is None and t.dim() > 1 and t.shape != t.shape[::-1]
+    )
+    shapes = {n: list(tensors[n].shape) for n in names}
+    for n in names:
+        tensors[n] = tensors[n].reshape(tuple(reversed(tensors[n].shape))).contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+    return names, shapes
+
+
+def test_heterogeneous_nemotron_nas_blocks_name_each_reversed_tensor(cli: Any, tmp_path: Path) -> None:
+    """DeciLM's blocks differ layer by layer (2 or 4 KV heads of 32; MLPs of 512 or 256 at hidden 256, ffn_mult
+    2.625 / 1.3125 rounded up to a multiple of 256; no-op and linear sublayers): each k_proj / v_proj / gate / up /
+    down is checked against its own block; layer 2's square MLP stored as (512, 128) is named too."""
+    from config.hf.test_hf_nemotron_nas import _decilm, _tiny
+    from safetensors.torch import save_file
+
+    raw = _tiny()
+    tensors = {name: t.contiguous() for name, t in _decilm(raw, "cpu").state_dict().items()}
+    assert tuple(tensors["model.layers.0.self_attn.k_proj.weight"].shape) == (64, 256)
+    assert tuple(tensors["model.layers.3.self_attn.k_proj.weight"].shape) == (128, 256)
+    assert tuple(tensors["model.layers.0.mlp.gate_proj.weight"].shape) == (512, 256)
+    assert tuple(tensors["model.layers.2.mlp.gate_proj.weight"].shape) == (256, 256)
+    gate = "model.layers.2.mlp.gate_proj.weight"
+    tensors[gate] = tensors[gate].reshape(512, 128)
+    (tmp_path / "config.json").write_text(json.dumps(raw), encoding="utf-8")
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    names, shapes = _reverse_all(tmp_path / "model.safetensors", {gate})
+    assert (
+        "model.layers.3.self_attn.k_proj.weight" in names and "model.layers.0.mlp.down_proj.weight" in names
+    )
+    code, check, stderr = _verify(cli, tmp_path)
+    assert code == 3
+    assert sorted(e["tensor"] for e in check["shape_errors"]) == sorted([*names, gate])
+    said = " ".join(stderr.split())
+    assert f"{gate} has shape [512, 128]: the config gives [256, 256] (intermediate_size, hidden)" in said
+    for n in names:
+        assert f"{n} has shape {shapes[n][::-1]}: the config gives {shapes[n]}" in said
+
+
+def test_llama_vision_text_layers_name_each_reversed_tensor(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
+    """Llama-3.2-Vision's text model (self-attention layers and cross-attention layers 1 and 3, 4 heads / 2 KV of
+    16 at hidden 64, vocab 300 + 8 rows): every reversed text tensor named, the vision tower left out."""
+    import torch
+    from config.hf.test_hf_mllama import NAME
+    from config.hf.test_hf_mllama import _small as mllama_small
+
+    small = mllama_small(raw_fixture(NAME))
+    small["vision_config"] |= {"hidden_size": 32, "num_hidden_layers": 2, "num_global_layers": 1,
+                               "attention_heads": 2, "intermediate_size": 64, "vision_output_dim": 96,
+                               "intermediate_layers_indices": [0, 1]}  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.MllamaForConditionalGeneration(transformers.MllamaConfig.from_dict(small)).float()
+    model.save_pretrained(tmp_path)
+    code, check, stderr = _verify(cli, tmp_path)
+    assert code == 0 and check["shape_errors"] == [], stderr
+    names, shapes = _reverse_all(tmp_path / "model.safetensors", {n for n, _ in model.named_buffers()})
+    assert any(".cross_attn.k_proj." in n for n in names)
+    code, check, stderr = _verify(cli, tmp_path)
+    assert code == 3
+    assert sorted(e["tensor"] for e in check["shape_errors"]) == names
+    said = " ".join(stderr.split())
+    for n in names:
+        assert f"{n} has shape {shapes[n][::-1]}: the config gives {shapes[n]}" in said
