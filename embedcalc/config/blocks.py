@@ -21,12 +21,11 @@ and Jiang et al. 2023 (Mistral); chunked attention, Llama 4 (transformers' ``att
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.fields import AttentionFields, BlockFields, FFNFields
+from embedcalc.config.ffn_spec import FFNSpec, moe_missing
+from embedcalc.config.fields import AttentionFields, BlockFields
 from embedcalc.config.layer_plan import (
     FFN,
     LATENT_KINDS,
@@ -38,6 +37,7 @@ from embedcalc.config.layer_plan import (
     StackPlan,
 )
 from embedcalc.config.mixers import MixerSpec
+from embedcalc.config.spec_rules import FROZEN, PositiveInt, refuse_other_kind
 from embedcalc.config.spec_shapes import (
     DEFAULT_BLOCK,
     MLA_FIELDS,
@@ -51,11 +51,8 @@ from embedcalc.config.spec_shapes import (
     merge_spec,
 )
 
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
-
 # the resolved view lives in config/layer_plan.py, the specs' field groups and merging in config/spec_shapes.py
-# (no pydantic: a shipped preset's path); both are re-exported here
+# (no pydantic: a shipped preset's path), the FFN's spec in config/ffn_spec.py; all are re-exported here
 __all__ = [
     "DEFAULT_BLOCK",
     "FFN",
@@ -79,13 +76,11 @@ __all__ = [
     "moe_missing",
 ]
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
-
 
 class AttentionSpec(AttentionFields, BaseModel):
     """What the self-attention of a block is, beyond the flat head counts: kind, norms, sinks, window."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     kind: AttentionKind = Field(
         default="standard",
@@ -251,9 +246,9 @@ class AttentionSpec(AttentionFields, BaseModel):
     @model_validator(mode="after")
     def _mla_fields_need_mla(self) -> AttentionSpec:
         if self.kind not in LATENT_KINDS:
-            _refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
+            refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
         if self.kind != "sparse":
-            _refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
+            refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
         if self.kind in LATENT_KINDS and self.num_kv_heads is not None:
             raise PydanticCustomError(
                 "field_of_other_kind",
@@ -262,7 +257,7 @@ class AttentionSpec(AttentionFields, BaseModel):
                 {"value": self.num_kv_heads, "kind": self.kind},
             )
         if self.kind != "standard":
-            _refuse_other_kind(self, STANDARD_ONLY_FIELDS, "attention", "standard")
+            refuse_other_kind(self, STANDARD_ONLY_FIELDS, "attention", "standard")
         return self
 
     @field_validator("qk_norm")
@@ -278,154 +273,10 @@ class AttentionSpec(AttentionFields, BaseModel):
         return value
 
 
-class FFNSpec(FFNFields, BaseModel):
-    """What the feed-forward sublayer of a block is: dense (plain or gated) or a mixture of experts."""
-
-    model_config = _FROZEN
-
-    kind: FFNKind = Field(
-        default="dense",
-        description=(
-            "dense: one FFN of ffn_dim. moe: num_experts FFNs of expert_dim, top_k of them per token. projection: "
-            "one bias-free embed_dim x embed_dim linear behind the FFN's norm (the Nemotron NAS models' "
-            "replace_with_linear FFN, DeciLMLinearMLP). none: the block has no FFN (Nemotron-H's mixer-only layers)."
-        ),
-    )
-    ffn_dim: PositiveInt | None = Field(
-        default=None,
-        description="dense: inner width of this block's FFN when it differs from the flat ffn_dim (Llama 4).",
-    )
-    num_experts: PositiveInt | None = Field(
-        default=None, description="moe: routed experts per layer (Mixtral 8, DeepSeek-V3 256)."
-    )
-    top_k: PositiveInt | None = Field(
-        default=None, description="moe: routed experts each token is sent to (num_experts_per_tok)."
-    )
-    expert_dim: PositiveInt | None = Field(
-        default=None,
-        description="moe: inner width of one routed expert (moe_intermediate_size); default the flat ffn_dim.",
-    )
-    num_shared_experts: NonNegativeInt = Field(
-        default=0,
-        description=(
-            "moe: experts every token goes through besides the routed ones (DeepSeek: n_shared_experts); they are "
-            "built as one FFN of num_shared_experts x shared_expert_dim, as DeepSeek and Qwen2-MoE build them."
-        ),
-    )
-    shared_expert_dim: PositiveInt | None = Field(
-        default=None, description="moe: inner width of one shared expert; default expert_dim."
-    )
-    shared_expert_gate: bool = Field(
-        default=False,
-        description="moe: a sigmoid gate embed_dim -> 1 scales the shared experts' output (Qwen2-MoE).",
-    )
-    router_bias: bool = Field(
-        default=False, description="moe: the router (embed_dim -> num_experts) has a bias (gpt-oss)."
-    )
-    router_scale: bool = Field(
-        default=False,
-        description=(
-            "moe: the router scales its (weight-free normalised) input by a learned vector of embed_dim and each "
-            "chosen expert's weight by a learned per-expert scale (Gemma 4's Gemma4TextRouter: scale, "
-            "per_expert_scale): embed_dim + num_experts parameters, no matmul."
-        ),
-    )
-    branch_norms: bool = Field(
-        default=False,
-        description=(
-            "moe: norms on the shared experts' output and on the routed experts' input and output (Gemma 4's "
-            "post_feedforward_layernorm_1, pre_ / post_feedforward_layernorm_2): three norms of embed_dim. Needs "
-            "shared experts."
-        ),
-    )
-    expert_bias: bool | None = Field(
-        default=None, description="moe: biases inside the experts (gpt-oss); default the flat ffn_bias."
-    )
-
-    @field_validator("top_k")
-    @classmethod
-    def _top_k_within_experts(cls, value: int | None, info: ValidationInfo) -> int | None:
-        experts = info.data.get("num_experts")
-        if value is not None and experts is not None and value > experts:
-            raise PydanticCustomError(
-                "top_k_over_experts",
-                "top_k ({value}) cannot exceed num_experts ({experts}): a token is routed to distinct experts; "
-                "use top_k {experts} or fewer, or more experts",
-                {"value": value, "experts": experts},
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _fields_of_its_kind(self) -> FFNSpec:
-        if self.kind != "moe":
-            _refuse_other_kind(self, MOE_ONLY_FIELDS, "ffn", "moe")
-        if self.kind == "projection" and self.ffn_dim is not None:
-            raise PydanticCustomError(
-                "field_of_other_kind",
-                "ffn.ffn_dim ({value}) is the width of a dense FFN, but kind is projection (embed_dim x embed_dim), "
-                "so it would be ignored: remove ffn_dim or use kind dense",
-                {"value": self.ffn_dim},
-            )
-        if self.kind == "moe" and self.ffn_dim is not None:
-            raise PydanticCustomError(
-                "field_of_other_kind",
-                "ffn.ffn_dim ({value}) is the width of a dense FFN; under kind moe the width of one expert is "
-                "expert_dim: write expert_dim: {value} (and shared_expert_dim for the shared experts)",
-                {"value": self.ffn_dim},
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _moe_complete(self) -> FFNSpec:
-        if self.shared_expert_gate and self.kind == "moe" and self.num_shared_experts == 0:
-            raise PydanticCustomError(
-                "shared_gate_without_shared_experts",
-                "shared_expert_gate scales the shared experts' output, but num_shared_experts is 0; set "
-                "num_shared_experts: 1 (Qwen2-MoE) or shared_expert_gate: false",
-                {},
-            )
-        if self.branch_norms and self.kind == "moe" and self.num_shared_experts == 0:
-            raise PydanticCustomError(
-                "branch_norms_without_shared_experts",
-                "branch_norms normalise the shared experts' output beside the routed experts', but "
-                "num_shared_experts is 0; set num_shared_experts: 1 (Gemma 4's dense MLP) or branch_norms: false",
-                {},
-            )
-        missing = moe_missing(self)
-        if missing:
-            raise PydanticCustomError(
-                "moe_incomplete",
-                "kind moe needs {name}; add {name}: (Mixtral has num_experts: 8, top_k: 2)",
-                {"name": missing},
-            )
-        return self
-
-
-def _refuse_other_kind(spec: AttentionSpec | FFNSpec, names: tuple[str, ...], where: str, kind: str) -> None:
-    """Refuse the first of ``names`` that ``spec`` sets to other than its default while its kind is not ``kind``."""
-    for name in names:
-        value, default = getattr(spec, name), type(spec).model_fields[name].default
-        if value != default:
-            shown = str(value).lower() if isinstance(value, bool) else str(value)
-            raise PydanticCustomError(
-                "field_of_other_kind",
-                "{where}.{name} ({value}) applies to kind {kind} only, but kind is {actual}, so it would be ignored: "
-                "add kind: {kind} to {where}, or remove {name}",
-                {"where": where, "name": name, "value": shown, "kind": kind, "actual": spec.kind},
-            )
-
-
-def moe_missing(spec: FFNSpec) -> str | None:
-    """The first field a mixture of experts needs that ``spec`` lacks, else None."""
-    if spec.kind != "moe":
-        return None
-    return next((name for name in ("num_experts", "top_k") if getattr(spec, name) is None), None)
-
-
 class BlockSpec(BlockFields, BaseModel):
     """A named variant of the default block: the mixer, attention and FFN fields it changes."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     mixer: MixerSpec | None = Field(
         default=None,
@@ -443,7 +294,7 @@ class BlockSpec(BlockFields, BaseModel):
 class LayerRun(LayerRunShape, BaseModel):
     """``repeat`` copies of a pattern of block names, laid out in order over depth."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     pattern: list[str] = Field(
         min_length=1,

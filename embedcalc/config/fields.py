@@ -183,7 +183,7 @@ class AttentionFields(SpecFields):
 
 
 class FFNFields(SpecFields):
-    """The fields of :class:`embedcalc.config.blocks.FFNSpec` (typing only)."""
+    """The fields of :class:`embedcalc.config.ffn_spec.FFNSpec` (typing only)."""
 
     if TYPE_CHECKING:
 

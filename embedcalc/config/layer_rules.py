@@ -4,7 +4,8 @@ those specs dumped as written.
 
 :class:`LayerRules` is a mixin of :class:`embedcalc.config.schema.ModelConfig`, which declares the fields (hence
 ``check_fields=False``); like the flat rules (:mod:`embedcalc.config.shape_rules`) each is a field validator on the
-field at fault.
+field at fault. The checks of one spec against the flat shape are :mod:`embedcalc.config.spec_checks`; the rules
+here are those across the fields and across layers (blocks resolve, layers cover the stack, KV and index sharing).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from pydantic_core import PydanticCustomError
 
 from embedcalc.config.blocks import (
     DEFAULT_BLOCK,
-    MLA_FIELDS,
-    SPARSE_FIELDS,
     AttentionSpec,
     BlockSpec,
     FFNSpec,
@@ -29,6 +28,7 @@ from embedcalc.config.blocks import (
 )
 from embedcalc.config.mixers import MixerSpec
 from embedcalc.config.shape_rules import written_key
+from embedcalc.config.spec_checks import check_attention, check_ffn_activation, check_mixer
 
 
 class LayerRules:
@@ -48,21 +48,21 @@ class LayerRules:
     @classmethod
     def _attention_fits(cls, value: AttentionSpec | None, info: ValidationInfo) -> AttentionSpec | None:
         if value is not None:
-            _check_attention(value, info, "attention")
+            check_attention(value, info, "attention")
         return value
 
     @field_validator("ffn", check_fields=False)
     @classmethod
     def _ffn_fits(cls, value: FFNSpec | None, info: ValidationInfo) -> FFNSpec | None:
         if value is not None:
-            _check_ffn_activation(value, info, "ffn")
+            check_ffn_activation(value, info, "ffn")
         return value
 
     @field_validator("mixer", check_fields=False)
     @classmethod
     def _mixer_fits(cls, value: MixerSpec | None, info: ValidationInfo) -> MixerSpec | None:
         if value is not None:
-            _check_mixer(value, info, "mixer")
+            check_mixer(value, info, "mixer")
         return value
 
     @field_validator("blocks", check_fields=False)
@@ -91,9 +91,9 @@ class LayerRules:
                     "blocks.{name}: {error}",
                     {"name": name, "error": exc.errors()[0]["msg"]},
                 ) from None
-            _check_attention(attention, info, f"blocks.{name}.attention")
-            _check_mixer(mixer, info, f"blocks.{name}.mixer")
-            _check_ffn_activation(ffn, info, f"blocks.{name}.ffn")
+            check_attention(attention, info, f"blocks.{name}.attention")
+            check_mixer(mixer, info, f"blocks.{name}.mixer")
+            check_ffn_activation(ffn, info, f"blocks.{name}.ffn")
             missing = moe_missing(ffn)
             if missing:
                 raise PydanticCustomError(
@@ -226,39 +226,6 @@ def _cross_blocks(info: ValidationInfo) -> list[str]:
     return out
 
 
-def _check_ffn_activation(spec: FFNSpec, info: ValidationInfo, where: str) -> None:
-    """xIELU learns its two scalars once per dense FFN (transformers' ApertusMLP); experts that each carry them
-    are a model no family builds, so embedcalc refuses to guess how many."""
-    if spec.kind == "moe" and info.data.get("activation") == "xielu":
-        raise PydanticCustomError(
-            "xielu_moe",
-            "{where}: kind moe with activation xielu: xIELU's learned scalars are modelled for dense FFNs only "
-            "(Apertus); use a dense ffn, or activation relu for the same matmuls",
-            {"where": where},
-        )
-
-
-def _check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
-    """A recurrent mixer scans causally: decoders only (an encoder's layers see the whole sequence); one beside the
-    block's attention shares a pre-norm input with it."""
-    arch = info.data.get("architecture")
-    if spec.kind != "attention" and arch != "decoder":
-        raise PydanticCustomError(
-            "mixer_needs_decoder",
-            "{where}.kind {kind} is for decoder stacks (a causal scan, or no mixer); architecture {arch} "
-            "needs attention. Use kind attention or architecture decoder",
-            {"where": where, "kind": spec.kind, "arch": arch},
-        )
-    placement = info.data.get("norm_placement")
-    if spec.parallel_attention and placement not in (None, "pre"):
-        raise PydanticCustomError(
-            "parallel_mixers_need_pre",
-            "{where}.parallel_attention runs attention and {kind} on one pre-normalised input (Falcon-H1), but "
-            "norm_placement is {placement}; set norm_placement: pre or remove parallel_attention",
-            {"where": where, "kind": spec.kind, "placement": placement},
-        )
-
-
 def _check_index_sharing(names: list[str], info: ValidationInfo) -> None:
     """Refuse a stack (its block names in layer order) whose first sparse layer has ``index_shared``."""
     base_attention = base_attention_spec(info.data["sliding_window"], info.data["attention"], AttentionSpec)
@@ -308,119 +275,4 @@ def _check_kv_sharing(names: list[str], info: ValidationInfo) -> None:
                 "with the same window and head shape, but none before it computes its own; set kv_shared: false "
                 "there, or put a block of that shape without kv_shared before it in layers",
                 {"where": where, "index": index, "name": name},
-            )
-
-
-def _check_sparse(spec: AttentionSpec, where: str) -> None:
-    """A sparse layer's indexer: complete (its queries come from the query latent), and wide enough for the rotary
-    dims it rotates (transformers' ``DeepseekV32Indexer`` splits index_head_dim into qk_rope_head_dim + the rest)."""
-    missing = [name for name in SPARSE_FIELDS if getattr(spec, name) is None]
-    if missing:
-        raise PydanticCustomError(
-            "sparse_incomplete",
-            "{where}: kind sparse needs {fields} (DeepSeek-V3.2: q_lora_rank 1536, index_heads 64, "
-            "index_head_dim 128, index_topk 2048)",
-            {"where": where, "fields": ", ".join(missing)},
-        )
-    rope, width = spec.qk_rope_head_dim or 0, spec.index_head_dim or 0
-    if width < rope:
-        raise PydanticCustomError(
-            "index_head_dim_under_rope",
-            "{where}.index_head_dim ({width}) must be at least qk_rope_head_dim ({rope}): the indexer rotates the "
-            "first qk_rope_head_dim channels of its queries and keys; use index_head_dim {rope} or more",
-            {"where": where, "width": width, "rope": rope},
-        )
-
-
-# what cross-attention over an external sequence cannot have: latent attention, a causal window or chunk, sinks
-_NOT_CROSS = {"sliding_window": None, "chunk_size": None, "sinks": False, "output_gate": False}
-
-
-def _check_cross(spec: AttentionSpec, where: str) -> None:
-    """Cross-attention is standard attention whose every query sees all the external tokens: refuse the fields
-    that would limit or change that (their values would be silently ignored)."""
-    if spec.kind != "standard":
-        raise PydanticCustomError(
-            "cross_needs_standard",
-            "{where}.cross applies to kind standard (Llama-3.2-Vision's cross-attention has plain GQA "
-            "projections), but kind is {kind}; set kind: standard or remove cross",
-            {"where": where, "kind": spec.kind},
-        )
-    for name, default in _NOT_CROSS.items():
-        value = getattr(spec, name)
-        if value != default:
-            shown = str(value).lower() if isinstance(value, bool) else str(value)
-            raise PydanticCustomError(
-                "field_with_cross",
-                "{where}.{name} ({value}) shapes causal self-attention, but cross is true: every query sees "
-                "all context_tokens external tokens; remove {name} from this block (write {name}: {default} to "
-                "drop a value it inherits) or cross",
-                {
-                    "where": where,
-                    "name": name,
-                    "value": shown,
-                    "default": "null" if default is None else "false",
-                },
-            )
-
-
-def _check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
-    """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
-    if spec.kind in ("mla", "sparse"):
-        missing = [name for name in MLA_FIELDS if getattr(spec, name) is None]
-        if missing:
-            raise PydanticCustomError(
-                "mla_incomplete",
-                "{where}: kind {kind} needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
-                "qk_rope_head_dim 64, v_head_dim 128)",
-                {"where": where, "kind": spec.kind, "fields": ", ".join(missing)},
-            )
-    if spec.kind == "sparse":
-        _check_sparse(spec, where)
-    heads, kv = info.data.get("num_heads"), spec.num_kv_heads
-    if kv is not None and isinstance(heads, int) and heads % kv:
-        fits = [k for k in range(1, heads + 1) if heads % k == 0]
-        near = sorted(fits, key=lambda k: (abs(k - kv), k))[:2]
-        raise PydanticCustomError(
-            "kv_heads_not_divisor",
-            "{where}.num_kv_heads ({kv}) must divide {heads_key} ({heads}): each KV head serves {heads_key} / "
-            "num_kv_heads query heads; use num_kv_heads {fix}",
-            {"where": where, "kv": kv, "heads": heads, "heads_key": written_key(info, "num_heads"),
-             "fix": " or ".join(map(str, sorted(near)))},
-        )  # fmt: skip
-    if spec.cross:
-        _check_cross(spec, where)
-    if spec.cross and info.data.get("architecture") != "decoder":
-        raise PydanticCustomError(
-            "cross_needs_decoder",
-            "{where}.cross is cross-attention from a decoder's text to an external sequence (Llama-3.2-Vision); "
-            "architecture {arch} has none (an encoder-decoder's decoder attends to its encoder already). Use "
-            "architecture decoder or remove cross",
-            {"where": where, "arch": info.data.get("architecture")},
-        )
-    if spec.cross and info.data.get("norm_placement") == "parallel":
-        raise PydanticCustomError(
-            "cross_not_parallel",
-            "{where}.cross: a cross-attention block runs its attention and FFN one after the other "
-            "(Llama-3.2-Vision), but norm_placement is parallel; use norm_placement pre or remove cross",
-            {"where": where},
-        )
-    arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
-    for name in ("sliding_window", "chunk_size"):
-        size = getattr(spec, name)
-        if size is None:
-            continue
-        if arch == "encoder":
-            raise PydanticCustomError(
-                "window_needs_decoder",
-                "{where}.{name} ({size}) limits causal self-attention and its KV cache; architecture encoder has "
-                "none. Remove {name}",
-                {"where": where, "name": name, "size": size},
-            )
-        if context is not None and size > context:
-            raise PydanticCustomError(
-                "window_over_context",
-                "{where}.{name} ({size}) is larger than the context max_seq_len ({context}), so it limits "
-                "nothing; use at most {context} or remove {name}",
-                {"where": where, "name": name, "size": size, "context": context},
             )

@@ -88,9 +88,9 @@ class AttentionRecord(AttentionFields, Record):
 
 
 class FFNRecord(FFNFields, Record):
-    """A shipped preset's :class:`embedcalc.config.blocks.FFNSpec`, as a plain record."""
+    """A shipped preset's :class:`embedcalc.config.ffn_spec.FFNSpec`, as a plain record."""
 
-    schema_model = "embedcalc.config.blocks.FFNSpec"
+    schema_model = "embedcalc.config.ffn_spec.FFNSpec"
     model_fields: ClassVar[dict[str, RecordField]] = {
         "kind": RecordField("dense"),
         "ffn_dim": RecordField(None),
