@@ -167,9 +167,12 @@ def _tp(config: ResolvedShape, workload: Workload, sequence_parallel: bool) -> l
             forward_bytes += count * rows * tokens * d * e
             backward_calls += count * len(columns)
             backward_bytes += count * tokens * sum(columns) * e  # cross k/v read the memory: same length here
-            if block.attention is not None and block.attention.qk_norm == "full":
-                gathers += 2 * count
-                gather_bytes += count * tokens * (config.q_dim + config.kv_dim) * e
+            attention = block.attention
+            # a full-width q/k norm: the block's own q and k widths (no k of its own when KV-sharing)
+            if attention is not None and attention.qk_norm == "full":
+                widths = [attention.q_dim] + ([] if attention.kv_shared else [attention.kv_dim])
+                gathers += len(widths) * count
+                gather_bytes += count * tokens * sum(widths) * e
     if busiest.first:
         for stack in stacks(config):  # the vocab-parallel lookup of every stack's tokens
             forward_calls += 1

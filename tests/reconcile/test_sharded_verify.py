@@ -4,6 +4,7 @@ torch's fake process group (DTensor tensor parallelism, FSDP2, a pipeline module
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,6 +209,26 @@ def test_full_width_qk_norms_are_replicated_and_gathered_around() -> None:
     ] * 2  # weight and bias of q's and k's norms, 2 layers
     gathers = {c.phase: (c.torch_count, c.torch_bytes) for c in result.collectives if c.kind == "all-gather"}
     assert gathers == {"forward": (4, 2 * 16 * (768 + 256) * 4), "backward": (4, 2 * 16 * (768 + 256) * 4)}
+
+
+def test_full_width_qk_norms_gather_each_blocks_own_widths(tmp_path: Path) -> None:
+    # a block with its own KV heads (the NAS models' per-block num_kv_heads) gathers its own k width around the
+    # norm, not the flat one: analyze counted (q_dim + flat kv_dim) per layer, 73,728 B per pass here, torch 65,536
+    from embedcalc.reconcile.sharding import verify_sharded
+
+    path = tmp_path / "blocks.yaml"
+    path.write_text(
+        "name: qk-full-blocks\narchitecture: decoder\nvocab_size: 1000\nmax_seq_len: 64\nembed_dim: 256\n"
+        "num_heads: 8\nnum_kv_heads: 4\nnum_layers: 3\nffn_dim: 512\nattention: {qk_norm: full}\n"
+        "blocks: {narrow: {attention: {num_kv_heads: 2}}}\nlayers: [{pattern: [default, narrow, narrow]}]\n",
+        encoding="utf-8",
+    )
+    result = verify_sharded(str(path), load_target(str(path)).config, Parallelism(tp=2))
+    assert result.agree, result.mismatches()
+    gathers = {c.phase: (c.torch_count, c.torch_bytes) for c in result.collectives if c.kind == "all-gather"}
+    per_pass = 16 * 4 * ((256 + 4 * 32) + 2 * (256 + 2 * 32))  # tokens x fp32 x (q + k widths of each layer)
+    assert per_pass == 65_536
+    assert gathers == {"forward": (6, per_pass), "backward": (6, per_pass)}
 
 
 @pytest.mark.parametrize("command", ["analyze", "verify"])
