@@ -96,7 +96,12 @@ def mapped_config(raw: dict[str, Any]) -> ModelConfig:
 
 def text_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """The text model's keys: ``text_config`` of a multimodal file, else the file itself."""
-    inner = {"gemma3": "gemma3_text", "gemma4": "gemma4_text", "llama4": "llama4_text"}
+    inner = {
+        "gemma3": "gemma3_text",
+        "gemma3n": "gemma3n_text",
+        "gemma4": "gemma4_text",
+        "llama4": "llama4_text",
+    }
     if isinstance(raw.get("text_config"), dict) and raw.get("model_type") in inner:
         text = dict(raw["text_config"])
         text.setdefault("model_type", inner[raw["model_type"]])
@@ -208,3 +213,17 @@ def kv_cache_formula(cfg: Any, tokens: int, dtype_bytes: int) -> int:
     limits = {"sliding_attention": window, "chunked_attention": getattr(cfg, "attention_chunk_size", None)}
     kept = [min(tokens, limit) if (limit := limits.get(t)) else tokens for t in types]
     return sum(2 * kv_heads * head_dim * k * dtype_bytes for k in kept)
+
+
+def shared_kv_cache(cfg: Any, tokens: int, dtype_bytes: int) -> int:
+    """The KV cache transformers' DynamicCache lays out for a KV-sharing config (Gemma 3n, Gemma 4): none for a layer
+    whose ``kv_sharing_modes`` entry is ``reuse`` (a DummyLayer), a sliding layer keeping at most its window, each
+    layer its own head_dim and KV heads where the config has ``per_layer_config`` (Gemma 4)."""
+    total = 0
+    for index, (kind, mode) in enumerate(zip(cfg.layer_types, cfg.kv_sharing_modes, strict=True)):
+        if mode == "reuse":
+            continue
+        layer = cfg.per_layer_config[index] if getattr(cfg, "per_layer_config", None) else cfg
+        kept = min(tokens, cfg.sliding_window) if kind == "sliding_attention" else tokens
+        total += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype_bytes
+    return total

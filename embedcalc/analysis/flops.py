@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laurel_flops
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.mixers import mixer_flops
 from embedcalc.analysis.structure import (
@@ -68,6 +69,7 @@ from embedcalc.analysis.structure import (
     v_width,
 )
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.altup import has_laurel
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.spec_shapes import DisentangledShape
@@ -255,6 +257,10 @@ def layer_flops(
             ("per_layer/gate", t * (layers * 2 * x.d * p)),
             ("per_layer/out", t * (layers * 2 * p * x.d)),
         ]
+    if config.altup_inputs:  # Gemma 3n (analysis/altup.py)
+        terms += altup_layer_flops(config.altup_inputs, x.d, layers, t)
+    if config.laurel_rank and has_laurel(config.laurel_rank, block):
+        terms += laurel_flops(config.laurel_rank, x.d, layers, t)
     return terms
 
 
@@ -273,6 +279,8 @@ def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num
         add("embedding/project_in", tokens * (2 * d_tok * d))
     if config.per_layer_input_dim:  # per_layer_model_projection: d -> L x p on every token
         add("embedding/per_layer_project", b * x.n * (2 * d * per_layer_width(config, x)))
+    if config.altup_inputs:  # Gemma 3n: AltUp's copies of the embedded tokens (a decoder's single stack)
+        add("embedding/altup_project", altup_model_flops(config.altup_inputs, d, b * x.n))
     for sd in x.stacks:
         n, n_mem = x.tokens(config, sd.stack)
         for block, layers in sd.blocks:
@@ -280,6 +288,8 @@ def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num
                                 sd.stack.cross_attention)  # fmt: skip
             for key, value in terms:
                 add(f"{sd.name}/{key}", value)
+        if config.altup_inputs:  # Gemma 3n: AltUp's copies folded back before the final norm
+            add(f"{sd.name}/altup_unembed", altup_model_flops(config.altup_inputs, d, b * n))
     if config.resolved_pooler:
         add("pooler", b * (2 * d * d))
     if config.resolved_lm_head:

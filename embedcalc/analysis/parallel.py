@@ -283,7 +283,7 @@ def _on_stage(tensor: ParamTensor, stage: Stage, config: ResolvedShape) -> int:
         tensor.stack is not None
     ):  # final norm / relative bias of a stack: the stage holding its last / first block
         lo, hi = next((lo, hi) for name, lo, hi in _spans(config) if name == tensor.stack)
-        edge = hi - 1 if tensor.key.endswith("final_norm") else lo
+        edge = hi - 1 if tensor.key.endswith(("final_norm", "altup_unembed")) else lo
         return int(tensor.copies) if stage.start <= edge < stage.stop else 0
     if tensor.key.startswith("embedding/"):
         copies = int(tensor.copies) if stage.first else 0

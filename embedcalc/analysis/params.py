@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import prod
 
+from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
@@ -59,6 +60,7 @@ from embedcalc.analysis.structure import (
 )
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.tensor import linear as _linear
+from embedcalc.config.altup import has_laurel
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 
@@ -199,6 +201,11 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
             "per_layer/out", p, x.d, False, "none"
         )
         out += _norm(config, "per_layer/norm", x.d)
+    norm = lambda key, width: _norm(config, key, width)  # noqa: E731
+    if config.altup_inputs:  # Gemma 3n (analysis/altup.py)
+        out += altup_layer_tensors(config.altup_inputs, x.d, norm)
+    if config.laurel_rank and has_laurel(config.laurel_rank, block):
+        out += laurel_tensors(config.laurel_rank, x.d, norm)
     return out
 
 
@@ -226,6 +233,8 @@ def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
         )
         out += _linear("embedding/per_layer_project", d, width, False, "none")
         out += _norm(config, "embedding/per_layer_norm", config.per_layer_input_dim)
+    if config.altup_inputs:  # Gemma 3n's AltUp copies of the stream
+        out.append(altup_model_tensor("embedding/altup_project", config.altup_inputs, d))
     return out
 
 
@@ -250,6 +259,8 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
             for t in block_tensors(config, block, x, sd.stack.cross_attention):
                 out.append(replace(t, key=f"{name}/{t.key}", copies=layers * t.copies, stack=name,
                                    per_layer=True, block=block.name, per_layer_copies=t.copies))  # fmt: skip
+        if config.altup_inputs:  # folded back before the final norm
+            out.append(altup_model_tensor(f"{name}/altup_unembed", config.altup_inputs, x.d, stack=name))
         if config.resolved_final_norm:
             out += [
                 replace(t, key=f"{name}/final_norm", stack=name) for t in _norm(config, "final_norm", x.d)

@@ -189,6 +189,8 @@ class ConfigRecord(ResolvedShape, Record):
         "disentangled": RecordField(None),
         "context_tokens": RecordField(None),
         "extra_token_rows": RecordField(0),
+        "altup_inputs": RecordField(None),
+        "laurel_rank": RecordField(None),
         "dropout": RecordField(0.1),
     }
     nested: ClassVar[dict[str, tuple[str, type[Record]]]] = {
@@ -256,6 +258,8 @@ FIELD_NAMES: tuple[str, ...] = (
     "disentangled",
     "context_tokens",
     "extra_token_rows",
+    "altup_inputs",
+    "laurel_rank",
     "dropout",
 )
 

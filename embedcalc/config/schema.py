@@ -15,6 +15,7 @@ from typing import Annotated, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from embedcalc.config.altup_rules import AltUpRules
 from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
 from embedcalc.config.disentangled import DisentangledSpec
 from embedcalc.config.dtypes import Dtype, DtypeError, canonical_dtype
@@ -36,7 +37,7 @@ NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
 
 # ResolvedShape declares (for mypy) the part of model_dump / model_copy that the records implement too; pydantic's
 # own signatures are wider, which mypy reports as incompatible definitions in the bases
-class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):  # type: ignore[misc]
+class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):  # type: ignore[misc]
     """A Transformer's shape: everything that decides its parameters, FLOPs and memory."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -337,6 +338,26 @@ class ModelConfig(ShapeRules, LayerRules, ResolvedShape, BaseModel):  # type: ig
         description=(
             "Rows of the token table beyond vocab_size that the LM head does not predict (MllamaTextModel builds "
             "vocab_size + 8 rows for its image token and reserved ids; its head has vocab_size). Default 0."
+        ),
+    )
+    altup_inputs: int | None = Field(
+        default=None,
+        ge=2,
+        description=(
+            "AltUp (Baykal et al. 2023; Gemma 3n altup_num_inputs, decoders): the residual stream is kept as this "
+            "many parallel copies of embed_dim. altup_inputs - 1 projections embed_dim x embed_dim make the extra "
+            "copies after the embeddings (embedding/altup_project) and as many fold them back before the final "
+            "norm (<stack>/altup_unembed); every layer predicts all copies from a router (embed_dim -> n, its "
+            "RMSNorm) and n x n^2 coefficients, runs on one, and corrects them (n x n coefficients, an embed_dim "
+            "output scale). Default none."
+        ),
+    )
+    laurel_rank: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Laurel (Gemma 3n's learned augmented residual, decoders): beside every layer's attention, its "
+            "normalised input goes through embed_dim -> laurel_rank -> embed_dim and an RMSNorm, added to the "
+            "attention residual (laurel/left, laurel/right, laurel/norm). Default none."
         ),
     )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.modeling.altup import altup_projections, expand_streams
 from embedcalc.modeling.layers import embedding_table, make_norm
 from embedcalc.modeling.per_layer import per_layer_inputs, per_layer_modules
 from embedcalc.modeling.positions import SinusoidalPositions
@@ -67,6 +68,8 @@ class Embeddings(nn.Module):
         self.per_layer: nn.Embedding | None = None  # Gemma 3n/4's per-layer inputs (modeling/per_layer.py)
         if config.per_layer_input_dim:
             self.per_layer, self.per_layer_project, self.per_layer_norm = per_layer_modules(config)
+        # Gemma 3n's AltUp: the extra copies of the stream (modeling/altup.py)
+        self.altup_project = altup_projections(config) if config.altup_inputs else None
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
         """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
@@ -93,6 +96,10 @@ class Embeddings(nn.Module):
         if self.project_in is not None and self.factorized:
             x = self.project_in(x)  # (B, T, d_tok) -> (B, T, d)
         return x
+
+    def streams(self, embedded: Tensor) -> Tensor:
+        """The decoder's input: ``embedded`` (B, T, d), or its n AltUp copies (n, B, T, d) (Gemma 3n)."""
+        return embedded if self.altup_project is None else expand_streams(self.altup_project, embedded)
 
     def layer_inputs(self, ids: Tensor, embedded: Tensor) -> Tensor | None:
         """Every layer's per-layer input (B, T, L, p) for ``ids`` embedded as ``embedded``; None without them."""

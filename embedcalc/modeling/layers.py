@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor, nn
 
+from embedcalc.config.altup import has_laurel
 from embedcalc.config.blocks import FFN as FFNSpec
 from embedcalc.config.blocks import Attention as AttentionSpec
 from embedcalc.config.blocks import Block as BlockSpec
 from embedcalc.config.mixer_plan import Mixer
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.modeling.altup import AltUp, Laurel
 from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import embedding_table
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
@@ -224,13 +227,29 @@ class Block(nn.Module):
             )
         width = config.per_layer_input_dim
         self.per_layer = PerLayerSublayer(config, width) if width else None  # Gemma 3n/4, after the FFN
+        # Gemma 3n (modeling/altup.py): the block runs inside AltUp's predict / correct; Laurel beside attention
+        self.altup = AltUp(config, config.altup_inputs) if config.altup_inputs else None
+        rank = config.laurel_rank
+        self.laurel = Laurel(config, rank) if rank and has_laurel(rank, spec) else None
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
         cache: BlockCache | None = None, position: int = 0, per_layer_input: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``;
-        ``per_layer_input`` (B, T, p) is this layer's per-layer input (Gemma 3n/4), added after the FFN."""
+        ``per_layer_input`` (B, T, p) is this layer's per-layer input (Gemma 3n/4), added after the FFN. With
+        AltUp (Gemma 3n) ``x`` is the (n, B, T, d) copies of the stream, and so is the result."""
+        if self.altup is not None:
+            corrected: Tensor
+            corrected, first = self.altup(
+                x, lambda h: self._sublayers(h, memory, bias, rotary, cache, position)
+            )
+            if self.per_layer is None:
+                return corrected
+            if per_layer_input is None:
+                raise ValueError("a layer with per-layer embeddings needs its per-layer input")
+            added = self.per_layer.delta(first, per_layer_input)  # (B, T, d), into copies 1 .. n-1
+            return torch.cat([corrected[:1], corrected[1:] + added])  # (n, B, T, d)
         x = self._sublayers(x, memory, bias, rotary, cache, position)  # (B, T, d)
         if self.per_layer is not None:
             if per_layer_input is None:
@@ -269,6 +288,11 @@ class Block(nn.Module):
             return x + attended + self.ffn.transform(ffn_in)
         if self.external:  # K and V from the external sequence (memory), cached once in the cross cache
             x = self.attention(x, memory=memory, cache=cross)  # (B, T, d)
+        elif self.laurel is not None:  # Gemma 3n: Laurel beside attention, on the same normalised input
+            attention = self.attention
+            x = self.laurel.beside(
+                x, attention.norm, lambda h: attention.attend(h, None, bias, rotary, own, position)
+            )
         else:
             x = self.attention(x, bias=bias, rotary=rotary, cache=own, position=position)  # (B, T, d)
         if self.cross_attention is not None:

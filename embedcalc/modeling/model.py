@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.modeling.altup import altup_projections, fold_streams
 from embedcalc.modeling.attention import Rotary, rotary_widths
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.embeddings import Embeddings, Head, Pooler
@@ -91,6 +92,8 @@ class Stack(nn.Module):
             if config.position == "rope"
             else None
         )
+        # Gemma 3n: AltUp's copies folded back into one stream before the final norm (modeling/altup.py)
+        self.altup_unembed = altup_projections(config) if config.altup_inputs else None
         self.final_norm = make_norm(config) if config.resolved_final_norm else None
 
     def _bias(self, length: int, device: torch.device, position: int = 0) -> Tensor | None:
@@ -119,7 +122,7 @@ class Stack(nn.Module):
         """(B, T, d) -> (B, T, d). With ``cache`` (generation, decoder only) the T tokens start at
         ``cache.position``, and each layer writes its keys and values to ``cache.layers[i]``; the caller advances
         the position. ``per_layer`` (B, T, L, p) holds every layer's per-layer input (Gemma 3n/4)."""
-        length = x.shape[1]
+        length = x.shape[-2]  # (B, T, d), or AltUp's (n, B, T, d)
         position = cache.position if cache is not None else 0
         bias = self._bias(length, x.device, position)
         rotary: Rotary | None = (
@@ -134,6 +137,8 @@ class Stack(nn.Module):
             x = layer(
                 x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position, per_layer_input=own
             )
+        if self.altup_unembed is not None:
+            x = fold_streams(self.altup_unembed, x)  # (n, B, T, d) -> (B, T, d)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
@@ -213,7 +218,7 @@ class TransformerModel(nn.Module):
                 context = self.context_states(input_ids.shape[0])  # (B, m, d) or None
             x = self.embedding(input_ids, "decoder", token_type_ids)  # (B, T, d)
             per_layer = self.embedding.layer_inputs(input_ids, x)  # (B, T, L, p) or None
-            hidden = self.decoder(x, memory=context, per_layer=per_layer)  # (B, T, d)
+            hidden = self.decoder(self.embedding.streams(x), memory=context, per_layer=per_layer)  # (B, T, d)
         else:  # pragma: no cover - the constructor always builds a stack
             raise RuntimeError("model has no stack")
         pooled = self.pooler(hidden) if self.pooler is not None else None
@@ -237,7 +242,7 @@ class TransformerModel(nn.Module):
             memory = self.context_states(ids.shape[0])  # (B, m, d) or None
         x = self.embedding(ids, "decoder", position=cache.position)  # (B, T, d)
         per_layer = self.embedding.layer_inputs(ids, x)  # (B, T, L, p) or None
-        hidden = self.decoder(x, memory=memory, cache=cache, per_layer=per_layer)  # (B, T, d)
+        hidden = self.decoder(self.embedding.streams(x), memory=memory, cache=cache, per_layer=per_layer)
         cache.position += ids.shape[1]
         logits: Tensor = self.head(hidden)  # (B, T, vocab)
         return logits

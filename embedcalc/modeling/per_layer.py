@@ -57,8 +57,12 @@ class PerLayerSublayer(nn.Module):
         self.out = nn.Linear(width, config.embed_dim, bias=False)
         self.norm = make_norm(config)
 
+    def delta(self, x: Tensor, per_layer_input: Tensor) -> Tensor:
+        """What the (B, T, d) stream and this layer's (B, T, p) input add to the residual: (B, T, d)."""
+        gated = F.gelu(self.gate(x), approximate="tanh") * per_layer_input  # (B, T, p)
+        out: Tensor = self.norm(self.out(gated))  # (B, T, d)
+        return out
+
     def forward(self, x: Tensor, per_layer_input: Tensor) -> Tensor:
         """(B, T, d) stream and this layer's (B, T, p) input -> (B, T, d)."""
-        gated = F.gelu(self.gate(x), approximate="tanh") * per_layer_input  # (B, T, p)
-        out: Tensor = x + self.norm(self.out(gated))  # (B, T, d)
-        return out
+        return x + self.delta(x, per_layer_input)

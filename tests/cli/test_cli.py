@@ -506,8 +506,8 @@ def test_help_imports_no_torch_importtime() -> None:
 # device catalogue, the roofline, plotting, explain, render (rich) and numpy stay off it, and so does the config
 # schema (pydantic's model machinery): a shipped preset is built as its record (config/record.py).
 ANALYZE_PRESET_MODULES = frozenset({
-    "embedcalc", "embedcalc.analysis", "embedcalc.analysis.breakdown", "embedcalc.analysis.budget",
-    "embedcalc.analysis.buffers",
+    "embedcalc", "embedcalc.analysis", "embedcalc.analysis.altup", "embedcalc.analysis.breakdown",
+    "embedcalc.analysis.budget", "embedcalc.analysis.buffers",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
     "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory.estimate",
     "embedcalc.analysis.memory.inference",
@@ -517,7 +517,8 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.api.analyze", "embedcalc.api.load", "embedcalc.api.results", "embedcalc.api.timing",
     "embedcalc.api.workload", "embedcalc.cli", "embedcalc.cli.analyze", "embedcalc.cli.app", "embedcalc.cli.startup",
     "embedcalc.cli.common", "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
-    "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.checks",
+    "embedcalc.cli.serving_options", "embedcalc.config", "embedcalc.config.aliases", "embedcalc.config.altup",
+    "embedcalc.config.checks",
     "embedcalc.config.dtypes", "embedcalc.config.fields", "embedcalc.config.files", "embedcalc.config.hub",
     "embedcalc.config.layer_plan", "embedcalc.config.limits", "embedcalc.config.loading",
     "embedcalc.config.mixer_plan", "embedcalc.config.presets", "embedcalc.config.problems", "embedcalc.config.reading",

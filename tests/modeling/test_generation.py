@@ -63,6 +63,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
                    "shared_full": {"attention": {"sliding_window": None, "head_dim": 16, "num_kv_heads": 1,
                                                  "kv_shared": True}}},
         "layers": [{"pattern": ["default", "full", "shared_local", "shared_full"]}]},
+    # Gemma 3n's parts: AltUp copies of the stream and Laurel around every layer, with KV sharing and per-layer inputs
+    "gemma3n_altup": {
+        "num_layers": 4, "num_kv_heads": 2, "norm_placement": "sandwich", "per_layer_input_dim": 4,
+        "per_layer_vocab_size": 50, "altup_inputs": 3, "laurel_rank": 4,
+        "attention": {"qk_norm": "head", "sliding_window": 3},
+        "blocks": {"full": {"attention": {"sliding_window": None}},
+                   "shared_local": {"attention": {"kv_shared": True}},
+                   "shared_full": {"attention": {"sliding_window": None, "kv_shared": True}}},
+        "layers": [{"pattern": ["default", "full", "shared_local", "shared_full"]}]},
     # Gemma 4 26B-A4B's MoE block: routed experts beside a dense MLP (a shared expert), scales and branch norms
     "gemma4_moe": {"ffn": {"kind": "moe", "num_experts": 4, "top_k": 2, "expert_dim": 16, "num_shared_experts": 1,
                            "shared_expert_dim": 48, "router_scale": True, "branch_norms": True}},
@@ -137,6 +146,7 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
         "chunked",
         "parallel_shared",
         "gemma4_kv_shared",
+        "gemma3n_altup",
     ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -51,6 +51,7 @@ from __future__ import annotations
 import functools
 from math import prod
 
+from embedcalc.analysis.altup import altup_saved_bytes
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.memory.inference import (
     RankWidths,
@@ -62,6 +63,7 @@ from embedcalc.analysis.mixers import mixer_saved_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.altup import has_laurel
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 
@@ -153,8 +155,8 @@ def layer_saved(
     """Saved bytes of one layer of ``block`` on one TP rank, by component (keys relative to the stack)."""
     n, n_mem = x.tokens(config, sd.stack)
     e, t = workload.activation_bytes, x.b * n
-    if recompute == "full":
-        return [("layer_input", t * (e * x.d))]
+    if recompute == "full":  # AltUp (Gemma 3n): the layer's input is its n copies of the stream
+        return [("layer_input", t * (e * x.d * (config.altup_inputs or 1)))]
     r = rank_widths(block, x, tp)
     terms: list[tuple[str, Num]] = []
     a_own = block.attention
@@ -178,6 +180,9 @@ def layer_saved(
         norms += cross_norms
     if block.ffn is not None:
         terms.append(_ffn_saved(config, workload, block.ffn, r, x, t))
+    rank = config.laurel_rank if has_laurel(config.laurel_rank, block) else None
+    if config.altup_inputs or rank:  # Gemma 3n's AltUp copies and Laurel branch (analysis/altup.py)
+        terms.append(("altup", altup_saved_bytes(config.altup_inputs or 0, rank, x.d, t, e)))
     return [*terms, ("norms", t * (norms * e * x.d))]
 
 

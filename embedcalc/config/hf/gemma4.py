@@ -112,7 +112,7 @@ def _full_overrides(r: KeyReader, types: list[str]) -> tuple[dict[str, Any], str
     return overrides, source
 
 
-def _shared_from(r: KeyReader, layers: int, types: list[str]) -> int | None:
+def first_shared_layer(r: KeyReader, layers: int, types: list[str]) -> int | None:
     """The first KV-sharing layer (``num_hidden_layers - num_kv_shared_layers``), checked as transformers'
     ``kv_sharing_modes`` does: every layer type that shares must have an earlier layer producing its cache."""
     key, shared, _ = r.value("num_kv_shared_layers")
@@ -135,7 +135,7 @@ def _read_gemma4_text(r: KeyReader) -> None:
     r.put("attention", {"qk_norm": "head"}, "model_type", "family", "q_norm, k_norm: RMSNorm(head_dim); v_norm "
           "has no weight")  # fmt: skip
     moe = _read_moe(r)
-    _per_layer_embeddings(r)
+    per_layer_embeddings(r)
     layers = r.data.get("num_layers")
     if not _int(layers):
         return
@@ -143,7 +143,7 @@ def _read_gemma4_text(r: KeyReader) -> None:
     if types is None:
         return
     found = _full_overrides(r, types)
-    first_shared = _shared_from(r, layers, types)
+    first_shared = first_shared_layer(r, layers, types)
     if found is None or first_shared is None:
         return
     full, full_keys = found
@@ -199,7 +199,7 @@ def _read_moe(r: KeyReader) -> bool:
     return True
 
 
-def _per_layer_embeddings(r: KeyReader) -> None:
+def per_layer_embeddings(r: KeyReader) -> None:
     key, width, _ = r.value("hidden_size_per_layer_input")
     vocab_key = "vocab_size_per_layer_input"
     if width in (0, None):

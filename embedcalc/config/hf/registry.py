@@ -24,6 +24,7 @@ from embedcalc.config.hf import (
     exaone4,
     falcon_h1,
     gemma,
+    gemma3n,
     gemma4,
     gpt,
     gpt2,
@@ -52,6 +53,7 @@ MODULES: tuple[ModuleType, ...] = (bert, encoders, deberta, gpt2, gpt, opt, t5, 
 MODULES += (
     gemma,
     gemma4,
+    gemma3n,
     qwen3,
     moe,
     deepseek,
@@ -156,17 +158,7 @@ FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (config/hf/mllama.py)."""
 
-_GEMMA3N = (
-    "the Gemma 3n text model's AltUp (altup_num_inputs parallel copies of the residual stream, with per-layer "
-    "prediction / correction coefficient projections, a modality router and the model's altup_projections / "
-    "altup_unembed_projections) and Laurel (a laurel_rank low-rank residual beside attention), which the layer model "
-    "does not describe; its per-layer embeddings and KV sharing across num_kv_shared_layers are modelled (Gemma 4), "
-    "and activation_sparsity_pattern changes no matmul"
-)
 REFUSED: dict[str, str] = {
     "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
-    # the multimodal files (text_config inside) and their text models alone: the text model is what is refused
-    "gemma3n": _GEMMA3N,
-    "gemma3n_text": _GEMMA3N,
 }
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

@@ -105,30 +105,3 @@ def test_forward_flops_equal_flop_counter(hf_transformers: Any, name: str) -> No
     assert {
         (b, n): analytic_flops(config, Workload(batch_size=b, seq_len=n)).forward for b, n in measured
     } == measured
-
-
-# --- refused: exact or refused, never approximate ---------------------------------------------------------------------
-
-# model_type -> (transformers' multimodal config class, a key the refusal must name)
-REFUSED_FILES = {
-    "gemma3n": ("Gemma3nConfig", "altup_num_inputs"),
-}
-
-
-@pytest.mark.parametrize("model_type", sorted(REFUSED_FILES))
-def test_refused_text_models_name_what_they_need(
-    hf_transformers: Any, cli: Any, write_config: Any, model_type: str
-) -> None:
-    """The file transformers writes (the multimodal config, text_config inside, and the text config alone) is
-    refused with exit 3, the refused-family code and the key whose layers the layer model cannot describe."""
-    import json
-
-    cls, key = REFUSED_FILES[model_type]
-    outer = getattr(hf_transformers, cls)().to_dict()
-    for raw in (outer, outer["text_config"]):
-        result = cli(
-            "check", str(write_config(json.dumps(raw, default=str), "config.json")), "--format", "json"
-        )
-        assert result.exit_code == 3, result.stdout
-        problem = json.loads(result.stdout)["problems"][0]
-        assert problem["code"] == "hf_refused_family" and key in problem["message"]

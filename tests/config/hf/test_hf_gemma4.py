@@ -5,9 +5,8 @@ layers of head_dim 512 with 4 KV heads and values from keys, no per-layer embedd
 google/gemma-4-E2B's (35 layers, 4 : 1, per-layer embeddings of 256, the last 20 layers sharing K/V, double-wide
 MLPs there), as the public ports of those checkpoints quote them; both written in transformers 5's layout
 (``global_head_dim``, ``num_global_key_value_heads``). Their totals are pinned in published_sizes.yaml and checked
-against transformers there; here: every key accounted for, the KV cache per layer as transformers' config lays it
-out (``per_layer_config``, ``kv_sharing_modes``), a file re-saved by transformers (``per_layer_config`` instead of
-the global keys) counting the same, and what is refused.
+against transformers there, their KV cache per layer in test_kv_sharing.py; here: every key accounted for, a file
+re-saved by transformers (``per_layer_config`` instead of the global keys) counting the same, and what is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any
 import pytest
 from hf_reference import fixture_path, hf_config, published, raw_fixture, unaccounted_keys
 
-from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.hf import map_hf_config
@@ -49,29 +47,6 @@ def test_active_params_of_the_moe_model_skip_the_unused_experts() -> None:
     the dense MLP, router and scales all active: the total minus 30 x 120 x 3 x 2816 x 704."""
     config = load_target(str(fixture_path("gemma-4-26b-a4b"))).config
     assert active_params(config) == PUBLISHED["gemma-4-26b-a4b"].total - 30 * 120 * 3 * 2816 * 704
-
-
-def _kv_cache(cfg: Any, tokens: int, dtype_bytes: int) -> int:
-    """The KV cache transformers' DynamicCache lays out for ``cfg``: per layer its own head_dim and KV heads
-    (``per_layer_config``), none for a layer whose ``kv_sharing_modes`` entry is ``reuse`` (a DummyLayer), a
-    sliding layer keeping at most its window."""
-    total = 0
-    for index, (kind, mode) in enumerate(zip(cfg.layer_types, cfg.kv_sharing_modes, strict=True)):
-        if mode == "reuse":
-            continue
-        layer = cfg.per_layer_config[index]
-        kept = min(tokens, cfg.sliding_window) if kind == "sliding_attention" else tokens
-        total += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype_bytes
-    return total
-
-
-@pytest.mark.torch
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_kv_cache_equals_transformers_layout(hf_transformers: Any, name: str) -> None:
-    cfg = hf_config(hf_transformers, raw_fixture(name))
-    config = load_target(str(fixture_path(name))).config
-    for tokens in (1, 1000, 8192):
-        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="bf16")) == _kv_cache(cfg, tokens, 2)
 
 
 @pytest.mark.torch

@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hf_reference import fixture_path, hf_config, published, raw_fixture, shared_kv_cache
 from pydantic import ValidationError
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 
 FULL = {"sliding_window": None, "head_dim": 32, "num_kv_heads": 1, "values_from_keys": True}
@@ -126,3 +128,19 @@ def test_standard_only_fields_are_refused_under_mla() -> None:
     assert "attention.kv_shared (true) applies to kind standard" in _refused(
         {**data, "attention": {**mla, "kv_shared": True}}
     )
+
+
+KV_SHARING_FILES = sorted([*published("test_hf_gemma4"), *published("test_hf_gemma3n")])
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", KV_SHARING_FILES)
+def test_kv_cache_of_the_hub_files_equals_transformers_layout(hf_transformers: Any, name: str) -> None:
+    """The Gemma 4 and Gemma 3n fixtures' KV cache at 1, 1000 and 8192 tokens (bf16) = the bytes transformers'
+    DynamicCache lays out from its config (``kv_sharing_modes``, Gemma 4's ``per_layer_config``)."""
+    cfg = hf_config(hf_transformers, raw_fixture(name))
+    config = load_target(str(fixture_path(name))).config
+    for tokens in (1, 1000, 8192):
+        assert kv_cache_bytes(config, Workload(seq_len=tokens, dtype="bf16")) == shared_kv_cache(
+            cfg, tokens, 2
+        )
