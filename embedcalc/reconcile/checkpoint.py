@@ -10,12 +10,17 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   per element; their scales, zeros and group indices are no parameters: their bytes are reported as ``scale_bytes``;
 - a tied head is stored once (transformers saves ``lm_head.weight`` only when untied); a stored one beside
   ``tie_word_embeddings`` is listed as stored twice;
+- an encoder-decoder's ``model.encoder.*`` tensors are the encoder stack's, the rest the decoder's (BART, Marian);
+  an embeddings' norm where the config counts none is layer 0's attention pre-norm (ModernBERT, whose layer 0
+  ``attn_norm`` is an Identity: embedcalc.config.hf.encoders);
 - a recurrent mixer layer's tensors are its ``mixer/...`` keys (the layer's kind from the config's layer plan);
 - Qwen3-Next's ``q_proj`` holds the query and the output gate (``attention/gate``), Linear(d, 2 H hd): its
   parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``; it is one of the
   tensors of each, and one tensor of the total (``stored_tensors`` counts distinct tensors);
 - layers past ``num_hidden_layers`` (DeepSeek-V3's multi-token-prediction layer) and buffers (``inv_freq``) are
   listed as extra, not counted;
+- an encoder's masked-LM head (``lm_head.*``, ``cls.*``) is extra: the encoder is counted as ``AutoModel``; a
+  position table where the config counts none (Marian's sinusoidal one) is extra;
 - a multimodal checkpoint's vision and audio towers and projectors are listed as extra, not part of the text model;
 - shapes are checked tensor by tensor from the block of the tensor's layer (:mod:`checkpoint_shapes`: attention
   of every kind, dense and MoE FFNs, norms, per-layer inputs, every tensor of a recurrent mixer), so a transposed
@@ -29,14 +34,20 @@ component the config has is missing; otherwise ``verify`` exits 3 naming the ten
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from embedcalc.analysis.params import count_params
 from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.reconcile.checkpoint_names import Sublayer, outside_text_model, tensor_role
+from embedcalc.reconcile.checkpoint_names import (
+    Sublayer,
+    outside_text_model,
+    task_head,
+    tensor_role,
+    tensor_stack,
+)
 from embedcalc.reconcile.checkpoint_shapes import ShapeRules, refile
 
 _HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
@@ -169,19 +180,28 @@ def _layer_kinds(config: ResolvedShape, stack: str) -> dict[int, Sublayer]:
 
 def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpoint) -> CheckpointCheck:
     """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring)."""
-    stack = "encoder" if config.architecture == "encoder" else "decoder"
+    # an encoder-decoder's tensors are each of one stack (tensor_stack), every other model's of its one stack
+    stacks = (
+        ("encoder", "decoder")
+        if config.architecture == "encoder-decoder"
+        else (tensor_stack("", config.architecture),)
+    )
     placement = config.resolved_norm_placement
     analytic = count_params(config).as_dict()
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
-    kinds = _layer_kinds(config, stack)
+    kinds = {stack: _layer_kinds(config, stack) for stack in stacks}
     # post_attention_layernorm is attention's own norm where the FFN has one after it too (Gemma 2/3 sandwich;
     # OLMo-2's post-sublayer norms, counted as pre-norms), the FFN's pre-norm otherwise (LLaMA)
-    sandwich = placement != "pre" or any(".post_feedforward_layernorm." in t.name for t in checkpoint.tensors)
+    # (a parallel block's post_attention_layernorm is its FFN's pre-norm: GPT-NeoX's use_parallel_residual)
+    sandwich = placement not in ("pre", "parallel") or any(
+        ".post_feedforward_layernorm." in t.name for t in checkpoint.tensors
+    )
     raw = checkpoint.raw_config
     text: dict[str, Any] = raw["text_config"] if isinstance(raw.get("text_config"), dict) else {}
-    rules = ShapeRules(config, stack, raw.get("model_type") or text.get("model_type"))
-    gate = f"{stack}/attention/gate" if f"{stack}/attention/gate" in analytic else None
+    model_type = raw.get("model_type") or text.get("model_type")
+    rules = {stack: ShapeRules(config, stack, model_type) for stack in stacks}
+    gates = {f"{s}/attention/gate" for s in stacks} & set(analytic)
     # per key: (tensor, parameters, bytes) it holds there
     stored: dict[str, list[tuple[StoredTensor, int, int]]] = defaultdict(list)
     scales: dict[str, int] = defaultdict(int)
@@ -190,10 +210,16 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     notes: list[str] = []
     tied = config.tie_embeddings and "head/lm" not in analytic
     for tensor in checkpoint.tensors:
-        role = tensor_role(tensor.name, stack, sandwich, kinds)
-        role = refile(role, rules.block(role.layer))
+        stack = tensor_stack(tensor.name, config.architecture)
+        role = tensor_role(tensor.name, stack, sandwich, kinds[stack])
+        if role.key == "embedding/norm" and "embedding/norm" not in analytic and stack == "encoder":
+            # ModernBERT: layer 0's attn_norm is an Identity; the embeddings' norm is counted as its pre-norm
+            role = replace(role, key=f"{stack}/attention/norm", layer=0)
+        role = refile(role, rules[stack].block(role.layer))
         param = tensor.name.rsplit(".", 1)[-1]
-        if (tower := outside_text_model(tensor.name)) is not None:
+        if (
+            tower := outside_text_model(tensor.name) or task_head(tensor.name, config.architecture)
+        ) is not None:
             extra.append(TensorNote(tensor.name, tensor.shape, tower))
             continue
         if role.kind == "buffer":
@@ -209,6 +235,10 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
                 )
             )
             continue
+        if role.key == "embedding/position" and role.key not in analytic:
+            extra.append(TensorNote(tensor.name, tensor.shape, "a fixed sinusoidal table (MarianModel saves it, "
+                                    "requires_grad False): not a learned parameter"))  # fmt: skip
+            continue
         if role.key == "head/lm" and tied:
             extra.append(
                 TensorNote(tensor.name, tensor.shape, "the head is tied to the token embedding: stored twice")
@@ -217,7 +247,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.key is None:
             extra.append(TensorNote(tensor.name, tensor.shape, "no component of the config holds it"))
             continue
-        expected = rules.tensor_shape(role, param) if role.kind == "weight" else None
+        expected = rules[stack].tensor_shape(role, param) if role.kind == "weight" else None
         if expected is not None and expected[0] is None:
             extra.append(TensorNote(tensor.name, tensor.shape, expected[1]))
             continue
@@ -228,7 +258,8 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         params = (
             tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
         )
-        if gate is not None and role.key.endswith("attention/qkv") and role.module.endswith("q_proj"):
+        gate = f"{stack}/attention/gate"
+        if gate in gates and role.key == f"{stack}/attention/qkv" and role.module.endswith("q_proj"):
             stored[gate].append((tensor, params // 2, tensor.nbytes // 2))
             stored[role.key].append((tensor, params - params // 2, tensor.nbytes - tensor.nbytes // 2))
         else:
@@ -236,7 +267,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if expected is not None and expected[0] is not None and tensor.shape != expected[0]:
             shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
                                            f"({expected[1]})"))  # fmt: skip
-    if gate is not None:
+    if gates:
         notes.append(
             "q_proj holds the query and the output gate: split in half, attention/qkv and attention/gate "
             "(one tensor of each, once in the total)"

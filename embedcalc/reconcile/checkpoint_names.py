@@ -24,6 +24,15 @@ layer is mapped the same way, its one pre-norm attention's. Llama-3.2-Vision's c
 projector (``vision_model``, ``multi_modal_projector``, ...) belong to no component of the text model. The Nemotron
 NAS models' linear sublayers are ``self_attn.linear_attn`` (``mixer/projection``, the layer's ``input_layernorm``
 then ``mixer/norm``) and ``mlp.linear_mlp`` (``ffn/projection``).
+
+Other families' module names, from their modeling files in transformers 5.24: fused Q/K/V (:data:`QKV`), MPNet's
+``attn.q/k/v/o`` and its stack's ``relative_attention_bias``; GPT-NeoX's ``embed_in``; BART's and Marian's ``shared``
+table, ``layernorm_embedding``, ``self_attn_layer_norm`` / ``final_layer_norm`` and the decoder's ``encoder_attn``
+(``cross_attention/...``); BLOOM's ``word_embeddings_layernorm``; Falcon's ``ln_attn`` / ``ln_mlp``; Apertus'
+``attention_layernorm`` / ``feedforward_layernorm`` and xIELU's ``act_fn.alpha_p`` / ``alpha_n`` (``ffn/act``);
+ModernBERT's ``attn_norm`` / ``mlp_norm``, ``Wi`` / ``Wo`` and ``final_norm``; GPT-J's and Phi-2's
+``lm_head.bias`` (``head/lm_bias``). A buffer name matches whole segments (``attn.bias``, GPT-2's causal mask, is
+no ``c_attn.bias`` and no Falcon ``ln_attn.bias``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Kind = Literal["weight", "packed", "scale", "buffer"]
+# fused Q/K/V projections: Phi-3's qkv_proj, GPT-NeoX/Falcon/BLOOM's query_key_value, GPT-2/GPTBigCode's c_attn,
+# ModernBERT/MPT's Wqkv (shapes: checkpoint_shapes)
+QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv")
 # what a layer's pre-norm serves; "parallel": attention and a recurrent mixer side by side (Falcon-H1), the pre-norm
 # attention's as analysis/params.py counts it
 Sublayer = Literal["attention", "mixer", "ffn", "parallel"]
@@ -56,7 +68,11 @@ BUFFERS = (
     "diagonal_decay",
     "feed_forward.expert_bias",
     "layer_scalar",
-)  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights)
+    "act_fn.beta",
+    "act_fn.eps",
+    "final_logits_bias",
+)  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights; XIELUActivation's beta and
+# eps (transformers/activations.py) and BartForConditionalGeneration's final_logits_bias are nn.Buffers too)
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -66,6 +82,8 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"),
       "moe/branch_norms"),
     (("experts",), "moe/experts"),
+    # Apertus' xIELU (XIELUActivation: alpha_p, alpha_n learned), T5/MPNet's relative position buckets
+    (("act_fn",), "ffn/act"), (("relative_attention_bias",), "attention/relative_bias"),
     (("shared_expert_gate",), "moe/shared_gate"),
     (("shared_expert", "shared_experts", "shared_mlp"), "moe/shared"),
     # granitemoehybrid: block_sparse_moe.input_linear / output_linear (the experts), router.layer
@@ -75,15 +93,18 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("kv_b_proj",), "attention/kv_b"),
     (("q_norm", "k_norm", "query_layernorm", "key_layernorm", "q_layernorm", "k_layernorm"),
       "attention/qk_norm"),
-    (("q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "query", "key", "value", "Wqkv",
-      "qkv"), "attention/qkv"),
-    (("o_proj", "out_proj", "dense_out"), "attention/out"),
+    ((*QKV, "q_proj", "k_proj", "v_proj", "query", "key", "value", "q", "k", "v"), "attention/qkv"),
+    (("o_proj", "out_proj", "dense_out", "o"), "attention/out"),
     (("sinks",), "attention/sinks"),
-    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h"), "ffn/in"),
+    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h", "Wi"),
+      "ffn/in"),
     (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h"), "ffn/out"),
-    (("input_layernorm", "ln_1", "attention_norm"), "attention/norm"),
-    (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm"),
-      "ffn/norm"),
+    # Apertus' attention_layernorm / feedforward_layernorm, Falcon's new decoder ln_attn / ln_mlp, BART's and
+    # Marian's self_attn_layer_norm / final_layer_norm, ModernBERT's attn_norm / mlp_norm
+    (("input_layernorm", "ln_1", "attention_norm", "attention_layernorm", "ln_attn", "self_attn_layer_norm",
+      "attn_norm"), "attention/norm"),
+    (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm",
+      "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm"), "ffn/norm"),
 )  # fmt: skip
 # parameters of a layer's modules that are their own component: Gemma4TextRouter's scale and per_expert_scale,
 # GPT-OSS's attention sinks (self_attn.sinks)
@@ -92,17 +113,30 @@ _OWN_PARAMS = {
     "per_expert_scale": "moe/router_scale",
     "sinks": "attention/sinks",
 }
-_ROUTERS = ("gate", "router")  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
+_ROUTERS = ("gate", "router")
+# BART's and Marian's decoder cross-attention: encoder_attn.{q,k,v,out}_proj and encoder_attn_layer_norm
+_CROSS = "encoder_attn"  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
                "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
-               "token_type_embeddings": "embedding/type",
+               "token_type_embeddings": "embedding/type", "embed_in": "embedding/token", "shared": "embedding/token",
+               # BLOOM's word_embeddings_layernorm, BART's layernorm_embedding (one per stack)
+               "word_embeddings_layernorm": "embedding/norm", "layernorm_embedding": "embedding/norm",
                # Gemma 3n/4's per-layer inputs (Gemma4TextModel): the packed table, its projection and norm
                "embed_tokens_per_layer": "embedding/per_layer",
                "per_layer_model_projection": "embedding/per_layer_project",
                "per_layer_projection_norm": "embedding/per_layer_norm"}  # fmt: skip
 # lfm2's final norm is ``embedding_norm`` (applied after the last layer)
-_FINAL_NORMS = ("norm", "ln_f", "final_layernorm", "norm_f", "final_layer_norm", "embedding_norm")
+_FINAL_NORMS = (
+    "norm",
+    "ln_f",
+    "final_layernorm",
+    "norm_f",
+    "final_layer_norm",
+    "embedding_norm",
+    "final_norm",
+    "layer_norm",
+)
 _MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
 _MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_proj": "in", "output_gate": "in",
                 "conv1d": "conv", "conv": "conv", "x_proj": "x_proj", "dt_proj": "dt_proj", "dt_layernorm": "bc_norm",
@@ -144,7 +178,7 @@ class TensorRole:
 def _split(name: str) -> tuple[str, str, Kind]:
     """(module path, parameter name, kind) of a tensor name."""
     module, _, param = name.rpartition(".")
-    if any(name.endswith(b) for b in BUFFERS) and not module.endswith(_PARAM_STATICS):
+    if any(name == b or name.endswith(f".{b}") for b in BUFFERS) and not module.endswith(_PARAM_STATICS):
         return module, param, "buffer"
     if param in PACKED:
         return module, param, "packed"
@@ -169,8 +203,10 @@ def tensor_role(
         return TensorRole(None, layer, kind, module)
     last = segments[-1] if segments else ""
     if match is None:
-        if "lm_head" in segments or last in ("embed_out", "output"):
-            return TensorRole("head/lm", None, kind, module)
+        if "lm_head" in segments or last in ("embed_out", "output"):  # GPT-J's and Phi-2's lm_head has a bias
+            return TensorRole("head/lm_bias" if param == "bias" else "head/lm", None, kind, module)
+        if last == "relative_attention_bias":  # MPNet's, shared by the layers
+            return TensorRole(f"{stack}/attention/relative_bias", None, kind, module)
         for segment in segments:
             if segment in _EMBEDDINGS:
                 return TensorRole(_EMBEDDINGS[segment], None, kind, module)
@@ -195,6 +231,26 @@ def tensor_role(
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
+
+
+def tensor_stack(name: str, architecture: str) -> str:
+    """The stack tensor ``name`` belongs to: an encoder-decoder's ``model.encoder.*`` (BART, Marian, T5) is the
+    encoder's, everything else (its decoder, the shared table, the head) the decoder's; the one stack otherwise."""
+    if architecture == "encoder-decoder":
+        return "encoder" if "encoder" in name.split(".") else "decoder"
+    return "encoder" if architecture == "encoder" else "decoder"
+
+
+# an encoder checkpoint's masked-LM head: RobertaLMHead / MPNetLMHead's lm_head.*, BertForMaskedLM's cls.predictions.*
+_MLM_HEADS = ("lm_head", "cls")
+
+
+def task_head(name: str, architecture: str) -> str | None:
+    """Why tensor ``name`` of an encoder's checkpoint is outside the model counted (``AutoModel``, the counting
+    rule): the masked-LM head of a ``*ForMaskedLM`` checkpoint; None otherwise."""
+    if architecture != "encoder" or name.split(".")[0] not in _MLM_HEADS:
+        return None
+    return "a masked-LM head: the encoder is counted as AutoModel, which has none"
 
 
 def outside_text_model(name: str) -> str | None:
@@ -226,6 +282,10 @@ def _mixer_key(inside: list[str], param: str) -> str | None:
 
 
 def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
+    if f"{_CROSS}_layer_norm" in inside:
+        return f"{stack}/cross_attention/norm"
+    if _CROSS in inside:
+        return f"{stack}/cross_attention/{'out' if inside[-1] == 'out_proj' else 'qkv'}"
     for names, component in _IN_LAYER:
         if any(segment in names for segment in inside):
             return f"{stack}/{component}"
@@ -237,14 +297,13 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     # BERT: attention.output.dense / attention.output.LayerNorm, intermediate.dense, output.dense / .LayerNorm
     if "attention" in inside and "output" in inside:
         return f"{stack}/attention/{'norm' if inside[-1] == 'LayerNorm' else 'out'}"
+    if inside[-2:] == ["attention", "LayerNorm"]:  # MPNet's MPNetAttention.LayerNorm
+        return f"{stack}/attention/norm"
     if "intermediate" in inside:
         return f"{stack}/ffn/in"
     if "output" in inside:
         return f"{stack}/ffn/{'norm' if inside[-1] == 'LayerNorm' else 'out'}"
-    # GPT-2's attn.c_proj and mlp.c_proj, GPT-NeoX's attention.dense
-    if inside[-1:] in (
-        ["c_proj"],
-        ["dense"],
-    ):
+    # GPT-2's attn.c_proj and mlp.c_proj, GPT-NeoX's attention.dense, ModernBERT's attn.Wo and mlp.Wo
+    if inside[-1:] in (["c_proj"], ["dense"], ["Wo"]):
         return f"{stack}/{'ffn' if 'mlp' in inside else 'attention'}/out"
     return None

@@ -31,8 +31,14 @@ block builds no such tensor" (then the tensor is extra, not counted). The widths
   (d, P); outside the layers the per-layer table (per-layer vocab, L P), ``per_layer_model_projection`` (L P, d)
   and ``per_layer_projection_norm`` (P,); a recurrent mixer's tensors (:mod:`checkpoint_mixers`).
 
-A bias has its weight's first dimension. Tensors no rule names here (fused QKV layouts, Conv1D) are checked by their
-component's total only.
+- fused Q/K/V (:data:`~embedcalc.reconcile.checkpoint_names.QKV`): one ``nn.Linear(d, H hd + 2 G hd)``, the
+  queries' rows then the keys' and values' (Phi-3's ``qkv_proj``, GPTBigCode's ``c_attn`` with MQA's one KV head,
+  Falcon's ``query_key_value`` in its three layouts), or the same rows interleaved head by head (GPT-NeoX's and
+  BLOOM's ``query_key_value``, (3 H hd, d)), which is the same shape; ModernBERT's ``Wqkv`` (3 d, d); GPT-2's
+  ``Conv1D`` ``c_attn`` is stored input-major, (d, 3 d) (:data:`CONV1D_QKV`).
+
+A bias has its weight's first dimension. Tensors no rule names here (GPT-2's other Conv1D weights, BERT-style
+``dense`` layers) are checked by their component's total only.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from embedcalc.analysis.structure import Dims, head_width, kv_width, per_layer_w
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
-from embedcalc.reconcile.checkpoint_names import TensorRole, within_layer
+from embedcalc.reconcile.checkpoint_names import QKV, TensorRole, within_layer
 
 # (shape, why); a shape of None: the block builds no such tensor, and why
 Expected = tuple[tuple[int, ...] | None, str]
@@ -53,6 +59,8 @@ _IN = ("gate_proj", "up_proj", "w1", "w3")
 # GptOssExperts, Llama4TextExperts, AriaGroupedExpertsGemm (their forward multiplies x @ W)
 INPUT_MAJOR_EXPERTS = frozenset({"gpt_oss", "llama4", "llama4_text", "aria", "aria_text"})
 _OUT = ("down_proj", "w2")
+# model types whose fused c_attn is a Conv1D (transformers' pytorch_utils.Conv1D: weight (in, out))
+CONV1D_QKV = frozenset({"gpt2"})
 
 
 def _linear(rows: int, cols: int, why_rows: str, why_cols: str, param: str) -> Expected | None:
@@ -62,9 +70,14 @@ def _linear(rows: int, cols: int, why_rows: str, why_cols: str, param: str) -> E
     return ((rows,), why_rows) if param == "bias" else None
 
 
-def _standard(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
+def _standard(a: Attention, x: Dims, part: str, param: str, conv1d: bool = False) -> Expected | None:
     hd, h = int(head_width(a, x)), int(x.h)
     q, kv = h * hd, int(kv_width(a, x))
+    if part in QKV:
+        why = "num_heads x head_dim + 2 x num_kv_heads x head_dim"
+        if conv1d and param == "weight":  # Conv1D(3 d, d) stores its weight (in, out)
+            return (x.d, q + 2 * kv), f"hidden, {why} (Conv1D, input-major)"
+        return _linear(q + 2 * kv, x.d, why, "hidden", param)
     if part in ("k_proj", "v_proj", "k_norm", "key_layernorm", "k_layernorm") and a.kv_shared:
         return (
             None,
@@ -111,12 +124,12 @@ def _latent(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
     return _linear(rows, cols, why_rows, why_cols, param)
 
 
-def _attention(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
+def _attention(a: Attention, x: Dims, part: str, param: str, conv1d: bool) -> Expected | None:
     if part == "sinks" or param == "sinks":
         return (x.h,), "num_heads"
     if a.latent:
         return _latent(a, x, part, param)
-    return _standard(a, x, part, param)
+    return _standard(a, x, part, param, conv1d)
 
 
 def _dense(width: int, gated: bool, x: Dims, part: str, param: str, what: str) -> Expected | None:
@@ -178,6 +191,8 @@ def _moe(
 
 def _embedding(config: ResolvedShape, x: Dims, component: str, param: str) -> Expected | None:
     """The tables outside the layers: token rows x width, the head, Gemma 4's per-layer inputs."""
+    if component == "head/lm_bias":  # GPT-J's, Phi-2's lm_head bias
+        return ((config.vocab_size,), "vocab_size") if param == "bias" else None
     if param != "weight":
         return (
             ((config.embed_dim,), "hidden") if component.endswith("/final_norm") and param == "bias" else None
@@ -232,6 +247,7 @@ class ShapeRules:
         self.plan = config.stack_plan(stack)
         self.x = Dims.of(config)
         self.input_major = model_type in INPUT_MAJOR_EXPERTS
+        self.conv1d = model_type in CONV1D_QKV
 
     def block(self, layer: int | None) -> Block | None:
         """The block of ``layer``; None outside the stack."""
@@ -249,7 +265,7 @@ class ShapeRules:
             return None
         _, _, component = role.key.partition("/")
         return _in_layer(self.config, self.x, block, component, within_layer(role.module, role.layer), param,
-                         self.input_major)  # fmt: skip
+                         (self.input_major, self.conv1d))  # fmt: skip
 
 
 def _in_layer(
@@ -259,10 +275,11 @@ def _in_layer(
     component: str,
     inside: list[str],
     param: str,
-    input_major: bool,
+    layouts: tuple[bool, bool],
 ) -> Expected | None:
     """A tensor of a layer of ``block``: ``component`` its breakdown key below the stack, ``inside`` its module path
-    within the layer."""
+    within the layer; ``layouts``: (fused experts input-major, fused QKV a Conv1D)."""
+    input_major, conv1d = layouts
     last = inside[-1] if inside else ""
     if component.endswith("/projection"):  # a sublayer replaced by a d x d linear (DeciLM)
         return ((x.d, x.d), "hidden, hidden") if param == "weight" else None
@@ -277,8 +294,9 @@ def _in_layer(
         return _linear(p, x.d, "hidden_size_per_layer_input", "hidden", param)
     if component == "per_layer/out" and p:
         return _linear(x.d, p, "hidden", "hidden_size_per_layer_input", param)
-    if component.startswith("attention/") and block.attention is not None:
-        return _attention(block.attention, x, last, param)
+    # a decoder's cross-attention (BART's encoder_attn) has its self-attention's widths
+    if component.startswith(("attention/", "cross_attention/")) and block.attention is not None:
+        return _attention(block.attention, x, last, param, conv1d)
     ffn = block.ffn
     if ffn is None:
         return None

@@ -72,6 +72,17 @@ def _verify(cli: Any, directory: Path) -> tuple[int, dict[str, Any], str]:
     return result.exit_code, json.loads(result.stdout)["results"][0], result.stderr
 
 
+def placed(cli: Any, directory: Path, numel: Any) -> dict[str, Any]:
+    """verify's result for ``directory``, asserting exit 0 with nothing missing, no shape error, every component's
+    count agreeing and the total equal to ``numel``, the saved model's."""
+    code, check, stderr = _verify(cli, directory)
+    assert code == 0, stderr
+    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
+    assert all(c["stored_params"] == c["analytic_params"] for c in check["components"])
+    assert check["stored_params"] == check["analytic_params"] == numel
+    return check
+
+
 def _text_numel(model: Any) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if outside_text_model(n) is None)
 
@@ -81,11 +92,7 @@ def test_every_tensor_is_placed_with_the_shape_its_block_gives(
     transformers: Any, cli: Any, tmp_path: Path, name: str
 ) -> None:
     model = _save(transformers, name, tmp_path)
-    code, check, stderr = _verify(cli, tmp_path)
-    assert code == 0, stderr
-    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
-    assert check["stored_params"] == check["analytic_params"] == _text_numel(model)
-    assert all(c["stored_params"] == c["analytic_params"] for c in check["components"])
+    check = placed(cli, tmp_path, _text_numel(model))
     # nothing left over but buffers (Gemma 4's layer_scalar, DeepSeek's e_score_correction_bias) and the towers
     towers = [e for e in check["extra"] if e["reason"] != BUFFER]
     assert all("not part of the text model" in e["reason"] for e in towers)

@@ -1,0 +1,134 @@
+"""``verify DIR --checkpoint`` on the families whose module names differ from LLaMA's (issue 23, item 5): Apertus
+(xIELU's learned scalars, attention_layernorm / feedforward_layernorm), BLOOM (word_embeddings_layernorm), Falcon's
+new decoder (ln_attn / ln_mlp), GPT-J and Phi-2 (a biased lm_head), Pythia (GPT-NeoX: embed_in, a parallel block's
+post_attention_layernorm), SantaCoder (GPTBigCode's MQA c_attn), ModernBERT (Wqkv / Wi / Wo, the embeddings' norm as
+layer 0's), MPNet (attn.q/k/v/o, the shared relative_attention_bias), XLM-RoBERTa, and the encoder-decoders BART and
+Marian (opus-mt: one table ``shared``, cross-attention ``encoder_attn``, the tied head).
+
+Each is the published file with its sizes shrunk (tests/config/hf/test_hf_families.py's SMALL, 2 layers) built by
+the counting rule's class and written by ``save_pretrained``: every tensor is placed, its fused QKV checked by shape,
+and the stored count equals the analytic one and transformers' trainable numel. A fused QKV stored transposed (the
+same elements, so every total agrees) exits 3 naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from config.hf.test_hf_decoder_families import _small as decoder_small
+from config.hf.test_hf_families import SMALL
+from config.test_checkpoint_shapes import _verify, placed
+from hf_reference import mapped_config, quiet_transformers, raw_fixture, trainable
+
+pytestmark = pytest.mark.torch
+
+BUFFER = "a buffer, not a parameter"
+# family -> hub file in tests/fixtures/hf
+FAMILIES = {"apertus": "apertus-8b-2509", "bloom": "bloom-7b1", "falcon-40b": "falcon-40b", "gpt-j": "gpt-j-6b",
+            "phi-2": "phi-2", "pythia": "pythia-1.4b", "santacoder": "santacoder", "modernbert": "modernbert-base",
+            "mpnet": "mpnet-base", "xlm-roberta": "xlm-roberta-base", "bart": "bart-large",
+            "opus-mt": "opus-mt-en-de"}  # fmt: skip
+# two more for the fused-QKV shape rules: GPT-2's Conv1D c_attn, Phi-3's qkv_proj with grouped KV heads
+_GPT2 = dict(n_embd=64, n_head=4, n_layer=2, n_positions=64, vocab_size=101)
+_PHI3 = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=101, pad_token_id=0)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def transformers() -> Any:
+    return quiet_transformers()
+
+
+def _raw(family: str) -> dict[str, Any]:
+    if family in ("gpt2", "phi-3"):
+        return raw_fixture("gpt2") | _GPT2 if family == "gpt2" else raw_fixture("phi-3-mini-4k") | _PHI3
+    stem = FAMILIES[family]
+    small = decoder_small(raw_fixture(stem)) if family == "apertus" else raw_fixture(stem) | SMALL[stem]
+    # 2 layers (the families spelling it n_layer have 2 in SMALL already)
+    return small | ({"num_hidden_layers": 2} if "num_hidden_layers" in small else {})
+
+
+def _save(transformers: Any, family: str, directory: Path) -> Any:
+    """The small ``family`` model built as the counting rule says (AutoModel for an encoder, the seq2seq or
+    causal LM otherwise) and saved to ``directory``; returns it."""
+    import torch
+
+    raw = _raw(family)
+    auto = {"encoder": transformers.AutoModel, "decoder": transformers.AutoModelForCausalLM,
+            "encoder-decoder": transformers.AutoModelForSeq2SeqLM}[mapped_config(raw).architecture]  # fmt: skip
+    torch.manual_seed(0)
+    model = auto.from_config(transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(raw))
+    model.save_pretrained(directory)
+    return model
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_tensor_of_the_family_is_placed(
+    transformers: Any, cli: Any, tmp_path: Path, family: str
+) -> None:
+    from safetensors import safe_open
+
+    model = _save(transformers, family, tmp_path)
+    check = placed(cli, tmp_path, trainable(model))
+    # nothing left over but buffers (xIELU's beta / eps, BART's final_logits_bias)
+    buffers = {n for n, _ in model.named_buffers()}
+    assert all(e["reason"] == BUFFER and e["tensor"] in buffers for e in check["extra"]), check["extra"]
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as handle:
+        names = set(handle.keys())
+    assert check["stored_tensors"] == len(names - buffers)
+
+
+# (family, fused QKV tensor, its stored shape): GPT-NeoX's query_key_value (3 H hd, d), GPTBigCode's MQA c_attn
+# (d + 2 hd, d), ModernBERT's Wqkv (3 d, d), GPT-2's Conv1D c_attn (d, 3 d), Phi-3's qkv_proj (H hd + 2 G hd, d)
+FUSED = [
+    ("pythia", "gpt_neox.layers.1.attention.query_key_value.weight", [192, 64]),
+    ("santacoder", "transformer.h.0.attn.c_attn.weight", [96, 64]),
+    ("modernbert", "layers.0.attn.Wqkv.weight", [192, 64]),
+    ("gpt2", "transformer.h.1.attn.c_attn.weight", [64, 192]),
+    ("phi-3", "model.layers.0.self_attn.qkv_proj.weight", [128, 64]),
+]
+
+
+@pytest.mark.parametrize(("family", "tensor", "shape"), FUSED)
+def test_a_transposed_fused_qkv_exits_3_naming_it(
+    transformers: Any, cli: Any, tmp_path: Path, family: str, tensor: str, shape: list[int]
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    _save(transformers, family, tmp_path)
+    code, check, stderr = _verify(cli, tmp_path)
+    assert code == 0 and check["shape_errors"] == [], stderr
+    path = tmp_path / "model.safetensors"
+    tensors = load_file(path)
+    assert list(tensors[tensor].shape) == shape
+    tensors[tensor] = tensors[tensor].t().contiguous()
+    save_file(tensors, path, metadata={"format": "pt"})
+    code, check, stderr = _verify(cli, tmp_path)
+    assert code == 3 and check["missing"] == []
+    assert all(c["stored_params"] == c["analytic_params"] for c in check["components"])
+    assert [e["tensor"] for e in check["shape_errors"]] == [tensor]
+    said = " ".join(stderr.split())  # the console wraps long lines
+    assert f"{tensor} has shape {shape[::-1]}: the config gives {shape}" in said
+
+
+def test_checkpoints_of_other_classes_name_what_differs(transformers: Any, cli: Any, tmp_path: Path) -> None:
+    """MarianModel saves its fixed sinusoidal tables (requires_grad False): extra, and the rest agrees;
+    XLMRobertaForMaskedLM has a masked-LM head (extra) and no pooler, which AutoModel, the counting rule, has:
+    exit 3 naming the pooler alone."""
+    raw = raw_fixture("opus-mt-en-de") | SMALL["opus-mt-en-de"]
+    transformers.MarianModel(transformers.MarianConfig.from_dict(raw)).save_pretrained(tmp_path / "marian")
+    code, check, stderr = _verify(cli, tmp_path / "marian")
+    assert code == 0, stderr
+    assert sorted(e["tensor"] for e in check["extra"]) == [
+        "decoder.embed_positions.weight",
+        "encoder.embed_positions.weight",
+    ]
+    raw = raw_fixture("xlm-roberta-base") | SMALL["xlm-roberta-base"]
+    model = transformers.XLMRobertaForMaskedLM(transformers.XLMRobertaConfig.from_dict(raw))
+    model.save_pretrained(tmp_path / "mlm")
+    code, check, stderr = _verify(cli, tmp_path / "mlm")
+    assert code == 3 and check["missing"] == ["pooler"] and check["shape_errors"] == []
+    assert {e["tensor"].split(".")[0] for e in check["extra"]} == {"lm_head"}
+    assert "pooler: the config has it, the checkpoint holds no tensor of it" in " ".join(stderr.split())
