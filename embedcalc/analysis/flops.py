@@ -2,7 +2,8 @@
 
 This is exactly what ``torch.utils.flop_counter.FlopCounterMode`` counts for the model ``embedcalc.modeling``
 builds (mm/addmm/bmm and attention): bias adds, softmax, norms, activations, sink logits, a router's top-k and
-residual adds are not matmuls and are estimated separately by :func:`elementwise_flops`. Embedding lookups count 0.
+residual adds are not matmuls and are estimated separately (:mod:`embedcalc.analysis.elementwise`). Embedding
+lookups count 0.
 
 Per layer of a stack run on ``b`` sequences of ``n`` tokens (t = b * n), d = embed_dim, h = num_heads, ``pairs``
 the query-key pairs per head:
@@ -53,6 +54,7 @@ from dataclasses import dataclass
 
 from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laurel_flops
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.elementwise import elementwise_flops
 from embedcalc.analysis.mixers import mixer_flops
 from embedcalc.analysis.structure import (
     Dims,
@@ -65,7 +67,6 @@ from embedcalc.analysis.structure import (
     projected_kv,
     qk_width,
     stacks,
-    sublayer_norms,
     v_width,
 )
 from embedcalc.analysis.workload import Workload
@@ -348,75 +349,6 @@ def _breakdown(terms: dict[str, Num]) -> Breakdown:
     out = Breakdown()
     for key, value in terms.items():
         out.add(key, value)
-    return out
-
-
-# --- element-wise estimate --------------------------------------------------------------------------------------
-
-# Element-wise FLOPs per element, an estimate: softmax = max, subtract, exp, sum, divide (+1 for the 1/sqrt(d)
-# scale); LayerNorm = mean, subtract, square, mean, rsqrt-multiply, scale, shift; RMSNorm drops mean/subtract/shift;
-# activations count their arithmetic roughly (erf/tanh ~ 8), gated adds the product.
-_SOFTMAX_PER_SCORE = 6
-# a sparse layer's lightning indexer: the scale and the ReLU of each head's dot product, and the causal mask of the
-# weighted sum (its top-k is a sort, not arithmetic)
-_INDEX_PER_HEAD_SCORE = 2
-_NORM_PER_ELEMENT = {"layernorm": 7, "rmsnorm": 4}
-# xIELU: a square, two multiply-adds, expm1 and min on the negative branch, the select
-_ACTIVATION_PER_ELEMENT = {
-    "relu": 1,
-    "gelu": 8,
-    "gelu_tanh": 8,
-    "silu": 4,
-    "swiglu": 5,
-    "geglu": 9,
-    "xielu": 8,
-}
-
-
-def _activation_width(block: Block, x: Dims) -> Num:
-    w = x.widths(block)
-    if block.ffn is None:
-        return 0
-    return block.ffn.top_k * w.fe + w.fs if block.ffn.moe else w.f
-
-
-def elementwise_flops(config: ResolvedShape, workload: Workload) -> Breakdown:
-    """An estimate of the non-matmul work (softmax, norms, activations, residual adds); never in the matmul total."""
-    out = Breakdown()
-    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
-    b, d, h = x.b, x.d, x.h
-    per_norm = _NORM_PER_ELEMENT[config.norm]
-    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
-    for sd in x.stacks:
-        n, n_mem = x.tokens(config, sd.stack)
-        cross = sd.stack.cross_attention
-        t = b * n
-        sublayers = 3 if cross else 2
-        norms = attention_norms + ffn_norms + (cross_norms if cross else 0)
-        scores = h * n * n + (h * n * n_mem if cross else 0)
-        for block, layers in sd.blocks:
-            a = block.attention
-            if (
-                a is not None and a.kind == "sparse"
-            ):  # the core's softmax over min(n, k) keys; the indexer's scores
-                pairs = n * minimum(n, a.index_topk)
-                out.add(
-                    f"{sd.name}/softmax",
-                    layers * b * (h * pairs + (h * n * n_mem if cross else 0)) * _SOFTMAX_PER_SCORE,
-                )
-                if not a.index_shared:
-                    per_score = _INDEX_PER_HEAD_SCORE * a.index_heads + 1
-                    out.add(f"{sd.name}/index_scores", layers * b * n * n * per_score)
-            elif a is not None and a.external:  # softmax over the external tokens
-                out.add(f"{sd.name}/softmax", layers * b * h * n * a.context * _SOFTMAX_PER_SCORE)
-            elif a is not None:
-                out.add(f"{sd.name}/softmax", layers * b * scores * _SOFTMAX_PER_SCORE)
-            out.add(f"{sd.name}/norms", layers * norms * t * d * per_norm)
-            act = _ACTIVATION_PER_ELEMENT[config.activation]
-            out.add(f"{sd.name}/activation", layers * t * _activation_width(block, x) * act)
-            # a mixer beside the attention (Falcon-H1) adds its output to the attention's: one more add
-            adds = sublayers + (1 if block.parallel_mixers else 0)
-            out.add(f"{sd.name}/residual", layers * adds * t * d)
     return out
 
 

@@ -28,6 +28,7 @@ from embedcalc.analysis.params import count_params
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.aliases import ALIASES
+from embedcalc.config.files import parse_scalar
 from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
@@ -340,7 +341,7 @@ def test_indivisible_heads_reported_at_the_key_as_written(
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.yaml"
-        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        path.write_text(_yaml(data), encoding="utf-8")
         with pytest.raises(ConfigError) as info:
             load_target(str(path))
     problems = info.value.problems
@@ -367,6 +368,27 @@ def test_explicit_head_dim_makes_any_split_valid(shape: tuple[int, int]) -> None
 # --- round trips ------------------------------------------------------------------------------------------------
 
 
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's dumper writes YAML 1.1, in which ``0E0`` or ``1e5`` is a string it need not quote; embedcalc reads
+    numbers as YAML 1.2 does (config/files.py), so a string that would read back as anything else is quoted."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    try:
+        plain = len(value) >= 1000 or parse_scalar(value) == value
+    except yaml.YAMLError:  # not a plain scalar at all (control characters): PyYAML quotes and escapes it
+        plain = True
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain else "'")
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _yaml(data: Any, **options: Any) -> str:
+    """``data`` as YAML that embedcalc reads back to the same values."""
+    return yaml.dump(data, Dumper=_Dumper, **options)
+
+
 def _load_written(text: str, suffix: str) -> ModelConfig:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"model{suffix}"
@@ -386,7 +408,7 @@ def test_config_round_trips_through_yaml(config: ModelConfig, exclude_none: bool
     # break: a property of that writer, not of embedcalc's reader (the JSON round trip covers those names)
     assume(not any(c in (config.name or "") for c in "\x85\u2028\u2029"))
     dumped = config.model_dump(mode="json", exclude_none=exclude_none)
-    assert _load_written(yaml.safe_dump(dumped, sort_keys=False, allow_unicode=True), suffix) == config
+    assert _load_written(_yaml(dumped, sort_keys=False, allow_unicode=True), suffix) == config
 
 
 @given(config_dicts(), st.data())
@@ -396,7 +418,7 @@ def test_aliases_load_to_the_same_config(data: dict[str, Any], draw: st.DataObje
     for key, value in data.items():
         choices = (key, *ALIASES.get(key, ()))
         renamed[draw.draw(st.sampled_from(choices), label=key)] = value
-    assert _load_written(yaml.safe_dump(renamed), ".yaml") == canonical
+    assert _load_written(_yaml(renamed), ".yaml") == canonical
     assert _load_written(json.dumps(renamed), ".json") == canonical
 
 

@@ -175,7 +175,7 @@ def test_indexer_and_core_enter_inference_and_training_memory() -> None:
     """Inference: the gathered core over k keys (eager; a fused kernel's none under sdpa), and the indexer's
     transient n x n tensors as a candidate of their own; training adds the largest indexer's transient tensors
     once, and under sdpa saves the log-sum-exp and the selection only. Element-wise: softmax over n k pairs."""
-    from embedcalc.analysis.flops import elementwise_flops
+    from embedcalc.analysis.elementwise import elementwise_flops
     from embedcalc.analysis.memory import estimate_memory
     from embedcalc.analysis.memory.inference import peak_candidates
     from embedcalc.analysis.memory.training import saved_activations

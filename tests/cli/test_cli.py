@@ -509,6 +509,7 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.altup", "embedcalc.analysis.breakdown",
     "embedcalc.analysis.budget", "embedcalc.analysis.buffers",
     "embedcalc.analysis.checked", "embedcalc.analysis.communication", "embedcalc.analysis.crossover",
+    "embedcalc.analysis.elementwise",
     "embedcalc.analysis.flops", "embedcalc.analysis.memory", "embedcalc.analysis.memory.estimate",
     "embedcalc.analysis.memory.inference",
     "embedcalc.analysis.memory.training", "embedcalc.analysis.mixers", "embedcalc.analysis.parallel",
