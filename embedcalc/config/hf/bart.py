@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from embedcalc.config.hf.reader import MISSING, Family, KeyReader, map_activation, map_dropout
+from embedcalc.config.hf.mappings import map_activation, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader
 
 
 def _stacks(r: KeyReader) -> None:

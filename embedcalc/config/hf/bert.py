@@ -5,15 +5,13 @@ LayerNorm, post-norm blocks, the pooler where the family has one.
 from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import (
-    Family,
-    IgnoredKey,
-    KeyReader,
+from embedcalc.config.hf.mappings import (
     expect_absolute_positions,
     map_activation,
     map_dropout,
     map_offset_positions,
 )
+from embedcalc.config.hf.reader import Family, IgnoredKey, KeyReader
 
 
 def _read_bert_like(r: KeyReader) -> None:

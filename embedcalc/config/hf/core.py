@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import Family, KeyReader, map_activation, map_biases, map_dropout
+from embedcalc.config.hf.mappings import map_activation, map_biases, map_dropout
+from embedcalc.config.hf.reader import Family, KeyReader
 
 BiasSource = bool | str | None
 

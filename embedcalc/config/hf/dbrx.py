@@ -18,15 +18,8 @@ from typing import Any
 from embedcalc.config.hf import accept
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.layered import MOE_KEYS_IGNORED, ignore_moe_keys
-from embedcalc.config.hf.reader import (
-    GATED_ACTIVATIONS,
-    MISSING,
-    Family,
-    IgnoredKey,
-    KeyReader,
-    Origin,
-    yaml_hint,
-)
+from embedcalc.config.hf.mappings import GATED_ACTIVATIONS
+from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, Origin, yaml_hint
 
 # transformers' DbrxAttentionConfig / DbrxFFNConfig defaults
 _ATTN: dict[str, Any] = dict(attn_pdrop=0.0, kv_n_heads=1)  # clip_qkv (default None) is a clamp

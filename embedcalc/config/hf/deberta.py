@@ -15,15 +15,8 @@ from __future__ import annotations
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.encoders import bert_shape
 from embedcalc.config.hf.llama_like import refuse
-from embedcalc.config.hf.reader import (
-    MISSING,
-    Family,
-    KeyReader,
-    Origin,
-    map_activation,
-    map_dropout,
-    yaml_hint,
-)
+from embedcalc.config.hf.mappings import map_activation, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin, yaml_hint
 
 _TERMS = ("c2p", "p2c")
 

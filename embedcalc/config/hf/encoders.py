@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.llama_like import refuse
-from embedcalc.config.hf.reader import (
-    Family,
-    KeyReader,
+from embedcalc.config.hf.mappings import (
     expect_absolute_positions,
     map_activation,
     map_dropout,
     map_offset_positions,
 )
+from embedcalc.config.hf.reader import Family, KeyReader
 
 _ENCODER = (("architecture", "encoder"), ("norm", "layernorm"), ("embedding_norm", True), ("lm_head", False))
 

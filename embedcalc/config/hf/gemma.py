@@ -16,7 +16,8 @@ from typing import Any
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_shape
 from embedcalc.config.hf.layered import FULL, SLIDING, pattern_types, put_window_layout
-from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, map_activation, map_dropout
+from embedcalc.config.hf.mappings import map_activation, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader
 
 _NO_PARAMS = "a scalar of the attention or the logits (soft-capping, score scale); element-wise only"
 

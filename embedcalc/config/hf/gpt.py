@@ -12,15 +12,8 @@ from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_core, read_shape
 from embedcalc.config.hf.layered import put_windows
 from embedcalc.config.hf.llama_like import refuse
-from embedcalc.config.hf.reader import (
-    MISSING,
-    Family,
-    KeyReader,
-    map_activation,
-    map_biases,
-    map_dropout,
-    map_partial_rotary,
-)
+from embedcalc.config.hf.mappings import map_activation, map_biases, map_dropout, map_partial_rotary
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader
 
 _DECODER = (("architecture", "decoder"), ("norm", "layernorm"), ("embedding_norm", False), ("lm_head", True))
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, map_activation, map_dropout
+from embedcalc.config.hf.mappings import map_activation, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader
 
 
 def _read_gpt2(r: KeyReader) -> None:

@@ -35,8 +35,9 @@ from typing import Any
 
 from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import checked_layer_types, ignore_moe_keys, origin, put_layout, read_moe
+from embedcalc.config.hf.mappings import map_partial_rotary
 from embedcalc.config.hf.qwen3 import moe_flags
-from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin, map_partial_rotary
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, Origin
 
 _MAMBA = frozenset({"mamba", "linear_attention"})
 _ATTENTION = frozenset({"attention", "full_attention"})

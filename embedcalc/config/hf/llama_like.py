@@ -12,14 +12,8 @@ from typing import Any
 from embedcalc.config.hf import keys as hf_keys
 from embedcalc.config.hf.core import read_core
 from embedcalc.config.hf.layered import FULL, SLIDING, put_window_layout
-from embedcalc.config.hf.reader import (
-    LEARNED_ACTIVATIONS,
-    MISSING,
-    Family,
-    KeyReader,
-    map_partial_rotary,
-    yaml_hint,
-)
+from embedcalc.config.hf.mappings import LEARNED_ACTIVATIONS, map_partial_rotary
+from embedcalc.config.hf.reader import MISSING, Family, KeyReader, yaml_hint
 
 SCALARS = "a scalar multiplier: no parameters, no matmul FLOPs"
 

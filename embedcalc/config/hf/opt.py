@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import Family, KeyReader, Origin, map_activation, map_dropout
+from embedcalc.config.hf.mappings import map_activation, map_dropout
+from embedcalc.config.hf.reader import Family, KeyReader, Origin
 
 
 def _read_opt(r: KeyReader) -> None:

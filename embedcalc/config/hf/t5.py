@@ -4,16 +4,8 @@ untied head."""
 from __future__ import annotations
 
 from embedcalc.config.hf import keys as hf_keys
-from embedcalc.config.hf.reader import (
-    GATED_ACTIVATIONS,
-    MISSING,
-    PLAIN_ACTIVATIONS,
-    Family,
-    IgnoredKey,
-    KeyReader,
-    Origin,
-    map_dropout,
-)
+from embedcalc.config.hf.mappings import GATED_ACTIVATIONS, PLAIN_ACTIVATIONS, map_dropout
+from embedcalc.config.hf.reader import MISSING, Family, IgnoredKey, KeyReader, Origin
 
 
 def _read_t5(r: KeyReader) -> None:
