@@ -6,8 +6,9 @@ config norms it) is read once per forward by the stack (:meth:`DisentangledAtten
 handed to every layer in place of an additive bias. Each layer projects it once (``pos_proj``: its own biased
 ``key`` / ``query`` linears, or the content ``q`` / ``k`` weights when ``share_keys``), scores queries against the
 position keys (c2p) and keys against the position queries (p2c) in ``pos_scores`` (two matmuls of (B, h, n, hd) by
-(h, hd, 2·span)), gathers each pair's entry at its relative position, and adds both to the content scores, all
-scaled by 1 / sqrt(hd x (1 + terms)). The core is always eager. Module paths meet the analytic keys
+(h, hd, 2·span)), gathers each pair's entry at its relative position, and adds both to the content scores, each
+divided by sqrt(hd x (1 + terms)) as transformers divides them (a 0-dim tensor each, so autograd saves what
+transformers' saves: analysis/memory/disentangled.py). The core is always eager. Module paths meet the analytic keys
 ``attention/rel_embeddings`` (the table and its norm), ``attention/pos_proj`` and ``attention/pos_scores``.
 """
 
@@ -82,22 +83,32 @@ class PositionProjections(nn.Module):
                 split(self.query(rel)) if self.query is not None else None)  # fmt: skip
 
 
+def divisor(like: Tensor, value: float) -> Tensor:
+    """A 0-dim tensor of ``value`` in ``like``'s dtype: transformers divides each score term by its own
+    ``scaled_size_sqrt(...).to(dtype)``, and autograd saves each (one value per division)."""
+    return torch.full((), value, dtype=like.dtype, device=like.device)
+
+
 class PositionScores(nn.Module):
-    """c2p and p2c: (B, h, T, hd) against (h, 2·span, hd), gathered at each pair's distance -> (B, h, T, T)
-    (``attention/pos_scores``)."""
+    """c2p and p2c: (B, h, T, hd) against (h, 2·span, hd), gathered at each pair's distance and divided by ``scale``
+    -> (B, h, T, T) (``attention/pos_scores``). As transformers' ``disentangled_attention_bias``, autograd saves per
+    term the broadcast position keys (queries), the (B, h, T, 2·span) product (``gather`` reads its input), the
+    (T, T) int64 index and the divisor; p2c also the keys ``k`` (``q`` is the contiguous one the content product
+    saves)."""
 
     def forward(self, q: Tensor, k: Tensor, keys: Tensor | None, queries: Tensor | None, rel: Tensor,
-                span: int) -> Tensor:  # fmt: skip
+                span: int, scale: float) -> Tensor:  # fmt: skip
         batch, heads, length, _ = q.shape
         score = torch.zeros(batch, heads, length, length, dtype=q.dtype, device=q.device)
         if keys is not None:
             c2p = torch.matmul(q, keys.transpose(-1, -2))  # (B, h, T, 2·span)
             index = torch.clamp(rel + span, 0, 2 * span - 1).expand(batch, heads, length, length)
-            score = score + torch.gather(c2p, -1, index)  # (B, h, T, T)
+            score = score + torch.gather(c2p, -1, index) / divisor(c2p, scale)  # (B, h, T, T)
         if queries is not None:
             p2c = torch.matmul(k, queries.transpose(-1, -2))  # (B, h, T, 2·span), rows are keys
             index = torch.clamp(-rel + span, 0, 2 * span - 1).expand(batch, heads, length, length)
-            score = score + torch.gather(p2c, -1, index).transpose(-1, -2)  # (B, h, T(query), T(key))
+            # (B, h, T(query), T(key))
+            score = score + torch.gather(p2c, -1, index).transpose(-1, -2) / divisor(p2c, scale)
         return score
 
 
@@ -118,7 +129,7 @@ class DisentangledAttention(Attention):
             Context(),
             None,
         )
-        self.scale = 1.0 / math.sqrt(spec.head_dim * (1 + positions.terms))
+        self.divisor = math.sqrt(spec.head_dim * (1 + positions.terms))  # transformers' scaled_size_sqrt
         self.rel_embeddings = RelativeTable(config, positions) if owns_table else None
         self.pos_proj = PositionProjections(config, positions, spec.q_dim)
         self.pos_scores = PositionScores()
@@ -141,11 +152,14 @@ class DisentangledAttention(Attention):
             raise RuntimeError("disentangled attention runs the eager core")
         batch, length, _ = x.shape
         q, k, v = self._project(x, None, None)  # (B, h, T, hd) each
+        q = q.contiguous()  # one tensor for the content and c2p products, as transformers' query_layer
         keys, queries = self.pos_proj(bias, self.qkv, self.num_heads)  # (h, 2·span, hd) or None
         rel = relative_positions(length, self.positions, x.device)  # (T, T)
-        # (B, h, T, T)
-        scores = self.scores(q, k) + self.pos_scores(q, k, keys, queries, rel, self.positions.span)
-        weights = torch.softmax(scores * self.scale, dim=-1, dtype=torch.float32).to(v.dtype)  # (B, h, T, T)
+        # each term divided by sqrt(hd (1 + terms)) as transformers does (the content one through K): (B, h, T, T)
+        content = self.scores(q, k / divisor(k, self.divisor))
+        scores = content + self.pos_scores(q, k, keys, queries, rel, self.positions.span, self.divisor)
+        # in the model's dtype, as transformers' DeBERTa (no float32 upcast): (B, h, T, T)
+        weights = torch.softmax(scores, dim=-1)
         context: Tensor = self.context(weights, v)  # (B, h, T, hd)
         # (B, T, q_dim)
         merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)

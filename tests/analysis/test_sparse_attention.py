@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from saved_tensors import saved_bytes
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.params import count_params
@@ -131,23 +132,8 @@ def _saved_attention_bytes(config: ModelConfig, b: int, n: int) -> int:
     from embedcalc.modeling import build_model
 
     model = build_model(config, attention="eager", device="cpu").train()
-    fixed = [*model.parameters(), *model.buffers()]  # weights and the rotary tables
-    params = {p.untyped_storage().data_ptr() for p in fixed}
-    seen: dict[int, int] = {}
-    inside = [False]
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if inside[0] and storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    for layer in model.decoder.layers:
-        layer.attention.register_forward_pre_hook(lambda *_: inside.__setitem__(0, True))
-        layer.attention.register_forward_hook(lambda *_: inside.__setitem__(0, False))
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(torch.randint(0, config.vocab_size, (b, n)))
-    return sum(seen.values())
+    ids = torch.randint(0, config.vocab_size, (b, n))
+    return saved_bytes(model, lambda: model(ids), modules=[layer.attention for layer in model.decoder.layers])
 
 
 @pytest.mark.torch

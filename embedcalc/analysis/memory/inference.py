@@ -28,12 +28,12 @@ layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
 
 Peak inference activations are an estimate of the largest set of tensors alive at once in one forward pass with
 no autograd: the residual stream plus, for the costliest sublayer, its live intermediates: Q/K/V and the context
-(and with eager attention the score matrix and its softmax, 2 x b h n n), or the FFN's inner tensors (2 t f;
-gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the router logits), or the logits
-(t vocab). An encoder-decoder's decoder also holds the encoder output. A sparse attention layer's core holds its
-gathered keys and values over min(n, index_topk) keys per query under either ``--attention``, and its indexer, just
-before, its own transient n x n tensors beside the query and key latents (``<stack>/attention/indexer``;
-the sparse-attention section below).
+(and with eager attention the score matrix and its softmax, 2 x b h n n; DeBERTa's core is always eager), or
+the FFN's inner tensors (2 t f; gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the
+router logits), or the logits (t vocab). An encoder-decoder's decoder also holds the encoder output. A sparse
+attention layer's core holds its gathered keys and values over min(n, index_topk) keys per query under either
+``--attention``, and its indexer, just before, its own transient n x n tensors beside the query and key latents
+(``<stack>/attention/indexer``; the sparse-attention section below).
 
 :class:`RankWidths` (one block's attention and FFN widths on one TP rank) is shared with the training terms in
 :mod:`embedcalc.analysis.memory.training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.memory.disentangled import eager_core
 from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, cross_attention, head_width, kv_heads, maximum, minimum
@@ -281,7 +282,7 @@ def peak_candidates(config: ResolvedShape, workload: Workload, x: Dims, tp: int 
                     q_path = e * (a.q_lora_rank or 0) + e * (a.kv_lora_rank + a.qk_rope_head_dim)
                     keep(f"{sd.name}/attention/indexer", base + t * q_path + index_working_bytes(a, b, n, e))
             elif a is not None:
-                if workload.attention == "eager":
+                if eager_core(config, workload, a.external):  # DeBERTa's core is always eager
                     keys = a.context if a.external else n
                     attention = attention + (b * n * keys) * (2 * e * r.heads)
                 keep(f"{sd.name}/attention", base + attention)

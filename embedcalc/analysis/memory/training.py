@@ -29,6 +29,9 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
   (eager: the torch reference's gathered keys and values; sdpa: a fused sparse kernel's statistics and the
   selection), and the largest indexer's transient tensors added once
   (the sparse-attention terms of :mod:`embedcalc.analysis.memory.inference`);
+- disentangled attention (DeBERTa): the standard terms with an always-eager core, plus per layer and position term
+  the broadcast position keys / queries, the pre-gather scores (b h n 2 span), the n x n int64 gather index and the
+  divisor, p2c's second K, and once per stack the normed table (:mod:`embedcalc.analysis.memory.disentangled`);
 - mixture of experts: the input, the router logits (t E), each token's top_k routed copies with their inner
   tensors (as a dense FFN of expert_dim, top_k times), the shared experts' inner tensors.
 
@@ -53,6 +56,7 @@ from math import prod
 
 from embedcalc.analysis.altup import altup_saved_bytes
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.memory.disentangled import eager_core, position_terms_saved, table_saved
 from embedcalc.analysis.memory.inference import (
     RankWidths,
     index_working_bytes,
@@ -126,15 +130,20 @@ def _attention_saved(
         linear = linear + t_kv * (e * d)
     if dropout:
         linear = linear + t * (MASK_BYTES * d)
-    if recompute != "none" and (a.kind == "sparse" or workload.attention == "eager"):
+    eager = eager_core(config, workload, cross)
+    if recompute != "none" and (a.kind == "sparse" or eager):
         scores: Num = 0
     elif a.kind == "sparse":  # the core over min(n_kv, index_topk) keys: gathered (eager) or a fused kernel
-        scores = sparse_core_saved(a, b, n, n_kv, r.heads, r.q, r.v, e, workload.attention == "eager")
-    elif workload.attention == "sdpa":
+        scores = sparse_core_saved(a, b, n, n_kv, r.heads, r.q, r.v, e, eager)
+    elif not eager:
         scores = t * (FP32_BYTES * r.heads)  # log-sum-exp statistics
     else:
         scores = (b * n * n_kv) * ((e + ((MASK_BYTES + e) if dropout else 0)) * r.heads)
-    return [(f"{prefix}/linear", linear), (f"{prefix}/scores", scores)]
+    out = [(f"{prefix}/linear", linear), (f"{prefix}/scores", scores)]
+    if config.disentangled is not None and not cross:  # DeBERTa's c2p / p2c terms (memory/disentangled.py)
+        positions = position_terms_saved(config.disentangled, b, n, r.heads, r.q, r.kv, d, e, dropout)
+        out.append((f"{prefix}/positions", positions))
+    return out
 
 
 def _ffn_saved(
@@ -206,6 +215,9 @@ def saved_terms(
         if x.first:
             projected = e * x.d_tok if config.embedding_projection else 0
             _add(out, f"{sd.name}/embedding", t * (e * d + projected + mask))
+        if config.disentangled is not None and sd.blocks:  # the normed position table the layers share
+            shared = table_saved(config.disentangled, d, e, config.dropout > 0, workload.recompute)
+            _add(out, f"{sd.name}/attention/positions", shared)
         for block, layers in sd.blocks:
             for key, value in layer_saved(config, workload, x, block, sd, tp, workload.recompute):
                 _add(out, f"{sd.name}/{key}", layers * value)
@@ -215,7 +227,7 @@ def saved_terms(
                     # eager (and a sparse layer's gathered core) re-materialises the score tensors; sdpa keeps its
                     # O(n) statistics either way: nothing
                     sparse = block.attention is not None and block.attention.kind == "sparse"
-                    eager = workload.attention == "eager" or sparse
+                    eager = eager_core(config, workload) or sparse
                     plain = [(k, v) for k, v in plain if k.endswith("/scores") and eager]
                 size: Num = 0
                 for _, value in plain:
