@@ -28,7 +28,9 @@ then ``mixer/norm``) and ``mlp.linear_mlp`` (``ffn/projection``).
 Other families' module names, from their modeling files in transformers 5.24: fused Q/K/V (:data:`QKV`), MPNet's
 ``attn.q/k/v/o`` and its stack's ``relative_attention_bias``; GPT-NeoX's ``embed_in``; BART's and Marian's ``shared``
 table, ``layernorm_embedding``, ``self_attn_layer_norm`` / ``final_layer_norm`` and the decoder's ``encoder_attn``
-(``cross_attention/...``); BLOOM's ``word_embeddings_layernorm``; Falcon's ``ln_attn`` / ``ln_mlp``; Apertus'
+(``cross_attention/...``); T5's ``block.N.layer.K``: ``SelfAttention.q/k/v/o``, the decoder's ``EncDecAttention``
+(cross-attention), ``DenseReluDense.wi`` / ``wi_0`` / ``wi_1`` / ``wo``, each sublayer's ``layer_norm``; BLOOM's
+``word_embeddings_layernorm``; Falcon's ``ln_attn`` / ``ln_mlp``; Apertus'
 ``attention_layernorm`` / ``feedforward_layernorm`` and xIELU's ``act_fn.alpha_p`` / ``alpha_n`` (``ffn/act``);
 ModernBERT's ``attn_norm`` / ``mlp_norm``, ``Wi`` / ``Wo`` and ``final_norm``; GPT-J's and Phi-2's
 ``lm_head.bias`` (``head/lm_bias``). A buffer name matches whole segments (``attn.bias``, GPT-2's causal mask, is
@@ -96,9 +98,9 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     ((*QKV, "q_proj", "k_proj", "v_proj", "query", "key", "value", "q", "k", "v"), "attention/qkv"),
     (("o_proj", "out_proj", "dense_out", "o"), "attention/out"),
     (("sinks",), "attention/sinks"),
-    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h", "Wi"),
-      "ffn/in"),
-    (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h"), "ffn/out"),
+    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h", "Wi", "wi",
+      "wi_0", "wi_1"), "ffn/in"),
+    (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h", "wo"), "ffn/out"),
     # Apertus' attention_layernorm / feedforward_layernorm, Falcon's new decoder ln_attn / ln_mlp, BART's and
     # Marian's self_attn_layer_norm / final_layer_norm, ModernBERT's attn_norm / mlp_norm
     (("input_layernorm", "ln_1", "attention_norm", "attention_layernorm", "ln_attn", "self_attn_layer_norm",
@@ -114,8 +116,10 @@ _OWN_PARAMS = {
     "sinks": "attention/sinks",
 }
 _ROUTERS = ("gate", "router")
-# BART's and Marian's decoder cross-attention: encoder_attn.{q,k,v,out}_proj and encoder_attn_layer_norm
-_CROSS = "encoder_attn"  # mlp.gate / block_sparse_moe.gate / mlp.router in a MoE layer
+# BART's and Marian's decoder cross-attention: encoder_attn.{q,k,v,out}_proj and encoder_attn_layer_norm; T5's
+# EncDecAttention.{q,k,v,o} (T5LayerCrossAttention)
+_CROSS = "encoder_attn"
+_T5_CROSS = "EncDecAttention"
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
                "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
@@ -284,8 +288,11 @@ def _mixer_key(inside: list[str], param: str) -> str | None:
 def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     if f"{_CROSS}_layer_norm" in inside:
         return f"{stack}/cross_attention/norm"
-    if _CROSS in inside:
-        return f"{stack}/cross_attention/{'out' if inside[-1] == 'out_proj' else 'qkv'}"
+    if _CROSS in inside or _T5_CROSS in inside:
+        return f"{stack}/cross_attention/{'out' if inside[-1] in ('out_proj', 'o') else 'qkv'}"
+    t5_norm = _t5_norm(inside, stack)
+    if t5_norm is not None:
+        return f"{stack}/{t5_norm}"
     for names, component in _IN_LAYER:
         if any(segment in names for segment in inside):
             return f"{stack}/{component}"
@@ -307,3 +314,14 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     if inside[-1:] in (["c_proj"], ["dense"], ["Wo"]):
         return f"{stack}/{'ffn' if 'mlp' in inside else 'attention'}/out"
     return None
+
+
+def _t5_norm(inside: list[str], stack: str) -> str | None:
+    """T5's ``layer.K.layer_norm`` (T5Block: ``layer`` holds self-attention, in the decoder cross-attention, then the
+    FFN, each with its own pre-norm): K 0 attention's, K 1 in the decoder cross-attention's, the last the FFN's."""
+    if len(inside) != 3 or inside[0] != "layer" or inside[2] != "layer_norm" or not inside[1].isdigit():
+        return None
+    k = int(inside[1])
+    if k == 0:
+        return "attention/norm"
+    return "cross_attention/norm" if stack == "decoder" and k == 1 else "ffn/norm"

@@ -37,8 +37,13 @@ block builds no such tensor" (then the tensor is extra, not counted). The widths
   BLOOM's ``query_key_value``, (3 H hd, d)), which is the same shape; ModernBERT's ``Wqkv`` (3 d, d); GPT-2's
   ``Conv1D`` ``c_attn`` is stored input-major, (d, 3 d) (:data:`CONV1D_QKV`).
 
-A bias has its weight's first dimension. Tensors no rule names here (GPT-2's other Conv1D weights, BERT-style
-``dense`` layers) are checked by their component's total only.
+GPT-2's other Conv1D weights are input-major too: ``mlp.c_fc`` (d, F), ``mlp.c_proj`` (F, d), ``attn.c_proj``
+(H hd, d). T5's (``T5Attention``, ``T5DenseActDense`` / ``T5DenseGatedActDense``) ``q`` / ``k`` / ``v`` / ``o`` are
+q/k/v/o_proj's, ``wi`` / ``wi_0`` / ``wi_1`` (d_ff, d), ``wo`` (d, d_ff), ``relative_attention_bias``
+(relative_attention_num_buckets, H) in layer 0 of each stack.
+
+A bias has its weight's first dimension. Tensors no rule names here (BERT-style ``dense`` layers) are checked by
+their component's total only.
 """
 
 from __future__ import annotations
@@ -54,11 +59,13 @@ from embedcalc.reconcile.checkpoint_names import QKV, TensorRole, within_layer
 # (shape, why); a shape of None: the block builds no such tensor, and why
 Expected = tuple[tuple[int, ...] | None, str]
 
-_IN = ("gate_proj", "up_proj", "w1", "w3")
+_IN = ("gate_proj", "up_proj", "w1", "w3", "c_fc", "wi", "wi_0", "wi_1")
 # model types whose fused experts are stored input-major, (E, d, 2 I) and (E, I, d): transformers 5.24's
 # GptOssExperts, Llama4TextExperts, AriaGroupedExpertsGemm (their forward multiplies x @ W)
 INPUT_MAJOR_EXPERTS = frozenset({"gpt_oss", "llama4", "llama4_text", "aria", "aria_text"})
-_OUT = ("down_proj", "w2")
+_OUT = ("down_proj", "w2", "c_proj", "wo")
+# T5's and MPNet's attention projections q / k / v / o (T5Attention, MPNetSelfAttention), GPT-2's attn.c_proj
+_ALIASES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "c_proj": "o_proj"}
 # model types whose fused c_attn is a Conv1D (transformers' pytorch_utils.Conv1D: weight (in, out))
 CONV1D_QKV = frozenset({"gpt2"})
 
@@ -71,6 +78,7 @@ def _linear(rows: int, cols: int, why_rows: str, why_cols: str, param: str) -> E
 
 
 def _standard(a: Attention, x: Dims, part: str, param: str, conv1d: bool = False) -> Expected | None:
+    part = _ALIASES.get(part, part)
     hd, h = int(head_width(a, x)), int(x.h)
     q, kv = h * hd, int(kv_width(a, x))
     if part in QKV:
@@ -268,6 +276,20 @@ class ShapeRules:
                          (self.input_major, self.conv1d))  # fmt: skip
 
 
+def _conv1d(x: Dims, block: Block, component: str) -> Expected | None:
+    """GPT-2's other Conv1D weights, stored (in, out) (transformers' pytorch_utils.Conv1D): ``mlp.c_fc`` (d, F),
+    ``mlp.c_proj`` (F, d), ``attn.c_proj`` (H hd, d); their biases (out,) are the nn.Linear rule's."""
+    if component == "attention/out" and block.attention is not None:
+        q = int(x.h) * int(head_width(block.attention, x))
+        return (q, x.d), "num_heads x head_dim, hidden (Conv1D, input-major)"
+    f = int(x.widths(block).f)
+    if component == "ffn/in":
+        return (x.d, f), "hidden, intermediate_size (Conv1D, input-major)"
+    if component == "ffn/out":
+        return (f, x.d), "intermediate_size, hidden (Conv1D, input-major)"
+    return None
+
+
 def _in_layer(
     config: ResolvedShape,
     x: Dims,
@@ -289,6 +311,13 @@ def _in_layer(
         return mixer_tensor_shape(block.mixer, x.d, inside, param)
     if component.endswith("tanh_gate"):
         return (1,), "one scalar"
+    if (
+        component == "attention/relative_bias"
+    ):  # T5Attention's, layer 0 of each stack: nn.Embedding(buckets, H)
+        buckets = config.relative_attention_num_buckets
+        return ((buckets, x.h), "relative_attention_num_buckets, num_heads") if param == "weight" else None
+    if conv1d and param == "weight" and last in ("c_fc", "c_proj"):
+        return _conv1d(x, block, component)
     p = config.per_layer_input_dim
     if component == "per_layer/gate" and p:
         return _linear(p, x.d, "hidden_size_per_layer_input", "hidden", param)

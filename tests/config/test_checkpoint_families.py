@@ -41,7 +41,13 @@ def transformers() -> Any:
     return quiet_transformers()
 
 
+# T5 (t5-small: ReLU wi / wo, tied head) and T5 v1.1 (gated wi_0 / wi_1, untied head), 2 layers per stack
+T5 = {"t5": "t5-small", "t5-v1_1": "t5-v1_1-small"}
+
+
 def _raw(family: str) -> dict[str, Any]:
+    if family in T5:
+        return raw_fixture(T5[family]) | {"num_layers": 2, "num_decoder_layers": 2}
     if family in ("gpt2", "phi-3"):
         return raw_fixture("gpt2") | _GPT2 if family == "gpt2" else raw_fixture("phi-3-mini-4k") | _PHI3
     stem = FAMILIES[family]
@@ -80,19 +86,25 @@ def test_every_tensor_of_the_family_is_placed(
     assert check["stored_tensors"] == len(names - buffers)
 
 
-# (family, fused QKV tensor, its stored shape): GPT-NeoX's query_key_value (3 H hd, d), GPTBigCode's MQA c_attn
-# (d + 2 hd, d), ModernBERT's Wqkv (3 d, d), GPT-2's Conv1D c_attn (d, 3 d), Phi-3's qkv_proj (H hd + 2 G hd, d)
+# (family, tensor, its stored shape): GPT-NeoX's query_key_value (3 H hd, d), GPTBigCode's MQA c_attn
+# (d + 2 hd, d), ModernBERT's Wqkv (3 d, d), GPT-2's Conv1D c_attn (d, 3 d), c_fc (d, 4 d) and mlp.c_proj (4 d, d)
+# (its attn.c_proj is square), Phi-3's qkv_proj (H hd + 2 G hd, d), T5's wi (d_ff, d) and relative_attention_bias
+# (buckets, H)
 FUSED = [
     ("pythia", "gpt_neox.layers.1.attention.query_key_value.weight", [192, 64]),
     ("santacoder", "transformer.h.0.attn.c_attn.weight", [96, 64]),
     ("modernbert", "layers.0.attn.Wqkv.weight", [192, 64]),
     ("gpt2", "transformer.h.1.attn.c_attn.weight", [64, 192]),
     ("phi-3", "model.layers.0.self_attn.qkv_proj.weight", [128, 64]),
+    ("gpt2", "transformer.h.0.mlp.c_fc.weight", [64, 256]),
+    ("gpt2", "transformer.h.1.mlp.c_proj.weight", [256, 64]),
+    ("t5", "decoder.block.1.layer.2.DenseReluDense.wi.weight", [2048, 512]),
+    ("t5", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", [32, 8]),
 ]
 
 
 @pytest.mark.parametrize(("family", "tensor", "shape"), FUSED)
-def test_a_transposed_fused_qkv_exits_3_naming_it(
+def test_a_transposed_tensor_exits_3_naming_it(
     transformers: Any, cli: Any, tmp_path: Path, family: str, tensor: str, shape: list[int]
 ) -> None:
     from safetensors.torch import load_file, save_file
@@ -132,3 +144,33 @@ def test_checkpoints_of_other_classes_name_what_differs(transformers: Any, cli: 
     assert code == 3 and check["missing"] == ["pooler"] and check["shape_errors"] == []
     assert {e["tensor"].split(".")[0] for e in check["extra"]} == {"lm_head"}
     assert "pooler: the config has it, the checkpoint holds no tensor of it" in " ".join(stderr.split())
+
+
+@pytest.mark.parametrize("family", sorted(T5))
+def test_every_t5_tensor_is_placed_and_shaped(
+    transformers: Any, cli: Any, tmp_path: Path, family: str
+) -> None:
+    """T5's blocks (``layer.0`` self-attention, the decoder's ``layer.1`` EncDecAttention, the last the FFN, each
+    with its ``layer_norm``), the relative_attention_bias of layer 0 of each stack, the one ``shared`` table.
+    transformers 5.24's T5Config forces ``tie_word_embeddings`` True (configuration_t5.py; the saved false is
+    read as ``scale_decoder_outputs``), so its T5 v1.1 writes no ``lm_head.weight``; the published v1.1
+    checkpoints store one, and embedcalc counts the head untied: the test stores it as they do."""
+    from safetensors.torch import load_file, save_file
+
+    model = _save(transformers, family, tmp_path)
+    numel = trainable(model)
+    path = tmp_path / "model.safetensors"
+    if family == "t5-v1_1":
+        code, check, stderr = _verify(cli, tmp_path)
+        assert code == 3 and check["missing"] == ["head/lm"], stderr
+        tensors = load_file(path)
+        tensors["lm_head.weight"] = tensors["shared.weight"].clone()
+        save_file(tensors, path, metadata={"format": "pt"})
+        numel += tensors["lm_head.weight"].numel()
+    check = placed(cli, tmp_path, numel)
+    assert check["extra"] == [] and check["stored_tensors"] == len(load_file(path))
+    stored = {c["key"]: c["tensors"] for c in check["components"]}
+    # 2 layers: encoder 2 x (q, k, v) and decoder 2 x (q, k, v) + 2 x cross (q, k, v); one bias per stack
+    assert (stored["encoder/attention/qkv"], stored["decoder/cross_attention/qkv"]) == (6, 6)
+    assert stored["encoder/attention/relative_bias"] == stored["decoder/attention/relative_bias"] == 1
+    assert stored["decoder/ffn/in"] == (4 if family == "t5-v1_1" else 2)
