@@ -29,7 +29,8 @@ Other families' module names, from their modeling files in transformers 5.24: fu
 ``attn.q/k/v/o`` and its stack's ``relative_attention_bias``; GPT-NeoX's ``embed_in``; BART's and Marian's ``shared``
 table, ``layernorm_embedding``, ``self_attn_layer_norm`` / ``final_layer_norm`` and the decoder's ``encoder_attn``
 (``cross_attention/...``); T5's ``block.N.layer.K``: ``SelfAttention.q/k/v/o``, the decoder's ``EncDecAttention``
-(cross-attention), ``DenseReluDense.wi`` / ``wi_0`` / ``wi_1`` / ``wo``, each sublayer's ``layer_norm``; BLOOM's
+(cross-attention), ``DenseReluDense.wi`` / ``wi_0`` / ``wi_1`` / ``wo``, each sublayer's ``layer_norm``;
+DeepSeek-V3.2's ``self_attn.indexer.wq_b`` / ``wk`` / ``k_norm`` / ``weights_proj`` (``attention/index_*``); BLOOM's
 ``word_embeddings_layernorm``; Falcon's ``ln_attn`` / ``ln_mlp``; Apertus'
 ``attention_layernorm`` / ``feedforward_layernorm`` and xIELU's ``act_fn.alpha_p`` / ``alpha_n`` (``ffn/act``);
 ModernBERT's ``attn_norm`` / ``mlp_norm``, ``Wi`` / ``Wo`` and ``final_norm``; GPT-J's and Phi-2's
@@ -120,6 +121,14 @@ _ROUTERS = ("gate", "router")
 # EncDecAttention.{q,k,v,o} (T5LayerCrossAttention)
 _CROSS = "encoder_attn"
 _T5_CROSS = "EncDecAttention"
+# DeepSeek-V3.2's lightning indexer, self_attn.indexer (DeepseekV32Indexer): its parts -> analysis/params.py's keys
+_INDEXER = "indexer"
+_INDEXER_PARTS = {
+    "wq_b": "index_q",
+    "wk": "index_k",
+    "k_norm": "index_k_norm",
+    "weights_proj": "index_weights",
+}
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
                "position_embeddings": "embedding/position", "embed_positions": "embedding/position",
@@ -290,6 +299,8 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
         return f"{stack}/cross_attention/norm"
     if _CROSS in inside or _T5_CROSS in inside:
         return f"{stack}/cross_attention/{'out' if inside[-1] in ('out_proj', 'o') else 'qkv'}"
+    if _INDEXER in inside and inside[-1] in _INDEXER_PARTS:
+        return f"{stack}/attention/{_INDEXER_PARTS[inside[-1]]}"
     t5_norm = _t5_norm(inside, stack)
     if t5_norm is not None:
         return f"{stack}/{t5_norm}"

@@ -40,7 +40,8 @@ block builds no such tensor" (then the tensor is extra, not counted). The widths
 GPT-2's other Conv1D weights are input-major too: ``mlp.c_fc`` (d, F), ``mlp.c_proj`` (F, d), ``attn.c_proj``
 (H hd, d). T5's (``T5Attention``, ``T5DenseActDense`` / ``T5DenseGatedActDense``) ``q`` / ``k`` / ``v`` / ``o`` are
 q/k/v/o_proj's, ``wi`` / ``wi_0`` / ``wi_1`` (d_ff, d), ``wo`` (d, d_ff), ``relative_attention_bias``
-(relative_attention_num_buckets, H) in layer 0 of each stack.
+(relative_attention_num_buckets, H) in layer 0 of each stack. DeepSeek-V3.2's indexer: ``wq_b`` (H_I D_I,
+q_lora_rank), ``wk`` (D_I, d), ``k_norm`` (D_I,), ``weights_proj`` (H_I, d).
 
 A bias has its weight's first dimension. Tensors no rule names here (BERT-style ``dense`` layers) are checked by
 their component's total only.
@@ -276,6 +277,22 @@ class ShapeRules:
                          (self.input_major, self.conv1d))  # fmt: skip
 
 
+def _indexer(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
+    """DeepSeek-V3.2's lightning indexer (``DeepseekV32Indexer``): ``wq_b`` (index_n_heads x index_head_dim,
+    q_lora_rank), ``wk`` (index_head_dim, d), ``k_norm`` a LayerNorm (index_head_dim,) with its bias,
+    ``weights_proj`` (index_n_heads, d)."""
+    heads, width = a.index_heads, a.index_head_dim
+    if part == "k_norm":
+        return ((width,), "index_head_dim") if param in ("weight", "bias") else None
+    linears = {"wq_b": (heads * width, a.q_lora_rank or 0, "index_n_heads x index_head_dim", "q_lora_rank"),
+               "wk": (width, x.d, "index_head_dim", "hidden"),
+               "weights_proj": (heads, x.d, "index_n_heads", "hidden")}  # fmt: skip
+    if part not in linears or param != "weight":
+        return None
+    rows, cols, why_rows, why_cols = linears[part]
+    return (rows, cols), f"{why_rows}, {why_cols}"
+
+
 def _conv1d(x: Dims, block: Block, component: str) -> Expected | None:
     """GPT-2's other Conv1D weights, stored (in, out) (transformers' pytorch_utils.Conv1D): ``mlp.c_fc`` (d, F),
     ``mlp.c_proj`` (F, d), ``attn.c_proj`` (H hd, d); their biases (out,) are the nn.Linear rule's."""
@@ -316,6 +333,8 @@ def _in_layer(
     ):  # T5Attention's, layer 0 of each stack: nn.Embedding(buckets, H)
         buckets = config.relative_attention_num_buckets
         return ((buckets, x.h), "relative_attention_num_buckets, num_heads") if param == "weight" else None
+    if component.startswith("attention/index_") and block.attention is not None:
+        return _indexer(block.attention, x, last, param)
     if conv1d and param == "weight" and last in ("c_fc", "c_proj"):
         return _conv1d(x, block, component)
     p = config.per_layer_input_dim

@@ -3,12 +3,13 @@
 new decoder (ln_attn / ln_mlp), GPT-J and Phi-2 (a biased lm_head), Pythia (GPT-NeoX: embed_in, a parallel block's
 post_attention_layernorm), SantaCoder (GPTBigCode's MQA c_attn), ModernBERT (Wqkv / Wi / Wo, the embeddings' norm as
 layer 0's), MPNet (attn.q/k/v/o, the shared relative_attention_bias), XLM-RoBERTa, and the encoder-decoders BART and
-Marian (opus-mt: one table ``shared``, cross-attention ``encoder_attn``, the tied head).
+Marian (opus-mt: one table ``shared``, cross-attention ``encoder_attn``, the tied head); T5 and T5 v1.1 (gated,
+untied), DeepSeek-V3.2 (its lightning indexer's wq_b / wk / k_norm / weights_proj).
 
 Each is the published file with its sizes shrunk (tests/config/hf/test_hf_families.py's SMALL, 2 layers) built by
 the counting rule's class and written by ``save_pretrained``: every tensor is placed, its fused QKV checked by shape,
-and the stored count equals the analytic one and transformers' trainable numel. A fused QKV stored transposed (the
-same elements, so every total agrees) exits 3 naming it.
+and the stored count equals the analytic one and transformers' trainable numel. A fused QKV, a GPT-2 Conv1D, a T5 or
+an indexer tensor stored transposed (the same elements, so every total agrees) exits 3 naming it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from config.hf.test_hf_decoder_families import _small as decoder_small
 from config.hf.test_hf_families import SMALL
+from config.hf.test_hf_sparse import _small as sparse_small
 from config.test_checkpoint_shapes import _verify, placed
 from hf_reference import mapped_config, quiet_transformers, raw_fixture, trainable
 
@@ -46,6 +48,10 @@ T5 = {"t5": "t5-small", "t5-v1_1": "t5-v1_1-small"}
 
 
 def _raw(family: str) -> dict[str, Any]:
+    if (
+        family == "deepseek-v3.2"
+    ):  # 4 layers, the first dense, a lightning indexer in each (DeepseekV32Indexer)
+        return sparse_small("deepseek-v3.2")
     if family in T5:
         return raw_fixture(T5[family]) | {"num_layers": 2, "num_decoder_layers": 2}
     if family in ("gpt2", "phi-3"):
@@ -70,7 +76,7 @@ def _save(transformers: Any, family: str, directory: Path) -> Any:
     return model
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", [*sorted(FAMILIES), "deepseek-v3.2"])
 def test_every_tensor_of_the_family_is_placed(
     transformers: Any, cli: Any, tmp_path: Path, family: str
 ) -> None:
@@ -89,7 +95,7 @@ def test_every_tensor_of_the_family_is_placed(
 # (family, tensor, its stored shape): GPT-NeoX's query_key_value (3 H hd, d), GPTBigCode's MQA c_attn
 # (d + 2 hd, d), ModernBERT's Wqkv (3 d, d), GPT-2's Conv1D c_attn (d, 3 d), c_fc (d, 4 d) and mlp.c_proj (4 d, d)
 # (its attn.c_proj is square), Phi-3's qkv_proj (H hd + 2 G hd, d), T5's wi (d_ff, d) and relative_attention_bias
-# (buckets, H)
+# (buckets, H), DeepSeek-V3.2's indexer wq_b (H_I D_I, q_lora_rank) and weights_proj (H_I, d)
 FUSED = [
     ("pythia", "gpt_neox.layers.1.attention.query_key_value.weight", [192, 64]),
     ("santacoder", "transformer.h.0.attn.c_attn.weight", [96, 64]),
@@ -99,6 +105,8 @@ FUSED = [
     ("gpt2", "transformer.h.0.mlp.c_fc.weight", [64, 256]),
     ("gpt2", "transformer.h.1.mlp.c_proj.weight", [256, 64]),
     ("t5", "decoder.block.1.layer.2.DenseReluDense.wi.weight", [2048, 512]),
+    ("deepseek-v3.2", "model.layers.2.self_attn.indexer.wq_b.weight", [32, 24]),
+    ("deepseek-v3.2", "model.layers.0.self_attn.indexer.weights_proj.weight", [2, 64]),
     ("t5", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", [32, 8]),
 ]
 
