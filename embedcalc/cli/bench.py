@@ -101,6 +101,7 @@ PeakOption = Annotated[
     ),
 ]
 ForceOption = Annotated[bool, typer.Option("--force", help="Run even if predicted memory exceeds free.")]
+TargetArgument = Annotated[str | None, typer.Argument(help="Preset name or config file (omit with --peak).")]
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,7 @@ def _note(line: str) -> None:
 @handle_errors("bench")
 @flags
 def bench_command(
-    target: Annotated[
-        str | None, typer.Argument(help="Preset name or config file (omit with --peak).")
-    ] = None,
+    target: TargetArgument = None,
     device: DeviceOption = DeviceChoice.auto,
     dtype: BenchDtypeOption = "fp32",
     *,
@@ -211,12 +210,7 @@ def bench_command(
     nodes = ranks.nodes()
     require_torch()
     options = steps.options(device, force)
-    if peak and target is not None:
-        output.warn(
-            [Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")]
-        )
-    if not peak and target is None:
-        raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
+    _check_target(target, peak)
     # inference or training: one forward or step of --seq-len tokens (--gen-tokens is generate's)
     generate = mode is BenchModeChoice.generate
     workload = run.workload(dtype=dtype, mode="inference" if generate else mode.value,
@@ -225,6 +219,16 @@ def bench_command(
         target, overrides, workload, generate, memory_matrix, peak, ranks, nodes, dtype, options
     )
     _render(result, format, workload)
+
+
+def _check_target(target: str | None, peak: bool) -> None:
+    """A TARGET with --peak is ignored (warned); none without it is a usage error."""
+    if peak and target is not None:
+        output.warn(
+            [Problem("--peak", f"--peak measures the device only; {target} is ignored", "target_ignored")]
+        )
+    if not peak and target is None:
+        raise typer.BadParameter("TARGET is required unless --peak is given", param_hint="'TARGET'")
 
 
 def _measure(
