@@ -1,6 +1,6 @@
 """Load-time fusion of projections for benchmarking: one GEMM for Q, K and V, and one for a gated FFN's gate and up.
 
-:func:`fuse_projections` replaces, in place, each self-attention :class:`~embedcalc.modeling.attention.QKV` trio
+:func:`fuse_projections` replaces, in place, each self-attention :class:`~embedcalc.modeling.attention_parts.QKV` trio
 by :class:`FusedQKV` (one Linear of width q_dim + 2 kv_dim whose output is split) and each
 :class:`~embedcalc.modeling.ffn.GatedInput` by :class:`FusedGatedInput` (one Linear of width 2 ffn_dim). The
 values are the concatenated weights (and biases), so outputs are unchanged up to floating-point summation order;
