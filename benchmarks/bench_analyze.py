@@ -22,7 +22,7 @@ work); embedcalc's entry point (``embedcalc.cli.app``, and what ``main`` sets fi
 plugin loader, the collector's threshold); the rest of embedcalc's own import on the path (the `analyze` command
 module and the API it calls); and the run (typer's parse, load, analysis, JSON). pydantic's model machinery,
 which ``import pydantic`` defers to the first model class or TypeAdapter, is no phase: the preset's path builds
-neither (a shipped preset is its record, embedcalc/config/record.py; typer's adapters, embedcalc/cli/startup.py),
+neither (a shipped preset is its record, embedcalc/config/record_base.py; typer's adapters, embedcalc/cli/startup.py),
 and the instrumented process says so on its last line if that changes.
 """
 

@@ -29,11 +29,11 @@ from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
 from embedcalc.modeling import build_model
 from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.generate import allocate_cache, greedy_generate
 from embedcalc.modeling.timing import measure_matmul_peak
+from embedcalc.sources.loading import load_target
 
 
 def _time(fn: object, repeat: int) -> float:

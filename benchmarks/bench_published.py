@@ -1,7 +1,7 @@
 """The time model against published, measured runs (issue 20; /work/shared/time/published_runs.md and more).
 
 Each run is an ``embedcalc analyze`` command as a user would write it, the figure its authors measured and
-published, and whether the shipped calibration (``embedcalc/config/time_calibration.json``) was fitted on it
+published, and whether the shipped calibration (``embedcalc/devices/time_calibration.json``) was fitted on it
 (``fit``) or is judged on it (``held-out``). Offline: only shipped presets and ``benchmarks/configs/*.yaml``.
 
 Prints each run's published and predicted figure, predicted / published, and the lower bound (the roofline at
@@ -27,7 +27,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
-from embedcalc.config import calibration as cal_module
+from embedcalc.devices import calibration as cal_module
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = HERE / "configs"

@@ -2,7 +2,7 @@
 
 Models: a small GPT (d 256, 4 layers), gpt2 (124M) and gpt2-medium (355M), float32, SDPA, batch 1, a
 ``--prompt`` token prompt, ``--gen-tokens`` greedy decode steps through embedcalc's static KV cache, projections
-fused as ``bench`` runs them. Predicted: :func:`~embedcalc.analysis.roofline.timing.estimate_time` on the
+fused as ``bench`` runs them. Predicted: :func:`~embedcalc.analysis.time.estimate.estimate_time` on the
 ``local`` device (``embedcalc bench --peak`` must have measured it), efficiency 1; prefill_s against the median
 time to first token, the mean decode step over the generation against the median measured step.
 Error = (measured − predicted) / predicted. Each size runs ``--repeat`` generations after one warm-up.
@@ -17,14 +17,14 @@ import statistics
 
 import torch
 
-from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
+from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hardware import load_device
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
+from embedcalc.devices.resolve import load_device
 from embedcalc.modeling import build_model
 from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.generate import allocate_cache, greedy_generate
+from embedcalc.sources.loading import load_target
 
 
 def _sizes() -> list[tuple[str, ModelConfig]]:

@@ -37,7 +37,7 @@ _LAZY = {
     "verify": "embedcalc.api.verify",
     "bench": "embedcalc.api.bench",
     "plan": "embedcalc.api.plan",
-    "PlanResult": "embedcalc.analysis.plan",
+    "PlanResult": "embedcalc.analysis.plan.rows",
     "Comparison": "embedcalc.api.results",
     "Sweep": "embedcalc.api.results",
     "ConfigLike": "embedcalc.api.load",
@@ -47,7 +47,7 @@ _LAZY = {
     "Breakdown": "embedcalc.analysis.breakdown",
     "FlopsEstimate": "embedcalc.analysis.flops",
     "MemoryEstimate": "embedcalc.analysis.memory",
-    "LoadedConfig": "embedcalc.config.loading",
+    "LoadedConfig": "embedcalc.sources.loading",
     "ModelConfig": "embedcalc.config.schema",
     "VerifyResult": "embedcalc.reconcile.verify",
     "Reconciliation": "embedcalc.reconcile.verify",
@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from embedcalc.analysis.breakdown import Breakdown
     from embedcalc.analysis.flops import FlopsEstimate
     from embedcalc.analysis.memory import MemoryEstimate
-    from embedcalc.analysis.plan import PlanResult
+    from embedcalc.analysis.plan.rows import PlanResult
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.workload import Parallelism, Workload
     from embedcalc.api.analyze import analyze, compare
@@ -104,11 +104,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from embedcalc.api.results import Comparison, Sweep
     from embedcalc.api.sweep import sweep
     from embedcalc.api.verify import verify
-    from embedcalc.config.loading import LoadedConfig
     from embedcalc.config.schema import ModelConfig
     from embedcalc.errors import ConfigError, EmbedcalcError, Problem, UnsupportedEnvironmentError
     from embedcalc.reconcile.bench import BenchResult, Measurement
     from embedcalc.reconcile.verify import Reconciliation, VerifyResult
+    from embedcalc.sources.loading import LoadedConfig
 
 
 def __getattr__(name: str) -> Any:

@@ -100,7 +100,7 @@ def _note(figure: Any) -> str:
 
 def _links(device: Any) -> str:
     """The device's links by kind, with the plain (unsourced) fields a link has beside its figures."""
-    from embedcalc.config.hardware import Figure
+    from embedcalc.devices.catalogue import Figure
 
     shown = []
     for label in ("interconnect", "network", "host_link"):
@@ -117,7 +117,7 @@ def hardware_catalogue() -> str:
     """Markdown: the catalogue at a glance, then every figure of every shipped device with its note and source."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from embedcalc.config.hardware import PEAK_DTYPES, catalogue
+    from embedcalc.devices.catalogue import PEAK_DTYPES, catalogue
 
     devices = catalogue()
     dtypes = [t for t in PEAK_DTYPES if any(t in d.peak_flops_per_s for d in devices)]

@@ -1,7 +1,7 @@
-"""Regenerate (or with --check, verify) ``embedcalc/config/hf/accept_list.json``: the keys transformers' own
+"""Regenerate (or with --check, verify) ``embedcalc/sources/hf/accept_list.json``: the keys transformers' own
 configuration classes declare and write, for every ``model_type`` embedcalc reads.
 
-For each supported family (``embedcalc.config.hf.registry.FAMILIES``) and each configuration class it nests
+For each supported family (``embedcalc.sources.hf.registry.FAMILIES``) and each configuration class it nests
 (``sub_configs``, such as DBRX's ``attn_config``), read from the installed transformers:
 
 - ``params``: the class's ``__init__`` parameters (its dataclass fields in transformers 5), with their defaults
@@ -17,7 +17,7 @@ For each supported family (``embedcalc.config.hf.registry.FAMILIES``) and each c
 - ``attribute_map``: the class's aliases.
 
 ``base`` holds ``PreTrainedConfig``'s own parameters and written keys. The file records the transformers version it
-was generated from; CI installs that version for ``--check``. :mod:`embedcalc.config.hf.accept` reads the file, so
+was generated from; CI installs that version for ``--check``. :mod:`embedcalc.sources.hf.accept` reads the file, so
 embedcalc itself never imports transformers.
 
     python scripts/hf_accept_list.py            # rewrite the file from the installed transformers
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUTPUT = ROOT / "embedcalc" / "config" / "hf" / "accept_list.json"
+OUTPUT = ROOT / "embedcalc" / "sources" / "hf" / "accept_list.json"
 _SKIP_PARAMS = {"self", "kwargs", "args"}
 
 
@@ -160,7 +160,7 @@ def generate() -> dict[str, Any]:
     import transformers
     from transformers import CONFIG_MAPPING, PretrainedConfig
 
-    from embedcalc.config.hf.registry import CONFIG_TYPE, FAMILIES, REMOTE_CODE
+    from embedcalc.sources.hf.registry import CONFIG_TYPE, FAMILIES, REMOTE_CODE
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()

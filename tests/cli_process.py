@@ -1,7 +1,7 @@
 """The CLI in a subprocess, for the tests where the process boundary is the point (real streams, exit codes, a
 traceback if anything escapes): the environment it runs in and the call. A module of its own, not conftest's:
 tests import these by name, and ``from conftest import ...`` gets whichever conftest.py pytest loaded last (a
-directory's own, such as tests/config/hf/conftest.py), not the root one."""
+directory's own, such as tests/sources/hf/conftest.py), not the root one."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 Where a test goes: the tree mirrors the package, and a test lives beside the code it checks.
 
-- ``tests/config/``: the config schema, loading, presets, precision, the hardware catalogue, checkpoint headers;
-  ``tests/config/hf/``: the Hugging Face readers, aliases, the accept-list, the hub cache, and parity of HF
-  families with transformers.
+- ``tests/config/``: the config schema, its rules, records and precision; ``tests/sources/``: loading, parsing,
+  checkpoint headers, and in ``tests/sources/hf/`` the Hugging Face readers, aliases, the accept-list, the hub cache
+  and parity of HF families with transformers; ``tests/devices/``: the hardware catalogue and the local device;
+  ``tests/architecture/``: the package's import graph.
 - ``tests/analysis/``, ``tests/modeling/``, ``tests/reconcile/``, ``tests/render/``, ``tests/api/``,
   ``tests/cli/``: the package of the same name. A test that builds a torch model to check an analytic count
   belongs to the side whose code it is about (a count of ``analysis/`` checked against torch stays in
@@ -16,7 +17,7 @@ Where a test goes: the tree mirrors the package, and a test lives beside the cod
   number by number, the golden JSON of every command.
 
 Shared data stays at the top: ``fixtures/`` (``fixtures/hf/``: hub config.json files; ``published_sizes.yaml``:
-each file's total as transformers builds it, one row per file, checked by config/hf/test_published_sizes.py; a
+each file's total as transformers builds it, one row per file, checked by sources/hf/test_published_sizes.py; a
 new family adds its row there, not a table in its test), ``golden/``; name them through ``paths.py`` (``from paths
 import HF_FIXTURES``), never from a test's own ``__file__``. Helpers shared by several directories stay at the top
 too (``hf_reference.py``, ``golden_json.py``, ``paths.py``, ``cli_process.py``); this directory is on ``sys.path``

@@ -22,7 +22,7 @@ from paths import GOLDEN_JSON
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
-from embedcalc.config.presets import preset_names
+from embedcalc.sources.presets import preset_names
 
 GOLDEN_JSON_DIR = GOLDEN_JSON
 

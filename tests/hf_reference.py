@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 from paths import HF_FIXTURES, PUBLISHED_SIZES
 
-from embedcalc.config.hf import map_hf_config
-from embedcalc.config.loading import validate_config
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.hf import map_hf_config
+from embedcalc.sources.loading import validate_config
 
 FIXTURES = HF_FIXTURES
 ENCODERS = {"albert"}

@@ -1,5 +1,5 @@
 """Where the test suite's shared files live, named once: tests sit at different depths of the mirror tree
-(tests/config/hf/test_hf.py, tests/regressions/fuzz/test_fuzz.py), so none computes a path from its own
+(tests/sources/hf/test_hf.py, tests/regressions/fuzz/test_fuzz.py), so none computes a path from its own
 ``__file__``. Import as ``from paths import FIXTURES`` (tests/ is on ``sys.path``: pytest puts the directory of
 the root conftest.py there, and the scripts in tests/ run from it)."""
 

@@ -6,7 +6,7 @@ Conventions (n = altup_inputs copies of the stream, d = embed_dim, r = laurel_ra
 
 - parameters per layer: ``altup/router`` n x d, ``altup/router_norm`` (a norm of d), ``altup/predict`` n^2 x n,
   ``altup/correct`` n x n, ``altup/output_scale`` d; ``laurel/left`` r x d, ``laurel/right`` d x r, ``laurel/norm``
-  (layers with self-attention and an FFN, :func:`embedcalc.config.altup_rules.has_laurel`). Model: n - 1
+  (layers with self-attention and an FFN, :func:`embedcalc.config.altup.has_laurel`). Model: n - 1
   projections d x d after the embeddings (``embedding/altup_project``) and n - 1 before the final norm
   (``<stack>/altup_unembed``, held by the last pipeline stage).
 - FLOPs (2 per multiply-accumulate, matmuls only, as ``FlopCounterMode`` counts): the router runs twice per layer

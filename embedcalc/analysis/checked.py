@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.report import Analysis, analyze
 from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
-from embedcalc.config.checks import config_warnings, workload_problems
+from embedcalc.config.advisories import config_warnings, workload_problems
 from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from embedcalc.config.loading import LoadedConfig
     from embedcalc.config.resolved import ResolvedShape
+    from embedcalc.sources.loading import LoadedConfig
 
 
 def fit_problems(

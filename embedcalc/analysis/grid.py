@@ -31,8 +31,9 @@ from embedcalc.analysis.memory import memory_terms
 from embedcalc.analysis.params import inactive_params, param_terms
 from embedcalc.analysis.structure import Dims, FFNWidths, Num, StackDims, stacks
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.blocks import DEFAULT_BLOCK, FFNSpec, merge_spec
+from embedcalc.config.ffn_spec import FFNSpec
 from embedcalc.config.schema import ModelConfig
+from embedcalc.config.spec_shapes import DEFAULT_BLOCK, merge_spec
 
 INT64_SAFE_BOUND = 2**62
 GRID_AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim", "batch_size", "seq_len")

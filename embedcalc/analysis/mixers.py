@@ -1,4 +1,4 @@
-"""The recurrent token mixers' terms (DESIGN.md §16; config/mixers.py): parameters, FLOPs of the chunked form and of
+"""The recurrent token mixers' terms (DESIGN.md §16; config/mixer_spec.py): parameters, FLOPs of the chunked form and of
 one decode step, and the recurrent state per sequence. Every function takes a
 :class:`~embedcalc.analysis.structure.Dims`, so the sweep grid calls these same formulas on numpy arrays.
 
@@ -25,7 +25,7 @@ The scan's four matmuls per chunk are the SSD algorithm's: C Bᵀ within the chu
 passed from chunk to chunk by a scan (a multiply-add per state element per chunk, element-wise, like the fused
 kernels' state passing); transformers' CPU path (``torch_forward``) does that step as a (c + 1) x (c + 1) matrix
 product instead, 2 b H (c + 1)² P N more FLOPs with c = ceil(n / Q) chunks, and pads its convolution on both sides,
-2 b conv_dim K (K - 1) more: tests/config/hf/test_mixers_hf.py checks transformers' count equals ours plus exactly
+2 b conv_dim K (K - 1) more: tests/sources/hf/test_mixers_hf.py checks transformers' count equals ours plus exactly
 those two.
 Cost is linear in n (up to the last chunk's padding), where attention's scores grow as n².
 

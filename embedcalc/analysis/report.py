@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.communication import CommunicationEstimate, communication
+from embedcalc.analysis.comm.volumes import CommunicationEstimate, communication
 from embedcalc.analysis.crossover import crossover_seq_len
 from embedcalc.analysis.flops import FlopsEstimate, forward_flops
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory

@@ -3,7 +3,7 @@
 :class:`Dims` holds the widths a sweep may vary (``d`` embed_dim, ``h`` num_heads, ``g`` num_kv_heads, ``hd``
 head_dim, each block's FFN widths), the workload sizes (``b`` batch, ``n`` tokens per sequence, ``n_dec`` decoder
 tokens of an encoder-decoder) and the layer plan of each stack: the distinct resolved blocks
-(:class:`embedcalc.config.blocks.Block`) with how many layers are each. :meth:`Dims.of` builds it from one config
+(:class:`embedcalc.config.layer_plan.Block`) with how many layers are each. :meth:`Dims.of` builds it from one config
 with Python ints; :mod:`embedcalc.analysis.grid` builds it with arrays. The term functions of ``params.py``,
 ``flops.py``, ``memory.py`` and ``crossover.py`` take a ``Dims`` and use only ``+``, ``*``, ``//`` and
 :func:`maximum` / :func:`minimum` on its sizes, so the same code evaluates one config exactly and a whole grid at

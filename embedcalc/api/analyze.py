@@ -21,8 +21,8 @@ from embedcalc.api.load import ConfigLike, as_loaded, label, load_target
 from embedcalc.api.results import AnalysisReport, Comparison
 from embedcalc.api.timing import TimeOptions, apply_time
 from embedcalc.api.workload import usage, workload_of
-from embedcalc.config.loading import LoadedConfig
 from embedcalc.errors import ConfigError, Problem
+from embedcalc.sources.loading import LoadedConfig
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget

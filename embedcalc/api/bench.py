@@ -30,10 +30,10 @@ from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentErr
 if TYPE_CHECKING:
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.roofline import RooflineEstimate
-    from embedcalc.config.loading import LoadedConfig
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.bench import BenchResult
     from embedcalc.reconcile.peak import LocalMeasurement, LoopbackLink, PeakResult
+    from embedcalc.sources.loading import LoadedConfig
 
 StepCallback = Callable[[str, int, int], None]  # (phase, steps done, steps in phase)
 Progress = Callable[[str], AbstractContextManager[StepCallback]]
@@ -179,8 +179,9 @@ def local_estimate(
     ``bench --peak`` measures it, when this machine has not been measured yet), and a note on where it came from
     (or why there is none). ``peak``: the matmul peak this run has just measured on ``dev`` in the workload's
     dtype, which a first measurement of ``local`` takes rather than timing the same GEMMs a second time."""
-    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
-    from embedcalc.config.hardware import LOCAL, load_device
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+    from embedcalc.devices.catalogue import LOCAL
+    from embedcalc.devices.resolve import load_device
     from embedcalc.modeling.device import device_name
 
     dtype, name = analysis.workload.dtype, device_name(dev)
@@ -232,7 +233,7 @@ def measure_peak(dtype: str, options: RunOptions, nproc: int | None = None) -> P
 
 def _loopback(nproc: int, dev: Any, options: RunOptions) -> LoopbackLink:
     """The all-reduce of ``nproc`` ranks of this machine under torchrun's launcher, and the link it implies."""
-    from embedcalc.config.calibration import load_calibration
+    from embedcalc.devices.calibration import load_calibration
     from embedcalc.modeling.launch import DistributedRunError
     from embedcalc.modeling.loopback import measure_all_reduce
     from embedcalc.reconcile.peak import loopback_link
@@ -256,8 +257,8 @@ def measure_local(
     """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
     half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
     ``bench --peak`` reports beside the peak."""
-    from embedcalc.config.hardware import LOCAL, peak_dtype
-    from embedcalc.config.local_device import local_device, previous_local, save_local
+    from embedcalc.devices.catalogue import LOCAL, peak_dtype
+    from embedcalc.devices.local import local_device, previous_local, save_local
     from embedcalc.modeling.bandwidth import measure_memory_bandwidth
     from embedcalc.modeling.device import total_memory_bytes
     from embedcalc.modeling.timing import measure_gemm_rows, measure_kernel_overhead

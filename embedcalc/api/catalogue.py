@@ -12,7 +12,7 @@ from embedcalc.errors import ConfigError, Problem
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from embedcalc.config.hardware import Device
+    from embedcalc.devices.catalogue import Device
 
 __all__ = ["DeviceList", "device", "device_json", "devices", "preset_file", "preset_rows"]
 
@@ -20,7 +20,7 @@ __all__ = ["DeviceList", "device", "device_json", "devices", "preset_file", "pre
 def preset_rows() -> list[dict[str, Any]]:
     """Every shipped preset: name, architecture, parameters, width, heads and layers (both stacks)."""
     from embedcalc.analysis.params import count_params
-    from embedcalc.config.presets import preset_names
+    from embedcalc.sources.presets import preset_names
 
     rows = []
     for name in preset_names():
@@ -33,8 +33,8 @@ def preset_rows() -> list[dict[str, Any]]:
 
 def preset_file(name: str) -> Path:
     """The YAML file of preset ``name``; an unknown name is a ConfigError with a did-you-mean."""
-    from embedcalc.config.presets import preset_names, preset_path
     from embedcalc.config.problems import did_you_mean
+    from embedcalc.sources.presets import preset_names, preset_path
 
     path = preset_path(name)
     if path is None:
@@ -55,8 +55,8 @@ class DeviceList:
 
 def devices() -> DeviceList:
     """``embedcalc hardware``: the shipped devices (and ``local`` once ``bench --peak`` measured this machine)."""
-    from embedcalc.config.hardware import catalogue
-    from embedcalc.config.local_device import local_path, previous_local
+    from embedcalc.devices.catalogue import catalogue
+    from embedcalc.devices.local import local_path, previous_local
 
     found = catalogue()
     local = previous_local()
@@ -67,7 +67,7 @@ def devices() -> DeviceList:
 
 def device(name: str) -> Device:
     """One device: a catalogue name, ``local``, or a device file."""
-    from embedcalc.config.hardware import load_device
+    from embedcalc.devices.resolve import load_device
 
     return load_device(name)
 

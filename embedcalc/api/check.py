@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.analyze import budget_problems
 from embedcalc.api.load import load_target
-from embedcalc.config.loading import LoadedConfig
 from embedcalc.errors import ConfigError, Problem
+from embedcalc.sources.loading import LoadedConfig
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
@@ -105,7 +105,7 @@ def check(
     (the budget is judged on it, so it must be possible) and the budget itself."""
     from embedcalc.analysis.checked import does_not_fit, fit_problems, own_dtype
     from embedcalc.analysis.report import analyze
-    from embedcalc.config.checks import config_warnings
+    from embedcalc.config.advisories import config_warnings
 
     results: list[TargetCheck] = []
     over: list[Problem] = []
@@ -137,7 +137,7 @@ def check(
 def _suggestions(target: str, overrides: Sequence[str] | None) -> list[Suggestion]:
     """The nearest valid alternatives of an invalid target (none when the file itself is unreadable)."""
     from embedcalc.analysis.suggest import suggest as suggest_fixes
-    from embedcalc.config.loading import raw_config
+    from embedcalc.sources.loading import raw_config
 
     extra = list(overrides or [])
     try:

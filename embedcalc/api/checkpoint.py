@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from embedcalc.api.load import load_target
-from embedcalc.config.checkpoint import read_checkpoint
-from embedcalc.config.hub import resolve_hub_id
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.reconcile.checkpoint import CheckpointCheck, reconcile_checkpoint
+from embedcalc.sources.checkpoint import read_checkpoint
+from embedcalc.sources.hub import resolve_hub_id
 
 __all__ = ["checkpoint_directory", "verify_checkpoint"]
 

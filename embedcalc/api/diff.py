@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from embedcalc.api.load import load_target
 from embedcalc.api.torch_env import require_torch
-from embedcalc.config.loading import LoadedConfig
 from embedcalc.errors import Problem
+from embedcalc.sources.loading import LoadedConfig
 
 if TYPE_CHECKING:
     from embedcalc.reconcile.diff import ModelDiff
@@ -32,7 +32,7 @@ class DiffReport:
 def diff_targets(a: str, b: str, overrides: Sequence[str] | None) -> DiffReport:
     """``embedcalc diff A B``: ``--set`` applies to B only (``diff llama-2-7b llama-2-7b --set num_kv_heads=8`` is
     the GQA conversion); B is labelled with its overrides."""
-    from embedcalc.config.checks import config_warnings
+    from embedcalc.config.advisories import config_warnings
     from embedcalc.reconcile.verify import check_buildable
 
     loaded_a, loaded_b = load_target(a), load_target(b, overrides)

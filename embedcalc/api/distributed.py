@@ -242,7 +242,7 @@ def bench_ranks(
         raise UnsupportedEnvironmentError(f"{target}: {exc}", code="rendezvous_failed") from None
     except DistributedRunError as exc:
         raise EmbedcalcError(f"{target}: {exc}", ExitCode.RUNTIME, code="rank_failed") from None
-    from embedcalc.config.local_device import previous_local
+    from embedcalc.devices.local import previous_local
 
     one = base[0] if isinstance(base, list) else None
     estimate, note = local_estimate(analysis, dev, options)

@@ -78,8 +78,8 @@ def head_shape_from_raw(raw: dict[str, Any]) -> HeadShape | None:
 
 
 def _presets() -> list[tuple[str, ResolvedShape]]:
-    from embedcalc.config.loading import load_target
-    from embedcalc.config.presets import preset_names
+    from embedcalc.sources.loading import load_target
+    from embedcalc.sources.presets import preset_names
 
     return [(name, load_target(name).config) for name in preset_names()]
 
@@ -130,7 +130,7 @@ def _invalid_heads(
 ) -> Explanation:
     """The heads answer for a config invalid only in its heads; re-raise ``error`` for anything else."""
     from embedcalc.analysis.explain import explain_heads
-    from embedcalc.config.loading import raw_config
+    from embedcalc.sources.loading import raw_config
 
     codes = {p.code for p in error.problems}
     if (len(topics) == 1 and topics != ["heads"]) or not codes or not codes <= HEAD_PROBLEMS:

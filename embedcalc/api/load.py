@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from embedcalc.config.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.sources.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
 
 ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ResolvedShape  # a ResolvedShape
 
@@ -62,7 +62,7 @@ def load_target(
 ) -> LoadedConfig:
     """TARGET as the CLI loads it (``--set`` strings): results keep the name TARGET was given by, even when an
     override sets ``name``. With ``records`` a shipped preset without ``--set`` is its record, not a validated
-    model (:func:`embedcalc.config.loading.load_parsed`): for the commands that only count (analyze, compare)."""
+    model (:func:`embedcalc.sources.loading.load_parsed`): for the commands that only count (analyze, compare)."""
     return _load_named(target, list(overrides or []), rename=False, records=records)
 
 

@@ -1,6 +1,6 @@
 """``embedcalc.plan``: the orchestration of ``embedcalc plan`` — load and check the target, resolve the devices and
-their prices, validate the workload and objectives, and run the search of :mod:`embedcalc.analysis.plan_inference`
-or :mod:`embedcalc.analysis.plan_training` (the conventions are stated in :mod:`embedcalc.analysis.plan`).
+their prices, validate the workload and objectives, and run the search of :mod:`embedcalc.analysis.plan.serving`
+or :mod:`embedcalc.analysis.plan.training` (the conventions are stated in :mod:`embedcalc.analysis.plan.rows`).
 
 Bad arguments raise :class:`~embedcalc.errors.EmbedcalcError` with exit code 2 (usage) naming the argument and the
 fix; an unknown device is the catalogue's own error (exit 2, with a did-you-mean); a workload the config cannot run
@@ -21,9 +21,9 @@ from embedcalc.config.dtypes import DEFAULT_DTYPE, DTYPES, KV_DTYPES, DtypeError
 from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
-    from embedcalc.analysis.plan import PlanResult, Price, ServingRow, TrainingRow
+    from embedcalc.analysis.plan.rows import PlanResult, Price, ServingRow, TrainingRow
     from embedcalc.config.dtypes import Dtype
-    from embedcalc.config.hardware import Device
+    from embedcalc.devices.catalogue import Device
 
 __all__ = ["plan"]
 
@@ -47,7 +47,8 @@ def _positive(name: str, value: float | None, integer: bool = False) -> None:
 
 
 def _devices(hardware: str | Sequence[str] | None) -> list[Device]:
-    from embedcalc.config.hardware import catalogue, load_device
+    from embedcalc.devices.catalogue import catalogue
+    from embedcalc.devices.resolve import load_device
 
     if hardware is None:
         return catalogue()
@@ -64,7 +65,7 @@ def _prices(
     devices: list[Device], overrides: Mapping[str, float] | None
 ) -> list[tuple[Device, Price | None]]:
     """Each device with its price: ``overrides`` (--price-per-hour DEVICE=PRICE) over the catalogue's default."""
-    from embedcalc.analysis.plan import Price
+    from embedcalc.analysis.plan.rows import Price
 
     overrides = dict(overrides or {})
     names = {d.name for d in devices}
@@ -149,7 +150,7 @@ def plan(
     """
     from embedcalc.analysis.checked import analyze_loaded
     from embedcalc.analysis.memory.serving import DEFAULT_UTILIZATION
-    from embedcalc.analysis.plan import (
+    from embedcalc.analysis.plan.rows import (
         DEFAULT_MAX_DEVICES,
         DEFAULT_MAX_TRAINING_DEVICES,
         MAX_DEVICES,
@@ -211,7 +212,7 @@ def plan(
                      dtype=dtype or DEFAULT_DTYPE, dtype_source="flag" if dtype else "default")  # fmt: skip
         analysis = analyze_loaded(loaded, w)  # the workload checks analyze makes (exit 3), and the warnings
         w = _serving_dtype(analysis.workload)
-        from embedcalc.analysis.plan_training import TrainingRequest, plan_training
+        from embedcalc.analysis.plan.training import TrainingRequest, plan_training
 
         train = TrainingRequest(w, train_tokens, deadline_s, global_batch, max_devices or DEFAULT_MAX_TRAINING_DEVICES,
                                 dtype_fallback=fallback)  # fmt: skip
@@ -233,7 +234,7 @@ def plan(
                      dtype_source="flag" if dtype else "default")  # fmt: skip
         analysis = analyze_loaded(loaded, w)
         w = _serving_dtype(analysis.workload)
-        from embedcalc.analysis.plan_inference import ServingRequest, plan_serving
+        from embedcalc.analysis.plan.serving import ServingRequest, plan_serving
 
         serve = ServingRequest(
             w, concurrency, rate, kv_dtype, memory_utilization or DEFAULT_UTILIZATION,

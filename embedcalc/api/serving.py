@@ -53,7 +53,7 @@ def apply_serving(
         raise usage(f"--concurrency {options.concurrency!r}: give 1 or more sequences", "--concurrency")
     limit = max_memory
     if limit is None and hardware is not None:
-        from embedcalc.config.hardware import load_device
+        from embedcalc.devices.resolve import load_device
 
         limit = load_device(hardware).memory
     if fraction is not None and limit is None:

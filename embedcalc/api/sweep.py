@@ -93,7 +93,7 @@ def sweep_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
     """Resolve TARGET (preset, file, hub id) and apply ``--set`` without validating; problems no axis can repair
     are raised here."""
     from embedcalc.analysis.sweep import SweepBase
-    from embedcalc.config.loading import apply_overrides, canonical_mapping, resolve_target
+    from embedcalc.sources.loading import apply_overrides, canonical_mapping, resolve_target
 
     raw, source, path = resolve_target(target)
     origin = target if source == "preset" else str(path)

@@ -4,7 +4,7 @@ largest batch and context that fit a memory limit.
 
 :class:`TimeOptions` is what the CLI's ``--hardware``, ``--efficiency``, ``--kv-dtype``, ``--train-tokens``,
 ``--devices``, ``--price-per-hour`` and ``--global-batch`` give; the time model itself is
-:mod:`embedcalc.analysis.roofline.timing`.
+:mod:`embedcalc.analysis.time.estimate`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from embedcalc.errors import UnsupportedEnvironmentError, require_finite
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
-    from embedcalc.config.hardware import Device
+    from embedcalc.devices.catalogue import Device
 
 __all__ = ["TimeOptions", "apply_time"]
 
@@ -40,8 +40,8 @@ class TimeOptions:
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.config.hardware import LOCAL, peak_dtype
-    from embedcalc.config.local_device import load_local
+    from embedcalc.devices.catalogue import LOCAL, peak_dtype
+    from embedcalc.devices.local import load_local
 
     if device.name == LOCAL:
         return Efficiency(1.0, 1.0, "measured: `local` is the measurement itself")
@@ -70,9 +70,10 @@ def apply_time(
     wanted = options.hardware is not None or max_memory is not None
     if kv is None and not wanted:
         return analysis, None
-    from embedcalc.analysis.roofline import Efficiency, capacity, with_kv_dtype
-    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
-    from embedcalc.config.hardware import load_device
+    from embedcalc.analysis.memory.capacity_search import capacity, with_kv_dtype
+    from embedcalc.analysis.roofline import Efficiency
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+    from embedcalc.devices.resolve import load_device
 
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
     if not wanted:
@@ -82,7 +83,7 @@ def apply_time(
     if device is not None and options.efficiency == "measured":
         efficiency = _measured_efficiency(device, w.dtype)
     elif options.efficiency is not None:
-        from embedcalc.analysis.time_model import parse_efficiency
+        from embedcalc.analysis.time.model import parse_efficiency
         from embedcalc.config.limits import efficiency_problem
 
         given = parse_efficiency(options.efficiency, efficiency_problem)

@@ -18,8 +18,8 @@ import typer
 from embedcalc import __version__
 from embedcalc.cli.common import DEBUG_ENV, OnlineOption, RevisionOption, silence_stdout
 from embedcalc.cli.startup import GC_THRESHOLD, DeferringCommand, DeferringGroup, skip_plugin_discovery
-from embedcalc.config import hub
 from embedcalc.errors import ExitCode
+from embedcalc.sources import hub
 
 # command name -> (module, attribute); a Typer attribute is a sub-application (presets list / show)
 COMMANDS: dict[str, tuple[str, str]] = {

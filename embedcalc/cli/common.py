@@ -78,7 +78,7 @@ def check_plot_file(path: Path) -> None:
 
 def os_error_message(exc: OSError) -> str:
     """What an I/O error that reached the error edge was about. Input files never get here (they are read by
-    :func:`embedcalc.config.reading.read_bytes_bounded`, which reports them as invalid input, exit 3): an error that
+    :func:`embedcalc.sources.reading.read_bytes_bounded`, which reports them as invalid input, exit 3): an error that
     names a file is about that file (an output such as --plot), one that names none is about stdout/stderr."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     if exc.filename is not None:
@@ -146,7 +146,7 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
 __all__ = ["EmbedcalcError", "handle_errors"]
 
 
-# Hub ids as targets (config/hub.py): given once, before the command, they apply to every hub id it reads.
+# Hub ids as targets (sources/hub.py): given once, before the command, they apply to every hub id it reads.
 RevisionOption = Annotated[
     str | None,
     typer.Option(

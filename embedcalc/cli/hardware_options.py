@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the roofline model loads only when time is asked for (start
 def _efficiency(value: str | None) -> str | None:
     if value is None or value == "measured":
         return value
-    from embedcalc.analysis.time_model import parse_efficiency
+    from embedcalc.analysis.time.model import parse_efficiency
 
     try:
         parse_efficiency(value, efficiency_problem)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from embedcalc.analysis.plan import MAX_DEVICES
+from embedcalc.analysis.plan.rows import MAX_DEVICES
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
@@ -17,7 +17,7 @@ from embedcalc.cli.options import bounded_int, dtype_option, size_parser
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
-    from embedcalc.analysis.plan import PlanResult
+    from embedcalc.analysis.plan.rows import PlanResult
 
 
 def _prices(values: list[str] | None) -> dict[str, float]:
@@ -63,7 +63,7 @@ def _hardware(values: list[str] | None) -> list[str] | None:
 def _deadline(value: str | None) -> float | None:
     if value is None:
         return None
-    from embedcalc.analysis.plan import DurationError, parse_duration
+    from embedcalc.analysis.plan.rows import DurationError, parse_duration
 
     try:
         return parse_duration(value)

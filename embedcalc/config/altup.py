@@ -1,6 +1,6 @@
 """Which blocks carry Gemma 3n's Laurel branch (``laurel_rank``; transformers 5.24 ``Gemma3nTextLaurelBlock``): one
 predicate, read by the analyzer and the torch model alike. Free of pydantic, so ``analyze PRESET`` imports it
-cheaply; the field rules are in :mod:`embedcalc.config.altup_rules`.
+cheaply; the field rules are in :mod:`embedcalc.config.rules.altup`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """The FFN of a block as the user writes it (DESIGN.md §9; the resolved view is
 :class:`~embedcalc.config.layer_plan.FFN`): a dense (gated or not) MLP, or a mixture of experts with its routing,
 shared experts and per-expert widths.
-Validated here field by field; re-exported by :mod:`embedcalc.config.blocks` with the rest of the layer model."""
+Validated here field by field; re-exported by :mod:`embedcalc.config.block_spec` with the rest of the layer model."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from embedcalc.config.bounded import NonNegativeInt, PositiveInt
 from embedcalc.config.fields import FFNFields
-from embedcalc.config.layer_plan import FFNKind
-from embedcalc.config.spec_rules import FROZEN, NonNegativeInt, PositiveInt, refuse_other_kind
+from embedcalc.config.kinds import FFNKind
+from embedcalc.config.spec_base import FROZEN, refuse_other_kind
 from embedcalc.config.spec_shapes import MOE_ONLY_FIELDS
 
 

@@ -1,22 +1,17 @@
 """The resolved view of the layer model (DESIGN.md §9, §16) that both implementations read: one block's
-:class:`Attention`, :class:`FFN` and recurrent mixer (:class:`~embedcalc.config.mixers.Mixer`) with every default
+:class:`Attention`, :class:`FFN` and recurrent mixer (:class:`~embedcalc.config.mixer_spec.Mixer`) with every default
 filled in, the :class:`Block` they make, and a stack's layers as runs of blocks (:class:`StackPlan`), counted in
-closed form. :mod:`embedcalc.config.blocks` holds the specs a config writes and re-exports these.
+closed form. :mod:`embedcalc.config.block_spec` holds the specs a config writes and re-exports these.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from embedcalc.config.kinds import AttentionKind, FFNKind, Projected, QKNorm
 from embedcalc.config.mixer_plan import Mixer
 
-AttentionKind = Literal["standard", "mla", "sparse"]
 LATENT_KINDS = frozenset({"mla", "sparse"})  # the kinds built on multi-head latent attention
-QKNorm = Literal["none", "head", "full"]
-FFNKind = Literal["dense", "moe", "none", "projection"]
-# the sublayers a block may replace by one bias-free embed_dim x embed_dim linear (DeciLM's replace_with_linear)
-Projected = Literal["mixer", "ffn"]
 
 
 @dataclass(frozen=True)

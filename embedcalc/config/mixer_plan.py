@@ -1,20 +1,19 @@
 """The resolved view of a block's recurrent token mixer (DESIGN.md §16): :class:`Mixer`, every default filled
 in, which both implementations read (``analysis/mixers.py``, ``modeling/ssm.py``), and :func:`resolve_mixer`, which
-makes it from a mixer spec. No pydantic here: the spec's schema and rules are :mod:`embedcalc.config.mixers`
+makes it from a mixer spec. No pydantic here: the spec's schema and rules are :mod:`embedcalc.config.mixer_spec`
 (which re-exports these); this module is what a shipped preset's path needs (issue 22, start-up).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from embedcalc.config.kinds import MixerKind
 
 if TYPE_CHECKING:
     from embedcalc.config.fields import MixerFields
 
-MixerKind = Literal[
-    "attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "projection", "none"
-]
 RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv", "lightning"})
 # Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk;
 # lightning: MiniMaxConfig's block_size default

@@ -96,7 +96,8 @@ def _message(error: Mapping[str, Any], key: str) -> str:
 
 def _nested_fields(loc: tuple[str, ...]) -> list[str]:
     """The field names allowed where ``loc`` points inside the layer model (attention, ffn, a block, a run)."""
-    from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
+    from embedcalc.config.block_spec import AttentionSpec, BlockSpec, LayerRun
+    from embedcalc.config.ffn_spec import FFNSpec
 
     inner = loc[:-1]
     if "attention" in inner:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from embedcalc.config.fields import ConfigFields
+from embedcalc.config.config_fields import ConfigFields
+from embedcalc.config.kinds import NormPlacement, Projected
 from embedcalc.config.layer_plan import FFN as ResolvedFFN
-from embedcalc.config.layer_plan import Attention, Block, Projected, StackPlan
+from embedcalc.config.layer_plan import Attention, Block, StackPlan
 from embedcalc.config.mixer_plan import resolve_mixer
 from embedcalc.config.spec_shapes import DEFAULT_BLOCK, base_attention_spec, merge_spec
 
@@ -23,11 +24,6 @@ if TYPE_CHECKING:
 
     from embedcalc.config.fields import AttentionFields, FFNFields, MixerFields
 
-Architecture = Literal["encoder", "decoder", "encoder-decoder"]
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "xielu"]
-Norm = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["post", "pre", "sandwich", "parallel"]
-Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]
 
 GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
 
@@ -152,7 +148,7 @@ class ResolvedShape(ConfigFields):
         """Width of the concatenated key (or value) heads (num_kv_heads * head_dim)."""
         return self.resolved_kv_heads * self.resolved_head_dim
 
-    # --- layers as data (config/blocks.py) ----------------------------------------------------------------------
+    # --- layers as data (config/block_spec.py) ----------------------------------------------------------------------
 
     def resolve_attention(self, spec: AttentionFields) -> Attention:
         """An attention spec with this config's head counts, biases and defaults filled in."""

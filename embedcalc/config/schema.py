@@ -1,8 +1,8 @@
 """The config schema (DESIGN.md §3): one frozen pydantic model for encoders, decoders and encoder-decoders.
 
 This module owns the fields, each with its bounds and description. Rules that span fields are field validators on
-the field at fault, so the error path names it; they live in two mixins, :mod:`embedcalc.config.shape_rules` (the
-flat fields) and :mod:`embedcalc.config.layer_rules` (attention, ffn, blocks, layers). Fields are declared in the
+the field at fault, so the error path names it; they live in two mixins, :mod:`embedcalc.config.rules.shape` (the
+flat fields) and :mod:`embedcalc.config.rules.layers` (attention, ffn, blocks, layers). Fields are declared in the
 order those validators need (a validator sees only fields declared before its own). Defaults that depend on the
 architecture are ``None`` here and resolved by the ``resolved_*`` properties (:mod:`embedcalc.config.resolved`),
 so a config round-trips exactly as written.
@@ -10,29 +10,22 @@ so a config round-trips exactly as written.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.altup_rules import AltUpRules
-from embedcalc.config.blocks import AttentionSpec, BlockSpec, FFNSpec, LayerRun
-from embedcalc.config.disentangled import DisentangledSpec
+from embedcalc.config.block_spec import AttentionSpec, BlockSpec, LayerRun
+from embedcalc.config.bounded import NonNegativeInt, PositiveInt
+from embedcalc.config.disentangled_spec import DisentangledSpec
 from embedcalc.config.dtypes import Dtype, DtypeError, canonical_dtype
-from embedcalc.config.layer_rules import LayerRules
-from embedcalc.config.mixers import MixerSpec
-from embedcalc.config.resolved import (
-    Activation,
-    Architecture,
-    Norm,
-    NormPlacement,
-    Position,
-    ResolvedShape,
-)  # fmt: skip
-from embedcalc.config.shape_rules import ShapeRules
-
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+from embedcalc.config.ffn_spec import FFNSpec
+from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement, Position
+from embedcalc.config.mixer_spec import MixerSpec
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.config.rules.altup import AltUpRules
+from embedcalc.config.rules.layers import LayerRules
+from embedcalc.config.rules.shape import ShapeRules
 
 
 # ResolvedShape declares (for mypy) the part of model_dump / model_copy that the records implement too; pydantic's

@@ -1,7 +1,7 @@
 """What the layer model's specs mean beyond their fields, with no pydantic (issue 22, start-up): the field groups
 of each kind, how a block variant's spec merges onto the default block's (:func:`merge_spec`), and the properties
-of a layer run and of DeBERTa's disentangled table. The schema's models (:mod:`embedcalc.config.blocks`,
-:mod:`embedcalc.config.disentangled`, :mod:`embedcalc.config.mixers`) and the shipped presets' records
+of a layer run and of DeBERTa's disentangled table. The schema's models (:mod:`embedcalc.config.block_spec`,
+:mod:`embedcalc.config.disentangled_spec`, :mod:`embedcalc.config.mixer_spec`) and the shipped presets' records
 (:mod:`embedcalc.config.records`) share them, so both resolve a config the same way.
 """
 
@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from embedcalc.config.fields import AttentionFields, DisentangledFields, LayerRunFields
 from embedcalc.config.layer_plan import LATENT_KINDS
 from embedcalc.config.mixer_plan import RECURRENT_KINDS
-from embedcalc.config.record import SpecFields
+from embedcalc.config.record_base import SpecFields
 
 DEFAULT_BLOCK = "default"
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -71,7 +71,7 @@ def merge_spec(base: S, override: S | None) -> S:
 
 
 class LayerRunShape(LayerRunFields):
-    """A layer run's size (the schema's :class:`~embedcalc.config.blocks.LayerRun` and its record)."""
+    """A layer run's size (the schema's :class:`~embedcalc.config.block_spec.LayerRun` and its record)."""
 
     @property
     def num_layers(self) -> int:
@@ -79,7 +79,7 @@ class LayerRunShape(LayerRunFields):
 
 
 class DisentangledShape(DisentangledFields):
-    """The sizes of DeBERTa's disentangled attention (:class:`~embedcalc.config.disentangled.DisentangledSpec`
+    """The sizes of DeBERTa's disentangled attention (:class:`~embedcalc.config.disentangled_spec.DisentangledSpec`
     and its record)."""
 
     @property

@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention_parts import (
     QKV,
@@ -56,7 +56,7 @@ class AttentionBase(nn.Module):
     def __init__(
         self,
         config: ResolvedShape,
-        spec: AttentionSpec,
+        spec: ResolvedAttention,
         *,
         impl: AttentionImpl,
         causal: bool,
@@ -203,7 +203,7 @@ class Attention(AttentionBase):
     """
 
     def __init__(
-        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool, cross: bool,
+        self, config: ResolvedShape, spec: ResolvedAttention, *, impl: AttentionImpl, causal: bool, cross: bool,
         relative_bias: bool,
     ) -> None:  # fmt: skip
         super().__init__(
@@ -317,6 +317,6 @@ class Attention(AttentionBase):
         return out
 
 
-def rotary_widths(config: ResolvedShape, specs: list[AttentionSpec]) -> set[int]:
+def rotary_widths(config: ResolvedShape, specs: list[ResolvedAttention]) -> set[int]:
     """The rotary widths the attention layers of ``specs`` rotate (rotary_dim or head_dim; MLA's rope dims)."""
     return {s.qk_rope_head_dim if s.latent else config.rotary_dim or s.head_dim for s in specs}

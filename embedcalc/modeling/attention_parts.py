@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.norms import make_norm
 
@@ -85,7 +85,7 @@ class QKNorm(nn.Module):
     """Norms on queries (``q``) and keys (``k``): per head over head_dim (Qwen3, Gemma 3) or over all heads
     together (OLMo 2, ``full``). Applied before rotary positions, as transformers does."""
 
-    def __init__(self, config: ResolvedShape, spec: AttentionSpec) -> None:
+    def __init__(self, config: ResolvedShape, spec: ResolvedAttention) -> None:
         super().__init__()
         self.full = spec.qk_norm == "full"
         self.q = make_norm(config, spec.q_dim if self.full else spec.head_dim)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.spec_shapes import DisentangledShape
 from embedcalc.modeling.attention import Attention, AttentionImpl
@@ -116,7 +116,7 @@ class DisentangledAttention(Attention):
     """Standard multi-head self-attention plus DeBERTa's position terms; layer 0 owns the stack's table."""
 
     def __init__(
-        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, owns_table: bool
+        self, config: ResolvedShape, spec: ResolvedAttention, *, impl: AttentionImpl, owns_table: bool
     ) -> None:
         super().__init__(config, spec, impl=impl, causal=False, cross=False, relative_bias=False)
         positions = config.disentangled

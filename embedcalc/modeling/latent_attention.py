@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionBase, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import split_heads
@@ -33,7 +33,7 @@ class LatentAttention(AttentionBase):
     def __init__(
         self,
         config: ResolvedShape,
-        spec: AttentionSpec,
+        spec: ResolvedAttention,
         *,
         impl: AttentionImpl,
         causal: bool,

@@ -1,4 +1,4 @@
-"""One Transformer layer: the attention and FFN sublayers of a resolved :class:`embedcalc.config.blocks.Block`
+"""One Transformer layer: the attention and FFN sublayers of a resolved :class:`embedcalc.config.layer_plan.Block`
 (and the cross-attention of an encoder-decoder's decoder), wired by the config's norm placement.
 
 Each sublayer owns its norm(s), so the module tree mirrors the analytic breakdown keys (docs/layers.md):
@@ -26,9 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from embedcalc.config.altup import has_laurel
-from embedcalc.config.blocks import FFN as FFNSpec
-from embedcalc.config.blocks import Attention as AttentionSpec
-from embedcalc.config.blocks import Block as BlockSpec
+from embedcalc.config.layer_plan import FFN as ResolvedFFN
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
+from embedcalc.config.layer_plan import Block as ResolvedBlock
 from embedcalc.config.mixer_plan import Mixer
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.altup import AltUp, Laurel
@@ -62,7 +62,7 @@ __all__ = [
 
 def make_attention(
     config: ResolvedShape,
-    spec: AttentionSpec,
+    spec: ResolvedAttention,
     *,
     impl: AttentionImpl,
     causal: bool,
@@ -115,7 +115,7 @@ class FeedForward(MLP):
     """The dense FFN sublayer: ``in_``, ``out`` and its ``norm`` (None for the FFN of a one-norm parallel block);
     ``tanh_gate`` scales its output in a tanh-gated block (Mllama's cross_attn_mlp_gate)."""
 
-    def __init__(self, config: ResolvedShape, spec: FFNSpec, norm: bool, tanh_gate: bool = False) -> None:
+    def __init__(self, config: ResolvedShape, spec: ResolvedFFN, norm: bool, tanh_gate: bool = False) -> None:
         super().__init__(config.embed_dim, spec.ffn_dim, spec.bias, config.activation)
         self.placement = config.resolved_norm_placement
         self.norm = sublayer_norm(config) if norm else None
@@ -130,7 +130,7 @@ class MoEFeedForward(nn.Module):
     tanh-gated block, ``tanh_gate``."""
 
     def __init__(
-        self, config: ResolvedShape, spec: FFNSpec, norm: bool, routing: Routing, tanh_gate: bool = False
+        self, config: ResolvedShape, spec: ResolvedFFN, norm: bool, routing: Routing, tanh_gate: bool = False
     ) -> None:
         super().__init__()
         self.placement = config.resolved_norm_placement
@@ -178,11 +178,11 @@ class Block(nn.Module):
     def __init__(
         self,
         config: ResolvedShape,
-        spec: BlockSpec,
+        spec: ResolvedBlock,
         *,
         impl: AttentionImpl,
         causal: bool,
-        cross_attention: AttentionSpec | None,
+        cross_attention: ResolvedAttention | None,
         relative_bias: bool,
         routing: Routing = "real",
         depth: tuple[int, int] = (0, 1),

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import FFN as FFNSpec
+from embedcalc.config.layer_plan import FFN as ResolvedFFN
 from embedcalc.modeling.ffn import GATED, MLP, activate, activate_gated
 
 Routing = Literal["real", "deterministic"]
@@ -40,7 +40,7 @@ def deterministic_experts(tokens: int, top_k: int, num_experts: int) -> Tensor:
 class Experts(nn.Module):
     """E routed FFNs of width fe as stacked tensors; :meth:`forward` runs each on its own tokens."""
 
-    def __init__(self, embed_dim: int, spec: FFNSpec, activation: str) -> None:
+    def __init__(self, embed_dim: int, spec: ResolvedFFN, activation: str) -> None:
         super().__init__()
         e, fe = spec.num_experts, spec.expert_dim
         self.activation, self.gated = activation, activation in GATED
@@ -143,7 +143,7 @@ class MoE(nn.Module):
     """Router, routed experts, shared experts and their gate: (B, T, d) -> (B, T, d), no norm or residual."""
 
     def __init__(
-        self, embed_dim: int, spec: FFNSpec, activation: str, routing: Routing = "real",
+        self, embed_dim: int, spec: ResolvedFFN, activation: str, routing: Routing = "real",
         branch_norms: BranchNorms | None = None,
     ) -> None:  # fmt: skip
         super().__init__()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import expand_kv, split_heads
@@ -37,7 +37,7 @@ class SharedKVAttention(Attention):
     """Standard attention over an earlier layer's keys and values (module docstring)."""
 
     def __init__(
-        self, config: ResolvedShape, spec: AttentionSpec, *, impl: AttentionImpl, causal: bool
+        self, config: ResolvedShape, spec: ResolvedAttention, *, impl: AttentionImpl, causal: bool
     ) -> None:
         super().__init__(config, spec, impl=impl, causal=causal, cross=False, relative_bias=False)
         self._source: list[Attention] = []  # a list, so the source is not registered as a submodule

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from embedcalc.config.blocks import Attention as AttentionSpec
+from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import split_heads
@@ -62,7 +62,7 @@ class SparseAttention(LatentAttention):
     def __init__(
         self,
         config: ResolvedShape,
-        spec: AttentionSpec,
+        spec: ResolvedAttention,
         *,
         impl: AttentionImpl,
         causal: bool,

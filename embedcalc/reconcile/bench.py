@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.memory.capacity_search import largest
 from embedcalc.analysis.report import Analysis
-from embedcalc.analysis.roofline import largest
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.hardware import datasheet_peak
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.devices.catalogue import datasheet_peak
 from embedcalc.errors import UnsupportedEnvironmentError
 from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
 

@@ -12,7 +12,7 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   ``tie_word_embeddings`` is listed as stored twice;
 - an encoder-decoder's ``model.encoder.*`` tensors are the encoder stack's, the rest the decoder's (BART, Marian);
   an embeddings' norm where the config counts none is layer 0's attention pre-norm (ModernBERT, whose layer 0
-  ``attn_norm`` is an Identity: embedcalc.config.hf.encoders);
+  ``attn_norm`` is an Identity: embedcalc.sources.hf.encoders);
 - a recurrent mixer layer's tensors are its ``mixer/...`` keys (the layer's kind from the config's layer plan);
 - Qwen3-Next's ``q_proj`` holds the query and the output gate (``attention/gate``), Linear(d, 2 H hd): its
   parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``; it is one of the
@@ -38,7 +38,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from embedcalc.analysis.params import count_params
-from embedcalc.config.checkpoint import Checkpoint, StoredTensor
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.reconcile.checkpoint_names import (
@@ -49,6 +48,7 @@ from embedcalc.reconcile.checkpoint_names import (
     tensor_stack,
 )
 from embedcalc.reconcile.checkpoint_shapes import ShapeRules, refile
+from embedcalc.sources.checkpoint import Checkpoint, StoredTensor
 
 _HF_DTYPES = ALIASES  # a config.json's torch_dtype / dtype -> embedcalc's name (embedcalc.config.dtypes)
 _STORED_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}

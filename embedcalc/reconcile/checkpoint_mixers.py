@@ -1,12 +1,12 @@
 """The shapes a recurrent mixer's checkpoint tensors must have, from the block's resolved mixer
-(:class:`~embedcalc.config.mixers.Mixer`): ``verify --checkpoint`` checks them tensor by tensor, as it checks q/k/v/o
-and a dense MLP (:mod:`embedcalc.reconcile.checkpoint_shapes`), so a tensor that disagrees with the config
+(:class:`~embedcalc.config.mixer_plan.Mixer`): ``verify --checkpoint`` checks them tensor by tensor, as it checks
+q/k/v/o and a dense MLP (:mod:`embedcalc.reconcile.checkpoint_shapes`), so a tensor that disagrees with the config
 is named even where its component's total happens to agree (a reshaped or transposed tensor).
 
 A tensor is named by its path inside the layer (``mamba.in_proj.weight``, ``linear_attn.A_log``,
-``conv.conv.weight``): the mixer module (:data:`~embedcalc.reconcile.checkpoint_names.MIXER_MODULES`), then the
+``conv.conv.weight``): the mixer module (:data:`~embedcalc.reconcile.checkpoint_names._MIXER_MODULES`), then the
 part and the parameter, or the parameter alone. The widths are the mixer's own (``in_width``, ``conv_dim``,
-``inner``, ``num_heads``: :mod:`embedcalc.config.mixers`); the layout of each kind's tensors is transformers':
+``inner``, ``num_heads``: :mod:`embedcalc.config.mixer_spec`); the layout of each kind's tensors is transformers':
 
 - mamba2 (``GraniteMoeHybridMambaLayer``, ``NemotronHMamba2Mixer``, ``FalconH1Mixer``): ``in_proj`` (in_width, d),
   ``conv1d`` (conv_dim, 1, K), ``A_log`` / ``D`` / ``dt_bias`` (H,), ``norm`` (inner,);

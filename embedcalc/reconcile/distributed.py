@@ -3,7 +3,7 @@
 Predictions: per-rank memory from :func:`embedcalc.analysis.memory.estimate_memory` with the strategy's
 parallelism (ddp: ``dp = N``; fsdp: ``dp = N, zero = 3``; tp: ``tp = N``), local parameters from
 :func:`embedcalc.analysis.parallel.stage_params`, and the bytes each rank sends per step from
-:func:`embedcalc.analysis.communication.communication`. Scaling efficiency compares with the same strategy on one
+:func:`embedcalc.analysis.comm.volumes.communication`. Scaling efficiency compares with the same strategy on one
 process: for ddp and fsdp every rank has its own batch (weak scaling, efficiency = tokens/s on N / (N x tokens/s on
 1)); for tp the ranks share one batch (strong scaling, efficiency = speed-up / N). The step time, tokens/s and
 collective seconds stand beside the default prediction for ``local`` (:mod:`embedcalc.reconcile.prediction`): the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.analysis.communication import CommunicationEstimate, communication
+from embedcalc.analysis.comm.volumes import CommunicationEstimate, communication
 from embedcalc.analysis.memory import MemoryEstimate
 from embedcalc.analysis.parallel import stage_params
 from embedcalc.analysis.params import param_tensors
@@ -29,7 +29,7 @@ from embedcalc.config.resolved import ResolvedShape
 if TYPE_CHECKING:  # types only: `analyze --tp/--dp` reaches this module through the communication table, and
     # importing the torch side at run time would load torch there (and fail without it: issue 24)
     from embedcalc.analysis.roofline import RooflineEstimate
-    from embedcalc.config.hardware import Device
+    from embedcalc.devices.catalogue import Device
     from embedcalc.modeling.distributed import RankResult, Strategy
 from embedcalc.reconcile.bench import run_bytes
 from embedcalc.reconcile.prediction import beside, error_pct, per_s, step_s
@@ -49,11 +49,11 @@ def fsdp_rank_params(config: ResolvedShape, nproc: int, rank: int) -> int:
 
 def collectives_s(analysis: Analysis, device: Device | None) -> float | None:
     """Seconds one rank spends in the step's collectives on ``device``'s link by the α–β model
-    (:mod:`embedcalc.analysis.time_comm`), overlapped or not: what the profiler's collective time measures."""
+    (:mod:`embedcalc.analysis.time.comm`), overlapped or not: what the profiler's collective time measures."""
     if device is None:
         return None
-    from embedcalc.analysis.time_comm import collectives_s as timed
-    from embedcalc.config.calibration import load_calibration
+    from embedcalc.analysis.time.comm import collectives_s as timed
+    from embedcalc.devices.calibration import load_calibration
 
     w = analysis.workload
     return timed(

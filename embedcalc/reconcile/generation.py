@@ -4,7 +4,7 @@ Measured (:mod:`embedcalc.modeling.generate`): time to first token (median over 
 decode latency (median, p10, p90 over every decode step of every timed generation) and its growth with KV length
 (median of the first and of the last quarter of the steps), decode tokens/s per sequence (1 / median) and for the
 batch, peak memory, and the bytes the cache tensors hold. Predicted: the default prediction for the ``local``
-device (:func:`embedcalc.analysis.roofline.timing.estimate_time`: the expected time of the shipped calibration, its
+device (:func:`embedcalc.analysis.time.estimate.estimate_time`: the expected time of the shipped calibration, its
 roofline lower bound in ``lower_bound``): ``ttft_s`` is ``prefill_s``,
 the median's counterpart the mean decode step over the generation (KV lengths P+1 … P+G), p90's the last step's,
 tokens/s 1 / mean; the KV cache the analytic ``kv_cache_bytes`` (which the measured bytes must equal), and for

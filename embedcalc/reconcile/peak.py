@@ -7,7 +7,7 @@ STREAM copy and triad (:mod:`embedcalc.modeling.bandwidth`); the overhead a chai
 (:func:`embedcalc.modeling.timing.measure_kernel_overhead`), which the expected time of ``local`` uses in place of
 the calibration's constant. With ``--nproc N`` the all-reduce between N processes of this machine, timed at a small
 and a large message (:mod:`embedcalc.modeling.loopback`), becomes local's ``loopback`` link: the per-direction
-bandwidth and per-hop latency with which the α–β model of :mod:`embedcalc.analysis.time_comm` gives back both
+bandwidth and per-hop latency with which the α–β model of :mod:`embedcalc.analysis.time.comm` gives back both
 measured times (:func:`loopback_link`), which ``analyze --hardware local --tp N`` then reads.
 """
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from embedcalc.analysis.communication import Collective
-from embedcalc.analysis.time_comm import ring_steps
-from embedcalc.config.calibration import TimeConstants
-from embedcalc.config.hardware import datasheet_peak
+from embedcalc.analysis.comm.volumes import Collective
+from embedcalc.analysis.time.comm import ring_steps
+from embedcalc.devices.calibration import TimeConstants
+from embedcalc.devices.catalogue import datasheet_peak
 
 if TYPE_CHECKING:  # torch loads with the measurement, not with the analyzer
     from embedcalc.modeling.loopback import AllReduceMeasurement
@@ -66,7 +66,7 @@ class LoopbackLink:
 
 
 def loopback_link(m: AllReduceMeasurement, c: TimeConstants) -> LoopbackLink:
-    """Solve the α–β model of one all-reduce call (:func:`embedcalc.analysis.time_comm.collective_s`: base +
+    """Solve the α–β model of one all-reduce call (:func:`embedcalc.analysis.time.comm.collective_s`: base +
     steps × hop latency + wire bytes / (bandwidth × link fraction)) for the bandwidth and hop latency that give back
     the small and the large measured times: the difference of the two fixes the bandwidth, the small one the
     latency (at least 1 ns)."""

@@ -1,7 +1,7 @@
 """The one way a measured run (``bench``'s forward or training step, ``bench --mode generate``, ``bench --nproc``)
 is put beside its prediction: ``predicted`` holds, under each measured quantity's own key, the default prediction
 for the ``local`` device (the expected time of the shipped calibration on local's measured peak, bandwidth,
-kernel overhead and link: :func:`embedcalc.analysis.roofline.timing.estimate_time`; memory from the analyzer), and
+kernel overhead and link: :func:`embedcalc.analysis.time.estimate.estimate_time`; memory from the analyzer), and
 ``error_pct`` the error of each, ``100 × (measured − predicted) / predicted``: positive when the run was slower or
 bigger than predicted, None where there is no prediction (:func:`error_pct`).
 """

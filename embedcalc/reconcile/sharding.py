@@ -3,12 +3,12 @@
 Two independent sides. Analytic: the tensor list of :mod:`embedcalc.analysis.params`, split by
 :func:`embedcalc.analysis.parallel.sharded_shape` (TP) and by FSDP2's rule for ZeRO-3 (every tensor chunked along
 its first dimension over the dp ranks, torch.chunk's sizes, in the torch layout of
-:func:`embedcalc.analysis.gradient_buckets.torch_row_splits`), pipeline stages from ``stage_params``, collectives from
-:func:`embedcalc.analysis.communication.communication`. Torch: :func:`embedcalc.modeling.fake_group.shard_on_fake_group`
-(DTensor ``parallelize_module`` and FSDP2 ``fully_shard`` on a fake process group; local numel per rank from the
-DTensor placements; the collectives of one forward and backward recorded by CommDebugMode) and the module split of
-:func:`embedcalc.modeling.sharding.stage_module_params`. Every row must agree exactly; a difference names the
-breakdown key and the torch tensors behind it.
+:func:`embedcalc.analysis.comm.gradient_buckets.torch_row_splits`), pipeline stages from ``stage_params``,
+collectives from :func:`embedcalc.analysis.comm.volumes.communication`. Torch:
+:func:`embedcalc.modeling.fake_group.shard_on_fake_group` (DTensor ``parallelize_module`` and FSDP2 ``fully_shard``
+on a fake process group; local numel per rank from the DTensor placements; the collectives of one forward and
+backward recorded by CommDebugMode) and the module split of :func:`embedcalc.modeling.sharding.stage_module_params`.
+Every row must agree exactly; a difference names the breakdown key and the torch tensors behind it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from embedcalc.analysis.communication import communication
-from embedcalc.analysis.gradient_buckets import torch_row_splits, torch_tensor_count
+from embedcalc.analysis.comm.gradient_buckets import torch_row_splits, torch_tensor_count
+from embedcalc.analysis.comm.volumes import communication
 from embedcalc.analysis.parallel import sharded_shape, stage_params
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.workload import Parallelism, Workload

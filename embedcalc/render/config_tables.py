@@ -17,7 +17,7 @@ from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 
 if TYPE_CHECKING:  # `heads` and `presets` render here without loading the Hugging Face readers (pydantic)
-    from embedcalc.config.hf import HFReport
+    from embedcalc.sources.hf import HFReport
 
 
 def check_table(target: str, derived: dict[str, object], params: int) -> Table:

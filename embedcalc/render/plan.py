@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from embedcalc import units
-from embedcalc.analysis.plan import PlanResult, ServingRow, TrainingRow
+from embedcalc.analysis.plan.rows import PlanResult, ServingRow, TrainingRow
 from embedcalc.render.fit import FitTable
 
 # header, raw value, text, right-aligned

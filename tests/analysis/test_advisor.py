@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from embedcalc.analysis.params import count_params
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 TINY_DECODER = {"architecture": "decoder", "vocab_size": 512, "embed_dim": 64, "num_heads": 4, "num_layers": 2,
                 "max_seq_len": 128}  # fmt: skip

@@ -21,8 +21,8 @@ from embedcalc.analysis.memory import kv_cache_bytes, weight_bytes
 from embedcalc.analysis.params import count_params, param_tensors
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.loading import load_target
 
 BERT_BASE_PARAMS = 109_482_240
 

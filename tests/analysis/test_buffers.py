@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from config.hf.test_mixers_hf import CONV_TAIL_ONLY
 from hf_reference import hf_config, mapped_config, quiet_transformers, raw_fixture
+from sources.hf.test_mixers_hf import CONV_TAIL_ONLY
 
 from embedcalc.analysis.buffers import buffer_terms
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.structure import Dims
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 
 def load_preset(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""Communication volume (analysis/communication.py) against the hand formulas of its docstring."""
+"""Communication volume (analysis/comm/volumes.py) against the hand formulas of its docstring."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from embedcalc.analysis.communication import communication
-from embedcalc.analysis.gradient_buckets import (
+from embedcalc.analysis.comm.gradient_buckets import (
     DDP_BUCKET_BYTES,
     DDP_FIRST_BUCKET_BYTES,
     MIB,
     ddp_buckets,
     fsdp_units,
 )
+from embedcalc.analysis.comm.volumes import communication
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 GPT2_PARAMS = 124_439_808
 

@@ -3,7 +3,7 @@ what autograd saves for the c2p and p2c terms, by hand, then measured with ``sav
 torch model (exactly the analytic attention terms) and on transformers' ``DebertaV2Model`` (the same, plus its
 padding mask: b n² bytes a layer, which no encoder here counts).
 
-Small variants of the published microsoft/deberta-v3-base file (tests/config/hf/test_hf_deberta.py's), dropout 0:
+Small variants of the published microsoft/deberta-v3-base file (tests/sources/hf/test_hf_deberta.py's), dropout 0:
 d 64, 4 heads of 16, 2 layers, 8 position buckets (R = 16 table rows; 32 unbucketed).
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from config.hf.test_hf_deberta import SMALL, VARIANTS, _raw
 from hf_reference import mapped_config, quiet_transformers
 from saved_tensors import saved_bytes
+from sources.hf.test_hf_deberta import SMALL, VARIANTS, _raw
 
 from embedcalc.analysis.memory.training import saved_activations
 from embedcalc.analysis.workload import Workload

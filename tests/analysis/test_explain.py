@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from embedcalc.analysis.explain import TOPICS
 from embedcalc.cli.app import build_app
-from embedcalc.config.presets import preset_names
 from embedcalc.render.i18n import LANGUAGES, LOCALE_DIR, language_from_env
+from embedcalc.sources.presets import preset_names
 
 REPO = ROOT
 APP = build_app("explain")

@@ -18,8 +18,8 @@ import pytest
 
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.loading import load_target
 
 N_BERT_BASE = 109_482_240  # DESIGN.md §8
 N_GPT2 = 124_439_808

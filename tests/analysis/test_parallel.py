@@ -19,7 +19,7 @@ import pytest
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.parallel import stage_layout, stage_params
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 H, F, L = 768, 3072, 12  # bert-base and gpt2 share the block shape
 

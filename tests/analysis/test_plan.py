@@ -14,16 +14,16 @@ from typer.testing import CliRunner
 import embedcalc
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.memory.serving import max_concurrency, paged_tokens, serving_memory
-from embedcalc.analysis.plan import (
+from embedcalc.analysis.plan.queue import closed_loop, open_loop
+from embedcalc.analysis.plan.rows import (
     PlanResult,
     ServingRow,
     TrainingRow,
     parse_duration,
 )
-from embedcalc.analysis.serving_queue import closed_loop, open_loop
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 runner = CliRunner()
 

@@ -2,7 +2,7 @@
 
 Breakdowns sum to their totals; FLOPs are exactly linear in batch; the attention-score terms are exactly
 quadratic in seq_len and everything else linear; any embed_dim % num_heads != 0 without head_dim fails at
-num_heads; configs round-trip through JSON and YAML files loaded by ``embedcalc.config.loading``.
+num_heads; configs round-trip through JSON and YAML files loaded by ``embedcalc.sources.loading``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from embedcalc.analysis.heads import divisors
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.aliases import ALIASES
-from embedcalc.config.files import parse_scalar
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError
+from embedcalc.sources.aliases import ALIASES
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.parsing import parse_scalar
 
 ARCHITECTURES = ("encoder", "decoder", "encoder-decoder")
 POSITIONS = ("learned", "sinusoidal", "rope", "relative", "none")
@@ -370,7 +370,7 @@ def test_explicit_head_dim_makes_any_split_valid(shape: tuple[int, int]) -> None
 
 class _Dumper(yaml.SafeDumper):
     """PyYAML's dumper writes YAML 1.1, in which ``0E0`` or ``1e5`` is a string it need not quote; embedcalc reads
-    numbers as YAML 1.2 does (config/files.py), so a string that would read back as anything else is quoted."""
+    numbers as YAML 1.2 does (sources/parsing.py), so a string that would read back as anything else is quoted."""
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

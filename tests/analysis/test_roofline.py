@@ -13,13 +13,14 @@ from paths import DOCS
 from typer.testing import CliRunner
 
 from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
+from embedcalc.analysis.memory.capacity_search import kv_adjusted_total
 from embedcalc.analysis.params import count_params, param_tensors
-from embedcalc.analysis.roofline import Efficiency, decode_step_flops, kv_adjusted_total
-from embedcalc.analysis.roofline.timing import TimeRequest, _sum_max_affine, estimate_time
+from embedcalc.analysis.roofline import Efficiency, decode_step_flops
+from embedcalc.analysis.time.estimate import TimeRequest, _sum_max_affine, estimate_time
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
-from embedcalc.config.hardware import load_device
-from embedcalc.config.loading import load_target
+from embedcalc.devices.resolve import load_device
+from embedcalc.sources.loading import load_target
 
 runner = CliRunner()
 H100_BW = 3.35e12
@@ -230,7 +231,7 @@ def test_cli_edges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_measured_efficiency_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from embedcalc.config.local_device import local_device, save_local
+    from embedcalc.devices.local import local_device, save_local
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     save_local(local_device("NVIDIA H100 80GB HBM3", "gpu", {"bf16": (0.5 * H100_BF16, "matmul")}, 80 * 2**30,

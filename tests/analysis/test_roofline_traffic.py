@@ -15,7 +15,7 @@ from embedcalc.analysis.roofline import (
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 
 def _prefill(target: str, seq_len: int = 1024, batch_size: int = 1) -> dict[str, Traffic]:

@@ -21,11 +21,11 @@ from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.roofline import decode_lengths, decode_step_flops
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.loading import load_target
 
 DEEPSEEK_V32 = (
-    671_877_929_216  # transformers' DeepseekV32ForCausalLM on meta (tests/config/hf/test_hf_sparse.py)
+    671_877_929_216  # transformers' DeepseekV32ForCausalLM on meta (tests/sources/hf/test_hf_sparse.py)
 )
 TINY: dict[str, Any] = {
     "name": "tiny-dsa", "architecture": "decoder", "vocab_size": 128, "max_seq_len": 64, "embed_dim": 32,

@@ -10,17 +10,17 @@ import pytest
 from paths import ROOT
 from typer.testing import CliRunner
 
-from embedcalc.analysis.communication import Collective
-from embedcalc.analysis.time_comm import Path as LinkPath
-from embedcalc.analysis.time_comm import collective_s, group_span, link_path, ring_steps
-from embedcalc.analysis.time_model import kernels_per_forward, parse_efficiency
-from embedcalc.analysis.time_schedule import bubble_fraction
+from embedcalc.analysis.comm.volumes import Collective
+from embedcalc.analysis.time.comm import Path as LinkPath
+from embedcalc.analysis.time.comm import collective_s, group_span, link_path, ring_steps
+from embedcalc.analysis.time.model import kernels_per_forward, parse_efficiency
+from embedcalc.analysis.time.schedule import bubble_fraction
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.cli.app import app
-from embedcalc.config.calibration import TimeConstants, load_calibration
-from embedcalc.config.hardware import load_device
 from embedcalc.config.limits import efficiency_problem
-from embedcalc.config.loading import load_target
+from embedcalc.devices.calibration import TimeConstants, load_calibration
+from embedcalc.devices.resolve import load_device
+from embedcalc.sources.loading import load_target
 
 runner = CliRunner()
 TP_COMM = "tensor/expert-parallel communication"
@@ -145,7 +145,7 @@ def test_kernels_scale_with_the_layers() -> None:
 
 
 def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
-    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 
     config = load_target("gpt2").config
     w = Workload(seq_len=64, gen_tokens=4)
@@ -155,7 +155,7 @@ def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
 
 
 def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
-    from embedcalc.config.hardware import LatencyFigure
+    from embedcalc.devices.catalogue import LatencyFigure
 
     config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
     kernels = {
@@ -179,9 +179,9 @@ def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
 
 
 def test_a_measured_devices_own_constants_replace_the_calibrations() -> None:
-    from embedcalc.analysis.roofline.timing import TimeRequest, estimate_time
-    from embedcalc.analysis.time_expected import device_constants
-    from embedcalc.config.hardware import Figure, LatencyFigure
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+    from embedcalc.analysis.time.expected import device_constants
+    from embedcalc.devices.catalogue import Figure, LatencyFigure
 
     cal = load_calibration()
     catalogue = load_device("a100-80gb")

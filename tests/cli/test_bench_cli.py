@@ -25,7 +25,7 @@ from cli_process import cli_env, sigint_as_in_a_terminal
 
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 TINY_DECODER = {"architecture": "decoder", "vocab_size": 512, "embed_dim": 64, "num_heads": 4, "num_layers": 2,
                 "max_seq_len": 64}  # fmt: skip
@@ -255,7 +255,7 @@ def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
     assert result["device"].startswith("cpu")
     assert result["spec_peak_flops_per_s"] is None  # no datasheet number for a CPU, never another device's
     assert result["kernel_overhead_s"] > 0 and "tiny dependent kernels" in result["kernel_overhead_method"]
-    from embedcalc.config.hardware import load_device
+    from embedcalc.devices.resolve import load_device
 
     local = load_device("local")  # the overhead is cached with the peaks, with its method
     assert local.kernel_overhead_s is not None

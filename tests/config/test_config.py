@@ -1,6 +1,6 @@
 """Config validation: messages that name the key as written, both values and a fix; exit 3 and no traceback.
 
-Library-level checks call ``embedcalc.config.loading.load_target``; the error matrix runs ``python -m embedcalc
+Library-level checks call ``embedcalc.sources.loading.load_target``; the error matrix runs ``python -m embedcalc
 check`` in a subprocess so that a traceback escaping to stderr, or a wrong exit code, would be seen as a user
 sees it.
 """
@@ -20,11 +20,11 @@ import yaml
 from paths import FIXTURES
 from pydantic import ValidationError
 
-from embedcalc.config.files import load_mapping
-from embedcalc.config.loading import load_target
-from embedcalc.config.reading import MAX_CONFIG_BYTES
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, ExitCode
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.parsing import load_mapping
+from embedcalc.sources.reading import MAX_CONFIG_BYTES
 
 SMALL: dict[str, Any] = {
     "architecture": "decoder",
@@ -412,7 +412,7 @@ def test_seq_len_over_context_is_a_warning_otherwise(
 
 def test_tgt_len_over_learned_positions_is_an_error(write_config: Write) -> None:
     from embedcalc.analysis.workload import Workload
-    from embedcalc.config.checks import workload_problems
+    from embedcalc.config.advisories import workload_problems
 
     config = ModelConfig(
         architecture="encoder-decoder",
@@ -602,8 +602,8 @@ def test_set_reaches_inside_the_layer_model(cli: Any) -> None:
 @pytest.mark.parametrize("mode", ["python", "json"])
 def test_every_preset_means_the_same_after_a_dump_and_a_load(mode: str) -> None:
     """A block variant overrides only the fields it sets: a dump that wrote its defaults too would change it."""
-    from embedcalc.config.presets import preset_names
     from embedcalc.config.schema import ModelConfig
+    from embedcalc.sources.presets import preset_names
 
     for name in preset_names():
         config = load_target(name).config

@@ -175,7 +175,7 @@ def test_a_preset_runs_in_its_published_dtype_and_says_so() -> None:
 
 
 def test_every_preset_dtype_is_sourced() -> None:
-    from embedcalc.config.presets import preset_names
+    from embedcalc.sources.presets import preset_names
 
     for name in preset_names():
         text = (Path(embedcalc.__file__).parent.parent / "presets" / f"{name}.yaml").read_text(

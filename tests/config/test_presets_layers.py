@@ -2,7 +2,7 @@
 
 Each preset transcribes a published hub config.json (``tests/fixtures/hf/<preset>.json``, as the hub serves it).
 Its total is a row of ``tests/fixtures/published_sizes.yaml``, checked two independent ways by
-tests/config/hf/test_published_sizes.py: transformers builds it from that file on the meta device (validates the
+tests/sources/hf/test_published_sizes.py: transformers builds it from that file on the meta device (validates the
 fixture), and ``embedcalc analyze PRESET --format json`` gives it (validates the preset and the analysis). Here: for
 the mixtures of experts the active parameters per token are the total less the (num_experts - top_k) routed
 experts a token does not use in every MoE layer (docs/layers.md; Fedus et al. 2021), and the layer layouts (which
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hf_reference import hf_config, hf_model, published_sizes, raw_fixture
 
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 # Routed-expert parameters a token does not use: layers x (experts - top_k) x one expert.
 _UNUSED = {
@@ -27,7 +27,7 @@ _UNUSED = {
     # gpt-oss: gate_up and down, with their biases
     "gpt-oss-20b": 24 * 28 * (2880 * 2 * 2880 + 2 * 2880 + 2880 * 2880 + 2880),
 }
-# the totals: tests/fixtures/published_sizes.yaml (tests/config/hf/test_published_sizes.py checks each row)
+# the totals: tests/fixtures/published_sizes.yaml (tests/sources/hf/test_published_sizes.py checks each row)
 ACTIVE = {name: published_sizes()[name].total - unused for name, unused in _UNUSED.items()}
 
 

@@ -1,4 +1,4 @@
-"""The shipped presets' records (embedcalc/config/record.py, issue 22 start-up): `analyze PRESET` builds a plain
+"""The shipped presets' records (embedcalc/config/record_base.py, issue 22 start-up): `analyze PRESET` builds a plain
 record instead of validating the preset with the schema, so each record must be the validated config, exactly.
 
 For every shipped preset: the record's dumps (JSON and Python, all fields and the fields set) equal the schema's
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from paths import SCRIPTS, load_script
 
-from embedcalc.config.loading import canonical_mapping, load_parsed, load_target, resolve_target
-from embedcalc.config.presets import preset_names
 from embedcalc.config.records import FIELD_NAMES, TEXT_FIELDS, ConfigRecord
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.loading import canonical_mapping, load_parsed, load_target, resolve_target
+from embedcalc.sources.presets import preset_names
 
 SCRIPT = SCRIPTS / "config_records.py"
 

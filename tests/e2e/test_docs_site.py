@@ -12,7 +12,7 @@ from paths import ROOT, load_script
 
 import embedcalc
 from embedcalc.cli.app import build_app
-from embedcalc.config.hardware import catalogue, hardware_names
+from embedcalc.devices.catalogue import catalogue, hardware_names
 
 site = load_script("docs_site")
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from paths import HF_FIXTURES, ROOT
 
-from embedcalc.config.loading import load_target
-from embedcalc.config.presets import preset_names
 from embedcalc.errors import ConfigError
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.presets import preset_names
 
 HF_FILES = sorted((HF_FIXTURES).glob("*.json"))
 

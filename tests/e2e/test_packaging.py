@@ -75,7 +75,7 @@ def test_wheel_ships_presets_and_entry_point(wheel: Path) -> None:
     for lang in ("en", "zh"):  # explain's message catalogues, source and compiled
         assert {f"embedcalc/locale/{lang}/LC_MESSAGES/embedcalc.{ext}" for ext in ("po", "mo")} <= set(names)
     assert "embedcalc/py.typed" in names
-    assert "embedcalc/config/hf/accept_list.json" in names  # the HF keys transformers' classes write
+    assert "embedcalc/sources/hf/accept_list.json" in names  # the HF keys transformers' classes write
     assert not [n for n in names if n.startswith("tests/")]
     for dep in ("typer", "rich", "pydantic", "numpy", "pyyaml"):
         assert f"Requires-Dist: {dep}" in metadata.replace("PyYAML", "pyyaml")

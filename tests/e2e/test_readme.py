@@ -171,7 +171,7 @@ def test_prose_numbers_hold() -> None:
 
 
 def test_presets_named_in_the_introduction_exist() -> None:
-    from embedcalc.config.presets import preset_names
+    from embedcalc.sources.presets import preset_names
 
     intro = _readme().split("## Quick start", 1)[0]
     named = re.findall(r"`([a-z][\w.-]*)`", intro.split("a shipped preset", 1)[1].split("your own", 1)[0])

@@ -28,7 +28,7 @@ from paths import DOCS
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 PAGE = DOCS / "concepts" / "layer-model.md"
 HEADING = "# The layer model: describing today's models"

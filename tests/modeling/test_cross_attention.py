@@ -138,7 +138,7 @@ def test_generation_caches_the_external_tokens_and_matches_recomputation() -> No
 def test_tensor_parallel_verify_agrees_on_every_collective(cli: Any, tmp_path: Any) -> None:
     """``verify --tp 2`` (DTensor on the fake process group): the cross layer all-reduces its output in the forward
     and only its queries' input gradient in the backward (k and v read the external states, a model input with no
-    gradient), as the analytic count says (analysis/communication.py)."""
+    gradient), as the analytic count says (analysis/comm/volumes.py)."""
     import json
 
     import yaml

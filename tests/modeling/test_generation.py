@@ -20,10 +20,10 @@ torch = pytest.importorskip("torch")
 
 from embedcalc.analysis.memory import kv_cache_bytes  # noqa: E402
 from embedcalc.analysis.workload import Workload  # noqa: E402
-from embedcalc.config.loading import load_target  # noqa: E402
 from embedcalc.config.schema import ModelConfig  # noqa: E402
 from embedcalc.modeling.generate import allocate_cache, greedy_generate, reference_generate  # noqa: E402
 from embedcalc.modeling.model import TransformerModel, build_model  # noqa: E402
+from embedcalc.sources.loading import load_target  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -447,9 +447,9 @@ def test_params_equal_transformers(family: str) -> None:
 
 def test_bench_miniature_of_every_preset_runs() -> None:
     """bench pages kernels in with a toy twin of the model: it must stay valid for every layer kind."""
-    from embedcalc.config.loading import load_target
-    from embedcalc.config.presets import preset_names
     from embedcalc.modeling.benchmark import miniature
+    from embedcalc.sources.loading import load_target
+    from embedcalc.sources.presets import preset_names
 
     for name in preset_names():
         config = load_target(name).config

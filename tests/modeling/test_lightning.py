@@ -124,7 +124,7 @@ def test_lightning_matches_transformers_layer_with_copied_weights(n: int) -> Non
     transformers = pytest.importorskip("transformers")
     from transformers.models.minimax import modeling_minimax as hf_minimax
 
-    from embedcalc.config.mixers import MixerSpec, resolve_mixer
+    from embedcalc.config.mixer_spec import MixerSpec, resolve_mixer
     from embedcalc.modeling.lightning import LightningMixer
     from embedcalc.modeling.ssm import allocate_state
 

@@ -20,8 +20,6 @@ torch = pytest.importorskip("torch")
 from embedcalc.analysis.flops import forward_flops  # noqa: E402
 from embedcalc.analysis.params import count_params  # noqa: E402
 from embedcalc.analysis.workload import Workload  # noqa: E402
-from embedcalc.config.loading import load_target  # noqa: E402
-from embedcalc.config.presets import preset_names  # noqa: E402
 from embedcalc.config.schema import ModelConfig  # noqa: E402
 from embedcalc.modeling import (  # noqa: E402
     build_model,
@@ -36,6 +34,8 @@ from embedcalc.modeling.positions import (  # noqa: E402
     rotary_tables,
     sinusoidal_table,
 )
+from embedcalc.sources.loading import load_target  # noqa: E402
+from embedcalc.sources.presets import preset_names  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from embedcalc.analysis.explain import explain_fine_tune
 from embedcalc.cli.app import build_app
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")

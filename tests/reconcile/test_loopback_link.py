@@ -10,11 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from embedcalc.analysis.communication import Collective  # noqa: E402
-from embedcalc.analysis.time_comm import Path, collective_s  # noqa: E402
-from embedcalc.config.calibration import load_calibration  # noqa: E402
-from embedcalc.config.hardware import load_device  # noqa: E402
-from embedcalc.config.local_device import local_device, save_local  # noqa: E402
+from embedcalc.analysis.comm.volumes import Collective  # noqa: E402
+from embedcalc.analysis.time.comm import Path, collective_s  # noqa: E402
+from embedcalc.devices.calibration import load_calibration  # noqa: E402
+from embedcalc.devices.local import local_device, save_local  # noqa: E402
+from embedcalc.devices.resolve import load_device  # noqa: E402
 from embedcalc.modeling.loopback import AllReduceMeasurement  # noqa: E402
 from embedcalc.reconcile.peak import loopback_link  # noqa: E402
 

@@ -14,8 +14,8 @@ import pytest
 
 from embedcalc.analysis.parallel import parallel_problems, stage_params
 from embedcalc.analysis.workload import Parallelism
-from embedcalc.config.loading import load_target
-from embedcalc.config.presets import preset_names
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.presets import preset_names
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from embedcalc.analysis.workload import Parallelism
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 pytestmark = pytest.mark.torch
 pytest.importorskip("torch")

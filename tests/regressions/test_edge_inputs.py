@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from embedcalc.analysis.parallel import stage_layout
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
 
 SMALL = {"architecture": "decoder", "vocab_size": 1024, "max_seq_len": 64, "embed_dim": 64, "num_heads": 4,
          "num_layers": 2}  # fmt: skip

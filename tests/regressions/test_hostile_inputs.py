@@ -18,9 +18,9 @@ import pytest
 from paths import HF_FIXTURES
 
 from embedcalc.config.divisors import TRIAL_DIVISION_LIMIT, factorise, list_divisors
-from embedcalc.config.files import MAX_YAML_CHARS
 from embedcalc.config.limits import MAX_INT_DIGITS
-from embedcalc.config.loading import load_target
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.parsing import MAX_YAML_CHARS
 
 GUARD_S = 30.0
 HF = HF_FIXTURES
@@ -80,8 +80,8 @@ def test_thirty_one_digits_are_refused(cli: Any) -> None:
 
 
 def test_python_mapping_with_a_huge_int_is_refused_before_the_schema() -> None:
-    from embedcalc.config.loading import validate_config
     from embedcalc.errors import ConfigError
+    from embedcalc.sources.loading import validate_config
 
     with pytest.raises(ConfigError) as info:
         validate_config({"embed_dim": 10**400, "num_heads": 7}, {}, [], "api")
@@ -201,8 +201,8 @@ def test_fifo_with_a_writer_is_still_refused(cli: Any, tmp_path: Path) -> None:
 
 def test_read_is_bounded_whatever_the_reported_size(tmp_path: Path) -> None:
     """read_bytes_bounded reads at most limit + 1 bytes, so a growing or lying file cannot be read unboundedly."""
-    from embedcalc.config.reading import read_bytes_bounded
     from embedcalc.errors import ConfigError
+    from embedcalc.sources.reading import read_bytes_bounded
 
     path = tmp_path / "big.json"
     path.write_bytes(b" " * 5000)

@@ -1,5 +1,5 @@
 """Regression tests for issue 24 (the new surfaces under hostile input), one per bug class, each with the exact
-input that reproduced it. The hub-cache classes are in tests/config/hf/test_hub.py, the no-torch class in
+input that reproduced it. The hub-cache classes are in tests/sources/hf/test_hub.py, the no-torch class in
 tests/cli/test_cli.py (scripts/no_torch_check.py).
 
 Time guards are blow-up guards (30 s on a shared CI core), not speed assertions.
@@ -73,7 +73,7 @@ def test_devices_with_400_digits_is_a_usage_error(cli: Any) -> None:
 
 def test_time_request_applies_the_same_rules_to_python_callers() -> None:
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.roofline.timing import TimeRequest
+    from embedcalc.analysis.time.estimate import TimeRequest
     from embedcalc.errors import WorkloadError
 
     for kwargs in ({"price_per_hour": math.inf}, {"devices": 10**400}, {"efficiency": Efficiency(1e-320, 1.0)},
@@ -251,7 +251,7 @@ def test_concurrent_local_writers_and_a_reader(tmp_path: Path, monkeypatch: pyte
     """Two `bench --peak` writers at once and a reader: no writer fails, the reader never sees a partial file."""
     import threading
 
-    from embedcalc.config.local_device import load_local, local_device, local_path, save_local
+    from embedcalc.devices.local import load_local, local_device, local_path, save_local
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     devices = [local_device(f"cpu {i}", "cpu", {"fp32": (1e11 * (i + 1), "matmul")}, 1 << 34, (1e10, "copy"), "2.x")
@@ -317,7 +317,7 @@ def test_a_billion_layers_under_zero3_is_counted_in_closed_form(cli: Any) -> Non
 def test_ddp_bucket_count_equals_the_written_out_sequence(seed: int) -> None:
     import random
 
-    from embedcalc.analysis.gradient_buckets import ddp_bucket_count, ddp_buckets
+    from embedcalc.analysis.comm.gradient_buckets import ddp_bucket_count, ddp_buckets
 
     rng = random.Random(seed)
     runs = [([rng.choice([0, 1, 3 << 18, 5 << 20, 9 << 20, 30 << 20]) for _ in range(rng.randint(1, 5))],

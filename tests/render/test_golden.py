@@ -19,8 +19,8 @@ from rich.table import Table
 from embedcalc.analysis.checked import analyze_loaded
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.loading import load_target
 from embedcalc.render.tables import compare_table, flops_table, memory_table, params_table
+from embedcalc.sources.loading import load_target
 
 GOLDEN_DIR = GOLDEN
 WIDTH = 120

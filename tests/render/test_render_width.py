@@ -35,14 +35,14 @@ from embedcalc.analysis.sweep import SweepResult, seq_len_curves, sweep_target
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.sweep import sweep_base as load_base
 from embedcalc.cli.app import app
-from embedcalc.config.loading import load_target
-from embedcalc.config.presets import preset_names
 from embedcalc.errors import ConfigError
 from embedcalc.render import units
 from embedcalc.render.config_tables import check_table, hf_mapping_table
 from embedcalc.render.plot import score_share_table, sweep_table
 from embedcalc.render.sweep_output import result_json
 from embedcalc.render.tables import flops_table, memory_table, params_table
+from embedcalc.sources.loading import load_target
+from embedcalc.sources.presets import preset_names
 
 WIDTHS = (60, 80, 120)
 PRESETS = preset_names()

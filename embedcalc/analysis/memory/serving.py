@@ -22,7 +22,7 @@ Conventions, stated once (vLLM's engine arguments, https://docs.vllm.ai/en/lates
   sequences that fit is the smallest over the stages.
 
 Everything is computed by :func:`~embedcalc.analysis.memory.estimate_memory` (and the KV dtype of
-:func:`~embedcalc.analysis.roofline.capacity_search.with_kv_dtype`): no second formula.
+:func:`~embedcalc.analysis.memory.capacity_search.with_kv_dtype`): no second formula.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from embedcalc.analysis.memory.capacity_search import largest, with_kv_dtype
 from embedcalc.analysis.memory.estimate import MemoryEstimate, estimate_memory
-from embedcalc.analysis.roofline import largest, with_kv_dtype
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.resolved import ResolvedShape
 

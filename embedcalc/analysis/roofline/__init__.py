@@ -1,19 +1,10 @@
 """The roofline: per component, FLOPs, bytes moved and the time bound they give on a device (DESIGN.md §10, §14).
-The result types and conventions are in :mod:`.estimate`, the bytes each phase moves in :mod:`.traffic`, the
-largest batch and context that fit and the KV cache dtype in :mod:`.capacity_search`, and the times (the bound and
-the expected time) in :mod:`.timing`.
-
-This module re-exports the names other modules use from the first three. :mod:`.timing` is imported by its own
-path: it imports the expected-time model (``analysis/time_*.py``), which imports the result types from here.
+The result types and conventions are in :mod:`.estimate` and the bytes each phase moves in :mod:`.traffic`; this
+module re-exports the names other modules use from both. The largest batch and context that fit are a memory
+question (:mod:`embedcalc.analysis.memory.capacity_search`); the times per phase, the bound beside the expected
+time, are the time model's (:mod:`embedcalc.analysis.time.estimate`).
 """
 
-from embedcalc.analysis.roofline.capacity_search import (
-    KV_DTYPE_BYTES,
-    capacity,
-    kv_adjusted_total,
-    largest,
-    with_kv_dtype,
-)
 from embedcalc.analysis.roofline.estimate import (
     ComponentTime,
     Efficiency,
@@ -34,7 +25,6 @@ from embedcalc.analysis.roofline.traffic import (
 )
 
 __all__ = [
-    "KV_DTYPE_BYTES",
     "ComponentTime",
     "Efficiency",
     "Phase",
@@ -42,15 +32,11 @@ __all__ = [
     "Schedule",
     "TimeModel",
     "Traffic",
-    "capacity",
     "decode_lengths",
     "decode_step_flops",
     "experts_reached",
-    "kv_adjusted_total",
-    "largest",
     "matmul_flops",
     "phase_traffic",
     "prefill_lengths",
     "weights_of",
-    "with_kv_dtype",
 ]

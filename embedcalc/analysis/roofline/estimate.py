@@ -42,8 +42,8 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
   their fp16 scales and zeros per group: :func:`embedcalc.analysis.memory.inference.stored_bytes`).
 
 This module owns the conventions and the result types (:class:`RooflineEstimate` and its parts); the times are
-computed in :mod:`embedcalc.analysis.roofline.timing`, the bytes moved in :mod:`embedcalc.analysis.roofline.traffic`,
-the capacity search and the KV cache dtype in :mod:`embedcalc.analysis.roofline.capacity_search`.
+computed in :mod:`embedcalc.analysis.time.estimate`, the bytes moved in :mod:`embedcalc.analysis.roofline.traffic`,
+the capacity search and the KV cache dtype in :mod:`embedcalc.analysis.memory.capacity_search`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from embedcalc.analysis.memory.capacity_search import Capacity
 from embedcalc.analysis.roofline.traffic import Traffic
-from embedcalc.config.hardware import PeakDtype
+from embedcalc.devices.catalogue import PeakDtype
 
 Bound = Literal["compute", "memory"]
 
@@ -133,17 +134,6 @@ class Phase:
         """The bound of the components that take most of the time."""
         compute = sum(c.time_s for c in self.components if c.bound == "compute")
         return "compute" if compute >= self.components_s - compute and compute > 0 else "memory"
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """The largest batch and context that fit ``limit_bytes`` (the device's memory or --max-memory)."""
-
-    limit_bytes: int
-    limit_source: str
-    max_batch_size: int | None  # None: not even batch 1 fits
-    max_context: int | None
-    context_limited_by: Literal["memory", "max_seq_len"] | None
 
 
 @dataclass(frozen=True)

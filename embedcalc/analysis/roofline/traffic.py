@@ -16,7 +16,7 @@ from embedcalc.analysis.mixers import decode_step_terms, ssm_state_bytes
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, cross_attention, stacks
 from embedcalc.analysis.workload import Parallelism, Workload
-from embedcalc.config.blocks import Attention
+from embedcalc.config.layer_plan import Attention
 from embedcalc.config.resolved import ResolvedShape
 
 _CORE = ("scores", "context")

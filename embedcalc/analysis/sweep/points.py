@@ -29,10 +29,10 @@ import numpy as np
 from embedcalc.analysis.grid import GRID_AXES, GridResult, evaluate_grid
 from embedcalc.analysis.sweep.rules import FLAGS, PointRule, axis_table, explained_by_sweep, validity_rules
 from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
-from embedcalc.config.checks import workload_problems
-from embedcalc.config.loading import validate_config
+from embedcalc.config.advisories import workload_problems
 from embedcalc.config.schema import ModelConfig
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
+from embedcalc.sources.loading import validate_config
 
 AXES = GRID_AXES
 CONFIG_AXES = ("embed_dim", "num_heads", "num_layers", "ffn_dim")

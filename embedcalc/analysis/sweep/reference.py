@@ -12,7 +12,7 @@ from typing import Any
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep.points import SweepBase
 from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload, with_model_dtype
-from embedcalc.config.checks import workload_problems
+from embedcalc.config.advisories import workload_problems
 from embedcalc.errors import ConfigError
 
 

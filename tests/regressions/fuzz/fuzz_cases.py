@@ -34,9 +34,9 @@ from paths import FIXTURES
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import build_app
-from embedcalc.config.aliases import ALIAS_TO_FIELD
-from embedcalc.config.presets import preset_names
 from embedcalc.config.schema import ModelConfig
+from embedcalc.sources.aliases import ALIAS_TO_FIELD
+from embedcalc.sources.presets import preset_names
 
 HF_FIXTURES = sorted((FIXTURES / "hf").glob("*.json"))
 FIELDS = tuple(ModelConfig.model_fields)

@@ -1,0 +1,282 @@
+"""Time per phase, twice: the roofline at the device's peak (the lower bound) and the expected time (the
+roofline's traffic at the achieved fractions of peak, plus the terms of :mod:`embedcalc.analysis.time.model`),
+for prefill and decode (exact over the generated tokens), a forward, or a training step and a whole training run.
+The roofline's conventions are stated in :mod:`embedcalc.analysis.roofline`, the expected model's in
+:mod:`embedcalc.analysis.time.model` and the training schedule's in :mod:`embedcalc.analysis.time.schedule`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from embedcalc.analysis.memory import low_precision
+from embedcalc.analysis.memory.capacity_search import kv_element_bytes
+from embedcalc.analysis.roofline.estimate import (
+    ComponentTime,
+    Efficiency,
+    Phase,
+    RooflineEstimate,
+    TimeModel,
+    TrainingRun,
+)  # fmt: skip
+from embedcalc.analysis.roofline.traffic import (
+    Lengths,
+    Traffic,
+    Weights,
+    decode_lengths,
+    decode_step_flops,
+    matmul_flops,
+    per_device,
+    phase_traffic,
+    prefill_lengths,
+    prompt_len,
+    weights_of,
+)  # fmt: skip
+from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
+from embedcalc.analysis.time.model import Fractions, Override
+from embedcalc.analysis.time.schedule import accumulation_steps, training_step
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.dtypes import ACTIVATION_DTYPE
+from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.devices.calibration import Calibration, load_calibration
+from embedcalc.devices.catalogue import Device, peak_dtype
+from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError, WorkloadError
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """The device side: peak FLOP/s of the linear layers' GEMMs (the workload dtype's), bandwidth, efficiencies,
+    and ``other_peak_flops_per_s`` for the matmuls the dtype does not cover (fp8: attention's cores, the LM head,
+    the router run in bf16; :func:`embedcalc.analysis.memory.inference.low_precision`), default the same."""
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    efficiency: Efficiency
+    other_peak_flops_per_s: float | None = None
+
+    def peak(self, key: str) -> float:
+        if self.other_peak_flops_per_s is None or low_precision(key):
+            return self.peak_flops_per_s
+        return self.other_peak_flops_per_s
+
+    def component(self, key: str, t: Traffic, fractions: tuple[float, float] = (1.0, 1.0)) -> ComponentTime:
+        compute = t.flops / (self.peak(key) * self.efficiency.compute * fractions[0])
+        memory = t.bytes / (self.bandwidth_bytes_per_s * self.efficiency.memory * fractions[1])
+        return ComponentTime(key, t, compute, memory)
+
+    def phase(self, name: str, traffic: Mapping[str, Traffic], fractions: Fractions | None = None,
+              extra: tuple[tuple[str, float], ...] = ()) -> Phase:  # fmt: skip
+        at = fractions or (lambda key: (1.0, 1.0))
+        return Phase(name, tuple(self.component(k, t, at(k)) for k, t in traffic.items()), extra)
+
+
+def device_roofline(device: Device, dtype: str, efficiency: Efficiency) -> Roofline:
+    """The peaks for the workload ``dtype`` on ``device``: its GEMMs' and, under fp8, bf16's for the rest; exit 3
+    when the device has no FP8 (the dtype cannot run there), exit 4 when the catalogue lacks another rate."""
+    have = ", ".join(device.peak_flops_per_s)
+    peak = device.peak(peak_dtype(dtype))
+    if peak is None and dtype == "fp8":
+        message = (f"--dtype fp8 --hardware {device.name}: the {device.title} has no FP8 tensor cores (its "
+                   f"catalogue peaks: {have}); use --dtype bf16 or fp16 on it, or a device with FP8 (H100, H200, "
+                   "L4, L40S, B200, MI300X)")  # fmt: skip
+        raise WorkloadError(message, [Problem("--dtype", message, "device_lacks_fp8")], "device_lacks_fp8")
+    other = device.peak(peak_dtype(ACTIVATION_DTYPE[dtype]))
+    if peak is None or other is None:
+        missing = peak_dtype(dtype) if peak is None else peak_dtype(ACTIVATION_DTYPE[dtype])
+        raise UnsupportedEnvironmentError(
+            f"--hardware {device.name}: no {missing} peak in the catalogue (it lists {have}); "
+            f"choose a --dtype it runs", code="no_peak_for_dtype",
+        )  # fmt: skip
+    return Roofline(peak, device.bandwidth, efficiency, other if other != peak else None)
+
+
+# --- the estimate -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimeRequest:
+    """What the user asked of the time model (the CLI's --hardware, --efficiency, --kv-dtype, --train-* flags)."""
+
+    device: Device | None = None
+    efficiency: Efficiency | None = None  # --efficiency: replaces the calibration's achieved fractions
+    kv_dtype: str | None = None  # None: the activation dtype
+    train_tokens: int | None = None
+    devices: int | None = None
+    price_per_hour: float | None = None
+    memory_limit_bytes: int | None = None  # --max-memory (the device's memory otherwise)
+    global_batch: int | None = None  # --global-batch: sequences per optimizer step over all replicas
+    calibration: Calibration = field(default_factory=load_calibration)
+
+    def __post_init__(self) -> None:
+        """Refuse inputs that would make a time or cost non-finite (the CLI's options check the same rules)."""
+        eff = self.efficiency
+        checks = [
+            ("efficiency.compute (--efficiency)", eff.compute if eff else None, efficiency_problem),
+            ("efficiency.memory (--efficiency)", eff.memory if eff else None, efficiency_problem),
+            ("train_tokens (--train-tokens)", self.train_tokens, count_problem),
+            ("devices (--devices)", self.devices, count_problem),
+            ("price_per_hour (--price-per-hour)", self.price_per_hour, price_problem),
+        ]
+        for name, value, rule in checks:
+            if value is not None and (why := rule(value)) is not None:
+                shown = repr(value) if len(repr(value)) <= 40 else f"a {len(repr(value)):,}-character value"
+                message = f"{name}: {shown} is {why}"
+                raise WorkloadError(message, [Problem(name.split(" ")[0], message, "time_input_invalid")],
+                                    "time_input_invalid")  # fmt: skip
+
+
+def _traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
+             kv_bytes: int, weights: Weights, divisor: int) -> dict[str, Traffic]:  # fmt: skip
+    raw = phase_traffic(config, w, flops, lengths, decode, kv_bytes, weights)
+    return per_device(config, w, raw, weights, divisor)
+
+
+def _decode_total(step: Any, first: int, last: int, kinks: list[int]) -> float:
+    """Σ over KV lengths first..last of the decode step time, exact for per-component times that are the max of
+    two affine functions of the length between kinks (every layer's window or chunk caps its cache there)."""
+    segments, lo = [], first
+    for kink in sorted(k for k in set(kinks) if first <= k < last):
+        segments.append((lo, kink))
+        lo = kink + 1
+    segments.append((lo, last))
+    total = 0.0
+    for lo, hi in segments:
+        a, z = step(lo), step(hi)
+        for key, ca in a.items():
+            cz = z.get(key, ca)
+            total += _sum_max_affine(hi - lo, (ca.compute_s, cz.compute_s), (ca.memory_s, cz.memory_s))
+    return total
+
+
+def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -> float:
+    """Σ_{x=0..span} max(f(x), g(x)) for f, g affine with the given values at x = 0 and x = span."""
+
+    def line_sum(v: tuple[float, float], lo: int, hi: int) -> float:  # Σ_{x=lo..hi} of the line through v
+        if hi < lo:
+            return 0.0
+        at = (lambda x: v[0]) if span == 0 else (lambda x: v[0] + (v[1] - v[0]) * x / span)
+        return (hi - lo + 1) * (at(lo) + at(hi)) / 2
+
+    d0, d1 = f[0] - g[0], f[1] - g[1]
+    if d0 >= 0 and d1 >= 0:
+        return line_sum(f, 0, span)
+    if d0 <= 0 and d1 <= 0:
+        return line_sum(g, 0, span)
+    cross = math.floor(span * d0 / (d0 - d1))  # last integer x on the side of x = 0
+    first, second = (f, g) if d0 > 0 else (g, f)
+    return line_sum(first, 0, cross) + line_sum(second, cross + 1, span)
+
+
+def estimate_time(
+    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
+) -> RooflineEstimate:
+    """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
+    (``lower_bound``); ``optimizer_bytes`` is the per-device weights + gradients + optimizer state a training step
+    reads and writes once."""
+    device = request.device
+    if device is None:
+        return RooflineEstimate(
+            None, None, request.kv_dtype, None, None, Efficiency(), batch_size=w.batch_size
+        )
+    if request.global_batch is not None and w.mode != "training":
+        message = (
+            "--global-batch applies to --mode training (sequences per optimizer step); drop it or add --mode "
+            "training"
+        )
+        problem = Problem("--global-batch", message, "global_batch_inference")
+        raise EmbedcalcError(message, ExitCode.USAGE, [problem], "global_batch_inference")
+    cal = request.calibration
+    eff = request.efficiency
+    override = None if eff is None else Override(eff.compute, eff.memory)
+    bound = _estimate(config, w, request, optimizer_bytes, None)
+    model_on = ExpectedModel(device_constants(cal.constants, device), device, override)
+    expected = _estimate(config, w, request, optimizer_bytes, model_on)
+    model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
+                      None if eff is None else eff.source)  # fmt: skip
+    label = Efficiency(1.0, 1.0, f"calibration {cal.name}: achieved fractions by kind of work and shape")
+    return replace(expected, lower_bound=bound, model=model, efficiency=eff or label)
+
+
+def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int,
+              model: ExpectedModel | None) -> RooflineEstimate:  # fmt: skip
+    """The roofline at peak (``model`` None) or the expected times (module docstring)."""
+    device = request.device
+    assert device is not None
+    roof = device_roofline(device, w.dtype, Efficiency())
+    weights = weights_of(config, w)
+    kv_bytes = kv_element_bytes(w, request.kv_dtype)
+    par = w.parallel
+    causal = w.attention == "sdpa"
+    phases: dict[str, Phase] = {}
+    base = RooflineEstimate(device.name, peak_dtype(w.dtype), request.kv_dtype, roof.peak_flops_per_s,
+                            roof.bandwidth_bytes_per_s, Efficiency(), batch_size=w.batch_size)  # fmt: skip
+    prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
+                       weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
+    if w.mode == "training":
+        m = accumulation_steps(w, request.global_batch)
+        step, schedule = training_step(config, w, (roof.peak, roof.bandwidth_bytes_per_s), prefill, weights, m,
+                                       optimizer_bytes, model)  # fmt: skip
+        phases["training_step"] = step
+        run = _training_run(config, w, request, step, m)
+        return replace(base, phases=phases, training=run, schedule=schedule)
+
+    def phase(name: str, traffic: Mapping[str, Traffic], decode: bool) -> Phase:
+        if model is None:
+            return roof.phase(name, traffic)
+        terms = inference_terms(config, w, model, decode)
+        return roof.phase(name, traffic, model.fractions(config, w, weights, decode), terms)
+
+    if config.architecture == "encoder":
+        phases["forward"] = phase("forward", prefill, False)
+        return replace(base, phases=phases)
+    phases["prefill"] = phase("prefill", prefill, False)
+    prompt = prompt_len(config, w)
+    steps = max(w.gen_tokens, 1)
+
+    def step_at(n: int) -> Phase:
+        traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
+                           True, kv_bytes, weights, par.tp)  # fmt: skip
+        return phase("decode", traffic, True)
+
+    phases["decode"] = step_at(prompt + steps)
+    total = None
+    if w.gen_tokens:
+        attentions = [b.attention for b in config.named_blocks.values() if b.attention is not None]
+        caps = [a.cache_limit for a in attentions] + [a.index_topk for a in attentions if a.kind == "sparse"]
+        kinks = [c for c in caps if c is not None]  # where a step's cost stops growing: windows, sparse top-k
+        per_step = sum(v for _, v in phases["decode"].extra)
+
+        def components_at(n: int) -> dict[str, ComponentTime]:
+            return {c.key: c for c in step_at(n).components}
+
+        total = (
+            _decode_total(components_at, prompt + 1, prompt + w.gen_tokens, kinks) + w.gen_tokens * per_step
+        )
+    return replace(
+        base, phases=phases, decode_kv_len=prompt + steps, decode_steps=steps, decode_total_s=total
+    )
+
+
+def _training_run(
+    config: ResolvedShape, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
+) -> TrainingRun | None:
+    """Wall time, device-hours and cost of ``request.train_tokens`` tokens on ``request.devices`` devices, one step
+    taking ``micro_batches`` micro-batches per replica."""
+    if request.train_tokens is None:
+        return None
+    par = w.parallel
+    devices = request.devices or par.devices
+    replicas = max(1, devices // (par.tp * par.pp))
+    tokens_per_step = micro_batches * w.batch_size * _tokens_per_sequence(config, w) * replicas
+    wall = request.train_tokens / tokens_per_step * step.time_s
+    return TrainingRun(request.train_tokens, devices, tokens_per_step, wall, wall * devices / 3600,
+                       request.price_per_hour)  # fmt: skip
+
+
+def _tokens_per_sequence(config: ResolvedShape, w: Workload) -> int:
+    """Training tokens in one sequence: seq_len, plus the target's tgt_len for an encoder-decoder."""
+    return w.seq_len + (prompt_len(config, w) if config.architecture == "encoder-decoder" else 0)

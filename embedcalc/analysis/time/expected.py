@@ -1,0 +1,106 @@
+"""The expected-time terms of an inference phase (prefill, a decode step, an encoder's forward) on one device: the
+achieved fractions of each component and the phase's extra terms: element-wise traffic, kernel overhead, TP and
+EP communication on the critical path, and pipeline sends (:mod:`embedcalc.analysis.time.model` states them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from embedcalc.analysis.comm.volumes import Collective, communication
+from embedcalc.analysis.roofline.traffic import Weights
+from embedcalc.analysis.time.comm import collectives_s
+from embedcalc.analysis.time.model import (
+    Fractions,
+    Override,
+    component_fractions,
+    elementwise_bytes,
+    kernels_per_forward,
+)  # fmt: skip
+from embedcalc.analysis.workload import Workload
+from embedcalc.config.resolved import ResolvedShape
+from embedcalc.devices.calibration import TimeConstants
+from embedcalc.devices.catalogue import Device
+
+Terms = tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
+class ExpectedModel:
+    """The expected-time model on one device: its constants and an optional --efficiency override."""
+
+    constants: TimeConstants
+    device: Device
+    override: Override | None = None
+
+    @property
+    def memory_fraction(self) -> float:
+        return self.override.memory if self.override is not None else self.constants.memory_fraction
+
+    def fractions(self, config: ResolvedShape, w: Workload, weights: Weights, decode: bool) -> Fractions:
+        return component_fractions(config, w, weights, decode, self.constants, self.override)
+
+    def stream_s(self, num_bytes: float) -> float:
+        """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""
+        return num_bytes / (self.device.bandwidth * self.memory_fraction)
+
+    def kernels_s(self, kernels: float) -> float:
+        return kernels * self.constants.kernel_overhead_s
+
+    def comm_s(self, collectives: list[Collective], w: Workload) -> float:
+        return collectives_s(collectives, self.device, w.parallel, self.constants)
+
+
+def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
+    """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
+    records local's) in place of the calibration's, never added to them."""
+    own = {
+        name: figure.value
+        for name, figure in (
+            ("kernel_overhead_s", device.kernel_overhead_s),
+            ("gemm_half_rows", device.gemm_half_rows),
+        )
+        if figure is not None
+    }
+    return replace(constants, **own)
+
+
+def step_workload(config: ResolvedShape, w: Workload) -> Workload:
+    """A decode step's workload: one new token per sequence (the decoder's length 1)."""
+    if config.architecture == "encoder-decoder":
+        return replace(w, tgt_len=1, gen_tokens=0)
+    return replace(w, seq_len=1, gen_tokens=0)
+
+
+def critical_collectives(config: ResolvedShape, w: Workload, groups: tuple[str, ...]) -> list[Collective]:
+    """The collectives of ``groups`` one device runs for ``w`` (:mod:`embedcalc.analysis.comm.volumes`' bytes)."""
+    return [c for c in communication(config, w).collectives if c.group in groups]
+
+
+def pipeline_sends(config: ResolvedShape, w: Workload, tokens: int) -> list[Collective]:
+    """Inference: a request crosses the pp − 1 stage boundaries one after another, each a send of its b × n × d
+    activations (Narayanan et al. 2021, §2.2)."""
+    pp = w.parallel.pp
+    if pp == 1:
+        return []
+    payload = w.batch_size * tokens * config.embed_dim * w.activation_bytes
+    return [Collective("send", "pp", pp, "stage boundary activations", pp - 1, (pp - 1) * payload)]
+
+
+def inference_terms(config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool) -> Terms:
+    """The extra terms of one inference phase on one device: prefill / forward over the prompt, or one decode
+    step (module docstring). The TP share of the element-wise work is not divided (norms and residuals run
+    replicated on every tensor-parallel rank)."""
+    at = step_workload(config, w) if decode else w
+    tokens = w.batch_size * (1 if decode else w.decoder_len if config.architecture == "encoder-decoder"
+                             else w.seq_len)  # fmt: skip
+    elementwise = elementwise_bytes(config, at, tokens, w.parallel.tp)
+    kernels = kernels_per_forward(config, at, decode)
+    collectives = critical_collectives(config, at, ("tp", "ep"))
+    sends = pipeline_sends(config, at, 1 if decode else w.seq_len)
+    return (
+        ("element-wise traffic", model.stream_s(elementwise)),
+        ("kernel overhead", model.kernels_s(kernels)),
+        ("tensor/expert-parallel communication", model.comm_s(collectives, w)),
+        ("pipeline sends", model.comm_s(sends, w)),
+    )

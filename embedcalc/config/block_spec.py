@@ -1,0 +1,265 @@
+"""Layers as data (DESIGN.md §9): what one Transformer layer can be, and the resolved per-layer plan of a stack.
+
+A config's flat fields describe the *default block*. Three optional fields refine it:
+
+- ``attention`` and ``ffn`` (an :class:`AttentionSpec` and an :class:`FFNSpec`) change the default block itself:
+  latent attention, q/k norms, sinks, a window; a mixture of experts;
+- ``blocks`` names variants of it (``{local: {attention: {sliding_window: 4096}}, moe: {ffn: {kind: moe, ...}}}``);
+  a variant overrides only the fields it sets, the rest comes from the default block;
+- ``layers`` lays the variants out over depth as runs ``{pattern: [local, local, global], repeat: 8}``; the runs
+  must cover ``num_layers`` exactly. ``default`` names the default block.
+
+:func:`resolve_stack` turns this into :class:`LayerGroup` runs of fully resolved, hashable :class:`Block` values,
+which both implementations (``analysis/`` and ``modeling/``) read; nothing here counts anything.
+
+Sources for the layer kinds: multi-head latent attention, DeepSeek-V2 report (2024) §2.1; mixture of experts with
+top-k routing, Shazeer et al. 2017 and Fedus et al. 2021 (Switch), shared experts DeepSeekMoE (Dai et al. 2024);
+q/k norms, Dehghani et al. 2023 (ViT-22B) as used by OLMo 2 (full width) and Qwen3 / Gemma 3 (per head);
+attention sinks as learned per-head logits, OpenAI gpt-oss model card (2025); sliding windows, Beltagy et al. 2020
+and Jiang et al. 2023 (Mistral); chunked attention, Llama 4 (transformers' ``attention_chunk_size``).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from embedcalc.config.bounded import PositiveInt
+from embedcalc.config.ffn_spec import FFNSpec
+from embedcalc.config.fields import AttentionFields, BlockFields
+from embedcalc.config.kinds import AttentionKind, QKNorm
+from embedcalc.config.layer_plan import LATENT_KINDS
+from embedcalc.config.mixer_spec import MixerSpec
+from embedcalc.config.spec_base import FROZEN, refuse_other_kind
+from embedcalc.config.spec_shapes import (
+    MLA_ONLY_FIELDS,
+    SPARSE_ONLY_FIELDS,
+    STANDARD_ONLY_FIELDS,
+    LayerRunShape,
+)
+
+
+class AttentionSpec(AttentionFields, BaseModel):
+    """What the self-attention of a block is, beyond the flat head counts: kind, norms, sinks, window."""
+
+    model_config = FROZEN
+
+    kind: AttentionKind = Field(
+        default="standard",
+        description=(
+            "standard: Q/K/V projections with num_heads / num_kv_heads / head_dim (MHA, GQA, MQA). mla: DeepSeek's "
+            "multi-head latent attention (low-rank Q and KV projections, decoupled RoPE dims, compressed KV cache). "
+            "sparse: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): mla whose every query attends only to the "
+            "index_topk keys a lightning indexer selects."
+        ),
+    )
+    num_kv_heads: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: this block's own key/value heads when they differ from the flat num_kv_heads (the Nemotron "
+            "NAS models: num_heads / n_heads_in_group per layer); must divide num_heads. Its KV cache follows them."
+        ),
+    )
+    q_lora_rank: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "mla: rank of the query compression (q_a: embed_dim -> q_lora_rank, a norm, q_b: -> heads x "
+            "(qk_nope_head_dim + qk_rope_head_dim)). Absent: one full-rank query projection (DeepSeek-V2-Lite)."
+        ),
+    )
+    kv_lora_rank: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "mla: rank of the joint key/value compression; kv_a projects embed_dim -> kv_lora_rank + "
+            "qk_rope_head_dim, kv_b expands kv_lora_rank -> heads x (qk_nope_head_dim + v_head_dim)."
+        ),
+    )
+    qk_nope_head_dim: PositiveInt | None = Field(
+        default=None, description="mla: per-head query/key dims without rotary positions."
+    )
+    qk_rope_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="mla: per-head query dims with rotary positions; the key's rotary part is one shared vector.",
+    )
+    v_head_dim: PositiveInt | None = Field(default=None, description="mla: per-head value dims.")
+    qk_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="mla, optional: the query/key head width, which must equal qk_nope_head_dim + qk_rope_head_dim.",
+    )
+    index_heads: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "sparse: heads of the lightning indexer (index_n_heads); its queries come from the query latent "
+            "(q_lora_rank -> index_heads x index_head_dim), its one key per token from embed_dim."
+        ),
+    )
+    index_head_dim: PositiveInt | None = Field(
+        default=None,
+        description="sparse: width of the indexer's query heads and of its key (index_head_dim), which it caches.",
+    )
+    index_topk: PositiveInt | None = Field(
+        default=None, description="sparse: keys each query attends to, the indexer's top scores (index_topk)."
+    )
+    index_shared: bool = Field(
+        default=False,
+        description=(
+            "sparse: reuse the previous layer's top-k selection (GLM-5's shared layers): no indexer parameters, "
+            "FLOPs or cached keys in this layer."
+        ),
+    )
+    head_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: this block's per-head width when it differs from the flat head_dim (Gemma 4's full-attention "
+            "layers: global_head_dim 512 beside 256); the block then keeps it when a sweep varies head_dim."
+        ),
+    )
+    values_from_keys: bool = Field(
+        default=False,
+        description=(
+            "standard: the values are the key projection's output (Gemma 4's attention_k_eq_v): no value "
+            "projection; the KV cache still holds keys and values (they are normalised apart)."
+        ),
+    )
+    kv_shared: bool = Field(
+        default=False,
+        description=(
+            "standard: reuse the keys and values of the nearest earlier layer with the same window and head shape "
+            "that computes its own (Gemma 3n / Gemma 4 num_kv_shared_layers): no key/value projections or key "
+            "norm, no KV cache of its own; its queries, scores and output are as usual."
+        ),
+    )
+    qk_norm: QKNorm = Field(
+        default="none",
+        description=(
+            "Norms on queries and keys before the scores: head (one head_dim-wide norm shared by every head: "
+            "Qwen3, Gemma 3) or full (over all query / all key heads: OLMo 2); none."
+        ),
+    )
+    output_gate: bool = Field(
+        default=False,
+        description=(
+            "A sigmoid gate on the attention output, Linear(embed_dim, num_heads x head_dim) (Qwen3-Next's gated "
+            "attention: q_proj twice as wide); biases as qkv_bias."
+        ),
+    )
+    sinks: bool = Field(
+        default=False,
+        description="A learned sink logit per head joins the softmax (gpt-oss): num_heads parameters per layer.",
+    )
+    sliding_window: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Causal self-attention sees only the last sliding_window tokens; the KV cache holds at most that many. "
+            "Default: the flat sliding_window."
+        ),
+    )
+    chunk_size: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Chunked causal attention (Llama 4): a query sees only earlier keys of its own chunk of chunk_size "
+            "tokens; the KV cache holds at most one chunk."
+        ),
+    )
+
+    cross: bool = Field(
+        default=False,
+        description=(
+            "Cross-attention over the external sequence of context_tokens tokens (Llama-3.2-Vision's "
+            "cross-attention layers, MllamaTextCrossAttention): K and V are projected from those embed_dim-wide "
+            "vectors (the vision tower's projected output), not from the layer's input; every query sees every "
+            "one of them (no causal mask, no positions), and the layer's KV cache holds context_tokens tokens "
+            "whatever the text length. The block has no self-attention. Standard attention only."
+        ),
+    )
+    tanh_gates: bool = Field(
+        default=False,
+        description=(
+            "tanh-gated residuals: one learned scalar g each scales the attention and the FFN outputs by tanh(g) "
+            "before the residual add (Flamingo, Alayrac et al. 2022 §2.2; Mllama's cross_attn_attn_gate and "
+            "cross_attn_mlp_gate): 1 parameter per gated sublayer."
+        ),
+    )
+
+    @field_validator("qk_rope_head_dim")
+    @classmethod
+    def _rope_dims_even(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value % 2:
+            raise PydanticCustomError(
+                "rope_head_dim_odd",
+                "qk_rope_head_dim ({value}) must be even, rotary positions rotate channel pairs; use {lo} or {hi}",
+                {"value": value, "lo": value - 1, "hi": value + 1},
+            )
+        return value
+
+    @field_validator("qk_head_dim")
+    @classmethod
+    def _mla_dims_add_up(cls, value: int | None, info: ValidationInfo) -> int | None:
+        nope, rope = info.data.get("qk_nope_head_dim"), info.data.get("qk_rope_head_dim")
+        if value is not None and nope is not None and rope is not None and value != nope + rope:
+            raise PydanticCustomError(
+                "mla_dims_mismatch",
+                "qk_head_dim ({value}) must equal qk_nope_head_dim + qk_rope_head_dim = {nope} + {rope} = {sum}; "
+                "set qk_head_dim: {sum} or remove it",
+                {"value": value, "nope": nope, "rope": rope, "sum": nope + rope},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _mla_fields_need_mla(self) -> AttentionSpec:
+        if self.kind not in LATENT_KINDS:
+            refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
+        if self.kind != "sparse":
+            refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
+        if self.kind in LATENT_KINDS and self.num_kv_heads is not None:
+            raise PydanticCustomError(
+                "field_of_other_kind",
+                "attention.num_kv_heads ({value}) applies to kind standard only: kind {kind} caches one compressed "
+                "latent shared by every head, so it would be ignored; remove num_kv_heads or use kind standard",
+                {"value": self.num_kv_heads, "kind": self.kind},
+            )
+        if self.kind != "standard":
+            refuse_other_kind(self, STANDARD_ONLY_FIELDS, "attention", "standard")
+        return self
+
+    @field_validator("qk_norm")
+    @classmethod
+    def _mla_has_no_qk_norm(cls, value: str, info: ValidationInfo) -> str:
+        if value != "none" and info.data.get("kind") in LATENT_KINDS:
+            raise PydanticCustomError(
+                "qk_norm_with_mla",
+                "qk_norm ({value}) applies to standard attention; {kind} normalises its compressed q and kv "
+                "instead. Set qk_norm: none",
+                {"value": value, "kind": info.data.get("kind")},
+            )
+        return value
+
+
+class BlockSpec(BlockFields, BaseModel):
+    """A named variant of the default block: the mixer, attention and FFN fields it changes."""
+
+    model_config = FROZEN
+
+    mixer: MixerSpec | None = Field(
+        default=None,
+        description="The token mixer fields that differ from the default block's (kind attention, mamba2, none).",
+    )
+    attention: AttentionSpec | None = Field(
+        default=None,
+        description="The attention fields that differ from the default block's (only those set).",
+    )
+    ffn: FFNSpec | None = Field(
+        default=None, description="The FFN fields that differ from the default block's (only those set)."
+    )
+
+
+class LayerRun(LayerRunShape, BaseModel):
+    """``repeat`` copies of a pattern of block names, laid out in order over depth."""
+
+    model_config = FROZEN
+
+    pattern: list[str] = Field(
+        min_length=1,
+        description="Block names in order (a name from blocks, or default), e.g. [local, global].",
+    )
+    repeat: PositiveInt = Field(default=1, description="How many times the pattern follows itself.")

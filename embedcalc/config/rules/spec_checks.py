@@ -1,0 +1,165 @@
+"""One spec of the layer model against the flat shape of its config (DESIGN.md §9): an attention spec (latent
+attention complete, a sparse indexer wide enough, KV heads dividing the heads, cross-attention only where it means
+something, windows within the context and only where attention is causal), an FFN spec's activation, a mixer's
+architecture and norm placement. :class:`~embedcalc.config.rules.layers.LayerRules` runs them on the default block's
+specs and on every named block's, with ``where`` the error path (``attention``, ``blocks.NAME.attention``).
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationInfo
+from pydantic_core import PydanticCustomError
+
+from embedcalc.config.block_spec import AttentionSpec
+from embedcalc.config.ffn_spec import FFNSpec
+from embedcalc.config.mixer_spec import MixerSpec
+from embedcalc.config.rules.shape import written_key
+from embedcalc.config.spec_shapes import MLA_FIELDS, SPARSE_FIELDS
+
+
+def check_ffn_activation(spec: FFNSpec, info: ValidationInfo, where: str) -> None:
+    """xIELU learns its two scalars once per dense FFN (transformers' ApertusMLP); experts that each carry them
+    are a model no family builds, so embedcalc refuses to guess how many."""
+    if spec.kind == "moe" and info.data.get("activation") == "xielu":
+        raise PydanticCustomError(
+            "xielu_moe",
+            "{where}: kind moe with activation xielu: xIELU's learned scalars are modelled for dense FFNs only "
+            "(Apertus); use a dense ffn, or activation relu for the same matmuls",
+            {"where": where},
+        )
+
+
+def check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
+    """A recurrent mixer scans causally: decoders only (an encoder's layers see the whole sequence); one beside the
+    block's attention shares a pre-norm input with it."""
+    arch = info.data.get("architecture")
+    if spec.kind != "attention" and arch != "decoder":
+        raise PydanticCustomError(
+            "mixer_needs_decoder",
+            "{where}.kind {kind} is for decoder stacks (a causal scan, or no mixer); architecture {arch} "
+            "needs attention. Use kind attention or architecture decoder",
+            {"where": where, "kind": spec.kind, "arch": arch},
+        )
+    placement = info.data.get("norm_placement")
+    if spec.parallel_attention and placement not in (None, "pre"):
+        raise PydanticCustomError(
+            "parallel_mixers_need_pre",
+            "{where}.parallel_attention runs attention and {kind} on one pre-normalised input (Falcon-H1), but "
+            "norm_placement is {placement}; set norm_placement: pre or remove parallel_attention",
+            {"where": where, "kind": spec.kind, "placement": placement},
+        )
+
+
+def check_sparse(spec: AttentionSpec, where: str) -> None:
+    """A sparse layer's indexer: complete (its queries come from the query latent), and wide enough for the rotary
+    dims it rotates (transformers' ``DeepseekV32Indexer`` splits index_head_dim into qk_rope_head_dim + the rest)."""
+    missing = [name for name in SPARSE_FIELDS if getattr(spec, name) is None]
+    if missing:
+        raise PydanticCustomError(
+            "sparse_incomplete",
+            "{where}: kind sparse needs {fields} (DeepSeek-V3.2: q_lora_rank 1536, index_heads 64, "
+            "index_head_dim 128, index_topk 2048)",
+            {"where": where, "fields": ", ".join(missing)},
+        )
+    rope, width = spec.qk_rope_head_dim or 0, spec.index_head_dim or 0
+    if width < rope:
+        raise PydanticCustomError(
+            "index_head_dim_under_rope",
+            "{where}.index_head_dim ({width}) must be at least qk_rope_head_dim ({rope}): the indexer rotates the "
+            "first qk_rope_head_dim channels of its queries and keys; use index_head_dim {rope} or more",
+            {"where": where, "width": width, "rope": rope},
+        )
+
+
+# what cross-attention over an external sequence cannot have: latent attention, a causal window or chunk, sinks
+_NOT_CROSS = {"sliding_window": None, "chunk_size": None, "sinks": False, "output_gate": False}
+
+
+def check_cross(spec: AttentionSpec, where: str) -> None:
+    """Cross-attention is standard attention whose every query sees all the external tokens: refuse the fields
+    that would limit or change that (their values would be silently ignored)."""
+    if spec.kind != "standard":
+        raise PydanticCustomError(
+            "cross_needs_standard",
+            "{where}.cross applies to kind standard (Llama-3.2-Vision's cross-attention has plain GQA "
+            "projections), but kind is {kind}; set kind: standard or remove cross",
+            {"where": where, "kind": spec.kind},
+        )
+    for name, default in _NOT_CROSS.items():
+        value = getattr(spec, name)
+        if value != default:
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
+            raise PydanticCustomError(
+                "field_with_cross",
+                "{where}.{name} ({value}) shapes causal self-attention, but cross is true: every query sees "
+                "all context_tokens external tokens; remove {name} from this block (write {name}: {default} to "
+                "drop a value it inherits) or cross",
+                {
+                    "where": where,
+                    "name": name,
+                    "value": shown,
+                    "default": "null" if default is None else "false",
+                },
+            )
+
+
+def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
+    """Rules an attention spec must meet in this config: MLA complete, windows within the context, causal only."""
+    if spec.kind in ("mla", "sparse"):
+        missing = [name for name in MLA_FIELDS if getattr(spec, name) is None]
+        if missing:
+            raise PydanticCustomError(
+                "mla_incomplete",
+                "{where}: kind {kind} needs {fields} (DeepSeek-V3: kv_lora_rank 512, qk_nope_head_dim 128, "
+                "qk_rope_head_dim 64, v_head_dim 128)",
+                {"where": where, "kind": spec.kind, "fields": ", ".join(missing)},
+            )
+    if spec.kind == "sparse":
+        check_sparse(spec, where)
+    heads, kv = info.data.get("num_heads"), spec.num_kv_heads
+    if kv is not None and isinstance(heads, int) and heads % kv:
+        fits = [k for k in range(1, heads + 1) if heads % k == 0]
+        near = sorted(fits, key=lambda k: (abs(k - kv), k))[:2]
+        raise PydanticCustomError(
+            "kv_heads_not_divisor",
+            "{where}.num_kv_heads ({kv}) must divide {heads_key} ({heads}): each KV head serves {heads_key} / "
+            "num_kv_heads query heads; use num_kv_heads {fix}",
+            {"where": where, "kv": kv, "heads": heads, "heads_key": written_key(info, "num_heads"),
+             "fix": " or ".join(map(str, sorted(near)))},
+        )  # fmt: skip
+    if spec.cross:
+        check_cross(spec, where)
+    if spec.cross and info.data.get("architecture") != "decoder":
+        raise PydanticCustomError(
+            "cross_needs_decoder",
+            "{where}.cross is cross-attention from a decoder's text to an external sequence (Llama-3.2-Vision); "
+            "architecture {arch} has none (an encoder-decoder's decoder attends to its encoder already). Use "
+            "architecture decoder or remove cross",
+            {"where": where, "arch": info.data.get("architecture")},
+        )
+    if spec.cross and info.data.get("norm_placement") == "parallel":
+        raise PydanticCustomError(
+            "cross_not_parallel",
+            "{where}.cross: a cross-attention block runs its attention and FFN one after the other "
+            "(Llama-3.2-Vision), but norm_placement is parallel; use norm_placement pre or remove cross",
+            {"where": where},
+        )
+    arch, context = info.data.get("architecture"), info.data.get("max_seq_len")
+    for name in ("sliding_window", "chunk_size"):
+        size = getattr(spec, name)
+        if size is None:
+            continue
+        if arch == "encoder":
+            raise PydanticCustomError(
+                "window_needs_decoder",
+                "{where}.{name} ({size}) limits causal self-attention and its KV cache; architecture encoder has "
+                "none. Remove {name}",
+                {"where": where, "name": name, "size": size},
+            )
+        if context is not None and size > context:
+            raise PydanticCustomError(
+                "window_over_context",
+                "{where}.{name} ({size}) is larger than the context max_seq_len ({context}), so it limits "
+                "nothing; use at most {context} or remove {name}",
+                {"where": where, "name": name, "size": size, "context": context},
+            )

@@ -1,0 +1,263 @@
+"""Reading one Hugging Face ``config.json``: the per-key report types, the reader that records every key's fate,
+a family's description, and the pointer to embedcalc's own YAML; the mappings the families share (activation
+names, partial rotary, biases, positions, dropout) are :mod:`embedcalc.sources.hf.mappings`.
+
+The family modules of :mod:`embedcalc.sources.hf` (listed in its registry) map each family; its ``__init__`` is the
+entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from embedcalc.errors import Problem
+from embedcalc.sources.hf import accept, keys
+
+Origin = Literal["file", "default", "family"]
+
+
+@dataclass(frozen=True)
+class MappedKey:
+    """An embedcalc field and where its value came from: a key of the file, transformers' default for a key the
+    file leaves out, or the family itself (``model_type``)."""
+
+    key: str
+    field: str
+    value: Any
+    origin: Origin
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"key": self.key, "field": self.field, "value": self.value, "origin": self.origin}
+        return out | ({"note": self.note} if self.note else {})
+
+
+@dataclass(frozen=True)
+class IgnoredKey:
+    """A key of the file that does not change the cost, and why."""
+
+    key: str
+    value: Any
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class HFReport:
+    """How a Hugging Face config was read: the family, what it counts as, and the fate of every key."""
+
+    family: str
+    counted_as: str  # "LlamaForCausalLM (AutoModelForCausalLM), LM head untied"
+    mapped: list[MappedKey]
+    ignored: list[IgnoredKey]
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "counted_as": self.counted_as,
+            "mapped": [m.as_dict() for m in self.mapped],
+            "ignored": [i.as_dict() for i in self.ignored],
+            "notes": list(self.notes),
+        }
+
+
+# --- reading one file ------------------------------------------------------------------------------------------
+
+MISSING = object()
+
+
+class KeyReader:
+    """Reads one family's keys from a raw config, recording what was mapped, defaulted and ignored."""
+
+    def __init__(self, raw: Mapping[str, Any], family: Family) -> None:
+        self.raw, self.family = raw, family
+        self.consumed: set[str] = {"model_type"}
+        self.data: dict[str, Any] = {}
+        self.user_keys: dict[str, str] = {}
+        self.mapped: list[MappedKey] = []
+        self.ignored: list[IgnoredKey] = []
+        self.problems: list[Problem] = []
+        self.notes: list[str] = []
+
+    # reading
+
+    def lookup(self, key: str) -> tuple[str, Any]:
+        """(the key as written, its value) for ``key`` or an alias of it (transformers' attribute_map);
+        ``MISSING`` when the file has neither."""
+        names = [key] + [alias for alias, target in self.family.attribute_map.items() if target == key]
+        found = [n for n in names if n in self.raw]
+        self.consumed.update(found)
+        if len(found) > 1:
+            self.problem(found[1], f"{found[1]!r} and {found[0]!r} both set {key}; keep one")
+        return (found[0], self.raw[found[0]]) if found else (key, MISSING)
+
+    def has(self, key: str) -> bool:
+        return self.lookup(key)[1] is not MISSING
+
+    def value(self, key: str) -> tuple[str, Any, bool]:
+        """(key as written, value, from_file): the file's value, else transformers' default for ``key``."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return key, self.family.defaults[key], False
+        return written, value, True
+
+    # recording
+
+    def put(self, name: str, value: Any, key: str, origin: Origin, note: str = "") -> None:
+        self.data[name] = value
+        self.user_keys[name] = key
+        self.mapped.append(MappedKey(key, name, value, origin, note))
+
+    def copy(self, key: str, name: str, convert: Callable[[Any], Any] | None = None, note: str = "") -> Any:
+        """Map ``key`` onto field ``name`` (the default when absent); returns the value as mapped."""
+        written, value, from_file = self.value(key)
+        if value is None:
+            if from_file:
+                self.ignored.append(
+                    IgnoredKey(written, None, f"null: embedcalc's default for {name} applies")
+                )
+            return None
+        mapped = convert(value) if convert is not None else value
+        self.put(name, mapped, written, "file" if from_file else "default", note)
+        return mapped
+
+    def copy_or(self, key: str, name: str, fallback: Any, fallback_note: str) -> Any:
+        """Map ``key`` onto ``name``; when its value (or transformers' default) is null, map ``fallback`` instead,
+        as transformers does (``n_inner: null`` -> 4 * n_embd). Returns the value as mapped."""
+        written, value, from_file = self.value(key)
+        origin: Origin = "file" if from_file else "default"
+        if value is None:
+            self.put(name, fallback, written, origin, fallback_note)
+            return fallback
+        self.put(name, value, written, origin)
+        return value
+
+    def fixed(self, name: str, value: Any, note: str = "") -> None:
+        self.put(name, value, "model_type", "family", note)
+
+    def ignore(self, key: str, reason: str) -> None:
+        written, value = self.lookup(key)
+        if value is not MISSING:
+            self.ignored.append(IgnoredKey(written, value, reason))
+
+    def problem(self, key: str, message: str, code: str = "hf_unsupported") -> None:
+        self.problems.append(Problem(key, message, code))
+
+    def expect(self, key: str, harmless: tuple[Any, ...], change: str) -> None:
+        """A key that is harmless only with one of ``harmless`` values; anything else is refused."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return
+        if any(value == h and type(value) is type(h) for h in harmless):
+            self.ignored.append(
+                IgnoredKey(written, value, f"{written} = {value!r}: the transformers default")
+            )
+            return
+        self.problem(
+            written,
+            f"{written} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}",
+        )
+
+    def derived(self, key: str, expected: Any, how: str) -> None:
+        """A key transformers' class computes from others (``qk_head_dim``): harmless when the file's value is the
+        one the class computes (``how``), else a problem (the modeling code would read the other value)."""
+        written, value = self.lookup(key)
+        if value is MISSING:
+            return
+        if accept.same_value(value, expected):
+            self.ignored.append(IgnoredKey(written, value, f"{how} = {expected!r}, as {self.family.config_class} "
+                                                           "computes it: nothing beyond the keys mapped"))  # fmt: skip
+            return
+        self.problem(written, f"{written} = {value!r} disagrees with {how} = {expected!r}, from which "
+                              f"{self.family.config_class} computes it; fix the file")  # fmt: skip
+
+    # the rest of the file
+
+    def classify_rest(self) -> None:
+        """Classify every key no family rule consumed: common harmless keys, conditional ones, or an error."""
+        for key, value in self.raw.items():
+            if not isinstance(key, str):
+                self.problem(repr(key), f"key {key!r} is not a string", "key_not_string")
+                continue
+            if key in self.consumed:
+                continue
+            if key in keys.CONDITIONAL:
+                change = keys.conditional_problem(key, value)
+                if change is None:
+                    self.ignored.append(
+                        IgnoredKey(key, value, f"{key} = {value!r}: the transformers default")
+                    )
+                else:
+                    self.problem(
+                        key, f"{key} = {value!r} is not modelled: {change}. {yaml_hint(self.family)}"
+                    )
+                continue
+            reason = keys.common_reason(key, value)
+            if key == "architectures":
+                reason = f"the checkpoint's head classes; embedcalc counts {self.family.counted_as} (counting rule)"
+            if reason is None:
+                self._classify_by_class(key, value)
+                continue
+            self.ignored.append(IgnoredKey(key, value, reason))
+
+    def _classify_by_class(self, key: str, value: Any) -> None:
+        """A key no rule of the family or of every config covers: by what transformers' class declares and writes
+        (:mod:`embedcalc.sources.hf.accept`), else unknown."""
+        class_keys = accept.class_keys(self.family.model_type)
+        version = accept.transformers_version()
+        verdict = None if class_keys is None else accept.classify(class_keys, key, value, version)
+        if verdict is not None and verdict.ignored:
+            self.ignored.append(IgnoredKey(key, value, verdict.text))
+        elif verdict is not None:
+            self.problem(key, f"{verdict.text}. {yaml_hint(self.family)}", "hf_unmapped_key")
+        else:
+            from embedcalc.config.problems import did_you_mean
+
+            cls = self.family.config_class
+            known = sorted(class_keys.params | class_keys.written) if class_keys is not None else []
+            self.problem(
+                key,
+                f"unknown key {key!r}{did_you_mean(key, known)} for model_type {self.family.model_type}: "
+                + (
+                    f"transformers' {cls} neither declares nor writes it (transformers {version})"
+                    if class_keys
+                    else f"the family's reader does not read it ({cls} is the checkpoint's remote code)"
+                )
+                + ", so embedcalc cannot tell whether it changes the "
+                f"model's size or cost. If it is a typo, fix it; if {cls} ignores it, remove it from a copy of the "
+                f"file; otherwise {yaml_hint(self.family, lower=True)}",
+                "hf_unknown_key",
+            )
+
+
+def yaml_hint(family: Family, lower: bool = False) -> str:
+    text = (
+        "Describe the model in embedcalc's own YAML instead (`embedcalc presets show "
+        f"{family.example_preset}` prints a complete example; docs/concepts/huggingface.md)"
+    )
+    return text[0].lower() + text[1:] if lower else text
+
+
+@dataclass(frozen=True)
+class Family:
+    """One supported ``model_type``: transformers' config class, its defaults, and the mapping function."""
+
+    model_type: str
+    config_class: str
+    counted_as: str  # the class transformers builds and the Auto class that picks it
+    example_preset: str
+    defaults: dict[str, Any]
+    read: Callable[[KeyReader], None]
+    # alias -> key, as transformers' attribute_map
+    attribute_map: dict[str, str] = field(default_factory=dict)
+    # read_core's arguments, for a family that is a row of data
+    core: dict[str, Any] = field(default_factory=dict)
+    # a row's keys its modules never read, with the reason
+    ignored: dict[str, str] = field(default_factory=dict)
+    # keys whose value is element-wise only and may hold a non-finite number (time_step_limit's bound Infinity)
+    non_finite: frozenset[str] = frozenset()
