@@ -1,4 +1,4 @@
-"""``embedcalc diff A B``: every weight tensor of two models, kept / reshaped / new / dropped (DESIGN.md §12).
+"""``embedcalc diff A B``: every weight tensor of two models, kept / resized / reshaped / new / dropped (DESIGN.md §12).
 
 Builds both models in torch on the meta device (no memory): exit 4 without torch, 3 if either config is invalid.
 ``--set`` applies to B, so ``diff llama-2-7b llama-2-7b --set num_kv_heads=8`` is the GQA conversion.

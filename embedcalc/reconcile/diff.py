@@ -3,10 +3,12 @@
 Every weight tensor of both torch models (:func:`embedcalc.modeling.tensors.named_tensors`), matched by name:
 
 - **kept**: same name, same shape: loads from A's checkpoint as it is;
-- **reshaped**: same name (same role), another shape: must be re-initialised or resized;
+- **resized**: a token or position table (embedding, LM head) whose row count changed: the rows both models
+  share load (what transformers' ``resize_token_embeddings`` does), the new rows are initialised;
+- **reshaped**: same name (same role), another shape: must be re-initialised;
 - **new**: only in B; **dropped**: only in A.
 
-``loadable_params`` sums B's kept tensors; ``params_to_initialise`` is the rest of B. Notes explain the common
+``loadable_params`` sums B's kept tensors and the shared rows of resized ones; ``params_to_initialise`` is the rest of B. Notes explain the common
 changes (width, heads, depth, GQA, vocabulary, positions) with this pair's numbers. Shape equality is the whole
 test: a kept tensor may still mean something else (``num_heads`` alone keeps every shape and changes the split).
 """
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any, Literal
 
+from embedcalc.analysis.explain.weights import ROW_TABLES, shared_rows
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.tensors import NamedTensor, named_tensors
 
-Status = Literal["kept", "reshaped", "new", "dropped"]
-STATUSES: tuple[Status, ...] = ("kept", "reshaped", "new", "dropped")
+Status = Literal["kept", "resized", "reshaped", "new", "dropped"]
+STATUSES: tuple[Status, ...] = ("kept", "resized", "reshaped", "new", "dropped")
 # fields that change no tensor and need no note
 _QUIET_FIELDS = frozenset({"name", "dropout"})
 
@@ -42,7 +45,16 @@ class TensorRow:
             return "new"
         if self.shape_b is None:
             return "dropped"
-        return "kept" if self.shape_a == self.shape_b else "reshaped"
+        if self.shape_a == self.shape_b:
+            return "kept"
+        return "resized" if self.component in ROW_TABLES and self.loadable_params else "reshaped"
+
+    @property
+    def loadable_params(self) -> int:
+        """B's elements of this tensor that A's checkpoint fills (the shared rows of a resized table)."""
+        if self.shape_a is None or self.shape_b is None:
+            return 0
+        return shared_rows(self.component, self.shape_a, self.shape_b)
 
     @property
     def params_a(self) -> int:
@@ -100,8 +112,8 @@ class ModelDiff:
 
     @property
     def loadable_params(self) -> int:
-        """B's parameters that load unchanged from A's checkpoint."""
-        return self._sum("params_b", ("kept",))
+        """B's parameters that load from A's checkpoint (kept tensors, the shared rows of resized tables)."""
+        return sum(r.loadable_params for r in self.rows)
 
     @property
     def params_to_initialise(self) -> int:
@@ -109,8 +121,11 @@ class ModelDiff:
 
     @property
     def dropped_params(self) -> int:
-        """A's parameters with no place in B (dropped tensors and the old shapes of reshaped ones)."""
-        return self._sum("params_a", ("dropped", "reshaped"))
+        """A's parameters with no place in B (dropped tensors, the old shapes of reshaped ones, the rows a
+        shrunk table loses)."""
+        return self._sum("params_a", ("dropped", "reshaped")) + sum(
+            r.params_a - r.loadable_params for r in self.rows if r.status == "resized"
+        )
 
     def counts(self, rows: Sequence[TensorRow] | None = None) -> dict[str, int]:
         """Tensors per status."""
@@ -128,7 +143,7 @@ class ModelDiff:
         groups = {
             name: {"tensors": self.counts(rows),
                    "params_a": sum(r.params_a for r in rows), "params_b": sum(r.params_b for r in rows),
-                   "loadable_params": sum(r.params_b for r in rows if r.status == "kept")}
+                   "loadable_params": sum(r.loadable_params for r in rows)}
             for name, rows in self.groups().items()
         }  # fmt: skip
         return {
@@ -257,15 +272,15 @@ def change_notes(config_a: ResolvedShape, config_b: ResolvedShape, rows: list[Te
         a, b = changed.pop("vocab_size")
         notes.append(DiffNote(
             "vocab_changed",
-            f"vocab_size {a} -> {b}: only the token table and an untied LM head reshape; copy the "
-            f"{min(a, b):,} shared rows and initialise the {abs(b - a):,} others (transformers' "
+            f"vocab_size {a} -> {b}: only the token table and an untied LM head are resized; their "
+            f"{min(a, b):,} shared rows load and the {max(b - a, 0):,} new rows are initialised (transformers' "
             "resize_token_embeddings)",
         ))  # fmt: skip
     if "max_seq_len" in changed and config_a.position == "learned" == config_b.position:
         a, b = changed.pop("max_seq_len")
         notes.append(DiffNote(
             "positions_changed",
-            f"max_seq_len {a} -> {b}: the learned position table reshapes; copy the {min(a, b):,} trained rows"
+            f"max_seq_len {a} -> {b}: the learned position table is resized; its {min(a, b):,} trained rows load"
             + (" and initialise (or interpolate) the rest" if b > a else ""),
         ))  # fmt: skip
     if "ffn_dim" in changed and "embed_dim" not in notes_for(notes):

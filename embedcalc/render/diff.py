@@ -18,7 +18,7 @@ from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 
 _LAYER = re.compile(r"^(.*\.layers\.)(\d+)(\..*)$")
-STATUS_STYLE = {"kept": "green", "reshaped": "yellow", "new": "cyan", "dropped": "red"}
+STATUS_STYLE = {"kept": "green", "resized": "green", "reshaped": "yellow", "new": "cyan", "dropped": "red"}
 
 
 def _ranges(indices: list[int]) -> str:
@@ -62,7 +62,8 @@ def _shape(shape: tuple[int, ...] | None) -> str:
 def diff_table(diff: ModelDiff) -> Table:
     table = FitTable(
         title=f"Tensors — A: {escape(diff.target_a)}  B: {escape(diff.target_b)}",
-        caption="kept: same name and shape, loads from A's checkpoint as is; reshaped: same name, new shape; "
+        caption="kept: same name and shape, loads from A's checkpoint as is; resized: a token/position table whose "
+        "shared rows load; reshaped: same name, new shape; "
         "new: only in B; dropped: only in A. Layers with identical rows are folded (count column).",
         title_justify="left",
         # the name's layer range says the count; status says if the shape changed

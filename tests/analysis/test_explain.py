@@ -119,6 +119,22 @@ def test_fine_tune_gqa_scenario_loads_everything_but_k_and_v() -> None:
     assert scenarios["num_layers"]["loadable_params"] == 6_738_415_616
 
 
+def test_fine_tune_vocabulary_growth_initialises_only_the_new_rows() -> None:
+    """128,256 -> 141,120 tokens: the token table and the untied LM head each gain 12,864 rows of 4,096; the old
+    rows load (resize_token_embeddings), so 12,864 x 4,096 x 2 parameters are new, not the whole tables."""
+    answer = explain_json("llama-3.1-8b", "fine-tune")["results"][0]["answer"]
+    vocab = {s["field"]: s for s in answer["scenarios"]}["vocab_size"]
+    assert (vocab["value_a"], vocab["value_b"]) == (128_256, 141_120)
+    assert vocab["params_to_initialise"] == 12_864 * 4_096 * 2 == 105_381_888
+    assert vocab["loadable_params"] == answer["params_total"] == 8_030_261_248
+
+
+def test_fine_tune_learned_positions_keep_the_trained_rows() -> None:
+    answer = explain_json("gpt2", "fine-tune")["results"][0]["answer"]
+    longer = {s["field"]: s for s in answer["scenarios"]}["max_seq_len"]
+    assert longer["params_to_initialise"] == 1_024 * 768
+
+
 def test_embed_dim_components_sum_to_the_total() -> None:
     answer = explain_json("gpt2", "embed-dim")["results"][0]["answer"]
     assert answer["params_total"] == 124_439_808

@@ -3,7 +3,10 @@ share), and what a pretrained checkpoint keeps when one field changes for fine-t
 
 Both read the analytic tensor list of :func:`embedcalc.analysis.params.param_tensors`. A checkpoint tensor loads
 into the new model when the same component holds a tensor of the same shape; the fused Q/K/V tensor is matched
-block by block (its rows are Q, then K, then V), as a checkpoint with separate projections would be. The torch-side
+block by block (its rows are Q, then K, then V), as a checkpoint with separate projections would be. A table
+indexed by token id or position (token embedding, LM head, learned positions) that gains or loses rows keeps the
+rows both models share: copying them is what transformers' ``resize_token_embeddings`` does, so only the new rows
+are to initialise. The torch-side
 listing of the same question, tensor by tensor and by name, is ``embedcalc diff`` (:mod:`embedcalc.reconcile.diff`).
 """
 
@@ -119,6 +122,20 @@ def _blocks(tensor: ParamTensor, config: ResolvedShape) -> list[Shape]:
     return [tensor.shape]
 
 
+# tables whose rows are token ids or positions: a change of vocab_size / max_seq_len keeps the shared rows
+ROW_TABLES = frozenset({"embedding/token", "embedding/position", "head/lm", "head/lm_bias"})
+
+
+def shared_rows(key: str, old: Shape, new: Shape) -> int:
+    """Elements of ``new`` that a checkpoint block of shape ``old`` fills: all when the shapes match, the shared
+    rows of a row table whose other axes match, else none."""
+    if old == new:
+        return prod(new)
+    if key in ROW_TABLES and len(old) == len(new) and old[1:] == new[1:]:
+        return min(old[0], new[0]) * prod(new[1:])
+    return 0
+
+
 def _slots(config: ResolvedShape) -> dict[str, list[tuple[Shape, int]]]:
     """Breakdown key -> (block shape, copies) in model order."""
     out: dict[str, list[tuple[Shape, int]]] = {}
@@ -152,11 +169,12 @@ def transfer(a: ResolvedShape, b: ResolvedShape) -> Transfer:
         old = slots_a.get(key, [])
         for i, (shape, copies) in enumerate(blocks):
             params_b += prod(shape) * copies
-            if i < len(old) and old[i][0] == shape:
-                loadable += prod(shape) * min(copies, old[i][1])
+            filled = shared_rows(key, old[i][0], shape) if i < len(old) else 0
+            if filled:
+                loadable += filled * min(copies, old[i][1])
                 if copies > old[i][1] and key not in grown:
                     grown.append(key)
-            elif key not in reshaped:
+            if filled < prod(shape) and key not in reshaped:
                 reshaped.append(key)
     return Transfer(params_b, loadable, reshaped, grown)
 
