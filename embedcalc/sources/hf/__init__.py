@@ -24,7 +24,7 @@ from typing import Any
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.sources.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
-from embedcalc.sources.hf.registry import FAMILIES, FORWARDED, MULTIMODAL_TEXT
+from embedcalc.sources.hf.registry import FAMILIES, FORWARDED, MULTIMODAL_TEXT, OUTER_TIE
 from embedcalc.sources.hf.unsupported import flat_text_config, unsupported_family
 
 __all__ = ["FAMILIES", "HFMapping", "HFReport", "IgnoredKey", "MappedKey", "is_hf_config", "map_hf_config"]
@@ -180,12 +180,14 @@ def _map_text_model(
     if "_name_or_path" not in inner and isinstance(raw.get("_name_or_path"), str):
         inner["_name_or_path"] = raw["_name_or_path"]
     outer_tie = raw.get("tie_word_embeddings")
-    qwen_vl = raw.get("model_type") in MULTIMODAL_TEXT
-    forwarded = isinstance(outer_tie, bool) and (qwen_vl or "tie_word_embeddings" not in inner)
-    if forwarded and qwen_vl:
-        # the outer config ties the head (transformers 5); Qwen2.5-VL also honours a pre-5 text_config's true
-        either = raw.get("model_type") == "qwen2_5_vl" and inner.get("tie_word_embeddings") is True
-        inner["tie_word_embeddings"] = outer_tie or either
+    outer_rule = OUTER_TIE.get(str(raw.get("model_type")))
+    forwarded = outer_rule is not None or (isinstance(outer_tie, bool) and "tie_word_embeddings" not in inner)
+    if outer_rule is not None:
+        # the outer config ties the head (transformers 5): the file's value, else the class default; some classes
+        # also honour a pre-5 text_config's true (OUTER_TIE)
+        default, honours_text = outer_rule
+        either = honours_text and inner.get("tie_word_embeddings") is True
+        inner["tie_word_embeddings"] = (outer_tie if isinstance(outer_tie, bool) else default) or either
     elif forwarded:
         inner["tie_word_embeddings"] = outer_tie
     passed = [k for k in FORWARDED.get(str(raw.get("model_type")), ()) if k in raw]
@@ -196,7 +198,8 @@ def _map_text_model(
     def prefix(key: str) -> str:
         return "" if key.split(".")[0].split(" ")[0] in passed else text_prefix
 
-    read = {"text_config", "model_type", *moved, *passed} | ({"tie_word_embeddings"} if forwarded else set())
+    read = {"text_config", "model_type", *moved, *passed}
+    read |= {"tie_word_embeddings"} if forwarded and "tie_word_embeddings" in raw else set()
     others = sorted(k for k in raw if k not in read)
     note = (
         f"a {raw.get('model_type')!r} multimodal file: counted as its text model, "

@@ -30,10 +30,14 @@ from embedcalc.sources.hf.layered import ignore_moe_keys, origin, put_layout, re
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 
 
-def _moe_layout(r: KeyReader, shared_selection: tuple[str, list[bool]] | None = None) -> None:
+def _moe_layout(
+    r: KeyReader, shared_selection: tuple[str, list[bool]] | None = None, fixed_first: int | None = None
+) -> None:
     """Dense layers, then MoE from ``first_k_dense_replace`` on (or as ``mlp_layer_types`` lists them, which
-    DeepseekV32Config writes); ``shared_selection`` (the key that decided it, and per layer whether it reuses the
-    previous layer's top-k) gives GLM-5's shared layers a variant of their own."""
+    DeepseekV32Config writes); ``fixed_first``: a class without ``first_k_dense_replace`` whose default
+    ``mlp_layer_types`` makes that many first layers dense (GLM-4.7-Flash: one); ``shared_selection`` (the key
+    that decided it, and per layer whether it reuses the previous layer's top-k) gives GLM-5's shared layers a
+    variant of their own."""
     ignore_moe_keys(r)
     r.ignore(
         "moe_layer_freq", "transformers places MoE layers by first_k_dense_replace alone and never reads it"
@@ -44,7 +48,12 @@ def _moe_layout(r: KeyReader, shared_selection: tuple[str, list[bool]] | None = 
         extra = {"num_shared_experts": shared}
     moe = read_moe(r, "n_routed_experts", extra=extra)
     layers = r.data.get("num_layers")
-    k_key, first, _ = r.value("first_k_dense_replace")
+    if fixed_first is None:
+        k_key, first, _ = r.value("first_k_dense_replace")
+    else:
+        reason = f"{r.family.config_class} does not read it: its default mlp_layer_types makes the first "
+        r.ignore("first_k_dense_replace", reason + f"{fixed_first} layer(s) dense")
+        k_key, first = "mlp_layer_types", fixed_first
     if moe is None or not isinstance(layers, int) or not isinstance(first, int):
         return
     sparse = _mlp_layer_types(r, layers, k_key)
@@ -74,7 +83,8 @@ def _mlp_layer_types(r: KeyReader, layers: int, first_key: str) -> list[bool] | 
         r.problem(key, f"mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} layers; got "
                        f"{value!r}")  # fmt: skip
         return None
-    r.ignore(first_key, "mlp_layer_types decides which layers are MoE")
+    if first_key != key:
+        r.ignore(first_key, "mlp_layer_types decides which layers are MoE")
     return [v == "sparse" for v in value]
 
 
@@ -99,6 +109,12 @@ def _mla(
     nope, rope = spec.get("qk_nope_head_dim"), spec.get("qk_rope_head_dim")
     if isinstance(nope, int) and isinstance(rope, int):
         r.derived("qk_head_dim", nope + rope, "qk_nope_head_dim + qk_rope_head_dim")
+        hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+            # MLA's heads are qk_nope_head_dim + qk_rope_head_dim wide whatever hidden_size / heads is (GLM-4.7-Flash:
+            # 2048 / 20); the flat head_dim says so, and the latent attention spec sets every width it uses
+            r.put("head_dim", nope + rope, ", ".join(keys[2:4]), origin(r, ", ".join(keys[2:4])),
+                  "MLA: each head is qk_nope_head_dim + qk_rope_head_dim wide")  # fmt: skip
     r.ignore("num_key_value_heads", "MLA caches one latent per token; kv_b_proj expands it to every head")
     r.ignore("head_dim", "MLA's head widths are qk_nope_head_dim + qk_rope_head_dim and v_head_dim")
     r.ignore("rope_interleave", hf_keys.ROPE)
@@ -110,6 +126,16 @@ def _read_deepseek(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _mla(r)
     _moe_layout(r)
+
+
+def _read_glm4_moe_lite(r: KeyReader) -> None:
+    """GLM-4.7-Flash (Glm4MoeLiteForCausalLM): DeepseekV3Attention (MLA) and GLM-4.5's MoE (DeepSeek-V3's router,
+    experts and shared experts); ``Glm4MoeLiteConfig`` has no ``first_k_dense_replace``: ``mlp_layer_types``
+    (default: layer 0 dense, the rest sparse) places the MoE layers."""
+    read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
+    _mla(r)
+    r.ignore("pretraining_tp", "tensor-parallel split of the original training code; the same FLOPs")
+    _moe_layout(r, fixed_first=1)
 
 
 def _read_minicpm3(r: KeyReader) -> None:
@@ -195,7 +221,9 @@ def _indexer_types(r: KeyReader, layers: int) -> tuple[str, list[bool]] | None:
     return key, [t == "shared" for t in types]
 
 
-def _read_glm4_moe(r: KeyReader) -> None:
+def read_glm4_moe(r: KeyReader, qk_norm: bool = True) -> None:
+    """GLM-4.5's decoder; ``qk_norm`` False for a family whose attention builds no q/k norms whatever
+    ``use_qk_norm`` says (GLM-4.5V's text model)."""
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.fixed("out_bias", False, "Glm4MoeAttention: o_proj without bias")
     hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
@@ -203,7 +231,9 @@ def _read_glm4_moe(r: KeyReader) -> None:
         # Glm4MoeAttention: getattr(config, "head_dim", None) or hidden_size // num_attention_heads (floor)
         r.put("head_dim", hidden // heads, "head_dim", "default", "hidden_size // num_attention_heads")
     qk_key, qk, _ = r.value("use_qk_norm")
-    if qk is True:
+    if not qk_norm:
+        r.ignore(qk_key, f"{r.family.config_class}'s attention builds no q/k norms whatever this says")
+    elif qk is True:
         r.put("attention", {"qk_norm": "head"}, qk_key, "file", "q_norm, k_norm: RMSNorm(head_dim)")
     else:
         r.ignore(qk_key, "false: no q/k norms")
@@ -225,7 +255,7 @@ _V3: dict[str, Any] = dict(
     first_k_dense_replace=3, hidden_act="silu", max_position_embeddings=4096, tie_word_embeddings=False,
     attention_bias=False, attention_dropout=0.0,
 )  # fmt: skip
-_GLM: dict[str, Any] = dict(
+GLM_MOE: dict[str, Any] = dict(
     vocab_size=151552, hidden_size=4096, intermediate_size=10944, num_hidden_layers=46, num_attention_heads=96,
     num_key_value_heads=8, hidden_act="silu", max_position_embeddings=131072, tie_word_embeddings=False,
     attention_bias=False, attention_dropout=0.0, moe_intermediate_size=1408, num_experts_per_tok=8,
@@ -244,6 +274,13 @@ _GLM5: dict[str, Any] = _V32 | dict(
     num_key_value_heads=64, q_lora_rank=2048, v_head_dim=256, qk_nope_head_dim=192, max_position_embeddings=202752,
     index_n_heads=32,
 )  # fmt: skip
+_GLM_LITE: dict[str, Any] = dict(
+    vocab_size=154880, hidden_size=2048, intermediate_size=10240, moe_intermediate_size=1536, num_hidden_layers=47,
+    num_attention_heads=20, num_key_value_heads=20, n_shared_experts=1, n_routed_experts=64, kv_lora_rank=512,
+    q_lora_rank=768, qk_rope_head_dim=64, v_head_dim=256, qk_nope_head_dim=192, num_experts_per_tok=4,
+    hidden_act="silu", max_position_embeddings=202752, tie_word_embeddings=False, attention_bias=False,
+    attention_dropout=0.0,
+)  # fmt: skip
 FAMILIES = (
     Family("deepseek_v2", "DeepseekV2Config", "DeepseekV2ForCausalLM (AutoModelForCausalLM)", "deepseek-v3", _V2,
            _read_deepseek, {"num_experts": "n_routed_experts"}),
@@ -255,6 +292,9 @@ FAMILIES = (
            _read_deepseek_v32, {"num_local_experts": "n_routed_experts"}),
     Family("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM (AutoModelForCausalLM)", "deepseek-v3",
            _MINICPM3, _read_minicpm3),
-    Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM (AutoModelForCausalLM)", "deepseek-v3", _GLM,
-           _read_glm4_moe, {"num_local_experts": "n_routed_experts"}),
+    Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM (AutoModelForCausalLM)", "deepseek-v3", GLM_MOE,
+           read_glm4_moe, {"num_local_experts": "n_routed_experts"}),
+    Family("glm4_moe_lite", "Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM (AutoModelForCausalLM)", "deepseek-v3",
+           _GLM_LITE, _read_glm4_moe_lite,
+           {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"}),
 )  # fmt: skip

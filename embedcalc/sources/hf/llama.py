@@ -28,7 +28,7 @@ def _read_mistral(r: KeyReader) -> None:
     )
 
 
-def _read_qwen2(r: KeyReader) -> None:
+def read_qwen2(r: KeyReader) -> None:
     """Qwen2ForCausalLM: LLaMA-like with biases on q/k/v and none on o_proj or the MLP; sliding attention on the
     layers >= max_window_layers when use_sliding_window (Qwen2Config's layer_types rule, which Qwen3 shares)."""
     read_core(r, qkv=True, out=False, ffn=False)
@@ -52,5 +52,5 @@ FAMILIES = (
            dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=32, hidden_act="silu", max_position_embeddings=32768,
                 tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
-                attention_dropout=0.0), _read_qwen2),
+                attention_dropout=0.0), read_qwen2),
 )  # fmt: skip

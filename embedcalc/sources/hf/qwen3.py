@@ -114,7 +114,7 @@ def _read_qwen3(r: KeyReader) -> None:
     put_qwen_layout(r, None, "layer_types", qwen3_rule)
 
 
-def _read_qwen3_moe(r: KeyReader) -> None:
+def read_qwen3_moe(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     _qk_norm(r)
     ignore_moe_keys(r)
@@ -159,7 +159,7 @@ FAMILIES = (
                         num_hidden_layers=24, num_attention_heads=32,
                         num_key_value_heads=4, attention_bias=False, decoder_sparse_step=1,
                         moe_intermediate_size=768, num_experts_per_tok=8, num_experts=128, mlp_only_layers=None),
-           _read_qwen3_moe, {"num_local_experts": "num_experts"}),
+           read_qwen3_moe, {"num_local_experts": "num_experts"}),
     Family("qwen2_moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM (AutoModelForCausalLM)", "qwen3-30b-a3b",
            _BASE | _QWEN3_WINDOW | dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
                                         num_attention_heads=16, num_key_value_heads=16,

@@ -45,6 +45,7 @@ from embedcalc.sources.hf import (
     opt,
     qwen3,
     t5,
+    vl_text,
 )
 from embedcalc.sources.hf.core import row
 from embedcalc.sources.hf.reader import Family
@@ -74,6 +75,7 @@ MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vis
 MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
+MODULES += (vl_text,)  # the text models of vision-language families (issue 31)
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -140,6 +142,11 @@ ALIASES: tuple[Family, ...] = (
     _alias("qwen3_vl_text", "qwen3", "Qwen3VLTextConfig",
            "Qwen3VLForConditionalGeneration's language model and LM head (Qwen3's decoder)",
            max_position_embeddings=128000, use_sliding_window=False, sliding_window=None),
+    # Ministral 3 (Ministral3ForCausalLM): MistralModel's layers; its attention scales the queries by position
+    # (llama_4_scaling_beta, element-wise), and rope_parameters default to YaRN (no parameters)
+    _alias("ministral3", "mistral", "Ministral3Config", "Ministral3ForCausalLM (AutoModelForCausalLM)",
+           vocab_size=131072, num_hidden_layers=34, head_dim=128, max_position_embeddings=262144,
+           sliding_window=None),
 )  # fmt: skip
 FAMILIES |= {family.model_type: family for family in ALIASES}
 
@@ -150,9 +157,26 @@ module), so the accept-list (scripts/hf_accept_list.py) and the class-default ch
 CONFIG_TYPE: dict[str, str] = {"kimi_k2": "deepseek_v3"}
 """A ``model_type`` transformers has no class for -> the model_type of the class its file names (``auto_map``)."""
 
-MULTIMODAL_TEXT: dict[str, str] = {"qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text"}
+MULTIMODAL_TEXT: dict[str, str] = {
+    "qwen2_5_vl": "qwen2_5_vl_text",
+    "qwen3_vl": "qwen3_vl_text",
+    "qwen2_vl": "qwen2_vl_text",
+}
 """Multimodal model types -> their text config's model_type, for files that keep the text keys at top level
 (Qwen2.5-VL before transformers 5: the class then takes every key its text config declares)."""
+
+OUTER_TIE: dict[str, tuple[bool, bool]] = {
+    "qwen2_vl": (False, True),
+    "qwen2_5_vl": (False, True),
+    "qwen3_vl": (False, False),
+    "qwen3_vl_moe": (False, False),
+    "glm4v": (False, True),
+    "glm4v_moe": (False, True),
+}
+"""Multimodal model types whose outer config alone ties the LM head (transformers 5 looks at the outer
+``tie_word_embeddings``): (the class default, whether ``__post_init__`` also honours a ``text_config``
+``tie_word_embeddings: true`` of files saved before transformers 5). tests/sources/hf/test_hf_vl_text.py checks each
+against transformers' classes."""
 
 FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
