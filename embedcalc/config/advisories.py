@@ -43,7 +43,9 @@ def config_warnings(
     )
     hd = config.resolved_head_dim
     out = []
-    if hd % 8:
+    # an attention-free model (Mamba) has a placeholder head count and no head to size
+    attends = any(block.attention is not None for block in config.named_blocks.values())
+    if hd % 8 and attends:
         out.append(
             Problem(
                 head_key,
@@ -52,7 +54,7 @@ def config_warnings(
                 "head_dim_unaligned",
             )
         )
-    if hd > FLASH_ATTENTION_MAX_HEAD_DIM:
+    if hd > FLASH_ATTENTION_MAX_HEAD_DIM and attends:
         out.append(
             Problem(
                 head_key,

@@ -64,7 +64,7 @@ def positive(r: KeyReader, key: str) -> int | None:
     return value
 
 
-def _mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
+def mamba2_spec(r: KeyReader) -> dict[str, Any] | None:
     """The Mamba-2 mixer of the ``mamba`` layers as an embedcalc mixer spec (None and a problem if unusable)."""
     hidden = r.data.get("embed_dim")
     sizes = {name: positive(r, key) for name, key in (("num_heads", "mamba_n_heads"), ("state_size", "mamba_d_state"),
@@ -134,7 +134,7 @@ def _layout(r: KeyReader) -> None:
         r.problem(types_key, f"layer_types must list mamba / linear_attention or attention / full_attention for "
                              f"each of the {layers} layers; got {types!r}")  # fmt: skip
         return
-    mamba = _mamba2_spec(r) if set(types) & _MAMBA else None
+    mamba = mamba2_spec(r) if set(types) & _MAMBA else None
     if set(types) & _MAMBA and mamba is None:
         return
     if mamba is None:

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any
 
 from embedcalc.sources.hf import (
+    bamba,
     bart,
     bert,
     cohere2,
@@ -44,6 +45,7 @@ from embedcalc.sources.hf import (
     olmo,
     opt,
     qwen3,
+    ssm,
     t5,
     vl_text,
 )
@@ -71,6 +73,7 @@ MODULES += (
     minimax,
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
+MODULES += (ssm, bamba)  # state-space models: attention-free, and Bamba's hybrid (issue 31)
 MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
 MODULES += (
     nemotron_nas,
