@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -130,6 +131,11 @@ def _plot(
         raise typer.BadParameter(str(exc), param_hint="'--plot-seq-len'") from None
     require_matplotlib()
     curves = compare_curves(targets, overrides, workload, seq_lens)
-    title = f"compare: {workload.dtype}, attention {workload.attention}, batch {workload.batch_size}"
+    # each target runs in its own dtype unless --dtype chose one: the title says one only when all agree
+    dtypes = sorted({c.dtype for c in curves})
+    if len(dtypes) > 1:
+        curves = [replace(c, label=f"{c.label} ({c.dtype})") for c in curves]
+    dtype = dtypes[0] if len(dtypes) == 1 else "each in its own dtype"
+    title = f"compare: {dtype}, attention {workload.attention}, batch {workload.batch_size}"
     plot_seq_len_curves(curves, path, title)
     output.stderr.print(f"embedcalc: wrote {path}", soft_wrap=True, highlight=False, markup=False)

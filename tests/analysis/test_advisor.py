@@ -70,6 +70,27 @@ def test_compare_plot_writes_a_png(cli: Any, tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["compare.png"]  # no temporary left behind
 
 
+def test_compare_plot_title_names_the_dtypes_the_targets_ran_in(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpt2 runs in fp32 and llama-3.1-8b in bf16 (each its own dtype): the title must not say one of them for both,
+    each curve says its own; a dtype chosen with --dtype is the title's."""
+    pytest.importorskip("matplotlib")
+    import embedcalc.render.plot as plot
+
+    drawn: list[tuple[list[str], str | None]] = []
+    monkeypatch.setattr(plot, "plot_seq_len_curves",
+                        lambda curves, path, title=None: drawn.append(([c.label for c in curves], title)))  # fmt: skip
+    args = ["gpt2", "llama-3.1-8b", "--plot", str(tmp_path / "c.png"), "--plot-seq-len", "128,256"]
+    assert cli("compare", *args).exit_code == 0
+    assert cli("compare", *args, "--dtype", "fp16").exit_code == 0
+    (labels, title), (chosen_labels, chosen_title) = drawn
+    assert title is not None and "fp32" not in title and "each in its own dtype" in title
+    assert labels == ["gpt2 (fp32)", "llama-3.1-8b (bf16)"]
+    assert chosen_title is not None and chosen_title.startswith("compare: fp16,")
+    assert chosen_labels == ["gpt2", "llama-3.1-8b"]
+
+
 def test_compare_plot_bad_range_is_usage_error(cli: Any, tmp_path: Path) -> None:
     result = cli("compare", "bert-base", "gpt2", "--plot", str(tmp_path / "x.png"), "--plot-seq-len", "64:x2")
     assert result.exit_code == 2

@@ -258,6 +258,7 @@ class SeqLenCurve:
     inference_bytes: tuple[int | None, ...]
     training_bytes: tuple[int | None, ...] | None  # None for weight-only dtypes
     crossover_seq_len: int | float | None
+    dtype: str  # the dtype the points were computed in (a target's own unless one was chosen)
 
 
 def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
@@ -281,7 +282,7 @@ def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
         label = " ".join([result.target] + [f"{a}={result.axes[a][result.index[a][start]]}" for a in others])
         if result.grid is None:
             empty: tuple[int | None, ...] = (None,) * len(seqs)
-            curves.append(SeqLenCurve(label, seqs, empty, empty, empty, empty, None))
+            curves.append(SeqLenCurve(label, seqs, empty, empty, empty, empty, None, result.workload.dtype))
             continue
         first_ok = np.flatnonzero(ok)
         curves.append(
@@ -295,6 +296,7 @@ def seq_len_curves(result: SweepResult) -> list[SeqLenCurve]:
                 if "training_total_bytes" in result.grid.columns
                 else None,
                 crossover_seq_len=crossover[start + first_ok[0]] if len(first_ok) else None,
+                dtype=result.workload.dtype,
             )
         )
     return curves
