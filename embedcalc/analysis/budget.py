@@ -2,8 +2,11 @@
 
 Sizes: a plain integer (``2000000``), scientific notation (``2e12``), or a number with a suffix. Counts take SI
 suffixes K/M/B/G/T/P (``400M``, ``1.3B``; B = billion, as model sizes are quoted); memory takes bytes with decimal
-(``16GB`` = 16·10⁹) or binary (``16GiB`` = 16·2³⁰) units, or a bare number of bytes. Anything else is refused: a
-malformed size is a usage error, never a guess.
+(``16GB`` = 16·10⁹) or binary (``16GiB`` = 16·2³⁰) units, or a bare number of bytes. Token lengths (``--seq-len
+8k``) read as vLLM reads ``--max-model-len`` (``human_readable_int`` in vllm/engine/arg_utils.py): a lower-case
+k/m/g is decimal (``8k`` = 8,000, ``25.6k`` = 25,600), an upper-case K/M/G binary (``8K`` = 8,192, ``128K`` =
+131,072: a "128K context" as model cards write it), with no fraction before a binary suffix. Anything else is
+refused: a malformed size is a usage error, never a guess.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ _BYTE_SUFFIX = {
 }  # fmt: skip
 _MAX_DIGITS = 60  # 10^60 bytes or FLOPs: far beyond any budget, small enough to parse exactly and at once
 _SIZE = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>[A-Za-z]*)\s*$")
+
+
+_LENGTH = re.compile(r"^\s*(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>[kmgKMG]?)\s*$")
+_LENGTH_UNIT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 class SizeError(ValueError):
@@ -54,6 +61,24 @@ def parse_size(text: str, kind: str) -> int:
         raise SizeError(f"{text!r} is {value} — not a whole number")
     if value <= 0:
         raise SizeError(f"{text!r} must be positive")
+    return int(value)
+
+
+def parse_length(text: str) -> int:
+    """A token length as vLLM reads one (module docstring): ``4096``, ``8k`` (8,000), ``8K`` (8,192)."""
+    match = _LENGTH.match(text)
+    if not match or len(match["number"]) > _MAX_DIGITS:
+        raise SizeError(
+            f"{text!r} is not a token count; write a whole number, or k/m/g (x1,000) or K/M/G (x1,024) after it, "
+            "e.g. 4096, 8k = 8,000, 8K = 8,192, as vLLM reads --max-model-len"
+        )
+    number, unit = Decimal(match["number"]), match["unit"]
+    if unit.isupper() and number != number.to_integral_value():
+        raise SizeError(f"{text!r}: a fraction with a binary suffix is ambiguous; write "
+                        f"{match['number']}{unit.lower()} (x1,000) or a whole number of {unit}")  # fmt: skip
+    value = number * _LENGTH_UNIT[unit]
+    if value != value.to_integral_value():
+        raise SizeError(f"{text!r} is {value} — not a whole number of tokens")
     return int(value)
 
 

@@ -55,10 +55,12 @@ def _devices(hardware: str | Sequence[str] | None) -> list[Device]:
     names = [hardware] if isinstance(hardware, str) else list(hardware)
     if not names:
         raise usage("hardware: give at least one device, or none for the whole catalogue", "hardware")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    devices = [load_device(n) for n in names]
+    loaded = [d.name for d in devices]  # the catalogue's spelling: H100-SXM and h100-sxm are one device
+    repeated = sorted({n for n in loaded if loaded.count(n) > 1})
     if repeated:
         raise usage(f"hardware: {repeated[0]!r} is given twice; name each device once", "hardware")
-    return [load_device(n) for n in names]
+    return devices
 
 
 def _prices(
@@ -66,9 +68,11 @@ def _prices(
 ) -> list[tuple[Device, Price | None]]:
     """Each device with its price: ``overrides`` (--price-per-hour DEVICE=PRICE) over the catalogue's default."""
     from embedcalc.analysis.plan.rows import Price
+    from embedcalc.devices.resolve import device_name
 
-    overrides = dict(overrides or {})
     names = {d.name for d in devices}
+    # a price names its device as --hardware does (case aside); a device file keeps the name it was given as
+    overrides = {k if k in names else device_name(k): v for k, v in (overrides or {}).items()}
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise usage(f"price_per_hour: {unknown[0]!r} is not among the devices planned "

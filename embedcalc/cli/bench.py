@@ -18,7 +18,7 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.options import WorkloadFlags, flags, only
-from embedcalc.config.dtypes import ALIASES, BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
+from embedcalc.config.dtypes import BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
 from embedcalc.config.limits import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.errors import Problem
 
@@ -54,7 +54,10 @@ def _bench_dtype(value: str) -> str:
     try:
         return canonical_dtype(value, BENCH_DTYPES)
     except DtypeError:
-        name = canonical_dtype(value) if value in (*DTYPES, *ALIASES) else value
+        try:
+            name = canonical_dtype(value)
+        except DtypeError:
+            name = value
         fix = f"use {dtype_choices(BENCH_DTYPES)}"
         if name in DTYPES:
             fix = (f"predict {name} with `embedcalc analyze TARGET --dtype {name} --hardware NAME`, and bench "

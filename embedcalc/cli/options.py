@@ -25,7 +25,7 @@ from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 import typer
 
-from embedcalc.analysis.budget import Budget, SizeError, parse_size
+from embedcalc.analysis.budget import Budget, SizeError, parse_length, parse_size
 from embedcalc.analysis.workload import (
     AttentionImpl,
     Mode,
@@ -58,6 +58,34 @@ def _int_option(cls: type, name: str, *flags: str, help: str) -> Any:
     """An integer option with the bounds of field ``name`` of ``cls``."""
     low, high = field_bounds(cls, name)
     return typer.Option(*flags, min=low, max=high, callback=bounded_int, help=help)
+
+
+def _length_option(cls: type, name: str, *flags: str, help: str) -> Any:
+    """A token-length option with the bounds of field ``name`` of ``cls``, taking vLLM's suffixes (``8k`` =
+    8,000, ``8K`` = 8,192; :func:`embedcalc.analysis.budget.parse_length`)."""
+    low, high = field_bounds(cls, name)
+    return typer.Option(*flags, parser=length_parser(low, high), metavar="TOKENS",
+                        help=f"{help} Suffixes as vLLM reads them: 8k = 8,000, 8K = 8,192.")  # fmt: skip
+
+
+def length_parser(low: int, high: int | None = None) -> Callable[[str | int], int]:
+    """Option parser: a token length (``4096``, ``8k``, ``128K``) within ``[low, high]``; exit 2 otherwise."""
+
+    def parse(value: str | int) -> int:
+        if isinstance(value, int):  # a default, already a number
+            return value
+        try:
+            number = parse_length(value)
+        except SizeError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        bounded_int(number)
+        if number < low or (high is not None and number > high):
+            upper = f" and at most {high:,}" if high is not None else ""
+            given = f"{value} ({number:,} tokens)" if value.strip() != str(number) else value.strip()
+            raise typer.BadParameter(f"{given}: must be at least {low:,}{upper}")
+        return number
+
+    return parse
 
 
 def size_parser(kind: str) -> Callable[[str | None], int | None]:
@@ -104,17 +132,17 @@ BatchOption = Annotated[
     int, _int_option(Workload, "batch_size", "--batch-size", "-b", help="Sequences per batch.")
 ]
 SeqOption = Annotated[
-    int, _int_option(Workload, "seq_len", "--seq-len", "-n", help="Tokens per sequence (encoder side).")
+    int, _length_option(Workload, "seq_len", "--seq-len", "-n", help="Tokens per sequence (encoder side).")
 ]
 TgtOption = Annotated[
     int | None,
-    _int_option(
+    _length_option(
         Workload, "tgt_len", "--tgt-len", help="Decoder tokens of an encoder-decoder (default --seq-len)."
     ),
 ]
 GenTokensOption = Annotated[
     int,
-    _int_option(
+    _length_option(
         Workload,
         "gen_tokens",
         "--gen-tokens",

@@ -13,7 +13,7 @@ from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
 from embedcalc.cli.hardware_options import KvDtypeOption
-from embedcalc.cli.options import bounded_int, dtype_option, size_parser
+from embedcalc.cli.options import bounded_int, dtype_option, length_parser, size_parser
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
@@ -84,15 +84,19 @@ def plan_command(
         typer.Option(
             "--seq-len",
             "-n",
-            min=1,
-            callback=bounded_int,
-            help="Prompt tokens (serving, default 1024); sequence length (training, default 4096).",
+            parser=length_parser(1),
+            metavar="TOKENS",
+            help="Prompt tokens (serving, default 1024); sequence length (training, default 4096). 8k = 8,000, "
+            "8K = 8,192 (as vLLM reads them).",
         ),
     ] = None,
     gen_tokens: Annotated[
         int | None,
         typer.Option(
-            "--gen-tokens", min=0, callback=bounded_int, help="Output tokens per request (default 256)."
+            "--gen-tokens",
+            parser=length_parser(0),
+            metavar="TOKENS",
+            help="Output tokens per request (default 256); 1k = 1,000, 1K = 1,024.",
         ),
     ] = None,
     concurrency: Annotated[

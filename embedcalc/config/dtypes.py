@@ -59,8 +59,12 @@ def dtype_choices(choices: tuple[str, ...] = DTYPES) -> str:
 
 
 def canonical_dtype(value: object, choices: tuple[str, ...] = DTYPES) -> str:
-    """The short name of ``value`` (a short name or an alias) among ``choices``; DtypeError otherwise."""
-    name = ALIASES.get(value, value) if isinstance(value, str) else value
+    """The short name of ``value`` (a short name or an alias, in any case, with or without PyTorch's ``torch.``
+    prefix: ``BF16``, ``BFloat16`` and ``torch.bfloat16`` are ``bf16``) among ``choices``; DtypeError otherwise."""
+    name: object = value
+    if isinstance(value, str):
+        name = value.strip().lower().removeprefix("torch.")
+        name = ALIASES.get(str(name), name)
     if not isinstance(name, str) or name not in choices:
         raise DtypeError(f"{value!r} is not a dtype here; use {dtype_choices(choices)}")
     return name

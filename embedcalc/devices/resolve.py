@@ -23,13 +23,27 @@ def load_device(target: str) -> Device:
     ``local`` before any ``embedcalc bench --peak`` is an environment error (exit 4); an unknown name is a bad
     flag value (exit 2, with a did-you-mean); a bad file is exit 3.
     """
-    if target == LOCAL:
+    if _looks_like_path(target):
+        return parse_device(load_mapping(Path(target)), target)
+    name = device_name(target)
+    if name == LOCAL:
         return load_local()
-    if target in hardware_names():
-        return parse_device(load_mapping(hardware_dir() / f"{target}.yaml"), target)
-    if _looks_like_path(target) or Path(target).is_file():
+    if name in hardware_names():
+        return parse_device(load_mapping(hardware_dir() / f"{name}.yaml"), name)
+    if Path(target).is_file():
         return parse_device(load_mapping(Path(target)), target)
     raise UnknownDeviceError(target)
+
+
+def device_name(target: str) -> str:
+    """A device name as people type it -> the catalogue's spelling: case, spaces and underscores aside
+    (``H100 SXM``, ``h100_sxm`` and ``H100-SXM`` are ``h100-sxm``)."""
+    return "-".join(target.strip().casefold().replace("_", " ").replace("-", " ").split())
+
+
+def _family(name: str) -> str:
+    """The part of a device name before its variant: ``h100`` of ``h100-sxm`` and of ``h100-80gb``."""
+    return name.split("-", 1)[0]
 
 
 class UnknownDeviceError(EmbedcalcError):
@@ -37,8 +51,13 @@ class UnknownDeviceError(EmbedcalcError):
 
     def __init__(self, target: str) -> None:
         names = [*hardware_names(), LOCAL]
-        starting = [n for n in names if n.startswith(target.lower())] if target else []
-        hint = f" (did you mean {' or '.join(starting)}?)" if starting else did_you_mean(target, names)
+        typed = device_name(target)
+        # a bare family (H100) or a variant the catalogue spells otherwise (h100-80gb): the family's devices,
+        # never a near spelling of another family (a100-80gb); else the closest names
+        starting = [n for n in names if n.startswith(typed)] if typed else []
+        family = [n for n in names if typed and _family(n) == _family(typed)]
+        choices = starting or family
+        hint = f" (did you mean {' or '.join(choices)}?)" if choices else did_you_mean(typed, names)
         message = (f"--hardware {target!r}: no such device{hint}; `embedcalc hardware` lists them, "
                    "or give the path of a device YAML file")  # fmt: skip
         super().__init__(

@@ -8,9 +8,10 @@ Every weight tensor of both torch models (:func:`embedcalc.modeling.tensors.name
 - **reshaped**: same name (same role), another shape: must be re-initialised;
 - **new**: only in B; **dropped**: only in A.
 
-``loadable_params`` sums B's kept tensors and the shared rows of resized ones; ``params_to_initialise`` is the rest of B. Notes explain the common
-changes (width, heads, depth, GQA, vocabulary, positions) with this pair's numbers. Shape equality is the whole
-test: a kept tensor may still mean something else (``num_heads`` alone keeps every shape and changes the split).
+``loadable_params`` sums B's kept tensors and the shared rows of resized ones; ``params_to_initialise`` is the
+rest of B. Notes explain the common changes (width, heads, depth, GQA, vocabulary, positions) with this pair's
+numbers. Shape equality is the whole test: a kept tensor may still mean something else (``num_heads`` alone
+keeps every shape and changes the split).
 """
 
 from __future__ import annotations

@@ -34,11 +34,22 @@ def preset_names() -> list[str]:
 MAX_PRESET_NAME = 100  # characters; the longest shipped name is a fraction of it
 
 
+def preset_name(name: str) -> str | None:
+    """The shipped preset ``name`` stands for, as people type it: case aside (``Llama-3.1-8B`` is
+    ``llama-3.1-8b``, as a model card writes it); None if there is none."""
+    if not name or len(name) > MAX_PRESET_NAME:
+        return None
+    return {n.casefold(): n for n in preset_names()}.get(name.casefold())
+
+
 def preset_path(name: str) -> Path | None:
-    """The preset file for ``name``, or None if there is no such preset."""
+    """The preset file for ``name`` (case aside, :func:`preset_name`), or None if there is no such preset."""
     if not name or name.startswith(".") or "/" in name or "\\" in name or len(name) > MAX_PRESET_NAME:
         return None  # a name longer than any preset's would only reach the file system to fail there
-    path = presets_dir() / f"{name}.yaml"
+    shipped = preset_name(name)
+    if shipped is None:
+        return None
+    path = presets_dir() / f"{shipped}.yaml"
     try:
         return path if path.is_file() else None
     except OSError:  # e.g. a name the file system refuses
