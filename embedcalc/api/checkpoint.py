@@ -3,6 +3,7 @@ safetensors headers reconciled with the analytic counts (no torch: headers only)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from embedcalc.api.load import load_target
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.reconcile.checkpoint import CheckpointCheck, reconcile_checkpoint
 from embedcalc.sources.checkpoint import read_checkpoint
+from embedcalc.sources.confine import checkpoint_root, inside
 from embedcalc.sources.hub import resolve_hub_id
 
 __all__ = ["checkpoint_directory", "verify_checkpoint"]
@@ -19,10 +21,17 @@ def checkpoint_directory(target: str) -> Path:
     """The directory of TARGET's checkpoint: TARGET itself, the directory of a ``config.json``, or the snapshot of
     a hub id in the local Hugging Face cache (exit 4 when it is not there)."""
     path = Path(target).expanduser()
-    if path.is_dir():
-        return path
-    if path.is_file():
-        return path.parent
+    try:
+        if path.is_dir():
+            return path
+        if path.is_file():
+            return path.parent
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a usable path"
+        message = f"{target[:200]}: cannot be read ({why}); --checkpoint reads a model directory"
+        raise ConfigError(
+            message, [Problem("target", message, "checkpoint_not_found")], "checkpoint_not_found"
+        ) from None
     snapshot = resolve_hub_id(target)
     if snapshot is not None:
         return snapshot.parent
@@ -36,6 +45,8 @@ def verify_checkpoint(target: str, overrides: Sequence[str] | None = None) -> Ch
     --checkpoint``). ``result.agree`` is False when a shape, a count or a component disagrees."""
     directory = checkpoint_directory(target)
     config = directory / "config.json"
+    if os.path.lexists(config):
+        inside(config, checkpoint_root(directory), "config.json")  # read below by its name, once confined
     if not config.is_file():
         message = f"{directory}: no config.json beside the checkpoint; the counts come from it"
         raise ConfigError(

@@ -82,6 +82,7 @@ def verify_command(
 
 def _verify_checkpoint(target: str, overrides: list[str] | None, format: OutputFormat) -> None:
     from embedcalc.api.checkpoint import verify_checkpoint
+    from embedcalc.render.checkpoint import MAX_EXTRA_LINES
 
     check = verify_checkpoint(target, overrides)
     if format is OutputFormat.json:
@@ -93,7 +94,11 @@ def _verify_checkpoint(target: str, overrides: list[str] | None, format: OutputF
         for line in checkpoint_lines(check):
             output.stdout.print(line, markup=False, highlight=False)
     if not check.agree:
-        for line in check.problems():
+        problems = check.problems()
+        for line in problems[:MAX_EXTRA_LINES]:  # bounded like the extra tensors: JSON holds every one
             output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
+        if len(problems) > MAX_EXTRA_LINES:
+            output.stderr.print(f"embedcalc: {target}: ... and {len(problems) - MAX_EXTRA_LINES:,} more "
+                                "disagreements (--format json lists every one)", markup=False)  # fmt: skip
         raise outcome(ExitCode.INVALID_CONFIG, f"{target}: the checkpoint disagrees with its config",
                       "checkpoint_mismatch")  # fmt: skip

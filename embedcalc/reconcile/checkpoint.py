@@ -33,7 +33,9 @@ component the config has is missing; otherwise ``verify`` exits 3 naming the ten
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -141,14 +143,15 @@ def _bits(raw: dict[str, Any]) -> int:
     """Bits per packed weight: ``quantization_config.bits`` (GPTQ/AWQ) or compressed-tensors' ``num_bits``."""
     quant = raw.get("quantization_config") or raw.get("compression_config") or {}
     if isinstance(quant, dict):
-        if isinstance(quant.get("bits"), int) and quant["bits"] > 0:
+        if type(quant.get("bits")) is int and 0 < quant["bits"] <= 32:
             return int(quant["bits"])
-        for group in (quant.get("config_groups") or {}).values():
+        groups = quant.get("config_groups")
+        for group in groups.values() if isinstance(groups, dict) else ():
             weights = group.get("weights") if isinstance(group, dict) else None
             if (
                 isinstance(weights, dict)
-                and isinstance(weights.get("num_bits"), int)
-                and weights["num_bits"] > 0
+                and type(weights.get("num_bits")) is int
+                and 0 < weights["num_bits"] <= 32
             ):
                 return int(weights["num_bits"])
     return 4
@@ -156,26 +159,36 @@ def _bits(raw: dict[str, Any]) -> int:
 
 def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
     for key in ("dtype", "torch_dtype"):
-        if raw.get(key) in _HF_DTYPES:
+        if isinstance(raw.get(key), str) and raw[key] in _HF_DTYPES:
             return _HF_DTYPES[raw[key]]
     floats = [t for t in tensors if t.dtype in _STORED_DTYPES]
     return _STORED_DTYPES[max(floats, key=lambda t: t.nbytes).dtype] if floats else "fp32"
 
 
-def _layer_kinds(config: ResolvedShape, stack: str) -> dict[int, Sublayer]:
+class LayerKinds(Mapping[int, Sublayer]):
     """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
-    (``parallel``: a recurrent mixer beside attention)."""
-    plan = config.stack_plan(stack)
-    kinds: dict[int, Sublayer] = {}
-    for layer in range(plan.num_layers):
-        block = plan.block_at(layer)
+    (``parallel``: a recurrent mixer beside attention). Computed per layer a tensor names, on demand: the work
+    follows the checkpoint's tensors, never the config's layer count (which may be 10^29, issue 33)."""
+
+    def __init__(self, config: ResolvedShape, stack: str) -> None:
+        self._plan = config.stack_plan(stack)
+        self._layers = self._plan.num_layers  # a sum over runs: computed once, not per tensor
+
+    def __getitem__(self, layer: int) -> Sublayer:
+        if not 0 <= layer < self._layers:
+            raise KeyError(layer)
+        block = self._plan.block_at(layer)
         if block.mixer is not None:
-            kinds[layer] = "mixer" if block.attention is None else "parallel"
-        elif "mixer" in block.projections:  # its input_layernorm is the projection's norm
-            kinds[layer] = "mixer"
-        else:
-            kinds[layer] = "ffn" if block.attention is None and block.ffn is not None else "attention"
-    return kinds
+            return "mixer" if block.attention is None else "parallel"
+        if "mixer" in block.projections:  # its input_layernorm is the projection's norm
+            return "mixer"
+        return "ffn" if block.attention is None and block.ffn is not None else "attention"
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._layers))
+
+    def __len__(self) -> int:
+        return min(self._layers, sys.maxsize)
 
 
 def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpoint) -> CheckpointCheck:
@@ -190,7 +203,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     analytic = count_params(config).as_dict()
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
     bits = _bits(checkpoint.raw_config)
-    kinds = {stack: _layer_kinds(config, stack) for stack in stacks}
+    kinds = {stack: LayerKinds(config, stack) for stack in stacks}
     # post_attention_layernorm is attention's own norm where the FFN has one after it too (Gemma 2/3 sandwich;
     # OLMo-2's post-sublayer norms, counted as pre-norms), the FFN's pre-norm otherwise (LLaMA)
     # (a parallel block's post_attention_layernorm is its FFN's pre-norm: GPT-NeoX's use_parallel_residual)
@@ -209,6 +222,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     extra: list[TensorNote] = []
     notes: list[str] = []
     tied = config.tie_embeddings and "head/lm" not in analytic
+    num_layers = config.num_layers  # computed once, not per tensor
     for tensor in checkpoint.tensors:
         stack = tensor_stack(tensor.name, config.architecture)
         role = tensor_role(tensor.name, stack, sandwich, kinds[stack])
@@ -225,13 +239,13 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.kind == "buffer":
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
             continue
-        if role.layer is not None and role.layer >= config.num_layers:
+        if role.layer is not None and role.layer >= num_layers:
             extra.append(
                 TensorNote(
                     tensor.name,
                     tensor.shape,
                     f"layer {role.layer} is past the config's "
-                    f"{config.num_layers} layers (multi-token prediction): not built by transformers",
+                    f"{num_layers} layers (multi-token prediction): not built by transformers",
                 )
             )
             continue

@@ -254,13 +254,14 @@ class ShapeRules:
     def __init__(self, config: ResolvedShape, stack: str, model_type: str | None) -> None:
         self.config = config
         self.plan = config.stack_plan(stack)
+        self.num_layers = self.plan.num_layers  # once: block() runs per tensor
         self.x = Dims.of(config)
         self.input_major = model_type in INPUT_MAJOR_EXPERTS
         self.conv1d = model_type in CONV1D_QKV
 
     def block(self, layer: int | None) -> Block | None:
         """The block of ``layer``; None outside the stack."""
-        return self.plan.block_at(layer) if layer is not None and layer < self.plan.num_layers else None
+        return self.plan.block_at(layer) if layer is not None and layer < self.num_layers else None
 
     def tensor_shape(self, role: TensorRole, param: str) -> Expected | None:
         """The shape the config gives the tensor at ``role`` with parameter ``param`` and why, from the block of

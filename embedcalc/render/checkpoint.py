@@ -34,8 +34,16 @@ def checkpoint_table(check: CheckpointCheck) -> Table:
     return table
 
 
+MAX_EXTRA_LINES = 200  # a table names this many extra tensors; JSON lists every one (docs/concepts/bounds.md)
+
+
 def checkpoint_lines(check: CheckpointCheck) -> list[str]:
-    """The notes and the tensors outside every component, one line each."""
+    """The notes and the tensors outside every component, one line each (at most ``MAX_EXTRA_LINES``, then one
+    line counting the rest)."""
     lines = list(check.notes)
-    lines += [f"extra: {n.tensor} {list(n.shape)}: {n.reason}" for n in check.extra]
+    lines += [f"extra: {n.tensor} {list(n.shape)}: {n.reason}" for n in check.extra[:MAX_EXTRA_LINES]]
+    if len(check.extra) > MAX_EXTRA_LINES:
+        lines.append(
+            f"... and {len(check.extra) - MAX_EXTRA_LINES:,} more extra tensors (--format json lists every one)"
+        )
     return lines

@@ -56,6 +56,19 @@ def _os_failure(path: Path, exc: OSError) -> ConfigError:
     return file_error(path, f"cannot be read: {exc.strerror or exc}", "file_unreadable")
 
 
+def read_up_to(fd: int, count: int) -> bytes:
+    """Up to ``count`` bytes from the descriptor ``fd`` (fewer only at the end of the file), in 64 KiB reads."""
+    chunks: list[bytes] = []
+    left = count
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES, what: str = "a model config") -> bytes:
     """At most ``limit`` bytes of the regular file ``path``; ConfigError for anything else or anything larger.
 
@@ -81,19 +94,11 @@ def read_bytes_bounded(path: Path, limit: int = MAX_CONFIG_BYTES, what: str = "a
         kind = _kind(os.fstat(fd).st_mode)
         if kind is not None:
             raise _refuse_kind(path, kind)
-        chunks: list[bytes] = []
-        left = limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_up_to(fd, limit + 1)
     except OSError as exc:
         raise _os_failure(path, exc) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise file_error(path, f"is more than {limit:,} bytes; {what} is at most {limit:,}", "file_too_big")
     return data

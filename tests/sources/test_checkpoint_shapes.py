@@ -26,7 +26,7 @@ from sources.hf.test_hf_gemma4 import _TINY_MOE
 from sources.hf.test_hf_layer_families import _small
 from sources.hf.test_hf_moe_families import _small as moe_small
 
-from embedcalc.reconcile.checkpoint import _layer_kinds
+from embedcalc.reconcile.checkpoint import LayerKinds
 from embedcalc.reconcile.checkpoint_names import outside_text_model, tensor_role
 from embedcalc.reconcile.checkpoint_shapes import ShapeRules, refile
 from embedcalc.sources.checkpoint import read_checkpoint
@@ -101,7 +101,7 @@ def test_every_tensor_is_placed_with_the_shape_its_block_gives(
     # every parameter of the text model had a shape rule, and its stored shape is that one
     checkpoint = read_checkpoint(tmp_path)
     config = load_target(str(tmp_path / "config.json")).config
-    kinds = _layer_kinds(config, "decoder")
+    kinds = LayerKinds(config, "decoder")
     raw = checkpoint.raw_config
     rules = ShapeRules(config, "decoder", raw.get("model_type"))
     # (save_pretrained writes Qwen3-MoE's, Mixtral's and DeepSeek's fused experts as per-expert modules: names of
