@@ -129,6 +129,14 @@ class AttentionSpec(AttentionFields, BaseModel):
             "norm, no KV cache of its own; its queries, scores and output are as usual."
         ),
     )
+    full_cache: bool = Field(
+        default=False,
+        description=(
+            "With a sliding_window: the KV cache keeps every token although a query sees only the last "
+            "sliding_window keys (GPT-Neo's local layers: transformers' cache holds them all and the mask does the "
+            "windowing); the window still limits the causal score pairs."
+        ),
+    )
     qk_norm: QKNorm = Field(
         default="none",
         description=(

@@ -157,6 +157,9 @@ class AttentionFields(SpecFields):
         def kv_shared(self) -> bool: ...
 
         @property
+        def full_cache(self) -> bool: ...
+
+        @property
         def qk_norm(self) -> QKNorm: ...
 
         @property

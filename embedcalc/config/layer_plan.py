@@ -44,6 +44,7 @@ class Attention:
         False  # standard: no value projection, V is K's projection (Gemma 4 attention_k_eq_v)
     )
     kv_shared: bool = False  # standard: reuses an earlier layer's K and V: no K/V projections, no KV cache
+    full_cache: bool = False  # the KV cache keeps every token whatever the window (GPT-Neo's local layers)
     context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
     tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)
 
@@ -93,8 +94,9 @@ class Attention:
 
     @property
     def cache_limit(self) -> int | None:
-        """The most tokens this layer's KV cache holds per sequence (a window or a chunk), else None."""
-        limits = [x for x in (self.window, self.chunk) if x is not None]
+        """The most tokens this layer's KV cache holds per sequence (a window, unless the cache keeps every token,
+        or a chunk), else None."""
+        limits = [x for x in (None if self.full_cache else self.window, self.chunk) if x is not None]
         return min(limits) if limits else None
 
 

@@ -77,6 +77,7 @@ class AttentionRecord(AttentionFields, Record):
         "head_dim": RecordField(None),
         "values_from_keys": RecordField(False),
         "kv_shared": RecordField(False),
+        "full_cache": RecordField(False),
         "qk_norm": RecordField("none"),
         "output_gate": RecordField(False),
         "sinks": RecordField(False),

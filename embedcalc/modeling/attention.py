@@ -70,6 +70,7 @@ class AttentionBase(nn.Module):
         self.impl, self.causal, self.cross = impl, causal, cross
         self_causal = causal and not cross
         self.window = spec.window if self_causal else None
+        self.full_cache = spec.full_cache  # the KV cache keeps every token; the mask does the windowing
         self.chunk = spec.chunk if self_causal else None
         self.placement = config.resolved_norm_placement
         self.norm = sublayer_norm(config)
@@ -159,8 +160,10 @@ class AttentionBase(nn.Module):
     ) -> Tensor | None:
         """The (T, S) mask of ``length`` new queries from ``position`` against the cache's filled slots, or None
         when every slot is visible (one query: the slots hold only past keys within the window; a chunk still
-        masks the previous chunk's slots of a rolling buffer)."""
-        if length == 1 and not (self.chunk is not None and cache.rolling):
+        masks the previous chunk's slots of a rolling buffer, and a window over a cache that keeps every token
+        masks the keys behind it)."""
+        window_masked = self.window is not None and not cache.rolling
+        if length == 1 and not (self.chunk is not None and cache.rolling) and not window_masked:
             return None
         query = torch.arange(position, position + length, device=device)[:, None]  # (T, 1)
         key = cache.key_positions(position + length, device)[None, :]  # (1, S)

@@ -69,7 +69,7 @@ def allocate_cache(
             state = allocate_state(mixer, batch_size, weight) if mixer is not None else None
             layers.append(BlockCache(None, None, state))
             continue
-        limits = [x for x in (attn.window, attn.chunk) if x is not None]
+        limits = [x for x in (None if attn.full_cache else attn.window, attn.chunk) if x is not None]
         limit = min(limits) if limits else None
         size = total_tokens if limit is None else min(total_tokens, limit)
         if size < total_tokens and decoder.has_bias():

@@ -47,6 +47,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
                       "layers": [{"pattern": ["default", "shared", "shared"]}]},
     "sliding_window": {"num_kv_heads": 2, "blocks": {"local": {"attention": {"sliding_window": 3}}},
                        "layers": [{"pattern": ["local", "default"]}]},
+    # GPT-Neo's local layers: the window masks, the cache keeps every token (no rolling buffer)
+    "sliding_window_full_cache": {"blocks": {"local": {"attention": {"sliding_window": 3, "full_cache": True}}},
+                                  "layers": [{"pattern": ["default", "local"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
     "sinks_window": {"attention": {"sinks": True, "sliding_window": 4}},
     "qk_norm": {"attention": {"qk_norm": "head"}, "num_kv_heads": 2},
@@ -143,6 +146,7 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
         "sparse",
         "sparse_shared",
         "sliding_window",
+        "sliding_window_full_cache",
         "chunked",
         "parallel_shared",
         "gemma4_kv_shared",

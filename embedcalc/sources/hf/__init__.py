@@ -24,7 +24,13 @@ from typing import Any
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.sources.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
-from embedcalc.sources.hf.registry import FAMILIES, FORWARDED, MULTIMODAL_TEXT, OUTER_TIE
+from embedcalc.sources.hf.registry import (
+    FAMILIES,
+    FORWARDED,
+    MULTIMODAL_TEXT,
+    OUTER_TIE,
+    TEXT_WITHOUT_POOLER,
+)
 from embedcalc.sources.hf.unsupported import flat_text_config, unsupported_family
 
 __all__ = ["FAMILIES", "HFMapping", "HFReport", "IgnoredKey", "MappedKey", "is_hf_config", "map_hf_config"]
@@ -193,6 +199,8 @@ def _map_text_model(
     passed = [k for k in FORWARDED.get(str(raw.get("model_type")), ()) if k in raw]
     inner |= {k: raw[k] for k in passed}  # outer keys the text model reads (Mllama's vision_config)
     mapping = map_hf_config(inner, f"{origin} (text_config)", path)
+    if raw.get("model_type") in TEXT_WITHOUT_POOLER and mapping.data.get("pooler"):
+        mapping = _without_pooler(mapping, str(raw.get("model_type")))
     text_prefix = "text_config." if "text_config" in raw else ""
 
     def prefix(key: str) -> str:
@@ -216,3 +224,14 @@ def _map_text_model(
         [*mapping.report.notes, note],
     )
     return HFMapping(mapping.data, mapping.user_keys, report)
+
+
+def _without_pooler(mapping: HFMapping, wrapper: str) -> HFMapping:
+    """The text encoder of a wrapper that builds it with ``add_pooling_layer=False`` (Grounding DINO's BERT): the
+    same mapping without the pooler, the report saying why."""
+    note = f"{wrapper} builds its text backbone with add_pooling_layer=False: no pooler"
+    mapped = [m for m in mapping.report.mapped if m.field != "pooler"]
+    mapped.append(MappedKey("model_type", "pooler", False, "family", note))
+    report = HFReport(mapping.report.family, mapping.report.counted_as.replace("with pooler", "no pooler"), mapped,
+                      mapping.report.ignored, mapping.report.notes)  # fmt: skip
+    return HFMapping(mapping.data | {"pooler": False}, mapping.user_keys | {"pooler": "model_type"}, report)

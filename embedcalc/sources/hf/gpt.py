@@ -59,7 +59,8 @@ def _read_gpt_bigcode(r: KeyReader) -> None:
 
 
 def _read_gpt_neo(r: KeyReader) -> None:
-    """GPTNeoForCausalLM: learned positions, q/k/v without bias, out_proj with, local layers see window_size."""
+    """GPTNeoForCausalLM: learned positions, q/k/v without bias, out_proj with, local layers see window_size (the
+    KV cache keeps every token of them: transformers' cache is full in every layer, the mask windows)."""
     _fixed(r, ("norm_placement", "pre"), ("position", "learned"), ("bias", True))
     map_biases(r, qkv=False, out=True, ffn=True)
     r.copy("vocab_size", "vocab_size")
@@ -88,7 +89,9 @@ def _read_gpt_neo(r: KeyReader) -> None:
     for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                 "summary_first_dropout"):  # fmt: skip
         r.ignore(key, "configures a double-heads model's multiple-choice head; the causal LM has none")
-    put_windows(r, types, window, window_key, types_key)
+    # GPTNeoModel builds DynamicCache(config=...): GPTNeoConfig has neither layer_types nor sliding_window, so
+    # every layer is a full cache layer and the local layers' window is only their attention mask
+    put_windows(r, types, window, window_key, types_key, full_cache=True)
 
 
 def _parallel(r: KeyReader, parallel: Any, norms: int) -> None:

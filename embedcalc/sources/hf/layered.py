@@ -125,12 +125,14 @@ def put_layout(
 
 
 def put_windows(
-    r: KeyReader, types: Any, window: Any, window_key: str, types_key: str, *, cap_at_context: bool = False
-) -> None:
+    r: KeyReader, types: Any, window: Any, window_key: str, types_key: str, *, cap_at_context: bool = False,
+    full_cache: bool = False,
+) -> None:  # fmt: skip
     """The one per-layer window mapper: ``sliding_attention`` / ``full_attention`` per layer (``types``, decided by
     ``types_key``) as ``layers`` runs of a ``local`` block with ``window`` (a window every layer shares: the default
     block's). No window, or no sliding layer, sets none; with ``cap_at_context``, neither does a window of at least
-    the context (the family's config then limits nothing)."""
+    the context (the family's config then limits nothing); ``full_cache``: the family's cache keeps every token of
+    a sliding layer (GPT-Neo)."""
     if not isinstance(types, list) or not set(types) <= {SLIDING, FULL}:
         r.problem(types_key, f"{types_key} = {types!r}: expected a list of {SLIDING} / {FULL}")
         return
@@ -149,7 +151,10 @@ def put_windows(
         return
     names = ["local" if t == SLIDING else "default" for t in types]
     note = f"{names.count('local')} sliding-window layers of {window}, {names.count('default')} global"
-    put_layout(r, names, {"local": {"attention": {"sliding_window": window}}}, ", ".join(keys), note)
+    local: dict[str, Any] = {"sliding_window": window} | ({"full_cache": True} if full_cache else {})
+    if full_cache:
+        note += "; the KV cache keeps every token of the sliding layers too"
+    put_layout(r, names, {"local": {"attention": local}}, ", ".join(keys), note)
 
 
 def put_window_layout(

@@ -181,6 +181,11 @@ OUTER_TIE: dict[str, tuple[bool, bool]] = {
 ``tie_word_embeddings: true`` of files saved before transformers 5). tests/sources/hf/test_hf_vl_text.py checks each
 against transformers' classes."""
 
+TEXT_WITHOUT_POOLER: frozenset[str] = frozenset({"grounding-dino", "mm-grounding-dino"})
+"""Multimodal model types whose modeling code builds the text encoder without its pooler
+(``AutoModel.from_config(config.text_config, add_pooling_layer=False)``: Grounding DINO's ``text_backbone``);
+tests/sources/hf/test_hf_vl_text.py derives the set from transformers' modeling sources."""
+
 FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/mllama.py)."""

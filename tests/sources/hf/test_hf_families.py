@@ -151,7 +151,7 @@ def test_kv_cache_equals_transformers_config(stem: str) -> None:
     types = getattr(c, "layer_types", None) or ["full_attention"] * layers
     window = getattr(c, "sliding_window", None) or getattr(c, "window_size", None)
     if raw["model_type"] == "gpt_neo":
-        types = ["sliding_attention" if t == "local" else "full_attention" for t in c.attention_layers]
+        types = ["full_attention"] * layers  # GPT-Neo's cache keeps every token of its local layers too
     elif window is not None and getattr(c, "layer_types", None) is None:
         types = ["sliding_attention"] * layers
     tokens = 40000
@@ -161,6 +161,29 @@ def test_kv_cache_equals_transformers_config(stem: str) -> None:
         kv_cache_bytes(mapped_config(raw), Workload(seq_len=tokens - 1, gen_tokens=1, dtype="float16"))
         == expected
     )
+
+
+@pytest.mark.torch
+def test_gpt_neo_kv_cache_is_what_transformers_caches() -> None:
+    """GPT-Neo's local layers attend to window_size keys, but transformers' cache (DynamicCache built from a config
+    with neither layer_types nor sliding_window) keeps every token: the bytes of the cache a forward fills equal
+    kv_cache_bytes, and the local layers' window still limits the causal score pairs."""
+    pytest.importorskip("torch")
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    small = dict(vocab_size=128, hidden_size=32, num_layers=4, num_heads=4, max_position_embeddings=64,
+                 attention_types=[[["global", "local"], 2]], window_size=4)  # fmt: skip
+    config = transformers.GPTNeoConfig(**small)
+    torch.manual_seed(0)
+    model = transformers.GPTNeoForCausalLM(config).eval()
+    tokens = 12
+    with torch.no_grad():
+        cache = model(torch.zeros(1, tokens, dtype=torch.long), use_cache=True).past_key_values
+    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    ours = mapped_config(config.to_dict())
+    assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float32")) == held
+    assert ours.blocks is not None and ours.blocks["local"].attention.sliding_window == 4
 
 
 # --- refusals and files as users have them ---------------------------------------------------------------------------

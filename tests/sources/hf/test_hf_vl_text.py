@@ -11,6 +11,8 @@ forward FLOPs equal ``FlopCounterMode`` on an eager build (text-only input ids).
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ from embedcalc.analysis.memory import kv_cache_bytes
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.sources.hf import map_hf_config
-from embedcalc.sources.hf.registry import OUTER_TIE
+from embedcalc.sources.hf.registry import OUTER_TIE, TEXT_WITHOUT_POOLER
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +198,42 @@ def test_glm4_moe_lite_places_moe_by_mlp_layer_types_not_first_k() -> None:
     assert count_params(mapped_config(raw | {"first_k_dense_replace": 3})).total == base
     dense_two = raw | {"mlp_layer_types": ["dense", "dense", "sparse", "sparse"]}
     assert count_params(mapped_config(dense_two)).total != base
+
+
+# --- Grounding DINO's text backbone: BERT without its pooler ---------------------------------------------------------
+
+_NO_POOLER = re.compile(r"AutoModel\.from_config\(\s*config\.text_config,\s*add_pooling_layer=False")
+
+
+def test_text_without_pooler_is_read_off_transformers_sources() -> None:
+    """TEXT_WITHOUT_POOLER is every model_type whose modeling code builds ``AutoModel.from_config(config.text_config,
+    add_pooling_layer=False)`` in the installed transformers (a new one fails here)."""
+    transformers = pytest.importorskip("transformers")
+    import importlib
+
+    root = Path(transformers.__file__).parent / "models"
+    found: set[str] = set()
+    for source in root.glob("*/modeling_*.py"):
+        if _NO_POOLER.search(source.read_text(encoding="utf-8")):
+            module = importlib.import_module(f"transformers.models.{source.parent.name}")
+            found |= {
+                cls.model_type for name in dir(module) if name.endswith("Config")
+                and "text_config" in getattr(cls := getattr(module, name), "sub_configs", {})
+            }  # fmt: skip
+    assert found == TEXT_WITHOUT_POOLER
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("wrapper", sorted(TEXT_WITHOUT_POOLER))
+def test_grounding_dino_text_backbone_has_no_pooler(transformers: Any, wrapper: str) -> None:
+    import torch
+
+    text = dict(model_type="bert", vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64)  # fmt: skip
+    config = transformers.CONFIG_MAPPING[wrapper](text_config=text)
+    with torch.device("meta"):
+        backbone = transformers.AutoModel.from_config(config.text_config, add_pooling_layer=False)
+    raw = config.to_dict()
+    mapping = map_hf_config(raw, "test")
+    assert mapping.data["pooler"] is False and "no pooler" in mapping.report.counted_as
+    assert count_params(mapped_config(raw)).total == _numel(backbone)
