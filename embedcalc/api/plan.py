@@ -133,6 +133,13 @@ def plan(
     global_batch: int | None = None,
     batch_size: int = 1,
     optimizer: Optimizer = "adamw",
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    spec_tokens: int | None = None,
+    spec_acceptance: float | None = None,
+    spec_draft_cost: float | None = None,
+    prefix_hit: float | None = None,
+    seed: int = 0,
 ) -> PlanResult:
     """Which devices, how many, with what layout, how fast and at what cost (``embedcalc plan``).
 
@@ -144,6 +151,12 @@ def plan(
     ``seq_len`` (default 4096, at most the context), fastest first, those within ``deadline_s`` before the rest.
     ``dtype`` default: the model's own (bf16 when it records none), fp16 on a device without bf16.
 
+    Serving engine (the scheduler of :mod:`embedcalc.analysis.plan.scheduler`): ``max_num_seqs`` and
+    ``max_num_batched_tokens`` (default vLLM's on each device); speculative decoding with ``spec_tokens`` draft
+    tokens per step accepted at ``spec_acceptance`` each, the draft costing ``spec_draft_cost`` × a decode step per
+    token (default one layer's share); ``prefix_hit``: the fraction of each prompt a prefix cache holds; ``seed``:
+    the open loop's Poisson arrivals.
+
     >>> import embedcalc
     >>> p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], concurrency=8)
     >>> best = p.rows[0]
@@ -154,13 +167,13 @@ def plan(
     """
     from embedcalc.analysis.checked import analyze_loaded
     from embedcalc.analysis.memory.serving import DEFAULT_UTILIZATION
+    from embedcalc.analysis.plan.advice import recommend
     from embedcalc.analysis.plan.rows import (
         DEFAULT_MAX_DEVICES,
         DEFAULT_MAX_TRAINING_DEVICES,
         MAX_DEVICES,
         Objectives,
         PlanResult,
-        recommend,
     )
 
     _check_choice("mode", mode, Literal["inference", "training"])
@@ -207,7 +220,9 @@ def plan(
     if mode == "training":
         _training_only(concurrency=concurrency, rate=rate, max_ttft=max_ttft, max_tpot=max_tpot,
                        min_tokens_per_s=min_tokens_per_s, memory_utilization=memory_utilization,
-                       kv_dtype=kv_dtype, gen_tokens=gen_tokens)  # fmt: skip
+                       kv_dtype=kv_dtype, gen_tokens=gen_tokens, max_num_seqs=max_num_seqs,
+                       max_num_batched_tokens=max_num_batched_tokens, spec_tokens=spec_tokens,
+                       spec_acceptance=spec_acceptance, prefix_hit=prefix_hit)  # fmt: skip
         if train_tokens is None:
             raise usage("mode training needs train_tokens (--train-tokens 2T): the token budget to plan for",
                          "train_tokens")  # fmt: skip
@@ -240,23 +255,68 @@ def plan(
         w = _serving_dtype(analysis.workload)
         from embedcalc.analysis.plan.serving import ServingRequest, plan_serving
 
+        engine = _engine_options(loaded.config, max_num_seqs, max_num_batched_tokens, spec_tokens,
+                                 spec_acceptance, spec_draft_cost, prefix_hit, seed)  # fmt: skip
         serve = ServingRequest(
             w, concurrency, rate, kv_dtype, memory_utilization or DEFAULT_UTILIZATION,
             Objectives(max_ttft, max_tpot, min_tokens_per_s), max_devices or DEFAULT_MAX_DEVICES,
-            dtype_fallback=fallback,
+            dtype_fallback=fallback, **engine,
         )  # fmt: skip
         rows = tuple(plan_serving(loaded.config, devices, serve))
         settings = {"workload": w.as_dict(), "concurrency": concurrency, "rate": rate, "kv_dtype": kv_dtype,
                     "memory_utilization": serve.utilization, "objectives": serve.objectives.to_json(),
-                    "max_devices": serve.max_devices}  # fmt: skip
+                    "max_devices": serve.max_devices, "max_devices_given": max_devices is not None,
+                    "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                    "speculation": None if serve.speculation is None else serve.speculation.to_json(),
+                    "prefix_hit": serve.prefix_hit, "seed": seed}  # fmt: skip
     settings["dtype_source"] = (
         "given"
         if not fallback
         else f"default: {w.dtype} (the model's own, bf16 when it records none), fp16 on devices without bf16"
     )
     return PlanResult(
-        loaded.target, mode, rows, recommend(mode, rows), settings, warnings=tuple(analysis.warnings)
+        loaded.target,
+        mode,
+        rows,
+        recommend(mode, rows, settings),
+        settings,
+        warnings=tuple(analysis.warnings),
     )
+
+
+def _engine_options(config: Any, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                    spec_tokens: int | None, spec_acceptance: float | None, spec_draft_cost: float | None,
+                    prefix_hit: float | None, seed: int) -> dict[str, Any]:  # fmt: skip
+    """The scheduler's settings, checked (usage errors name the argument and the fix)."""
+    from embedcalc.analysis.plan.steps import Speculation
+    from embedcalc.analysis.structure import stacks
+
+    _positive("max_num_seqs", max_num_seqs, integer=True)
+    _positive("max_num_batched_tokens", max_num_batched_tokens, integer=True)
+    _positive("spec_tokens", spec_tokens, integer=True)
+    for name, value, top in (("spec_acceptance", spec_acceptance, 1.0), ("prefix_hit", prefix_hit, 0.999)):
+        if value is not None and not (isinstance(value, int | float) and 0 <= value <= top):
+            raise usage(f"{name} must be a fraction in [0, {top:g}], got {value!r}; e.g. 0.7", name)
+    if spec_draft_cost is not None and not (
+        isinstance(spec_draft_cost, int | float) and 0 <= spec_draft_cost <= 1
+    ):
+        raise usage(f"spec_draft_cost must be a fraction in [0, 1] of a decode step, got {spec_draft_cost!r}",
+                    "spec_draft_cost")  # fmt: skip
+    if (spec_acceptance is not None or spec_draft_cost is not None) and spec_tokens is None:
+        raise usage("spec_acceptance / spec_draft_cost describe speculative decoding: give spec_tokens (the draft "
+                    "tokens per step) too", "spec_tokens")  # fmt: skip
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise usage(f"seed must be an integer >= 0, got {seed!r}", "seed")
+    speculation = None
+    if spec_tokens is not None:
+        if spec_acceptance is None:
+            raise usage("spec_tokens needs spec_acceptance (the probability each draft token is accepted, e.g. 0.7 "
+                        "for EAGLE or DeepSeek-V3's MTP)", "spec_acceptance")  # fmt: skip
+        layers = sum(s.num_layers for s in stacks(config))
+        draft = spec_draft_cost if spec_draft_cost is not None else 1 / max(layers, 1)
+        speculation = Speculation(spec_tokens, float(spec_acceptance), float(draft))
+    return {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+            "speculation": speculation, "prefix_hit": float(prefix_hit or 0.0), "seed": seed}  # fmt: skip
 
 
 def _serving_dtype(w: Workload) -> Workload:

@@ -105,7 +105,8 @@ def plan_command(
             "--concurrency",
             min=1,
             callback=bounded_int,
-            help="Requests in flight (closed loop). Default: as many as fit, at most 256.",
+            help="Requests in flight (closed loop), spread over the replicas. Default: as many as fit on "
+            "one replica, at most --max-num-seqs.",
         ),
     ] = None,
     rate: Annotated[
@@ -166,7 +167,8 @@ def plan_command(
             min=1,
             max=MAX_DEVICES,
             callback=bounded_int,
-            help="Devices at most per layout (default 64 serving, 1024 training; at most 2^20).",
+            help="The device budget: devices at most per plan row, replicas included (default 64 serving, "
+            "1024 training; at most 2^20).",
         ),
     ] = None,
     price_per_hour: Annotated[
@@ -220,6 +222,66 @@ def plan_command(
         ),
     ] = 1,
     optimizer: Annotated[Optimizer, typer.Option("--optimizer", help="Training: optimizer state.")] = "adamw",
+    max_num_seqs: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            min=1,
+            callback=bounded_int,
+            help="Serving engine: sequences per step at most (vLLM's; default 1024 on devices of 70 GiB "
+            "or more except the A100, else 256).",
+        ),
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-num-batched-tokens",
+            min=1,
+            callback=bounded_int,
+            help="Serving engine: tokens per step at most, chunked prefill and decodes together "
+            "(vLLM's; default 8192 where --max-num-seqs defaults to 1024, else 2048).",
+        ),
+    ] = None,
+    spec_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--spec-tokens",
+            min=1,
+            callback=bounded_int,
+            help="Speculative decoding: draft tokens per step (EAGLE, MTP, a draft model).",
+        ),
+    ] = None,
+    spec_acceptance: Annotated[
+        float | None,
+        typer.Option(
+            "--spec-acceptance",
+            metavar="A",
+            help="Speculative decoding: probability each draft token is accepted (0-1).",
+        ),
+    ] = None,
+    spec_draft_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--spec-draft-cost",
+            metavar="F",
+            help="Speculative decoding: one draft token's cost as a fraction of a decode step "
+            "(default one layer's share: an MTP module or EAGLE head is one layer).",
+        ),
+    ] = None,
+    prefix_hit: Annotated[
+        float | None,
+        typer.Option(
+            "--prefix-hit",
+            metavar="F",
+            help="Fraction of each prompt found in the prefix cache (0-1): not prefilled again.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            "--seed", min=0, help="Seed of the Poisson arrivals of --rate (same seed, same numbers)."
+        ),
+    ] = 0,
     top: Annotated[int, typer.Option("--top", min=0, help="Table: show the best N layouts (0: all).")] = 20,
     overrides: SetOption = None,
     format: Annotated[
@@ -228,11 +290,12 @@ def plan_command(
 ) -> None:
     """Which devices, how many, with what parallel layout, how fast and at what cost — serving or training.
 
-    Serving (default): every catalogue device (or --hardware) × tensor-parallel degree (× pipeline stages when one
-    node is not enough): weights and KV per device, the most sequences that fit (paged KV, --memory-utilization,
-    activation workspace), tokens/s, TTFT and TPOT at --concurrency or --rate under continuous batching, and the
-    cost per hour and per million output tokens. Layouts that fit and meet --max-ttft/--max-tpot/--min-tokens-per-s
-    come first, cheapest first; the others say why in the status column.
+    Serving (default): every catalogue device (or --hardware) × layout (tensor-parallel degrees; attention
+    data-parallel + expert-parallel for MoE models; pipeline stages when one node is not enough) × replicas within
+    --max-devices: weights and KV per device, the most sequences that fit (paged KV, --memory-utilization,
+    activation workspace), tokens/s, TTFT and TPOT (means; p50/p90/p99 in JSON) at --concurrency or --rate from a
+    continuous-batching scheduler, and the cost per hour and per million output tokens. Layouts that fit and meet
+    --max-ttft/--max-tpot/--min-tokens-per-s come first, cheapest first; the others say why in the status column.
 
     Training (--mode training --train-tokens 2T [--deadline 30d]): device × count × (TP, PP, DP, ZeRO, recompute)
     layouts whose memory fits, with wall time, device-hours and cost, fastest first.
@@ -248,6 +311,8 @@ def plan_command(
         max_devices=max_devices, price_per_hour=_prices(price_per_hour), memory_utilization=memory_utilization,
         max_ttft=max_ttft, max_tpot=max_tpot, min_tokens_per_s=min_tokens_per_s, train_tokens=train_tokens,
         deadline_s=_deadline(deadline), global_batch=global_batch, batch_size=batch_size, optimizer=optimizer,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, spec_tokens=spec_tokens,
+        spec_acceptance=spec_acceptance, spec_draft_cost=spec_draft_cost, prefix_hit=prefix_hit, seed=seed,
     )  # fmt: skip
     output.warn(list(result.warnings), result.target)
     _render(result, format, top)

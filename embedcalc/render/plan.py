@@ -91,7 +91,7 @@ def _default_load(settings: dict[str, Any]) -> str:
         if objectives.get(key)
     ]
     within = f" within {' and '.join(latency)}" if latency else ""
-    return f"as many in flight as fit{within} (at most 256)"
+    return f"as many in flight as fit{within} (at most the engine's max-num-seqs)"
 
 
 def _caption(result: PlanResult) -> str:
@@ -129,7 +129,7 @@ def _shown(result: PlanResult, top: int) -> tuple[list[Any], list[tuple[Any, str
     folded: list[tuple[Any, str]] = []
     for _, group in sorted(out.items(), key=lambda item: item[0]):
         group.sort(key=lambda r: r.layout.devices)
-        if all(r.layout.pp == 1 for r in group):
+        if all(r.layout.pp == 1 and r.layout.ep == 1 and r.layout.replicas == 1 for r in group):
             label = "TP " + ", ".join(str(r.layout.tp) for r in group)
         else:
             label = ", ".join(r.layout.label for r in group)

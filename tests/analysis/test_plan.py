@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 import embedcalc
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.memory.serving import max_concurrency, paged_tokens, serving_memory
-from embedcalc.analysis.plan.queue import closed_loop, open_loop
 from embedcalc.analysis.plan.rows import (
     PlanResult,
     ServingRow,
@@ -52,10 +51,10 @@ def test_done_when_70b_lists_h100_tp4_tp8_and_h200_tp2(llama70b: PlanResult) -> 
         t = row.times
         assert row.max_concurrency >= 32 and t.concurrency == 32
         assert t.tokens_per_s > 0 and t.ttft_s > 0 and t.tpot_s > 0
-    # h100-sxm at TP 2 holds the weights but not the KV of 32 sequences: the reason gives the most that fit
+    # h100-sxm at TP 2 holds the weights but not the KV of 32 sequences: replicas share the load (issue 35)
     tp2 = _row(llama70b, "h100-sxm", 2)
-    assert not tp2.ok and tp2.reasons[0].startswith("KV for 32 sequences does not fit: at most ")
-    assert str(tp2.max_concurrency) in tp2.reasons[0]
+    assert tp2.max_concurrency < 32 and tp2.layout.replicas == -(-32 // tp2.max_concurrency)
+    assert tp2.layout.devices == 2 * tp2.layout.replicas and tp2.times.batch == -(-32 // tp2.layout.replicas)
 
 
 def test_done_when_l4_and_t4_single_node_layouts_are_out_for_memory(llama70b: PlanResult) -> None:
@@ -83,7 +82,9 @@ def test_every_listed_layout_fits_by_analyzes_memory_model(llama70b: PlanResult)
                      parallel=Parallelism(tp=row.layout.tp, pp=row.layout.pp))  # fmt: skip
         one = estimate_memory(config, w)  # analyze's memory of one sequence on this layout
         assert m.weights_bytes == one.weights_bytes
-        assert m.kv_cache_bytes == 32 * one.kv_cache_bytes  # 2048 + 256 is a whole number of 16-token blocks
+        # each engine holds its share of the 32 in flight (2048 + 256 is a whole number of 16-token blocks)
+        assert m.kv_cache_bytes == row.times.batch * one.kv_cache_bytes
+        assert row.times.batch * row.times.engines >= 32 > (row.times.batch - 1) * row.times.engines
         assert m.kv_paging_bytes == 0
 
 
@@ -135,60 +136,35 @@ def test_done_when_objectives_mark_the_figure_that_misses() -> None:
         assert any(" > " in reason for reason in row.reasons)
 
 
-def test_concurrency_default_is_as_many_as_fit_up_to_256() -> None:
+def test_concurrency_default_is_as_many_as_fit_up_to_the_engines_max_num_seqs() -> None:
     p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm", "l4"])
     for row in p.rows:
-        if row.times is not None:
-            assert row.times.concurrency == min(row.max_concurrency, 256)
+        if row.times is not None:  # vLLM's defaults: 1024 on an H100 (80 GB), 256 on an L4 (24 GB)
+            cap = 1024 if row.layout.device == "h100-sxm" else 256
+            assert row.times.concurrency == min(row.max_concurrency, cap)
+            assert row.times.engine.max_num_seqs == cap
 
 
 def test_without_a_load_latency_objectives_cap_the_sequences_in_flight() -> None:
     p = embedcalc.plan("llama-3.1-70b", max_tpot=0.03, hardware=["h100-sxm", "h200", "l4"])
     served = [r for r in p.rows if r.times is not None]
-    capped = [r for r in served if r.ok and r.times.concurrency < min(r.max_concurrency, 256)]
+    capped = [r for r in served if r.ok and r.times.concurrency < min(r.max_concurrency, 1024)]
     assert capped  # some layout serves fewer than fit, to stay within the TPOT objective
     for row in served:
-        assert row.times.concurrency <= min(row.max_concurrency, 256)
+        assert row.times.concurrency <= min(row.max_concurrency, row.times.engine.max_num_seqs)
         assert row.memory.concurrency == row.times.concurrency
         assert row.ok == (row.times.tpot_s <= 0.03)
         if not row.ok:  # not even one sequence meets it
             assert row.times.concurrency == 1
 
 
-def test_rate_is_sustained_with_the_smallest_batch_that_keeps_up() -> None:
+def test_a_rate_is_served_at_that_rate() -> None:
     p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], rate=2.0)
     row = p.rows[0]
-    assert row.ok and row.times.tokens_per_s == pytest.approx(2.0 * 256)
+    assert row.ok and row.times.tokens_per_s == pytest.approx(2.0 * 256, rel=0.15)  # Poisson: a sample
     assert row.memory.concurrency == row.times.batch <= row.max_concurrency
     too_fast = embedcalc.plan("llama-3.1-8b", hardware=["l4"], rate=1e6)
     assert not too_fast.ok and all("rate" in r.reasons[0] for r in too_fast.rows if r.memory is not None)
-
-
-# --- the queue model ----------------------------------------------------------------------------------------------
-
-
-def test_closed_loop_identities() -> None:
-    one = closed_loop(0.5, 0.01, 1, 100)
-    assert one.ttft_s == 0.5 and one.tpot_s == pytest.approx(0.01)  # alone: nothing to wait for
-    assert one.latency_s == pytest.approx(0.5 + 100 * 0.01)
-    many = closed_loop(0.2, 0.02, 64, 128)
-    assert many.requests_per_s * many.latency_s == pytest.approx(64)  # Little's law
-    assert many.tokens_per_s == pytest.approx(128 * many.requests_per_s)
-    assert many.ttft_s == 0.2  # 64/128 < 1 request finishes per decode step: no queue of prefills
-    assert many.ttft_s + 128 * many.tpot_s == pytest.approx(many.latency_s)
-    queued = closed_loop(0.2, 0.02, 256, 64)  # 4 requests finish per step: the prefills queue
-    assert queued.ttft_s == pytest.approx(0.2 * (1 + (4 - 1) / 2))
-
-
-def test_open_loop_identities() -> None:
-    t = open_loop(0.1, lambda n: 0.01 + 1e-4 * n, 2.0, 100, 512)
-    assert t is not None and t.tokens_per_s == pytest.approx(200)
-    busy = 2.0 * 0.1
-    assert t.batch * (1 - busy) >= 2.0 * 100 * (0.01 + 1e-4 * t.batch)
-    assert (t.batch - 1) * (1 - busy) < 2.0 * 100 * (0.01 + 1e-4 * (t.batch - 1))
-    assert t.tpot_s == pytest.approx(t.decode_step_s / (1 - busy))
-    assert open_loop(0.1, lambda n: 0.01, 10.0, 100, 512) is None  # prefill alone fills the engine
-    assert open_loop(0.01, lambda n: 0.01, 50.0, 100, 8) is None  # needs more sequences than fit
 
 
 # --- serving memory -----------------------------------------------------------------------------------------------
@@ -340,7 +316,6 @@ def test_done_when_default_table_shows_why_l4_and_t4_are_out(llama70b: PlanResul
     assert lines[("l4", "TP 1, 2, 4")].startswith("weights do not fit")
     assert lines[("t4", "TP 1, 2, 4, 8")].startswith("weights do not fit")
     assert lines[("h100-sxm", "TP 1")].startswith("weights do not fit")
-    assert lines[("h100-sxm", "TP 2")].startswith("KV for 32 sequences does not fit")
     result = runner.invoke(app, ["plan", "llama-3.1-70b", "--seq-len", "2048", "--gen-tokens", "256",
                                  "--concurrency", "32"], env={"COLUMNS": "220"})  # fmt: skip
     assert result.exit_code == 0

@@ -13,17 +13,28 @@ replicated); pipeline stages across nodes; data parallelism for the rest. Both a
 the whole node) only where they are needed: serving when one node does not hold the model and the load, training
 (DP in powers of two) doubling PP ∈ {2, 4, ...} until the layout fits. Per training layout, the first ZeRO stage
 and recompute level that make it fit (recompute none before selective before full; ZeRO 1, Megatron's
-distributed optimizer, before 2 before 3; no ZeRO without DP). ``--max-devices`` bounds the count. Expert
-parallelism is not searched (ep 1).
+distributed optimizer, before 2 before 3; no ZeRO without DP).
 
-**Serving under continuous batching**: the queue model (closed loop ``--concurrency``, open loop ``--rate``) is
-:mod:`embedcalc.analysis.plan.queue`'s; a request is a prefill of P prompt tokens and G decode steps, T_p and
-T_d(B) ``analyze``'s ``prefill_s`` at batch 1 and ``decode_s_per_token_mean`` at batch B.
+**Serving rows are a layout × a replica count within the device budget** (``--max-devices``): R independent
+copies of a TP × PP group, the load spread evenly (the busiest engine holds ceil(C / engines) of the C in flight,
+a rate is split R ways); for each layout the fewest replicas that meet every objective (the throughput per device
+falls as the load spreads, so the fewest is the cheapest), else the most the budget allows, with what it misses.
+For mixture-of-experts models the search adds **attention data-parallel + expert-parallel** groups of 2, 4 or 8
+devices (:mod:`embedcalc.analysis.plan.expert_parallel`): each rank holds the whole attention and its own requests'
+KV, the routed experts are spread over the ranks. KV capacity is what each rank really holds: under TP an MLA
+model's compressed latent is on every rank (``analyze``'s memory model), under attention DP once per request.
 
-With neither ``--concurrency`` nor ``--rate``, each layout serves as many sequences as fit, at most
-``DEFAULT_MAX_SEQS`` = 256 (vLLM's ``--max-num-seqs``); with ``--max-ttft``/``--max-tpot``, the most of those whose
-TTFT and TPOT still meet them (both grow with the sequences in flight), so a row says what load the layout serves
-within the objectives.
+**Serving under continuous batching**: latency under load comes from the scheduler of
+:mod:`embedcalc.analysis.plan.scheduler` (token budget per step, chunked prefill mixed with decodes, admission by
+KV blocks, preemption, closed loop ``--concurrency`` or open loop ``--rate``), stepped with the per-step times of
+:mod:`embedcalc.analysis.plan.steps` (T_p ``analyze``'s ``prefill_s`` at batch 1, T_d(B) its
+``decode_s_per_token_mean`` at batch B). A row's TTFT, TPOT and latency are the scheduler's means (p50/p90/p99 in
+the JSON); ``prefill_s`` and ``decode_step_s`` (at the busiest engine's batch) are ``analyze``'s own numbers.
+
+With neither ``--concurrency`` nor ``--rate``, each engine serves as many sequences as fit, at most its
+``max_num_seqs`` (vLLM's default on the device: 1024 on devices of 70 GiB or more other than the A100, else 256);
+with ``--max-ttft``/``--max-tpot``, the most of those whose TTFT and TPOT still meet them (both grow with the
+sequences in flight), so a row says what load the layout serves within the objectives.
 
 Memory is judged as servers do (:mod:`embedcalc.analysis.memory.serving`: ``--memory-utilization``, paged KV in
 blocks of 16 tokens, the activation workspace); the times are the time model's, so they carry its assumptions
@@ -50,11 +61,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from embedcalc.analysis.plan.queue import ServingTimes
-from embedcalc.units import amount, dollars, seconds
+from embedcalc.units import amount, seconds
 
 NODE_DEVICES = 8  # devices per node: HGX/DGX H100/H200/B200, MI300X platforms; TP stays inside one
-DEFAULT_MAX_SEQS = 256  # vLLM's default --max-num-seqs
 DEFAULT_MAX_DEVICES = 64
 DEFAULT_MAX_TRAINING_DEVICES = 1024
 MAX_DEVICES = 1 << 20  # beyond the largest clusters built (~10^5 accelerators); bounds the training search
@@ -67,23 +76,47 @@ class Layout:
     device: str
     tp: int = 1
     pp: int = 1
-    dp: int = 1
+    dp: int = 1  # training: data-parallel replicas; serving: attention data-parallel ranks of one EP group
     zero: int = 0
     recompute: Literal["none", "selective", "full"] = "none"
+    ep: int = 1  # serving: expert-parallel ranks (the routed experts spread over the dp ranks)
+    replicas: int = 1  # serving: independent copies of the layout, the load spread evenly over them
+    disaggregated: tuple[int, int] | None = (
+        None  # serving: (prefill, decode) replicas of a disaggregated pool
+    )
 
     @property
-    def devices(self) -> int:
+    def replica_devices(self) -> int:
+        """Devices of one replica."""
         return self.tp * self.pp * self.dp
 
     @property
+    def devices(self) -> int:
+        if self.disaggregated is not None:
+            return self.replica_devices * sum(self.disaggregated)
+        return self.replica_devices * self.replicas
+
+    @property
     def label(self) -> str:
-        parts = [f"TP {self.tp}"] + ([f"PP {self.pp}"] if self.pp > 1 else [])
-        parts += [f"DP {self.dp}"] if self.dp > 1 else []
-        return " · ".join(parts)
+        if self.ep > 1:
+            parts = [
+                f"DP {self.dp} · EP {self.ep}"
+                if self.tp == 1
+                else f"TP {self.tp} · DP {self.dp} · EP {self.ep}"
+            ]
+        else:
+            parts = [f"TP {self.tp}"] + ([f"DP {self.dp}"] if self.dp > 1 else [])
+        parts += [f"PP {self.pp}"] if self.pp > 1 else []
+        text = " · ".join(parts)
+        if self.disaggregated is not None:
+            return f"{self.disaggregated[0]}P{self.disaggregated[1]}D × ({text})"
+        return f"{self.replicas} × ({text})" if self.replicas > 1 else text
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "devices": self.devices, "tp": self.tp, "pp": self.pp, "dp": self.dp,
-                "zero": self.zero, "recompute": self.recompute}  # fmt: skip
+                "ep": self.ep, "replicas": self.replicas, "zero": self.zero, "recompute": self.recompute,
+                "disaggregated": None if self.disaggregated is None else
+                {"prefill_replicas": self.disaggregated[0], "decode_replicas": self.disaggregated[1]}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -98,6 +131,36 @@ class Price:
 
 
 # --- serving times under continuous batching --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingTimes:
+    """A serving layout under its load: the scheduler's figures (:mod:`embedcalc.analysis.plan.scheduler`) for
+    one engine (a replica, or one attention-DP rank), and the whole layout's throughput."""
+
+    concurrency: float  # requests in flight over the whole layout (the mean running for a rate)
+    batch: int  # requests in flight on one engine (the busiest: ceil of the even split)
+    engines: int  # engines the load is spread over (replicas × attention-DP ranks)
+    prefill_s: float  # T_p: analyze's prefill_s of one prompt (the computed tokens)
+    decode_step_s: float  # T_d(batch): analyze's decode_s_per_token_mean at batch ``batch``
+    ttft_s: float  # means over the measured requests
+    tpot_s: float
+    tokens_per_s: float  # output tokens per second, the whole layout
+    requests_per_s: float
+    latency_s: float
+    load: Any = None  # the scheduler's Load (percentiles, queue, preemptions)
+    engine: Any = None  # the scheduler's Engine limits
+    kv_transfer_s: float = 0.0  # disaggregated: the KV cache of one prompt over the link
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency, "batch": self.batch, "engines": self.engines,
+            "prefill_s": self.prefill_s, "decode_step_s": self.decode_step_s, "ttft_s": self.ttft_s,
+            "tpot_s": self.tpot_s, "tokens_per_s": self.tokens_per_s, "requests_per_s": self.requests_per_s,
+            "latency_s": self.latency_s, "kv_transfer_s": self.kv_transfer_s,
+            "scheduler": None if self.load is None else self.load.to_json(),
+            "engine": None if self.engine is None else self.engine.to_json(),
+        }  # fmt: skip
 
 
 # --- rows ---------------------------------------------------------------------------------------------------------
@@ -252,79 +315,6 @@ class PlanResult:
             "layouts_ok": sum(r.ok for r in self.rows), "layouts": [r.to_json() for r in self.rows],
             "warnings": [w.as_dict() for w in self.warnings],
         }  # fmt: skip
-
-
-def _money(value: float | None) -> str:
-    return "no price" if value is None else dollars(value)
-
-
-def _where(layout: Layout, dtype: str) -> str:
-    return f"{layout.devices} × {layout.device} ({layout.label}, {dtype})"
-
-
-def _serving_line(rows: tuple[ServingRow, ...]) -> str:
-    ok = [r for r in rows if r.ok]
-    if ok:
-        best, t = ok[0], ok[0].times
-        assert t is not None
-        cost = best.cost_per_million_tokens
-        price = (
-            f"{_money(cost)} per million output tokens"
-            if cost is not None
-            else f"no price for {best.layout.device} (--price-per-hour {best.layout.device}=P for the cost)"
-        )
-        return (f"Serve on {_where(best.layout, best.dtype)}: {price}, {amount(t.tokens_per_s)} tokens/s, TTFT "
-                f"{seconds(t.ttft_s)}, TPOT {seconds(t.tpot_s)} at {t.concurrency:,.3g} in flight")  # fmt: skip
-    served = [r for r in rows if r.times is not None]
-    if served:
-        near = served[0]
-        return (f"No layout meets every objective; the cheapest that fits, {_where(near.layout, near.dtype)}, "
-                f"misses: {'; '.join(near.reasons)}. Relax the objective, lower --concurrency/--rate, or allow "
-                "more devices (--max-devices)")  # fmt: skip
-    if rows and all(r.memory is None for r in rows):  # no device planned runs the dtype
-        return "No device planned runs this dtype: " + "; ".join(r.reasons[0] for r in rows if r.reasons)
-    return ("No layout holds the model and the load: " + (rows[0].reasons[0] if rows and rows[0].reasons else "no "
-            "layout to evaluate") + ". Allow more devices (--max-devices), lower --concurrency, --seq-len or "
-            "--gen-tokens, or hold less (--dtype int8, --kv-dtype fp8, --memory-utilization 0.95)")  # fmt: skip
-
-
-def _training_line(rows: tuple[TrainingRow, ...]) -> str:
-    ok = [r for r in rows if r.ok]
-    if ok:
-        fastest = ok[0]
-        cheapest = min(ok, key=lambda r: (r.cost if r.cost is not None else math.inf, r.device_hours or 0.0))
-
-        def line(r: TrainingRow) -> str:
-            cost = f", {_money(r.cost)}" if r.cost is not None else ""
-            return (f"{_where(r.layout, r.dtype)} in {seconds(r.wall_s or 0.0)}, {amount(r.device_hours or 0.0)} "
-                    f"device-hours{cost}")  # fmt: skip
-
-        text = f"Fastest: {line(fastest)}"
-        return text if cheapest is fastest else f"{text}; cheapest: {line(cheapest)}"
-    fits = [r for r in rows if r.fits]
-    if fits:
-        near = fits[0]
-        wall, deadline = near.wall_s or 0.0, near.deadline_s or 1.0
-        # throughput scales at best linearly with the replicas: the fewest devices that could meet it, in powers of 2
-        needed = 1 << max(0, math.ceil(math.log2(near.layout.devices * wall / deadline)))
-        return (f"No layout meets the deadline; the fastest, {_where(near.layout, near.dtype)}, takes "
-                f"{seconds(wall)} ({seconds(wall - deadline)} over). Allow at least {needed:,} devices "
-                f"(--max-devices {needed}), extend --deadline to {seconds(wall)}, or train on fewer "
-                "tokens")  # fmt: skip
-    if rows and all(r.memory_bytes is None and r.reasons and "peak" in r.reasons[0] for r in rows):
-        return "No device planned runs this dtype: " + "; ".join(r.reasons[0] for r in rows)
-    return (
-        "No training layout fits in memory: "
-        + (rows[0].reasons[0] if rows and rows[0].reasons else "no layout to evaluate")
-        + ". Allow more devices (--max-devices), a shorter --seq-len or a smaller --batch-size"
-    )
-
-
-def recommend(mode: str, rows: tuple[ServingRow, ...] | tuple[TrainingRow, ...]) -> str:
-    """The one line on top: the best layout, or why none and what to change."""
-    if mode == "training":
-        return _training_line(rows)  # type: ignore[arg-type]
-    return _serving_line(rows)  # type: ignore[arg-type]
 
 
 # --- durations and sizes in messages ------------------------------------------------------------------------------

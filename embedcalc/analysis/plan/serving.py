@@ -1,16 +1,17 @@
-"""The serving search of ``plan``: every device × tensor-parallel degree (× pipeline stages when one node is not
-enough), each evaluated with ``analyze``'s own functions — serving memory
-(:func:`~embedcalc.analysis.memory.serving.serving_memory`) and the prefill and decode-step times
-(:func:`~embedcalc.analysis.time.estimate.estimate_time`) — and the queue model of
-:mod:`embedcalc.analysis.plan.rows`. The conventions are stated once, there.
+"""The serving search of ``plan``: every device × layout (TP degrees within a node; pipeline stages when one node
+is not enough; attention data-parallel + expert-parallel for MoE models) × replica count within the device budget,
+each evaluated with ``analyze``'s own functions — serving memory
+(:func:`~embedcalc.analysis.memory.serving.serving_memory`), the step times
+(:func:`~embedcalc.analysis.time.estimate.estimate_time`, :mod:`.steps`) — and the continuous-batching scheduler
+of :mod:`.scheduler`. The conventions are stated once, in :mod:`embedcalc.analysis.plan.rows`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from embedcalc.analysis.memory.capacity_search import largest
 from embedcalc.analysis.memory.serving import (
     DEFAULT_UTILIZATION,
     ServingMemory,
@@ -18,15 +19,10 @@ from embedcalc.analysis.memory.serving import (
     serving_memory,
 )
 from embedcalc.analysis.parallel import parallel_problems
-from embedcalc.analysis.plan.queue import ServingTimes, closed_loop, open_loop
-from embedcalc.analysis.plan.rows import (
-    DEFAULT_MAX_SEQS,
-    NODE_DEVICES,
-    Layout,
-    Objectives,
-    Price,
-    ServingRow,
-)
+from embedcalc.analysis.plan.expert_parallel import has_routed_experts, num_experts, rank_times
+from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price, ServingRow, ServingTimes
+from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.steps import Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
@@ -38,7 +34,7 @@ from embedcalc.units import binary_bytes
 
 @dataclass(frozen=True)
 class ServingRequest:
-    """The workload to serve and what the layouts must reach."""
+    """The workload to serve, the engine's settings and what the layouts must reach."""
 
     workload: (
         Workload  # seq_len: the prompt, gen_tokens: the output, dtype; its batch size and layout are ignored
@@ -50,6 +46,11 @@ class ServingRequest:
     objectives: Objectives = field(default_factory=Objectives)
     max_devices: int = 64
     dtype_fallback: bool = False  # the dtype was not given: fp16 where a device has no bf16 peak
+    max_num_seqs: int | None = None  # None: vLLM's default on the device (scheduler.default_engine)
+    max_num_batched_tokens: int | None = None
+    speculation: Speculation | None = None
+    prefix_hit: float = 0.0  # fraction of each prompt found in the prefix cache
+    seed: int = 0  # the open loop's arrivals
 
 
 def device_dtype(device: Device, w: Workload, fallback: bool) -> Workload:
@@ -65,10 +66,17 @@ def tp_degrees(config: ResolvedShape, most: int) -> list[int]:
     return [t for t in range(1, most + 1) if not parallel_problems(config, Parallelism(tp=t))[0]]
 
 
-def _time(config: ResolvedShape, w: Workload, device: Device, request: ServingRequest) -> RooflineEstimate:
-    """``analyze``'s time estimate for ``w`` on ``device`` (the same call its --hardware makes)."""
-    # the time model's defaults, as analyze without --efficiency: the same call, the same numbers
-    return estimate_time(config, w, TimeRequest(device=device, kv_dtype=request.kv_dtype))
+def ep_degrees(config: ResolvedShape, most: int) -> list[int]:
+    """Attention-DP × EP degrees within a node that ``analyze`` accepts (the experts divide evenly)."""
+    if not has_routed_experts(config):
+        return []
+    experts = num_experts(config) or 1
+    out = []
+    for n in (2, 4, 8, 16):
+        fits = n <= most and n <= NODE_DEVICES and experts % n == 0
+        if fits and not parallel_problems(config, Parallelism(dp=n, ep=n))[0]:
+            out.append(n)
+    return out
 
 
 def no_peak(device: Device, w: Workload) -> str | None:
@@ -93,109 +101,219 @@ def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
     return None
 
 
-def _latency_met(objectives: Objectives, t: ServingTimes) -> bool:
-    return (objectives.max_ttft_s is None or t.ttft_s <= objectives.max_ttft_s) and (
-        objectives.max_tpot_s is None or t.tpot_s <= objectives.max_tpot_s
+@dataclass(frozen=True)
+class Unit:
+    """One engine of a layout on a device (a TP × PP replica, or one attention-DP rank of an EP group): its
+    workload, the most sequences that fit, its step costs and its scheduler limits."""
+
+    config: ResolvedShape
+    device: Device
+    layout: Layout
+    w: Workload
+    ranks: int  # engines per replica (attention-DP ranks; 1 without)
+    most: int | None  # the most sequences of the full length whose KV fits (per engine)
+    cost: StepCost
+    engine: Engine
+    decode: Callable[[int], float]
+    paged_tokens: int
+
+    @property
+    def kv_tokens(self) -> float:
+        """The KV cache's capacity in tokens: the most full-length sequences that fit × their paged tokens."""
+        return math.inf if self.most is None else float(self.most * self.paged_tokens)
+
+    @property
+    def cap(self) -> int:
+        """The most sequences the engine runs: the KV limit and max_num_seqs."""
+        return self.engine.max_num_seqs if self.most is None else min(self.most, self.engine.max_num_seqs)
+
+
+def _estimate(
+    config: ResolvedShape, device: Device, kv_dtype: str | None
+) -> Callable[[Workload], RooflineEstimate]:
+    def call(w: Workload) -> RooflineEstimate:  # analyze's call without --efficiency: the same numbers
+        return estimate_time(config, w, TimeRequest(device=device, kv_dtype=kv_dtype))
+
+    return call
+
+
+def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
+               price: Price | None) -> Unit | ServingRow:  # fmt: skip
+    """The engine of ``layout`` on ``device``, or the row saying why it does not hold the model."""
+    w = replace(
+        request.workload, parallel=Parallelism(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
+    )
+    w = device_dtype(device, w, request.dtype_fallback)
+    usable = int(device.memory * request.utilization)
+    most = max_concurrency(config, w, usable, request.kv_dtype)
+    if most == 0:
+        memory = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
+        reason = _memory_reason(memory, 1) or "the weights and one prompt's workspace do not fit"
+        return ServingRow(layout, price, w.dtype, memory, most, reasons=(reason,))
+    defaults = default_engine(device.memory, device.name)
+    engine = Engine(request.max_num_seqs or defaults.max_num_seqs,
+                    request.max_num_batched_tokens or defaults.max_num_batched_tokens)  # fmt: skip
+    prompt = computed_prompt(w.seq_len, request.prefix_hit)
+    timed = replace(w, seq_len=prompt) if prompt != w.seq_len else w
+    estimate = _estimate(config, device, request.kv_dtype)
+    if layout.ep > 1:
+        decode, prefill = rank_times(config, timed, device, layout.dp, estimate)
+    else:
+
+        def decode(n: int) -> float:  # analyze's mean decode step at batch n over the generation
+            return estimate(replace(w, batch_size=n)).decode_s_per_token_mean or 0.0
+
+        prefill = estimate(replace(timed, batch_size=1, gen_tokens=0)).prefill_s or 0.0
+    cap = engine.max_num_seqs if most is None else min(most, engine.max_num_seqs)
+    cost = StepCost.build(decode, prefill, prompt, max(cap, 1), request.speculation)
+    probe = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
+    return Unit(config, device, layout, w, layout.dp if layout.ep > 1 else 1, most, cost, engine, decode,
+                max(probe.paged_tokens_per_sequence, 1))  # fmt: skip
+
+
+def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, per_engine: int | None = None
+          ) -> ServingRow:  # fmt: skip
+    """``replicas`` copies of ``u``'s layout under the request's load, or ``per_engine`` in flight on each
+    engine (neither a concurrency nor a rate asked for)."""
+    layout = replace(u.layout, replicas=replicas)
+    engines = replicas * u.ranks
+    w = u.w
+    if per_engine is not None:
+        c, total = per_engine, per_engine * engines
+    elif request.concurrency is not None:
+        c, total = -(-request.concurrency // engines), request.concurrency
+    else:
+        c, total = 0, 0
+    memory = serving_memory(u.config, w, max(c, 1), u.device.memory, request.utilization, request.kv_dtype,
+                            most=u.most)  # fmt: skip
+    if c and u.most is not None and c > u.most:
+        reason = _memory_reason(memory, c) or f"KV for {c} sequences does not fit: at most {u.most}"
+        if layout.tp > 1 and _latent(u.config):
+            reason += ("; MLA's compressed KV is replicated on every TP rank (attention data-parallel holds each "
+                       "request's once)")  # fmt: skip
+        return ServingRow(layout, price, w.dtype, memory, u.most, reasons=(reason,))
+    g = max(w.gen_tokens, 1)
+    if c:
+        load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, concurrency=c, seed=request.seed)
+        scale = total / c  # the engines, the busiest holding c of the total
+    else:
+        assert request.rate is not None
+        load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, rate=request.rate / engines,
+                        seed=request.seed)  # fmt: skip
+        scale = float(engines)
+        if not load.sustained or load.requests_per_s < 0.9 * request.rate / engines:
+            why = (f"rate {request.rate:g}/s exceeds what {engines} engine(s) of at most {u.cap} sequences "
+                   "sustain (the queue grows without bound)")  # fmt: skip
+            return ServingRow(layout, price, w.dtype, memory, u.most, reasons=(why,))
+    batch = c or max(1, min(u.cap, math.ceil(load.mean_running)))
+    in_flight = float(total) if total else load.requests_per_s * load.e2e.mean * engines  # Little's law
+    times = ServingTimes(in_flight, batch, engines, u.cost.prefill_s, u.decode(batch), load.ttft.mean,
+                         load.tpot.mean, load.tokens_per_s * scale, load.requests_per_s * scale, load.e2e.mean,
+                         load, u.engine)  # fmt: skip
+    if batch != max(c, 1):
+        memory = serving_memory(u.config, w, batch, u.device.memory, request.utilization, request.kv_dtype,
+                                most=u.most)  # fmt: skip
+    return ServingRow(layout, price, w.dtype, memory, u.most, times, tuple(request.objectives.misses(times)))
+
+
+def _latent(config: ResolvedShape) -> bool:
+    return any(b.attention is not None and b.attention.kind == "mla" for b in config.named_blocks.values())
+
+
+def _most_meeting(u: Unit, request: ServingRequest, price: Price | None) -> ServingRow:
+    """Neither a concurrency nor a rate: as many in flight as the engine runs (the KV limit, max_num_seqs), or
+    with latency objectives the most whose TTFT and TPOT still meet them (both grow with the load)."""
+    top = serve(u, request, 1, price, per_engine=u.cap)
+    o = request.objectives
+    if (o.max_ttft_s is None and o.max_tpot_s is None) or _latency_met(o, top):
+        return top
+    lo, hi, best = 1, u.cap - 1, None
+    while lo <= hi:  # the largest that meets them
+        mid = (lo + hi) // 2
+        row = serve(u, request, 1, price, per_engine=mid)
+        if _latency_met(o, row):
+            best, lo = row, mid + 1
+        else:
+            hi = mid - 1
+    return best or serve(u, request, 1, price, per_engine=1)
+
+
+def _latency_met(o: Objectives, row: ServingRow) -> bool:
+    t = row.times
+    return (
+        t is not None
+        and (o.max_ttft_s is None or t.ttft_s <= o.max_ttft_s)
+        and (o.max_tpot_s is None or t.tpot_s <= o.max_tpot_s)
     )
 
 
-def _times(
-    config: ResolvedShape, w: Workload, device: Device, request: ServingRequest, batch: int, most: int
-) -> ServingTimes | None:
-    """The serving times at ``batch`` in flight (or at ``request.rate``). Without a load asked for and with a
-    latency objective, the most sequences up to ``batch`` whose TTFT and TPOT still meet it (both grow with the
-    batch); none does: one."""
-    # the prefill of one prompt: analyze's prefill_s at batch 1 (which the generated tokens do not change)
-    one = replace(w, batch_size=1, gen_tokens=0)
-    prefill: float = _time(config, one, device, request).to_json()["prefill_s"]
-
-    def step(n: int) -> float:  # analyze's mean decode step at batch n over the generation
-        mean: float = _time(config, replace(w, batch_size=n), device, request).to_json()[
-            "decode_s_per_token_mean"
-        ]
-        return mean
-
-    if request.rate is not None:
-        return open_loop(prefill, step, request.rate, w.gen_tokens, most)
-    objectives = request.objectives
-    if request.concurrency is None and (
-        objectives.max_ttft_s is not None or objectives.max_tpot_s is not None
-    ):
-
-        def meets(c: int) -> bool:
-            return _latency_met(objectives, closed_loop(prefill, step(c), c, w.gen_tokens))
-
-        if meets(batch):
-            pass
-        elif not meets(1):
-            batch = 1
+def _replicated(u: Unit, request: ServingRequest, price: Price | None) -> ServingRow:
+    """The fewest replicas within the device budget that meet every objective (throughput per device falls as the
+    load spreads: the fewest is the cheapest); none does: the most replicas the budget allows, with its misses."""
+    most_replicas = max(1, request.max_devices // u.layout.replica_devices)
+    need = 1
+    if request.concurrency is not None and u.most is not None:
+        need = -(-request.concurrency // (u.ranks * max(u.most, 1)))  # replicas whose KV holds the load
+    first = min(need, most_replicas)
+    row = serve(u, request, first, price)
+    if row.ok or first == most_replicas or (row.times is None and need > most_replicas):
+        return row
+    last = serve(u, request, most_replicas, price)
+    if not last.ok:
+        return last if last.times is not None else row
+    lo, hi = first + 1, most_replicas  # the smallest that meets (the misses shrink as replicas grow)
+    best = last
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = serve(u, request, mid, price)
+        if r.ok:
+            best, hi = r, mid
         else:
-            batch = largest(meets, 1, batch - 1)
-    return closed_loop(prefill, step(batch), batch, w.gen_tokens)
+            lo = mid + 1
+    return best if best.layout.replicas == lo else serve(u, request, lo, price)
 
 
-def evaluate_serving(
-    config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest, price: Price | None
-) -> ServingRow:
-    """One layout: serving memory, the most sequences that fit, the times at the requested load, the reasons."""
-    w = replace(request.workload, parallel=Parallelism(tp=layout.tp, pp=layout.pp))
-    w = device_dtype(device, w, request.dtype_fallback)
-    missing = no_peak(device, w)
+def evaluate_serving(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
+                     price: Price | None) -> ServingRow:  # fmt: skip
+    """One layout: its engine, then the replicas (or the load per engine) that serve the request."""
+    missing = no_peak(device, device_dtype(device, request.workload, request.dtype_fallback))
     if missing:
-        return ServingRow(layout, price, w.dtype, reasons=(missing,))
-    usable = int(device.memory * request.utilization)
-    if request.concurrency is not None:  # one call: the memory at the requested load, and the most that fit
-        wanted = request.concurrency
-        memory = serving_memory(config, w, wanted, device.memory, request.utilization, request.kv_dtype)
-        most = memory.max_concurrency
-    else:
-        most = max_concurrency(config, w, usable, request.kv_dtype)
-        wanted = max(1, DEFAULT_MAX_SEQS if most is None else min(most, DEFAULT_MAX_SEQS))
-        memory = serving_memory(
-            config, w, wanted, device.memory, request.utilization, request.kv_dtype, most=most
-        )
-    reason = _memory_reason(memory, 1 if request.rate is not None else wanted)
-    if reason:
-        return ServingRow(layout, price, w.dtype, memory, most, reasons=(reason,))
-    room = most if most is not None else DEFAULT_MAX_SEQS
-    times = _times(config, w, device, request, wanted, room)
-    if times is None:
-        why = (f"rate {request.rate:g}/s exceeds what {room} sequences in flight sustain"
-               if request.rate is not None else "no steady state")  # fmt: skip
-        return ServingRow(layout, price, w.dtype, memory, most, reasons=(why,))
-    if times.batch != wanted:  # the memory of the batch the rate or the latency objectives keep running
-        memory = serving_memory(config, w, times.batch, device.memory, request.utilization, request.kv_dtype,
-                                most=most)  # fmt: skip
-    return ServingRow(layout, price, w.dtype, memory, most, times, tuple(request.objectives.misses(times)))
+        return ServingRow(layout, price, request.workload.dtype, reasons=(missing,))
+    u = build_unit(config, device, layout, request, price)
+    if isinstance(u, ServingRow):
+        return u
+    if request.concurrency is None and request.rate is None:
+        return _most_meeting(u, request, price)
+    return _replicated(u, request, price)
 
 
 def _layers(config: ResolvedShape) -> int:
     return sum(s.num_layers for s in stacks(config))
 
 
-def _holds(row: ServingRow, request: ServingRequest) -> bool:
-    """Whether the layout holds the model and the load asked for (memory-wise)."""
-    needed = 1 if request.concurrency is None else request.concurrency
-    return row.memory is not None and (row.max_concurrency is None or row.max_concurrency >= needed)
+def _holds(row: ServingRow) -> bool:
+    """Whether the layout holds the model and the load (memory-wise)."""
+    return row.times is not None
 
 
-def plan_device(
-    config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None, degrees: list[int]
-) -> list[ServingRow]:
-    """Every TP degree within a node on ``device``; pipeline stages over more nodes (TP over the whole node) when
-    no single-node layout holds the model and the load, up to ``request.max_devices``."""
+def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None,
+                degrees: list[int], ep: list[int]) -> list[ServingRow]:  # fmt: skip
+    """Every TP degree within a node on ``device`` and, for MoE models, every attention-DP × EP degree; pipeline
+    stages over more nodes (TP over the whole node) when no single-node layout holds the model and the load, up
+    to ``request.max_devices``."""
     w = device_dtype(device, request.workload, request.dtype_fallback)
     missing = no_peak(device, w)
     if missing:  # one row says it for the device
         return [ServingRow(Layout(device.name), price, w.dtype, reasons=(missing,))]
-    rows = [evaluate_serving(config, device, Layout(device.name, tp), request, price) for tp in degrees]
-    if not degrees or any(_holds(r, request) for r in rows):
+    layouts = [Layout(device.name, tp) for tp in degrees] + [Layout(device.name, dp=n, ep=n) for n in ep]
+    rows = [evaluate_serving(config, device, layout, request, price) for layout in layouts]
+    if not degrees or any(_holds(r) for r in rows):
         return rows
     tp = degrees[-1]
     for pp in range(2, min(_layers(config), request.max_devices // tp) + 1):
         row = evaluate_serving(config, device, Layout(device.name, tp, pp), request, price)
         rows.append(row)
-        if _holds(row, request):
+        if _holds(row):
             break
     return rows
 
@@ -205,6 +323,9 @@ def plan_serving(
 ) -> list[ServingRow]:
     """Every layout on every device, best first: the ones that fit and meet the objectives, cheapest per million
     output tokens first (device-seconds per token without a price), then the others."""
-    degrees = tp_degrees(config, min(NODE_DEVICES, request.max_devices))
-    rows = [row for device, price in devices for row in plan_device(config, device, request, price, degrees)]
+    most = min(NODE_DEVICES, request.max_devices)
+    degrees, ep = tp_degrees(config, most), ep_degrees(config, most)
+    rows = [
+        row for device, price in devices for row in plan_device(config, device, request, price, degrees, ep)
+    ]
     return sorted(rows, key=ServingRow.sort_key)

@@ -1,0 +1,349 @@
+"""A continuous-batching scheduler as today's engines run it, stepped with the time model's per-step expected
+times (:mod:`embedcalc.analysis.plan.steps`): latency under load for ``plan``.
+
+The engine (vLLM's V1 scheduler, ``vllm/v1/core/sched/scheduler.py``; TensorRT-LLM's in-flight batching and
+SGLang schedule the same way) runs one step after another. Each step, in this order:
+
+1. **Decodes**: every running sequence advances one token (with speculative decoding, E tokens on average).
+   Their KV slots are allocated first; when the KV blocks run out, the most recently admitted request is
+   preempted (vLLM's default, recompute: its blocks are freed and it goes back to the front of the queue, to
+   prefill its prompt and the tokens it had generated again) until the rest fit.
+2. **Chunked prefill**: the token budget left (``max_num_batched_tokens`` less the decodes' tokens) goes to the
+   prompts already admitted, oldest first, then to waiting requests in arrival order while fewer than
+   ``max_num_seqs`` are admitted and the KV blocks hold the new prompt (admission by KV blocks; a request that
+   does not fit waits: the queue for KV slots). A prompt may be split over steps; the step that computes its last
+   chunk also samples its first token.
+3. A request that arrives while a step runs waits for that step to end (an idle engine starts it at once).
+
+KV is counted in tokens against the blocks' capacity: a request holds its whole prompt from admission and one
+more token per generated token, plus half a block of rounding on average ((block − 1) / 2 tokens).
+
+**Loads.** Closed loop (``concurrency`` C, as benchmark clients such as vLLM's ``benchmark_serving``, genai-perf
+and AIPerf run it): C requests start at once and each finished request is replaced by a new one at once; the
+first C (the start-up burst) are not measured, the next max(C, 200) are. Open loop (``rate``): Poisson arrivals
+from a seeded generator (the same numbers on every run); the first tenth is not measured.
+
+**Figures** over the measured requests: TTFT (arrival to first token), TPOT ((last token − first token) /
+(G − 1), as vLLM's benchmark defines it), end-to-end latency — each as the mean and p50/p90/p99 (linear
+interpolation) — and output tokens/s over the measured window. Cost: one Python step per engine step that
+admits or prefills, and one per completion or arrival otherwise (runs of identical decode steps are jumped).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from embedcalc.analysis.plan.steps import StepCost
+
+# vLLM's defaults for the OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, vLLM 0.10):
+# devices of >= 70 GiB other than the A100 get the larger budget (PR #17885), the others the smaller one
+LARGE_DEVICE_BYTES = 70 * 2**30
+LARGE_MAX_NUM_SEQS, LARGE_MAX_BATCHED_TOKENS = 1024, 8192
+SMALL_MAX_NUM_SEQS, SMALL_MAX_BATCHED_TOKENS = 256, 2048
+BURST_MEASURED = 200  # closed loop: at least this many requests measured after the start-up burst
+OPEN_REQUESTS = 400  # open loop: Poisson arrivals simulated (the first tenth not measured)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine's scheduling limits (vLLM's names)."""
+
+    max_num_seqs: int = SMALL_MAX_NUM_SEQS
+    max_num_batched_tokens: int = SMALL_MAX_BATCHED_TOKENS
+    block_tokens: int = 16
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
+                "block_tokens": self.block_tokens}  # fmt: skip
+
+
+def default_engine(device_bytes: int, device_name: str) -> Engine:
+    """vLLM's defaults on a device (constants above): 1024 sequences and 8192 tokens per step on devices of
+    70 GiB or more other than the A100, 256 and 2048 elsewhere."""
+    if device_bytes >= LARGE_DEVICE_BYTES and not device_name.startswith("a100"):
+        return Engine(LARGE_MAX_NUM_SEQS, LARGE_MAX_BATCHED_TOKENS)
+    return Engine(SMALL_MAX_NUM_SEQS, SMALL_MAX_BATCHED_TOKENS)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean and percentiles of one figure over the measured requests."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        if not values:
+            return cls(0.0, 0.0, 0.0, 0.0)
+        p50, p90, p99 = (float(v) for v in np.percentile(values, [50, 90, 99]))
+        return cls(float(np.mean(values)), p50, p90, p99)
+
+    def to_json(self) -> dict[str, float]:
+        return {"mean": self.mean, "p50": self.p50, "p90": self.p90, "p99": self.p99}
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the scheduler measured (module docstring)."""
+
+    ttft: Spread
+    tpot: Spread
+    e2e: Spread
+    tokens_per_s: float
+    requests_per_s: float
+    mean_running: float  # sequences decoding per step, time-weighted
+    mean_kv_wait_s: float  # arrival to admission (the queue for a KV slot or a sequence slot)
+    preemptions: int
+    measured: int
+    sustained: bool = True
+    steps: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ttft_s": self.ttft.to_json(), "tpot_s": self.tpot.to_json(), "e2e_s": self.e2e.to_json(),
+                "tokens_per_s": self.tokens_per_s, "requests_per_s": self.requests_per_s,
+                "mean_running": self.mean_running, "mean_queue_s": self.mean_kv_wait_s,
+                "preemptions": self.preemptions, "measured_requests": self.measured, "sustained": self.sustained,
+                "engine_steps": self.steps}  # fmt: skip
+
+
+@dataclass(eq=False)
+class _Request:
+    index: int
+    arrival: float
+    left: int  # prompt tokens still to compute
+    done: float = 0.0  # output tokens produced before it last started decoding
+    first: float = -1.0
+    admitted: float = -1.0
+    start: int = -1  # the decode clock when it last started decoding (-1: not decoding)
+    finish: int = -1  # the decode clock at which it has produced every token
+    end: float = -1.0
+
+
+@dataclass
+class _State:
+    cost: StepCost
+    engine: Engine
+    prompt: int
+    gen: int
+    kv_tokens: float  # capacity in tokens (inf: unbounded)
+    now: float = 0.0
+    clock: int = 0  # decode steps run
+    steps: int = 0
+    used: float = 0.0  # KV tokens held, with the blocks' rounding
+    output: float = 0.0  # output tokens produced
+    busy_running: float = 0.0  # Σ decodes × step seconds
+    preemptions: int = 0
+    waiting: deque[_Request] = field(default_factory=deque)
+    admitted: dict[int, _Request] = field(default_factory=dict)  # in admission order
+    prefilling: list[_Request] = field(default_factory=list)
+    heap: list[tuple[int, int]] = field(default_factory=list)  # (finish clock, index)
+    decoding: int = 0
+
+    @property
+    def waste(self) -> float:
+        return (self.engine.block_tokens - 1) / 2
+
+    @property
+    def per(self) -> float:
+        return self.cost.tokens_per_step
+
+    def produced(self, r: _Request) -> float:
+        """Output tokens ``r`` has produced by now."""
+        return r.done + (self.clock - r.start) * self.per if r.start >= 0 else r.done
+
+    def room(self, tokens: float) -> bool:
+        return self.used + tokens <= self.kv_tokens
+
+    def preempt(self) -> None:
+        """Free the most recently admitted request; it recomputes its prompt and output on re-admission."""
+        index = next(reversed(self.admitted))
+        r = self.admitted.pop(index)
+        produced = self.produced(r)
+        if r.start >= 0:
+            self.decoding -= 1
+        else:
+            self.prefilling.remove(r)
+        self.used -= self.prompt + produced + self.waste
+        r.done, r.start, r.finish = min(produced, self.gen - 1), -1, -1
+        r.left = self.cost.prompt_tokens + round(r.done)
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    def admit(self, budget: int, chunks: list[tuple[_Request, int]]) -> None:
+        """Waiting requests in order while the budget, the sequence limit and the KV blocks allow."""
+        while self.waiting and budget > 0 and len(self.admitted) < self.engine.max_num_seqs:
+            r = self.waiting[0]
+            need = self.prompt + r.done + self.waste
+            if not self.room(need) and self.admitted:
+                break  # waits for KV blocks (an empty engine admits it anyway: it cannot wait for anyone)
+            self.waiting.popleft()
+            r.admitted = self.now if r.admitted < 0 else r.admitted
+            self.used += need
+            self.admitted[r.index] = r
+            self.prefilling.append(r)
+            take = min(r.left, budget)
+            chunks.append((r, take))
+            budget -= take
+
+    def step(self) -> list[_Request]:
+        """One engine step (module docstring); returns the requests that finished in it."""
+        while self.decoding and not self.room(self.decoding * self.per):
+            self.preempt()
+        decodes = self.decoding
+        spec = self.cost.speculation
+        budget = self.engine.max_num_batched_tokens - decodes * (1 + (spec.draft_tokens if spec else 0))
+        chunks: list[tuple[_Request, int]] = []
+        for r in self.prefilling:
+            if budget <= 0:
+                break
+            take = min(r.left, budget)
+            chunks.append((r, take))
+            budget -= take
+        self.admit(budget, chunks)
+        dt = self.cost.step(decodes, sum(c for _, c in chunks))
+        self.now += dt
+        self.steps += 1
+        if decodes:
+            self._advance(1, dt)
+        return self._settle(chunks)
+
+    def _advance(self, k: int, dt: float) -> None:
+        self.clock += k
+        self.busy_running += self.decoding * k * dt
+        self.used += self.decoding * self.per * k
+        self.output += self.decoding * self.per * k
+
+    def run(self, k: int) -> list[_Request]:
+        """``k`` decode-only steps at once (each takes the same time)."""
+        dt = self.cost.step(self.decoding, 0)
+        self.now += k * dt
+        self.steps += k
+        self._advance(k, dt)
+        return self._settle([])
+
+    def _settle(self, chunks: list[tuple[_Request, int]]) -> list[_Request]:
+        for r, take in chunks:
+            r.left -= take
+            if r.left > 0:
+                continue
+            self.prefilling.remove(r)
+            if r.first < 0:
+                r.first = self.now
+                r.done += 1
+                self.output += 1
+                self.used += 1
+            r.start = self.clock
+            r.finish = self.clock + max(0, math.ceil((self.gen - r.done) / self.per))
+            self.decoding += 1
+            heapq.heappush(self.heap, (r.finish, r.index))
+        out = []
+        while self.heap and self.heap[0][0] <= self.clock:
+            finish, index = heapq.heappop(self.heap)
+            held = self.admitted.get(index)
+            if held is None or held.finish != finish:
+                continue  # preempted since
+            r = held
+            del self.admitted[index]
+            self.decoding -= 1
+            self.used -= self.prompt + self.produced(r) + self.waste
+            r.end, r.finish = self.now, -2
+            out.append(r)
+        return out
+
+    def decode_run(self, next_arrival: float) -> int:
+        """How many identical decode-only steps can run at once: none prefilling or admissible, up to the next
+        completion, arrival or KV exhaustion."""
+        if self.prefilling or not self.decoding or not self.heap:
+            return 1
+        if (
+            self.waiting
+            and len(self.admitted) < self.engine.max_num_seqs
+            and self.room(self.prompt + self.waiting[0].done + self.waste)
+        ):
+            return 1
+        k = self.heap[0][0] - self.clock
+        dt = self.cost.step(self.decoding, 0)
+        if math.isfinite(next_arrival):
+            k = min(k, math.floor((next_arrival - self.now) / dt) + 1)
+        if math.isfinite(self.kv_tokens):
+            k = min(k, math.floor((self.kv_tokens - self.used) / (self.decoding * self.per)))
+        return max(1, k)
+
+
+def simulate(
+    cost: StepCost,
+    engine: Engine,
+    prompt: int,
+    gen: int,
+    kv_tokens: float,
+    *,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    seed: int = 0,
+) -> Load:
+    """Serve ``prompt``-token requests generating ``gen`` tokens each on one replica (module docstring) at
+    ``concurrency`` in flight (closed loop) or ``rate`` requests/s (open loop); ``kv_tokens``: the KV cache's
+    capacity in tokens."""
+    s = _State(cost, engine, prompt, max(gen, 1), kv_tokens)
+    arrivals: deque[_Request] = deque()
+    if concurrency is not None:
+        warm, measured = concurrency, max(concurrency, BURST_MEASURED)
+        arrivals.extend(_Request(i, 0.0, cost.prompt_tokens) for i in range(concurrency))
+    else:
+        assert rate is not None and rate > 0
+        rng = random.Random(seed)
+        t, warm = 0.0, OPEN_REQUESTS // 10
+        measured = OPEN_REQUESTS - warm
+        for i in range(OPEN_REQUESTS + warm):  # a tail beyond the measured keeps the load on to the end
+            t += rng.expovariate(rate)
+            arrivals.append(_Request(i, t, cost.prompt_tokens))
+    issued, last = len(arrivals), warm + measured
+    window: list[float] = []  # the first measured arrival's time and the output tokens by then
+    done: list[_Request] = []
+    overload = 20 * engine.max_num_seqs + 4 * last
+    while len(done) < measured:
+        idle = not s.admitted
+        if idle and not s.waiting and arrivals:
+            s.now = max(s.now, arrivals[0].arrival)
+        while arrivals and (arrivals[0].arrival < s.now or (idle and arrivals[0].arrival <= s.now)):
+            r = arrivals.popleft()
+            s.waiting.append(r)
+            if r.index == warm:
+                window = [r.arrival, s.output]
+        if not s.admitted and not s.waiting:
+            if not arrivals:
+                break
+            continue
+        if len(s.waiting) > overload:
+            return _result(s, done, window, sustained=False)
+        k = s.decode_run(arrivals[0].arrival if arrivals else math.inf)
+        for r in s.run(k) if k > 1 else s.step():
+            if warm <= r.index < last:
+                done.append(r)
+            if concurrency is not None and issued < last + concurrency:  # closed loop: replaced at once
+                arrivals.append(_Request(issued, s.now, cost.prompt_tokens))
+                issued += 1
+    return _result(s, done, window, sustained=True)
+
+
+def _result(s: _State, done: list[_Request], window: list[float], sustained: bool) -> Load:
+    ttft = [r.first - r.arrival for r in done]
+    tpot = [(r.end - r.first) / (s.gen - 1) for r in done] if s.gen > 1 else [0.0]
+    e2e = [r.end - r.arrival for r in done]
+    wait = [r.admitted - r.arrival for r in done]
+    span = s.now - window[0] if window else 0.0
+    tokens = (s.output - window[1]) / span if span > 0 else 0.0
+    requests = len(done) / span if span > 0 else 0.0
+    running = s.busy_running / s.now if s.now > 0 else 0.0
+    return Load(Spread.of(ttft), Spread.of(tpot), Spread.of(e2e), tokens, requests, running,
+                sum(wait) / len(wait) if wait else 0.0, s.preemptions, len(done), sustained, s.steps)  # fmt: skip

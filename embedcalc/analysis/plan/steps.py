@@ -1,0 +1,115 @@
+"""What one engine step costs: the per-step expected times the serving scheduler (:mod:`.scheduler`) is stepped
+with, all from the time model (:func:`~embedcalc.analysis.time.estimate.estimate_time`, ``analyze``'s call).
+
+Conventions, stated once:
+
+- **Decode step of n sequences**: T_d(n) = ``analyze``'s ``decode_s_per_token_mean`` at batch n (the mean over
+  the KV lengths P+1 … P+G: in steady state the running sequences are spread over their generation). It is
+  evaluated exactly at batch 1 and at powers of two up to the most sequences a replica runs, and interpolated
+  linearly between (each component's time is the max of two affine functions of n, and the routed experts a
+  batch reaches grow concavely: the interpolation is within a few per cent, tested).
+- **Prefill**: T_p = ``analyze``'s ``prefill_s`` of one prompt at batch 1, of the prompt tokens a prefix cache
+  does not hold (``prefix_hit`` of them are held: ceil((1 − hit) · P) tokens are computed; vLLM's automatic
+  prefix caching, SGLang's radix cache). A chunk of c of those tokens costs its share c / P_c of T_p.
+- **A mixed step** (Sarathi-Serve, Agrawal et al. 2024, §4: chunked prefills ride along with the decodes) of n
+  decodes and c prompt tokens reads the weights once: T(n, c) = T_d(n) + max(0, share(c) − T_d(1)), i.e. the
+  decode step plus the chunk's prefill less the one pass over the weights and the launch overheads the chunk
+  would have paid alone (T_d(1)); T(0, c) = max(share(c), T_d(1)).
+- **Speculative decoding** (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding",
+  §3.1; DeepSeek-V3's multi-token prediction, EAGLE): k draft tokens per step, each accepted with probability α,
+  give E = (1 − α^(k+1)) / (1 − α) tokens per sequence per step; the step verifies n · k extra tokens (costed as
+  prompt tokens that ride with the decodes, as above: they attend to the cache like a chunk does) and runs the
+  draft k times at ``draft_cost`` × T_d(n) each (default one layer of the target's: an MTP module or an EAGLE
+  head is one decoder layer).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding's inputs: draft tokens per step, per-token acceptance, the draft's cost per token as a
+    fraction of the target's decode step (module docstring)."""
+
+    draft_tokens: int
+    acceptance: float
+    draft_cost: float
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Expected tokens a sequence advances per step: (1 − α^(k+1)) / (1 − α) (Leviathan et al. 2023, eq. 1)."""
+        a, k = self.acceptance, self.draft_tokens
+        return float(k + 1) if a >= 1 else (1 - a ** (k + 1)) / (1 - a)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"draft_tokens": self.draft_tokens, "acceptance": self.acceptance, "draft_cost": self.draft_cost,
+                "tokens_per_step": self.tokens_per_step}  # fmt: skip
+
+
+def batch_grid(most: int) -> list[int]:
+    """1, 2, 4, … and ``most``: where T_d is evaluated exactly."""
+    out, n = [], 1
+    while n < most:
+        out.append(n)
+        n *= 2
+    return [*out, max(most, 1)]
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One replica's step times (module docstring): T_d on a grid of batches, T_p of the computed prompt."""
+
+    batches: tuple[int, ...]
+    decode_s: tuple[float, ...]
+    prefill_s: float  # T_p of the computed prompt tokens (after the prefix cache)
+    prompt_tokens: int  # P_c: the prompt tokens computed
+    speculation: Speculation | None = None
+
+    @classmethod
+    def build(
+        cls, decode: Callable[[int], float], prefill_s: float, prompt_tokens: int, most: int,
+        speculation: Speculation | None = None,
+    ) -> StepCost:  # fmt: skip
+        grid = batch_grid(most)
+        return cls(tuple(grid), tuple(decode(n) for n in grid), prefill_s, max(prompt_tokens, 1), speculation)
+
+    def decode(self, n: int) -> float:
+        """T_d(n), interpolated between the grid's batches (beyond it: extrapolated along the last segment)."""
+        b, t = self.batches, self.decode_s
+        if n <= b[0] or len(b) == 1:
+            return t[0] if n <= b[0] else t[0] * n / b[0]
+        i = min(bisect_left(b, n), len(b) - 1)
+        lo, hi = i - 1, i
+        return t[lo] + (t[hi] - t[lo]) * (n - b[lo]) / (b[hi] - b[lo])
+
+    def share(self, tokens: int) -> float:
+        """A chunk of ``tokens`` prompt tokens: its share of T_p."""
+        return self.prefill_s * tokens / self.prompt_tokens
+
+    def step(self, decodes: int, prompt_tokens: int) -> float:
+        """Seconds of one engine step running ``decodes`` sequences and ``prompt_tokens`` tokens of prefill."""
+        spec = self.speculation
+        extra = 0.0
+        if spec is not None and decodes:  # verify n·k drafts beside the decodes; the draft runs k times
+            prompt_tokens += decodes * spec.draft_tokens
+            extra = spec.draft_tokens * spec.draft_cost * self.decode(decodes)
+        if decodes == 0:
+            return max(self.share(prompt_tokens), self.decode_s[0])
+        base = self.decode(decodes)
+        return base + max(0.0, self.share(prompt_tokens) - self.decode_s[0]) + extra
+
+    @property
+    def tokens_per_step(self) -> float:
+        return 1.0 if self.speculation is None else self.speculation.tokens_per_step
+
+
+def computed_prompt(prompt: int, prefix_hit: float) -> int:
+    """Prompt tokens a prefill computes when ``prefix_hit`` of them are in the prefix cache (at least one: the
+    last token's logits are always computed)."""
+    return max(1, math.ceil(prompt * (1 - prefix_hit)))

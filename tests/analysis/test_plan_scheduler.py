@@ -1,0 +1,123 @@
+"""The continuous-batching scheduler of ``plan`` (issue 35): its identities on a step cost given by hand, the
+queue for KV slots past capacity, the step-cost interpolation against the time model, and the layouts the
+search finds (replicas, attention-DP + EP). Structure and exact figures of the model, never a measured speed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import embedcalc
+from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.steps import Speculation, StepCost, batch_grid, computed_prompt
+from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.devices.resolve import load_device
+from embedcalc.sources.loading import load_target
+
+
+def _cost(prefill: float = 0.4, prompt: int = 5000, spec: Speculation | None = None) -> StepCost:
+    return StepCost.build(lambda n: 0.015 + 1e-4 * n, prefill, prompt, 1024, spec)
+
+
+def test_alone_a_request_sees_its_prefill_and_one_decode_step_per_token() -> None:
+    load = simulate(_cost(), Engine(), 5000, 500, float("inf"), concurrency=1)
+    assert load.ttft.mean == pytest.approx(0.4 * 2048 / 5000 + 0.4 * 2048 / 5000 + 0.4 * 904 / 5000)
+    assert load.tpot.p50 == pytest.approx(0.015 + 1e-4)  # nothing else runs
+    assert load.preemptions == 0 and load.mean_kv_wait_s == 0
+
+
+def test_a_whole_prompt_in_one_step_when_the_budget_holds_it() -> None:
+    load = simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), concurrency=1)
+    assert load.ttft.p99 == pytest.approx(0.4) and load.e2e.mean == pytest.approx(0.4 + 499 * (0.015 + 1e-4))
+
+
+def test_ttft_rises_with_the_load() -> None:
+    """The NIM case's shape: others' prefills and the step in flight are waited for (issue 35)."""
+    ttft = [simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), concurrency=c).ttft.mean
+            for c in (1, 5, 25, 50)]  # fmt: skip
+    assert ttft == sorted(ttft) and ttft[3] >= 1.5 * ttft[0]
+
+
+def test_past_the_kv_capacity_requests_queue_for_kv_slots() -> None:
+    cap = 20 * 5504  # 20 sequences of 5000 + 500 tokens
+    under = simulate(_cost(), Engine(1024, 8192), 5000, 500, cap, concurrency=10)
+    over = simulate(_cost(), Engine(1024, 8192), 5000, 500, cap, concurrency=80)
+    assert over.mean_kv_wait_s > 10 * max(under.mean_kv_wait_s, 0.01)
+    assert over.ttft.mean > under.ttft.mean + 1.0  # seconds of queue
+    assert over.mean_running <= 21  # never more running than the blocks hold (with the rounding's slack)
+
+
+def test_throughput_is_littles_law_of_the_closed_loop() -> None:
+    load = simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), concurrency=25)
+    assert load.requests_per_s * load.e2e.mean == pytest.approx(25, rel=0.1)
+    assert load.tokens_per_s == pytest.approx(500 * load.requests_per_s, rel=0.1)
+
+
+def test_open_loop_is_seeded_and_serves_the_rate() -> None:
+    a = simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), rate=1.0, seed=3)
+    b = simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), rate=1.0, seed=3)
+    assert a == b and a.sustained
+    assert a.tokens_per_s == pytest.approx(500, rel=0.15)
+    over = simulate(_cost(), Engine(8, 8192), 5000, 500, float("inf"), rate=50.0)
+    assert not over.sustained or over.requests_per_s < 0.9 * 50
+
+
+def test_speculation_advances_the_expected_tokens_per_step() -> None:
+    spec = Speculation(3, 0.7, 0.0)
+    assert spec.tokens_per_step == pytest.approx((1 - 0.7**4) / (1 - 0.7))
+    plain = simulate(_cost(), Engine(), 5000, 500, float("inf"), concurrency=1)
+    fast = simulate(_cost(spec=spec), Engine(), 5000, 500, float("inf"), concurrency=1)
+    assert fast.tpot.mean < plain.tpot.mean
+    assert computed_prompt(5000, 0.5) == 2500 and computed_prompt(10, 0.999) == 1
+
+
+def test_vllm_defaults_by_device_memory() -> None:
+    assert default_engine(80 * 10**9, "h100-sxm") == Engine(1024, 8192)
+    assert default_engine(80 * 10**9, "a100-80gb") == Engine(256, 2048)
+    assert default_engine(24 * 10**9, "l4") == Engine(256, 2048)
+
+
+def test_the_interpolated_decode_step_is_within_a_few_percent_of_the_time_model() -> None:
+    config = load_target("llama-3.1-70b").config
+    device = load_device("h200")
+    w = Workload(seq_len=2048, gen_tokens=256, dtype="fp8", parallel=Parallelism(tp=2))
+
+    def decode(n: int) -> float:
+        return estimate_time(config, replace(w, batch_size=n), TimeRequest(device=device)).decode_s_per_token_mean
+
+    cost = StepCost.build(decode, 0.1, 2048, 512)
+    assert list(cost.batches) == batch_grid(512) and cost.decode(64) == decode(64)
+    for n in (3, 24, 100, 300):
+        assert cost.decode(n) == pytest.approx(decode(n), rel=0.05)
+
+
+@pytest.mark.slow
+def test_done_when_70b_256_users_on_8_h200_finds_replicas() -> None:
+    p = embedcalc.plan("llama-3.1-70b", hardware="h200", dtype="fp8", kv_dtype="fp8", seq_len=2048, gen_tokens=256,
+                       concurrency=256, max_tpot=0.05, max_devices=8)  # fmt: skip
+    assert p.ok
+    best = p.rows[0]
+    assert best.layout.replicas > 1 and best.layout.devices <= 8 and best.times.tpot_s <= 0.05
+    assert best.times.tokens_per_s / best.layout.devices >= 600  # the issue's figure (a model output)
+
+
+@pytest.mark.slow
+def test_done_when_deepseek_v3_1024_in_flight_finds_attention_dp_and_ep() -> None:
+    p = embedcalc.plan("deepseek-v3", hardware="h200", dtype="fp8", kv_dtype="fp8", seq_len=1024, gen_tokens=2048,
+                       concurrency=1024, max_devices=8)  # fmt: skip
+    assert p.ok
+    best = p.rows[0]
+    assert best.layout.ep == best.layout.dp == 8 and best.layout.tp == 1 and best.times.concurrency == 1024
+    tp8 = next(r for r in p.rows if r.layout.tp == 8 and r.layout.ep == 1)
+    assert not tp8.ok and "replicated on every TP rank" in tp8.reasons[0]
+
+
+def test_advice_never_names_a_flag_already_set() -> None:
+    p = embedcalc.plan("llama-3.1-70b", hardware="l4", dtype="fp8", kv_dtype="fp8", concurrency=64, max_devices=2,
+                       memory_utilization=0.95)  # fmt: skip
+    assert not p.ok
+    line = p.recommendation
+    assert "--kv-dtype fp8" not in line and "--memory-utilization 0.95" not in line and "--dtype fp8" not in line
+    assert "--max-devices 4" in line
