@@ -85,7 +85,9 @@ def test_the_interpolated_decode_step_is_within_a_few_percent_of_the_time_model(
     w = Workload(seq_len=2048, gen_tokens=256, dtype="fp8", parallel=Parallelism(tp=2))
 
     def decode(n: int) -> float:
-        return estimate_time(config, replace(w, batch_size=n), TimeRequest(device=device)).decode_s_per_token_mean
+        return estimate_time(
+            config, replace(w, batch_size=n), TimeRequest(device=device)
+        ).decode_s_per_token_mean
 
     cost = StepCost.build(decode, 0.1, 2048, 512)
     assert list(cost.batches) == batch_grid(512) and cost.decode(64) == decode(64)
@@ -119,5 +121,7 @@ def test_advice_never_names_a_flag_already_set() -> None:
                        memory_utilization=0.95)  # fmt: skip
     assert not p.ok
     line = p.recommendation
-    assert "--kv-dtype fp8" not in line and "--memory-utilization 0.95" not in line and "--dtype fp8" not in line
+    assert (
+        "--kv-dtype fp8" not in line and "--memory-utilization 0.95" not in line and "--dtype fp8" not in line
+    )
     assert "--max-devices 4" in line
