@@ -29,7 +29,8 @@ the query-key pairs per head:
 - dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
   token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
-  ``moe/shared_gate`` 2 t d.
+  ``moe/shared_gate`` 2 t d; with a latent width L (Nemotron-3's latent MoE) the experts read and write L in place
+  of d and ``moe/latent`` adds the two projections around them, 2 t (d L + L d).
 - cross-attention (decoder of an encoder-decoder, m target and n source tokens): Q and out on the m target
   tokens, K and V on the n encoder outputs, scores and context 2 b h m n head_dim each.
 - cross-attention over an external sequence (``attention.cross``, Llama-3.2-Vision; m = context_tokens): Q and
@@ -207,10 +208,13 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
         f_in = 2 * w.f if ffn.gated else w.f
         return [("ffn/in", t * (layers * 2 * d * f_in)), ("ffn/out", t * (layers * 2 * w.f * d))]
     fe_in = 2 * w.fe if ffn.gated else w.fe
+    di = ffn.latent_dim or d  # the width the routed experts read and write
     out = [
         ("moe/router", t * (layers * 2 * d * ffn.num_experts)),
-        ("moe/experts", t * (layers * 2 * ffn.top_k * (d * fe_in + w.fe * d))),
+        ("moe/experts", t * (layers * 2 * ffn.top_k * (di * fe_in + w.fe * di))),
     ]
+    if ffn.latent_dim:
+        out.append(("moe/latent", t * (layers * 2 * 2 * d * ffn.latent_dim)))
     if ffn.shared_dim:
         fs_in = 2 * w.fs if ffn.gated else w.fs
         out.append(("moe/shared", t * (layers * 2 * (d * fs_in + w.fs * d))))

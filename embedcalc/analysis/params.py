@@ -19,7 +19,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
   embed_dim x ffn_dim matrices (Shazeer 2020); xIELU adds its two learned scalars (``ffn/act``). Mixture of
   experts: a router embed_dim -> num_experts, num_experts such FFNs of expert_dim, one shared FFN of
-  num_shared_experts x shared_expert_dim, an optional shared gate.
+  num_shared_experts x shared_expert_dim, an optional shared gate; a latent MoE (Nemotron-3, latent_dim L) runs
+  the experts on L (L -> fe -> L) between two linears d -> L and L -> d (``moe/latent``).
 - norms: LayerNorm 2 * width (width with ``norm_bias: false``), RMSNorm width, none with ``norm_affine: false``;
   one per sublayer (two with sandwich norms, one per layer for parallel blocks with one norm) and a final norm per
   stack when ``final_norm``.
@@ -144,10 +145,12 @@ def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[
         out = _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear("ffn/out", w.f, d, ffn.bias, "row")
         return out + activation_tensors(config)
     fe_in = 2 * w.fe if ffn.gated else w.fe
-    e = ffn.num_experts
+    e, di = ffn.num_experts, ffn.latent_dim or d  # di: the width the routed experts read and write
     out = _linear("moe/router", d, e, ffn.router_bias, "none")
-    out += _linear("moe/experts", d, fe_in, ffn.expert_bias, "column", e, expert=True)
-    out += _linear("moe/experts", w.fe, d, ffn.expert_bias, "row", e, expert=True)
+    out += _linear("moe/experts", di, fe_in, ffn.expert_bias, "column", e, expert=True)
+    out += _linear("moe/experts", w.fe, di, ffn.expert_bias, "row", e, expert=True)
+    if ffn.latent_dim:  # Nemotron-3: fc1_latent_proj d -> L, fc2_latent_proj L -> d, biased as the MLP
+        out += _linear("moe/latent", d, di, ffn.bias, "none") + _linear("moe/latent", di, d, ffn.bias, "none")
     if ffn.shared_dim:
         fs_in = 2 * w.fs if ffn.gated else w.fs
         out += _linear("moe/shared", d, fs_in, ffn.bias, "column") + _linear(

@@ -78,6 +78,15 @@ class FFNSpec(FFNFields, BaseModel):
     expert_bias: bool | None = Field(
         default=None, description="moe: biases inside the experts (gpt-oss); default the flat ffn_bias."
     )
+    latent_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "moe: the routed experts run in a latent width: a linear embed_dim -> latent_dim before them and "
+            "latent_dim -> embed_dim after (biased as the FFN), each expert latent_dim -> expert_dim -> latent_dim; "
+            "the router and the shared experts stay on embed_dim (Nemotron-3's moe_latent_size: NemotronHMoE's "
+            "fc1_latent_proj / fc2_latent_proj). Default: none, the experts read embed_dim."
+        ),
+    )
 
     @field_validator("top_k")
     @classmethod

@@ -222,6 +222,9 @@ class FFNFields(SpecFields):
         @property
         def expert_bias(self) -> bool | None: ...
 
+        @property
+        def latent_dim(self) -> int | None: ...
+
 
 class BlockFields(SpecFields):
     """The fields of :class:`embedcalc.config.block_spec.BlockSpec` (typing only)."""

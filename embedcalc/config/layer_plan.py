@@ -117,6 +117,9 @@ class FFN:
     expert_bias: bool = False
     router_scale: bool = False  # Gemma 4: the router's input scale (d) and per-expert scale (E)
     branch_norms: bool = False  # Gemma 4: norms on the shared output, the routed input and output (3 x d)
+    latent_dim: int = (
+        0  # Nemotron-3: the routed experts' width in and out (projected from and back to d); 0: d
+    )
 
     @property
     def moe(self) -> bool:

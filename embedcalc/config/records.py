@@ -105,6 +105,7 @@ class FFNRecord(FFNFields, Record):
         "router_scale": RecordField(False),
         "branch_norms": RecordField(False),
         "expert_bias": RecordField(None),
+        "latent_dim": RecordField(None),
     }
 
 

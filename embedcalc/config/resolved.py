@@ -185,7 +185,7 @@ class ResolvedShape(ConfigFields):
             expert_dim=expert_dim, shared_dim=spec.num_shared_experts * (spec.shared_expert_dim or expert_dim),
             shared_gate=spec.shared_expert_gate, router_bias=spec.router_bias,
             expert_bias=bias if spec.expert_bias is None else spec.expert_bias,
-            router_scale=spec.router_scale, branch_norms=spec.branch_norms,
+            router_scale=spec.router_scale, branch_norms=spec.branch_norms, latent_dim=spec.latent_dim or 0,
         )  # fmt: skip
 
     def cross_attention_block(self) -> Attention:
@@ -315,6 +315,7 @@ class ResolvedShape(ConfigFields):
                 "top_k": ffn.top_k,
                 "expert_dim": ffn.expert_dim,
                 "shared_experts_dim": ffn.shared_dim or None,
+                **({"moe_latent_dim": ffn.latent_dim} if ffn.latent_dim else {}),
                 "active_expert_ratio": round(ffn.top_k / ffn.num_experts, 4),
             }
         return out

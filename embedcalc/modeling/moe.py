@@ -1,7 +1,8 @@
 """Mixture of experts (Shazeer et al. 2017; Fedus et al. 2021, Switch): a ``router``, ``experts`` with top-k
 routing, optional ``shared`` experts every token goes through (DeepSeekMoE, Dai et al. 2024) and a sigmoid
-``shared_gate`` on them (Qwen2-MoE). Breakdown keys ``moe/router``, ``moe/experts``, ``moe/shared``,
-``moe/shared_gate`` (docs/layers.md).
+``shared_gate`` on them (Qwen2-MoE), and a ``latent`` width the routed experts run in (Nemotron-3's latent MoE:
+NemotronHMoE's ``fc1_latent_proj`` d -> L before the experts, ``fc2_latent_proj`` L -> d after them). Breakdown
+keys ``moe/router``, ``moe/experts``, ``moe/shared``, ``moe/shared_gate``, ``moe/latent`` (docs/layers.md).
 
 Experts are stacked tensors, as transformers' Mixtral, Qwen3-MoE and DeepSeek-V3 hold them: ``gate_up``
 (E, 2 fe, d) for gated activations (``up`` (E, fe, d) otherwise) and ``down`` (E, d, fe), biases (E, ·) when
@@ -38,7 +39,8 @@ def deterministic_experts(tokens: int, top_k: int, num_experts: int) -> Tensor:
 
 
 class Experts(nn.Module):
-    """E routed FFNs of width fe as stacked tensors; :meth:`forward` runs each on its own tokens."""
+    """E routed FFNs of width fe as stacked tensors; :meth:`forward` runs each on its own tokens. ``embed_dim`` is
+    the width they read and write (a latent MoE's L)."""
 
     def __init__(self, embed_dim: int, spec: ResolvedFFN, activation: str) -> None:
         super().__init__()
@@ -118,6 +120,21 @@ class Experts(nn.Module):
         return out
 
 
+class Latent(nn.Module):
+    """The latent width of a latent MoE: ``in_`` d -> L before the routed experts, ``out`` L -> d after them (biased as
+    the FFN; NemotronHMoE's fc1/fc2_latent_proj). One module for the key ``moe/latent``: each direction is a call."""
+
+    def __init__(self, embed_dim: int, latent_dim: int, bias: bool) -> None:
+        super().__init__()
+        self.in_ = nn.Linear(embed_dim, latent_dim, bias=bias)
+        self.out = nn.Linear(latent_dim, embed_dim, bias=bias)
+
+    def forward(self, x: Tensor, back: bool = False) -> Tensor:
+        """(t, d) -> (t, L), or with ``back`` (t, L) -> (t, d)."""
+        projected: Tensor = self.out(x) if back else self.in_(x)
+        return projected
+
+
 class RouterScale(nn.Module):
     """Gemma 4's router scales (``Gemma4TextRouter.scale``, ``.per_expert_scale``): ``input`` (d) multiplies the
     router's input, ``experts`` (E) each chosen expert's weight; no matmul (key ``moe/router_scale``)."""
@@ -149,7 +166,8 @@ class MoE(nn.Module):
         super().__init__()
         self.top_k, self.num_experts, self.routing = spec.top_k, spec.num_experts, routing
         self.router = nn.Linear(embed_dim, spec.num_experts, bias=spec.router_bias)
-        self.experts = Experts(embed_dim, spec, activation)
+        self.latent = Latent(embed_dim, spec.latent_dim, spec.bias) if spec.latent_dim else None
+        self.experts = Experts(spec.latent_dim or embed_dim, spec, activation)
         self.shared = MLP(embed_dim, spec.shared_dim, spec.bias, activation) if spec.shared_dim else None
         self.shared_gate = (
             nn.Linear(embed_dim, 1, bias=False) if spec.shared_dim and spec.shared_gate else None
@@ -177,7 +195,11 @@ class MoE(nn.Module):
             weights = weights * scale.experts.index_select(0, experts.flatten().to(x.device)).view_as(weights)
         norms = self.branch_norms
         routed_in = norms.routed_in(tokens) if norms is not None else tokens  # (t, d)
-        out = self.experts(routed_in, experts, weights)  # (t, d)
+        if self.latent is not None:
+            routed_in = self.latent(routed_in)  # (t, L)
+        out = self.experts(routed_in, experts, weights)  # (t, d), or (t, L) in the latent width
+        if self.latent is not None:
+            out = self.latent(out, back=True)  # (t, d)
         if norms is not None:
             out = norms.routed_out(out)
         if self.shared is not None:

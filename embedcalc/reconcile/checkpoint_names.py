@@ -84,7 +84,7 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("post_per_layer_input_norm",), "per_layer/norm"),
     (("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"),
       "moe/branch_norms"),
-    (("experts",), "moe/experts"),
+    (("experts",), "moe/experts"), (("fc1_latent_proj", "fc2_latent_proj"), "moe/latent"),
     # Apertus' xIELU (XIELUActivation: alpha_p, alpha_n learned), T5/MPNet's relative position buckets
     (("act_fn",), "ffn/act"), (("relative_attention_bias",), "attention/relative_bias"),
     (("shared_expert_gate",), "moe/shared_gate"),

@@ -187,8 +187,14 @@ def _moe(
         return _linear(e, d, "num_experts", "hidden", param)
     if component == "moe/router_scale":  # Gemma4TextRouter.scale, .per_expert_scale
         return {"scale": ((d,), "hidden"), "per_expert_scale": ((e,), "num_experts")}.get(param)
-    if component == "moe/experts":
-        return _experts(ffn, x, inside, param, input_major)
+    if component == "moe/experts":  # a latent MoE's experts read and write its latent width
+        return _experts(
+            ffn, replace(x, d=ffn.latent_dim) if ffn.latent_dim else x, inside, param, input_major
+        )
+    if component == "moe/latent":  # NemotronHMoE: fc1_latent_proj hidden -> L, fc2_latent_proj L -> hidden
+        if last == "fc1_latent_proj":
+            return _linear(ffn.latent_dim, d, "moe_latent_size", "hidden", param)
+        return _linear(d, ffn.latent_dim, "hidden", "moe_latent_size", param)
     if component == "moe/shared":
         return _dense(ffn.shared_dim, ffn.gated, x, last, param, "shared experts' intermediate size")
     if component == "moe/shared_gate":

@@ -29,11 +29,11 @@ layers x num_kv_heads x head_dim x bytes. Encoders cache nothing.
 Peak inference activations are an estimate of the largest set of tensors alive at once in one forward pass with
 no autograd: the residual stream plus, for the costliest sublayer, its live intermediates: Q/K/V and the context
 (and with eager attention the score matrix and its softmax, 2 x b h n n; DeBERTa's core is always eager), or
-the FFN's inner tensors (2 t f; gated 3 t f; mixture of experts (top_k expert_dim + shared) per token and the
-router logits), or the logits (t vocab). An encoder-decoder's decoder also holds the encoder output. A sparse
-attention layer's core holds its gathered keys and values over min(n, index_topk) keys per query under either
-``--attention``, and its indexer, just before, its own transient n x n tensors beside the query and key latents
-(``<stack>/attention/indexer``; the sparse-attention section below).
+the FFN's inner tensors (2 t f; gated 3 t f; mixture of experts (top_k expert_dim + shared) per token, a latent
+MoE's two latent_dim-wide tensors, and the router logits), or the logits (t vocab). An encoder-decoder's decoder
+also holds the encoder output. A sparse attention layer's core holds its gathered keys and values over
+min(n, index_topk) keys per query under either ``--attention``, and its indexer, just before, its own transient
+n x n tensors beside the query and key latents (``<stack>/attention/indexer``; the sparse-attention section below).
 
 :class:`RankWidths` (one block's attention and FFN widths on one TP rank) is shared with the training terms in
 :mod:`embedcalc.analysis.memory.training`. Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the
@@ -291,9 +291,9 @@ def peak_candidates(config: ResolvedShape, workload: Workload, x: Dims, tp: int 
                 continue
             inner = 3 if ffn.gated else 2
             if ffn.moe:
-                keep(
-                    f"{sd.name}/moe", base + t * (e * (ffn.top_k * r.fe + r.fs) * inner + e * ffn.num_experts)
-                )
+                latent = 2 * ffn.latent_dim  # a latent MoE's projected input and the experts' combined output
+                keep(f"{sd.name}/moe",
+                     base + t * (e * (ffn.top_k * r.fe + r.fs) * inner + e * ffn.num_experts + e * latent))  # fmt: skip
             else:
                 keep(f"{sd.name}/ffn", base + t * (e * r.f * inner))
     if config.resolved_lm_head and x.last:

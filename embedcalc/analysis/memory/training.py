@@ -33,7 +33,8 @@ generalised term by term to any dtype, GQA, head_dim, FFN width, gated FFNs and 
   the broadcast position keys / queries, the pre-gather scores (b h n 2 span), the n x n int64 gather index and the
   divisor, p2c's second K, and once per stack the normed table (:mod:`embedcalc.analysis.memory.disentangled`);
 - mixture of experts: the input, the router logits (t E), each token's top_k routed copies with their inner
-  tensors (as a dense FFN of expert_dim, top_k times), the shared experts' inner tensors.
+  tensors (as a dense FFN of expert_dim, top_k times), the shared experts' inner tensors; a latent MoE's routed
+  copies are latent_dim wide, and its out-projection keeps the experts' combined output (t latent_dim).
 
 ``--attention sdpa`` (flash / memory-efficient kernels) saves no b h n² tensor, only its output and the fp32
 log-sum-exp (4 b h n bytes). ``--recompute selective`` drops the b h n² terms (recomputed, Korthikanti §4.3);
@@ -154,7 +155,8 @@ def _ffn_saved(
     mask = MASK_BYTES * d if config.dropout > 0 else 0
     if not ffn.moe:
         return "ffn", t * (e * d + e * r.f * inner + mask)
-    routed = ffn.top_k * (e * d + e * r.fe * inner)
+    di = ffn.latent_dim or d  # a latent MoE's experts read L; fc2_latent_proj keeps their combined output (L)
+    routed = ffn.top_k * (e * di + e * r.fe * inner) + e * ffn.latent_dim
     return "moe", t * (e * d + e * ffn.num_experts + routed + e * r.fs * inner + mask)
 
 

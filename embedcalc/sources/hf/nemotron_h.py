@@ -10,8 +10,10 @@ attention alone (q/k/v/o without bias, no positional encoding, ``head_dim``), ``
 (``NemotronHMLP``: up and down of ``intermediate_size``, squared ReLU, bias ``mlp_bias``), ``E`` / ``moe`` a mixture
 of experts alone (``NemotronHMoE``: ``n_routed_experts`` non-gated experts of ``moe_intermediate_size``, a
 bias-free sigmoid router (its score-correction bias is a buffer), top ``num_experts_per_tok``, one shared MLP of
-``moe_shared_expert_intermediate_size``). So blocks have no FFN (M, *) or no token mixer (-, E): the layer model's
-``ffn: none`` and ``mixer: none`` (DESIGN.md §16).
+``moe_shared_expert_intermediate_size``; with ``moe_latent_size`` L, Nemotron-3's latent MoE: the routed experts
+run in L between ``fc1_latent_proj`` d -> L and ``fc2_latent_proj`` L -> d, biased by ``mlp_bias``, the router and
+the shared MLP on d: the layer model's ``latent_dim``). So blocks have no FFN (M, *) or no token mixer (-, E): the
+layer model's ``ffn: none`` and ``mixer: none`` (DESIGN.md §16).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from embedcalc.config.dtypes import ALIASES
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import positive, replace_mapped
 from embedcalc.sources.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, yaml_hint
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 _MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
@@ -135,13 +137,10 @@ def _read_nemotron_h(r: KeyReader) -> None:
     if head is not MISSING:
         r.derived(head_key, r.data.get("head_dim"), "head_dim")
     _, latent, _ = r.value("moe_latent_size")
-    if latent is not None and "moe" in types:
-        r.problem("moe_latent_size", f"moe_latent_size = {latent!r}: the experts run in a latent width with "
-                  "projections into and out of it, which embedcalc's MoE does not describe; refused rather than "
-                  f"miscounted. {yaml_hint(r.family)}")  # fmt: skip
-        return
     if latent is None:
         r.ignore("moe_latent_size", "null: the experts run in the hidden width")
+    elif "moe" not in types:
+        r.ignore("moe_latent_size", "no layer is a mixture-of-experts layer")
     variants: dict[str, dict[str, Any]] = {
         "attn": {"ffn": {"kind": "none"}},
         "mlp": {"mixer": {"kind": "none"}},
@@ -158,8 +157,17 @@ def _read_nemotron_h(r: KeyReader) -> None:
             r.ignore(key, "no layer is a Mamba-2 layer")
     if "moe" in types:
         width = positive(r, "moe_shared_expert_intermediate_size")
-        moe = read_moe(r, "n_routed_experts", extra={"num_shared_experts": 1, "shared_expert_dim": width})
-        if moe is None or width is None:
+        # NemotronHExperts: stacked up/down weights without biases, whatever mlp_bias says (the shared MLP has them)
+        extra = {"num_shared_experts": 1, "shared_expert_dim": width, "expert_bias": False}
+        moe = read_moe(r, "n_routed_experts", extra=extra)
+        if (
+            latent is not None
+        ):  # Nemotron-3's latent MoE: NemotronHMoE's fc1/fc2_latent_proj around the experts
+            latent = positive(r, "moe_latent_size")
+            wanted.append("moe_latent_size")
+            if moe is not None:
+                moe["latent_dim"] = latent
+        if moe is None or width is None or (latent is None and "moe_latent_size" in wanted):
             return
         variants["moe"] = {"mixer": {"kind": "none"}, "ffn": moe}
         wanted += _MOE_KEYS
