@@ -20,7 +20,7 @@ from embedcalc.config.dtypes import (
     KvDtype,
     canonical_dtype,
 )  # fmt: skip
-from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
+from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS, plain_number
 from embedcalc.errors import Problem, WorkloadError
 
 __all__ = ["DTYPE_BYTES", "WEIGHT_ONLY_DTYPES", "Dtype", "DtypeSource", "KvDtype", "Workload"]
@@ -44,9 +44,12 @@ def field_bounds(cls: type, name: str) -> tuple[int, int | None]:
 
 def check_bounds(obj: Any) -> None:
     """Refuse a field outside its bounds (or not an integer, or of more than MAX_INT_DIGITS digits, the bound of
-    every integer embedcalc reads), naming the field and the range (exit 3)."""
+    every integer embedcalc reads), naming the field and the range (exit 3). A numpy integer is stored as the Python
+    int it equals first (:func:`embedcalc.config.limits.plain_number`: no int64 reaches the arithmetic)."""
     for f in fields(obj):
-        value = getattr(obj, f.name)
+        value = plain_number(getattr(obj, f.name))
+        if value is not getattr(obj, f.name):
+            object.__setattr__(obj, f.name, value)
         if "min" not in f.metadata or (value is None and f.default is None):
             continue
         if _outside(f, value):

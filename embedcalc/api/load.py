@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from embedcalc.config.limits import plain_numbers
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.sources.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
 
@@ -46,9 +47,11 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
         raw: dict[str, Any] = loaded.config.model_dump(exclude_unset=True)
         origin = loaded.target
         return load_parsed(raw, loaded.source, origin, target=origin, overrides=overrides, rename=True)
-    if isinstance(target, Mapping):
+    if isinstance(target, Mapping):  # numpy numbers in it are Python ones first (the API's integer contract)
         name = str(target.get("name") or "config")
-        return load_parsed(dict(target), "python", name, target=name, overrides=overrides, rename=True)
+        return load_parsed(
+            plain_numbers(dict(target)), "python", name, target=name, overrides=overrides, rename=True
+        )
     if not isinstance(target, str | Path):
         from embedcalc.api.workload import usage
 

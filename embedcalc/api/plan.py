@@ -9,7 +9,6 @@ is a :class:`~embedcalc.errors.ConfigError` (exit 3). Nothing here prints.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
@@ -18,6 +17,7 @@ from embedcalc.analysis.workload import Optimizer, Workload
 from embedcalc.api.load import ConfigLike, as_loaded
 from embedcalc.api.workload import usage
 from embedcalc.config.dtypes import DEFAULT_DTYPE, DTYPES, KV_DTYPES, DtypeError, canonical_dtype
+from embedcalc.config.limits import INT_BOUND, count_problem, plain_number, plan_number_problem, price_problem
 from embedcalc.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
@@ -30,28 +30,18 @@ __all__ = ["plan"]
 SERVING_SEQ_LEN, SERVING_GEN_TOKENS, TRAINING_SEQ_LEN = 1024, 256, 4096
 
 
-def _positive(name: str, value: float | None, integer: bool = False) -> None:
-    if value is None:
-        return
-    bad = (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    )
-    if integer and not bad:
-        bad = not isinstance(value, int)
-    if bad:
-        kind = "an integer >= 1" if integer else "a positive number"
-        raise usage(f"{name} must be {kind}, got {value!r}", name)
-
-
 def _devices(hardware: str | Sequence[str] | None) -> list[Device]:
     from embedcalc.devices.catalogue import catalogue
     from embedcalc.devices.resolve import load_device
 
     if hardware is None:
         return catalogue()
+    if not isinstance(hardware, str) and (
+        not isinstance(hardware, Sequence) or not all(isinstance(n, str) for n in hardware)
+    ):
+        raise usage(
+            "hardware must be a device name or a list of them, e.g. ['h100-sxm', 'a100-80gb']", "hardware"
+        )
     names = [hardware] if isinstance(hardware, str) else list(hardware)
     if not names:
         raise usage("hardware: give at least one device, or none for the whole catalogue", "hardware")
@@ -71,6 +61,11 @@ def _prices(
     from embedcalc.devices.resolve import device_name
 
     names = {d.name for d in devices}
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise usage(f"price_per_hour must map device names to prices, e.g. {{'h100-sxm': 2.5}}; got "
+                    f"{type(overrides).__name__}", "price_per_hour")  # fmt: skip
+    if any(not isinstance(k, str) for k in (overrides or {})):
+        raise usage("price_per_hour: every key must be a device name (a string)", "price_per_hour")
     # a price names its device as --hardware does (case aside); a device file keeps the name it was given as
     overrides = {k if k in names else device_name(k): v for k, v in (overrides or {}).items()}
     unknown = sorted(set(overrides) - names)
@@ -80,8 +75,9 @@ def _prices(
     out: list[tuple[Device, Price | None]] = []
     for device in devices:
         if device.name in overrides:
-            value = overrides[device.name]
-            _positive(f"price_per_hour[{device.name}]", value)
+            value = plain_number(overrides[device.name])
+            if (why := price_problem(value)) is not None:  # analyze's rule: 0 (owned hardware) is a price
+                raise usage(f"price_per_hour[{device.name}] {value!r:.40} is {why}", "price_per_hour")
             out.append((device, Price(float(value), "--price-per-hour")))
             continue
         figure = (
@@ -176,6 +172,14 @@ def plan(
         PlanResult,
     )
 
+    # the integer contract (issue 33): numpy numbers become Python ones before any check or arithmetic
+    seq_len, gen_tokens, concurrency, rate, max_devices, memory_utilization = map(
+        plain_number, (seq_len, gen_tokens, concurrency, rate, max_devices, memory_utilization)
+    )
+    max_ttft, max_tpot, min_tokens_per_s, deadline_s = map(
+        plain_number, (max_ttft, max_tpot, min_tokens_per_s, deadline_s)
+    )
+    train_tokens, global_batch, batch_size = map(plain_number, (train_tokens, global_batch, batch_size))
     _check_choice("mode", mode, Literal["inference", "training"])
     dtype = cast("Dtype | None", _dtype("dtype", dtype, DTYPES))
     kv_dtype = _dtype("kv_dtype", kv_dtype, KV_DTYPES)
@@ -188,7 +192,8 @@ def plan(
         ("global_batch", global_batch),
         ("batch_size", batch_size),
     ):
-        _positive(name, value, integer=True)  # fmt: skip
+        if value is not None and (why := count_problem(value)) is not None:
+            raise usage(f"{name} {value!r:.40} is {why}", name)
     for name, number in (
         ("rate", rate),
         ("max_ttft", max_ttft),
@@ -196,17 +201,20 @@ def plan(
         ("min_tokens_per_s", min_tokens_per_s),
         ("deadline_s", deadline_s),
     ):
-        _positive(name, number)  # fmt: skip
+        if number is not None and (why := plan_number_problem(name, number)) is not None:
+            raise usage(f"{name} {number!r:.40} {why}", name)
     if max_devices is not None and max_devices > MAX_DEVICES:
         raise usage(
             f"max_devices {max_devices:,} is beyond any cluster; give at most {MAX_DEVICES:,}", "max_devices"
         )
     if gen_tokens is not None and (
-        isinstance(gen_tokens, bool) or not isinstance(gen_tokens, int) or gen_tokens < 0
+        isinstance(gen_tokens, bool) or not isinstance(gen_tokens, int) or not 0 <= gen_tokens < INT_BOUND
     ):
         raise usage(f"gen_tokens must be an integer >= 0, got {gen_tokens!r}", "gen_tokens")
     if memory_utilization is not None and not (
-        isinstance(memory_utilization, int | float) and 0 < memory_utilization <= 1
+        isinstance(memory_utilization, int | float)
+        and not isinstance(memory_utilization, bool)
+        and 0 < memory_utilization <= 1
     ):
         raise usage(f"memory_utilization must be a fraction in (0, 1] (vLLM's gpu_memory_utilization, default "
                      f"0.9), got {memory_utilization!r}; e.g. 0.9", "memory_utilization")  # fmt: skip

@@ -17,6 +17,7 @@ from embedcalc.api.load import ConfigLike, as_loaded
 from embedcalc.api.results import Sweep
 from embedcalc.api.timing import TimeOptions, apply_time
 from embedcalc.api.workload import usage, workload_of
+from embedcalc.config.limits import plain_numbers
 from embedcalc.errors import ConfigError
 
 if TYPE_CHECKING:  # numpy and the grid load only when a sweep runs
@@ -65,6 +66,10 @@ def sweep(
     """
     from embedcalc.analysis.sweep import AxisError, SweepBase, axis_values, sweep_target
 
+    # the integer contract (issue 33): numpy integers (alone or in a list) are Python ints before anything else
+    seq_len, batch_size, embed_dim, num_heads, num_layers, ffn_dim = (
+        plain_numbers(v) for v in (seq_len, batch_size, embed_dim, num_heads, num_layers, ffn_dim)
+    )
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if isinstance(value, int) and not isinstance(value, bool):
             workload_fields[name] = value

@@ -8,6 +8,10 @@ turn a count into a float (ratios, units, roofline times) cannot overflow, and i
 below Python's 4,300-digit limit.
 """
 
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
 # FlashAttention-2 supports head dimensions up to 256 (Dao 2023, README "head dimensions up to 256"): the advisory
 # checks warn above it on every analyze, so it lives in this leaf module rather than beside the divisor search.
 FLASH_ATTENTION_MAX_HEAD_DIM = 256
@@ -22,7 +26,60 @@ MIN_EFFICIENCY = 1e-4  # 0.01 % of peak: far below any run (well-tuned ones reac
 MAX_PRICE_PER_HOUR = 1e9  # currency units per device-hour: 10^6 times any cloud price
 
 
+def plain_number(value: Any) -> Any:
+    """The one integer contract of the API and the CLI (issue 33): a numpy (or other ``numbers.Integral``) integer
+    becomes a Python int and a non-``float`` real (``numpy.float32``) a Python float, before any bound is checked
+    or any arithmetic done, so a numpy int64 can neither overflow (``np.int64(2**40) ** 2`` wraps silently) nor
+    reach a result that ``json.dumps`` cannot write. numpy's bool becomes a Python bool, which every integer check
+    refuses as it refuses ``True``; anything else is returned unchanged."""
+    if isinstance(value, bool | int | float):
+        return value  # a Python number already (int subclasses included)
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
+        return bool(value)  # numpy's bool: a bool (refused where an integer is due), never an int
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def plain_numbers(value: Any, depth: int = 0) -> Any:
+    """:func:`plain_number` applied through mappings, lists and tuples (a config passed as a dict, an axis as a
+    list); deeper than 64 levels is left as it is (the schema refuses it)."""
+    if depth > 64:
+        return value
+    if isinstance(value, Mapping):
+        return {k: plain_numbers(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return (
+            type(value)(plain_numbers(v, depth + 1) for v in value) if type(value) in (list, tuple) else value
+        )
+    return plain_number(value)
+
+
+# plan's real-valued inputs (issue 33: `--rate 5e-324` and `--price-per-hour X=1e308` printed $inf with exit 0,
+# `--deadline 5e-324s` raised OverflowError): each is bounded where a plan's arithmetic stays finite and far
+# outside what anyone asks. name -> (least, most, unit, example)
+PLAN_BOUNDS: dict[str, tuple[float, float, str, str]] = {
+    "rate": (1e-6, 1e9, "requests/s", "2.5"),  # one request in ~12 days .. 10^9 requests/s
+    "max_ttft": (1e-6, 1e9, "seconds", "0.5"),  # a microsecond .. ~32 years
+    "max_tpot": (1e-6, 1e9, "seconds", "0.05"),
+    "min_tokens_per_s": (1e-6, 1e15, "tokens/s", "1000"),
+    "deadline_s": (1.0, 1e12, "seconds", "30d"),  # a second .. ~31,700 years
+}
+
+
+def plan_number_problem(name: str, value: object) -> str | None:
+    """Why ``value`` is not a finite number within ``PLAN_BOUNDS[name]``, or None."""
+    least, most, unit, example = PLAN_BOUNDS[name]
+    number = _finite_number(value)
+    if number is None or not least <= number <= most:
+        return f"must be a finite number of {unit} from {least:g} to {most:g}; give e.g. {example}"
+    return None
+
+
 def _finite_number(value: object) -> float | None:
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
@@ -51,6 +108,7 @@ def price_problem(value: object) -> str | None:
 
 def count_problem(value: object) -> str | None:
     """Why ``value`` is not a count (an integer from 1 to below 10^MAX_INT_DIGITS), or None."""
+    value = plain_number(value)
     if isinstance(value, bool) or not isinstance(value, int):
         return "not an integer; give a count such as 8"
     if not 1 <= value < INT_BOUND:
