@@ -30,6 +30,14 @@ __all__ = ["plan"]
 SERVING_SEQ_LEN, SERVING_GEN_TOKENS, TRAINING_SEQ_LEN = 1024, 256, 4096
 
 
+def _count(name: str, value: Any) -> Any:
+    """``value`` as a Python int (the integer contract) when it is a count (1 to 30 digits); None stays None."""
+    value = plain_number(value)
+    if value is not None and (why := count_problem(value)) is not None:
+        raise usage(f"{name} {value!r:.40} is {why}", name)
+    return value
+
+
 def _devices(hardware: str | Sequence[str] | None) -> list[Device]:
     from embedcalc.devices.catalogue import catalogue
     from embedcalc.devices.resolve import load_device
@@ -192,8 +200,7 @@ def plan(
         ("global_batch", global_batch),
         ("batch_size", batch_size),
     ):
-        if value is not None and (why := count_problem(value)) is not None:
-            raise usage(f"{name} {value!r:.40} is {why}", name)
+        _count(name, value)
     for name, number in (
         ("rate", rate),
         ("max_ttft", max_ttft),
@@ -299,11 +306,16 @@ def _engine_options(config: Any, max_num_seqs: int | None, max_num_batched_token
     from embedcalc.analysis.plan.steps import Speculation
     from embedcalc.analysis.structure import stacks
 
-    _positive("max_num_seqs", max_num_seqs, integer=True)
-    _positive("max_num_batched_tokens", max_num_batched_tokens, integer=True)
-    _positive("spec_tokens", spec_tokens, integer=True)
+    max_num_seqs = _count("max_num_seqs", max_num_seqs)
+    max_num_batched_tokens = _count("max_num_batched_tokens", max_num_batched_tokens)
+    spec_tokens = _count("spec_tokens", spec_tokens)
+    spec_acceptance, spec_draft_cost, prefix_hit, seed = map(
+        plain_number, (spec_acceptance, spec_draft_cost, prefix_hit, seed)
+    )
     for name, value, top in (("spec_acceptance", spec_acceptance, 1.0), ("prefix_hit", prefix_hit, 0.999)):
-        if value is not None and not (isinstance(value, int | float) and 0 <= value <= top):
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= top
+        ):
             raise usage(f"{name} must be a fraction in [0, {top:g}], got {value!r}; e.g. 0.7", name)
     if spec_draft_cost is not None and not (
         isinstance(spec_draft_cost, int | float) and 0 <= spec_draft_cost <= 1
