@@ -19,7 +19,7 @@ from embedcalc.sources.hf.layered import FULL, SLIDING, pattern_types, put_windo
 from embedcalc.sources.hf.reader import Family, KeyReader
 
 
-def _derive(r: KeyReader, layers: int, pattern_key: str, pattern: Any) -> list[str] | None:
+def derive_window_types(r: KeyReader, layers: int, pattern_key: str, pattern: Any) -> list[str] | None:
     """Per-layer types from ``sliding_window_pattern`` (None and a problem when it is malformed)."""
     if pattern is None or pattern == 0:
         return [FULL] * layers
@@ -39,7 +39,7 @@ def _windows(r: KeyReader) -> None:
     pattern_key, pattern, _ = r.value("sliding_window_pattern")
     if not isinstance(layers, int):
         return
-    derived = _derive(r, layers, pattern_key, pattern if window is not None else None)
+    derived = derive_window_types(r, layers, pattern_key, pattern if window is not None else None)
     if derived is None:
         return
     put_window_layout(r, layers, derived, window, window_key, pattern_key)

@@ -124,6 +124,29 @@ def put_layout(
     r.put("layers", runs(names), key, origin(r, key), note)
 
 
+def put_window_ffn_layout(
+    r: KeyReader,
+    windows: Sequence[int | None],
+    ffns: Sequence[str],
+    specs: dict[str, dict[str, Any]],
+    key: str,
+    note: str = "",
+) -> None:
+    """Per-layer sliding windows (None: full attention) and FFN variants (``dense`` is the default block's FFN, any
+    other name a key of ``specs``, an ffn spec) as blocks named ``<ffn>[_w<window>]`` and ``layers`` runs."""
+    names, variants = [], {}
+    for window, ffn in zip(windows, ffns, strict=True):
+        name = ffn + (f"_w{window}" if window else "")
+        spec: dict[str, Any] = {}
+        if window:
+            spec["attention"] = {"sliding_window": window}
+        if ffn != "dense":
+            spec["ffn"] = specs[ffn]
+        variants[name] = spec
+        names.append(name)
+    put_layout(r, [DEFAULT_BLOCK if n == "dense" else n for n in names], variants, key, note)
+
+
 def put_windows(
     r: KeyReader, types: Any, window: Any, window_key: str, types_key: str, *, cap_at_context: bool = False,
     full_cache: bool = False,

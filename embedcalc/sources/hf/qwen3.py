@@ -22,7 +22,7 @@ from embedcalc.sources.hf.layered import (
     ignore_moe_keys,
     int_list,
     layer_types,
-    put_layout,
+    put_window_ffn_layout,
     read_moe,
 )
 from embedcalc.sources.hf.reader import Family, KeyReader
@@ -88,20 +88,10 @@ def put_qwen_layout(r: KeyReader, moe: dict[str, Any] | None, moe_key: str, rule
     flags = moe_flags(r, layers) if moe is not None else [False] * layers
     if windows is None or flags is None:
         return
-    names, variants = [], {}
-    for window, is_moe in zip(windows, flags, strict=True):
-        name = ("moe" if is_moe else "dense") + (f"_w{window}" if window else "")
-        spec: dict[str, Any] = {}
-        if window:
-            spec["attention"] = {"sliding_window": window}
-        if is_moe and moe is not None:
-            spec["ffn"] = moe
-        variants[name] = spec
-        names.append(name)
-    names = ["default" if n == "dense" else n for n in names]
     wanted = [*moe_key.split(", "), "decoder_sparse_step", "mlp_only_layers", "layer_types", "sliding_window"]
     key = ", ".join(k for k in wanted if k in r.raw) or moe_key
-    put_layout(r, names, variants, key)
+    ffns = ["moe" if is_moe and moe is not None else "dense" for is_moe in flags]
+    put_window_ffn_layout(r, windows, ffns, {"moe": moe or {}}, key)
 
 
 def _qk_norm(r: KeyReader) -> None:

@@ -40,6 +40,7 @@ from embedcalc.sources.hf import (
     mllama,
     moe,
     moe_families,
+    moe_windowed,
     nemotron_h,
     nemotron_nas,
     olmo,
@@ -78,7 +79,7 @@ MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vis
 MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
-MODULES += (vl_text,)  # the text models of vision-language families (issue 31)
+MODULES += (vl_text, moe_windowed)  # issue 31: vision-language text models, MoE decoders with windows
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
