@@ -14,8 +14,9 @@ from embedcalc.sources.hf.mappings import (
 from embedcalc.sources.hf.reader import Family, IgnoredKey, KeyReader
 
 
-def _read_bert_like(r: KeyReader) -> None:
-    """BertModel / RobertaModel: learned positions, segments, embedding LayerNorm, post-norm, pooler."""
+def read_bert_like(r: KeyReader, positions: bool = True) -> None:
+    """BertModel / RobertaModel: learned positions, segments, embedding LayerNorm, post-norm, pooler (without
+    ``positions``: the family maps its positions itself, Jina v3's rotary)."""
     for name, value in (("architecture", "encoder"), ("norm", "layernorm"), ("norm_placement", "post"),
                         ("embedding_norm", True), ("position", "learned"), ("bias", True), ("pooler", True),
                         ("lm_head", False)):  # fmt: skip
@@ -30,21 +31,22 @@ def _read_bert_like(r: KeyReader) -> None:
     map_dropout(r, "hidden_dropout_prob")
     r.ignore("attention_probs_dropout_prob", hf_keys.dropout_reason("hidden_dropout_prob"))
     r.ignore("tie_word_embeddings", "AutoModel builds the backbone, which has no LM head to tie")
-    expect_absolute_positions(r)
+    if positions:
+        expect_absolute_positions(r)
     for legacy in ("directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers",
                    "pooler_size_per_head", "pooler_type"):  # fmt: skip
         r.ignore(legacy, "a key of Google's original BERT release that transformers never reads")
 
 
 def _read_bert(r: KeyReader) -> None:
-    _read_bert_like(r)
+    read_bert_like(r)
     r.copy("max_position_embeddings", "max_seq_len")
 
 
-def _read_roberta(r: KeyReader) -> None:
+def read_roberta(r: KeyReader) -> None:
     """RobertaModel numbers positions from padding_idx + 1 (fairseq's make_positions), so its table of
     max_position_embeddings rows (514) serves max_position_embeddings - pad_token_id - 1 tokens (512)."""
-    _read_bert_like(r)
+    read_bert_like(r)
     # read by map_offset_positions; consumed here when pad_token_id is bad
     r.lookup("max_position_embeddings")
     pad_key, pad, _ = r.value("pad_token_id")
@@ -90,15 +92,15 @@ FAMILIES = (
     Family("roberta", "RobertaConfig", "RobertaModel (AutoModel, with pooler)", "bert-base",
            dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                 intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=512,
-                type_vocab_size=2, pad_token_id=1), _read_roberta),
+                type_vocab_size=2, pad_token_id=1), read_roberta),
     Family("xlm-roberta", "XLMRobertaConfig", "XLMRobertaModel (AutoModel, with pooler)", "bert-base",
            dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                 intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=512,
-                type_vocab_size=2, pad_token_id=1), _read_roberta),
+                type_vocab_size=2, pad_token_id=1), read_roberta),
     Family("camembert", "CamembertConfig", "CamembertModel (AutoModel, with pooler)", "bert-base",
            dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                 intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=512,
-                type_vocab_size=2, pad_token_id=1), _read_roberta),
+                type_vocab_size=2, pad_token_id=1), read_roberta),
     Family("distilbert", "DistilBertConfig", "DistilBertModel (AutoModel, no pooler)", "bert-base",
            dict(vocab_size=30522, max_position_embeddings=512, sinusoidal_pos_embds=False, n_layers=6,
                 n_heads=12, dim=768, hidden_dim=3072, dropout=0.1, activation="gelu"), _read_distilbert,

@@ -21,6 +21,7 @@ from embedcalc.sources.hf import (
     dbrx,
     deberta,
     deepseek,
+    embedders,
     encoders,
     exaone4,
     falcon_h1,
@@ -75,6 +76,7 @@ MODULES += (
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
 MODULES += (ssm, bamba)  # state-space models: attention-free, and Bamba's hybrid (issue 31)
+MODULES += (embedders,)  # encoders of embedding models: XLM-R-XL, Jina v3, EuroBERT (issue 31)
 MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
 MODULES += (
     nemotron_nas,
