@@ -144,6 +144,7 @@ def plan(
     spec_draft_cost: float | None = None,
     prefix_hit: float | None = None,
     seed: int = 0,
+    kv_admission: Literal["on-demand", "reserve"] = "on-demand",
 ) -> PlanResult:
     """Which devices, how many, with what layout, how fast and at what cost (``embedcalc plan``).
 
@@ -159,7 +160,8 @@ def plan(
     ``max_num_batched_tokens`` (default vLLM's on each device); speculative decoding with ``spec_tokens`` draft
     tokens per step accepted at ``spec_acceptance`` each, the draft costing ``spec_draft_cost`` × a decode step per
     token (default one layer's share); ``prefix_hit``: the fraction of each prompt a prefix cache holds; ``seed``:
-    the open loop's Poisson arrivals.
+    the open loop's Poisson arrivals; ``kv_admission``: ``on-demand`` (vLLM: KV blocks as tokens come, preemption)
+    or ``reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT: a request's whole KV reserved at admission).
 
     >>> import embedcalc
     >>> p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], concurrency=8)
@@ -270,8 +272,10 @@ def plan(
         w = _serving_dtype(analysis.workload)
         from embedcalc.analysis.plan.serving import ServingRequest, plan_serving
 
+        _check_choice("kv_admission", kv_admission, Literal["on-demand", "reserve"])
         engine = _engine_options(loaded.config, max_num_seqs, max_num_batched_tokens, spec_tokens,
                                  spec_acceptance, spec_draft_cost, prefix_hit, seed)  # fmt: skip
+        engine["kv_admission"] = kv_admission
         serve = ServingRequest(
             w, concurrency, rate, kv_dtype, memory_utilization or DEFAULT_UTILIZATION,
             Objectives(max_ttft, max_tpot, min_tokens_per_s), max_devices or DEFAULT_MAX_DEVICES,
@@ -283,7 +287,7 @@ def plan(
                     "max_devices": serve.max_devices, "max_devices_given": max_devices is not None,
                     "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                     "speculation": None if serve.speculation is None else serve.speculation.to_json(),
-                    "prefix_hit": serve.prefix_hit, "seed": seed}  # fmt: skip
+                    "prefix_hit": serve.prefix_hit, "seed": seed, "kv_admission": kv_admission}  # fmt: skip
     settings["dtype_source"] = (
         "given"
         if not fallback

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedcalc.analysis.plan.rows import MAX_DEVICES
+from embedcalc.analysis.plan.scheduler import KvAdmission
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
@@ -276,6 +277,15 @@ def plan_command(
             help="Fraction of each prompt found in the prefix cache (0-1): not prefilled again.",
         ),
     ] = None,
+    kv_admission: Annotated[
+        KvAdmission,
+        typer.Option(
+            "--kv-admission",
+            help="Serving engine: on-demand (vLLM: KV blocks as tokens come, preemption when they run out) "
+            "or reserve (TensorRT-LLM's GUARANTEED_NO_EVICT: a request's whole KV reserved at "
+            "admission, no preemption).",
+        ),
+    ] = "on-demand",
     seed: Annotated[
         int,
         typer.Option(
@@ -313,6 +323,7 @@ def plan_command(
         deadline_s=_deadline(deadline), global_batch=global_batch, batch_size=batch_size, optimizer=optimizer,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, spec_tokens=spec_tokens,
         spec_acceptance=spec_acceptance, spec_draft_cost=spec_draft_cost, prefix_hit=prefix_hit, seed=seed,
+        kv_admission=kv_admission,
     )  # fmt: skip
     output.warn(list(result.warnings), result.target)
     _render(result, format, top)

@@ -125,3 +125,11 @@ def test_advice_never_names_a_flag_already_set() -> None:
         "--kv-dtype fp8" not in line and "--memory-utilization 0.95" not in line and "--dtype fp8" not in line
     )
     assert "--max-devices 4" in line
+
+
+def test_reserve_admission_never_preempts_and_queues_instead() -> None:
+    cap = 20 * 5504
+    on_demand = simulate(_cost(), Engine(1024, 8192), 5000, 500, cap, concurrency=40)
+    reserve = simulate(_cost(), Engine(1024, 8192, kv_admission="reserve"), 5000, 500, cap, concurrency=40)
+    assert reserve.preemptions == 0 and on_demand.preemptions > 0
+    assert reserve.mean_running <= 20 and reserve.mean_kv_wait_s > 1.0

@@ -16,12 +16,19 @@ SGLang schedule the same way) runs one step after another. Each step, in this or
 3. A request that arrives while a step runs waits for that step to end (an idle engine starts it at once).
 
 KV is counted in tokens against the blocks' capacity: a request holds its whole prompt from admission and one
-more token per generated token, plus half a block of rounding on average ((block − 1) / 2 tokens).
+more token per generated token, plus half a block of rounding on average ((block − 1) / 2 tokens). That is
+``kv_admission="on-demand"`` (vLLM: blocks as the tokens come, preemption when they run out); ``"reserve"`` admits a
+request only when its whole prompt and output fit, and never preempts (TensorRT-LLM's default
+GUARANTEED_NO_EVICT capacity scheduler; SGLang reserves the same way).
 
 **Loads.** Closed loop (``concurrency`` C, as benchmark clients such as vLLM's ``benchmark_serving``, genai-perf
-and AIPerf run it): C requests start at once and each finished request is replaced by a new one at once; the
-first C (the start-up burst) are not measured, the next max(C, 200) are. Open loop (``rate``): Poisson arrivals
-from a seeded generator (the same numbers on every run); the first tenth is not measured.
+and AIPerf run it): each finished request is replaced by a new one at once. The clients' first requests arrive at
+random moments (seeded) of one request's lifetime at that load (prefill + (G − 1) decode steps of C sequences),
+as independent users do, rather than in one burst: with every time deterministic, a burst locks the clients into
+trains of back-to-back prefills that take tens of generations to dissolve (in a real run the jitter of every
+step and request spreads them), a start-up transient and not the steady state a long benchmark measures. The
+first C requests are not measured, the next max(C, 200) are. Open loop (``rate``): Poisson arrivals from a seeded
+generator (the same numbers on every run); the first tenth is not measured.
 
 **Figures** over the measured requests: TTFT (arrival to first token), TPOT ((last token − first token) /
 (G − 1), as vLLM's benchmark defines it), end-to-end latency — each as the mean and p50/p90/p99 (linear
@@ -36,7 +43,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,6 +54,7 @@ from embedcalc.analysis.plan.steps import StepCost
 LARGE_DEVICE_BYTES = 70 * 2**30
 LARGE_MAX_NUM_SEQS, LARGE_MAX_BATCHED_TOKENS = 1024, 8192
 SMALL_MAX_NUM_SEQS, SMALL_MAX_BATCHED_TOKENS = 256, 2048
+KvAdmission = Literal["on-demand", "reserve"]
 BURST_MEASURED = 200  # closed loop: at least this many requests measured after the start-up burst
 OPEN_REQUESTS = 400  # open loop: Poisson arrivals simulated (the first tenth not measured)
 
@@ -58,10 +66,11 @@ class Engine:
     max_num_seqs: int = SMALL_MAX_NUM_SEQS
     max_num_batched_tokens: int = SMALL_MAX_BATCHED_TOKENS
     block_tokens: int = 16
+    kv_admission: KvAdmission = "on-demand"
 
     def to_json(self) -> dict[str, Any]:
         return {"max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "block_tokens": self.block_tokens}  # fmt: skip
+                "block_tokens": self.block_tokens, "kv_admission": self.kv_admission}  # fmt: skip
 
 
 def default_engine(device_bytes: int, device_name: str) -> Engine:
@@ -157,6 +166,14 @@ class _State:
     def per(self) -> float:
         return self.cost.tokens_per_step
 
+    @property
+    def reserve(self) -> bool:
+        return self.engine.kv_admission == "reserve"
+
+    def holding(self, r: _Request) -> float:
+        """KV tokens ``r`` holds now (reserve: its whole prompt and output from admission)."""
+        return self.prompt + (self.gen if self.reserve else self.produced(r)) + self.waste
+
     def produced(self, r: _Request) -> float:
         """Output tokens ``r`` has produced by now."""
         return r.done + (self.clock - r.start) * self.per if r.start >= 0 else r.done
@@ -169,11 +186,11 @@ class _State:
         index = next(reversed(self.admitted))
         r = self.admitted.pop(index)
         produced = self.produced(r)
+        self.used -= self.holding(r)
         if r.start >= 0:
             self.decoding -= 1
         else:
             self.prefilling.remove(r)
-        self.used -= self.prompt + produced + self.waste
         r.done, r.start, r.finish = min(produced, self.gen - 1), -1, -1
         r.left = self.cost.prompt_tokens + round(r.done)
         self.waiting.appendleft(r)
@@ -183,7 +200,7 @@ class _State:
         """Waiting requests in order while the budget, the sequence limit and the KV blocks allow."""
         while self.waiting and budget > 0 and len(self.admitted) < self.engine.max_num_seqs:
             r = self.waiting[0]
-            need = self.prompt + r.done + self.waste
+            need = self.prompt + (self.gen if self.reserve else r.done) + self.waste
             if not self.room(need) and self.admitted:
                 break  # waits for KV blocks (an empty engine admits it anyway: it cannot wait for anyone)
             self.waiting.popleft()
@@ -197,7 +214,7 @@ class _State:
 
     def step(self) -> list[_Request]:
         """One engine step (module docstring); returns the requests that finished in it."""
-        while self.decoding and not self.room(self.decoding * self.per):
+        while self.decoding and not self.reserve and not self.room(self.decoding * self.per):
             self.preempt()
         decodes = self.decoding
         spec = self.cost.speculation
@@ -220,7 +237,7 @@ class _State:
     def _advance(self, k: int, dt: float) -> None:
         self.clock += k
         self.busy_running += self.decoding * k * dt
-        self.used += self.decoding * self.per * k
+        self.used += 0 if self.reserve else self.decoding * self.per * k
         self.output += self.decoding * self.per * k
 
     def run(self, k: int) -> list[_Request]:
@@ -241,7 +258,7 @@ class _State:
                 r.first = self.now
                 r.done += 1
                 self.output += 1
-                self.used += 1
+                self.used += 0 if self.reserve else 1
             r.start = self.clock
             r.finish = self.clock + max(0, math.ceil((self.gen - r.done) / self.per))
             self.decoding += 1
@@ -255,7 +272,7 @@ class _State:
             r = held
             del self.admitted[index]
             self.decoding -= 1
-            self.used -= self.prompt + self.produced(r) + self.waste
+            self.used -= self.holding(r)
             r.end, r.finish = self.now, -2
             out.append(r)
         return out
@@ -268,14 +285,14 @@ class _State:
         if (
             self.waiting
             and len(self.admitted) < self.engine.max_num_seqs
-            and self.room(self.prompt + self.waiting[0].done + self.waste)
+            and self.room(self.prompt + (self.gen if self.reserve else self.waiting[0].done) + self.waste)
         ):
             return 1
         k = self.heap[0][0] - self.clock
         dt = self.cost.step(self.decoding, 0)
         if math.isfinite(next_arrival):
             k = min(k, math.floor((next_arrival - self.now) / dt) + 1)
-        if math.isfinite(self.kv_tokens):
+        if math.isfinite(self.kv_tokens) and not self.reserve:
             k = min(k, math.floor((self.kv_tokens - self.used) / (self.decoding * self.per)))
         return max(1, k)
 
@@ -298,7 +315,13 @@ def simulate(
     arrivals: deque[_Request] = deque()
     if concurrency is not None:
         warm, measured = concurrency, max(concurrency, BURST_MEASURED)
-        arrivals.extend(_Request(i, 0.0, cost.prompt_tokens) for i in range(concurrency))
+        # the clients' first requests spread over one request's lifetime at this load: the steady state at once
+        life = cost.prefill_s + (max(gen, 1) - 1) / cost.tokens_per_step * cost.step(
+            min(concurrency, engine.max_num_seqs), 0
+        )
+        rng = random.Random(seed)
+        starts = sorted(rng.uniform(0.0, life) for _ in range(concurrency))
+        arrivals.extend(_Request(i, t, cost.prompt_tokens) for i, t in enumerate(starts))
     else:
         assert rate is not None and rate > 0
         rng = random.Random(seed)

@@ -21,7 +21,7 @@ from embedcalc.analysis.memory.serving import (
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan.expert_parallel import has_routed_experts, num_experts, rank_times
 from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price, ServingRow, ServingTimes
-from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.scheduler import Engine, KvAdmission, default_engine, simulate
 from embedcalc.analysis.plan.steps import Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.structure import stacks
@@ -51,6 +51,7 @@ class ServingRequest:
     speculation: Speculation | None = None
     prefix_hit: float = 0.0  # fraction of each prompt found in the prefix cache
     seed: int = 0  # the open loop's arrivals
+    kv_admission: KvAdmission = "on-demand"
 
 
 def device_dtype(device: Device, w: Workload, fallback: bool) -> Workload:
@@ -152,7 +153,8 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
         return ServingRow(layout, price, w.dtype, memory, most, reasons=(reason,))
     defaults = default_engine(device.memory, device.name)
     engine = Engine(request.max_num_seqs or defaults.max_num_seqs,
-                    request.max_num_batched_tokens or defaults.max_num_batched_tokens)  # fmt: skip
+                    request.max_num_batched_tokens or defaults.max_num_batched_tokens,
+                    kv_admission=request.kv_admission)  # fmt: skip
     prompt = computed_prompt(w.seq_len, request.prefix_hit)
     timed = replace(w, seq_len=prompt) if prompt != w.seq_len else w
     estimate = _estimate(config, device, request.kv_dtype)
@@ -186,12 +188,15 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
         c, total = 0, 0
     memory = serving_memory(u.config, w, max(c, 1), u.device.memory, request.utilization, request.kv_dtype,
                             most=u.most)  # fmt: skip
-    if c and u.most is not None and c > u.most:
+    over: tuple[str, ...] = ()
+    if c and u.most is not None and c > u.most:  # the scheduler queues the rest for KV slots: shown, not ok
         reason = _memory_reason(memory, c) or f"KV for {c} sequences does not fit: at most {u.most}"
         if layout.tp > 1 and _latent(u.config):
             reason += ("; MLA's compressed KV is replicated on every TP rank (attention data-parallel holds each "
                        "request's once)")  # fmt: skip
-        return ServingRow(layout, price, w.dtype, memory, u.most, reasons=(reason,))
+        over = (reason + "; the rest wait for KV slots",)
+        memory = serving_memory(u.config, w, u.most, u.device.memory, request.utilization, request.kv_dtype,
+                                most=u.most)  # fmt: skip
     g = max(w.gen_tokens, 1)
     if c:
         load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, concurrency=c, seed=request.seed)
@@ -210,10 +215,12 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
     times = ServingTimes(in_flight, batch, engines, u.cost.prefill_s, u.decode(batch), load.ttft.mean,
                          load.tpot.mean, load.tokens_per_s * scale, load.requests_per_s * scale, load.e2e.mean,
                          load, u.engine)  # fmt: skip
-    if batch != max(c, 1):
+    if batch != max(c, 1) and not over:
         memory = serving_memory(u.config, w, batch, u.device.memory, request.utilization, request.kv_dtype,
                                 most=u.most)  # fmt: skip
-    return ServingRow(layout, price, w.dtype, memory, u.most, times, tuple(request.objectives.misses(times)))
+    return ServingRow(
+        layout, price, w.dtype, memory, u.most, times, over + tuple(request.objectives.misses(times))
+    )
 
 
 def _latent(config: ResolvedShape) -> bool:
@@ -256,11 +263,11 @@ def _replicated(u: Unit, request: ServingRequest, price: Price | None) -> Servin
         need = -(-request.concurrency // (u.ranks * max(u.most, 1)))  # replicas whose KV holds the load
     first = min(need, most_replicas)
     row = serve(u, request, first, price)
-    if row.ok or first == most_replicas or (row.times is None and need > most_replicas):
+    if row.ok or first == most_replicas:
         return row
     last = serve(u, request, most_replicas, price)
     if not last.ok:
-        return last if last.times is not None else row
+        return last
     lo, hi = first + 1, most_replicas  # the smallest that meets (the misses shrink as replicas grow)
     best = last
     while lo < hi:
@@ -293,7 +300,7 @@ def _layers(config: ResolvedShape) -> int:
 
 def _holds(row: ServingRow) -> bool:
     """Whether the layout holds the model and the load (memory-wise)."""
-    return row.times is not None
+    return row.times is not None and not (row.reasons and row.reasons[0].startswith("KV for"))
 
 
 def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None,
