@@ -36,8 +36,10 @@ class Analysis:
             object.__setattr__(self, "active_params", self.params.total)
 
     def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of DESIGN.md §5."""
+        """The ``results[]`` entry of DESIGN.md §5; ``reader: native``: counted by embedcalc's own layer model (the
+        general reader's entries, :mod:`embedcalc.reconcile.general`, say ``transformers-meta``)."""
         return {
+            "reader": "native",
             "target": self.target,
             "dtype": self.workload.dtype,
             "dtype_source": self.workload.dtype_source,

@@ -27,8 +27,17 @@ from embedcalc.sources.loading import LoadedConfig
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
     from embedcalc.api.serving import ServingOptions
+    from embedcalc.reconcile.general import GeneralReport
 
-__all__ = ["analyze", "analyze_report", "analyze_target", "budget_problems", "compare", "compare_reports"]
+__all__ = [
+    "analyze",
+    "analyze_or_general",
+    "analyze_report",
+    "analyze_target",
+    "budget_problems",
+    "compare",
+    "compare_reports",
+]
 
 
 def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fields: Any) -> Analysis:
@@ -137,6 +146,27 @@ def analyze_report(
 
     held = apply_serving(report.analysis, serving, time.hardware, budget.max_memory_bytes, time.kv_dtype)
     return replace(report, serving=held)
+
+
+def analyze_or_general(
+    target: str,
+    overrides: Sequence[str] | None,
+    run: Workload,
+    time: TimeOptions,
+    budget: Budget,
+    serving: ServingOptions | None = None,
+) -> AnalysisReport | GeneralReport:
+    """``embedcalc analyze``: :func:`analyze_report`, or, for a Hugging Face family no native reader maps, the
+    general reader's count through transformers' own class on the meta device (:mod:`embedcalc.api.general`,
+    loaded only then: a preset's path stays as light as it was)."""
+    try:
+        return analyze_report(target, overrides, run, time, budget, serving)
+    except ConfigError as exc:
+        from embedcalc.api.general import GENERAL_CODES, general_fallback
+
+        if exc.code not in GENERAL_CODES:
+            raise
+        return general_fallback(exc, target, overrides, run, time, budget, serving)
 
 
 def compare_reports(

@@ -38,14 +38,36 @@ def analyze_command(
     --hardware NAME adds time by the roofline model, per component (time to first token, decode per token and
     tokens/s for decoders, step time and a whole run for training) and the largest batch and context that fit.
 
+    A Hugging Face config.json of a family embedcalc has no native mapping for is counted, when torch and
+    transformers are installed, by transformers' own model class on the meta device (params per component,
+    active experts, FLOPs, the family's own KV cache; JSON "reader": "transformers-meta"); --set then sets the
+    file's own keys.
+
     --concurrency C / --memory-utilization F (inference) add the memory a server holds (vLLM's convention): paged
     KV for C sequences in 16-token blocks, one forward's activation workspace and a runtime reserve of 1 − F of the
     device (default 0.9), and whether that fits.
     """
-    from embedcalc.api.analyze import analyze_report
+    from embedcalc.api.analyze import analyze_or_general
+    from embedcalc.api.results import AnalysisReport
 
     workload = run.workload(layout)
-    report = analyze_report(target, overrides, workload, timing.options(), limits.budget(), serving.options())
+    report = analyze_or_general(
+        target, overrides, workload, timing.options(), limits.budget(), serving.options()
+    )
+    # no native mapping: counted by transformers' own class on the meta device (DESIGN §19)
+    if not isinstance(report, AnalysisReport):
+        if format is OutputFormat.json:
+            status = "error" if report.over_budget else "ok"
+            output.emit_json("analyze", [report.to_json()], report.count.workload, report.over_budget, status)
+        else:
+            from embedcalc.render.general import general_tables
+
+            output.stderr.print(f"embedcalc: {target}: {report.count.counted_by} (no native mapping of "
+                                f"{report.count.model_type!r})", markup=False)  # fmt: skip
+            for table in general_tables(report.count):
+                output.stdout.print(table)
+        enforce_budget(report.over_budget, json_emitted=format is OutputFormat.json)
+        return
     result, estimate, over = report.analysis, report.time, report.over_budget
     output.warn(result.warnings, target)
     if format is OutputFormat.json:

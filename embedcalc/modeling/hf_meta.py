@@ -1,0 +1,386 @@
+"""The general reader's torch side (DESIGN §19): a Hugging Face ``config.json`` built by transformers' own model class
+on the meta device, and what that model says about itself, as raw facts for :mod:`embedcalc.reconcile.general`.
+
+No weights are allocated (``torch.device("meta")``): every parameter is a shape. Three facts come back:
+
+- **parameters**: ``named_parameters()`` (a tied weight once, under its first name), each with its shape; the
+  routed-expert modules with their expert count (a fused ``(num_experts, ...)`` parameter or a list of expert
+  modules) and top-k (the router's ``top_k`` / ``num_experts_per_tok`` attribute, else the config's);
+- **FLOPs**: ``torch.utils.flop_counter.FlopCounterMode`` over one meta forward of ``batch x seq_len`` tokens, per
+  module (exclusive of its children), with eager attention (FlopCounterMode counts SDPA as 0 on some backends,
+  PyTorch issue 195460) and, where transformers offers it, the ``batched_mm`` experts implementation, which runs
+  exactly ``top_k`` experts per token as gathered batched matmuls (routing on meta tensors is data-dependent and
+  cannot run the per-expert loop);
+- **cache**: every floating tensor the family's own cache object holds after that forward (``DynamicCache`` and
+  its layer classes, ``EncoderDecoderCache``, the recurrent ``conv_states`` / ``recurrent_states`` of Mamba-like
+  and linear-attention layers), per layer, as element counts.
+
+Which model class (the counting rule of the native readers, :mod:`embedcalc.sources.hf`): an encoder-decoder
+(``is_encoder_decoder``) is ``AutoModelForSeq2SeqLM``; a multimodal config is its text model (the text config's
+``AutoModelForCausalLM`` class when it has one, else the outer ``AutoModelForImageTextToText`` class of which only the
+language model and the LM head are counted); a family with a masked-LM class (an encoder: BERT-like) or without a
+causal-LM class is ``AutoModel`` (the backbone); every other family is ``AutoModelForCausalLM``.
+A forward that fails on meta tensors (a family whose code needs real values) leaves FLOPs and cache out, with the
+reason; the parameters stand.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model", "transformers_version"]
+
+# the recurrent state of Mamba-like and linear-attention layers (transformers' LinearAttentionCacheLayerMixin and
+# the older MambaCache): constant in the sequence length; every other cached tensor is keys or values
+_STATE_ATTRS = ("conv_states", "recurrent_states", "ssm_states", "conv_state", "ssm_state")
+_TOP_K_ATTRS = ("top_k", "num_experts_per_tok", "moe_top_k", "num_selected_experts", "experts_per_token",
+                "num_experts_per_token", "moe_k", "router_top_k")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExpertModule:
+    """A module holding routed experts: its path, parameters, expert count and top-k (None when unknown)."""
+
+    path: str
+    params: int
+    num_experts: int
+    top_k: int | None
+
+
+@dataclass(frozen=True)
+class CacheTensor:
+    """One tensor of the family's cache after the forward: its layer, stack (``self`` / ``cross``), what it holds
+    (``kv`` or ``state``), the attribute it is held under, its shape and elements."""
+
+    layer: int
+    stack: str
+    kind: str
+    attr: str
+    shape: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class MetaModel:
+    """What transformers' class built on the meta device says about itself (module docstring)."""
+
+    class_name: str
+    auto_class: str
+    architecture: str  # encoder | decoder | encoder-decoder: the counting rule's stack
+    text_only: str | None  # the language model's path when only it and the head are counted (multimodal)
+    parameters: tuple[tuple[str, tuple[int, ...]], ...]
+    outside: tuple[tuple[str, tuple[int, ...]], ...]  # parameters of the towers a multimodal model leaves out
+    layer_children: dict[int, tuple[str, ...]]  # layer index -> its direct child modules' names
+    experts: tuple[ExpertModule, ...]
+    flops: dict[str, int] | None  # module path -> FLOPs exclusive of its children; None: the forward failed
+    flops_error: str | None
+    cache: tuple[CacheTensor, ...] | None
+    cache_class: str | None
+    cache_error: str | None
+    version: str
+
+
+def transformers_version() -> str | None:
+    """The installed transformers' version, None when it cannot be imported."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return str(transformers.__version__)
+
+
+def _config(raw: Mapping[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    data = {k: v for k, v in raw.items() if k != "model_type"}
+    return AutoConfig.for_model(str(raw["model_type"]), **data)
+
+
+def _names(mapping: str) -> Mapping[str, str]:
+    from transformers.models.auto import modeling_auto
+
+    names: Mapping[str, str] = getattr(modeling_auto, mapping, {})
+    return names
+
+
+def choose_class(config: Any) -> tuple[str, str, str, Any, bool]:
+    """(class name, auto class, architecture, the config to build it from, text model of a multimodal class)."""
+    model_type = config.model_type
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(config, "is_encoder_decoder", False):
+        name = _names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES").get(model_type)
+        if name:
+            return name, "AutoModelForSeq2SeqLM", "encoder-decoder", config, False
+        return _names("MODEL_MAPPING_NAMES")[model_type], "AutoModel", "encoder-decoder", config, False
+    if text is not config:
+        causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(text.model_type)
+        if causal:
+            return causal, "AutoModelForCausalLM", "decoder", text, False
+        outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
+        if outer:
+            return outer, "AutoModelForImageTextToText", "decoder", config, True
+        return _names("MODEL_MAPPING_NAMES")[text.model_type], "AutoModel", "decoder", text, False
+    causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(model_type)
+    if causal and model_type not in _names("MODEL_FOR_MASKED_LM_MAPPING_NAMES"):
+        return causal, "AutoModelForCausalLM", "decoder", config, False
+    return _names("MODEL_MAPPING_NAMES")[model_type], "AutoModel", "encoder", config, False
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers' own warnings and log lines (deprecations, slow-path notices) silenced while it builds and runs
+    the model: the command's stderr carries embedcalc's lines only."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _build(class_name: str, config: Any) -> nn.Module:
+    import transformers
+
+    cls = getattr(transformers, class_name)
+    options: dict[str, Any] = {"attn_implementation": "eager", "experts_implementation": "batched_mm"}
+    with torch.device("meta"), _quiet():
+        try:
+            return cls._from_config(config, **options)  # type: ignore[no-any-return]
+        except (TypeError, ValueError):  # a transformers without experts implementations (4.x)
+            return cls._from_config(config, attn_implementation="eager")  # type: ignore[no-any-return]
+
+
+def _language_model(model: nn.Module) -> tuple[str, set[str]]:
+    """The language model's path inside a multimodal model and the paths counted (it and the LM head)."""
+    found: Any = model  # transformers' PreTrainedModel methods, not nn.Module's
+    decoder = found.get_decoder() if hasattr(found, "get_decoder") else None
+    head = found.get_output_embeddings() if hasattr(found, "get_output_embeddings") else None
+    paths = {name for name, module in model.named_modules() if module is decoder or module is head}
+    language = next((n for n, m in model.named_modules() if m is decoder), "")
+    return language, paths
+
+
+def _layer_children(model: nn.Module) -> dict[int, tuple[str, ...]]:
+    out: dict[int, tuple[str, ...]] = {}
+    for name, module in model.named_modules():
+        head, _, index = name.rpartition(".")
+        if index.isdigit() and head.rsplit(".", 1)[-1] in ("layers", "h", "layer", "blocks", "block"):
+            out.setdefault(int(index), tuple(n for n, _ in module.named_children()))
+    return out
+
+
+def _top_k(module: nn.Module, config: Any) -> int | None:
+    for sub in (module, *module.modules()):
+        for attr in _TOP_K_ATTRS:
+            value = getattr(sub, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    for attr in _TOP_K_ATTRS:
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _experts(model: nn.Module, config: Any, counted: Any) -> tuple[ExpertModule, ...]:
+    """Every module named ``experts`` (transformers' name for routed experts in every MoE family): the expert
+    count from a fused 3-D parameter's leading dimension or its list of expert modules; top-k from the MoE block
+    that holds it (its router), else the config."""
+    out = []
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] != "experts" or not counted(name):
+            continue
+        parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+        fused = [p for p in module.parameters(recurse=False) if p.dim() == 3]
+        children = [c for c in module.children() if any(True for _ in c.parameters())]
+        num = fused[0].shape[0] if fused else len(children)
+        if num < 1:
+            continue
+        params = sum(p.numel() for p in module.parameters())
+        out.append(ExpertModule(name, params, int(num), _top_k(parent, config)))
+    return tuple(out)
+
+
+def _exclusive_flops(counts: Mapping[str, Mapping[Any, int]], root: str) -> dict[str, int]:
+    """Per module path (root class name stripped), its FLOPs less those of the recorded modules nearest below it
+    (a container never called, such as ``layers``, is not recorded: its layers count under the module above)."""
+    # "Global" and the trackers of autograd Functions (a family's custom kernels, named by their class) repeat
+    # FLOPs already counted under the modules that ran them
+    totals = {n: sum(ops.values()) for n, ops in counts.items() if n == root or n.startswith(root + ".")}
+
+    def parent(name: str) -> str | None:
+        head = name
+        while "." in head:
+            head = head.rpartition(".")[0]
+            if head in totals:
+                return head
+        return None
+
+    below: dict[str, int] = {}
+    for name, total in totals.items():
+        above = parent(name)
+        if above is not None:
+            below[above] = below.get(above, 0) + total
+    out: dict[str, int] = {}
+    for name, total in totals.items():
+        own = total - below.get(name, 0)
+        if own:
+            path = name[len(root) + 1 :] if name.startswith(root + ".") else ("" if name == root else name)
+            out[path] = out.get(path, 0) + own
+    return out
+
+
+def _inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[str, Any]:
+    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    if architecture == "encoder-decoder":
+        dec = torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
+        return {"input_ids": ids, "decoder_input_ids": dec, "use_cache": True}
+    if architecture == "decoder":
+        return {"input_ids": ids, "use_cache": True}
+    return {"input_ids": ids}
+
+
+def _tensors(value: Any, attr: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor under ``value`` (lists, tuples, dicts, nested), with the attribute it hangs from."""
+    if isinstance(value, torch.Tensor):
+        yield attr, value
+    elif depth < 3 and isinstance(value, list | tuple):
+        for item in value:
+            yield from _tensors(item, attr, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item, attr, depth + 1)
+
+
+def _layer_tensors(layer: Any, index: int, stack: str) -> Iterator[CacheTensor]:
+    seen: set[int] = set()
+    for attr, value in vars(layer).items():
+        for name, t in _tensors(value, attr):
+            if id(t) in seen or t.dim() == 0 or not t.is_floating_point():
+                continue  # counters (cumulative_length), positions, indices: bookkeeping, not cache
+            seen.add(id(t))
+            kind = "state" if name in _STATE_ATTRS else "kv"
+            yield CacheTensor(index, stack, kind, name, tuple(int(s) for s in t.shape))
+
+
+def cache_tensors(cache: Any) -> tuple[CacheTensor, ...]:
+    """The cache's tensors per layer: ``Cache.layers`` (transformers 4.56+), ``EncoderDecoderCache``'s two caches,
+    or the per-layer lists of older cache classes (``key_cache``, ``conv_states``, ...)."""
+    if hasattr(cache, "self_attention_cache") and hasattr(cache, "cross_attention_cache"):
+        return cache_tensors(cache.self_attention_cache) + tuple(
+            CacheTensor(t.layer, "cross", t.kind, t.attr, t.shape)
+            for t in cache_tensors(cache.cross_attention_cache)
+        )
+    layers = getattr(cache, "layers", None)
+    if isinstance(layers, list | tuple):
+        return tuple(t for i, layer in enumerate(layers) for t in _layer_tensors(layer, i, "self"))
+    if isinstance(cache, tuple | list):  # legacy tuples: one (key, value) per layer
+        return tuple(
+            CacheTensor(i, "self", "kv", "legacy", tuple(int(s) for s in t.shape))
+            for i, layer in enumerate(cache)
+            for t in (layer if isinstance(layer, tuple | list) else (layer,))
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        )
+    out = []
+    for attr, value in vars(cache).items():
+        if isinstance(value, list | tuple):
+            for i, t in enumerate(value):
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.is_floating_point():
+                    kind = "state" if attr in _STATE_ATTRS else "kv"
+                    out.append(CacheTensor(i, "self", kind, attr, tuple(int(s) for s in t.shape)))
+    return tuple(out)
+
+
+def _forward(
+    model: nn.Module, architecture: str, batch: int, seq_len: int, tgt_len: int
+) -> tuple[dict[str, int] | None, str | None, Any]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    try:
+        with counter, _quiet():  # no no_grad: some families' meta paths assert autograd
+            out = model(**_inputs(architecture, batch, seq_len, tgt_len))
+    except Exception as exc:  # a family's forward on meta tensors: any failure is reported
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return None, f"{type(exc).__name__}: {first}", None
+    flops = _exclusive_flops(counter.get_flop_counts(), type(model).__name__)
+    cache = getattr(out, "past_key_values", None) if not isinstance(out, tuple) else None
+    return flops, None, cache
+
+
+def build_meta_model(
+    raw: Mapping[str, Any],
+    batch: int = 1,
+    seq_len: int = 128,
+    tgt_len: int | None = None,
+    cache_len: int | None = None,
+    forward: bool = True,
+) -> MetaModel:
+    """Build ``raw`` (a parsed ``config.json``) with transformers' class on the meta device and read it (module
+    docstring): FLOPs of a forward of ``batch x seq_len`` tokens (``tgt_len`` decoder tokens of an
+    encoder-decoder), the cache after a forward of ``cache_len`` tokens (default ``seq_len``: a second forward
+    when they differ, so generated tokens are in the cache). Raises ``ImportError`` without transformers, and
+    what transformers raises for a config it refuses (the caller names it)."""
+    import transformers
+
+    config = _config(raw)
+    class_name, auto_class, architecture, build_from, text_only = choose_class(config)
+    model = _build(class_name, build_from)
+    model.eval()
+    language, kept = _language_model(model) if text_only else ("", set())
+
+    def counted(name: str) -> bool:
+        return not text_only or any(name == p or name.startswith(p + ".") for p in kept)
+
+    params: list[tuple[str, tuple[int, ...]]] = []
+    outside: list[tuple[str, tuple[int, ...]]] = []
+    for name, p in model.named_parameters():
+        (params if counted(name) else outside).append((name, tuple(int(s) for s in p.shape)))
+    flops: dict[str, int] | None = None
+    flops_error = cache_error = cache_class = None
+    cache: tuple[CacheTensor, ...] | None = None
+    if forward:
+        flops, flops_error, cache_obj = _forward(model, architecture, batch, seq_len, tgt_len or seq_len)
+        if flops is not None and text_only:
+            flops = {k: v for k, v in flops.items() if counted(k) or not k}
+        if architecture == "encoder":
+            cache = ()
+        elif cache_obj is None:
+            cache_error = flops_error or "the forward returned no cache"
+        elif cache_len is not None and cache_len != seq_len:
+            _, cache_error, cache_obj = _forward(model, architecture, batch, cache_len, tgt_len or seq_len)
+        if cache_obj is not None and architecture != "encoder":
+            cache_class = type(cache_obj).__name__
+            cache = cache_tensors(cache_obj)
+    return MetaModel(
+        class_name=class_name,
+        auto_class=auto_class,
+        architecture=architecture,
+        text_only=language if text_only else None,
+        parameters=tuple(params),
+        outside=tuple(outside),
+        layer_children=_layer_children(model),
+        experts=_experts(model, build_from, counted),
+        flops=flops,
+        flops_error=flops_error,
+        cache=cache,
+        cache_class=cache_class,
+        cache_error=cache_error,
+        version=str(transformers.__version__),
+    )
