@@ -339,7 +339,8 @@ def build_meta_model(
     what transformers raises for a config it refuses (the caller names it)."""
     import transformers
 
-    config = _config(raw)
+    with _quiet():
+        config = _config(raw)
     class_name, auto_class, architecture, build_from, text_only = choose_class(config)
     model = _build(class_name, build_from)
     model.eval()
