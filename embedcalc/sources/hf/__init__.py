@@ -23,7 +23,7 @@ from typing import Any
 
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.errors import ConfigError, Problem
-from embedcalc.sources.hf.reader import HFReport, IgnoredKey, KeyReader, MappedKey
+from embedcalc.sources.hf.reader import Family, HFReport, IgnoredKey, KeyReader, MappedKey
 from embedcalc.sources.hf.registry import (
     FAMILIES,
     FORWARDED,
@@ -132,6 +132,7 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         return _map_text_model(raw, inner, origin, path, frozenset(inner))
     if family is None:
         raise _unsupported(model_type, origin, raw)
+    _refuse_deep_stacks(raw, family, origin)
     reader = KeyReader(raw, family)
     family.read(reader)
     _read_dtype(reader, raw)
@@ -152,6 +153,34 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         family.model_type, family.counted_as + head, reader.mapped, reader.ignored, reader.notes
     )
     return HFMapping(reader.data, reader.user_keys, report)
+
+
+# The layer counts a config.json may give (issue 33). Families whose layers follow a pattern (sliding-window
+# layers, MoE placement, hybrid attention/recurrent layers) expand it layer by layer, as transformers' config classes
+# do (``layer_types``), so the count bounds their work and memory: 10^29 layers grew `check` to MemoryError. The
+# deepest published models have ~100-130 layers (Llama 3.1 405B: 126); 100,000 leaves room for any experiment and
+# reads in well under a second. embedcalc's own configs, counted in closed form over runs, keep the 30-digit bound.
+MAX_HF_LAYERS = 100_000
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
+               "encoder_layers", "num_encoder_layers")  # fmt: skip
+
+
+def _refuse_deep_stacks(raw: Mapping[str, Any], family: Family, origin: str) -> None:
+    """ConfigError naming each layer-count key (or an alias of one) above :data:`MAX_HF_LAYERS`."""
+    aliases = {alias for alias, target in family.attribute_map.items() if target in _LAYER_KEYS}
+    problems = []
+    for key in (*_LAYER_KEYS, *sorted(aliases)):
+        value = raw.get(key)
+        if type(value) is int and value > MAX_HF_LAYERS:
+            digits = len(str(value)) if value < 10**40 else "over 40"
+            message = (f"{key} = an integer of {digits} digits: a Hugging Face config is read with at most "
+                       f"{MAX_HF_LAYERS:,} layers (its layer patterns are expanded layer by layer); for a deeper "
+                       "stack write the model in embedcalc's own YAML, where layers are runs")  # fmt: skip
+            problems.append(Problem(key, message, "hf_too_many_layers"))
+    if problems:
+        lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
+        raise ConfigError(f"{origin}: {len(problems)} problem(s) in this {family.model_type} config\n{lines}",
+                          problems, "hf_too_many_layers")  # fmt: skip
 
 
 def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:
