@@ -142,7 +142,9 @@ def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[
     d, w = x.d, x.widths(block)
     if not ffn.moe:
         f_in = 2 * w.f if ffn.gated else w.f
-        out = _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear("ffn/out", w.f, d, ffn.bias, "row")
+        out = _linear("ffn/in", d, f_in, ffn.bias, "column") + _linear(
+            "ffn/out", w.f, d, ffn.down_bias, "row"
+        )
         return out + activation_tensors(config)
     fe_in = 2 * w.fe if ffn.gated else w.fe
     e, di = ffn.num_experts, ffn.latent_dim or d  # di: the width the routed experts read and write

@@ -124,6 +124,9 @@ class ConfigFields(SpecFields):
         def ffn_bias(self) -> bool | None: ...
 
         @property
+        def ffn_out_bias(self) -> bool | None: ...
+
+        @property
         def tie_embeddings(self) -> bool: ...
 
         @property

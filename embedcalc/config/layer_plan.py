@@ -117,9 +117,15 @@ class FFN:
     expert_bias: bool = False
     router_scale: bool = False  # Gemma 4: the router's input scale (d) and per-expert scale (E)
     branch_norms: bool = False  # Gemma 4: norms on the shared output, the routed input and output (3 x d)
-    latent_dim: int = (
-        0  # Nemotron-3: the routed experts' width in and out (projected from and back to d); 0: d
+    latent_dim: int = 0  # Nemotron-3: the routed experts' width in and out (from and back to d); 0: d
+    out_bias: bool | None = (
+        None  # a dense FFN's down projection, when it differs from ``bias`` (GTE); None: bias
     )
+
+    @property
+    def down_bias(self) -> bool:
+        """Whether the dense FFN's output projection has a bias."""
+        return self.bias if self.out_bias is None else self.out_bias
 
     @property
     def moe(self) -> bool:

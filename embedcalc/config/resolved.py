@@ -118,6 +118,10 @@ class ResolvedShape(ConfigFields):
         return self.bias if self.ffn_bias is None else self.ffn_bias
 
     @property
+    def resolved_ffn_out_bias(self) -> bool:
+        return self.resolved_ffn_bias if self.ffn_out_bias is None else self.ffn_out_bias
+
+    @property
     def resolved_relative_bias(self) -> bool:
         """Whether each stack has a bucketed relative bias table: position=relative (T5) or MPNet's explicit flag."""
         if self.relative_attention_bias is not None:
@@ -178,7 +182,8 @@ class ResolvedShape(ConfigFields):
         if spec.kind in ("none", "projection"):  # a projection is the block's, not an FFN (Block.projections)
             return None
         if spec.kind == "dense":
-            return ResolvedFFN("dense", gated, bias, spec.ffn_dim or self.resolved_ffn_dim)
+            return ResolvedFFN("dense", gated, bias, spec.ffn_dim or self.resolved_ffn_dim,
+                               out_bias=self.resolved_ffn_out_bias)  # fmt: skip
         expert_dim = spec.expert_dim or self.resolved_ffn_dim
         return ResolvedFFN(
             kind="moe", gated=gated, bias=bias, ffn_dim=0, num_experts=spec.num_experts or 0, top_k=spec.top_k or 0,

@@ -214,6 +214,13 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
         default=None,
         description="Biases on the FFN projections (up, gate, down); default bias (LLaMA's mlp_bias).",
     )
+    ffn_out_bias: bool | None = Field(
+        default=None,
+        description=(
+            "Bias on a dense FFN's output projection (down) alone; default ffn_bias. GTE's GteMLP: gate and up "
+            "without bias, down_proj with one (ffn_bias: false, ffn_out_bias: true)."
+        ),
+    )
     tie_embeddings: bool = Field(
         default=True,
         description=(

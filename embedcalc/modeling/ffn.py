@@ -73,9 +73,12 @@ class GatedInput(nn.Module):
 
 
 class MLP(nn.Module):
-    """``in_`` -> activation -> ``out``: embed_dim -> ffn_dim -> embed_dim, biases when ``bias``."""
+    """``in_`` -> activation -> ``out``: embed_dim -> ffn_dim -> embed_dim, biases when ``bias`` (``out``'s own when
+    ``out_bias`` says otherwise: GTE)."""
 
-    def __init__(self, embed_dim: int, ffn_dim: int, bias: bool, activation: str) -> None:
+    def __init__(
+        self, embed_dim: int, ffn_dim: int, bias: bool, activation: str, out_bias: bool | None = None
+    ) -> None:
         super().__init__()
         self.activation = activation
         self.in_: nn.Module = (
@@ -83,7 +86,7 @@ class MLP(nn.Module):
             if activation in GATED
             else nn.Linear(embed_dim, ffn_dim, bias=bias)
         )
-        self.out = nn.Linear(ffn_dim, embed_dim, bias=bias)
+        self.out = nn.Linear(ffn_dim, embed_dim, bias=bias if out_bias is None else out_bias)
         self.act = XIELU() if activation == "xielu" else None
 
     def transform(self, x: Tensor) -> Tensor:

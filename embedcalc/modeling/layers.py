@@ -116,7 +116,7 @@ class FeedForward(MLP):
     ``tanh_gate`` scales its output in a tanh-gated block (Mllama's cross_attn_mlp_gate)."""
 
     def __init__(self, config: ResolvedShape, spec: ResolvedFFN, norm: bool, tanh_gate: bool = False) -> None:
-        super().__init__(config.embed_dim, spec.ffn_dim, spec.bias, config.activation)
+        super().__init__(config.embed_dim, spec.ffn_dim, spec.bias, config.activation, spec.down_bias)
         self.placement = config.resolved_norm_placement
         self.norm = sublayer_norm(config) if norm else None
         self.tanh_gate = TanhGate() if tanh_gate else None

@@ -1,6 +1,6 @@
 """Encoders of today's embedding and retrieval models, counted as transformers' ``AutoModel`` (the backbone):
-XLM-RoBERTa-XL, Jina-Embeddings-v3, EuroBERT (transformers' ``modeling_xlm_roberta_xl.py``,
-``modeling_jina_embeddings_v3.py``, ``modeling_eurobert.py``).
+XLM-RoBERTa-XL, Jina-Embeddings-v3, GTE (mGTE), EuroBERT (transformers' ``modeling_xlm_roberta_xl.py``,
+``modeling_jina_embeddings_v3.py``, ``modeling_gte.py``, ``modeling_eurobert.py``).
 
 - ``xlm-roberta-xl`` (XLMRobertaXLModel, with pooler; Goyal et al. 2021, arXiv:2105.00572): RoBERTa's embeddings
   (word, token type, a learned position table numbered from ``pad_token_id`` + 1) **without** their LayerNorm, then
@@ -11,6 +11,10 @@ XLM-RoBERTa-XL, Jina-Embeddings-v3, EuroBERT (transformers' ``modeling_xlm_rober
   ``max_position_embeddings``), the embeddings' LayerNorm and token-type table, biased q/k/v/o, a plain MLP
   (``fc1``/``fc2``, biased). transformers' class is the backbone alone: the checkpoint's task LoRA adapters
   (remote code) are not part of it.
+- ``gte`` (GteModel, no pooler: ``add_pooling_layer`` defaults to False; Zhang et al. 2024, mGTE,
+  arXiv:2407.19669): Jina v3's rotary post-norm blocks with a gated MLP (``act(gate_proj(x)) * up_proj(x)``, gate
+  and up unbiased, ``down_proj`` biased: the layer model's ``ffn_bias: false``, ``ffn_out_bias: true``); no
+  token-type table when ``type_vocab_size`` is 0.
 - ``eurobert`` (EuroBertModel, no pooler, no head; Boizard et al. 2025, arXiv:2503.05500): LLaMA's blocks
   (pre-norm RMSNorm, GQA with ``head_dim``, SwiGLU, RoPE, ``attention_bias`` / ``mlp_bias``) attending both ways,
   and a final RMSNorm.
@@ -24,6 +28,7 @@ from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.bert import read_bert_like, read_roberta
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import replace_mapped
+from embedcalc.sources.hf.mappings import map_activation
 from embedcalc.sources.hf.reader import Family, KeyReader
 
 _NO_HEAD = "AutoModel builds the backbone, which has no LM head to tie"
@@ -40,11 +45,27 @@ def _read_xlm_roberta_xl(r: KeyReader) -> None:
     )
 
 
-def _read_jina_v3(r: KeyReader) -> None:
+def _read_rotary_bert(r: KeyReader) -> None:
+    """BERT's post-norm encoder with rotary positions from 0 (Jina v3, GTE): no position table; ``head_dim`` when
+    the file writes it (the attention reads ``getattr(config, "head_dim", hidden_size // heads)``)."""
     read_bert_like(r, positions=False)
-    replace_mapped(r, "position", "rope", "model_type", "family", "JinaEmbeddingsV3RotaryEmbedding: no table")
+    replace_mapped(r, "position", "rope", "model_type", "family", "a rotary embedding: no table")
     r.copy("max_position_embeddings", "max_seq_len", note="RoPE has no table; positions count from 0")
+    if r.has("head_dim"):
+        r.copy("head_dim", "head_dim")
     r.ignore("rope_parameters", hf_keys.ROPE)
+
+
+def _read_gte(r: KeyReader) -> None:
+    """GteModel: a rotary BERT whose MLP is gated (act(gate) * up) with gate and up unbiased, down_proj biased."""
+    _read_rotary_bert(r)
+    map_activation(r, "hidden_act", gated=True)  # GteMLP: act_fn(gate_proj(x)) * up_proj(x)
+    r.mapped = list({m.field: m for m in r.mapped}.values())  # the gated mapping replaces read_bert_like's
+    r.fixed("ffn_bias", False, "GteMLP: gate_proj and up_proj without bias")
+    r.fixed("ffn_out_bias", True, "GteMLP: down_proj with a bias")
+    replace_mapped(
+        r, "pooler", False, "model_type", "family", "GteModel: add_pooling_layer defaults to False"
+    )
 
 
 def _read_eurobert(r: KeyReader) -> None:
@@ -75,7 +96,11 @@ FAMILIES = (
            "bert-base",
            dict(vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                 intermediate_size=4096, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=8194,
-                type_vocab_size=1, pad_token_id=1), _read_jina_v3),
+                type_vocab_size=1, pad_token_id=1), _read_rotary_bert),
+    Family("gte", "GteConfig", "GteModel (AutoModel, no pooler)", "bert-base",
+           dict(vocab_size=250048, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                intermediate_size=3072, hidden_act="gelu", hidden_dropout_prob=0.1, max_position_embeddings=8192,
+                type_vocab_size=1, pad_token_id=1), _read_gte),
     Family("eurobert", "EuroBertConfig", "EuroBertModel (AutoModel, no pooler)", "bert-base", _EUROBERT,
            _read_eurobert),
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Encoders of embedding models (issue 31): XLM-RoBERTa-XL, Jina-Embeddings-v3 and EuroBERT against transformers.
+"""Encoders of embedding models (issue 31): XLM-RoBERTa-XL, Jina-Embeddings-v3, GTE and EuroBERT against transformers.
 
 The files are what transformers writes for its configuration class (``to_dict()``, every key): the class defaults
 and small variants switching what the readers map (GQA, ``head_dim`` and biases for EuroBERT). Each is exact:
@@ -21,11 +21,13 @@ SMALL = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "xlm-roberta-xl": ("xlm-roberta-xl", SMALL | dict(max_position_embeddings=66)),
     "jina-v3": ("jina_embeddings_v3", SMALL | dict(max_position_embeddings=66, type_vocab_size=2)),
+    "gte": ("gte", SMALL | dict(max_position_embeddings=64, type_vocab_size=2)),
+    "gte-no-segments": ("gte", SMALL | dict(max_position_embeddings=64, type_vocab_size=0, hidden_act="silu")),
     "eurobert": ("eurobert", SMALL | dict(max_position_embeddings=64, pad_token_id=0)),
     "eurobert-gqa": ("eurobert", SMALL | dict(num_key_value_heads=2, head_dim=8, attention_bias=True,
                                               mlp_bias=True, max_position_embeddings=64, pad_token_id=0)),
 }  # fmt: skip
-DEFAULTS = ("xlm-roberta-xl", "jina_embeddings_v3", "eurobert")
+DEFAULTS = ("xlm-roberta-xl", "jina_embeddings_v3", "gte", "eurobert")
 
 
 def _written(transformers: Any, model_type: str, **keys: Any) -> dict[str, Any]:
@@ -64,3 +66,33 @@ def test_xlm_roberta_xl_is_pre_norm_without_an_embedding_norm() -> None:
 def test_eurobert_is_a_bidirectional_encoder_without_head_or_pooler() -> None:
     config = mapped_config({"model_type": "eurobert", **SMALL, "tie_word_embeddings": True})
     assert (config.architecture, config.resolved_lm_head, config.resolved_pooler) == ("encoder", False, False)
+
+
+def test_gte_biases_only_the_down_projection_of_its_gated_mlp() -> None:
+    """GteMLP: gate_proj and up_proj without bias, down_proj with one; q/k/v/o and the pooler biased."""
+    from embedcalc.analysis.params import count_params as params
+
+    config = mapped_config({"model_type": "gte", **SMALL, "max_position_embeddings": 64})
+    breakdown = params(config)
+    assert (config.activation, config.resolved_ffn_bias, config.resolved_ffn_out_bias) == (
+        "geglu",
+        False,
+        True,
+    )
+    assert breakdown["encoder/ffn/in"] == 2 * 2 * 64 * 96 and breakdown["encoder/ffn/out"] == 2 * (
+        96 * 64 + 64
+    )
+
+
+@pytest.mark.torch
+def test_verify_builds_gtes_mlp_with_the_down_bias_alone(cli: Any, write_config: Any) -> None:
+    """embedcalc's torch model (unsharded and over 2 tensor-parallel ranks) agrees with the analytic count."""
+    import json
+
+    raw = {"model_type": "gte", **SMALL, "max_position_embeddings": 64}
+    path = write_config(raw, "config.json")
+    for extra in ((), ("--tp", "2")):
+        result = cli("verify", str(path), "--seq-len", "32", "--format", "json", *extra)
+        assert result.exit_code == 0, result.stderr
+        out = json.loads(result.stdout)["results"][0]
+        assert out["agree"] is True and out.get("sharded", {"agree": True})["agree"] is True
