@@ -153,6 +153,21 @@ _GDN_KEYS = (("num_heads", "linear_num_value_heads"), ("head_dim", "linear_value
 
 
 def _read_qwen3_next(r: KeyReader) -> None:
+    _read_gated_hybrid(r, "sparse_step")
+
+
+def _read_qwen3_5(r: KeyReader) -> None:
+    _read_gated_hybrid(r, "dense")
+
+
+def _read_qwen3_5_moe(r: KeyReader) -> None:
+    _read_gated_hybrid(r, "every")
+
+
+def _read_gated_hybrid(r: KeyReader, moe_layers: str) -> None:
+    """Qwen3-Next's stack; ``moe_layers``: ``sparse_step`` (Qwen3-Next: ``decoder_sparse_step`` and
+    ``mlp_only_layers``), ``dense`` (Qwen3.5: a dense MLP of ``intermediate_size`` in every layer) or ``every``
+    (Qwen3.5-MoE: the MoE block in every layer)."""
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
     r.put("attention", {"qk_norm": "head", "output_gate": True}, "model_type", "family",
           "Qwen3NextAttention: q_norm / k_norm RMSNorm(head_dim); q_proj also makes a sigmoid output gate")  # fmt: skip
@@ -161,13 +176,19 @@ def _read_qwen3_next(r: KeyReader) -> None:
     r.ignore("full_attention_interval", "decides which layers are full attention (mapped as layers)")
     for key in ("use_sliding_window", "sliding_window", "max_window_layers"):
         r.ignore(key, "Qwen3NextForCausalLM never reads it: no layer slides")
-    _, shared, _ = r.value("shared_expert_intermediate_size")
-    extra = (
-        {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True} if shared else {}
-    )
-    moe = read_moe(r, "num_experts", extra=extra)
+    moe: dict[str, Any] | None = None
+    if moe_layers != "dense":
+        _, shared, _ = r.value("shared_expert_intermediate_size")
+        extra = (
+            {"num_shared_experts": 1, "shared_expert_dim": shared, "shared_expert_gate": True}
+            if shared
+            else {}
+        )
+        moe = read_moe(r, "num_experts", extra=extra)
+        if moe is None:
+            return
     layers = r.data.get("num_layers")
-    if moe is None or not isinstance(layers, int):
+    if not isinstance(layers, int):
         return
     types_key, types = r.lookup("layer_types")
     if types is MISSING or types is None:
@@ -175,7 +196,9 @@ def _read_qwen3_next(r: KeyReader) -> None:
         every = interval if isinstance(interval, int) and interval > 0 else 4
         types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
     types = checked_layer_types(r, types_key, types, layers, ("linear_attention", "full_attention"))
-    flags = None if types is None else moe_flags(r, layers)
+    flags = [moe_layers == "every"] * layers if moe_layers != "sparse_step" else None
+    if types is not None and flags is None:
+        flags = moe_flags(r, layers)
     if types is None or flags is None:
         return
     gdn: dict[str, Any] = {"kind": "gated_deltanet", "ssm_state_dtype": TORCH_STATE_DTYPE}
@@ -192,6 +215,8 @@ def _read_qwen3_next(r: KeyReader) -> None:
             spec["mixer"] = gdn
         variants[name] = spec
         names.append("default" if name == "full" else name)
+    if moe_layers == "every" and "intermediate_size" in r.raw:
+        r.ignore("intermediate_size", "every layer is an MoE block: no dense MLP reads it")
     note = f"{types.count('linear_attention')} gated DeltaNet layers, {types.count('full_attention')} gated attention"
     wanted = [
         types_key,
@@ -222,10 +247,28 @@ _DEFAULTS: dict[str, Any] = dict(
     mamba_d_state=256, mamba_d_head="auto", mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=256,
     mamba_conv_bias=True, mamba_proj_bias=False,
 )  # fmt: skip
+_NOT_QWEN3_5 = (
+    "decoder_sparse_step",
+    "mlp_only_layers",
+)  # Qwen3_5TextConfig deletes them from Qwen3NextConfig
+_QWEN3_5: dict[str, Any] = {k: v for k, v in _QWEN3_NEXT.items() if "expert" not in k and "moe" not in k
+                             and k not in _NOT_QWEN3_5}  # fmt: skip
+_QWEN3_5 |= dict(vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
+                 num_key_value_heads=4)  # fmt: skip
+_QWEN3_5_MOE: dict[str, Any] = {k: v for k, v in _QWEN3_NEXT.items() if k not in _NOT_QWEN3_5}
+_QWEN3_5_MOE |= dict(vocab_size=248320, hidden_size=2048, intermediate_size=None, num_hidden_layers=40,
+                     num_experts_per_tok=8, num_experts=256)  # fmt: skip
 FAMILIES = (
     Family("granitemoehybrid", "GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM (AutoModelForCausalLM)",
            "granite-4.0-h-small", _DEFAULTS, _read_granitemoehybrid, {"layers_block_type": "layer_types"},
            non_finite=frozenset({"time_step_limit"})),
     Family("qwen3_next", "Qwen3NextConfig", "Qwen3NextForCausalLM (AutoModelForCausalLM)", "qwen3-next-80b-a3b",
            _QWEN3_NEXT, _read_qwen3_next),
+    # Qwen3.5's text models (Qwen3_5ForCausalLM, the language model of Qwen3_5ForConditionalGeneration): Qwen3-Next's
+    # stack whose DeltaNet splits in_proj_qkvz / in_proj_ba into in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (the
+    # same widths), a dense MLP in every layer (qwen3_5_text) or the MoE block in every layer (qwen3_5_moe_text)
+    Family("qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM (AutoModelForCausalLM)", "qwen3-next-80b-a3b",
+           _QWEN3_5, _read_qwen3_5),
+    Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM (AutoModelForCausalLM)",
+           "qwen3-next-80b-a3b", _QWEN3_5_MOE, _read_qwen3_5_moe),
 )  # fmt: skip

@@ -178,6 +178,8 @@ OUTER_TIE: dict[str, tuple[bool, bool]] = {
     "qwen3_vl_moe": (False, False),
     "glm4v": (False, True),
     "glm4v_moe": (False, True),
+    "qwen3_5": (False, False),
+    "qwen3_5_moe": (False, False),
 }
 """Multimodal model types whose outer config alone ties the LM head (transformers 5 looks at the outer
 ``tie_word_embeddings``): (the class default, whether ``__post_init__`` also honours a ``text_config``

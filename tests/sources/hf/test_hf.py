@@ -173,9 +173,11 @@ def test_family_defaults_are_transformers_defaults() -> None:
     own |= {("qwen2_5_vl_text", "tie_word_embeddings"), ("qwen3_vl_text", "tie_word_embeddings")}
     own |= {("qwen3_vl_text", key) for key in ("use_sliding_window", "sliding_window", "max_window_layers")}
     # issue 31's vision-language text models: Qwen2-VL's and GLM-4.1V's text configs have no tie_word_embeddings
-    # either, Qwen3-VL-MoE's no use_sliding_window, and GLM-4.5V's no use_qk_norm (its attention has no q/k norms)
+    # either, Qwen3-VL-MoE's no use_sliding_window, GLM-4.5V's no use_qk_norm (its attention has no q/k norms), and
+    # Qwen3.5-MoE's no intermediate_size (every layer is MoE)
     own |= {("qwen2_vl_text", "tie_word_embeddings"), ("glm4v_text", "tie_word_embeddings"),
-            ("qwen3_vl_moe_text", "use_sliding_window"), ("glm4v_moe_text", "use_qk_norm")}  # fmt: skip
+            ("qwen3_vl_moe_text", "use_sliding_window"), ("glm4v_moe_text", "use_qk_norm"),
+            ("qwen3_5_moe_text", "intermediate_size")}  # fmt: skip
     for family in FAMILIES.values():
         if (
             family.model_type in REMOTE_CODE
