@@ -270,7 +270,8 @@ def plan(
                      dtype_source="flag" if dtype else "default")  # fmt: skip
         analysis = analyze_loaded(loaded, w)
         w = _serving_dtype(analysis.workload)
-        from embedcalc.analysis.plan.serving import ServingRequest, plan_serving
+        from embedcalc.analysis.plan.search import plan_serving
+        from embedcalc.analysis.plan.serving import ServingRequest
 
         _check_choice("kv_admission", kv_admission, Literal["on-demand", "reserve"])
         engine = _engine_options(loaded.config, max_num_seqs, max_num_batched_tokens, spec_tokens,

@@ -23,6 +23,8 @@ For mixture-of-experts models the search adds **attention data-parallel + expert
 devices (:mod:`embedcalc.analysis.plan.expert_parallel`): each rank holds the whole attention and its own requests'
 KV, the routed experts are spread over the ranks. KV capacity is what each rank really holds: under TP an MLA
 model's compressed latent is on every rank (``analyze``'s memory model), under attention DP once per request.
+With a latency objective and a load, each TP layout is also tried disaggregated (x prefill + y decode replicas,
+:mod:`embedcalc.analysis.plan.disaggregated`), its row beside the aggregated one.
 
 **Serving under continuous batching**: latency under load comes from the scheduler of
 :mod:`embedcalc.analysis.plan.scheduler` (token budget per step, chunked prefill mixed with decodes, admission by

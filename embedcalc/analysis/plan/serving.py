@@ -9,7 +9,7 @@ of :mod:`.scheduler`. The conventions are stated once, in :mod:`embedcalc.analys
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from embedcalc.analysis.memory.serving import (
@@ -24,7 +24,6 @@ from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price
 from embedcalc.analysis.plan.scheduler import Engine, KvAdmission, default_engine, simulate
 from embedcalc.analysis.plan.steps import Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
-from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
@@ -280,59 +279,8 @@ def _replicated(u: Unit, request: ServingRequest, price: Price | None) -> Servin
     return best if best.layout.replicas == lo else serve(u, request, lo, price)
 
 
-def evaluate_serving(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
-                     price: Price | None) -> ServingRow:  # fmt: skip
-    """One layout: its engine, then the replicas (or the load per engine) that serve the request."""
-    missing = no_peak(device, device_dtype(device, request.workload, request.dtype_fallback))
-    if missing:
-        return ServingRow(layout, price, request.workload.dtype, reasons=(missing,))
-    u = build_unit(config, device, layout, request, price)
-    if isinstance(u, ServingRow):
-        return u
+def evaluate(u: Unit, request: ServingRequest, price: Price | None) -> ServingRow:
+    """One layout's engine under the request: the replicas (or the load per engine) that serve it."""
     if request.concurrency is None and request.rate is None:
         return _most_meeting(u, request, price)
     return _replicated(u, request, price)
-
-
-def _layers(config: ResolvedShape) -> int:
-    return sum(s.num_layers for s in stacks(config))
-
-
-def _holds(row: ServingRow) -> bool:
-    """Whether the layout holds the model and the load (memory-wise)."""
-    return row.times is not None and not (row.reasons and row.reasons[0].startswith("KV for"))
-
-
-def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None,
-                degrees: list[int], ep: list[int]) -> list[ServingRow]:  # fmt: skip
-    """Every TP degree within a node on ``device`` and, for MoE models, every attention-DP × EP degree; pipeline
-    stages over more nodes (TP over the whole node) when no single-node layout holds the model and the load, up
-    to ``request.max_devices``."""
-    w = device_dtype(device, request.workload, request.dtype_fallback)
-    missing = no_peak(device, w)
-    if missing:  # one row says it for the device
-        return [ServingRow(Layout(device.name), price, w.dtype, reasons=(missing,))]
-    layouts = [Layout(device.name, tp) for tp in degrees] + [Layout(device.name, dp=n, ep=n) for n in ep]
-    rows = [evaluate_serving(config, device, layout, request, price) for layout in layouts]
-    if not degrees or any(_holds(r) for r in rows):
-        return rows
-    tp = degrees[-1]
-    for pp in range(2, min(_layers(config), request.max_devices // tp) + 1):
-        row = evaluate_serving(config, device, Layout(device.name, tp, pp), request, price)
-        rows.append(row)
-        if _holds(row):
-            break
-    return rows
-
-
-def plan_serving(
-    config: ResolvedShape, devices: Sequence[tuple[Device, Price | None]], request: ServingRequest
-) -> list[ServingRow]:
-    """Every layout on every device, best first: the ones that fit and meet the objectives, cheapest per million
-    output tokens first (device-seconds per token without a price), then the others."""
-    most = min(NODE_DEVICES, request.max_devices)
-    degrees, ep = tp_degrees(config, most), ep_degrees(config, most)
-    rows = [
-        row for device, price in devices for row in plan_device(config, device, request, price, degrees, ep)
-    ]
-    return sorted(rows, key=ServingRow.sort_key)
