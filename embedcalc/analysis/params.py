@@ -185,6 +185,8 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
         out += projection_tensors(config, "mixer", x, attention_norms)
     if block.attention is not None:
         out += attention_tensors(config, block.attention, x, "attention")
+        if config.relative_bias_per_layer:  # UMT5: each layer's self-attention holds its own table
+            out.append(ParamTensor("attention/relative_bias", (config.relative_attention_num_buckets, x.h)))
         out += _norm(config, "attention/norm", x.d, attention_norms)
     if block.mixer is not None:
         out += mixer_tensors(block.mixer, x)
@@ -248,7 +250,7 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     out = _embedding_tensors(config, x)
     for sd in x.stacks:
         name = sd.name
-        if config.resolved_relative_bias:
+        if config.resolved_relative_bias and not config.relative_bias_per_layer:
             out.append(ParamTensor(f"{name}/attention/relative_bias", (config.relative_attention_num_buckets, x.h),
                                    stack=name))  # fmt: skip
         if config.disentangled is not None:  # DeBERTa's rel_embeddings (2 span x d) and its norm

@@ -148,6 +148,9 @@ class ConfigFields(SpecFields):
         def relative_attention_bias(self) -> bool | None: ...
 
         @property
+        def relative_bias_per_layer(self) -> bool: ...
+
+        @property
         def sliding_window(self) -> int | None: ...
 
         @property

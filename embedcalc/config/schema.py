@@ -259,6 +259,14 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             "sets it with position=learned (absolute table plus relative bias)."
         ),
     )
+    relative_bias_per_layer: bool = Field(
+        default=False,
+        description=(
+            "The relative position bias table is in every layer's self-attention, each layer its own (UMT5's "
+            "UMT5Attention, has_relative_attention_bias in every layer), instead of once per stack (T5): "
+            "num_layers x relative_attention_num_buckets x num_heads per stack. Needs the relative bias."
+        ),
+    )
     sliding_window: PositiveInt | None = Field(
         default=None,
         description=(

@@ -57,7 +57,8 @@ class Stack(nn.Module):
 
     Layer i is ``config.stack_plan(name).block_at(i)``; with ``shared_layers`` one block is built and called
     num_layers times. A relative-position table lives in ``layers.0.attention.relative_bias`` and its bias is
-    shared by all layers; ALiBi's bias (no parameters) likewise.
+    shared by all layers (with ``relative_bias_per_layer``, UMT5, every layer has its own table and bias); ALiBi's
+    bias (no parameters) is shared likewise.
     """
 
     def __init__(
@@ -70,10 +71,12 @@ class Stack(nn.Module):
         built = 1 if config.shared_layers else plan.num_layers
         cross = config.cross_attention_block() if cross_attention else None
         relative = config.resolved_relative_bias or config.disentangled is not None  # the table in layer 0
+        self.bias_per_layer = config.relative_bias_per_layer  # UMT5: a table in every layer
         self.layers = nn.ModuleList(
             Block(
                 config, plan.block_at(i), impl=impl, causal=causal, cross_attention=cross,
-                relative_bias=relative and i == 0, routing=routing, depth=(i, plan.num_layers),
+                relative_bias=relative and (i == 0 or self.bias_per_layer), routing=routing,
+                depth=(i, plan.num_layers),
             )
             for i in range(built)
         )  # fmt: skip
@@ -134,6 +137,9 @@ class Stack(nn.Module):
             layer = self.layers[i if len(self.layers) > 1 else 0]
             step = cache.layers[i] if cache is not None else None
             own = per_layer[:, :, i] if per_layer is not None else None  # (B, T, p)
+            own_table = cast(Block, layer).attention if self.bias_per_layer and i else None
+            if own_table is not None:  # UMT5: layer i's own table, (1, h, T, S)
+                bias = own_table.position_bias(length, position + length, position)
             x = layer(
                 x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position, per_layer_input=own
             )

@@ -106,6 +106,25 @@ class ShapeRules:
             )
         return value
 
+    @field_validator("relative_bias_per_layer", check_fields=False)
+    @classmethod
+    def _per_layer_bias_needs_the_bias(cls, value: bool, info: ValidationInfo) -> bool:
+        explicit, position = info.data.get("relative_attention_bias"), info.data.get("position")
+        has_bias = explicit if explicit is not None else position == "relative"
+        if value and not has_bias:
+            raise PydanticCustomError(
+                "per_layer_bias_without_bias",
+                "{key} (true) puts the relative position bias table in every layer, but the model has none "
+                "(position {position}, relative_attention_bias {explicit}); set position: relative (T5, UMT5) or "
+                "remove {key}",
+                {
+                    "key": written_key(info, "relative_bias_per_layer"),
+                    "position": position,
+                    "explicit": explicit,
+                },
+            )
+        return value
+
     @field_validator("disentangled", check_fields=False)
     @classmethod
     def _disentangled_needs_encoder(cls, value: object, info: ValidationInfo) -> object:

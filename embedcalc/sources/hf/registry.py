@@ -195,7 +195,5 @@ FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/mllama.py)."""
 
-REFUSED: dict[str, str] = {
-    "umt5": "a relative position bias in every layer (T5 has one in the first layer of each stack)",
-}
+REFUSED: dict[str, str] = {}
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

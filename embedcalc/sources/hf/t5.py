@@ -1,5 +1,8 @@
 """T5 (T5ForConditionalGeneration): relative position bias, RMS norms, ReLU or gated FFN, tied or
-untied head."""
+untied head; mT5 the same; UMT5 (UMT5ForConditionalGeneration; Chung et al. 2023, "UniMax", arXiv:2304.09151)
+with the relative bias table in every layer's self-attention (``UMT5LayerSelfAttention`` builds ``UMT5Attention``
+with ``has_relative_attention_bias=True`` in every layer, its cross-attention none), the layer model's
+``relative_bias_per_layer``."""
 
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ def _read_t5(r: KeyReader) -> None:
     _t5_head(r)
     r.expect("is_encoder_decoder", (True,), "T5ForConditionalGeneration is always an encoder-decoder")
     r.ignore("classifier_dropout", hf_keys.TASK)
+
+
+def _read_umt5(r: KeyReader) -> None:
+    _read_t5(r)
+    r.fixed("relative_bias_per_layer", True, "UMT5Attention: a relative_attention_bias table in every layer")
 
 
 def _t5_head(r: KeyReader) -> None:
@@ -106,4 +114,9 @@ FAMILIES = (
                 num_heads=6, relative_attention_num_buckets=32, relative_attention_max_distance=128,
                 dropout_rate=0.1, feed_forward_proj="gated-gelu", tie_word_embeddings=True, n_positions=512),
            _read_t5, _T5_ATTRIBUTES),
+    Family("umt5", "UMT5Config", "UMT5ForConditionalGeneration (AutoModelForSeq2SeqLM)", "t5-small",
+           dict(vocab_size=250112, d_model=512, d_kv=64, d_ff=1024, num_layers=8, num_decoder_layers=None,
+                num_heads=6, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                dropout_rate=0.1, feed_forward_proj="gated-gelu", tie_word_embeddings=True, n_positions=512),
+           _read_umt5, _T5_ATTRIBUTES),
 )  # fmt: skip

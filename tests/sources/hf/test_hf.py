@@ -167,7 +167,7 @@ def test_family_defaults_are_transformers_defaults() -> None:
     own = {("t5", "n_positions"), ("t5", "tie_word_embeddings"), ("opt", "tie_word_embeddings"),
            ("roberta", "pad_token_id"), ("mt5", "n_positions"), ("xlm-roberta", "pad_token_id"),
            ("camembert", "pad_token_id"), ("ernie4_5", "attention_dropout"),
-           ("ernie4_5_moe", "attention_dropout")}  # fmt: skip
+           ("ernie4_5_moe", "attention_dropout"), ("umt5", "n_positions")}  # fmt: skip
     # the Qwen VL text configs have no tie_word_embeddings (the outer config's, default False, ties the head), and
     # Qwen3VLTextConfig no sliding-window keys (its layers never slide): the readers' defaults say so
     own |= {("qwen2_5_vl_text", "tie_word_embeddings"), ("qwen3_vl_text", "tie_word_embeddings")}
