@@ -12,7 +12,8 @@ are generated, never hand-written, so they cannot drift from the code.
 - **Python API**: ``<!-- generated: api-reference -->`` becomes one mkdocstrings block per name of
   ``embedcalc.__all__`` (``::: embedcalc.NAME``: the public name, wherever its module lives).
 - **Published runs**: ``<!-- generated: published-runs -->`` becomes the output of
-  ``benchmarks/bench_published.py`` when that script exists, else a note saying so.
+  ``benchmarks/bench_published.py`` when that script exists, else a note saying so;
+  ``<!-- generated: published-serving -->`` the output of ``benchmarks/bench_serving.py`` (serving under load).
 
 ``python scripts/docs_site.py PAGE`` prints one generated piece (``hardware-catalogue``, ``api-reference``,
 ``published-runs``, or a command name) for a look without building the site.
@@ -31,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CLI_REFERENCE = ROOT / "docs" / "cli.md"
 PUBLISHED_SCRIPT = ROOT / "benchmarks" / "bench_published.py"
+SERVING_SCRIPT = ROOT / "benchmarks" / "bench_serving.py"
 COMMANDS_DIR = "commands"
 MARKER = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
 
@@ -192,6 +194,22 @@ def api_reference() -> str:
 # --- published runs -----------------------------------------------------------------------------------------------
 
 
+def _bench(script: Path) -> str:
+    """A benchmark script's output as a console block."""
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env=_script_env())  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmarks/{script.name} exited {done.returncode}:\n{done.stderr}")
+    return f"```console\n$ python benchmarks/{script.name}\n{done.stdout.rstrip()}\n```\n"
+
+
+def published_serving() -> str:
+    """The output of ``benchmarks/bench_serving.py`` (published serving runs vs plan's scheduler), if it exists."""
+    if not SERVING_SCRIPT.exists():
+        return '!!! note "Not generated yet"\n    `benchmarks/bench_serving.py` is not in this checkout.\n'
+    return _bench(SERVING_SCRIPT)
+
+
 def published_runs() -> str:
     """The output of ``benchmarks/bench_published.py`` (published vs predicted for every run), if it exists."""
     if not PUBLISHED_SCRIPT.exists():
@@ -220,6 +238,7 @@ GENERATORS = {
     "hardware-catalogue": hardware_catalogue,
     "api-reference": api_reference,
     "published-runs": published_runs,
+    "published-serving": published_serving,
 }
 
 

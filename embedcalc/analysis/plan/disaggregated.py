@@ -31,7 +31,6 @@ from embedcalc.analysis.memory.serving import serving_memory
 from embedcalc.analysis.plan.rows import Objectives, Price, ServingRow, ServingTimes
 from embedcalc.analysis.plan.scheduler import Load, simulate
 from embedcalc.analysis.plan.serving import ServingRequest, Unit
-from embedcalc.analysis.plan.steps import StepCost
 from embedcalc.analysis.time.comm import link_path
 from embedcalc.analysis.time.expected import device_constants
 from embedcalc.devices.calibration import load_calibration
@@ -56,7 +55,7 @@ def kv_transfer_s(u: Unit, replicas: int, kv_dtype: str | None) -> float:
 def _decode_load(u: Unit, request: ServingRequest, workers: int) -> Load | None:
     """One decode worker's load at its share (None: its KV does not hold the share)."""
     g = max(u.w.gen_tokens, 1)
-    cost = StepCost(u.cost.batches, u.cost.decode_s, 0.0, 1, u.cost.speculation)
+    cost = replace(u.cost, prefill_s=0.0, prompt_tokens=1)  # the same decode steps (and their cache)
     if request.concurrency is not None:
         c = -(-request.concurrency // workers)
         if u.most is not None and c > u.most:
