@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.suggest import Suggestion
+    from embedcalc.reconcile.general import GeneralCount
 
 __all__ = ["CheckReport", "TargetCheck", "check"]
 
@@ -37,6 +38,7 @@ class TargetCheck:
     warnings: list[Problem] = field(default_factory=list)
     error: ConfigError | None = None
     suggestions: list[Suggestion] | None = None
+    general: GeneralCount | None = None  # no native mapping: counted by transformers' own class (DESIGN §19)
 
     @property
     def valid(self) -> bool:
@@ -50,6 +52,10 @@ class TargetCheck:
 
     def to_json(self) -> dict[str, Any]:
         """This target's entry of ``embedcalc check --format json``."""
+        if self.general is not None:
+            g = self.general
+            return {"target": self.target, "valid": True, "reader": g.to_json()["reader"], "counted_by": g.counted_by,
+                    "params": {"total": g.params.total, "active": g.active_params}, "warnings": []}  # fmt: skip
         if self.error is not None or self.loaded is None or self.analysis is None:
             problems = self.error.problems if self.error is not None else []
             entry: dict[str, Any] = {
@@ -113,6 +119,9 @@ def check(
         try:
             loaded = load_target(target, overrides)
         except ConfigError as exc:
+            if exc.code == "hf_unsupported_family":  # the general reader's case: loaded only then
+                results.append(_general_check(target, overrides, run, exc))
+                continue
             found = _suggestions(target, overrides) if suggest else None
             results.append(TargetCheck(target, error=exc, suggestions=found))
             continue
@@ -132,6 +141,21 @@ def check(
             over += budget_problems(budget, [analysis])
         results.append(TargetCheck(target, loaded, analysis, warnings))
     return CheckReport(results, run if not budget.empty else None, over)
+
+
+def _general_check(
+    target: str, overrides: Sequence[str] | None, run: Workload, refusal: ConfigError
+) -> TargetCheck:
+    """A family without a native mapping: valid when transformers builds it (its count through the general reader),
+    else the refusal, told how to get the general reader when torch or transformers is missing."""
+    from embedcalc.api.general import general_available, general_hint, read_general
+
+    if not general_available():
+        return TargetCheck(target, error=general_hint(refusal))
+    try:
+        return TargetCheck(target, general=read_general(target, overrides, run))
+    except ConfigError as exc:
+        return TargetCheck(target, error=exc)
 
 
 def _suggestions(target: str, overrides: Sequence[str] | None) -> list[Suggestion]:

@@ -38,7 +38,9 @@ def check_command(
     """Validate configs: each problem names the field, both values and a fix. Exit 3 if any is invalid.
 
     Prints the derived values (head_dim, FFN ratio, KV groups, ...) and warnings. A Hugging Face config.json
-    also lists every key: mapped onto which field, or ignored and why. With a budget (--max-params,
+    also lists every key: mapped onto which field, or ignored and why; one of a family without a native mapping
+    is valid when transformers builds it (torch and transformers installed: counted by its own class on the
+    meta device, "reader": "transformers-meta"). With a budget (--max-params,
     --max-memory, --max-flops) exits 5 when a valid config exceeds it; memory and FLOPs are then those of the
     workload the options give, per device with --tp/--pp/--dp/--zero, as `analyze` reports them.
     """
@@ -66,7 +68,18 @@ def _render(result: TargetCheck, format: OutputFormat) -> None:
             _print_suggestions(result)
         return
     output.warn(result.warnings, result.target)
-    if format is OutputFormat.table and result.loaded is not None and result.analysis is not None:
+    if format is OutputFormat.table and result.general is not None:
+        from embedcalc.render.config_tables import check_table
+
+        g = result.general
+        derived: dict[str, object] = {
+            "reader": "transformers-meta",
+            "counted by": f"{g.class_name} ({g.auto_class}), meta device",
+        }
+        if g.active_params is not None and g.experts:
+            derived["active params"] = f"{g.active_params:,}"
+        output.stdout.print(check_table(result.target, derived, g.params.total))
+    elif format is OutputFormat.table and result.loaded is not None and result.analysis is not None:
         from embedcalc.render.config_tables import check_table, hf_mapping_table
 
         output.stdout.print(

@@ -131,11 +131,31 @@ def choose_class(config: Any) -> tuple[str, str, str, Any, bool]:
         outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
         if outer:
             return outer, "AutoModelForImageTextToText", "decoder", config, True
-        return _names("MODEL_MAPPING_NAMES")[text.model_type], "AutoModel", "decoder", text, False
+        return _names("MODEL_MAPPING_NAMES")[text.model_type], "AutoModel", "encoder", text, False
     causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(model_type)
     if causal and model_type not in _names("MODEL_FOR_MASKED_LM_MAPPING_NAMES"):
         return causal, "AutoModelForCausalLM", "decoder", config, False
+    parent = _multimodal_parent(config)
+    if (
+        parent is not None
+    ):  # a text config alone (glm4v_text): its model as the multimodal class holds it, head too
+        return choose_class(parent)
     return _names("MODEL_MAPPING_NAMES")[model_type], "AutoModel", "encoder", config, False
+
+
+def _multimodal_parent(text: Any) -> Any:
+    """The default multimodal config holding ``text`` as its ``text_config`` (Glm4vConfig for a glm4v_text file),
+    when the text config has no causal-LM class of its own and that multimodal one has an image-text-to-text class;
+    else None."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for model_type in _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"):
+        if model_type not in CONFIG_MAPPING:
+            continue
+        cls: Any = CONFIG_MAPPING[model_type]
+        if getattr(cls, "sub_configs", {}).get("text_config") is type(text):
+            return cls(text_config=text.to_dict())
+    return None
 
 
 @contextmanager
@@ -320,7 +340,14 @@ def _forward(
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         return None, f"{type(exc).__name__}: {first}", None
     flops = _exclusive_flops(counter.get_flop_counts(), type(model).__name__)
-    cache = getattr(out, "past_key_values", None) if not isinstance(out, tuple) else None
+    cache = None
+    with (
+        _quiet()
+    ):  # the output's field is ``cache`` in transformers 5.24+, ``past_key_values`` (``cache_params``)
+        for name in ("cache", "past_key_values", "cache_params"):  # before: the old names warn as deprecated
+            cache = getattr(out, name, None) if not isinstance(out, tuple) else None
+            if cache is not None:
+                break
     return flops, None, cache
 
 

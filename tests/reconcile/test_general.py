@@ -164,3 +164,46 @@ def test_without_transformers_the_refusal_names_the_extra(
     assert general.EXTRA in refused.value.message
     assert "With transformers installed" in refused.value.message
     assert general.EXTRA in refused.value.problems[0].message
+
+
+@pytest.mark.parametrize("nested", [True, False], ids=["qwen2_vl file", "its text_config alone"])
+def test_a_multimodal_file_counts_its_text_model(nested: bool) -> None:
+    """Qwen2-VL: the outer file's text model, and a ``qwen2_vl_text`` file alone (no causal-LM class of its own: built
+    as the Qwen2VLForConditionalGeneration that holds it), both as the native reader counts them, LM head included;
+    the vision tower is listed apart, not counted."""
+    from embedcalc.api.general import read_general
+
+    text = {
+        "model_type": "qwen2_vl_text",
+        **_SMALL,
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    }  # fmt: skip (head_dim 128: the default M-RoPE sections fill it)
+    raw = {"model_type": "qwen2_vl", "text_config": text} if nested else text
+    run = Workload(seq_len=16)
+    native = embedcalc.analyze(dict(raw), run)
+    general = read_general(raw, run=run)
+    assert general.class_name == "Qwen2VLForConditionalGeneration"
+    assert general.params.as_dict() == native.params.as_dict()
+    assert general.flops is not None and general.flops.total == native.flops.forward
+    assert general.kv_cache_bytes == native.memory.kv_cache_bytes
+    assert general.outside_params > 0
+
+
+def test_check_reads_a_family_without_a_native_mapping(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from embedcalc.cli.app import app
+    from embedcalc.sources.hf.registry import FAMILIES
+
+    monkeypatch.delitem(FAMILIES, "codegen", raising=False)
+    codegen = tmp_path / "config.json"
+    codegen.write_text(json.dumps({"model_type": "codegen", "n_embd": 64, "n_layer": 2, "n_head": 4,
+                                   "vocab_size": 100, "rotary_dim": 8}))  # fmt: skip
+    result = CliRunner().invoke(app, ["check", str(codegen), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    entry = json.loads(result.stdout)["results"][0]
+    assert entry["valid"] and entry["reader"] == "transformers-meta" and entry["params"]["total"] == 112_228

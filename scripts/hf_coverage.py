@@ -1,0 +1,182 @@
+"""How much of the installed transformers embedcalc reads, and by which path (issue 31, DESIGN §19).
+
+    python scripts/hf_coverage.py                  # summary: native / general reader / refused, per kind
+    python scripts/hf_coverage.py --json OUT.json  # and every file's row (path, class, params, reason)
+    python scripts/hf_coverage.py --cross-check    # also count natively read files through transformers: miscounts
+    python scripts/hf_coverage.py --only llama,mamba
+
+The files are transformers' own default configs: for every ``model_type`` of ``CONFIG_MAPPING``, the ``to_dict()``
+of its config class (what ``save_pretrained`` writes). In scope are the text models and text backbones:
+
+- **text**: a model_type with a causal-LM, masked-LM or seq2seq-LM class (``AutoModelForCausalLM``,
+  ``AutoModelForMaskedLM``, ``AutoModelForSeq2SeqLM`` mappings), or a base model (``AutoModel``) whose default
+  config has a ``vocab_size`` (a text backbone: embedding encoders, ``*_text`` sub-configs);
+- **multimodal**: a model_type whose config class has a ``text_config`` sub-config: the outer file and its
+  ``text_config`` alone are two files (both are what people point embedcalc at).
+
+Each file is read natively (``embedcalc.load``: a native family) or else by the general reader (transformers' own
+class on the meta device, a forward of batch 1 x ``--seq-len`` tokens); a file neither reads is refused, with the
+reason. ``--cross-check`` builds every natively read file with transformers too and compares the total parameters
+(text model only, as the counting rule says): a difference is a miscount of one of the two paths.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _scope() -> list[tuple[str, str, str]]:
+    """(model_type, kind, which file: ``default`` or ``text_config``) for every file in scope."""
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto as m
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    text = set(m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(m.MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    text |= set(m.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
+    out = []
+    for model_type in CONFIG_MAPPING_NAMES:
+        try:
+            cls = CONFIG_MAPPING[model_type]
+        except (KeyError, ImportError):
+            continue
+        if "text_config" in getattr(cls, "sub_configs", {}):
+            out += [(model_type, "multimodal", "default"), (model_type, "multimodal", "text_config")]
+        elif model_type in text:
+            out.append((model_type, "text", "default"))
+        elif model_type in m.MODEL_MAPPING_NAMES:  # a base model only: in scope when it reads tokens
+            try:
+                vocab = getattr(AutoConfig.for_model(model_type), "vocab_size", None)
+            except Exception:  # a default config transformers itself cannot build
+                vocab = None
+            if isinstance(vocab, int) and vocab > 0:
+                out.append((model_type, "text", "default"))
+    return out
+
+
+def _file(model_type: str, which: str) -> dict[str, Any] | None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    data = config.to_dict()
+    if which == "text_config":
+        text = data.get("text_config")
+        if not isinstance(text, dict) or not isinstance(text.get("model_type"), str):
+            return None
+        return dict(text)
+    return dict(data)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Timeout
+
+
+def _read(raw: dict[str, Any], seq_len: int, cross_check: bool) -> dict[str, Any]:
+    import embedcalc
+    from embedcalc.analysis.workload import Workload
+    from embedcalc.api.general import read_general
+
+    row: dict[str, Any] = {}
+    run = Workload(seq_len=seq_len)
+    try:
+        loaded = embedcalc.load(dict(raw))
+        row |= {"path": "native", "params": embedcalc.analyze(loaded, run).params.total}
+        if not cross_check:
+            return row
+    except embedcalc.ConfigError as exc:
+        row |= {"native_refusal": exc.code, "native_message": exc.message.splitlines()[0][:300]}
+    try:
+        general = read_general(dict(raw), run=run)
+    except embedcalc.EmbedcalcError as exc:
+        return (
+            row
+            | ({} if "path" in row else {"path": "refused"})
+            | {"general_refusal": exc.code, "general_message": exc.message[:300]}
+        )
+    counted = {"general_params": general.params.total, "class": general.class_name,
+               "flops": general.flops is not None, "cache": general.cache is not None,
+               "flops_error": general.flops_error}  # fmt: skip
+    if "path" in row:  # native, cross-checked
+        return row | counted | {"agree": row["params"] == general.params.total}
+    return row | counted | {"path": "general", "params": general.params.total}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write every file's row here")
+    parser.add_argument(
+        "--cross-check", action="store_true", help="natively read files through transformers too"
+    )
+    parser.add_argument("--only", help="comma-separated model_types")
+    parser.add_argument("--seq-len", type=int, default=16)
+    parser.add_argument("--timeout", type=int, default=120, help="seconds per file")
+    args = parser.parse_args(argv)
+    import transformers
+
+    scope = _scope()
+    if args.only:
+        wanted = set(args.only.split(","))
+        scope = [s for s in scope if s[0] in wanted]
+    signal.signal(signal.SIGALRM, _alarm)
+    rows = []
+    start = time.monotonic()
+    for model_type, kind, which in scope:
+        row: dict[str, Any] = {"model_type": model_type, "kind": kind, "file": which}
+        signal.alarm(args.timeout)
+        try:
+            raw = _file(model_type, which)
+            if raw is None:
+                continue
+            row |= _read(raw, args.seq_len, args.cross_check)
+        except _Timeout:
+            row |= {"path": "refused", "general_refusal": "timeout"}
+        except Exception as exc:  # transformers' default config itself fails: out of reach of both paths
+            row |= {
+                "path": "refused",
+                "general_refusal": "no_default_config",
+                "general_message": repr(exc)[:300],
+            }
+        finally:
+            signal.alarm(0)
+        rows.append(row)
+        print(f"{model_type:40s} {which:12s} {row['path']:8s} {row.get('params', '')}", file=sys.stderr)
+    paths = Counter(r["path"] for r in rows)
+    kinds = Counter((r["kind"], r["path"]) for r in rows)
+    full = sum(1 for r in rows if r["path"] == "general" and r.get("flops") and r.get("cache"))
+    read = paths["native"] + paths["general"]
+    types = len({r["model_type"] for r in rows})
+    print(f"transformers {transformers.__version__}: {len(rows)} files in scope ({types} model_types), "
+          f"{time.monotonic() - start:.0f} s")  # fmt: skip
+    print(
+        f"  read: {read} ({read / max(1, len(rows)):.1%}): native {paths['native']}, general reader "
+        f"{paths['general']} (FLOPs and cache too: {full}); refused {paths['refused']}"
+    )
+    for kind in ("text", "multimodal"):
+        print(f"  {kind}: " + ", ".join(f"{p} {kinds[(kind, p)]}" for p in ("native", "general", "refused")))
+    reasons = Counter(r.get("general_refusal") for r in rows if r["path"] == "refused")
+    print("  refusals: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    if args.cross_check:
+        checked = [r for r in rows if r["path"] == "native" and "agree" in r]
+        bad = [r for r in checked if not r["agree"]]
+        print(f"  cross-check: {len(checked)} natively read files built by transformers too; {len(bad)} differ"
+              + "".join(f"\n    {r['model_type']} ({r['file']}): native {r['params']:,}, transformers "
+                        f"{r['general_params']:,}" for r in bad))  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
