@@ -165,3 +165,73 @@ def test_disaggregated_rows_say_so_and_move_the_kv_over_the_link() -> None:
         assert rank / 450e9 <= row.times.kv_transfer_s
         if row.layout.devices <= 8:
             assert row.times.kv_transfer_s < rank / 450e9 + 1e-3
+
+
+def _analyze(*args: str) -> dict:
+    import json
+
+    from typer.testing import CliRunner
+
+    from embedcalc.cli.app import app
+
+    result = CliRunner().invoke(app, ["analyze", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["results"][0]
+
+
+def test_a_replicated_row_is_analyzes_numbers_at_its_engines_share() -> None:
+    p = embedcalc.plan("llama-3.1-70b", hardware="h200", dtype="fp8", kv_dtype="fp8", seq_len=2048, gen_tokens=256,
+                       concurrency=256, max_tpot=0.05, max_devices=8)  # fmt: skip
+    row = next(r for r in p.rows if r.layout.replicas == 4 and r.layout.tp == 2)
+    assert row.times.batch == 64 and row.times.engines == 4 and row.layout.devices == 8
+    common = ["llama-3.1-70b", "--hardware", "h200", "--tp", "2", "--dtype", "fp8", "--kv-dtype", "fp8",
+              "--seq-len", "2048", "--gen-tokens", "256"]  # fmt: skip
+    one, batch = _analyze(*common, "--batch-size", "1"), _analyze(*common, "--batch-size", "64")
+    assert row.times.prefill_s == one["time"]["prefill_s"]
+    assert row.times.decode_step_s == batch["time"]["decode_s_per_token_mean"]
+    assert row.memory.weights_bytes == one["memory"]["weights_bytes"]
+    assert row.memory.kv_cache_bytes == batch["memory"]["kv_cache_bytes"]
+
+
+@pytest.mark.slow
+def test_an_attention_dp_row_holds_what_analyze_gives_with_dp_and_ep() -> None:
+    p = embedcalc.plan("deepseek-v3", hardware="h200", dtype="fp8", kv_dtype="fp8", seq_len=1024, gen_tokens=2048,
+                       concurrency=1024, max_devices=8)  # fmt: skip
+    row = next(r for r in p.rows if r.layout.ep == 8)
+    assert row.times.batch == 128 and row.times.engines == 8  # 1024 requests, 128 on each rank
+    common = ["deepseek-v3", "--hardware", "h200", "--dp", "8", "--ep", "8", "--dtype", "fp8", "--kv-dtype", "fp8",
+              "--seq-len", "1024", "--gen-tokens", "2048", "--batch-size", "128"]  # fmt: skip
+    memory = _analyze(*common)["memory"]
+    assert row.memory.weights_bytes == memory["weights_bytes"]  # experts / 8, the rest whole
+    assert row.memory.kv_cache_bytes == memory["kv_cache_bytes"]  # the rank's own requests' latent, once
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--spec-tokens", "3"], "spec_acceptance"),
+        (["--spec-tokens", "3", "--spec-acceptance", "1.5"], "spec_acceptance"),
+        (["--spec-acceptance", "0.7"], "spec_tokens"),
+        (["--prefix-hit", "1"], "prefix_hit"),
+        (["--kv-admission", "eager"], "kv-admission"),
+        (["--mode", "training", "--train-tokens", "1B", "--max-num-seqs", "8"], "max_num_seqs"),
+    ],
+)
+def test_bad_serving_options_exit_2_naming_the_option(args: list[str], words: str) -> None:
+    from typer.testing import CliRunner
+
+    from embedcalc.cli.app import app
+
+    result = CliRunner().invoke(app, ["plan", "llama-3.1-8b", "--hardware", "h100-sxm", *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+
+
+def test_a_prefix_cache_shortens_the_prefill_and_speculation_the_tpot() -> None:
+    base = dict(hardware="h100-sxm", seq_len=4096, gen_tokens=256, concurrency=8)
+    plain = embedcalc.plan("llama-3.1-8b", **base).rows[0]
+    cached = embedcalc.plan("llama-3.1-8b", prefix_hit=0.75, **base).rows[0]
+    spec = embedcalc.plan("llama-3.1-8b", spec_tokens=3, spec_acceptance=0.7, **base).rows[0]
+    assert cached.times.prefill_s < plain.times.prefill_s and cached.times.ttft_s < plain.times.ttft_s
+    assert spec.times.tpot_s < plain.times.tpot_s
+    assert spec.times.engine == plain.times.engine  # the same vLLM defaults on the same device
