@@ -19,9 +19,12 @@ if TYPE_CHECKING:
 @flags
 def check_command(
     targets: Annotated[
-        list[str],
-        typer.Argument(help="Preset names or config files (YAML/JSON, or a Hugging Face config.json)."),
-    ],
+        list[str] | None,
+        typer.Argument(
+            help="Preset names or config files (YAML/JSON, or a Hugging Face config.json).",
+            show_default=False,
+        ),
+    ] = None,
     *,
     overrides: SetOption = None,
     limits: BudgetFlags,
@@ -46,6 +49,8 @@ def check_command(
     """
     from embedcalc.api.check import check
 
+    if not targets:
+        raise typer.BadParameter(_no_target(overrides or []), param_hint="'TARGETS...'")
     report = check(targets, overrides, run.workload(layout), limits.budget(), suggest)
     for result in report.results:
         _render(result, format)
@@ -97,3 +102,15 @@ def _print_suggestions(result: TargetCheck) -> None:
         output.stdout.print(suggestions_table(result.target, rows))
     else:
         output.stderr.print("embedcalc: no nearby valid config found to suggest", markup=False)
+
+
+def _no_target(overrides: list[str]) -> str:
+    """The usage error of ``check`` without a model: --set changes a model, it does not make one."""
+    if not overrides:
+        return "give one or more models to check: a preset (`embedcalc presets` lists them), a config file or a hub id"
+    sets = " ".join(f"--set {o}" for o in overrides) or "--set embed_dim=1000 --set num_heads=12"
+    fields = dict(o.split("=", 1) for o in overrides if "=" in o)
+    heads = (f"; for the heads question alone, `embedcalc heads {fields['embed_dim']}` lists the head counts that "
+             "divide it") if fields.get("embed_dim", "").isdigit() else ""  # fmt: skip
+    return (f"name the model to check: --set changes a preset or config file, it does not make one, e.g. "
+            f"`embedcalc check bert-base {sets}` (a YAML file with every field works too){heads}")  # fmt: skip

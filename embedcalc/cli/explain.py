@@ -61,6 +61,12 @@ def explain_command(
     from embedcalc.api.explain import explain
     from embedcalc.render.i18n import language_from_env
 
+    if topic is None and target in {t.value for t in Topic}:
+        raise typer.BadParameter(
+            f"{target!r} is a topic; name the model first, then the topic: `embedcalc explain bert-base {target}` "
+            "(a preset, a config file or a hub id)",
+            param_hint="'TARGET'",
+        )
     language = lang.value if lang is not None else language_from_env(os.environ)
     workload = run.workload()
     result = explain(target, overrides, workload, [topic.value] if topic is not None else None)

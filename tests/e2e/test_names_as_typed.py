@@ -83,3 +83,19 @@ def test_seq_len_flag_takes_suffixes_everywhere(cli: Any) -> None:
     assert result.exit_code == 2 and "ambiguous" in result.stderr
     result = cli("analyze", "gpt2", "--seq-len", "0")
     assert result.exit_code == 2 and "at least 1" in result.stderr
+
+
+def test_check_with_set_and_no_model_says_what_set_changes(cli: Any) -> None:
+    result = cli("check", "--set", "embed_dim=1000", "--set", "num_heads=12")
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.replace("│", " ").split())
+    assert "embedcalc check bert-base --set embed_dim=1000 --set num_heads=12" in message
+    assert "embedcalc heads 1000" in message
+
+
+def test_explain_with_a_topic_for_target_names_the_order(cli: Any) -> None:
+    result = cli("explain", "heads")
+    assert result.exit_code == 2
+    message = " ".join(result.stderr.replace("│", " ").split())
+    assert "'heads' is a topic" in message and "embedcalc explain bert-base heads" in message
+    assert "unknown preset" not in message
