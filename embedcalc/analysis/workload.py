@@ -28,6 +28,7 @@ Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["adamw", "sgd", "adafactor"]
+Logits = Literal["last", "all"]
 
 
 def bounded(default: int | None, minimum: int, maximum: int | None = None) -> Any:
@@ -165,6 +166,10 @@ class Workload:
     it: a workload left at the ``default`` (fp32, nobody chose) takes the model's own dtype when analysed
     (:func:`embedcalc.analysis.checked.analyze_loaded`); any other dtype given here counts as chosen (``flag``).
     ``quant_group_size``: input values per fp16 scale and zero of the weight-only int8/int4 formats.
+    ``logits`` (inference memory): the LM-head logits held for the ``last`` position of each sequence, the one a
+    server or ``generate`` samples from (vLLM's ``LogitsProcessor`` and transformers' ``generate`` compute logits
+    for those positions only), or for ``all`` positions, as scoring a text (perplexity, reward models) does.
+    Training always holds every position's logits (its loss reads them).
     """
 
     batch_size: int = bounded(1, 1)
@@ -178,6 +183,7 @@ class Workload:
     recompute: Recompute = "none"
     optimizer: Optimizer = "adamw"
     gen_tokens: int = bounded(0, 0)
+    logits: Logits = "last"
     parallel: Parallelism = field(default_factory=Parallelism)
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ import typer
 from embedcalc.analysis.budget import Budget, SizeError, parse_length, parse_size
 from embedcalc.analysis.workload import (
     AttentionImpl,
+    Logits,
     Mode,
     Optimizer,
     Parallelism,
@@ -164,11 +165,20 @@ RecomputeOption = Annotated[
     ),
 ]
 
+LogitsOption = Annotated[
+    Logits,
+    typer.Option(
+        "--logits",
+        help="Inference memory: LM-head logits of the last position of each sequence (what vLLM and generate "
+        "compute) or of all positions (scoring a text).",
+    ),
+]
+
 
 @dataclass(frozen=True)
 class WorkloadFlags:
     """--batch-size, --seq-len, --tgt-len, --dtype, --quant-group-size, --mode, --attention, --optimizer,
-    --recompute, --gen-tokens."""
+    --recompute, --gen-tokens, --logits."""
 
     batch_size: BatchOption = _W.batch_size
     seq_len: SeqOption = _W.seq_len
@@ -197,6 +207,7 @@ class WorkloadFlags:
     ] = _W.optimizer
     recompute: RecomputeOption = _W.recompute
     gen_tokens: GenTokensOption = _W.gen_tokens
+    logits: LogitsOption = _W.logits
 
     def workload(self, layout: ParallelFlags | None = None, **fixed: Any) -> Workload:
         """The workload these flags describe, on ``layout`` (one device without), with ``fixed`` fields set by the

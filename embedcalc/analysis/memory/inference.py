@@ -30,8 +30,10 @@ Peak inference activations are an estimate of the largest set of tensors alive a
 no autograd: the residual stream plus, for the costliest sublayer, its live intermediates: Q/K/V and the context
 (and with eager attention the score matrix and its softmax, 2 x b h n n; DeBERTa's core is always eager), or
 the FFN's inner tensors (2 t f; gated 3 t f; mixture of experts (top_k expert_dim + shared) per token, a latent
-MoE's two latent_dim-wide tensors, and the router logits), or the logits (t vocab). An encoder-decoder's decoder
-also holds the encoder output. A sparse attention layer's core holds its gathered keys and values over
+MoE's two latent_dim-wide tensors, and the router logits), or the LM head's input and logits: one position per
+sequence by default (b (d + vocab): the position a server samples from; vLLM and transformers' ``generate``
+compute no others), every position with ``logits="all"`` (t (d + vocab), scoring a text). An encoder-decoder's
+decoder also holds the encoder output. A sparse attention layer's core holds its gathered keys and values over
 min(n, index_topk) keys per query under either ``--attention``, and its indexer, just before, its own transient
 n x n tensors beside the query and key latents (``<stack>/attention/indexer``; the sparse-attention section below).
 
@@ -299,7 +301,8 @@ def peak_candidates(config: ResolvedShape, workload: Workload, x: Dims, tp: int 
     if config.resolved_lm_head and x.last:
         n_last, _ = x.tokens(config, x.stacks[-1].stack)
         vocab_rank = -(-config.vocab_size // tp)
-        keep("head/lm", (b * n_last) * (e * (x.d_tok + vocab_rank)))
+        rows = b * n_last if workload.logits == "all" else b  # the positions whose logits are computed
+        keep("head/lm", rows * (e * (x.d_tok + vocab_rank)))
     return out
 
 

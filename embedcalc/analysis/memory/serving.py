@@ -15,7 +15,8 @@ Conventions, stated once (vLLM's engine arguments, https://docs.vllm.ai/en/lates
 - **Activation workspace**: the peak activations of the largest forward the scheduler runs: one prompt of P tokens
   (prefills are admitted one at a time), or one decode step of the C running sequences (C tokens); with SDPA the
   activations depend only on the tokens in the forward, so it is :func:`estimate_memory`'s activations of one
-  sequence of max(P, C) tokens (decoders; an encoder-decoder's of one prompt).
+  sequence of max(P, C) tokens (decoders; an encoder-decoder's of one prompt). Logits: the prompt samples its last
+  position (the workload's ``logits``), a decode step every one of its C positions.
 - **Recurrent state** (Mamba-2 and the other recurrent mixers): each sequence in flight holds its state, constant
   in the context and not paged (:func:`estimate_memory`'s ``recurrent_state_bytes`` of one sequence).
 - With pipeline parallelism every term is per stage and the heaviest stage decides (as in ``analyze``); the most
@@ -152,7 +153,8 @@ def _memory(config: ResolvedShape, w: Workload, kv_dtype: str | None) -> MemoryE
 def _workspace(config: ResolvedShape, w: Workload, concurrency: int, kv_dtype: str | None) -> list[int]:
     """Per stage: the activations of the largest forward (module docstring)."""
     if config.architecture == "decoder" and concurrency > w.seq_len:
-        w = replace(w, seq_len=concurrency)
+        # one decode step of every sequence in flight: each samples its one new position
+        w = replace(w, seq_len=concurrency, logits="all")
     one = replace(w, batch_size=1, gen_tokens=0)
     return [s.activations_bytes for s in _memory(config, one, kv_dtype).stages]
 
