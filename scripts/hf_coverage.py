@@ -4,6 +4,8 @@
     python scripts/hf_coverage.py --json OUT.json  # and every file's row (path, class, params, reason)
     python scripts/hf_coverage.py --cross-check    # also count natively read files through transformers: miscounts
     python scripts/hf_coverage.py --only llama,mamba
+    python scripts/hf_coverage.py --shard 1/2 --json a.json & python scripts/hf_coverage.py --shard 2/2 --json b.json
+    python scripts/hf_coverage.py --rows a.json b.json   # the summary of rows written before
 
 The files are transformers' own default configs: for every ``model_type`` of ``CONFIG_MAPPING``, the ``to_dict()``
 of its config class (what ``save_pretrained`` writes). In scope are the text models and text backbones:
@@ -113,6 +115,33 @@ def _read(raw: dict[str, Any], seq_len: int, cross_check: bool) -> dict[str, Any
     return row | counted | {"path": "general", "params": general.params.total}
 
 
+def _summary(rows: list[dict[str, Any]], version: str, cross_check: bool) -> None:
+    paths = Counter(r["path"] for r in rows)
+    kinds = Counter((r["kind"], r["path"]) for r in rows)
+    full = sum(1 for r in rows if r["path"] == "general" and r.get("flops") and r.get("cache"))
+    read = paths["native"] + paths["general"]
+    types = len({r["model_type"] for r in rows})
+    print(f"transformers {version}: {len(rows)} files in scope ({types} model_types)")
+    print(
+        f"  read: {read} ({read / max(1, len(rows)):.1%}): native {paths['native']}, general reader "
+        f"{paths['general']} (FLOPs and cache too: {full}); refused {paths['refused']}"
+    )
+    for kind in ("text", "multimodal"):
+        print(f"  {kind}: " + ", ".join(f"{p} {kinds[(kind, p)]}" for p in ("native", "general", "refused")))
+    reasons = Counter(r.get("general_refusal") for r in rows if r["path"] == "refused")
+    print("  refusals: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    failed = Counter((r.get("flops_error") or "").split(":")[0] for r in rows if r["path"] == "general")
+    print(
+        "  general reader without FLOPs/cache: " + ", ".join(f"{k} {v}" for k, v in failed.most_common() if k)
+    )
+    if cross_check:
+        checked = [r for r in rows if r["path"] == "native" and "agree" in r]
+        bad = [r for r in checked if not r["agree"]]
+        print(f"  cross-check: {len(checked)} natively read files built by transformers too; {len(bad)} differ"
+              + "".join(f"\n    {r['model_type']} ({r['file']}): native {r['params']:,}, transformers "
+                        f"{r['general_params']:,}" for r in bad))  # fmt: skip
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write every file's row here")
@@ -120,15 +149,24 @@ def main(argv: list[str]) -> int:
         "--cross-check", action="store_true", help="natively read files through transformers too"
     )
     parser.add_argument("--only", help="comma-separated model_types")
+    parser.add_argument("--shard", help="K/N: every N-th file from the K-th (parallel runs)")
+    parser.add_argument("--rows", type=Path, nargs="+", help="summarise rows written by --json instead")
     parser.add_argument("--seq-len", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per file")
     args = parser.parse_args(argv)
     import transformers
 
+    if args.rows:
+        rows = [row for path in args.rows for row in json.loads(path.read_text(encoding="utf-8"))]
+        _summary(rows, transformers.__version__, any("agree" in r for r in rows))
+        return 0
     scope = _scope()
     if args.only:
         wanted = set(args.only.split(","))
         scope = [s for s in scope if s[0] in wanted]
+    if args.shard:
+        k, n = (int(x) for x in args.shard.split("/"))
+        scope = scope[k - 1 :: n]
     signal.signal(signal.SIGALRM, _alarm)
     rows = []
     start = time.monotonic()
@@ -152,29 +190,10 @@ def main(argv: list[str]) -> int:
             signal.alarm(0)
         rows.append(row)
         print(f"{model_type:40s} {which:12s} {row['path']:8s} {row.get('params', '')}", file=sys.stderr)
-    paths = Counter(r["path"] for r in rows)
-    kinds = Counter((r["kind"], r["path"]) for r in rows)
-    full = sum(1 for r in rows if r["path"] == "general" and r.get("flops") and r.get("cache"))
-    read = paths["native"] + paths["general"]
-    types = len({r["model_type"] for r in rows})
-    print(f"transformers {transformers.__version__}: {len(rows)} files in scope ({types} model_types), "
-          f"{time.monotonic() - start:.0f} s")  # fmt: skip
-    print(
-        f"  read: {read} ({read / max(1, len(rows)):.1%}): native {paths['native']}, general reader "
-        f"{paths['general']} (FLOPs and cache too: {full}); refused {paths['refused']}"
-    )
-    for kind in ("text", "multimodal"):
-        print(f"  {kind}: " + ", ".join(f"{p} {kinds[(kind, p)]}" for p in ("native", "general", "refused")))
-    reasons = Counter(r.get("general_refusal") for r in rows if r["path"] == "refused")
-    print("  refusals: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
-    if args.cross_check:
-        checked = [r for r in rows if r["path"] == "native" and "agree" in r]
-        bad = [r for r in checked if not r["agree"]]
-        print(f"  cross-check: {len(checked)} natively read files built by transformers too; {len(bad)} differ"
-              + "".join(f"\n    {r['model_type']} ({r['file']}): native {r['params']:,}, transformers "
-                        f"{r['general_params']:,}" for r in bad))  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        if args.json:  # as it goes: a run cut short keeps what it read
+            args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    _summary(rows, transformers.__version__, args.cross_check)
+    print(f"  ({time.monotonic() - start:.0f} s)")
     return 0
 
 

@@ -86,19 +86,27 @@ def _raw(target: str | Mapping[str, Any], overrides: Sequence[str] | None) -> tu
 
 
 def _refused(origin: str, model_type: str, exc: Exception) -> ConfigError:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if isinstance(exc, KeyError) or (isinstance(exc, ValueError) and "Unrecognized" in text):
-        from embedcalc.modeling.hf_meta import transformers_version
+    from embedcalc.modeling.hf_meta import NoAutoClassError, transformers_version
 
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    version = transformers_version()
+    if isinstance(exc, ValueError) and "Unrecognized" in text:
         message = (
             f"{origin}: model_type {model_type!r} is neither a family embedcalc maps nor one transformers "
-            f"{transformers_version()} has a class for (a remote-code model: embedcalc does not run a "
-            "checkpoint's own code); describe it in embedcalc's own YAML (`embedcalc schema`)"
+            f"{version} has a class for (a remote-code model: embedcalc does not run a checkpoint's own code); "
+            "describe it in embedcalc's own YAML (`embedcalc schema`)"
         )
         return ConfigError(message, [Problem("model_type", message, "hf_no_class")], "hf_no_class")
-    message = (
-        f"{origin}: transformers refuses to build this {model_type} config: {type(exc).__name__}: {text}"
-    )
+    if isinstance(exc, NoAutoClassError):
+        message = (
+            f"{origin}: transformers {version} has the config class of model_type {model_type!r} but no model "
+            f"class the general reader can build and count as a text model ({text}); describe it in embedcalc's "
+            "own YAML (`embedcalc schema`)"
+        )
+        return ConfigError(
+            message, [Problem("model_type", message, "hf_no_model_class")], "hf_no_model_class"
+        )
+    message = f"{origin}: transformers {version} refuses to build this {model_type} config: {exc!r:.300}"
     return ConfigError(
         message, [Problem("model_type", message, "hf_transformers_refused")], "hf_transformers_refused"
     )

@@ -115,41 +115,59 @@ def _names(mapping: str) -> Mapping[str, str]:
     return names
 
 
-def choose_class(config: Any) -> tuple[str, str, str, Any, bool]:
-    """(class name, auto class, architecture, the config to build it from, text model of a multimodal class)."""
+class NoAutoClassError(LookupError):
+    """transformers has the config class of a model_type but no Auto model class that builds it."""
+
+
+# which part of the built model is counted: all of it, a multimodal model's language model and LM head, or the
+# text tower of a dual encoder (the module built from its text config: CLIP's text_model)
+Part = str
+
+
+def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
+    """(class name, auto class, architecture, the config to build it from, the part counted): the module
+    docstring's rule."""
     model_type = config.model_type
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    base = _names("MODEL_MAPPING_NAMES")
     if getattr(config, "is_encoder_decoder", False):
-        name = _names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES").get(model_type)
+        name = _names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES").get(model_type) or base.get(model_type)
         if name:
-            return name, "AutoModelForSeq2SeqLM", "encoder-decoder", config, False
-        return _names("MODEL_MAPPING_NAMES")[model_type], "AutoModel", "encoder-decoder", config, False
+            return name, "AutoModelForSeq2SeqLM", "encoder-decoder", config, "all"
     if text is not config:
         causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(text.model_type)
         if causal:
-            return causal, "AutoModelForCausalLM", "decoder", text, False
+            return causal, "AutoModelForCausalLM", "decoder", text, "all"
         outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
         if outer:
-            return outer, "AutoModelForImageTextToText", "decoder", config, True
-        return _names("MODEL_MAPPING_NAMES")[text.model_type], "AutoModel", "encoder", text, False
+            return outer, "AutoModelForImageTextToText", "decoder", config, "language"
+        if text.model_type in base:
+            return base[text.model_type], "AutoModel", "encoder", text, "all"
+        if model_type in base:
+            return base[model_type], "AutoModel", "encoder", config, "text_model"
+        raise NoAutoClassError(model_type)
     causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(model_type)
     if causal and model_type not in _names("MODEL_FOR_MASKED_LM_MAPPING_NAMES"):
-        return causal, "AutoModelForCausalLM", "decoder", config, False
-    parent = _multimodal_parent(config)
+        return causal, "AutoModelForCausalLM", "decoder", config, "all"
+    parent = _parent(config, _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"))
     if (
         parent is not None
     ):  # a text config alone (glm4v_text): its model as the multimodal class holds it, head too
         return choose_class(parent)
-    return _names("MODEL_MAPPING_NAMES")[model_type], "AutoModel", "encoder", config, False
+    if model_type in base:
+        return base[model_type], "AutoModel", "encoder", config, "all"
+    parent = _parent(config, base)
+    if parent is not None:  # a dual encoder's text config alone (align_text_model): its text tower
+        return choose_class(parent)
+    raise NoAutoClassError(model_type)
 
 
-def _multimodal_parent(text: Any) -> Any:
-    """The default multimodal config holding ``text`` as its ``text_config`` (Glm4vConfig for a glm4v_text file),
-    when the text config has no causal-LM class of its own and that multimodal one has an image-text-to-text class;
-    else None."""
+def _parent(text: Any, mapping: Mapping[str, str]) -> Any:
+    """The default composite config of a model_type in ``mapping`` holding ``text`` as its ``text_config``
+    (Glm4vConfig for a glm4v_text file), built around it; None when there is none."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    for model_type in _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"):
+    for model_type in mapping:
         if model_type not in CONFIG_MAPPING:
             continue
         cls: Any = CONFIG_MAPPING[model_type]
@@ -186,14 +204,21 @@ def _build(class_name: str, config: Any) -> nn.Module:
             return cls._from_config(config, attn_implementation="eager")  # type: ignore[no-any-return]
 
 
-def _language_model(model: nn.Module) -> tuple[str, set[str]]:
-    """The language model's path inside a multimodal model and the paths counted (it and the LM head)."""
+def _counted_part(model: nn.Module, part: Part, config: Any) -> tuple[str, set[str]]:
+    """The counted module's path and the paths counted: a multimodal model's language model and its LM head
+    (``language``), or the module built from the text config (``text_model``: CLIP's ``text_model``)."""
     found: Any = model  # transformers' PreTrainedModel methods, not nn.Module's
-    decoder = found.get_decoder() if hasattr(found, "get_decoder") else None
-    head = found.get_output_embeddings() if hasattr(found, "get_output_embeddings") else None
-    paths = {name for name, module in model.named_modules() if module is decoder or module is head}
-    language = next((n for n, m in model.named_modules() if m is decoder), "")
-    return language, paths
+    if part == "language":
+        decoder = found.get_decoder() if hasattr(found, "get_decoder") else None
+        head = found.get_output_embeddings() if hasattr(found, "get_output_embeddings") else None
+        paths = {name for name, module in model.named_modules() if module is decoder or module is head}
+        return next((n for n, m in model.named_modules() if m is decoder), ""), paths
+    text = config.get_text_config()
+    name = next((n for n, m in model.named_modules() if n and getattr(m, "config", None) is text), None)
+    if name is None:
+        name = next((n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in ("text_model", "text_encoder")),
+                    "")  # fmt: skip
+    return name, {name} if name else set()
 
 
 def _layer_children(model: nn.Module) -> dict[int, tuple[str, ...]]:
@@ -368,10 +393,13 @@ def build_meta_model(
 
     with _quiet():
         config = _config(raw)
-    class_name, auto_class, architecture, build_from, text_only = choose_class(config)
+    class_name, auto_class, architecture, build_from, part = choose_class(config)
     model = _build(class_name, build_from)
     model.eval()
-    language, kept = _language_model(model) if text_only else ("", set())
+    text_only = part != "all"
+    language, kept = _counted_part(model, part, build_from) if text_only else ("", set())
+    if text_only and not kept:
+        raise NoAutoClassError(f"{class_name} has no text model embedcalc can find")
 
     def counted(name: str) -> bool:
         return not text_only or any(name == p or name.startswith(p + ".") for p in kept)
@@ -384,15 +412,17 @@ def build_meta_model(
     flops_error = cache_error = cache_class = None
     cache: tuple[CacheTensor, ...] | None = None
     if forward:
-        flops, flops_error, cache_obj = _forward(model, architecture, batch, seq_len, tgt_len or seq_len)
-        if flops is not None and text_only:
+        # a dual encoder's text tower runs alone (the outer model's forward wants images too)
+        runner = model.get_submodule(language) if part == "text_model" else model
+        flops, flops_error, cache_obj = _forward(runner, architecture, batch, seq_len, tgt_len or seq_len)
+        if flops is not None and part == "language":
             flops = {k: v for k, v in flops.items() if counted(k) or not k}
         if architecture == "encoder":
             cache = ()
         elif cache_obj is None:
             cache_error = flops_error or "the forward returned no cache"
         elif cache_len is not None and cache_len != seq_len:
-            _, cache_error, cache_obj = _forward(model, architecture, batch, cache_len, tgt_len or seq_len)
+            _, cache_error, cache_obj = _forward(runner, architecture, batch, cache_len, tgt_len or seq_len)
         if cache_obj is not None and architecture != "encoder":
             cache_class = type(cache_obj).__name__
             cache = cache_tensors(cache_obj)
