@@ -188,8 +188,18 @@ def forward_flops(
     inputs = {"input_ids": torch.zeros(batch, seq_len, dtype=torch.long, device=device)}
     if tgt_len is not None:
         inputs["decoder_input_ids"] = torch.zeros(batch, tgt_len, dtype=torch.long, device=device)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(**inputs, **(extra or {}), **({"use_cache": False} if no_cache else {}))
+    # FlopCounterMode's module tracker hooks the backward of every input that requires grad; transformers >= 5.25
+    # passes a Parameter-derived tensor with no grad function to its kernelized causal conv (``kernels``' module
+    # wrapper), where that hook fails. A forward count needs no backward: freeze the parameters while counting.
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(**inputs, **(extra or {}), **({"use_cache": False} if no_cache else {}))
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
     return int(counter.get_total_flops())
 
 

@@ -53,5 +53,5 @@ def analyze_loaded(loaded: LoadedConfig, workload: Workload, model_dtype: bool =
     if errors:
         raise does_not_fit(target, errors)
     published = loaded.source in ("preset", "hf")  # the model's own sizes, not someone choosing them
-    warnings = config_warnings(loaded.config, loaded.user_keys, published) + warnings
+    warnings = loaded.source_warnings + config_warnings(loaded.config, loaded.user_keys, published) + warnings
     return analyze(target, loaded.config, workload, warnings)

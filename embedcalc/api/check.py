@@ -133,7 +133,9 @@ def check(
         if errors:
             results.append(TargetCheck(target, error=does_not_fit(target, errors)))
             continue
-        warnings = config_warnings(loaded.config, loaded.user_keys, published=loaded.source != "file")
+        warnings = loaded.source_warnings + config_warnings(
+            loaded.config, loaded.user_keys, published=loaded.source != "file"
+        )
         if not budget.empty:
             warnings += workload_warnings
         analysis = analyze(target, loaded.config, at, warnings)

@@ -44,7 +44,8 @@ def diff_targets(a: str, b: str, overrides: Sequence[str] | None) -> DiffReport:
 
     # a preset or a Hugging Face file: the model's own sizes, so no vocabulary-padding advice
     warnings_a, warnings_b = (
-        config_warnings(x.config, x.user_keys, x.source != "file") for x in (loaded_a, loaded_b)
+        x.source_warnings + config_warnings(x.config, x.user_keys, x.source != "file")
+        for x in (loaded_a, loaded_b)
     )
     diff = diff_models(a, loaded_a.config, label_b, loaded_b.config)
     return DiffReport(loaded_a, loaded_b, diff, warnings_a, warnings_b)

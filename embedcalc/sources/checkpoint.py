@@ -224,7 +224,7 @@ def read_checkpoint(directory: Path) -> Checkpoint:
         )
         raise UnsupportedEnvironmentError(
             f"{directory}: no *.safetensors checkpoint here{found}. Download the weights' headers with the files, "
-            "e.g. `huggingface-cli download ORG/NAME --include '*.safetensors' '*.json'`",
+            "e.g. `hf download ORG/NAME --include '*.safetensors' '*.json'`",
             "checkpoint_not_found",
         )
     tensors: list[StoredTensor] = []

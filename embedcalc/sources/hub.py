@@ -6,7 +6,7 @@ The cache is the one huggingface_hub writes: ``HF_HUB_CACHE``, else ``HF_HOME/hu
 ``models--ORG--NAME/snapshots/COMMIT/config.json`` the file. The revision is ``--revision`` (or ``ORG/NAME@REV``),
 default ``main``. The network is allowed by ``--online`` or ``EMBEDCALC_ONLINE=1``, never when ``HF_HUB_OFFLINE``
 is set, and needs the ``hub`` extra (``pip install 'embedcalc[hub]'``); huggingface_hub reads the token of a gated
-repository itself (``HF_TOKEN`` or ``huggingface-cli login``). Anything else is exit 4 with the command that
+repository itself (``HF_TOKEN`` or ``hf auth login``). Anything else is exit 4 with the command that
 fetches the file.
 
 Reading the cache is strict (issue 24): ids follow huggingface_hub's own grammar and revisions git's ref-name rules
@@ -118,7 +118,7 @@ def _inside(path: Path, root: Path) -> bool:
 def _cache_error(path: Path, why: str, code: str) -> ConfigError:
     message = (
         f"{path}: found in the Hugging Face cache but {why}; repair the cache entry (delete the folder and fetch "
-        "the file again with `huggingface-cli download`)"
+        "the file again with `hf download`)"
     )
     return ConfigError(message, [Problem(str(path), message, code)], code)
 
@@ -177,7 +177,7 @@ def online_allowed() -> bool:
 
 def _fetch_command(repo: str, revision: str) -> str:
     rev = "" if revision == "main" else f" --revision {revision}"
-    return f"huggingface-cli download {repo} config.json{rev}"
+    return f"hf download {repo} config.json{rev}"
 
 
 def _not_available(repo: str, revision: str, why: str) -> UnsupportedEnvironmentError:
@@ -204,7 +204,7 @@ def fetch_config(repo: str, revision: str) -> Path:
     except Exception as exc:  # network, 401/403 for gated repositories, 404: all are the environment's
         raise UnsupportedEnvironmentError(
             f"{repo}: fetching config.json at revision {revision} failed ({type(exc).__name__}: {exc}). For a "
-            "gated repository accept its terms on the hub and log in (`huggingface-cli login` or HF_TOKEN)",
+            "gated repository accept its terms on the hub and log in (`hf auth login` or HF_TOKEN)",
             "hub_fetch_failed",
         ) from None
 

@@ -47,6 +47,12 @@ class LoadedConfig:
     notes: list[str] = field(default_factory=list)
     hf: HFReport | None = None  # how a Hugging Face config.json was mapped (source "hf")
 
+    @property
+    def source_warnings(self) -> list[Problem]:
+        """Warnings about the file itself: the keys of a Hugging Face config ignored as transformers ignores them
+        (:attr:`embedcalc.sources.hf.HFReport.ignored_keys`)."""
+        return self.hf.warnings() if self.hf is not None else []
+
 
 def _looks_like_path(target: str) -> bool:
     if "/" in target or "\\" in target or target.endswith((".yaml", ".yml", ".json")):

@@ -248,7 +248,7 @@ def _map_text_model(
         mapping.report.family,
         mapping.report.counted_as + ", text model of a multimodal file",
         [MappedKey(prefix(m.key) + m.key, m.field, m.value, m.origin, m.note) for m in mapping.report.mapped],
-        [IgnoredKey(prefix(i.key) + i.key, i.value, i.reason) for i in mapping.report.ignored]
+        [IgnoredKey(prefix(i.key) + i.key, i.value, i.reason, i.warn) for i in mapping.report.ignored]
         + [IgnoredKey(k, raw[k], "outside the text model: not counted") for k in others],
         [*mapping.report.notes, note],
     )

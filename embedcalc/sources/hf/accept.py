@@ -1,36 +1,68 @@
-"""The accept-list derived from transformers' configuration classes (``accept_list.json``, written by
-``scripts/hf_accept_list.py`` from an installed transformers, whose version it records): what each supported
-family's class declares and writes, so a key that class writes is never "unknown".
+"""What transformers says about a key no family rule consumed: the shipped data derived from the newest transformers
+(``accept_list.json``: what each family's configuration class declares and writes; ``modeling_reads.json``: what
+its modeling code reads off a config; both written by ``scripts/hf_accept_list.py``, which records the version),
+and, when the installed transformers is another version, that transformers itself (:mod:`.derive`).
 
-How :class:`~embedcalc.sources.hf.reader.KeyReader` uses it, for a key no family rule consumed and no common reason
-covers (:func:`classify`):
+How :class:`~embedcalc.sources.hf.reader.KeyReader` uses it (:func:`classify`), for a key no family rule consumed
+and no common reason covers. transformers keeps a key its class does not declare as a plain attribute and builds the
+same model, so a key is refused only where it could change the count:
 
-- a key the class derives on load (``derived``): ``recomputed`` (the class overwrites the file's value) or
-  ``unread`` (kept on the config object, but no modeling code of transformers reads it) is ignored; ``read`` needs
-  a family rule, else it is a problem (``hf_unmapped_key``);
+- a key the class derives on load: ``recomputed`` (the class overwrites the file's value) or ``unread`` (kept, but
+  no modeling code reads it) is ignored; ``read`` needs a family rule, else it is a problem (``hf_unmapped_key``);
 - a parameter of the class at the class's default is ignored: the family's counts were checked against
-  transformers with that default (a key at its default builds the same model as the key left out);
-- a parameter of the class at another value is a problem (``hf_unmapped_key``): it may change the shape;
-- anything else is not the class's key: the caller reports it as unknown (``hf_unknown_key``).
+  transformers with that default;
+- any other key the family's modeling code (or the class's own code, or transformers' shared modules) reads is a
+  problem (``hf_unmapped_key``): embedcalc does not map it, and it may change the model. A read with a literal
+  fallback (``getattr(config, "KEY", 1.0)``) is harmless at that value: the model the key's absence builds;
+- a key nothing reads is ignored and reported (``warn``): a parameter at another value than the default, or a key
+  the class does not even declare (a typo, a field of remote code); the report lists them (``ignored_keys``) and
+  each becomes a warning.
 
-The file is read once, on the first key that needs it; embedcalc never imports transformers.
+The shipped data is read once, on the first key that needs it. The installed transformers is consulted only when
+its version differs from the shipped data's and the shipped data does not clear the key: importing it (and torch)
+costs seconds, and a key the newest release clears needs no second opinion.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 PATH = Path(__file__).with_name("accept_list.json")
+READS_PATH = Path(__file__).with_name("modeling_reads.json")
+
+Fate = Literal["ignored", "warn", "problem"]
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What modeling code reads off a config: keys read plainly, and keys read only with literal fallbacks."""
+
+    sources: tuple[str, ...]
+    plain: frozenset[str]
+    fallbacks: dict[str, tuple[Any, ...]]
+
+    @property
+    def label(self) -> str:
+        """The modules, as a message names them: a family's by file name, the shared ones in a word."""
+        if all(s.startswith("models/") for s in self.sources):
+            return ", ".join(s.rsplit("/", 1)[-1] for s in self.sources)
+        return "its shared modules (caches, masks, generation, integrations)"
+
+    def how(self, key: str) -> Literal["plain", "fallback", "no"]:
+        return "plain" if key in self.plain else "fallback" if key in self.fallbacks else "no"
 
 
 @dataclass(frozen=True)
 class ClassKeys:
     """One transformers configuration class: its parameters (with their JSON defaults), the keys ``to_dict()``
-    writes beyond ``PreTrainedConfig``'s, what happens to each derived key, and the classes it nests."""
+    writes beyond ``PreTrainedConfig``'s, what happens to each derived key, the classes it nests, what the family's
+    code reads, and the transformers version all of it comes from."""
 
     config_class: str
     params: frozenset[str]
@@ -38,14 +70,22 @@ class ClassKeys:
     written: frozenset[str]
     derived: dict[str, str]
     sub_configs: dict[str, ClassKeys]
+    reads: tuple[
+        Reads, ...
+    ] = ()  # the family's modeling and configuration modules, transformers' shared ones
+    version: str = ""
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The fate of one key: ignored with ``reason``, or a problem with ``message``."""
+    """The fate of one key: ignored (with the reason), ignored and reported (``warn``), or a problem."""
 
-    ignored: bool
+    fate: Fate
     text: str
+
+    @property
+    def ignored(self) -> bool:
+        return self.fate != "problem"
 
 
 @functools.cache
@@ -54,8 +94,14 @@ def _data() -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def _reads_data() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(READS_PATH.read_text(encoding="utf-8"))
+    return data
+
+
 def transformers_version() -> str:
-    """The transformers version the accept-list was generated from."""
+    """The transformers version the shipped data was generated from."""
     return str(_data()["transformers_version"])
 
 
@@ -65,17 +111,61 @@ def base_keys() -> frozenset[str]:
     return frozenset(base["params"]) | frozenset(base["written"])
 
 
-def _entry(raw: dict[str, Any]) -> ClassKeys:
-    subs = {name: _entry(sub) for name, sub in raw.get("sub_configs", {}).items()}
+def _reads(raw: dict[str, Any]) -> Reads:
+    fallbacks = {key: tuple(values) for key, values in raw["fallbacks"].items()}
+    return Reads(tuple(raw["sources"]), frozenset(raw["plain"]), fallbacks)
+
+
+def _entry(raw: dict[str, Any], reads: tuple[Reads, ...], version: str) -> ClassKeys:
+    subs = {name: _entry(sub, reads, version) for name, sub in raw.get("sub_configs", {}).items()}
     return ClassKeys(raw["class"], frozenset(raw["params"]), dict(raw["defaults"]), frozenset(raw["written"]),
-                     dict(raw["derived"]), subs)  # fmt: skip
+                     dict(raw["derived"]), subs, reads, version)  # fmt: skip
 
 
 @functools.cache
 def class_keys(model_type: str) -> ClassKeys | None:
-    """The accept-list entry of ``model_type``; None for a family the file does not list (regenerate it)."""
+    """The shipped entry of ``model_type``; None for a family the files do not list (regenerate them)."""
     raw = _data()["families"].get(model_type)
-    return None if raw is None else _entry(raw)
+    if raw is None:
+        return None
+    reads = _reads_data()
+    family = reads["families"].get(model_type)
+    found = (_reads(family["modeling"]), _reads(family["configuration"])) if family is not None else ()
+    return _entry(raw, (*found, _reads(reads["shared"])), transformers_version())
+
+
+def installed_version() -> str | None:
+    """The installed transformers' version, read from its metadata (nothing imported); None when absent."""
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def installed_class_keys(config_class: str) -> ClassKeys | None:
+    """``config_class`` as the installed transformers defines it, derived now (:mod:`.derive`); None when that is
+    the shipped data's version, when transformers is not installed or has no such class, or when it fails to load."""
+    version = installed_version()
+    if version is None or version == transformers_version():
+        return None
+    from embedcalc.sources.hf import derive
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            transformers = derive.quiet_import()
+            cls = getattr(transformers, config_class, None)
+            if not isinstance(cls, type):
+                return None
+            base_written = set(transformers.PretrainedConfig().to_dict())
+            family, shared = derive.modeling_reads(cls), derive.shared_reads()
+            modeling = derive.all_reads(family["modeling"]) | derive.all_reads(shared)
+            raw = derive.class_entry(cls, base_written, modeling)
+    except Exception:  # an installed transformers that cannot be imported or derived: the shipped data stands
+        return None
+    reads = (_reads(family["modeling"]), _reads(family["configuration"]), _reads(shared))
+    return _entry(raw, reads, str(transformers.__version__))
 
 
 def same_value(value: Any, default: Any) -> bool:
@@ -87,29 +177,74 @@ def same_value(value: Any, default: Any) -> bool:
     return type(value) is type(default) and bool(value == default)
 
 
-def classify(keys: ClassKeys, key: str, value: Any, version: str) -> Verdict | None:
-    """The fate of ``key`` = ``value`` by the class ``keys`` describes (module docstring); None when it is not a
-    key of that class."""
-    cls = keys.config_class
+def _reader_of(keys: ClassKeys, key: str, value: Any) -> tuple[str, str] | None:
+    """(the code that reads ``key`` off a config, how), when ``value`` may change what that code builds; None when
+    nothing reads it, or every read falls back to ``value`` itself."""
+    for reads in keys.reads:
+        how = reads.how(key)
+        if how == "plain":
+            return reads.label, f"config.{key}"
+        if how == "fallback" and not all(same_value(value, f) for f in reads.fallbacks[key]):
+            return reads.label, f"getattr(config, {key!r}, {reads.fallbacks[key][0]!r})"
+    return None
+
+
+def classify(keys: ClassKeys, key: str, value: Any) -> Verdict:
+    """The fate of ``key`` = ``value`` by the class ``keys`` describes and the code that reads it (module
+    docstring)."""
+    cls, version = keys.config_class, keys.version
     fate = keys.derived.get(key)
     if fate == "recomputed":
-        return Verdict(True, f"{cls} computes it from other keys on load and overwrites the file's value "
-                             f"(transformers {version}): no effect on the model")  # fmt: skip
+        return Verdict("ignored", f"{cls} computes it from other keys on load and overwrites the file's value "
+                                  f"(transformers {version}): no effect on the model")  # fmt: skip
     if fate == "unread":
-        return Verdict(True, f"{cls} writes it on save, and no modeling code of transformers {version} reads it "
-                             "off the config: no effect on the model")  # fmt: skip
+        return Verdict("ignored", f"{cls} writes it on save, and no modeling code of transformers {version} reads "
+                                  "it off the config: no effect on the model")  # fmt: skip
     if fate == "read":
-        return Verdict(False, f"{key} = {value!r} is a key {cls} derives and transformers' modeling code reads, "
-                              "and embedcalc does not check it for this family")  # fmt: skip
-    if key not in keys.params:
-        return None
-    if key in keys.defaults and same_value(value, keys.defaults[key]):
-        return Verdict(True, f"{key} = {value!r}: {cls}'s default, with which this family's counts are checked "
-                             "against transformers")  # fmt: skip
+        return Verdict("problem", f"{key} = {value!r} is a key {cls} derives and transformers' modeling code reads, "
+                                  "and embedcalc does not check it for this family")  # fmt: skip
+    declared = key in keys.params
+    if declared and key in keys.defaults and same_value(value, keys.defaults[key]):
+        return Verdict("ignored", f"{key} = {value!r}: {cls}'s default (transformers {version}), with which this "
+                                  "family's counts are checked against transformers")  # fmt: skip
     default = f" (default {keys.defaults[key]!r})" if key in keys.defaults else ""
-    return Verdict(False, f"{key} = {value!r} is a parameter of transformers' {cls}{default} that embedcalc does "
-                          "not map for this family: it may change the model's size or cost, so the file is "
-                          "refused rather than miscounted")  # fmt: skip
+    what = (
+        f"a parameter of transformers' {cls}{default}"
+        if declared
+        else f"not a parameter of transformers' {cls}"
+    )
+    reader = _reader_of(keys, key, value)
+    if reader is not None:
+        return Verdict("problem", f"{key} = {value!r} is {what}, and transformers {version} reads it ({reader[1]} "
+                                  f"in {reader[0]}); embedcalc does not map it for this family: it may change the "
+                                  "model's size or cost, so the file is refused rather than miscounted")  # fmt: skip
+    if any(reads.how(key) == "fallback" for reads in keys.reads):
+        return Verdict("ignored", f"{key} = {value!r}: the value transformers {version} falls back to without the "
+                                  f"key (getattr(config, {key!r}, {value!r})): the same model")  # fmt: skip
+    if declared:
+        return Verdict("warn", f"{what}, which no modeling code of transformers {version} reads for this family: "
+                               "kept on the config, no effect on the model")  # fmt: skip
+    return Verdict("warn", f"{cls} does not declare it; transformers {version} keeps it as a plain attribute that "
+                           "no modeling code of this family reads: no effect on the model")  # fmt: skip
+
+
+def verdict(model_type: str, config_class: str, key: str, value: Any) -> Verdict | None:
+    """The fate of ``key`` by the shipped data and, when that does not clear it and another transformers version is
+    installed, by the installed one (module docstring); None when neither knows the family."""
+    shipped = class_keys(model_type)
+    if shipped is None:  # a remote-code family (registry.REMOTE_CODE): transformers has no class to consult
+        return None
+    first = classify(shipped, key, value)
+    if first.fate == "ignored":
+        return first
+    live = installed_class_keys(config_class)
+    second = None if live is None else classify(live, key, value)
+    found = [v for v in (second, first) if v is not None]  # the installed version's text first
+    for fate in ("ignored", "problem", "warn"):
+        for v in found:
+            if v.fate == fate:
+                return v
+    return None
 
 
 def sub_config_reason(model_type: str, parent: str, key: str, value: Any) -> str | None:
@@ -123,5 +258,5 @@ def sub_config_reason(model_type: str, parent: str, key: str, value: Any) -> str
         return (
             f"an attribute every PreTrainedConfig writes, here of the nested {keys.config_class}; no effect"
         )
-    verdict = classify(keys, key, value, transformers_version())
-    return verdict.text if verdict is not None and verdict.ignored else None
+    found = classify(keys, key, value)
+    return found.text if found.fate == "ignored" else None

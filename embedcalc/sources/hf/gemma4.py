@@ -120,9 +120,17 @@ def first_shared_layer(r: KeyReader, layers: int, types: list[str]) -> int | Non
         r.problem(key, f"{key} = {shared!r}: must be an integer from 0 to num_hidden_layers ({layers})")
         return None
     first: int = layers - shared
+    if (
+        shared and shared == layers
+    ):  # transformers >= 5.25 builds it (every layer "reuse"), with no cache producer
+        r.problem(key, f"{key} = {shared} shares the cache of every layer (num_hidden_layers {layers}), so no layer "
+                       "computes the keys and values the others would reuse: embedcalc does not model a stack "
+                       "without a producing layer")  # fmt: skip
+        return None
     if shared and not set(types[first:]) <= set(types[:first]):
         r.problem(key, f"{key} = {shared}: a layer type among the last {shared} layers has no earlier layer of its "
-                       "type computing the keys and values it would reuse (transformers refuses it too)")  # fmt: skip
+                       "type computing the keys and values it would reuse (transformers' kv_sharing_modes raises "
+                       "the same)")  # fmt: skip
         return None
     return first
 

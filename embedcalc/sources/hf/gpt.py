@@ -209,6 +209,13 @@ def _read_falcon(r: KeyReader) -> None:
         r.put("num_kv_heads", 1 if mq is True else heads, "multi_query", "file" if "multi_query" in r.raw else
               "default", "multi_query: one K/V head")  # fmt: skip
         r.ignore("num_kv_heads", "read only with new_decoder_architecture")
+    if isinstance(heads, int):  # FalconConfig (transformers >= 5.25) derives and writes num_key_value_heads
+        computed = (heads if kv is None else kv) if (new is True or mq is not True) else 1
+        r.derived(
+            "num_key_value_heads",
+            computed,
+            "num_kv_heads if new_decoder_architecture or not multi_query else 1",
+        )
     _, par, _ = r.value("parallel_attn")
     _, lns, _ = r.value("num_ln_in_parallel_attn")
     norms = 2 if (lns == 2 or (lns is None and new is True)) else 1

@@ -36,11 +36,14 @@ class MappedKey:
 
 @dataclass(frozen=True)
 class IgnoredKey:
-    """A key of the file that does not change the cost, and why."""
+    """A key of the file that does not change the cost, and why; ``warn``: a key transformers' class does not
+    declare, or declares and never reads, at a value other than its default: ignored as transformers ignores it,
+    and reported (the report's ``ignored_keys``, a warning), since the file's author may have meant something."""
 
     key: str
     value: Any
     reason: str
+    warn: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "value": self.value, "reason": self.reason}
@@ -56,12 +59,23 @@ class HFReport:
     ignored: list[IgnoredKey]
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def ignored_keys(self) -> list[IgnoredKey]:
+        """The ignored keys worth a warning (:class:`IgnoredKey`'s ``warn``)."""
+        return [i for i in self.ignored if i.warn]
+
+    def warnings(self) -> list[Problem]:
+        """One warning per key of :attr:`ignored_keys`."""
+        return [Problem(i.key, f"ignored key {i.key} = {i.value!r}: {i.reason}", "hf_ignored_key")
+                for i in self.ignored_keys]  # fmt: skip
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "family": self.family,
             "counted_as": self.counted_as,
             "mapped": [m.as_dict() for m in self.mapped],
             "ignored": [i.as_dict() for i in self.ignored],
+            "ignored_keys": [i.as_dict() for i in self.ignored_keys],
             "notes": list(self.notes),
         }
 
@@ -206,33 +220,31 @@ class KeyReader:
             self.ignored.append(IgnoredKey(key, value, reason))
 
     def _classify_by_class(self, key: str, value: Any) -> None:
-        """A key no rule of the family or of every config covers: by what transformers' class declares and writes
-        (:mod:`embedcalc.sources.hf.accept`), else unknown."""
-        class_keys = accept.class_keys(self.family.model_type)
-        version = accept.transformers_version()
-        verdict = None if class_keys is None else accept.classify(class_keys, key, value, version)
-        if verdict is not None and verdict.ignored:
-            self.ignored.append(IgnoredKey(key, value, verdict.text))
-        elif verdict is not None:
-            self.problem(key, f"{verdict.text}. {yaml_hint(self.family)}", "hf_unmapped_key")
+        """A key no rule of the family or of every config covers: by what transformers' class declares and what its
+        code reads (:mod:`embedcalc.sources.hf.accept`). A key nothing reads is ignored and reported."""
+        family = self.family
+        verdict = accept.verdict(family.model_type, family.config_class, key, value)
+        if verdict is None:  # a remote-code family: no transformers class, so only its reader's rules
+            self.problem(key, f"unknown key {key!r} for model_type {family.model_type}: the family's reader does not "
+                              f"read it ({family.config_class} is the checkpoint's remote code, which transformers "
+                              "does not have), so embedcalc cannot tell whether it changes the model's size or cost. "
+                              f"If it is a typo, fix it; otherwise {yaml_hint(family, lower=True)}",
+                         "hf_unknown_key")  # fmt: skip
+        elif verdict.fate == "problem":
+            self.problem(key, f"{verdict.text}. {yaml_hint(family)}", "hf_unmapped_key")
         else:
-            from embedcalc.config.problems import did_you_mean
+            text = verdict.text
+            if verdict.fate == "warn":
+                text += self._did_you_mean(key)
+            self.ignored.append(IgnoredKey(key, value, text, warn=verdict.fate == "warn"))
 
-            cls = self.family.config_class
-            known = sorted(class_keys.params | class_keys.written) if class_keys is not None else []
-            self.problem(
-                key,
-                f"unknown key {key!r}{did_you_mean(key, known)} for model_type {self.family.model_type}: "
-                + (
-                    f"transformers' {cls} neither declares nor writes it (transformers {version})"
-                    if class_keys
-                    else f"the family's reader does not read it ({cls} is the checkpoint's remote code)"
-                )
-                + ", so embedcalc cannot tell whether it changes the "
-                f"model's size or cost. If it is a typo, fix it; if {cls} ignores it, remove it from a copy of the "
-                f"file; otherwise {yaml_hint(self.family, lower=True)}",
-                "hf_unknown_key",
-            )
+    def _did_you_mean(self, key: str) -> str:
+        from embedcalc.config.problems import did_you_mean
+
+        keys = accept.class_keys(self.family.model_type)
+        known = sorted(keys.params | keys.written) if keys is not None else []
+        hint = did_you_mean(key, known)
+        return f"; {hint.strip(' ()')}" if hint else ""
 
 
 def yaml_hint(family: Family, lower: bool = False) -> str:

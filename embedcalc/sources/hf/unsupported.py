@@ -74,29 +74,44 @@ def _hint(raw: Mapping[str, Any]) -> str:
     return ""
 
 
+def missing_family(raw: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any], str | None]:
+    """(the model_type embedcalc lacks, the mapping that names it, the multimodal wrapper's model_type or None): a
+    multimodal file (``mistral3``) whose ``text_config`` names a ``model_type`` embedcalc does not read
+    (``ministral3``) lacks the TEXT family, which the error names: the wrapper is read for any text family it has."""
+    model_type, text = raw.get("model_type"), raw.get("text_config")
+    inner = text.get("model_type") if isinstance(text, Mapping) else None
+    if isinstance(model_type, str) and model_type not in FAMILIES and isinstance(inner, str):
+        assert isinstance(text, Mapping)
+        if inner not in FAMILIES:
+            return inner, text, model_type
+    return model_type, raw, None
+
+
 def unsupported_family(model_type: Any, origin: str, raw: Mapping[str, Any]) -> ConfigError:
-    """The error for a file whose ``model_type`` no family reads (or one :data:`REFUSED` names)."""
-    hint = _hint(raw)
+    """The error for a file whose ``model_type`` no family reads (or one :data:`REFUSED` names); for a multimodal
+    file, the error names its text model's family (:func:`missing_family`)."""
+    model_type, named, wrapper = missing_family({**raw, "model_type": model_type})
+    hint = _hint(named) or _hint(raw)
+    subject = f"model_type {model_type!r}"
+    path = "text_config.model_type" if wrapper is not None else "model_type"
+    if wrapper is not None:
+        subject += (f" (the text_config of this {wrapper!r} multimodal file: embedcalc reads a {wrapper!r} file as "
+                    "its text model, and lacks this one)")  # fmt: skip
     if isinstance(model_type, str) and model_type in REFUSED:
         message = (
-            f"{origin}: model_type {model_type!r} needs what embedcalc cannot describe yet: "
+            f"{origin}: {subject} needs what embedcalc cannot describe yet: "
             f"{REFUSED[model_type]}, so it is refused rather than miscounted{hint}. Describe the nearest model in "
             "embedcalc's own YAML (`embedcalc schema`; docs/concepts/huggingface.md) if an estimate will do"
         )
-        return ConfigError(
-            message, [Problem("model_type", message, "hf_refused_family")], "hf_refused_family"
-        )
+        return ConfigError(message, [Problem(path, message, "hf_refused_family")], "hf_refused_family")
     families = ", ".join(FAMILIES)
     message = (
-        f"{origin}: model_type {model_type!r} is not a family embedcalc reads from a Hugging Face config.json "
-        f"(supported: {families}){hint}. Describe the model in embedcalc's own YAML instead: architecture, "
-        "vocab_size, max_seq_len, embed_dim, num_heads, num_layers, ffn_dim and the options that apply (`embedcalc "
-        "presets show llama-2-7b` prints a complete example, `embedcalc schema` every field; "
-        "docs/concepts/huggingface.md)"
+        f"{origin}: {subject} is not a family embedcalc reads from a Hugging Face config.json{hint}. Describe the "
+        "model in embedcalc's own YAML instead: architecture, vocab_size, max_seq_len, embed_dim, num_heads, "
+        "num_layers, ffn_dim and the options that apply (`embedcalc presets show llama-2-7b` prints a complete "
+        f"example, `embedcalc schema` every field; docs/concepts/huggingface.md). Families it reads: {families}"
     )
-    return ConfigError(
-        message, [Problem("model_type", message, "hf_unsupported_family")], "hf_unsupported_family"
-    )
+    return ConfigError(message, [Problem(path, message, "hf_unsupported_family")], "hf_unsupported_family")
 
 
 def family_before_numbers(raw: Mapping[str, Any], origin: str, refused: list[Problem]) -> ConfigError | None:
@@ -111,7 +126,7 @@ def family_before_numbers(raw: Mapping[str, Any], origin: str, refused: list[Pro
     error = unsupported_family(model_type, origin, raw)
     details = "; ".join(f"{p.path}: {p.message}" for p in refused)
     message = f"{error.message} (the file also holds values embedcalc refuses: {details})"
-    problems = [Problem("model_type", message, error.problems[0].code), *refused]
+    problems = [Problem(error.problems[0].path, message, error.problems[0].code), *refused]
     return ConfigError(message, problems, error.problems[0].code)
 
 

@@ -279,7 +279,11 @@ def test_unknown_model_type_is_exit_3_with_the_families_and_the_yaml_way(cli: An
 @pytest.mark.parametrize(
     ("extra", "key", "code"),
     [
-        ({"foo_bar": 3}, "foo_bar", "hf_unknown_key"),
+        (
+            {"sliding_window": 4096},
+            "sliding_window",
+            "hf_unmapped_key",
+        ),  # read by transformers' caches and masks
         ({"pruned_heads": {"0": [1]}}, "pruned_heads", "hf_unsupported"),
         ({"add_cross_attention": True}, "add_cross_attention", "hf_unsupported"),
         ({"tie_encoder_decoder": True}, "tie_encoder_decoder", "hf_unsupported"),
@@ -294,6 +298,20 @@ def test_keys_that_could_change_the_cost_are_errors(
     assert result.exit_code == 3
     problems = json.loads(result.stdout)["results"][0]["problems"]
     assert [(p["path"], p["code"]) for p in problems] == [(key, code)]
+
+
+def test_a_key_transformers_ignores_is_a_warning_and_listed(cli: Any, write_config: Any) -> None:
+    """Issue 31: a key LlamaConfig does not declare and no transformers code reads: read as transformers reads
+    it, listed in the JSON report (``ignored_keys``) and warned about in the table output (stderr)."""
+    path = write_config(_raw(FIXTURES / "llama-2-7b.json") | {"foo_bar": 3}, "config.json")
+    result = cli("check", str(path), "--format", "json")
+    assert result.exit_code == 0
+    out = json.loads(result.stdout)["results"][0]
+    assert [k["key"] for k in out["hf"]["ignored_keys"]] == ["foo_bar"]
+    assert ("foo_bar", "hf_ignored_key") in [(w["path"], w["code"]) for w in out["warnings"]]
+    table = cli("analyze", str(path))
+    assert table.exit_code == 0
+    assert "ignored key foo_bar = 3" in " ".join(table.stderr.split())
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,11 @@ def test_refused_families_say_what_they_need(model_type: str) -> None:
         ("mpt-7b", {"expansion_ratio": 8}, "expansion_ratio"),
         ("albert-base-v2", {"num_hidden_groups": 2}, "num_hidden_groups"),
         ("bart-large", {"decoder_ffn_dim": 1024}, "decoder_ffn_dim"),
-        ("granite-3.0-2b", {"foo_width": 3}, "foo_width"),
+        (
+            "granite-3.0-2b",
+            {"sliding_window": 4096},
+            "sliding_window",
+        ),  # read by transformers' caches and masks
     ],
 )
 def test_family_refusals_name_the_key(stem: str, extra: dict[str, Any], key: str) -> None:

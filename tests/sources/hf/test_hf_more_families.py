@@ -255,7 +255,6 @@ def test_cohere2_head_dim_is_hidden_over_heads_whatever_the_file_says() -> None:
          "order_of_interleaved_layers"),
         ("c4ai-command-r7b-12-2024", {"use_embedding_sharing": False}, "use_embedding_sharing"),
         ("exaone-4.0-32b", {"sliding_window_pattern": "LLXG"}, "sliding_window_pattern"),
-        ("exaone-4.0-32b", {"foo_width": 3}, "foo_width"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_key(name: str, extra: dict[str, Any], key: str) -> None:

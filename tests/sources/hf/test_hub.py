@@ -75,7 +75,7 @@ def test_revision_flag_through_the_cli(cli: Any, cache: Path) -> None:
 def test_not_cached_is_exit_4_with_the_fetch_command(cli: Any, cache: Path) -> None:
     result = cli("analyze", "Org/Missing")
     assert result.exit_code == 4
-    assert "huggingface-cli download Org/Missing config.json" in result.stderr
+    assert "hf download Org/Missing config.json" in result.stderr
     assert "--online" in result.stderr and "EMBEDCALC_ONLINE" in result.stderr
 
 
