@@ -27,7 +27,8 @@ __all__ = ["DTYPE_BYTES", "WEIGHT_ONLY_DTYPES", "Dtype", "DtypeSource", "KvDtype
 Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
-Optimizer = Literal["adamw", "sgd", "adafactor"]
+# adamw_8bit / paged_*: bitsandbytes' 8-bit blockwise AdamW and its paged variants (analysis/memory/training.py)
+Optimizer = Literal["adamw", "sgd", "adafactor", "adamw_8bit", "paged_adamw", "paged_adamw_8bit"]
 Logits = Literal["last", "all"]
 
 

@@ -26,6 +26,7 @@ from embedcalc.sources.loading import LoadedConfig
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
+    from embedcalc.api.finetune import FinetuneOptions
     from embedcalc.api.serving import ServingOptions
     from embedcalc.reconcile.general import GeneralReport
 
@@ -136,10 +137,16 @@ def analyze_report(
     time: TimeOptions,
     budget: Budget,
     serving: ServingOptions | None = None,
+    finetune: FinetuneOptions | None = None,
 ) -> AnalysisReport:
-    """``embedcalc analyze``: :func:`analyze_target`, its time estimated as ``time`` asks, its budget judged, and
-    the serving memory ``serving`` asks for (:mod:`embedcalc.api.serving`)."""
+    """``embedcalc analyze``: :func:`analyze_target`, its time estimated as ``time`` asks, its budget judged, the
+    serving memory ``serving`` asks for (:mod:`embedcalc.api.serving`) and the fine-tune ``finetune`` describes
+    (:mod:`embedcalc.api.finetune`)."""
     report = _report(analyze_target(target, overrides, run), time, budget)
+    if finetune is not None:
+        from embedcalc.api.finetune import apply_finetune
+
+        report = replace(report, finetune=apply_finetune(report.analysis, finetune))
     if serving is None or not serving.asked:
         return report
     from embedcalc.api.serving import apply_serving
@@ -155,17 +162,21 @@ def analyze_or_general(
     time: TimeOptions,
     budget: Budget,
     serving: ServingOptions | None = None,
+    finetune: FinetuneOptions | None = None,
 ) -> AnalysisReport | GeneralReport:
     """``embedcalc analyze``: :func:`analyze_report`, or, for a Hugging Face family no native reader maps, the
     general reader's count through transformers' own class on the meta device (:mod:`embedcalc.api.general`,
     loaded only then: a preset's path stays as light as it was)."""
     try:
-        return analyze_report(target, overrides, run, time, budget, serving)
+        return analyze_report(target, overrides, run, time, budget, serving, finetune)
     except ConfigError as exc:
         from embedcalc.api.general import GENERAL_CODES, general_fallback
 
         if exc.code not in GENERAL_CODES:
             raise
+        if finetune is not None:
+            raise usage(f"{target}: fine-tuning (--peft, --freeze, --offload) needs a family embedcalc maps "
+                        "natively; this one is counted by transformers' class only", "--peft") from exc  # fmt: skip
         return general_fallback(exc, target, overrides, run, time, budget, serving)
 
 

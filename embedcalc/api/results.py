@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # numpy loads only with a sweep, the roofline model only with
     from embedcalc.analysis.memory.serving import ServingMemory
     from embedcalc.analysis.roofline import RooflineEstimate
     from embedcalc.analysis.sweep import SweepResult
+    from embedcalc.api.finetune import FinetuneResult
 
 __all__ = ["AnalysisReport", "Comparison", "Sweep"]
 
@@ -79,12 +80,17 @@ class AnalysisReport:
     time: RooflineEstimate | None = None
     over_budget: list[Problem] = field(default_factory=list)
     serving: ServingMemory | None = None  # --concurrency / --memory-utilization
+    finetune: FinetuneResult | None = None  # --peft / --freeze
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any
-        (and ``memory.serving`` with serving memory)."""
+        (and ``memory.serving`` with serving memory; with a fine-tune, ``finetune`` and the memory keys of the
+        fine-tune's device memory)."""
         time = {} if self.time is None else {"time": self.time.to_json()}
         out = self.analysis.to_json() | time
         if self.serving is not None:
             out["memory"]["serving"] = self.serving.to_json()
+        if self.finetune is not None:
+            out["finetune"] = self.finetune.to_json()
+            out["memory"] |= self.finetune.memory.device_kinds()
         return out

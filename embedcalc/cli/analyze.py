@@ -8,6 +8,7 @@ import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
+from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.hardware_options import TimeFlags
 from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
 from embedcalc.cli.serving_options import ServingFlags
@@ -25,6 +26,7 @@ def analyze_command(
     limits: BudgetFlags,
     timing: TimeFlags,
     serving: ServingFlags,
+    tune: FinetuneFlags,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
@@ -43,6 +45,10 @@ def analyze_command(
     active experts, FLOPs, the family's own KV cache; JSON "reader": "transformers-meta"); --set then sets the
     file's own keys.
 
+    --peft lora|dora|qlora (with --lora-rank, --lora-targets, ...) or --freeze PARTS (training) fine-tune: trainable
+    and total parameters as peft counts them, and the memory of one step on the device (frozen weights in their
+    format, NF4 for qlora; adapters, their gradients and optimizer state) and, with --offload, on the host.
+
     --concurrency C / --memory-utilization F (inference) add the memory a server holds (vLLM's convention): paged
     KV for C sequences in 16-token blocks, one forward's activation workspace and a runtime reserve of 1 − F of the
     device (default 0.9), and whether that fits.
@@ -52,7 +58,7 @@ def analyze_command(
 
     workload = run.workload(layout)
     report = analyze_or_general(
-        target, overrides, workload, timing.options(), limits.budget(), serving.options()
+        target, overrides, workload, timing.options(), limits.budget(), serving.options(), tune.options()
     )
     # no native mapping: counted by transformers' own class on the meta device (DESIGN §19)
     if not isinstance(report, AnalysisReport):
@@ -77,7 +83,13 @@ def analyze_command(
     else:
         from embedcalc.render.tables import flops_table, memory_table, params_table
 
-        for table in (params_table(result), flops_table(result), memory_table(result, report.serving)):
+        if report.finetune is not None:
+            from embedcalc.render.finetune import finetune_tables
+
+            tables = [params_table(result), flops_table(result), *finetune_tables(result, report.finetune)]
+        else:
+            tables = [params_table(result), flops_table(result), memory_table(result, report.serving)]
+        for table in tables:
             output.stdout.print(table)
         if result.communication.collectives:
             from embedcalc.render.distributed import communication_table

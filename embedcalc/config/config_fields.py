@@ -28,6 +28,9 @@ class ConfigFields(SpecFields):
         def name(self) -> str | None: ...
 
         @property
+        def family(self) -> str | None: ...
+
+        @property
         def dtype(self) -> Dtype | None: ...
 
         @property

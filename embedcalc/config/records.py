@@ -141,6 +141,7 @@ class ConfigRecord(ResolvedShape, Record):
     schema_model = "embedcalc.config.schema.ModelConfig"
     model_fields: ClassVar[dict[str, RecordField]] = {
         "name": RecordField(None),
+        "family": RecordField(None),
         "dtype": RecordField(None),
         "architecture": RecordField(),
         "vocab_size": RecordField(),
@@ -212,6 +213,7 @@ class ConfigRecord(ResolvedShape, Record):
 # ModelConfig's field names, in order
 FIELD_NAMES: tuple[str, ...] = (
     "name",
+    "family",
     "dtype",
     "architecture",
     "vocab_size",
@@ -270,4 +272,4 @@ FIELD_NAMES: tuple[str, ...] = (
 )
 
 # the fields typed as text (``name``): an override's value is taken verbatim, not read as a YAML scalar
-TEXT_FIELDS = frozenset({"blocks", "name"})
+TEXT_FIELDS = frozenset({"blocks", "family", "name"})

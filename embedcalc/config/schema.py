@@ -49,6 +49,15 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             raise PydanticCustomError("unknown_dtype", str(exc)) from None
 
     name: str | None = Field(default=None, description="A label for tables and JSON output.")
+    family: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description=(
+            "The transformers model_type this config mirrors (llama, gpt2, bert, t5, ...): it names the linear "
+            "modules adapters attach to (peft's target_modules and its per-family defaults, docs/concepts/"
+            "fine-tuning.md). A Hugging Face config.json gives its own; None: LLaMA's module names."
+        ),
+    )
     dtype: Dtype | None = Field(
         default=None,
         description=(

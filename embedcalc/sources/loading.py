@@ -313,6 +313,8 @@ def load_parsed(
     Raises ConfigError carrying every problem found.
     """
     data, user_keys, problems, report = canonical_mapping(raw, origin, path)
+    if report is not None and isinstance(data, dict):
+        data.setdefault("family", report.family)  # names the modules adapters attach to (analysis/finetune)
     before = data.get("name")
     problems += _apply_any(data, user_keys, overrides)
     if rename and data.get("name") != before and isinstance(data.get("name"), str):

@@ -9,7 +9,9 @@ Weights, gradients and optimizer state are exact for the stated precision recipe
   gradients 2, and an fp32 master copy plus two fp32 moments, 12 bytes per parameter (2 + 2 + 12 = 16).
 - fp8 training holds the same (Transformer Engine and DeepSeek-V3 §3.3 keep bf16 weights and gradients and cast
   each GEMM's operands to fp8 as it runs; the transient fp8 copies are not counted); only its GEMMs are faster.
-- Optimizers (state per parameter, fp32): AdamW two moments (8 bytes); SGD with momentum one buffer (4 bytes);
+- Optimizers (state per parameter, fp32): AdamW two moments (8 bytes); 8-bit AdamW (bitsandbytes) two uint8
+  moments plus an fp32 absmax per 256 values (2 + 8/256 bytes; fp32 under 4096 values), paged variants the same
+  bytes; SGD with momentum one buffer (4 bytes);
   Adafactor (Shazeer & Stern 2018, default beta1=None) factored second moments, rows + columns of each matrix and
   the full vector for 1-D tensors. Mixed precision adds the 4-byte fp32 master copy to each.
 
@@ -89,10 +91,32 @@ def training_param_bytes(dtype: str) -> int:
     return 2 if mixed_precision(dtype) else FP32_BYTES
 
 
+# bitsandbytes' 8-bit optimizers (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization", §2;
+# bitsandbytes/optim/optimizer.py Optimizer2State.init_state): each state is uint8 with one fp32 absmax per block
+# of 256 values; tensors under min_8bit_size = 4096 values keep fp32 states. The shared quantile maps are counted
+# nowhere (two 256-entry tables per process).
+BNB_BLOCK = 256
+BNB_MIN_8BIT_SIZE = 4096
+
+
+def _adamw_8bit_state(numel: Num) -> Num:
+    """Bytes of 8-bit AdamW's two states for one tensor of ``numel`` values."""
+    blockwise = 2 * (numel + FP32_BYTES * (-(-numel // BNB_BLOCK)))
+    if isinstance(numel, int):
+        return blockwise if numel >= BNB_MIN_8BIT_SIZE else 2 * FP32_BYTES * numel
+    import numpy as np
+
+    return np.where(numel >= BNB_MIN_8BIT_SIZE, blockwise, 2 * FP32_BYTES * numel)
+
+
 def optimizer_state_bytes(shape: tuple[Num, ...], optimizer: str, mixed: bool) -> Num:
-    """Optimizer state of one tensor (module docstring); ``mixed`` adds the fp32 master copy."""
+    """Optimizer state of one tensor in bytes (module docstring); ``mixed`` adds the fp32 master copy. Paged
+    optimizers hold the same bytes (in CUDA unified memory the driver may evict to the host)."""
     numel = prod(shape)
-    if optimizer == "adamw":
+    master = FP32_BYTES * numel if mixed else 0
+    if optimizer in ("adamw_8bit", "paged_adamw_8bit"):
+        return _adamw_8bit_state(numel) + master
+    if optimizer in ("adamw", "paged_adamw"):
         state = 2 * numel
     elif optimizer == "sgd":
         state = numel

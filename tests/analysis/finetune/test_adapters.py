@@ -1,0 +1,226 @@
+"""Trainable and total parameters of LoRA / DoRA fine-tunes equal peft's ``get_nb_trainable_parameters`` on the
+models transformers builds on the meta device (nothing allocated), family by family; the module list of
+``analysis/finetune/modules.py`` equals transformers' own linear modules, name by name and shape by shape.
+
+peft is not in the project's default environment: the parity tests skip without it (``pip install peft``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hf_reference import hf_model, raw_fixture
+from paths import HF_FIXTURES
+
+from embedcalc.analysis.finetune.adapters import FinetuneSpec, count_finetune
+from embedcalc.analysis.finetune.modules import model_modules
+from embedcalc.analysis.params import count_params
+from embedcalc.errors import WorkloadError
+from embedcalc.sources.loading import load_target
+
+# one hub file per family with a naming table (tests/fixtures/hf), and the auto class it is counted as
+FAMILIES = {
+    "llama-2-7b": "AutoModelForCausalLM",
+    "mistral-7b-v0.1": "AutoModelForCausalLM",
+    "mixtral-8x7b": "AutoModelForCausalLM",
+    "qwen2-0.5b": "AutoModelForCausalLM",
+    "qwen3-8b": "AutoModelForCausalLM",
+    "qwen3-30b-a3b": "AutoModelForCausalLM",
+    "gemma-7b": "AutoModelForCausalLM",
+    "gemma-2-9b": "AutoModelForCausalLM",
+    "gemma-3-1b": "AutoModelForCausalLM",
+    "phi-3-mini-4k": "AutoModelForCausalLM",
+    "gpt2": "AutoModelForCausalLM",
+    "pythia-1.4b": "AutoModelForCausalLM",
+    "falcon-7b": "AutoModelForCausalLM",
+    "bloom-7b1": "AutoModelForCausalLM",
+    "deepseek-v3": "AutoModelForCausalLM",
+    "gpt-oss-20b": "AutoModelForCausalLM",
+    "bert-base-uncased": "AutoModel",
+    "xlm-roberta-base": "AutoModel",
+    "roberta-base": "AutoModel",
+    "mpnet-base": "AutoModel",
+    "deberta-v3-base": "AutoModel",
+    "modernbert-base": "AutoModel",
+    "albert-base-v2": "AutoModel",
+    "t5-small": "AutoModelForSeq2SeqLM",
+    "t5-v1_1-small": "AutoModelForSeq2SeqLM",
+    "bart-large": "AutoModelForSeq2SeqLM",
+}
+
+
+def _loaded(stem: str) -> Any:
+    return load_target(str(HF_FIXTURES / f"{stem}.json")).config
+
+
+def test_llama_2_7b_lora_q_v_is_peft_s_published_count() -> None:
+    """peft's README: ``trainable params: 4,194,304 || all params: 6,742,609,920`` (LoRA r=8 on q_proj, v_proj)."""
+    counts = count_finetune(
+        load_target("llama-2-7b").config, FinetuneSpec("lora", 8, targets=("q_proj", "v_proj"))
+    )
+    assert (counts.trainable_total, counts.all_total) == (4_194_304, 6_742_609_920)
+
+
+def test_modules_sum_to_their_breakdown_keys() -> None:
+    """The modules' weights and biases add up to the analytic count of the keys they split."""
+    for preset in ("llama-2-7b", "gpt2", "bert-base", "t5-base", "phi-3-mini", "deepseek-v3", "bart-large"):
+        config = load_target(preset).config
+        mods = model_modules(config)
+        table = count_params(config).as_dict()
+        sums: dict[str, int] = {}
+        for m in mods.linears:
+            sums[m.key] = sums.get(m.key, 0) + m.params
+        for p in mods.experts:
+            sums[p.key] = sums.get(p.key, 0) + p.params
+        for key, value in sums.items():
+            expected = table.get(key, 0) or (table["embedding/token"] if key == "head/lm" else 0)
+            if key.endswith(("moe/experts",)):  # expert biases (gpt-oss) are parameters of their own
+                assert value <= expected
+            else:
+                assert value == expected, (preset, key)
+
+
+def test_freeze_leaves_the_rest_trainable() -> None:
+    config = load_target("llama-2-7b").config
+    counts = count_finetune(config, FinetuneSpec(freeze=("embedding", "layers:0-15")))
+    total = count_params(config).total
+    per_layer = (total - 2 * 32000 * 4096 - 4096) // 32
+    assert counts.trainable_total == total - 32000 * 4096 - 16 * per_layer
+    assert counts.all_total == total
+
+
+@pytest.mark.parametrize(
+    ("spec", "code"),
+    [
+        (FinetuneSpec("lora", targets=("nope_proj",)), "finetune_target_not_found"),
+        (FinetuneSpec("lora", modules_to_save=("classifier",)), "finetune_save_not_found"),
+        (FinetuneSpec(freeze=("layers:0-99",)), "finetune_bad_layer_range"),
+        (FinetuneSpec(freeze=("bogus",)), "finetune_freeze_not_found"),
+    ],
+)
+def test_bad_specs_say_what_to_name(spec: FinetuneSpec, code: str) -> None:
+    with pytest.raises(WorkloadError) as err:
+        count_finetune(load_target("llama-2-7b").config, spec)
+    assert err.value.code == code
+
+
+def test_spec_refuses_mixed_methods() -> None:
+    with pytest.raises(WorkloadError, match="freeze"):
+        FinetuneSpec("lora", freeze=("embedding",))
+    with pytest.raises(WorkloadError, match="lora_targets"):
+        FinetuneSpec("full", targets=("q_proj",))
+
+
+# --- parity with transformers and peft ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transformers() -> Any:
+    return pytest.importorskip("transformers")
+
+
+def _hf(transformers: Any, stem: str) -> Any:
+    return hf_model(transformers, raw_fixture(stem), FAMILIES[stem])
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_module_names_and_shapes_equal_transformers(transformers: Any, stem: str) -> None:
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    model = _hf(transformers, stem)
+    theirs = {}
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            theirs[name] = (module.in_features, module.out_features, module.bias is not None)
+        elif isinstance(module, Conv1D):  # weight in x out
+            theirs[name] = (*module.weight.shape, module.bias is not None)
+    mods = model_modules(_loaded(stem))
+    ours = {m.name: (m.in_features, m.out_features, m.bias) for m in mods.linears}
+    assert ours == theirs
+    params = dict(model.named_parameters())
+    for p in mods.experts:
+        assert params[p.name].numel() == p.params, p.name
+
+
+def _peft_counts(transformers: Any, stem: str, **lora: Any) -> tuple[int, int]:
+    peft = pytest.importorskip("peft")
+    model = _hf(transformers, stem)
+    peft_model = peft.get_peft_model(model, peft.LoraConfig(**lora))
+    trainable, total = peft_model.get_nb_trainable_parameters()
+    return int(trainable), int(total)
+
+
+def _ours(stem: str, method: str = "lora", **kw: Any) -> tuple[int, int]:
+    counts = count_finetune(_loaded(stem), FinetuneSpec(method, **kw))  # type: ignore[arg-type]
+    return counts.trainable_total, counts.all_total
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("stem", sorted(FAMILIES))
+def test_all_linear_lora_equals_peft(transformers: Any, stem: str) -> None:
+    assert _ours(stem, rank=16, targets=("all-linear",)) == _peft_counts(
+        transformers, stem, r=16, target_modules="all-linear"
+    )
+
+
+# peft has no default for the others (and for mixtral its MoE conversion leaves no target: NoMatchingPeftModuleError)
+DEFAULTS = [
+    s
+    for s in FAMILIES
+    if s
+    not in (
+        "mixtral-8x7b",
+        "qwen3-30b-a3b",
+        "phi-3-mini-4k",
+        "deepseek-v3",
+        "gpt-oss-20b",
+        "mpnet-base",
+        "modernbert-base",
+        "albert-base-v2",
+    )
+]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("stem", DEFAULTS)
+def test_family_default_targets_equal_peft(transformers: Any, stem: str) -> None:
+    """No target_modules: peft's per-family default (its constants table), here and there."""
+    assert _ours(stem, rank=8) == _peft_counts(transformers, stem, r=8)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("stem", ["llama-2-7b", "gpt2", "bert-base-uncased", "t5-small", "phi-3-mini-4k"])
+def test_dora_and_modules_to_save_equal_peft(transformers: Any, stem: str) -> None:
+    save = {"gpt2": "lm_head", "bert-base-uncased": "pooler.dense", "t5-small": "lm_head"}.get(
+        stem, "lm_head"
+    )
+    ours = _ours(stem, "dora", rank=4, targets=("all-linear",), modules_to_save=(save,))
+    assert ours == _peft_counts(
+        transformers, stem, r=4, target_modules="all-linear", use_dora=True, modules_to_save=[save]
+    )
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("stem", ["mixtral-8x7b", "qwen3-30b-a3b"])
+def test_experts_as_target_parameters_equal_peft(transformers: Any, stem: str) -> None:
+    names = ("q_proj", "experts.gate_up_proj", "experts.down_proj")
+    ours = _ours(stem, rank=8, targets=names)
+    theirs = _peft_counts(
+        transformers,
+        stem,
+        r=8,
+        target_modules=["q_proj"],
+        target_parameters=["experts.gate_up_proj", "experts.down_proj"],
+    )
+    assert ours == theirs
+
+
+def test_layer_indexed_targets() -> None:
+    config = load_target("llama-2-7b").config
+    counts = count_finetune(config, FinetuneSpec("lora", 8, targets=("layers.0.self_attn.q_proj",)))
+    assert counts.trainable_total == 8 * (4096 + 4096)
+    assert re.search(r"layers\.0\.", counts.modules[0].name)

@@ -1,0 +1,79 @@
+"""``analyze --mode training --peft ...``: the options, the streams, the exit codes and the JSON keys of a fine-tune."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def test_done_when_lora_counts(cli: Any) -> None:
+    result = cli(
+        "analyze",
+        "llama-2-7b",
+        "--mode",
+        "training",
+        "--peft",
+        "lora",
+        "--lora-rank",
+        "8",
+        "--lora-targets",
+        "q_proj,v_proj",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "4,194,304" in result.stdout and "6,742,609,920" in result.stdout
+
+
+def test_json_carries_the_finetune_and_its_device_memory(cli: Any) -> None:
+    result = cli(
+        "analyze",
+        "mistral-7b",
+        "--mode",
+        "training",
+        "--peft",
+        "qlora",
+        "--lora-targets",
+        "all-linear",
+        "--lora-rank",
+        "16",
+        "--optimizer",
+        "paged_adamw_8bit",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.stderr
+    entry = json.loads(result.stdout)["results"][0]
+    tune = entry["finetune"]
+    assert tune["method"] == "qlora" and tune["target_modules"] == 32 * 7
+    assert tune["trainable_params"] == 41_943_040
+    assert entry["memory"]["total_bytes"] == tune["memory"]["device_bytes"]
+    assert tune["memory"]["breakdown"]["weights/nf4"] > 0
+
+
+def test_peft_outside_training_is_a_usage_error(cli: Any) -> None:
+    result = cli("analyze", "gpt2", "--peft", "lora")
+    assert result.exit_code == 2
+    assert "--mode training" in result.stderr
+
+
+def test_unknown_target_module_names_the_modules(cli: Any) -> None:
+    result = cli("analyze", "gpt2", "--mode", "training", "--peft", "lora", "--lora-targets", "q_proj")
+    assert result.exit_code == 3
+    assert "c_attn" in result.stderr and "q_proj" in result.stderr
+
+
+def test_freeze_and_offload(cli: Any) -> None:
+    result = cli(
+        "analyze",
+        "gpt2",
+        "--mode",
+        "training",
+        "--freeze",
+        "embedding,layers:0-5",
+        "--offload",
+        "optimizer",
+        "--format",
+        "json",
+    )
+    assert result.exit_code == 0, result.stderr
+    memory = json.loads(result.stdout)["results"][0]["finetune"]["memory"]
+    assert memory["host_bytes"] > 0 and memory["pcie_bytes_per_step"] > 0
