@@ -62,10 +62,9 @@ from embedcalc.analysis.structure import (
     Num,
     cross_attention,
     head_width,
-    kv_width,
     minimum,
     per_layer_width,
-    projected_kv,
+    projected_kv_width,
     qk_width,
     stacks,
     v_width,
@@ -159,11 +158,11 @@ def attention_flops(
     context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))
     out = (f"{prefix}/out", t * (layers * 2 * h * v * d))
     if a.kind == "standard":
-        hd, kv = head_width(a, x), kv_width(a, x)
+        hd = head_width(a, x)
         if not cross:  # K and V as many as the layer projects itself (values from keys, shared K and V)
-            qkv = t * (layers * 2 * d * (h * hd + projected_kv(a) * kv))
+            qkv = t * (layers * 2 * d * (h * hd + projected_kv_width(a, x)))
         else:  # K and V of the encoder output
-            qkv = t * (layers * 2 * d * h * hd) + t_kv * (layers * 2 * d * 2 * kv)
+            qkv = t * (layers * 2 * d * h * hd) + t_kv * (layers * 2 * d * projected_kv_width(a, x))
         gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * hd))] if a.output_gate else []
         return [(f"{prefix}/qkv", qkv), scores, context, *gate, out]
     terms: list[tuple[str, Num]] = []

@@ -56,8 +56,9 @@ from embedcalc.analysis.structure import (
     kv_width,
     norm_has_bias,
     per_layer_width,
-    projected_kv,
+    projected_kv_width,
     sublayer_norms,
+    v_width,
 )
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.tensor import linear as _linear
@@ -80,7 +81,7 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
     if a.kind == "standard":
         hd = head_width(a, x)
         q, kv = h * hd, kv_width(a, x)
-        out = _linear(f"{prefix}/qkv", d, q + projected_kv(a) * kv, a.qkv_bias, "qkv")
+        out = _linear(f"{prefix}/qkv", d, q + projected_kv_width(a, x), a.qkv_bias, "qkv")
         keys = 0 if a.kv_shared else 1  # a layer reusing another's keys has no key norm
         if a.qk_norm == "head":
             out += _norm(config, f"{prefix}/qk_norm", hd, 1 + keys)
@@ -88,7 +89,7 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
             # replicated under TP: q and k are gathered around it
             out += _norm(config, f"{prefix}/qk_norm", q)
             out += _norm(config, f"{prefix}/qk_norm", kv, keys)
-        value = q
+        value = h * v_width(a, x)
     else:  # mla, DeepSeek-V2 §2.1
         qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
         if a.q_lora_rank is not None:

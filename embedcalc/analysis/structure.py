@@ -211,8 +211,8 @@ def qk_width(attention: Attention, x: Dims) -> Num:
 
 
 def v_width(attention: Attention, x: Dims) -> Num:
-    """Per-head value width: head_dim (standard) or v_head_dim (MLA)."""
-    return head_width(attention, x) if attention.kind == "standard" else attention.v_head_dim
+    """Per-head value width: v_head_dim (MLA, or standard attention with its own: MiMo-V2-Flash), else head_dim."""
+    return attention.v_head_dim or head_width(attention, x)
 
 
 def kv_heads(attention: Attention, x: Dims) -> Num:
@@ -226,6 +226,16 @@ def kv_heads(attention: Attention, x: Dims) -> Num:
 def kv_width(attention: Attention, x: Dims) -> Num:
     """Width of all key (or value) heads of standard attention together."""
     return kv_heads(attention, x) * head_width(attention, x)
+
+
+def projected_kv_width(attention: Attention, x: Dims) -> Num:
+    """Width of what standard attention projects for keys and values: K and V of every KV head (V of
+    ``v_head_dim`` when the layer has its own), K alone when the values are the keys, none when it reuses an
+    earlier layer's (:func:`projected_kv`)."""
+    if attention.kv_shared:
+        return 0
+    keys = kv_width(attention, x)
+    return keys if attention.values_from_keys else keys + kv_heads(attention, x) * v_width(attention, x)
 
 
 def projected_kv(attention: Attention) -> int:

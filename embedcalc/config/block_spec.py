@@ -81,7 +81,14 @@ class AttentionSpec(AttentionFields, BaseModel):
         default=None,
         description="mla: per-head query dims with rotary positions; the key's rotary part is one shared vector.",
     )
-    v_head_dim: PositiveInt | None = Field(default=None, description="mla: per-head value dims.")
+    v_head_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "mla: per-head value dims. standard: the value heads' width when it differs from head_dim "
+            "(MiMo-V2-Flash: 128 beside 192): v_proj, the context and out_proj use it, the KV cache holds keys "
+            "of head_dim and values of v_head_dim."
+        ),
+    )
     qk_head_dim: PositiveInt | None = Field(
         default=None,
         description="mla, optional: the query/key head width, which must equal qk_nope_head_dim + qk_rope_head_dim.",

@@ -32,7 +32,7 @@ class Attention:
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
-    v_head_dim: int = 0
+    v_head_dim: int = 0  # mla, sparse: per-head value width; standard: its own value width (0: head_dim)
     output_gate: bool = False
     index_heads: int = 0  # sparse: the lightning indexer's heads, head width, and keys kept per query
     index_head_dim: int = 0
@@ -80,9 +80,20 @@ class Attention:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def value_head_dim(self) -> int:
+        """Per-head value width: v_head_dim (latent attention, or standard attention with its own), else
+        head_dim."""
+        return self.v_head_dim if self.latent or self.v_head_dim else self.head_dim
+
+    @property
     def value_dim(self) -> int:
         """Width of all value heads together: the input of the output projection."""
-        return self.num_heads * (self.v_head_dim if self.latent else self.head_dim)
+        return self.num_heads * self.value_head_dim
+
+    @property
+    def v_kv_dim(self) -> int:
+        """Width of all value heads of standard attention (the value projection's output)."""
+        return self.num_kv_heads * self.value_head_dim
 
     @property
     def kv_cache_width(self) -> int:
@@ -90,7 +101,7 @@ class Attention:
         a sparse layer's indexer key)."""
         if self.latent:
             return self.kv_lora_rank + self.qk_rope_head_dim + self.index_cache_width
-        return 0 if self.kv_shared else 2 * self.kv_dim
+        return 0 if self.kv_shared else self.kv_dim + self.v_kv_dim
 
     @property
     def cache_limit(self) -> int | None:

@@ -17,7 +17,8 @@ from embedcalc.config.record_base import SpecFields
 DEFAULT_BLOCK = "default"
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # the fields that mean something only under one kind: set under another, they would be silently ignored (issue 24)
-MLA_ONLY_FIELDS = (*MLA_FIELDS, "q_lora_rank", "qk_head_dim")
+# (v_head_dim is MLA's and standard attention's own value width: MiMo-V2-Flash)
+MLA_ONLY_FIELDS = (*(f for f in MLA_FIELDS if f != "v_head_dim"), "q_lora_rank", "qk_head_dim")
 # what only standard attention has (its own head shape, values from keys, shared keys and values)
 STANDARD_ONLY_FIELDS = ("head_dim", "values_from_keys", "kv_shared")
 # what kind sparse needs beyond mla
@@ -56,13 +57,13 @@ def merge_spec(base: S, override: S | None) -> S:
     kind = getattr(base, "kind")  # noqa: B009 - every spec merged has a kind (attention, ffn, mixer)
     if "kind" in update and update["kind"] != kind:  # a new kind starts without the old kind's fields
         # mla <-> sparse keep MLA's
-        kept = MLA_ONLY_FIELDS if {kind, update["kind"]} <= LATENT_KINDS else ()
+        kept = (*MLA_ONLY_FIELDS, "v_head_dim") if {kind, update["kind"]} <= LATENT_KINDS else ()
         # a mixer's gated-norm switch is mamba2's; attention beside it needs a recurrent kind (Falcon-H1's base
         # block with an attention-only variant)
         mixer_fields: tuple[str, ...] = ("gate_norm",)
         if update["kind"] not in RECURRENT_KINDS:
             mixer_fields += ("parallel_attention",)
-        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, *SPARSE_ONLY_FIELDS, *STANDARD_ONLY_FIELDS,
+        kind_fields: tuple[str, ...] = (*MLA_ONLY_FIELDS, "v_head_dim", *SPARSE_ONLY_FIELDS, *STANDARD_ONLY_FIELDS,
                                         *MOE_ONLY_FIELDS, "ffn_dim")  # fmt: skip
         for name in (*kind_fields, "num_kv_heads", *mixer_fields):
             if name in merged and name not in kept:

@@ -211,17 +211,18 @@ class Attention(AttentionBase):
     ) -> None:  # fmt: skip
         super().__init__(
             config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias,
-            qk_head_dim=spec.head_dim, v_head_dim=spec.head_dim,
+            qk_head_dim=spec.head_dim, v_head_dim=spec.value_head_dim,
         )  # fmt: skip
         self.num_kv_heads, self.head_dim = spec.num_kv_heads, spec.head_dim
+        self.value_head_dim = spec.value_head_dim  # head_dim unless the layer has its own (MiMo-V2-Flash)
         self.rotary_width = config.rotary_dim or spec.head_dim
         kv = 0 if spec.kv_shared else 1 if spec.values_from_keys else 2
-        self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias, kv)
+        self.qkv = QKV(config.embed_dim, spec.q_dim, spec.kv_dim, spec.qkv_bias, kv, spec.v_kv_dim)
         self.shared_kv: tuple[Tensor, Tensor, Tensor | None, bool] | None = None  # what it attended with
         self.keeps_kv = False  # a later layer reuses its keys and values (modeling/shared_kv.py)
         self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
         self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
-        self.out = nn.Linear(spec.q_dim, config.embed_dim, bias=spec.out_bias)
+        self.out = nn.Linear(spec.value_dim, config.embed_dim, bias=spec.out_bias)
 
     def _project(
         self, x: Tensor, memory: Tensor | None, rotary: Rotary | None
@@ -310,10 +311,10 @@ class Attention(AttentionBase):
         return self._output(x, context)
 
     def _output(self, x: Tensor, context: Tensor) -> Tensor:
-        """The heads' context (B, h, T, d_head) merged, gated (Qwen3-Next) and projected out: (B, T, d)."""
+        """The heads' context (B, h, T, d_v) merged, gated (Qwen3-Next) and projected out: (B, T, d)."""
         batch, length, _ = x.shape
-        # (B, T, q_dim)
-        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)
+        # (B, T, h x d_v)
+        merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.value_head_dim)
         if self.gate is not None:  # gated attention (Qwen3-Next): sigmoid(gate(x)) per channel
             merged = merged * torch.sigmoid(self.gate(x))
         out: Tensor = self.out(merged)  # (B, T, d)

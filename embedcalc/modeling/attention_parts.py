@@ -64,21 +64,24 @@ class QKV(nn.Module):
     from the encoder memory, so no FLOPs are spent projecting the wrong stream.
     """
 
-    def __init__(self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool, kv: int = 2) -> None:
+    def __init__(
+        self, embed_dim: int, q_dim: int, kv_dim: int, bias: bool, kv: int = 2, v_dim: int | None = None
+    ) -> None:
         super().__init__()
         self.q = nn.Linear(embed_dim, q_dim, bias=bias)
         # kv: the projections of K and V the layer has, 2; 1 when the values are the keys (Gemma 4
-        # attention_k_eq_v); 0 when it reuses an earlier layer's (modeling/shared_kv.py)
+        # attention_k_eq_v); 0 when it reuses an earlier layer's (modeling/shared_kv.py); v_dim: the values'
+        # width when the value heads are narrower or wider than the key heads (MiMo-V2-Flash)
         self.k = nn.Linear(embed_dim, kv_dim, bias=bias) if kv else None
-        self.v = nn.Linear(embed_dim, kv_dim, bias=bias) if kv == 2 else None
+        self.v = nn.Linear(embed_dim, v_dim or kv_dim, bias=bias) if kv == 2 else None
 
     def forward(self, x: Tensor, memory: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         if self.k is None:
             raise RuntimeError("a layer sharing another layer's keys and values projects queries only")
         source = x if memory is None else memory
         k = self.k(source)  # (B, S, kv_dim)
-        v = self.v(source) if self.v is not None else k  # (B, S, kv_dim): values from keys
-        return self.q(x), k, v  # (B, T, q_dim), (B, S, kv_dim), (B, S, kv_dim)
+        v = self.v(source) if self.v is not None else k  # (B, S, v_dim): values from keys
+        return self.q(x), k, v  # (B, T, q_dim), (B, S, kv_dim), (B, S, v_dim)
 
 
 class QKNorm(nn.Module):

@@ -83,7 +83,8 @@ def allocate_cache(
             if isinstance(attn, SharedKVAttention):  # reads its source layer's keys and values: no cache
                 size = 0
             shape = (batch_size, attn.num_kv_heads, size, attn.head_dim)  # (B, h_kv, L, d_head)
-            own = LayerCache(empty(*shape), empty(*shape), total_tokens, limit)
+            values = (*shape[:3], attn.value_head_dim)  # (B, h_kv, L, d_v)
+            own = LayerCache(empty(*shape), empty(*values), total_tokens, limit)
         else:  # pragma: no cover - make_attention builds one of the two
             raise TypeError(f"no KV cache layout for {type(attn).__name__}")
         cross = None

@@ -82,6 +82,7 @@ def _standard(a: Attention, x: Dims, part: str, param: str, conv1d: bool = False
     part = _ALIASES.get(part, part)
     hd, h = int(head_width(a, x)), int(x.h)
     q, kv = h * hd, int(kv_width(a, x))
+    vd = a.v_head_dim or hd  # the value heads' own width (MiMo-V2-Flash), else head_dim
     if part in QKV:
         why = "num_heads x head_dim + 2 x num_kv_heads x head_dim"
         if conv1d and param == "weight":  # Conv1D(3 d, d) stores its weight (in, out)
@@ -98,8 +99,12 @@ def _standard(a: Attention, x: Dims, part: str, param: str, conv1d: bool = False
         if a.output_gate:  # Qwen3-Next: query and output gate in one projection
             return _linear(2 * q, x.d, "2 x num_heads x head_dim (query and output gate)", "hidden", param)
         return _linear(q, x.d, "num_heads x head_dim", "hidden", param)
+    if part == "v_proj" and a.v_head_dim:
+        return _linear(kv // hd * vd, x.d, "num_kv_heads x v_head_dim", "hidden", param)
     if part in ("k_proj", "v_proj"):
         return _linear(kv, x.d, "num_kv_heads x head_dim", "hidden", param)
+    if part == "o_proj" and a.v_head_dim:
+        return _linear(x.d, h * vd, "hidden", "num_heads x v_head_dim", param)
     if part == "o_proj":
         return _linear(x.d, q, "hidden", "num_heads x head_dim", param)
     if param not in ("weight", "bias") or a.qk_norm == "none":

@@ -51,6 +51,10 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sliding_window_full_cache": {"blocks": {"local": {"attention": {"sliding_window": 3, "full_cache": True}}},
                                   "layers": [{"pattern": ["default", "local"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
+    # MiMo-V2-Flash's sliding layers: value heads narrower than the keys, sinks, twice the KV heads
+    "v_head_dim_window": {"attention": {"v_head_dim": 4}, "blocks": {"local": {"attention": {
+        "sliding_window": 3, "sinks": True, "num_kv_heads": 4}}}, "layers": [{"pattern": ["default", "local"]}],
+        "num_kv_heads": 2},
     "sinks_window": {"attention": {"sinks": True, "sliding_window": 4}},
     "qk_norm": {"attention": {"qk_norm": "head"}, "num_kv_heads": 2},
     "alibi": {"position": "alibi"},
@@ -147,6 +151,7 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
         "sparse_shared",
         "sliding_window",
         "sliding_window_full_cache",
+        "v_head_dim_window",
         "chunked",
         "parallel_shared",
         "gemma4_kv_shared",

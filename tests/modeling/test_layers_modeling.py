@@ -52,6 +52,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
     "qk_norm_head": ({"attention": {"qk_norm": "head"}}, {"decoder/attention/qk_norm": L * 2 * HD},
                      {"decoder/attention/scores": SCORES}),
     "qk_norm_full": ({"attention": {"qk_norm": "full"}}, {"decoder/attention/qk_norm": L * (H + G) * HD}, {}),
+    # value heads of their own width (MiMo-V2-Flash): v_proj G x 6, out_proj from H x 6, the context at width 6
+    "standard_v_head_dim": ({"attention": {"v_head_dim": 6}},
+                            {"decoder/attention/qkv": L * D * (H * HD + G * HD + G * 6),
+                             "decoder/attention/out": L * H * 6 * D},
+                            {"decoder/attention/scores": SCORES, "decoder/attention/context": SCORES // HD * 6,
+                             "decoder/attention/out": L * 2 * T * H * 6 * D}),
     "sinks_windows": (
         {"attention": {"sinks": True}, "blocks": {"local": {"attention": {"sliding_window": 3}}},
          "layers": [{"pattern": ["local", "default"]}]},

@@ -52,7 +52,16 @@ from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.memory.disentangled import eager_core
 from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
-from embedcalc.analysis.structure import Dims, Num, cross_attention, head_width, kv_heads, maximum, minimum
+from embedcalc.analysis.structure import (
+    Dims,
+    Num,
+    cross_attention,
+    head_width,
+    kv_heads,
+    maximum,
+    minimum,
+    v_width,
+)
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
 from embedcalc.config.layer_plan import Attention, Block
 from embedcalc.config.resolved import ResolvedShape
@@ -123,10 +132,13 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
             heads, heads * qk, heads * qk, heads * a.v_head_dim, w.f // tp, w.fe // tp, w.fs // tp
         )
     hd, g = (head_width(a, x), kv_heads(a, x)) if a is not None else (x.hd, x.g)
+    vd = v_width(a, x) if a is not None else hd
     if tp == 1:
-        return RankWidths(x.h, x.h * hd, g * hd, x.h * hd, w.f, w.fe, w.fs)
+        return RankWidths(x.h, x.h * hd, g * hd, x.h * vd, w.f, w.fe, w.fs)
     q = x.h * hd // tp
-    return RankWidths(x.h // tp, q, maximum(1, g // tp) * hd, q, w.f // tp, w.fe // tp, w.fs // tp)
+    return RankWidths(
+        x.h // tp, q, maximum(1, g // tp) * hd, x.h * vd // tp, w.f // tp, w.fe // tp, w.fs // tp
+    )
 
 
 # --- KV cache ------------------------------------------------------------------------------------------------------
@@ -141,7 +153,7 @@ def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
         return 0
     g = kv_heads(a, x)
     heads = g if tp == 1 else maximum(1, g // tp)
-    return 2 * heads * head_width(a, x)
+    return heads * (head_width(a, x) + v_width(a, x))  # keys of head_dim, values of v_head_dim (or head_dim)
 
 
 def kv_cache_terms(config: ResolvedShape, workload: Workload, x: Dims, tp: int = 1) -> Num:

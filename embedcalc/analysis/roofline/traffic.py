@@ -200,7 +200,7 @@ def _core_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Lengths
     activation = keys = 0
     for a, layers in _attention_layers(config, stack, cross):
         k_width = a.q_dim if a.latent else a.kv_dim  # MLA: every head's own decompressed K
-        v_width = a.value_dim if a.latent else a.kv_dim
+        v_width = a.value_dim if a.latent else a.v_kv_dim
         out = a.q_dim if core == "scores" else a.value_dim  # Q read, or the context written
         n_a = a.context if a.external else n  # cross-attention over an external sequence reads its tokens
         keys += b * n_a * (k_width if core == "scores" else v_width) * layers

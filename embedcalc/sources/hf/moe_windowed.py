@@ -17,20 +17,32 @@ default) read as written; the dense layers (``mlp_layer_types``, else the first 
 ``num_shared_experts`` x ``intermediate_size`` shared (summed or averaged with the routed output: element-wise).
 Windows by ``layer_types``, else ``prefix_dense_sliding_window_pattern`` over the dense prefix and
 ``sliding_window_pattern`` over the rest (every p-th layer global).
+
+MiMo-V2-Flash (``modeling_mimo_v2_flash.py``): pre-norm layers of standard attention whose value heads are
+``v_head_dim`` wide beside keys of ``head_dim`` (v_proj kv_heads x v_head_dim, o_proj from heads x v_head_dim
+without bias, q/k/v biases when ``attention_bias``); the sliding layers (``layer_types``, default: layer 0 and every
+6th full, the rest sliding) have twice ``num_key_value_heads`` and a learned sink per head, and slide over
+``sliding_window`` (a file's ``sliding_window_size`` s is a window of s + 1); the MLP of layer i is dense
+(``intermediate_size``) or, as ``mlp_layer_types`` says (default: all but layer 0), DeepSeek-V3's MoE without shared
+experts (``n_routed_experts`` of ``moe_intermediate_size``). ``attention_value_scale`` scales the values
+(element-wise).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from embedcalc.config.spec_shapes import DEFAULT_BLOCK
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.exaone4 import derive_window_types
 from embedcalc.sources.hf.layered import (
+    FULL,
     SLIDING,
     checked_layer_types,
     ignore_moe_keys,
     layer_types,
     pattern_types,
+    put_layout,
     put_window_ffn_layout,
     read_moe,
 )
@@ -204,6 +216,54 @@ def _read_cohere2_moe(r: KeyReader) -> None:
     )
 
 
+_MIMO_UNREAD = ("first_k_dense_replace", "n_shared_experts", "use_qk_norm", "num_mtp_layers")
+
+
+def _read_mimo_v2_flash(r: KeyReader) -> None:
+    read_core(r, qkv="attention_bias", out=False, ffn=False)
+    v_key, v_dim, _ = r.value("v_head_dim")
+    r.put("attention", {"v_head_dim": v_dim}, v_key, "file" if v_key in r.raw else "default",
+          "v_proj and o_proj: value heads of v_head_dim")  # fmt: skip
+    r.ignore("attention_value_scale", "scales the values: element-wise only")
+    for key in _MIMO_UNREAD:
+        r.ignore(key, "MiMoV2FlashConfig deletes it from Glm4MoeConfig: its modeling code never reads it")
+    ignore_moe_keys(r)
+    moe = read_moe(r, "n_routed_experts")
+    layers, kv = r.data.get("num_layers"), r.data.get("num_kv_heads")
+    if moe is None or not isinstance(layers, int) or not isinstance(kv, int):
+        return
+    derived = [FULL if i == 0 or not (i + 1) % 6 else SLIDING for i in range(layers)]
+    types_key, types = layer_types(r, layers, derived)
+    dense_flags = _dense_flags(r, layers, 1, "first_k_dense_replace")  # MiMoV2FlashConfig: layer 0 dense
+    w_key, window, _ = r.value("sliding_window")
+    size_key, size = r.lookup("sliding_window_size")
+    if isinstance(size, int) and not isinstance(size, bool):  # MiMoV2FlashConfig: sliding_window_size + 1
+        w_key, window = size_key, size + 1
+        r.ignore(
+            "sliding_window", "sliding_window_size decides the window (MiMoV2FlashConfig: its value + 1)"
+        )
+    if types is None or dense_flags is None or not isinstance(window, int):
+        return
+    swa = {"attention": {"sliding_window": window, "sinks": True, "num_kv_heads": 2 * kv}}
+    names, blocks = [], {}
+    for kind, dense in zip(types, dense_flags, strict=True):
+        name = ("dense" if dense else "moe") + ("_swa" if kind == SLIDING else "")
+        blocks[name] = (swa if kind == SLIDING else {}) | ({} if dense else {"ffn": moe})
+        names.append(DEFAULT_BLOCK if name == "dense" else name)
+    keys = (
+        "n_routed_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "mlp_layer_types",
+        types_key,
+        w_key,
+    )
+    note = (
+        f"{types.count(SLIDING)} sliding layers (2 x KV heads, sinks), {dense_flags.count(False)} MoE layers"
+    )
+    put_layout(r, names, blocks, ", ".join(k for k in keys if k in r.raw) or keys[0], note)
+
+
 _EXAONE_MOE: dict[str, Any] = dict(
     vocab_size=102400, hidden_size=4096, intermediate_size=16384, num_hidden_layers=32, num_attention_heads=32,
     num_key_value_heads=32, hidden_act="silu", max_position_embeddings=2048, tie_word_embeddings=False,
@@ -217,7 +277,15 @@ _COHERE2_MOE: dict[str, Any] = dict(
     num_experts_per_tok=2, num_experts=8, num_shared_experts=0, prefix_dense_sliding_window_pattern=1,
     prefix_dense_intermediate_size=None, rms_norm_eps=None, sliding_window_pattern=4,
 )  # fmt: skip
+_MIMO: dict[str, Any] = dict(
+    vocab_size=152576, hidden_size=4096, intermediate_size=16384, moe_intermediate_size=2048, num_hidden_layers=48,
+    num_attention_heads=64, num_key_value_heads=4, n_routed_experts=256, num_experts_per_tok=8, hidden_act="silu",
+    max_position_embeddings=131072, tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0,
+    head_dim=192, v_head_dim=128, sliding_window=129,
+)  # fmt: skip
 FAMILIES = (
+    Family("mimo_v2_flash", "MiMoV2FlashConfig", "MiMoV2FlashForCausalLM (AutoModelForCausalLM)", "qwen3-30b-a3b",
+           _MIMO, _read_mimo_v2_flash, {"num_local_experts": "n_routed_experts"}),
     Family("exaone_moe", "ExaoneMoeConfig", "ExaoneMoeForCausalLM (AutoModelForCausalLM)", "qwen3-30b-a3b",
            _EXAONE_MOE, _read_exaone_moe),
     Family("cohere2_moe", "Cohere2MoeConfig", "Cohere2MoeForCausalLM (AutoModelForCausalLM)", "qwen3-30b-a3b",

@@ -1,4 +1,5 @@
-"""EXAONE-MoE and Cohere2-MoE (``sources/hf/moe_windowed.py``) against the models transformers builds.
+"""EXAONE-MoE, Cohere2-MoE and MiMo-V2-Flash (``sources/hf/moe_windowed.py``) against the models transformers
+builds.
 
 Each variant is a file written by transformers' own config class (small dimensions, ``to_dict()``), and also the
 same keys without the per-layer lists the class derives (``layer_types``, ``mlp_layer_types``), as files written by
@@ -30,11 +31,19 @@ def transformers() -> Any:
 _SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, num_experts=4, num_experts_per_tok=2,
               sliding_window=8)  # fmt: skip
+_MIMO = {k: v for k, v in _SMALL.items() if k != "num_experts"}
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "exaone_moe": ("ExaoneMoeConfig", _SMALL | dict(moe_intermediate_size=32, sliding_window_pattern=3)),
     "exaone_moe_two_dense": ("ExaoneMoeConfig", _SMALL | dict(moe_intermediate_size=32, first_k_dense_replace=2,
                                                              num_shared_experts=2, sliding_window_pattern=2)),
     "exaone_moe_all_global": ("ExaoneMoeConfig", _SMALL | dict(moe_intermediate_size=32, sliding_window_pattern=1)),
+    "mimo_v2_flash": ("MiMoV2FlashConfig", _MIMO | dict(
+        head_dim=24, v_head_dim=16, moe_intermediate_size=32, n_routed_experts=4, num_attention_heads=8,
+        num_key_value_heads=2)),
+    "mimo_v2_flash_biased": ("MiMoV2FlashConfig", _MIMO | dict(
+        head_dim=16, v_head_dim=24, moe_intermediate_size=32, n_routed_experts=4, attention_bias=True,
+        layer_types=["full_attention", "sliding_attention"] * 3, mlp_layer_types=["dense", "sparse", "dense",
+                                                                                    "sparse", "sparse", "sparse"])),
     "cohere2_moe": ("Cohere2MoeConfig", _SMALL | dict(head_dim=16, sliding_window_pattern=3)),
     "cohere2_moe_prefix": ("Cohere2MoeConfig", _SMALL | dict(
         head_dim=24, first_k_dense_replace=2, prefix_dense_intermediate_size=128, num_shared_experts=1,
@@ -56,9 +65,22 @@ def _files(transformers: Any, name: str) -> list[dict[str, Any]]:
 
 def _unused_experts(cfg: Any) -> int:
     d = cfg.hidden_size
-    width = cfg.moe_intermediate_size if cfg.model_type == "exaone_moe" else cfg.intermediate_size
+    width = cfg.intermediate_size if cfg.model_type == "cohere2_moe" else cfg.moe_intermediate_size
+    experts = cfg.n_routed_experts if cfg.model_type == "mimo_v2_flash" else cfg.num_experts
     sparse = cfg.mlp_layer_types.count("sparse")
-    return sparse * (cfg.num_experts - cfg.num_experts_per_tok) * 3 * d * width
+    return sparse * (experts - cfg.num_experts_per_tok) * 3 * d * width
+
+
+def _kv_cache(cfg: Any, tokens: int, dtype_bytes: int) -> int:
+    """KV bytes per layer from the config object: MiMo-V2-Flash's sliding layers have twice the KV heads, and its
+    values are v_head_dim wide beside keys of head_dim; the other families as kv_cache_formula."""
+    if cfg.model_type != "mimo_v2_flash":
+        return kv_cache_formula(cfg, tokens, dtype_bytes)
+    width = cfg.head_dim + cfg.v_head_dim
+    return sum(
+        (2 * cfg.num_key_value_heads * width * min(tokens, cfg.sliding_window) if t == "sliding_attention"
+         else cfg.num_key_value_heads * width * tokens) * dtype_bytes for t in cfg.layer_types
+    )  # fmt: skip
 
 
 @pytest.mark.torch
@@ -75,7 +97,7 @@ def test_counts_what_transformers_builds(transformers: Any, name: str) -> None:
         assert count_params(ours).total == total
         assert active_params(ours) == total - _unused_experts(cfg)
         for tokens in (1, 5, 100):
-            assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == kv_cache_formula(
+            assert kv_cache_bytes(ours, Workload(seq_len=tokens, dtype="float16")) == _kv_cache(
                 cfg, tokens, 2
             )
         assert unaccounted_keys(raw) == set()
