@@ -13,12 +13,14 @@ from embedcalc.analysis.plan.scheduler import KvAdmission
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
+from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.hardware_options import KvDtypeOption
-from embedcalc.cli.options import bounded_int, dtype_option, length_parser, size_parser
+from embedcalc.cli.options import bounded_int, dtype_option, flags, length_parser, size_parser
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
 if TYPE_CHECKING:
     from embedcalc.analysis.plan.rows import PlanResult
+    from embedcalc.api.finetune import FinetuneOptions
 
 
 def _prices(values: list[str] | None) -> dict[str, float]:
@@ -73,10 +75,12 @@ def _deadline(value: str | None) -> float | None:
 
 
 @handle_errors("plan")
+@flags
 def plan_command(
     target: Annotated[
         str, typer.Argument(help="Preset name, config file (YAML/JSON) or Hugging Face config.")
     ],
+    tune: FinetuneFlags,
     mode: Annotated[
         Mode, typer.Option("--mode", help="inference: serving plans; training: a token budget.")
     ] = "inference",
@@ -313,6 +317,12 @@ def plan_command(
     Exit 5 when no layout meets every constraint (the table is still printed, and the message says what to change).
     """
     from embedcalc.api.load import load_target
+
+    finetune = tune.options()
+    if finetune is not None:
+        _plan_finetune(target, overrides, finetune, mode, seq_len, batch_size, dtype, hardware, max_devices,
+                       price_per_hour, train_tokens, optimizer, format, top)  # fmt: skip
+        return
     from embedcalc.api.plan import plan
 
     result = plan(
@@ -351,3 +361,33 @@ def _render(result: PlanResult, format: CompareFormat, top: int) -> None:
     else:
         output.stdout.print(recommendation_text(result))
         output.stdout.print(plan_table(result, top))
+
+
+def _plan_finetune(target: str, overrides: list[str] | None, finetune: FinetuneOptions, mode: str,
+                   seq_len: int | None, batch_size: int, dtype: str | None, hardware: list[str] | None,
+                   max_devices: int | None, price_per_hour: list[str] | None, train_tokens: int | None,
+                   optimizer: Optimizer, format: CompareFormat, top: int) -> None:  # fmt: skip
+    """``plan --mode training --peft ...`` (or --freeze / --offload): methods × devices (api/finetune_plan.py)."""
+    from embedcalc.api.finetune_plan import plan_finetune
+    from embedcalc.api.load import load_target
+    from embedcalc.api.workload import usage
+
+    if mode != "training":
+        raise usage(
+            "--peft, --freeze and --offload plan a fine-tune: add --mode training --train-tokens N", "--peft"
+        )
+    result = plan_finetune(load_target(target, overrides), finetune, train_tokens=train_tokens, seq_len=seq_len,
+                           batch_size=batch_size, dtype=dtype, hardware=_hardware(hardware), max_devices=max_devices,
+                           price_per_hour=_prices(price_per_hour), optimizer=optimizer)  # fmt: skip
+    problems = [] if result.ok else [Problem("plan", result.recommendation, "plan_unmet")]
+    if format is CompareFormat.json:
+        output.emit_json("plan", [result.to_json()], result.settings["workload"], problems,
+                         "ok" if result.ok else "error")  # fmt: skip
+    else:
+        from embedcalc.render.finetune_plan import finetune_plan_table
+
+        output.stdout.print(result.recommendation, markup=False)
+        output.stdout.print(finetune_plan_table(result, top))
+    if not result.ok:
+        raise EmbedcalcError(result.recommendation, ExitCode.OVER_BUDGET, problems, "plan_unmet",
+                             json_emitted=format is CompareFormat.json)  # fmt: skip

@@ -77,3 +77,13 @@ def test_freeze_and_offload(cli: Any) -> None:
     assert result.exit_code == 0, result.stderr
     memory = json.loads(result.stdout)["results"][0]["finetune"]["memory"]
     assert memory["host_bytes"] > 0 and memory["pcie_bytes_per_step"] > 0
+
+
+def test_cli_plan_peft(cli: Any) -> None:
+    result = cli("plan", "mistral-7b", "--mode", "training", "--peft", "qlora", "--train-tokens", "100M",
+                 "--hardware", "rtx-4090", "--format", "json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["results"][0]["rows"]
+    assert any(r["method"] == "qlora" and r["fits"] for r in rows)
+    inference = cli("plan", "mistral-7b", "--peft", "qlora")
+    assert inference.exit_code == 2 and "--mode training" in inference.stderr
