@@ -56,14 +56,18 @@ def _gen(model: str, hardware: str, *extra: str) -> tuple[str, ...]:
 GPT_FAST = "pytorch-labs/gpt-fast README (commit 0f925b5), Benchmarks and Tensor Parallelism tables, A100-80GB, batch 1"
 
 
-def _gpt_fast(run_id: str, model: str, tp: int, tokens_per_s: float, role: str) -> Run:
-    """A gpt-fast row: bf16, batch 1, a 5-token prompt, 200 new tokens on ``tp`` A100-80GB."""
-    args = _gen(
-        model, "a100-80gb", "--dtype", "bf16", "--tp", str(tp), "--seq-len", "5", "--gen-tokens", "200"
-    )
+# gpt-fast's quantize.py: int8 is per output channel (one scale a row: a group as wide as the row), int4 in groups
+# of 32 inputs (the README's "4-bit (G=32)")
+_GPT_FAST_GROUPS = {"bf16": (), "int8": ("--quant-group-size", "65536"), "int4": ("--quant-group-size", "32")}
+
+
+def _gpt_fast(run_id: str, model: str, tp: int, tokens_per_s: float, role: str, dtype: str = "bf16") -> Run:
+    """A gpt-fast row: batch 1, a 5-token prompt, 200 new tokens on ``tp`` A100-80GB, bf16 or weight-only."""
+    args = _gen(model, "a100-80gb", "--dtype", dtype, *_GPT_FAST_GROUPS[dtype], "--tp", str(tp), "--seq-len", "5",
+                "--gen-tokens", "200")  # fmt: skip
     return Run(
         run_id,
-        f"{GPT_FAST}: {model} on {tp} GPU(s) {tokens_per_s} tokens/s",
+        f"{GPT_FAST}: {model} {dtype} on {tp} GPU(s) {tokens_per_s} tokens/s",
         args,
         "tokens_per_s",
         tokens_per_s,
@@ -114,6 +118,17 @@ RUNS: tuple[Run, ...] = (
     _gpt_fast("I7B-TP4", "llama-2-7b", 4, 254.02, "held-out"),
     _gpt_fast("I70B-TP4", "llama-2-70b", 4, 38.01, "held-out"),
     _gpt_fast("I70B-TP8", "llama-2-70b", 8, 62.50, "held-out"),
+    # weight-only int8 / int4 decode (issue 35: bound by the bytes a GEMV reads, dequantization its own cost)
+    _gpt_fast("I7B-INT8", "llama-2-7b", 1, 155.58, "held-out", "int8"),
+    _gpt_fast("I7B-INT4", "llama-2-7b", 1, 196.80, "held-out", "int4"),
+    _gpt_fast("I70B-INT8", "llama-2-70b", 1, 19.13, "held-out", "int8"),
+    _gpt_fast("I70B-INT4", "llama-2-70b", 1, 25.25, "held-out", "int4"),
+    _gpt_fast("I70B-TP8-INT8", "llama-2-70b", 8, 80.44, "held-out", "int8"),
+    _gpt_fast("I70B-TP8-INT4", "llama-2-70b", 8, 90.77, "held-out", "int4"),
+    Run("I-GCD-INT8", "pytorch-labs/gpt-fast README (commit 0f925b5), AMD table: Llama-2-7B int8 on one MI250X "
+        "GCD 101.86 tokens/s",
+        _gen("llama-2-7b", "mi250x-gcd", "--dtype", "int8", "--quant-group-size", "65536", "--seq-len", "5",
+             "--gen-tokens", "200"), "tokens_per_s", 101.86, "held-out"),
     Run("I-GCD", "pytorch-labs/gpt-fast README (commit 0f925b5), AMD table: Llama-2-7B on one MI250X GCD "
         "76.33 tokens/s",
         _gen("llama-2-7b", "mi250x-gcd", "--dtype", "bf16", "--seq-len", "5", "--gen-tokens", "200"),

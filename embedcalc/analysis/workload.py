@@ -13,6 +13,7 @@ from embedcalc.config.dtypes import (
     ACTIVATION_DTYPE,
     DEFAULT_DTYPE,
     DTYPE_BYTES,
+    INFERENCE_ONLY_DTYPES,
     WEIGHT_ONLY_DTYPES,
     Dtype,
     DtypeError,
@@ -23,7 +24,15 @@ from embedcalc.config.dtypes import (
 from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS, plain_number
 from embedcalc.errors import Problem, WorkloadError
 
-__all__ = ["DTYPE_BYTES", "WEIGHT_ONLY_DTYPES", "Dtype", "DtypeSource", "KvDtype", "Workload"]
+__all__ = [
+    "DTYPE_BYTES",
+    "INFERENCE_ONLY_DTYPES",
+    "WEIGHT_ONLY_DTYPES",
+    "Dtype",
+    "DtypeSource",
+    "KvDtype",
+    "Workload",
+]
 Mode = Literal["inference", "training"]
 AttentionImpl = Literal["sdpa", "eager"]
 Recompute = Literal["none", "selective", "full"]
@@ -202,9 +211,10 @@ class Workload:
         check_choices(self)
         # a mapping becomes a Parallelism
         object.__setattr__(self, "parallel", parallelism_from(self.parallel))
-        if self.mode == "training" and self.dtype in WEIGHT_ONLY_DTYPES:
+        if self.mode == "training" and self.dtype in INFERENCE_ONLY_DTYPES:
+            kind = "a weight-only" if self.dtype in WEIGHT_ONLY_DTYPES else "an FP4"
             message = (
-                f"--dtype {self.dtype} is a weight-only inference format and cannot be trained; with --mode "
+                f"--dtype {self.dtype} is {kind} inference format and cannot be trained; with --mode "
                 "training use --dtype fp32, bf16, fp16 or fp8 (or --mode inference)"
             )
             raise WorkloadError(
@@ -236,7 +246,12 @@ class Workload:
 
 def with_model_dtype(workload: Workload, model_dtype: str | None, source: DtypeSource) -> Workload:
     """``workload`` in the model's own dtype (from ``source``: a preset, a config file) when nobody chose one:
-    its ``dtype_source`` is still ``default``. A chosen dtype (``--dtype``, ``dtype=``) is kept."""
+    its ``dtype_source`` is still ``default``. A chosen dtype (``--dtype``, ``dtype=``) is kept. Training a model
+    whose own dtype is inference-only (FP4, weight-only int) runs in that format's activation dtype (bf16, fp16)."""
     if workload.dtype_source != "default" or model_dtype is None:
         return workload
+    if workload.mode == "training" and model_dtype in INFERENCE_ONLY_DTYPES:
+        # weights published in an inference-only format (gpt-oss's MXFP4 experts) are trained dequantized, in the
+        # activation dtype: OpenAI's gpt-oss fine-tuning recipe loads them with Mxfp4Config(dequantize=True)
+        model_dtype = ACTIVATION_DTYPE[model_dtype]
     return replace(workload, dtype=model_dtype, dtype_source=source)  # type: ignore[arg-type]

@@ -186,9 +186,11 @@ class WorkloadFlags:
     dtype: Annotated[
         str | None,
         dtype_option(
-            "Default: the model's own (a preset's published dtype, a config's dtype or torch_dtype), else fp32. "
-            "fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest bf16; int8/int4: weight-only with "
-            "an fp16 scale and zero per --quant-group-size inputs, inference only."
+            "Default: the model's own (a preset's published dtype, a config's dtype, torch_dtype or "
+            "quantization_config), else fp32. fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest "
+            "bf16; mxfp4/nvfp4: 4-bit weights with a scale per 32/16 values at the FP4 peak (a device without "
+            "FP4 refuses them), inference only; int8/int4: weight-only with an fp16 scale and zero per "
+            "--quant-group-size inputs, inference only."
         ),
     ] = None
     quant_group_size: Annotated[

@@ -15,7 +15,7 @@ from embedcalc.config.record_base import SpecFields
 if TYPE_CHECKING:
     from embedcalc.config.dtypes import Dtype
     from embedcalc.config.fields import AttentionFields, BlockFields, FFNFields, MixerFields
-    from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement, Position
+    from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement, Position, Quantized
     from embedcalc.config.spec_shapes import DisentangledShape, LayerRunShape
 
 
@@ -32,6 +32,9 @@ class ConfigFields(SpecFields):
 
         @property
         def dtype(self) -> Dtype | None: ...
+
+        @property
+        def quantized(self) -> Quantized | None: ...
 
         @property
         def architecture(self) -> Architecture: ...

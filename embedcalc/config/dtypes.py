@@ -1,6 +1,7 @@
 """The one dtype vocabulary (DESIGN.md §14): the names every flag, config file, JSON output and the Python API use.
 
-Short names are canonical and are what JSON writes: ``fp32``, ``bf16``, ``fp16``, ``fp8``, ``int8``, ``int4``. The
+Short names are canonical and are what JSON writes: ``fp32``, ``bf16``, ``fp16``, ``fp8``, ``mxfp4``, ``nvfp4``,
+``int8``, ``int4``. The
 long names people and checkpoints also write (``float32``, ``bfloat16``, ``float16``: PyTorch's and a Hugging Face
 ``config.json``'s ``torch_dtype``) are accepted as aliases wherever a dtype is read, and become the short ones.
 
@@ -17,6 +18,22 @@ What each name means for the cost (stated once; memory and the roofline read it 
   the linear layers stored in 8 or 4 bits with an fp16 scale and zero point per group of ``quant_group_size``
   input values (:func:`embedcalc.analysis.memory.inference.weight_bytes`); dequantized and multiplied in fp16,
   so activations and KV cache are fp16 and the GEMMs run at the fp16 peak. Inference only.
+- ``mxfp4``, ``nvfp4``: 4-bit floating point (E2M1) weights in blocks that share a scale, the linear layers'
+  matrices inside the layers (or only the routed experts: the config's ``quantized``), the rest bf16 as under fp8:
+
+  - ``mxfp4`` (OCP Microscaling Formats (MX) Specification v1.0, 2023, §5.3 and Table 1): 32 consecutive input
+    values of a row share one E8M0 scale (a power of two, 1 byte): 16 + 1 = 17 bytes per 32 values, 4.25 bits
+    a value; gpt-oss ships its experts so (OpenAI 2025, gpt-oss model card §2.1: "4.25 bits per parameter").
+  - ``nvfp4`` (NVIDIA, "Introducing NVFP4 for efficient and accurate low-precision inference", 2025; TensorRT
+    Model Optimizer's NVFP4 checkpoints): 16 values share one FP8 E4M3 scale: 8 + 1 = 9 bytes per 16 values,
+    plus per matrix an fp32 second-level weight scale (``weight_scale_2``) and the fp32 scale of its input
+    activations (``input_scale``): 8 bytes a stored matrix.
+
+  On a device with an FP4 peak in the catalogue (Blackwell: B200, GB200) the quantized GEMMs run at it (the
+  activations quantized on the fly, W4A4 as TensorRT-LLM runs NVFP4 and the MX spec's dot product); elsewhere a
+  model's own FP4 weights (a preset's or a config.json's ``quantization_config``) run weight-only, dequantized
+  to bf16 and multiplied at the bf16 peak (vLLM's Marlin and Triton MXFP4 kernels on Hopper and Ampere), and an
+  FP4 ``--dtype`` asked for explicitly is refused naming the device (exit 3). Inference only.
 
 Where a workload's dtype came from (``dtype_source``): ``flag`` (``--dtype``, or ``dtype=`` in the Python API),
 ``preset`` (the published dtype a shipped preset records), ``config`` (a config file's ``dtype``, or a Hugging
@@ -25,9 +42,10 @@ Face ``config.json``'s ``torch_dtype`` / ``dtype``), ``default`` (none of these:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, get_args
 
-Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Dtype = Literal["fp32", "bf16", "fp16", "fp8", "mxfp4", "nvfp4", "int8", "int4"]
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
 KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]  # a KV cache stored apart from the activations
 KV_DTYPES: tuple[KvDtype, ...] = get_args(KvDtype)
@@ -36,15 +54,39 @@ DEFAULT_DTYPE: Dtype = "fp32"
 
 ALIASES: dict[str, Dtype] = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
-# Bytes per stored element (int4 packs two per byte; quantization scales are counted apart, per group).
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+# Bytes per stored element (int4 packs two per byte; quantization scales are counted apart, per group; the FP4
+# formats' block scales are in their figure: 17 / 32 and 9 / 16, the per-matrix scales apart).
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp4": 17 / 32, "nvfp4": 9 / 16, "int8": 1, "int4": 0.5,
+}  # fmt: skip
 WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
+FP4_DTYPES = frozenset({"mxfp4", "nvfp4"})
+INFERENCE_ONLY_DTYPES = WEIGHT_ONLY_DTYPES | FP4_DTYPES  # no training in these formats here
+
+
+@dataclass(frozen=True)
+class BlockFormat:
+    """A block-scaled format (module docstring): values per block along a row's inputs, bytes of a full block
+    (the packed values and their shared scale), and fp32 bytes per stored matrix (nvfp4's two per-tensor scales)."""
+
+    block: int
+    block_bytes: int
+    per_matrix_bytes: int
+
+
+# mxfp4: 32 E2M1 values + one E8M0 scale (OCP MX v1.0, Table 1); nvfp4: 16 E2M1 values + one E4M3 scale, and
+# per matrix the fp32 weight and input scales
+BLOCK_FORMATS: dict[str, BlockFormat] = {
+    "mxfp4": BlockFormat(32, 32 // 2 + 1, 0),
+    "nvfp4": BlockFormat(16, 16 // 2 + 1, 2 * 4),
+}
 BENCH_DTYPES: tuple[Dtype, ...] = ("fp32", "bf16", "fp16")  # what the torch model runs in (modeling.device)
 
 # The activation (and default KV cache) dtype of each weight dtype: fp8 keeps bf16 between layers, the weight-only
 # formats dequantize to fp16 (module docstring).
 ACTIVATION_DTYPE: dict[str, Dtype] = {
-    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "int8": "fp16", "int4": "fp16",
+    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "mxfp4": "bf16", "nvfp4": "bf16",
+    "int8": "fp16", "int4": "fp16",
 }  # fmt: skip
 
 

@@ -14,6 +14,9 @@ Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu", "xi
 Norm = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["post", "pre", "sandwich", "parallel"]
 Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]
+# the weight matrices a low-precision dtype (fp8, FP4, weight-only int) covers: every linear layer's inside the
+# layers, or only the routed experts' (gpt-oss's MXFP4 checkpoints)
+Quantized = Literal["layers", "experts"]
 
 # one block (the layer model)
 AttentionKind = Literal["standard", "mla", "sparse"]

@@ -20,7 +20,7 @@ from embedcalc.config.bounded import NonNegativeInt, PositiveInt
 from embedcalc.config.disentangled_spec import DisentangledSpec
 from embedcalc.config.dtypes import Dtype, DtypeError, canonical_dtype
 from embedcalc.config.ffn_spec import FFNSpec
-from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement, Position
+from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement, Position, Quantized
 from embedcalc.config.mixer_spec import MixerSpec
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.rules.altup import AltUpRules
@@ -61,9 +61,19 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
     dtype: Dtype | None = Field(
         default=None,
         description=(
-            "The model's own dtype (fp32, bf16, fp16, fp8, int8, int4; float32, bfloat16 and float16 accepted): "
-            "the format its published weights are in, used when no --dtype is given (a Hugging Face config's "
-            "torch_dtype or dtype). None: fp32."
+            "The model's own dtype (fp32, bf16, fp16, fp8, mxfp4, nvfp4, int8, int4; float32, bfloat16 and "
+            "float16 accepted): the format its published weights are in, used when no --dtype is given (a Hugging "
+            "Face config's torch_dtype or dtype, or its quantization_config). None: fp32."
+        ),
+    )
+    quantized: Quantized | None = Field(
+        default=None,
+        description=(
+            "Which weight matrices a low-precision dtype (fp8, mxfp4, nvfp4, int8, int4) stores in it: layers "
+            "(every linear layer's inside the layers; embeddings, LM head, router and norms stay in the "
+            "activation dtype) or experts (only the routed experts' matrices, as gpt-oss ships MXFP4: its "
+            "quantization_config's modules_to_not_convert leaves attention, router, embeddings and head in bf16). "
+            "None: layers."
         ),
     )
     architecture: Architecture = Field(

@@ -67,6 +67,8 @@ class TimeConstants:
     link_fraction: float
     collective_base_s: float
     hop_latency_s: float
+    gemv_max_rows: float
+    dequant_ops_per_weight: float
 
 
 @dataclass(frozen=True)

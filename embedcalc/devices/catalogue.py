@@ -330,9 +330,11 @@ def match_cuda_name(device_name: str) -> Device | None:
 # --- dtypes -------------------------------------------------------------------------------------------------------
 
 # The peak a workload dtype's linear-layer GEMMs run at (embedcalc.config.dtypes): int8/int4 are weight-only
-# formats, dequantised and multiplied in fp16; fp8 GEMMs run at the FP8 peak (the rest of an fp8 model at bf16's).
+# formats, dequantised and multiplied in fp16; fp8 GEMMs run at the FP8 peak (the rest of an fp8 model at bf16's);
+# mxfp4/nvfp4 at the FP4 peak where the device has one (elsewhere weight-only at bf16's: time.estimate decides).
 _WORKLOAD_PEAK: dict[str, PeakDtype] = {
-    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "fp16", "int4": "fp16",
+    "fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4",
+    "int8": "fp16", "int4": "fp16",
 }  # fmt: skip
 
 

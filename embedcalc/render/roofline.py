@@ -9,6 +9,7 @@ from rich.table import Table
 
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.roofline import Phase, RooflineEstimate, TimeModel
+from embedcalc.devices.catalogue import peak_dtype
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 from embedcalc.render.units import seconds
@@ -97,8 +98,12 @@ def _model_line(model: TimeModel) -> str:
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
     lower = " (expected; bound beside)" if estimate.hardware else ""
     w = a.workload
+    dtype = f"{w.dtype} ({w.dtype_source})"
+    # FP4 weights on a device without FP4: run weight-only
+    if estimate.dtype is not None and peak_dtype(w.dtype) != estimate.dtype:
+        dtype += f", weight-only: dequantized to {estimate.dtype} (no {peak_dtype(w.dtype)} on {estimate.hardware})"
     table = FitTable(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
-                               f"--gen-tokens {w.gen_tokens}, {w.dtype}"),
+                               f"--gen-tokens {w.gen_tokens}, {dtype}"),
                   caption=CAPTION if estimate.hardware else None, title_justify="left")  # fmt: skip
     table.add_column("quantity")
     table.add_column("value", justify="right")

@@ -46,7 +46,7 @@ from embedcalc.analysis.mixers import state_terms
 from embedcalc.analysis.parallel import Stage, sharded_shape, stage_dims, stage_layout, stage_tensors
 from embedcalc.analysis.params import model_tensors
 from embedcalc.analysis.structure import Dims, Num, maximum
-from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload
+from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Workload
 from embedcalc.config.resolved import ResolvedShape
 
 MEMORY_KEYS = (
@@ -138,7 +138,8 @@ class MemoryEstimate(_MemoryKinds):
 def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num) -> dict[str, Num]:
     """Inference and training memory of one device without parallelism at sizes ``x`` (ints or arrays)."""
     buffers = buffer_bytes(config, x, workload.activation_bytes)
-    weights = weight_bytes(((t.key, t.shape, t.copies) for t in model_tensors(config, x)), workload) + buffers
+    tensors = ((t.key, t.shape, t.copies) for t in model_tensors(config, x))
+    weights = weight_bytes(tensors, workload, config.quantized) + buffers
     candidates = list(peak_candidates(config, workload, x).values())
     activations = functools.reduce(maximum, candidates) if candidates else 0
     kv_cache = kv_cache_terms(config, workload, x)
@@ -151,7 +152,7 @@ def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num
     }
     if config.has_recurrent_state:
         out["recurrent_state_bytes"] = state
-    if workload.dtype in WEIGHT_ONLY_DTYPES:
+    if workload.dtype in INFERENCE_ONLY_DTYPES:
         return out
     mixed = mixed_precision(workload.dtype)
     optimizer: Num = 0
@@ -187,7 +188,7 @@ def _stage_memory(
     if workload.mode == "inference":
         activations = peak_inference_activations(config, workload, stage)
         stored = weight_bytes(((t.key, shape, n) for (t, _), (shape, n, _) in zip(tensors, shapes, strict=True)),
-                              workload)  # fmt: skip
+                              workload, config.quantized)  # fmt: skip
         buffers = int(buffer_bytes(config, x, workload.activation_bytes))
         return StageMemory(
             stage.index, stage.num_layers, params, int(stored) + buffers, 0, 0,
@@ -229,9 +230,9 @@ def _stage_memory(
 
 def estimate_memory(config: ResolvedShape, workload: Workload) -> MemoryEstimate:
     """Per-device memory of ``workload``: the heaviest pipeline stage, with every stage listed."""
-    if workload.mode == "training" and workload.dtype in WEIGHT_ONLY_DTYPES:
+    if workload.mode == "training" and workload.dtype in INFERENCE_ONLY_DTYPES:
         raise ValueError(
-            f"{workload.dtype} is a weight-only inference format; train in fp32, bf16, fp16 or fp8"
+            f"{workload.dtype} is an inference-only format here; train in fp32, bf16, fp16 or fp8"
         )
     layout = stage_layout(config, workload.parallel.pp)
     per_stage = stage_tensors(config, workload.parallel)

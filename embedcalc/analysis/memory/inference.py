@@ -15,7 +15,17 @@ fp16 zero point: 4 bytes a group. The convention: GPTQ (Frantar et al. 2022, §"
 checkpoints (AutoGPTQ's ``QuantLinear``: ``scales`` fp16 [in / g, out], ``qzeros`` packed [in / g, out x bits /
 32]) pack the zero in ``bits`` bits, so this count, a full fp16 zero, is an upper bound by 2 - bits / 8 bytes a
 group (int4 at g = 128: 4 bytes vs 2.5 per 64 bytes of weights). int4 at group size 32 adds exactly 25 % to the
-packed weights: 4 bytes of scale and zero per 16 bytes of weights.
+packed weights: 4 bytes of scale and zero per 16 bytes of weights. mxfp4 / nvfp4 store each row of an (out, in)
+matrix in blocks of 32 / 16 input values, 17 / 9 bytes a block (the last block of a row padded to full size, as
+gpt-oss's ``*_blocks`` tensors are), and nvfp4 adds 8 bytes of fp32 per-tensor scales per matrix
+(:data:`embedcalc.config.dtypes.BLOCK_FORMATS`): Llama-2-7B comes to 3,965,198,336 bytes in mxfp4 and
+4,167,574,528 in nvfp4 (its 6,476,005,376 layer-matrix parameters at 17/32 or 9/16 byte, 4 nvfp4 matrices a layer
+as embedcalc holds them, fused QKV and gate/up: a checkpoint that stores q, k, v, gate and up apart holds 8 bytes
+more for each), the 262,410,240 other parameters in bf16.
+
+Which matrices the low-precision formats cover is the config's ``quantized``: ``layers`` (the default, above) or
+``experts``, only the routed experts' (gpt-oss: its ``quantization_config`` leaves attention, the router, the
+embeddings and the head in bf16; 13,761,264,768 bytes for gpt-oss-20b, its safetensors' ``total_size``).
 
 KV cache (decoder self-attention; GQA-aware), a sum over the decoder's layers: 2 (K and V) x batch x tokens x
 num_kv_heads x head_dim x bytes per standard layer, tokens capped per layer at its window or chunk (Mistral's
@@ -63,6 +73,7 @@ from embedcalc.analysis.structure import (
     v_width,
 )
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
+from embedcalc.config.dtypes import BLOCK_FORMATS
 from embedcalc.config.layer_plan import Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 
@@ -75,34 +86,42 @@ FP32_BYTES = 4  # a fused kernel's log-sum-exp statistics
 INDEX_BYTES = 8  # int64 indices (torch.sort, torch.gather)
 
 
-def low_precision(key: str, matrix: bool = True) -> bool:
-    """Whether the tensor (or matmul) of breakdown ``key`` is a linear layer's weight inside the layers, what fp8
-    and the weight-only formats hold in low precision (module docstring): a weight matrix (``matrix``; biases and
-    norms are vectors) of a stack's layers, not the MoE router or gate, nor attention's score and context
-    matmuls (which multiply activations: they run in the activation dtype)."""
-    return matrix and key.startswith(_STACKS) and key.rsplit("/", 1)[-1] not in _HIGH_PRECISION
+def low_precision(key: str, matrix: bool = True, parts: str | None = None) -> bool:
+    """Whether the tensor (or matmul) of breakdown ``key`` is one a low-precision dtype holds in it (module
+    docstring): a weight matrix (``matrix``; biases and norms are vectors) of a stack's layers, not the MoE router
+    or gate, nor attention's score and context matmuls (which multiply activations: they run in the activation
+    dtype); with ``parts`` ``experts`` (the config's ``quantized``) only the routed experts' matrices."""
+    inside = matrix and key.startswith(_STACKS) and key.rsplit("/", 1)[-1] not in _HIGH_PRECISION
+    return inside and (parts != "experts" or key.endswith("/moe/experts"))
 
 
-def stored_bytes(key: str, shape: tuple[Num, ...], copies: Num, w: Workload) -> Num:
+def stored_bytes(key: str, shape: tuple[Num, ...], copies: Num, w: Workload, parts: str | None = None) -> Num:
     """Bytes of ``copies`` copies of one parameter tensor of ``shape`` as ``w.dtype`` stores it (module
-    docstring): the activation dtype for every tensor but the low-precision ones; fp8 1 byte a parameter; int8 /
-    int4 the packed bits plus an fp16 scale and zero per group of ``w.quant_group_size`` inputs of each row."""
+    docstring): the activation dtype for every tensor but the low-precision ones (``parts``: the config's
+    ``quantized``); fp8 1 byte a parameter; mxfp4 / nvfp4 whole blocks of each row and nvfp4's per-matrix scales;
+    int8 / int4 the packed bits plus an fp16 scale and zero per group of ``w.quant_group_size`` inputs of each
+    row."""
     numel = prod(shape)
-    if w.dtype not in ("fp8", *_BITS) or not low_precision(key, len(shape) == 2):
+    if w.dtype not in ("fp8", *BLOCK_FORMATS, *_BITS) or not low_precision(key, len(shape) == 2, parts):
         return copies * numel * int(DTYPE_BYTES[w.activation_dtype])
     if w.dtype == "fp8":
         return copies * numel
     out_f, in_f = shape
+    if w.dtype in BLOCK_FORMATS:
+        f = BLOCK_FORMATS[w.dtype]
+        return copies * (out_f * -(-in_f // f.block) * f.block_bytes + f.per_matrix_bytes)
     packed = -(-(numel * _BITS[w.dtype]) // 8)
     groups = out_f * -(-in_f // w.quant_group_size)
     return copies * (packed + groups * SCALE_ZERO_BYTES)
 
 
-def weight_bytes(tensors: Iterable[tuple[str, tuple[Num, ...], Num]], w: Workload) -> Num:
+def weight_bytes(
+    tensors: Iterable[tuple[str, tuple[Num, ...], Num]], w: Workload, parts: str | None = None
+) -> Num:
     """Bytes of the weights ``(key, shape, copies)`` in their stored formats (:func:`stored_bytes`)."""
     total: Num = 0
     for key, shape, copies in tensors:
-        total = total + stored_bytes(key, shape, copies, w)
+        total = total + stored_bytes(key, shape, copies, w, parts)
     return total
 
 

@@ -24,10 +24,10 @@ from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price
 from embedcalc.analysis.plan.scheduler import Engine, KvAdmission, default_engine, simulate
 from embedcalc.analysis.plan.steps import Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
-from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
-from embedcalc.devices.catalogue import Device, peak_dtype
+from embedcalc.devices.catalogue import Device
 from embedcalc.units import binary_bytes
 
 
@@ -80,7 +80,7 @@ def ep_degrees(config: ResolvedShape, most: int) -> list[int]:
 
 
 def no_peak(device: Device, w: Workload) -> str | None:
-    dtype = peak_dtype(w.dtype)
+    dtype = gemm_peak_dtype(device, w)
     if device.peak(dtype) is None:
         return f"{device.name} has no {dtype} peak (it lists {', '.join(device.peak_flops_per_s)}); choose --dtype"
     return None

@@ -86,7 +86,9 @@ def weights_of(config: ResolvedShape, w: Workload) -> Weights:
     stored: dict[str, int] = {}
     for t in param_tensors(config):
         numel[t.key] = numel.get(t.key, 0) + t.numel
-        stored[t.key] = stored.get(t.key, 0) + int(stored_bytes(t.key, t.shape, t.copies, w))
+        stored[t.key] = stored.get(t.key, 0) + int(
+            stored_bytes(t.key, t.shape, t.copies, w, config.quantized)
+        )
         if getattr(t, "split", "none") != "none":
             split[t.key] = split.get(t.key, 0) + t.numel
         if len(t.shape) == 2 and t.key not in shape:

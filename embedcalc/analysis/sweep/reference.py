@@ -11,7 +11,7 @@ from typing import Any
 
 from embedcalc.analysis.report import analyze
 from embedcalc.analysis.sweep.points import SweepBase
-from embedcalc.analysis.workload import WEIGHT_ONLY_DTYPES, Workload, with_model_dtype
+from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Workload, with_model_dtype
 from embedcalc.config.advisories import workload_problems
 from embedcalc.errors import ConfigError
 
@@ -56,7 +56,7 @@ def evaluate_point(base: SweepBase, point: Mapping[str, int], workload: Workload
     if config.has_recurrent_state:
         out["recurrent_state_bytes"] = inference.memory.recurrent_state_bytes
         out["flops_recurrent_mixers"] = sum(v for k, v in inference.flops.breakdown.items() if "/mixer/" in k)
-    if workload.dtype not in WEIGHT_ONLY_DTYPES:
+    if workload.dtype not in INFERENCE_ONLY_DTYPES:
         training = analyze(base.target, config, replace(run, mode="training")).memory
         out |= {
             "training_weights_bytes": training.weights_bytes,

@@ -36,30 +36,34 @@ from embedcalc.analysis.roofline.traffic import (
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
-from embedcalc.analysis.time.model import Fractions, Override
+from embedcalc.analysis.time.model import Fractions, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.dtypes import ACTIVATION_DTYPE
+from embedcalc.config.dtypes import ACTIVATION_DTYPE, FP4_DTYPES, WEIGHT_ONLY_DTYPES
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.calibration import Calibration, load_calibration
-from embedcalc.devices.catalogue import Device, peak_dtype
+from embedcalc.devices.catalogue import Device, PeakDtype, peak_dtype
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem, UnsupportedEnvironmentError, WorkloadError
 
 
 @dataclass(frozen=True)
 class Roofline:
     """The device side: peak FLOP/s of the linear layers' GEMMs (the workload dtype's), bandwidth, efficiencies,
-    and ``other_peak_flops_per_s`` for the matmuls the dtype does not cover (fp8: attention's cores, the LM head,
-    the router run in bf16; :func:`embedcalc.analysis.memory.inference.low_precision`), default the same."""
+    and ``other_peak_flops_per_s`` for the matmuls the dtype does not cover (fp8, FP4: attention's cores, the LM
+    head, the router run in bf16, and with ``parts`` ``experts`` every matrix but the routed experts';
+    :func:`embedcalc.analysis.memory.inference.low_precision`), default the same. ``peak_dtype`` names the peak the
+    GEMMs run at (bf16 for FP4 weights run weight-only on a device without FP4)."""
 
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float
     efficiency: Efficiency
     other_peak_flops_per_s: float | None = None
+    parts: str | None = None
+    peak_dtype: PeakDtype | None = None
 
     def peak(self, key: str) -> float:
-        if self.other_peak_flops_per_s is None or low_precision(key):
+        if self.other_peak_flops_per_s is None or low_precision(key, parts=self.parts):
             return self.peak_flops_per_s
         return self.other_peak_flops_per_s
 
@@ -74,24 +78,48 @@ class Roofline:
         return Phase(name, tuple(self.component(k, t, at(k)) for k, t in traffic.items()), extra)
 
 
-def device_roofline(device: Device, dtype: str, efficiency: Efficiency) -> Roofline:
-    """The peaks for the workload ``dtype`` on ``device``: its GEMMs' and, under fp8, bf16's for the rest; exit 3
-    when the device has no FP8 (the dtype cannot run there), exit 4 when the catalogue lacks another rate."""
+def _lacks(device: Device, dtype: str, what: str, code: str) -> WorkloadError:
     have = ", ".join(device.peak_flops_per_s)
-    peak = device.peak(peak_dtype(dtype))
-    if peak is None and dtype == "fp8":
-        message = (f"--dtype fp8 --hardware {device.name}: the {device.title} has no FP8 tensor cores (its "
-                   f"catalogue peaks: {have}); use --dtype bf16 or fp16 on it, or a device with FP8 (H100, H200, "
-                   "L4, L40S, B200, MI300X)")  # fmt: skip
-        raise WorkloadError(message, [Problem("--dtype", message, "device_lacks_fp8")], "device_lacks_fp8")
+    with_it = "H100, H200, L4, L40S, B200, MI300X" if what == "FP8" else "B200, GB200"
+    message = (
+        f"--dtype {dtype} --hardware {device.name}: the {device.title} has no {what} tensor cores (its "
+        f"catalogue peaks: {have}); use --dtype bf16 or fp16 on it, or a device with {what} ({with_it})"
+    )
+    return WorkloadError(message, [Problem("--dtype", message, code)], code)  # fmt: skip
+
+
+def gemm_peak_dtype(device: Device, w: Workload) -> PeakDtype:
+    """The catalogue peak the workload's linear-layer GEMMs run at on ``device``: its dtype's, or bf16's for a
+    model's own FP4 weights on a device without FP4 (weight-only, dequantized: :mod:`embedcalc.config.dtypes`)."""
+    gemm = peak_dtype(w.dtype)
+    if device.peak(gemm) is None and w.dtype in FP4_DTYPES and w.dtype_source != "flag":
+        return peak_dtype(ACTIVATION_DTYPE[w.dtype])
+    return gemm
+
+
+def device_roofline(
+    device: Device, w: Workload, efficiency: Efficiency, parts: str | None = None
+) -> Roofline:
+    """The peaks for the workload's dtype on ``device``: its GEMMs' and, under fp8 and FP4, bf16's for the rest.
+    A device without FP8, or without FP4 for an FP4 dtype chosen by ``--dtype``, refuses it (exit 3: the dtype
+    cannot run there); a model's own FP4 weights run weight-only there, at the bf16 peak
+    (:mod:`embedcalc.config.dtypes`). Exit 4 when the catalogue lacks another rate."""
+    dtype = w.dtype
+    have = ", ".join(device.peak_flops_per_s)
+    if device.peak(peak_dtype(dtype)) is None and dtype == "fp8":
+        raise _lacks(device, dtype, "FP8", "device_lacks_fp8")
+    if device.peak(peak_dtype(dtype)) is None and dtype in FP4_DTYPES and w.dtype_source == "flag":
+        raise _lacks(device, dtype, "FP4", "device_lacks_fp4")
+    gemm = gemm_peak_dtype(device, w)
+    peak = device.peak(gemm)
     other = device.peak(peak_dtype(ACTIVATION_DTYPE[dtype]))
     if peak is None or other is None:
-        missing = peak_dtype(dtype) if peak is None else peak_dtype(ACTIVATION_DTYPE[dtype])
+        missing = gemm if peak is None else peak_dtype(ACTIVATION_DTYPE[dtype])
         raise UnsupportedEnvironmentError(
             f"--hardware {device.name}: no {missing} peak in the catalogue (it lists {have}); "
             f"choose a --dtype it runs", code="no_peak_for_dtype",
         )  # fmt: skip
-    return Roofline(peak, device.bandwidth, efficiency, other if other != peak else None)
+    return Roofline(peak, device.bandwidth, efficiency, other if other != peak else None, parts, gemm)
 
 
 # --- the estimate -------------------------------------------------------------------------------------------------
@@ -206,13 +234,13 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     """The roofline at peak (``model`` None) or the expected times (module docstring)."""
     device = request.device
     assert device is not None
-    roof = device_roofline(device, w.dtype, Efficiency())
+    roof = device_roofline(device, w, Efficiency(), config.quantized)
     weights = weights_of(config, w)
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
     par = w.parallel
     causal = w.attention == "sdpa"
     phases: dict[str, Phase] = {}
-    base = RooflineEstimate(device.name, peak_dtype(w.dtype), request.kv_dtype, roof.peak_flops_per_s,
+    base = RooflineEstimate(device.name, roof.peak_dtype, request.kv_dtype, roof.peak_flops_per_s,
                             roof.bandwidth_bytes_per_s, Efficiency(), batch_size=w.batch_size)  # fmt: skip
     prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
                        weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
@@ -224,10 +252,17 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
         run = _training_run(config, w, request, step, m)
         return replace(base, phases=phases, training=run, schedule=schedule)
 
+    weight_only = w.dtype in WEIGHT_ONLY_DTYPES or (w.dtype in FP4_DTYPES and roof.peak_dtype != "fp4")
+
+    def quantized(key: str) -> bool:
+        return low_precision(key, key in weights.shape, config.quantized)
+
     def phase(name: str, traffic: Mapping[str, Traffic], decode: bool) -> Phase:
         if model is None:
             return roof.phase(name, traffic)
         terms = inference_terms(config, w, model, decode)
+        if weight_only:
+            terms += (("dequantization", model.dequant_s(dequant_elements(traffic, weights, quantized))),)
         return roof.phase(name, traffic, model.fractions(config, w, weights, decode), terms)
 
     if config.architecture == "encoder":

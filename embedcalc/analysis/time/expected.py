@@ -44,6 +44,12 @@ class ExpectedModel:
         """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""
         return num_bytes / (self.device.bandwidth * self.memory_fraction)
 
+    def dequant_s(self, elements: float) -> float:
+        """Seconds to dequantize ``elements`` weight elements at the device's fp32 peak
+        (:func:`embedcalc.analysis.time.model.dequant_elements`); 0 where the catalogue has no fp32 rate."""
+        fp32 = self.device.peak("fp32")
+        return 0.0 if not fp32 else elements * self.constants.dequant_ops_per_weight / fp32
+
     def kernels_s(self, kernels: float) -> float:
         return kernels * self.constants.kernel_overhead_s
 

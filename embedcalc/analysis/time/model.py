@@ -9,10 +9,19 @@ bytes (the same traffic, from the same layer model) and adds, each in its own fu
   ``gemm_fraction × r / (r + gemm_half_rows)`` of the dense peak: small matrices fill fewer tiles and fewer waves
   of the device's multiprocessors, so they reach less of it (NVIDIA, "Matrix Multiplication Background User's
   Guide", Deep Learning Performance docs, §§ tile and wave quantization, measured GEMM throughput rising with
-  each dimension until it saturates). The fused attention cores reach ``attention_fraction`` (FlashAttention-2,
-  Dao 2023, §4.1: 50-73% of the A100's peak in the forward); a decode step's cores read the KV cache at the
+  each dimension until it saturates). A GEMM through at most ``gemv_max_rows`` rows (batch-1 to batch-4 decode)
+  is not a tiled GEMM: engines run a GEMV kernel there (TensorRT-LLM's weight-only plugin takes its CUDA GEMV
+  for m < 5, ``SMALL_M_FAST_PATH``; cuBLAS's gemv), which has no tile to fill and is bound by the bytes it reads:
+  its FLOPs run at ``gemm_fraction``, so halving the weight bytes (int8 -> int4) halves its time. The fused
+  attention cores reach ``attention_fraction`` (FlashAttention-2, Dao 2023, §4.1: 50-73% of the A100's peak in
+  the forward); a decode step's cores read the KV cache at the
   memory fraction; every stream of bytes (weights, KV cache, element-wise traffic) moves at ``memory_fraction``
   of the bandwidth. A backward pass reaches ``backward_fraction`` of its forward's achieved rate.
+- **dequantization** (:func:`dequant_elements`): a weight-only format (int8, int4, and FP4 weights on a device
+  without FP4) is unpacked, converted and scaled in the matmul kernel before it multiplies, about
+  ``dequant_ops_per_weight`` operations per weight element read at the device's fp32 (CUDA-core) peak, a cost of
+  its own beside the bytes (gpt-fast's A100 table: int8 and int4 decode reach 1,069 and 863 GB/s against bf16's
+  1,397: the fewer bytes are not read as fast).
 - **element-wise traffic** (:func:`elementwise_bytes`): the norms, activation, residual adds and rotary embedding
   each read and write their b × n × width tensors (the roofline assumes them fused away; common kernels are not).
 - **per-kernel overhead** (:func:`kernels_per_token_step`): ``kernel_overhead_s`` × the kernels a forward
@@ -28,10 +37,10 @@ the achieved fractions with given numbers and keeps the other terms.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from embedcalc.analysis.roofline.traffic import Weights, experts_reached
+from embedcalc.analysis.roofline.traffic import Traffic, Weights, experts_reached
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.layer_plan import Block
@@ -72,8 +81,11 @@ def parse_efficiency(text: str, check: Callable[[object], str | None]) -> Overri
 
 
 def gemm_fraction(rows: float, c: TimeConstants) -> float:
-    """Fraction of the dense peak a GEMM through ``rows`` rows reaches (module docstring): saturating in the rows."""
+    """Fraction of the dense peak a GEMM through ``rows`` rows reaches (module docstring): saturating in the rows;
+    at most ``gemv_max_rows`` rows it is a GEMV, bound by the bytes it reads (no tiles to fill)."""
     rows = max(rows, 1.0)
+    if rows <= c.gemv_max_rows:
+        return c.gemm_fraction
     return c.gemm_fraction * rows / (rows + c.gemm_half_rows)
 
 
@@ -112,6 +124,17 @@ def component_fractions(
         return gemm_fraction(component_rows(config, w, key, weights, decode), c), c.memory_fraction
 
     return fractions
+
+
+def dequant_elements(traffic: Mapping[str, Traffic], weights: Weights, low: Callable[[str], bool]) -> float:
+    """Weight elements a phase reads in a weight-only format (module docstring): each component ``low`` says is
+    quantized, its weight bytes at the stored bytes per element of its key."""
+    total = 0.0
+    for key, t in traffic.items():
+        stored = weights.stored.get(key, 0)
+        if t.weight_bytes and stored and low(key):
+            total += t.weight_bytes * weights.numel[key] / stored
+    return total
 
 
 # --- element-wise traffic and kernels ----------------------------------------------------------------------------

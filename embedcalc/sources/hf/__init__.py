@@ -23,6 +23,7 @@ from typing import Any
 
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.errors import ConfigError, Problem
+from embedcalc.sources.hf.quantization import read_quantization
 from embedcalc.sources.hf.reader import Family, HFReport, IgnoredKey, KeyReader, MappedKey
 from embedcalc.sources.hf.registry import (
     FAMILIES,
@@ -184,15 +185,11 @@ def _refuse_deep_stacks(raw: Mapping[str, Any], family: Family, origin: str) -> 
 
 
 def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:
-    """The checkpoint's dtype as the config's ``dtype``: ``torch_dtype`` (transformers 4) or ``dtype``
-    (transformers 5 writes this name), or fp8 when ``quantization_config`` says the weights are FP8 (DeepSeek-V3's
-    e4m3 blocks; other quantization methods are not a dtype embedcalc names, and ``--dtype`` sets one)."""
+    """The checkpoint's dtype as the config's ``dtype``: its ``quantization_config`` when it names a format
+    embedcalc counts (fp8, mxfp4, nvfp4: :mod:`embedcalc.sources.hf.quantization`, which also says which matrices
+    it covers), else ``torch_dtype`` (transformers 4) or ``dtype`` (transformers 5 writes this name)."""
     quant = raw.get("quantization_config")
-    if isinstance(quant, Mapping) and quant.get("quant_method") == "fp8":
-        reader.consumed.add("quantization_config")
-        reader.put(
-            "dtype", "fp8", "quantization_config", "file", "quant_method fp8: the weights are stored in FP8"
-        )
+    if isinstance(quant, Mapping) and read_quantization(reader, quant):
         return
     for key in ("dtype", "torch_dtype"):
         value = raw.get(key)

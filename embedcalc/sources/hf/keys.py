@@ -131,8 +131,9 @@ COMMON_REASONS: dict[str, str] = {
         "how llm-compressor stored the weights; embedcalc counts the unquantized model (pass --dtype for memory)"
     ),
     "quantization_config": (
-        "how the checkpoint's weights are quantized; embedcalc counts the unquantized model, so pass --dtype "
-        "int8 or int4 for weight-only quantized memory"
+        "how the checkpoint's weights are quantized, by a method embedcalc does not name (it reads fp8, mxfp4 "
+        "and ModelOpt FP8 / NVFP4); embedcalc counts the unquantized model, so pass --dtype int8 or int4 for "
+        "weight-only quantized memory"
     ),
 }
 
@@ -176,7 +177,7 @@ def common_reason(key: str, value: Any) -> str | None:
     if key in ("torch_dtype", "dtype"):
         return (
             f"the dtype the checkpoint names ({value}); the model's dtype is read from dtype / torch_dtype "
-            "or an fp8 quantization_config, and --dtype overrides it"
+            "or a quantization_config in fp8, mxfp4 or nvfp4, and --dtype overrides it"
         )
     return None
 
