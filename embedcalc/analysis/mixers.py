@@ -44,6 +44,16 @@ unit-triangular solves of the UT transform (C² (dk + dv) / 2 multiply-adds per 
 ``FlopCounterMode`` counts none, and neither does this count. State: conv_dim x K + Hv x dk x dv; a decode step's
 scan is 2 b Hv dv 2 dk (the state read by k and by q).
 
+A Kimi Delta Attention layer (Kimi Linear, arXiv:2510.26692 §3; transformers' ``chunk_kimi_delta_attention``), H
+heads of h (inner I = H h), chunk C: ``in`` Linear(d, 3 I + H) (q, k, v, beta; transformers' q/k/v/b_proj),
+``conv`` over 3 I channels (no bias), ``gate`` the two low-rank gates f_a Linear(d, h) -> f_b Linear(h, I) (the
+per-channel decay) and g_a -> g_b (the output gate), ``ssm`` A_log (H) and dt_bias (I), ``gate_norm`` one RMSNorm
+weight of h, ``out`` Linear(I, d); the scan 2 b H L (3 C h + 3 h²): T (β V) and T (β K e^g) with the chunk's
+inverted unit-triangular T (C² h each), the intra-chunk output (C² h), the state read by Q and by the decayed keys
+and updated by Kᵀ V (C h² each). With a decay per channel the intra-chunk scores are element-wise sums, not matmuls,
+and the triangular solve is a loop: ``FlopCounterMode`` counts neither, nor does this count. State: 3 I x K + H x h
+x h; a decode step's scan is 2 b H h 2 h.
+
 A short convolution (LFM2; transformers' ``Lfm2ShortConv``), inner I, kernel K: ``in`` Linear(d, 3 I) (B, C, x),
 ``conv`` over I channels of B * x, ``out`` Linear(I, d), the biases of all three when ``conv_bias``; no scan (the
 gates B * x and C * y are element-wise). FLOPs 2 t d 3 I + 2 t I K + 2 t I d, the same per token in a decode step;
@@ -81,7 +91,7 @@ from embedcalc.config.layer_plan import Block
 from embedcalc.config.mixer_plan import Mixer
 from embedcalc.config.resolved import ResolvedShape
 
-MIXER_KEYS = ("in", "conv", "ssm", "gate_norm", "out")
+MIXER_KEYS = ("in", "conv", "gate", "ssm", "gate_norm", "out")
 
 
 def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]:
@@ -99,6 +109,13 @@ def mixer_tensors(m: Mixer, x: Dims, prefix: str = "mixer") -> list[ParamTensor]
     if m.conv_bias:
         out.append(ParamTensor(f"{prefix}/conv", (m.conv_dim,)))
     if m.short_conv:  # LFM2: in_proj, the conv and out_proj only
+        return out + linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none")
+    if m.kda:  # Kimi Linear: f_a/f_b (decay) and g_a/g_b (output gate), dt_bias per channel, A_log per head
+        for _ in range(2):
+            out += linear(f"{prefix}/gate", d, m.head_dim, False, "none")
+            out += linear(f"{prefix}/gate", m.head_dim, m.inner, False, "none")
+        out += [ParamTensor(f"{prefix}/ssm", (m.num_heads,)), ParamTensor(f"{prefix}/ssm", (m.inner,))]
+        out.append(ParamTensor(f"{prefix}/gate_norm", (m.head_dim,)))
         return out + linear(f"{prefix}/out", m.inner, d, m.out_proj_bias, "none")
     if m.mamba1:  # Gu & Dao 2023: x_proj -> (dt, B, C), dt_proj (biased), A_log (I x N), D (I)
         out += linear(f"{prefix}/x_proj", m.inner, m.dt_rank + 2 * m.state_size, False, "none")
@@ -136,6 +153,8 @@ def mixer_flops(
         return _short_conv_terms(m, x, layers, t, prefix)
     if m.lightning:
         return _lightning_terms(m, x, layers, n, prefix, pad)
+    if m.kda:
+        return _kda_terms(m, x, layers, n, prefix, pad)
     q, heads, p, state = m.chunk_size, m.num_heads, m.head_dim, m.state_size
     scanned = padded_tokens(n, q) if pad else n
     # per head and token; DeltaNet: Q Kᵀ and (β K) Kᵀ (2 Q dk), the intra-chunk output (Q dv), the state 3 dk dv
@@ -146,6 +165,23 @@ def mixer_flops(
         (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
         (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
         (f"{prefix}/ssm", scan),
+        (f"{prefix}/out", t * (layers * 2 * m.inner * d)),
+    ]
+
+
+def _kda_terms(m: Mixer, x: Dims, layers: Num, n: Num, prefix: str, pad: bool) -> list[tuple[str, Num]]:
+    """Kimi Delta Attention's chunked form on ``x.b`` sequences of ``n`` tokens (module docstring): the projections,
+    the two low-rank gates, and per head and chunk of C tokens six matmuls, T (β V) and T (β K e^g) (C² h each), the
+    inter-chunk reads Q S and (T β K e^g) S and the state update Kᵀ V (C h² each) and the intra-chunk output (C² h);
+    the intra-chunk scores with per-channel decays and the triangular solve are element-wise (counted by no one)."""
+    b, d, c, h = x.b, x.d, m.chunk_size, m.head_dim
+    t = b * n
+    scanned = padded_tokens(n, c) if pad else n
+    return [
+        (f"{prefix}/in", t * (layers * 2 * d * m.in_width)),
+        (f"{prefix}/conv", t * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        (f"{prefix}/gate", t * (layers * 2 * 2 * (d * h + h * m.inner))),
+        (f"{prefix}/ssm", (b * scanned) * (layers * 2 * m.num_heads * (3 * c * h + 3 * h * h))),
         (f"{prefix}/out", t * (layers * 2 * m.inner * d)),
     ]
 
@@ -205,9 +241,15 @@ def mixer_step_flops(m: Mixer, x: Dims, layers: Num, prefix: str = "mixer") -> l
             (f"{prefix}/out", b * (layers * 2 * m.inner * d)),
         ]
     read = 2 * m.head_k_dim if m.deltanet else m.state_size  # DeltaNet reads the state with k and with q
+    if m.kda:  # the state (h x h per head) read by k and by q; the two low-rank gates on the one token
+        read = 2 * m.head_dim
+    gates = (
+        [(f"{prefix}/gate", b * (layers * 2 * 2 * (d * m.head_dim + m.head_dim * m.inner)))] if m.kda else []
+    )
     return [
         (f"{prefix}/in", b * (layers * 2 * d * m.in_width)),
         (f"{prefix}/conv", b * (layers * 2 * m.conv_dim * m.conv_kernel)),
+        *gates,
         (f"{prefix}/ssm", b * (layers * 2 * m.num_heads * m.head_dim * read)),
         (f"{prefix}/out", b * (layers * 2 * m.inner * d)),
     ]

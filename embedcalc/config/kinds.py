@@ -25,5 +25,5 @@ FFNKind = Literal["dense", "moe", "none", "projection"]
 # the sublayers a block may replace by one bias-free embed_dim x embed_dim linear (DeciLM's replace_with_linear)
 Projected = Literal["mixer", "ffn"]
 MixerKind = Literal[
-    "attention", "mamba", "mamba2", "gated_deltanet", "short_conv", "lightning", "projection", "none"
+    "attention", "mamba", "mamba2", "gated_deltanet", "kda", "short_conv", "lightning", "projection", "none"
 ]

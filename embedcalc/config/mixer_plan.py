@@ -14,10 +14,10 @@ from embedcalc.config.kinds import MixerKind
 if TYPE_CHECKING:
     from embedcalc.config.fields import MixerFields
 
-RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "short_conv", "lightning"})
+RECURRENT_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "kda", "short_conv", "lightning"})
 # Mamba-1 scans token by token; mamba2: transformers' mamba_chunk_size default; gated_deltanet: its fixed chunk;
 # lightning: MiniMaxConfig's block_size default
-_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64, "short_conv": 1, "lightning": 256}
+_CHUNK = {"mamba": 1, "mamba2": 256, "gated_deltanet": 64, "kda": 64, "short_conv": 1, "lightning": 256}
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,11 @@ class Mixer:
         return self.kind == "gated_deltanet"
 
     @property
+    def kda(self) -> bool:
+        """Kimi Delta Attention (Kimi Linear): the delta rule with a decay per channel, low-rank gates."""
+        return self.kind == "kda"
+
+    @property
     def mamba1(self) -> bool:
         return self.kind == "mamba"
 
@@ -83,6 +88,8 @@ class Mixer:
         q, k and v (2 key_dim + inner)."""
         if self.deltanet:
             return 2 * self.key_dim + self.inner
+        if self.kda:
+            return 3 * self.inner  # q, k, v, each num_heads x head_dim
         if self.lightning:
             return 0  # no convolution
         if self.mamba1 or self.short_conv:
@@ -95,6 +102,8 @@ class Mixer:
         z and beta, a (one each per value head)."""
         if self.deltanet:
             return self.conv_dim + self.inner + 2 * self.num_heads
+        if self.kda:
+            return self.conv_dim + self.num_heads  # q, k, v and beta (its low-rank gates are their own key)
         if self.mamba1:
             return 2 * self.inner  # x and z
         if self.lightning:
@@ -112,7 +121,7 @@ class Mixer:
             return 0, 0, 0
         if self.deltanet:
             return self.num_heads, self.head_k_dim, self.head_dim
-        if self.lightning:
+        if self.kda or self.lightning:
             return self.num_heads, self.head_dim, self.head_dim  # transformers' linear_cache: K ᵀV per head
         if self.mamba1:
             return 1, self.inner, self.state_size
@@ -123,6 +132,8 @@ class Mixer:
         """Values per token the scan reads and writes: its inputs after the convolution and gates, and its output."""
         if self.deltanet:
             return 2 * self.key_dim + 2 * self.inner + 2 * self.num_heads
+        if self.kda:
+            return 5 * self.inner + self.num_heads  # q, k, v, the per-channel decay and beta in; y out
         if self.mamba1:
             return 3 * self.inner + 2 * self.state_size  # x, dt, B, C in; y out
         if self.short_conv:
@@ -152,7 +163,7 @@ def resolve_mixer(spec: MixerFields) -> Mixer | None:
     """The resolved recurrent mixer of ``spec``, or None for attention and for no mixer."""
     if spec.kind not in RECURRENT_KINDS:
         return None
-    deltanet, lightning = spec.kind == "gated_deltanet", spec.kind == "lightning"
+    deltanet, lightning = spec.kind in ("gated_deltanet", "kda"), spec.kind == "lightning"
     conv_bias = spec.conv_bias if spec.conv_bias is not None else not (deltanet or lightning)
     return Mixer(
         kind=spec.kind, state_size=spec.state_size or 0, num_heads=spec.num_heads or 1, head_dim=spec.head_dim or 0,

@@ -16,6 +16,11 @@ A block mixes tokens with one of:
   transformers' ``Qwen3NextGatedDeltaNet``): in_proj d -> (q, k, v, z, beta, a), a causal depthwise conv over
   (q, k, v), the chunked gated delta rule with per-value-head A_log and dt_bias, an RMSNorm over each value head
   (one head_dim-wide weight) gated by silu(z), out_proj -> d; its state is num_heads x head_k_dim x head_dim;
+- ``kda``: Kimi Delta Attention (Kimi Team 2025, "Kimi Linear", arXiv:2510.26692 §3; transformers'
+  ``KimiLinearDeltaAttention``): q, k, v and beta from the input (num_heads heads of head_dim), a causal depthwise
+  conv over q, k, v (no bias), the chunked delta rule with a decay **per channel** (low-rank f_a -> f_b, dt_bias per
+  channel, A_log per head), an RMSNorm over each head (one head_dim-wide weight) times sigmoid of a low-rank output
+  gate (g_a -> g_b), out_proj -> d; its state is num_heads x head_dim x head_dim;
 - ``short_conv``: LFM2's gated short convolution (Liquid AI 2025; transformers' ``Lfm2ShortConv``): in_proj
   d -> (B, C, x) of inner_dim each, a causal depthwise conv of conv_kernel (``conv_L_cache``) taps over B * x, no
   activation, gated by C, out_proj inner_dim -> d; its state is the conv window, inner_dim x conv_kernel
@@ -61,12 +66,13 @@ __all__ = ["RECURRENT_KINDS", "Mixer", "MixerKind", "MixerSpec", "resolve_mixer"
 
 
 # the kinds with a scan state beside (or instead of) the convolution window: all but the short convolution
-SSM_STATE_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "lightning"})
+SSM_STATE_KINDS = frozenset({"mamba", "mamba2", "gated_deltanet", "kda", "lightning"})
 _FROZEN = ConfigDict(extra="forbid", frozen=True, strict=True)
 _REQUIRED = {
     "mamba": ("state_size", "inner_dim", "dt_rank"),
     "mamba2": ("state_size", "num_heads", "head_dim"),
     "gated_deltanet": ("num_heads", "head_dim", "num_k_heads", "head_k_dim"),
+    "kda": ("num_heads", "head_dim"),
     "short_conv": ("inner_dim",),
     "lightning": ("num_heads", "head_dim"),
 }
@@ -78,6 +84,7 @@ _EXAMPLE = {
     "mamba": "Jamba-Mini-1.7 has state_size: 16, inner_dim: 8192, dt_rank: 256",
     "mamba2": "Granite-4.0-H-Small has state_size: 128, num_heads: 128, head_dim: 64",
     "gated_deltanet": "Qwen3-Next-80B-A3B has num_heads: 32, head_dim: 128, num_k_heads: 16, head_k_dim: 128",
+    "kda": "Kimi-Linear-48B-A3B has num_heads: 32, head_dim: 128",
     "short_conv": "LFM2-1.2B has inner_dim: 2048 (its hidden size), conv_kernel: 3",
     "lightning": "MiniMax-M1-80k has num_heads: 64, head_dim: 128",
 }
@@ -93,7 +100,8 @@ class MixerSpec(MixerFields, BaseModel):
         description=(
             "attention: the block's attention (standard or mla). mamba2: a Mamba-2 state-space layer (SSD, Dao & "
             "Gu 2024), a constant-size recurrent state per sequence instead of a KV cache. mamba: Mamba-1. "
-            "gated_deltanet: gated DeltaNet linear attention. short_conv: LFM2's gated short convolution. "
+            "gated_deltanet: gated DeltaNet linear attention. kda: Kimi Delta Attention (Kimi Linear: the delta "
+            "rule with a decay per channel). short_conv: LFM2's gated short convolution. "
             "lightning: MiniMax's lightning attention (linear attention with a per-head decay). projection: one "
             "bias-free embed_dim x embed_dim linear behind the block's input norm, mixing no tokens (the Nemotron NAS "
             "models' replace_with_linear attention): no KV cache. none: no mixer (the block is its FFN only)."

@@ -37,6 +37,7 @@ from embedcalc.modeling.attention_parts import embedding_table
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
+from embedcalc.modeling.kda import KimiDeltaMixer
 from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.lightning import LightningMixer
@@ -94,6 +95,8 @@ def make_mixer(config: ResolvedShape, m: Mixer, depth: tuple[int, int] = (0, 1))
         return ShortConvMixer(config, m)
     if m.deltanet:
         return GatedDeltaNetMixer(config, m)
+    if m.kda:
+        return KimiDeltaMixer(config, m)
     if m.mamba1:
         return Mamba1Mixer(config, m)
     return Mamba2Mixer(config, m)

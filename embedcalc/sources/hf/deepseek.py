@@ -88,7 +88,7 @@ def _mlp_layer_types(r: KeyReader, layers: int, first_key: str) -> list[bool] | 
     return [v == "sparse" for v in value]
 
 
-def _mla(
+def map_mla(
     r: KeyReader, kind: str = "mla", extra: tuple[tuple[str, str], ...] = (), mlp_bias_read: bool = False
 ) -> None:
     spec: dict[str, Any] = {"kind": kind}
@@ -124,7 +124,7 @@ def _mla(
 
 def _read_deepseek(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
-    _mla(r)
+    map_mla(r)
     _moe_layout(r)
 
 
@@ -133,7 +133,7 @@ def _read_glm4_moe_lite(r: KeyReader) -> None:
     experts and shared experts); ``Glm4MoeLiteConfig`` has no ``first_k_dense_replace``: ``mlp_layer_types``
     (default: layer 0 dense, the rest sparse) places the MoE layers."""
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
-    _mla(r)
+    map_mla(r)
     r.ignore("pretraining_tp", "tensor-parallel split of the original training code; the same FLOPs")
     _moe_layout(r, fixed_first=1)
 
@@ -146,7 +146,7 @@ def _read_minicpm3(r: KeyReader) -> None:
     ``scale_depth`` / sqrt(layers) each residual branch, and hidden / ``dim_model_base`` divides the LM head's
     input."""
     read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
-    _mla(r, mlp_bias_read=True)
+    map_mla(r, mlp_bias_read=True)
     v_key, v_dim, v_in_file = r.value("v_head_dim")
     hidden, heads = r.data.get("embed_dim"), r.data.get("num_heads")
     if v_dim is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
@@ -169,7 +169,7 @@ _INDEXER = (
 def _read_deepseek_v32(r: KeyReader) -> None:
     """DeepSeek-V3.2 (and GLM-5): DeepSeek-V3's MLA with the lightning indexer in every layer (kind sparse)."""
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
-    _mla(r, "sparse", _INDEXER)
+    map_mla(r, "sparse", _INDEXER)
     layers = r.data.get("num_layers")
     key, types = r.lookup("layer_types")
     if types is not MISSING and types is not None and isinstance(layers, int):

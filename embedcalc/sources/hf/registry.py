@@ -33,6 +33,7 @@ from embedcalc.sources.hf import (
     gpt_oss,
     hybrid,
     jamba,
+    kimi_linear,
     lfm2,
     llama,
     llama4,
@@ -75,7 +76,7 @@ MODULES += (
     minimax,
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
-MODULES += (ssm, bamba)  # state-space models: attention-free, and Bamba's hybrid (issue 31)
+MODULES += (ssm, bamba, kimi_linear)  # state-space and delta-rule models (issue 31)
 MODULES += (embedders,)  # encoders of embedding models: XLM-R-XL, Jina v3, EuroBERT (issue 31)
 MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
 MODULES += (
