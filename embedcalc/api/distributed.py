@@ -19,7 +19,9 @@ A node that never joins ends the wait after ``--rdzv-timeout`` seconds (exit 4);
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,17 +85,59 @@ class Nodes:
             object.__setattr__(self, "endpoint", _endpoint(self.endpoint))
 
 
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")  # a DNS label (RFC 1123; '_' as /etc/hosts allows)
+
+
+def _endpoint_error(value: str, why: str) -> EmbedcalcError:
+    shown = value if len(value) <= 80 else value[:80] + "..."
+    return usage(f"--rdzv-endpoint {shown!r}: {why}; give node 0's address as HOST:PORT (e.g. 10.0.0.1:29400, "
+                 "[fd00::1]:29400 or node0.cluster:29400)", "rdzv_endpoint")  # fmt: skip
+
+
+def _host_problem(host: str) -> str | None:
+    """Why ``host`` is no IPv4 address, bracketed IPv6 address or DNS name, or None."""
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1] if host.endswith("]") else "x")
+        except ValueError:
+            return "the part in brackets is not an IPv6 address"
+        return None
+    if len(host) > 253 or not host.isascii():
+        return "the host is not a name of at most 253 ASCII characters"
+    if all(part.isdigit() for part in host.split(".")):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return "the host is not an IPv4 address"
+        return None
+    if not all(_LABEL.fullmatch(label) for label in host.split(".")):
+        return "the host is not a host name (letters, digits and '-' between dots)"
+    return None
+
+
 def _endpoint(value: str) -> str:
-    """``HOST[:PORT]`` (IPv6 in brackets) -> ``HOST:PORT``, the port 1..65535 (torchrun's 29400 if omitted)."""
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or (host.startswith("[") != host.endswith("]")) or (not host.startswith("[") and ":" in host):
-        host, port = value.strip(), str(DEFAULT_RDZV_PORT)  # no port (or a bare IPv6 address)
-    if not host or host in ("[]",) or any(c.isspace() for c in host):
-        raise usage(f"--rdzv-endpoint {value!r}: give node 0's address as HOST:PORT (e.g. 10.0.0.1:29400)",
-                    "rdzv_endpoint")  # fmt: skip
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise usage(f"--rdzv-endpoint {value!r}: the port must be 1 to 65535 (torchrun's default is 29400)",
-                    "rdzv_endpoint")  # fmt: skip
+    """``HOST[:PORT]`` -> ``HOST:PORT``, the port 1..65535 (torchrun's 29400 if omitted). HOST is an IPv4 address,
+    an IPv6 address in brackets or a host name; anything else (a second ':', an unclosed bracket, a non-ASCII
+    digit in the port) is a usage error naming the flag."""
+    text = value.strip()
+    if not text or len(text) > 300:
+        raise _endpoint_error(value, "empty or longer than any address")
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise _endpoint_error(value, "an IPv6 address opens '[' without closing it")
+        host, rest = text[: close + 1], text[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise _endpoint_error(value, "only ':PORT' may follow the bracketed address")
+        port = rest[1:] if rest else str(DEFAULT_RDZV_PORT)
+    elif text.count(":") > 1:
+        raise _endpoint_error(value, "more than one ':' (write an IPv6 address in brackets)")
+    else:
+        host, _, port = text.partition(":") if ":" in text else (text, "", str(DEFAULT_RDZV_PORT))
+    if (why := _host_problem(host)) is not None:
+        raise _endpoint_error(value, why)
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise _endpoint_error(value, "the port must be 1 to 65535 (torchrun's default is 29400)")
     return f"{host}:{int(port)}"
 
 

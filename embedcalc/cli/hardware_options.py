@@ -48,9 +48,10 @@ def _count(value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return parse_size(value, "count")
+        count = parse_size(value, "count")
     except SizeError as exc:
         raise typer.BadParameter(str(exc)) from None
+    return _devices(count)  # the bound of every count flag (30 digits): exit 2 here as for --devices
 
 
 def _one_device(value: list[str] | None) -> list[str] | None:

@@ -110,7 +110,30 @@ class DeferringCommand(_Deferring, typer.core.TyperCommand):
 
 
 class DeferringGroup(_Deferring, typer.core.TyperGroup):
-    """The application's root group (:class:`_Deferring`)."""
+    """The application's root group (:class:`_Deferring`); each invocation first clamps $COLUMNS."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        clamp_columns_env()
+        return super().main(*args, **kwargs)
+
+
+def clamp_columns_env() -> None:
+    """$COLUMNS as every console of the process reads it, typer's help and usage panels included (they build their
+    own rich consoles, which read the variable): a width above MAX_COLUMNS is MAX_COLUMNS (docs/commands: "taken as
+    10,000"; 10^5 made a 5 MB help, 10^20 an OverflowError), and a value str.isdigit() accepts but int() does not
+    ("²") is dropped, as if unset."""
+    from embedcalc.config.limits import MAX_COLUMNS
+
+    text = os.environ.get("COLUMNS")
+    if text is None:
+        return
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):
+        if stripped.isdigit():  # a non-ASCII digit: rich would int() it and fail
+            del os.environ["COLUMNS"]
+        return
+    if len(stripped) > len(str(MAX_COLUMNS)) or int(stripped) > MAX_COLUMNS:
+        os.environ["COLUMNS"] = str(MAX_COLUMNS)
 
 
 _PLUGIN_LOADER = "pydantic.plugin._loader"

@@ -16,6 +16,10 @@ from typing import Any
 # checks warn above it on every analyze, so it lives in this leaf module rather than beside the divisor search.
 FLASH_ATTENTION_MAX_HEAD_DIM = 256
 
+# $COLUMNS above this is taken as this (a wider one is a mistake: rich would lay every table and help panel out that
+# wide); read by the consoles of render/ and by the CLI before typer draws its help (here: a leaf module)
+MAX_COLUMNS = 10_000
+
 MAX_INT_DIGITS = 30
 INT_BOUND = 10**MAX_INT_DIGITS  # integers must satisfy abs(value) < INT_BOUND
 

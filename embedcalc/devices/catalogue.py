@@ -47,6 +47,9 @@ LinkKind = Literal[
 ]  # fmt: skip
 LOCAL = "local"
 _NAME = r"^[a-z0-9][a-z0-9._-]*$"
+MAX_PATTERN_CHARS = (
+    256  # cuda_name_pattern: a device-name regex (issue 33: 5,000 nested groups were a RecursionError)
+)
 _MAX_FLOPS = (
     1e19  # 10 EFLOP/s per device: far above any chip; a bound that catches unit slips (PFLOP vs FLOP)
 )
@@ -215,10 +218,14 @@ class Device(BaseModel):
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
         if value is not None:
+            if len(value) > MAX_PATTERN_CHARS:  # a device name's pattern: "H100(?!.*(PCIe|NVL))"
+                raise ValueError(f"is {len(value):,} characters long; a device-name pattern is at most "
+                                 f"{MAX_PATTERN_CHARS}")  # fmt: skip
             try:
                 re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
+            except (re.error, RecursionError, OverflowError) as exc:  # nesting too deep for the regex parser
+                why = exc if isinstance(exc, re.error) else "nested too deeply"
+                raise ValueError(f"not a regular expression: {why}") from None
         return value
 
     @field_validator("peak_flops_per_s")

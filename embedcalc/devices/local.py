@@ -40,6 +40,14 @@ def local_path() -> Path:
 
 def load_local() -> Device:
     path = local_path()
+    if (
+        os.path.lexists(path) and not path.is_file()
+    ):  # a directory, FIFO, device or broken link: not "missing"
+        raise UnsupportedEnvironmentError(
+            f"--hardware local: {path} exists but is not a regular file (a directory, FIFO or broken link); "
+            "remove it and run `embedcalc bench --peak` to measure this machine again",
+            code="local_unreadable",
+        )
     if not path.is_file():
         raise UnsupportedEnvironmentError(
             f"--hardware local: this machine has not been measured yet ({path} does not exist); "

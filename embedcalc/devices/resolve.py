@@ -30,7 +30,11 @@ def load_device(target: str) -> Device:
         return load_local()
     if name in hardware_names():
         return parse_device(load_mapping(hardware_dir() / f"{name}.yaml"), name)
-    if Path(target).is_file():
+    try:
+        is_file = Path(target).is_file()
+    except (OSError, ValueError):  # a name too long for a file name, a NUL byte: no file, so an unknown name
+        is_file = False
+    if is_file:
         return parse_device(load_mapping(Path(target)), target)
     raise UnknownDeviceError(target)
 

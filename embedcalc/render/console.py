@@ -9,6 +9,8 @@ import sys
 
 from rich.console import Console
 
+from embedcalc.config.limits import MAX_COLUMNS
+
 __all__ = ["Console", "console", "has_console", "print_error", "print_warning"]
 from rich.markup import escape
 
@@ -24,9 +26,6 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "the reader of stdout left")
-
-
-MAX_COLUMNS = 10_000  # a wider $COLUMNS is a mistake; rich would lay every table out that wide
 
 
 def _width(name: str) -> int | None:

@@ -297,6 +297,12 @@ class _State:
         return max(1, k)
 
 
+# Scheduler iterations one simulation may take (issue 33). A healthy replica needs a few per request (decode runs
+# are stepped many steps at a time); one whose KV cache cannot hold its batch preempts on every step and took
+# ~100,000 iterations (~6 s) per layout: gpt3-175b over the catalogue with --max-devices 2^20 ran for minutes.
+MAX_ITERATIONS = 20_000
+
+
 def simulate(
     cost: StepCost,
     engine: Engine,
@@ -334,7 +340,9 @@ def simulate(
     window: list[float] = []  # the first measured arrival's time and the output tokens by then
     done: list[_Request] = []
     overload = 20 * engine.max_num_seqs + 4 * last
-    while len(done) < measured:
+    for _ in range(MAX_ITERATIONS):  # bounded (issue 33): a replica preempting every step is not sustained
+        if len(done) >= measured:
+            break
         idle = not s.admitted
         if idle and not s.waiting and arrivals:
             s.now = max(s.now, arrivals[0].arrival)
@@ -356,6 +364,8 @@ def simulate(
             if concurrency is not None and issued < last + concurrency:  # closed loop: replaced at once
                 arrivals.append(_Request(issued, s.now, cost.prompt_tokens))
                 issued += 1
+    else:
+        return _result(s, done, window, sustained=False)
     return _result(s, done, window, sustained=True)
 
 

@@ -7,6 +7,7 @@ for FLOPs by the same keys).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -108,7 +109,12 @@ def experts_reached(num_experts: int, top_k: int, tokens: int) -> float:
     token."""
     if tokens <= 1:
         return float(min(top_k, num_experts))
-    return num_experts * (1 - (1 - top_k / num_experts) ** tokens)
+    # E (1 - (1 - k/E)^T) written as -E expm1(T log1p(-k/E)): with E above ~2^53 / k, 1 - k/E rounds to 1.0 and the
+    # plain form gives 0 experts (a ZeroDivisionError downstream, issue 33); this form keeps ~k T for small k T / E.
+    # Never fewer than the k experts one token reaches, never more than E.
+    fraction = min(top_k / num_experts, 1.0)
+    reached = num_experts if fraction >= 1.0 else -num_experts * math.expm1(tokens * math.log1p(-fraction))
+    return float(min(max(reached, min(top_k, num_experts)), num_experts))
 
 
 @dataclass(frozen=True)
