@@ -36,7 +36,9 @@ def test_experts_reached_stays_between_top_k_and_all(experts: int) -> None:
 
 
 def test_2e16_experts_with_hardware_is_a_result(analyze_json: Any) -> None:
-    result = analyze_json("mixtral-8x7b", "--set", "ffn.num_experts=20000000000000000", "--hardware", "h100-sxm")
+    result = analyze_json(
+        "mixtral-8x7b", "--set", "ffn.num_experts=20000000000000000", "--hardware", "h100-sxm"
+    )
     assert result["results"][0]["time"]
 
 
@@ -58,12 +60,16 @@ def test_a_256_character_device_name_is_an_unknown_device_with_the_envelope(cli:
 
 
 def test_train_tokens_beyond_30_digits_is_a_usage_error(cli: Any) -> None:
-    result = cli("analyze", "gpt2", "--hardware", "h100-sxm", "--mode", "training", "--train-tokens", "1" * 31)
+    result = cli(
+        "analyze", "gpt2", "--hardware", "h100-sxm", "--mode", "training", "--train-tokens", "1" * 31
+    )
     assert result.exit_code == 2 and "--train-tokens" in result.stderr
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
-def test_a_local_cache_that_is_no_file_is_not_reported_missing(kind: str, cli: Any, _private_cache: Path) -> None:
+def test_a_local_cache_that_is_no_file_is_not_reported_missing(
+    kind: str, cli: Any, _private_cache: Path
+) -> None:
     path = _private_cache / "embedcalc" / "local.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(path) if kind == "fifo" else path.mkdir()
