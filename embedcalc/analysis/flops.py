@@ -164,6 +164,7 @@ def attention_flops(
         else:  # K and V of the encoder output
             qkv = t * (layers * 2 * d * h * hd) + t_kv * (layers * 2 * d * projected_kv_width(a, x))
         gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * hd))] if a.output_gate else []
+        gate += [(f"{prefix}/head_gate", t * (layers * 2 * d * h))] if a.head_gate else []
         return [(f"{prefix}/qkv", qkv), scores, context, *gate, out]
     terms: list[tuple[str, Num]] = []
     if a.q_lora_rank is not None:

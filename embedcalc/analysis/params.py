@@ -111,6 +111,8 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
             out += _linear(f"{prefix}/pos_proj", d, h * head_width(a, x), True, "none")
     if a.sinks:
         out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
+    if a.head_gate:  # Laguna: softplus(g_proj(x)) scales each head's context before out
+        out += _linear(f"{prefix}/head_gate", d, h, False, "column")
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
         out += _linear(f"{prefix}/gate", d, h * head_width(a, x), a.qkv_bias, "column")
     out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")

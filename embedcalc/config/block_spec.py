@@ -158,6 +158,13 @@ class AttentionSpec(AttentionFields, BaseModel):
             "attention: q_proj twice as wide); biases as qkv_bias."
         ),
     )
+    head_gate: bool = Field(
+        default=False,
+        description=(
+            "A gate per head on the attention output, Linear(embed_dim, num_heads) without bias, each head's "
+            "context scaled by softplus of its gate (Laguna's per-head g_proj)."
+        ),
+    )
     sinks: bool = Field(
         default=False,
         description="A learned sink logit per head joins the softmax (gpt-oss): num_heads parameters per layer.",

@@ -166,6 +166,9 @@ class AttentionFields(SpecFields):
         def output_gate(self) -> bool: ...
 
         @property
+        def head_gate(self) -> bool: ...
+
+        @property
         def sinks(self) -> bool: ...
 
         @property

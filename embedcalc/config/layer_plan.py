@@ -34,6 +34,7 @@ class Attention:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0  # mla, sparse: per-head value width; standard: its own value width (0: head_dim)
     output_gate: bool = False
+    head_gate: bool = False  # a bias-free Linear(d, heads) gating each head's context (Laguna)
     index_heads: int = 0  # sparse: the lightning indexer's heads, head width, and keys kept per query
     index_head_dim: int = 0
     index_topk: int = 0

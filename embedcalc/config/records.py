@@ -80,6 +80,7 @@ class AttentionRecord(AttentionFields, Record):
         "full_cache": RecordField(False),
         "qk_norm": RecordField("none"),
         "output_gate": RecordField(False),
+        "head_gate": RecordField(False),
         "sinks": RecordField(False),
         "sliding_window": RecordField(None),
         "chunk_size": RecordField(None),

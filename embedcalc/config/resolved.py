@@ -161,6 +161,7 @@ class ResolvedShape(ConfigFields):
             head_dim=spec.head_dim or self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias,
             out_bias=self.resolved_out_bias, qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window,
             chunk=spec.chunk_size, output_gate=spec.output_gate, v_head_dim=spec.v_head_dim or 0,
+            head_gate=spec.head_gate,
             own_head_dim=spec.head_dim is not None, own_kv_heads=spec.num_kv_heads is not None,
             values_from_keys=spec.values_from_keys, kv_shared=spec.kv_shared, full_cache=spec.full_cache,
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,

@@ -21,6 +21,7 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
@@ -222,6 +223,8 @@ class Attention(AttentionBase):
         self.keeps_kv = False  # a later layer reuses its keys and values (modeling/shared_kv.py)
         self.qk_norm = QKNorm(config, spec) if spec.qk_norm != "none" else None
         self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
+        # Laguna's per-head gate: softplus(g(x)) scales each head's context
+        self.head_gate = nn.Linear(config.embed_dim, spec.num_heads, bias=False) if spec.head_gate else None
         self.out = nn.Linear(spec.value_dim, config.embed_dim, bias=spec.out_bias)
 
     def _project(
@@ -317,6 +320,11 @@ class Attention(AttentionBase):
         merged = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.value_head_dim)
         if self.gate is not None:  # gated attention (Qwen3-Next): sigmoid(gate(x)) per channel
             merged = merged * torch.sigmoid(self.gate(x))
+        if (
+            self.head_gate is not None
+        ):  # Laguna: softplus(g(x)) per head, (B, T, h, 1) over each head's channels
+            gate = F.softplus(self.head_gate(x).float()).to(merged.dtype).unsqueeze(-1)
+            merged = (merged.view(batch, length, self.num_heads, -1) * gate).view(batch, length, -1)
         out: Tensor = self.out(merged)  # (B, T, d)
         return out
 

@@ -51,6 +51,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sliding_window_full_cache": {"blocks": {"local": {"attention": {"sliding_window": 3, "full_cache": True}}},
                                   "layers": [{"pattern": ["default", "local"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
+    "head_gate": {"attention": {"head_gate": True}, "num_kv_heads": 2},
     # MiMo-V2-Flash's sliding layers: value heads narrower than the keys, sinks, twice the KV heads
     "v_head_dim_window": {"attention": {"v_head_dim": 4}, "blocks": {"local": {"attention": {
         "sliding_window": 3, "sinks": True, "num_kv_heads": 4}}}, "layers": [{"pattern": ["default", "local"]}],

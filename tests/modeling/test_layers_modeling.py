@@ -58,6 +58,9 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
                              "decoder/attention/out": L * H * 6 * D},
                             {"decoder/attention/scores": SCORES, "decoder/attention/context": SCORES // HD * 6,
                              "decoder/attention/out": L * 2 * T * H * 6 * D}),
+    # Laguna's per-head gate: g Linear(D, H) without bias, softplus(g(x)) scales each head's context
+    "head_gate": ({"attention": {"head_gate": True, "qk_norm": "head"}}, {"decoder/attention/head_gate": L * D * H},
+                  {"decoder/attention/head_gate": L * 2 * T * D * H}),
     "sinks_windows": (
         {"attention": {"sinks": True}, "blocks": {"local": {"attention": {"sliding_window": 3}}},
          "layers": [{"pattern": ["local", "default"]}]},

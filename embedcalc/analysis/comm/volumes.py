@@ -138,7 +138,8 @@ def _projection_inputs(block: Any, d: int, cross: bool) -> tuple[int, list[int]]
     elif attention.external:  # k and v read the external states, an input of the model: no gradient to reduce
         columns, rows = [d], 1
     else:  # q, the k and v it projects itself (none when shared, k alone when the values are the keys), gate
-        columns, rows = [d] * (1 + projected_kv(attention)) + ([d] if attention.output_gate else []), 1
+        gates = int(attention.output_gate) + int(attention.head_gate)
+        columns, rows = [d] * (1 + projected_kv(attention) + gates), 1
     if cross:
         rows, columns = rows + 1, [*columns, d, d, d]
     if ffn is not None and (not ffn.moe or ffn.shared_dim):

@@ -72,7 +72,13 @@ def check_sparse(spec: AttentionSpec, where: str) -> None:
 
 
 # what cross-attention over an external sequence cannot have: latent attention, a causal window or chunk, sinks
-_NOT_CROSS = {"sliding_window": None, "chunk_size": None, "sinks": False, "output_gate": False}
+_NOT_CROSS = {
+    "sliding_window": None,
+    "chunk_size": None,
+    "sinks": False,
+    "output_gate": False,
+    "head_gate": False,
+}
 
 
 def check_cross(spec: AttentionSpec, where: str) -> None:

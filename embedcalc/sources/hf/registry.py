@@ -34,6 +34,7 @@ from embedcalc.sources.hf import (
     hybrid,
     jamba,
     kimi_linear,
+    laguna,
     lfm2,
     llama,
     llama4,
@@ -82,7 +83,7 @@ MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vis
 MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
-MODULES += (vl_text, moe_windowed)  # issue 31: vision-language text models, MoE decoders with windows
+MODULES += (vl_text, moe_windowed, laguna)  # issue 31: vision-language text models, MoE decoders with windows
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
