@@ -235,3 +235,12 @@ def test_a_prefix_cache_shortens_the_prefill_and_speculation_the_tpot() -> None:
     assert cached.times.prefill_s < plain.times.prefill_s and cached.times.ttft_s < plain.times.ttft_s
     assert spec.times.tpot_s < plain.times.tpot_s
     assert spec.times.engine == plain.times.engine  # the same vLLM defaults on the same device
+
+
+def test_a_saturated_closed_loop_queues_by_littles_law() -> None:
+    cap = 20 * 5504
+    direct = simulate(_cost(), Engine(1024, 8192, kv_admission="reserve"), 5000, 500, cap, concurrency=40)
+    deep = simulate(_cost(), Engine(1024, 8192, kv_admission="reserve"), 5000, 500, cap, concurrency=4000)
+    assert deep.tokens_per_s == pytest.approx(direct.tokens_per_s, rel=0.05)  # the same running batch
+    assert deep.e2e.mean == pytest.approx(4000 / deep.requests_per_s)  # latency = C / X
+    assert deep.tpot.mean == pytest.approx(direct.tpot.mean, rel=0.05)

@@ -27,8 +27,11 @@ random moments (seeded) of one request's lifetime at that load (prefill + (G −
 as independent users do, rather than in one burst: with every time deterministic, a burst locks the clients into
 trains of back-to-back prefills that take tens of generations to dissolve (in a real run the jitter of every
 step and request spreads them), a start-up transient and not the steady state a long benchmark measures. The
-first C requests are not measured, the next max(C, 200) are. Open loop (``rate``): Poisson arrivals from a seeded
-generator (the same numbers on every run); the first tenth is not measured.
+first C requests are not measured, the next max(C, 200) are. A closed loop of more than twice what can run at
+once (max_num_seqs, or the full sequences the KV blocks hold) is saturated: it is simulated at twice that, and its
+requests wait in the FIFO queue longer by what Little's law adds (latency = C / requests per second), each the
+same. Open loop (``rate``): Poisson arrivals from a seeded generator (the same numbers on every run); the first
+tenth is not measured.
 
 **Figures** over the measured requests: TTFT (arrival to first token), TPOT ((last token − first token) /
 (G − 1), as vLLM's benchmark defines it), end-to-end latency — each as the mean and p50/p90/p99 (linear
@@ -42,7 +45,7 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -317,6 +320,10 @@ def simulate(
     """Serve ``prompt``-token requests generating ``gen`` tokens each on one replica (module docstring) at
     ``concurrency`` in flight (closed loop) or ``rate`` requests/s (open loop); ``kv_tokens``: the KV cache's
     capacity in tokens."""
+    most = _most_running(engine, prompt, gen, kv_tokens)
+    if concurrency is not None and concurrency > SATURATED * most:
+        return _saturated(simulate(cost, engine, prompt, gen, kv_tokens, concurrency=SATURATED * most, seed=seed),
+                          concurrency)  # fmt: skip
     s = _State(cost, engine, prompt, max(gen, 1), kv_tokens)
     arrivals: deque[_Request] = deque()
     if concurrency is not None:
@@ -369,6 +376,34 @@ def simulate(
     return _result(s, done, window, sustained=True)
 
 
+SATURATED = (
+    2  # a closed loop beyond this many times what can run is simulated at it, its queue by Little's law
+)
+
+
+def _most_running(engine: Engine, prompt: int, gen: int, kv_tokens: float) -> int:
+    """The most sequences the engine can run at once: max_num_seqs, and the KV blocks holding full sequences."""
+    if not math.isfinite(kv_tokens):
+        return engine.max_num_seqs
+    return max(1, min(engine.max_num_seqs, int(kv_tokens // (prompt + max(gen, 1) + engine.block_tokens))))
+
+
+def _saturated(load: Load, concurrency: int) -> Load:
+    """A saturated closed loop at ``concurrency``: the same running batch and throughput as the load simulated
+    (already saturated), every request waiting longer in the FIFO queue by what Little's law adds (latency =
+    concurrency / requests per second)."""
+    if load.requests_per_s <= 0:
+        return replace(load, sustained=False)
+    extra = max(0.0, concurrency / load.requests_per_s - load.e2e.mean)
+
+    def later(x: Spread) -> Spread:
+        return Spread(x.mean + extra, x.p50 + extra, x.p90 + extra, x.p99 + extra)
+
+    return replace(
+        load, ttft=later(load.ttft), e2e=later(load.e2e), mean_kv_wait_s=load.mean_kv_wait_s + extra
+    )
+
+
 def _result(s: _State, done: list[_Request], window: list[float], sustained: bool) -> Load:
     ttft = [r.first - r.arrival for r in done]
     tpot = [(r.end - r.first) / (s.gen - 1) for r in done] if s.gen > 1 else [0.0]
@@ -376,7 +411,10 @@ def _result(s: _State, done: list[_Request], window: list[float], sustained: boo
     wait = [r.admitted - r.arrival for r in done]
     span = s.now - window[0] if window else 0.0
     tokens = (s.output - window[1]) / span if span > 0 else 0.0
-    requests = len(done) / span if span > 0 else 0.0
+    requests = (
+        tokens / s.gen
+    )  # every request yields G tokens (counting the window's completions would miss the
+    # unmeasured ones that finish in it)
     running = s.busy_running / s.now if s.now > 0 else 0.0
     return Load(Spread.of(ttft), Spread.of(tpot), Spread.of(e2e), tokens, requests, running,
                 sum(wait) / len(wait) if wait else 0.0, s.preemptions, len(done), sustained, s.steps)  # fmt: skip
