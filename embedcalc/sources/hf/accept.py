@@ -29,7 +29,7 @@ import functools
 import importlib.metadata
 import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,10 +70,10 @@ class ClassKeys:
     written: frozenset[str]
     derived: dict[str, str]
     sub_configs: dict[str, ClassKeys]
-    reads: tuple[
-        Reads, ...
-    ] = ()  # the family's modeling and configuration modules, transformers' shared ones
+    # the family's modeling and configuration modules, transformers' shared ones
+    reads: tuple[Reads, ...] = ()
     version: str = ""
+    aliases: dict[str, str] = field(default_factory=dict)  # the class's attribute_map: alias -> attribute
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def _reads(raw: dict[str, Any]) -> Reads:
 def _entry(raw: dict[str, Any], reads: tuple[Reads, ...], version: str) -> ClassKeys:
     subs = {name: _entry(sub, reads, version) for name, sub in raw.get("sub_configs", {}).items()}
     return ClassKeys(raw["class"], frozenset(raw["params"]), dict(raw["defaults"]), frozenset(raw["written"]),
-                     dict(raw["derived"]), subs, reads, version)  # fmt: skip
+                     dict(raw["derived"]), subs, reads, version, dict(raw.get("attribute_map", {})))  # fmt: skip
 
 
 @functools.cache
@@ -193,6 +193,10 @@ def classify(keys: ClassKeys, key: str, value: Any) -> Verdict:
     """The fate of ``key`` = ``value`` by the class ``keys`` describes and the code that reads it (module
     docstring)."""
     cls, version = keys.config_class, keys.version
+    target = keys.aliases.get(key)
+    if target is not None and target != key:  # transformers sets the attribute the alias names
+        found = classify(replace(keys, aliases={}), target, value)
+        return Verdict(found.fate, f"{key} is {cls}'s alias of {target} (attribute_map): {found.text}")
     fate = keys.derived.get(key)
     if fate == "recomputed":
         return Verdict("ignored", f"{cls} computes it from other keys on load and overwrites the file's value "

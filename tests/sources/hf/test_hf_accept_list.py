@@ -321,3 +321,14 @@ def test_same_value_keeps_booleans_apart_from_numbers() -> None:
     assert (
         not accept.same_value(True, 1) and not accept.same_value(0, False) and not accept.same_value("1", 1)
     )
+
+
+def test_an_alias_of_the_class_is_judged_as_the_attribute_it_sets() -> None:
+    """An attribute_map alias the family's reader does not know (a newer transformers adds one) sets the attribute
+    it names: judged as that attribute, so a width transformers reads is refused, its default accepted."""
+    listed = accept.class_keys("llama")
+    assert listed is not None
+    aliased = replace(listed, aliases={"d_model_alias": "hidden_size"})
+    refused = accept.classify(aliased, "d_model_alias", listed.defaults["hidden_size"] * 2)
+    assert refused.fate == "problem" and "alias of hidden_size" in refused.text
+    assert accept.classify(aliased, "d_model_alias", listed.defaults["hidden_size"]).fate == "ignored"
