@@ -148,6 +148,8 @@ PROSE_NUMBERS = {
     "3": "exit 3 for the invalid config of the tour (checked above)",
     "0.9": "plan's default --memory-utilization, vLLM's gpu_memory_utilization",
     "16": "the KV cache's block size in tokens, vLLM's --block-size",
+    "5.24": "the oldest transformers the dev extra allows (pyproject)",
+    "6": "the transformers major version the dev extra stops below (pyproject)",
 }
 
 
@@ -168,6 +170,8 @@ def test_prose_numbers_hold() -> None:
 
     assert f"default `{DEFAULT_UTILIZATION}`" in _readme()
     assert f"blocks of `{BLOCK_TOKENS}` tokens" in _readme()
+    dev = project["optional-dependencies"]["dev"]
+    assert "transformers>=5.24,<6" in dev and "**5.24 up to (not including) 6**" in prose
 
 
 def test_presets_named_in_the_introduction_exist() -> None:
