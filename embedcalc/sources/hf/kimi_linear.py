@@ -157,7 +157,7 @@ _DEFAULTS: dict[str, Any] = dict(
     num_attention_heads=32, num_key_value_heads=32, n_shared_experts=1, kv_lora_rank=512, q_lora_rank=None,
     qk_rope_head_dim=64, v_head_dim=128, qk_nope_head_dim=128, num_experts_per_tok=8, hidden_act="silu",
     max_position_embeddings=1048576, tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0,
-    num_local_experts=256, linear_head_dim=128, linear_num_heads=32, linear_conv_kernel_dim=4, head_dim=None,
+    num_local_experts=256, linear_head_dim=128, linear_num_heads=32, linear_conv_kernel_dim=4,
 )  # fmt: skip
 FAMILIES = (
     Family("kimi_linear", "KimiLinearConfig", "KimiLinearForCausalLM (AutoModelForCausalLM)", "deepseek-v3",
