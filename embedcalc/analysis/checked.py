@@ -6,6 +6,7 @@ Shared by the CLI (which prints the warnings) and the Python API (which returns 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from embedcalc.analysis.parallel import parallel_problems
@@ -54,4 +55,9 @@ def analyze_loaded(loaded: LoadedConfig, workload: Workload, model_dtype: bool =
         raise does_not_fit(target, errors)
     published = loaded.source in ("preset", "hf")  # the model's own sizes, not someone choosing them
     warnings = loaded.source_warnings + config_warnings(loaded.config, loaded.user_keys, published) + warnings
-    return analyze(target, loaded.config, workload, warnings)
+    result = analyze(target, loaded.config, workload, warnings)
+    if loaded.source == "transformers":  # derived from transformers' module tree (embedcalc.api.general)
+        return replace(
+            result, reader="transformers-meta", reader_note=loaded.notes[-1] if loaded.notes else None
+        )
+    return result

@@ -30,6 +30,10 @@ class Analysis:
     warnings: list[Problem] = field(default_factory=list)
     active_params: int = -1  # parameters a token uses (MoE: top_k of the routed experts); -1: the total
     communication: CommunicationEstimate = field(default_factory=CommunicationEstimate)
+    reader: str = (
+        "native"  # "transformers-meta": a layer model derived from transformers' module tree (DESIGN §19)
+    )
+    reader_note: str | None = None  # how, for a derived one
 
     def __post_init__(self) -> None:
         if self.active_params < 0:
@@ -39,7 +43,8 @@ class Analysis:
         """The ``results[]`` entry of DESIGN.md §5; ``reader: native``: counted by embedcalc's own layer model (the
         general reader's entries, :mod:`embedcalc.reconcile.general`, say ``transformers-meta``)."""
         return {
-            "reader": "native",
+            "reader": self.reader,
+            **({"layer_model": self.reader_note} if self.reader_note else {}),
             "target": self.target,
             "dtype": self.workload.dtype,
             "dtype_source": self.workload.dtype_source,

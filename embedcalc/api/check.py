@@ -150,14 +150,14 @@ def _general_check(
 ) -> TargetCheck:
     """A family without a native mapping: valid when transformers builds it (its count through the general reader),
     else the refusal, told how to get the general reader when torch or transformers is missing."""
-    from embedcalc.api.general import general_available, general_hint, read_general
+    from embedcalc.api.general import beyond_general, general_available, general_hint, read_general
 
     if not general_available():
         return TargetCheck(target, error=general_hint(refusal))
     try:
         return TargetCheck(target, general=read_general(target, overrides, run))
     except ConfigError as exc:
-        return TargetCheck(target, error=exc)
+        return TargetCheck(target, error=beyond_general(refusal, exc))
 
 
 def _suggestions(target: str, overrides: Sequence[str] | None) -> list[Suggestion]:

@@ -12,6 +12,7 @@ reader. ``--set key=value`` on such a file sets the config.json's own key (``--s
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -20,18 +21,20 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.workload import Workload, with_model_dtype
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
-from embedcalc.sources.loading import parse_override, resolve_target, target_origin
+from embedcalc.sources.loading import LoadedConfig, parse_override, resolve_target, target_origin
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
     from embedcalc.api.serving import ServingOptions
     from embedcalc.api.timing import TimeOptions
+    from embedcalc.modeling.hf_meta import MetaModel
     from embedcalc.reconcile.general import GeneralCount, GeneralReport
 
 __all__ = [
     "EXTRA",
     "GENERAL_CODES",
     "count_general",
+    "derived_load",
     "general_available",
     "general_fallback",
     "general_hint",
@@ -138,22 +141,77 @@ def read_general(
     return count_general(raw, origin, str(target) if not isinstance(target, Mapping) else origin, workload)
 
 
+_BUILT: dict[
+    str, Any
+] = {}  # one meta build per file and workload in a process (load's derivation, then analyze)
+
+
+def _meta(raw: Mapping[str, Any], origin: str, workload: Workload) -> MetaModel:
+    from embedcalc.modeling.hf_meta import build_meta_model
+
+    shape = (workload.batch_size, workload.seq_len, workload.tgt_len, workload.seq_len + workload.gen_tokens)
+    key = json.dumps([raw, shape], sort_keys=True, default=str)
+    if key not in _BUILT:
+        try:
+            _BUILT.clear()  # the last one only: a meta model's description is small, but a sweep has many
+            _BUILT[key] = build_meta_model(raw, *shape)
+        except Exception as exc:  # transformers' refusal of a config, in whatever class it raises
+            raise _refused(origin, str(raw["model_type"]), exc) from None
+    meta: MetaModel = _BUILT[key]
+    return meta
+
+
+def derived_load(
+    refusal: ConfigError, target: str, origin: str, raw: Mapping[str, Any], overrides: Sequence[str] | None
+) -> LoadedConfig:
+    """A family no native reader maps, loaded as embedcalc's layer model derived from transformers' module tree
+    (:mod:`embedcalc.reconcile.general_layers`) when that model's parameters (per component), forward FLOPs and KV
+    cache equal transformers' count of the file exactly; else ``refusal``, told how to get the general reader when
+    it is missing (analyze and check then count the file through transformers alone)."""
+    from embedcalc.analysis.checked import analyze_loaded
+    from embedcalc.reconcile.general_layers import derive_layer_model
+    from embedcalc.sources.loading import load_parsed
+
+    if not general_available():
+        raise general_hint(refusal)
+    data = dict(raw)
+    for text in overrides or []:
+        key, value = parse_override(text)
+        data[key] = value
+    check = Workload(seq_len=8, gen_tokens=8)
+    try:
+        count = count_general(data, origin, target, check)
+    except ConfigError:
+        raise refusal from None
+    meta = _meta(data, origin, check)
+    proposal = derive_layer_model(meta.parameters, meta.text_attrs, str(data.get("_name_or_path") or target))
+    if proposal is None or meta.text_only is not None or count.flops is None:
+        raise refusal
+    dtype = next((data[k] for k in ("dtype", "torch_dtype") if isinstance(data.get(k), str)), None)
+    if dtype in ALIASES:
+        proposal["dtype"] = ALIASES[dtype]
+    try:
+        loaded = load_parsed(proposal, "file", origin, target=target)
+        analysis = analyze_loaded(loaded, check, model_dtype=False)
+    except ConfigError:
+        raise refusal from None
+    same = (analysis.params.as_dict() == count.params.as_dict() and analysis.flops.forward == count.flops.total
+            and analysis.memory.kv_cache_bytes == count.kv_cache_bytes)  # fmt: skip
+    if not same:
+        raise refusal
+    note = (
+        f"no native mapping of {meta.class_name}'s family: embedcalc's layer model derived from transformers' "
+        f"module tree ({count.counted_by}; params per component, FLOPs and KV cache agree exactly)"
+    )
+    return LoadedConfig(target, loaded.config, "transformers", loaded.user_keys, [*loaded.notes, note])
+
+
 def count_general(raw: Mapping[str, Any], origin: str, target: str, workload: Workload) -> GeneralCount:
     """The general reader on a parsed config.json (:func:`read_general` after loading)."""
-    from embedcalc.modeling.hf_meta import build_meta_model
     from embedcalc.reconcile.general import ExpertGroup, GeneralCount, cache_layers, place_flops, place_params
 
     model_type = str(raw["model_type"])
-    try:
-        meta = build_meta_model(
-            raw,
-            workload.batch_size,
-            workload.seq_len,
-            workload.tgt_len,
-            workload.seq_len + workload.gen_tokens,
-        )
-    except Exception as exc:  # transformers' refusal of a config, in whatever class it raises
-        raise _refused(origin, model_type, exc) from None
+    meta = _meta(raw, origin, workload)
     element = int(DTYPE_BYTES[workload.activation_dtype])
     notes = [
         f"counted by transformers {meta.version}'s {meta.class_name} ({meta.auto_class}) on the meta device"
@@ -227,8 +285,20 @@ def general_fallback(
                           "general_reader_option") from None  # fmt: skip
     from embedcalc.reconcile.general import GeneralReport
 
-    count = read_general(target, overrides, run)
+    try:
+        count = read_general(target, overrides, run)
+    except ConfigError as exc:
+        raise beyond_general(refusal, exc) from None
     return GeneralReport(count, general_budget(budget, count))
+
+
+def beyond_general(refusal: ConfigError, why: ConfigError) -> ConfigError:
+    """The native refusal (the families read, the YAML way), with why the general reader cannot count it either."""
+    tail = why.message.split(": ", 1)[-1]
+    message = f"{refusal.message}. The general reader cannot count it either: {tail}"
+    problems = [Problem(p.path, f"{p.message}. The general reader cannot count it either: {tail}", p.code)
+                for p in refusal.problems]  # fmt: skip
+    return ConfigError(message, problems, refusal.code)
 
 
 def general_budget(budget: Budget, count: GeneralCount) -> list[Problem]:

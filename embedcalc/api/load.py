@@ -10,6 +10,7 @@ from typing import Any, TypeAlias
 
 from embedcalc.config.limits import plain_numbers
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.errors import ConfigError
 from embedcalc.sources.loading import LoadedConfig, Overrides, load_parsed, resolve_target, target_origin
 
 ConfigLike: TypeAlias = str | Path | Mapping[str, Any] | LoadedConfig | ResolvedShape  # a ResolvedShape
@@ -49,9 +50,11 @@ def load(target: ConfigLike, overrides: Overrides = None) -> LoadedConfig:
         return load_parsed(raw, loaded.source, origin, target=origin, overrides=overrides, rename=True)
     if isinstance(target, Mapping):  # numpy numbers in it are Python ones first (the API's integer contract)
         name = str(target.get("name") or "config")
-        return load_parsed(
-            plain_numbers(dict(target)), "python", name, target=name, overrides=overrides, rename=True
-        )
+        plain = plain_numbers(dict(target))
+        try:
+            return load_parsed(plain, "python", name, target=name, overrides=overrides, rename=True)
+        except ConfigError as exc:
+            return _derived(exc, name, name, plain, overrides)
     if not isinstance(target, str | Path):
         from embedcalc.api.workload import usage
 
@@ -72,9 +75,24 @@ def load_target(
 def _load_named(name: str, overrides: Overrides, rename: bool, records: bool = False) -> LoadedConfig:
     raw, source, path = resolve_target(name)
     origin = target_origin(name, source, path)
-    return load_parsed(
-        raw, source, origin, path, target=name, overrides=overrides, rename=rename, records=records
-    )
+    try:
+        return load_parsed(
+            raw, source, origin, path, target=name, overrides=overrides, rename=rename, records=records
+        )
+    except ConfigError as exc:
+        return _derived(exc, name, origin, raw, overrides)
+
+
+def _derived(
+    refusal: ConfigError, target: str, origin: str, raw: dict[str, Any], overrides: Overrides
+) -> LoadedConfig:
+    """A Hugging Face family without a native mapping: its layer model derived through transformers (DESIGN §19,
+    :func:`embedcalc.api.general.derived_load`), or the refusal."""
+    if refusal.code != "hf_unsupported_family" or not isinstance(overrides, list | tuple | type(None)):
+        raise refusal
+    from embedcalc.api.general import derived_load
+
+    return derived_load(refusal, target, origin, raw, overrides)
 
 
 def as_loaded(config: ConfigLike) -> LoadedConfig:

@@ -102,7 +102,16 @@ def sweep_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
 
     raw, source, path = resolve_target(target)
     origin = target if source == "preset" else str(path)
-    data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
+    try:
+        data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
+    except ConfigError as exc:  # a family without a native mapping: its derived layer model (DESIGN §19)
+        if exc.code != "hf_unsupported_family":
+            raise
+        from embedcalc.api.general import derived_load
+
+        loaded = derived_load(exc, target, origin, raw, list(overrides))  # --set: the config.json's own keys
+        data = loaded.config.model_dump(mode="json", exclude_unset=True)
+        return SweepBase(target=target, data=data, user_keys={}, origin=origin, dtype_source="config")
     problems += apply_overrides(data, user_keys, list(overrides))
     if problems:
         lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)

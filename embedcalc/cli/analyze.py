@@ -75,6 +75,8 @@ def analyze_command(
         enforce_budget(report.over_budget, json_emitted=format is OutputFormat.json)
         return
     result, estimate, over = report.analysis, report.time, report.over_budget
+    if result.reader_note:
+        output.stderr.print(f"embedcalc: {target}: {result.reader_note}", markup=False)
     output.warn(result.warnings, target)
     if format is OutputFormat.json:
         status = "error" if over else "ok"

@@ -27,7 +27,6 @@ reason; the parameters stand.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -37,11 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from embedcalc.modeling.hf_cache import CacheTensor, cache_tensors
+
 __all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model", "transformers_version"]
 
-# the recurrent state of Mamba-like and linear-attention layers (transformers' LinearAttentionCacheLayerMixin and
-# the older MambaCache): constant in the sequence length; every other cached tensor is keys or values
-_STATE_ATTRS = ("conv_states", "recurrent_states", "ssm_states", "conv_state", "ssm_state")
 _TOP_K_ATTRS = ("top_k", "num_experts_per_tok", "moe_top_k", "num_selected_experts", "experts_per_token",
                 "num_experts_per_token", "moe_k", "router_top_k")  # fmt: skip
 
@@ -54,22 +52,6 @@ class ExpertModule:
     params: int
     num_experts: int
     top_k: int | None
-
-
-@dataclass(frozen=True)
-class CacheTensor:
-    """One tensor of the family's cache after the forward: its layer, stack (``self`` / ``cross``), what it holds
-    (``kv`` or ``state``), the attribute it is held under, its shape and elements."""
-
-    layer: int
-    stack: str
-    kind: str
-    attr: str
-    shape: tuple[int, ...]
-
-    @property
-    def elements(self) -> int:
-        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
@@ -90,6 +72,9 @@ class MetaModel:
     cache_class: str | None
     cache_error: str | None
     version: str
+    text_attrs: dict[
+        str, Any
+    ]  # the text config's attributes a layer model needs (heads, activation, positions)
 
 
 def transformers_version() -> str | None:
@@ -301,57 +286,6 @@ def _inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[s
     return {"input_ids": ids}
 
 
-def _tensors(value: Any, attr: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor under ``value`` (lists, tuples, dicts, nested), with the attribute it hangs from."""
-    if isinstance(value, torch.Tensor):
-        yield attr, value
-    elif depth < 3 and isinstance(value, list | tuple):
-        for item in value:
-            yield from _tensors(item, attr, depth + 1)
-    elif depth < 3 and isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item, attr, depth + 1)
-
-
-def _layer_tensors(layer: Any, index: int, stack: str) -> Iterator[CacheTensor]:
-    seen: set[int] = set()
-    for attr, value in vars(layer).items():
-        for name, t in _tensors(value, attr):
-            if id(t) in seen or t.dim() == 0 or not t.is_floating_point():
-                continue  # counters (cumulative_length), positions, indices: bookkeeping, not cache
-            seen.add(id(t))
-            kind = "state" if name in _STATE_ATTRS else "kv"
-            yield CacheTensor(index, stack, kind, name, tuple(int(s) for s in t.shape))
-
-
-def cache_tensors(cache: Any) -> tuple[CacheTensor, ...]:
-    """The cache's tensors per layer: ``Cache.layers`` (transformers 4.56+), ``EncoderDecoderCache``'s two caches,
-    or the per-layer lists of older cache classes (``key_cache``, ``conv_states``, ...)."""
-    if hasattr(cache, "self_attention_cache") and hasattr(cache, "cross_attention_cache"):
-        return cache_tensors(cache.self_attention_cache) + tuple(
-            CacheTensor(t.layer, "cross", t.kind, t.attr, t.shape)
-            for t in cache_tensors(cache.cross_attention_cache)
-        )
-    layers = getattr(cache, "layers", None)
-    if isinstance(layers, list | tuple):
-        return tuple(t for i, layer in enumerate(layers) for t in _layer_tensors(layer, i, "self"))
-    if isinstance(cache, tuple | list):  # legacy tuples: one (key, value) per layer
-        return tuple(
-            CacheTensor(i, "self", "kv", "legacy", tuple(int(s) for s in t.shape))
-            for i, layer in enumerate(cache)
-            for t in (layer if isinstance(layer, tuple | list) else (layer,))
-            if isinstance(t, torch.Tensor) and t.is_floating_point()
-        )
-    out = []
-    for attr, value in vars(cache).items():
-        if isinstance(value, list | tuple):
-            for i, t in enumerate(value):
-                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.is_floating_point():
-                    kind = "state" if attr in _STATE_ATTRS else "kv"
-                    out.append(CacheTensor(i, "self", kind, attr, tuple(int(s) for s in t.shape)))
-    return tuple(out)
-
-
 def _forward(
     model: nn.Module, architecture: str, batch: int, seq_len: int, tgt_len: int
 ) -> tuple[dict[str, int] | None, str | None, Any]:
@@ -441,4 +375,23 @@ def build_meta_model(
         cache_class=cache_class,
         cache_error=cache_error,
         version=str(transformers.__version__),
+        text_attrs=_text_attrs(build_from),
     )
+
+
+_ATTRS = {"heads": ("num_attention_heads", "n_head", "num_heads"), "kv_heads": ("num_key_value_heads",),
+          "act": ("hidden_act", "activation_function", "hidden_activation"),
+          "positions": ("max_position_embeddings", "n_positions", "max_sequence_length"),
+          "rope": ("rope_theta", "rope_parameters", "rope_scaling", "rotary_dim", "rotary_pct",
+                   "partial_rotary_factor", "rotary_emb_base"),
+          "window": ("sliding_window",)}  # fmt: skip
+
+
+def _text_attrs(config: Any) -> dict[str, Any]:
+    """The text config's attributes a layer model is derived with (:mod:`embedcalc.reconcile.general_layers`): the
+    first of each group's names it has (transformers' attribute_map resolves the family's own spelling)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    out: dict[str, Any] = {}
+    for what, names in _ATTRS.items():
+        out[what] = next((getattr(text, n) for n in names if getattr(text, n, None) is not None), None)
+    return out

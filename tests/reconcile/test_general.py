@@ -207,3 +207,57 @@ def test_check_reads_a_family_without_a_native_mapping(
     assert result.exit_code == 0, result.output
     entry = json.loads(result.stdout)["results"][0]
     assert entry["valid"] and entry["reader"] == "transformers-meta" and entry["params"]["total"] == 112_228
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "stablelm", "granite"])
+def test_a_layer_model_derived_from_the_module_tree_equals_the_native_one(
+    model_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its native mapping taken away, a family's file is loaded as the layer model derived from transformers'
+    module tree (kept only because its counts equal transformers'), and every analytic number equals the native
+    reader's: parameters, FLOPs, memory, time inputs."""
+    from embedcalc.sources.hf.registry import FAMILIES
+
+    raw = {"model_type": model_type, **_SMALL, "num_key_value_heads": 2}
+    native = embedcalc.analyze(dict(raw), seq_len=16, gen_tokens=8)
+    monkeypatch.delitem(FAMILIES, model_type)
+    derived = embedcalc.analyze(dict(raw), seq_len=16, gen_tokens=8)
+    assert derived.reader == "transformers-meta" and native.reader == "native"
+    assert derived.params.as_dict() == native.params.as_dict()
+    assert derived.flops.breakdown.as_dict() == native.flops.breakdown.as_dict()
+    assert derived.memory.to_json() == native.memory.to_json()
+    assert "layer model derived" in derived.to_json()["layer_model"]
+
+
+def test_xglm_has_no_native_mapping_and_gets_a_derived_layer_model() -> None:
+    """XGLM (sinusoidal positions, LayerNorm with biases, GELU FFN with biases, tied head): no native reader, its
+    layer model derived and checked against transformers' own count of the same file."""
+    from embedcalc.api.general import read_general
+
+    raw = {"model_type": "xglm", "d_model": 64, "ffn_dim": 128, "num_layers": 2, "attention_heads": 4,
+           "vocab_size": 100, "max_position_embeddings": 64}  # fmt: skip
+    derived = embedcalc.analyze(dict(raw), seq_len=16)
+    general = read_general(raw, run=Workload(seq_len=16))
+    assert derived.reader == "transformers-meta"
+    assert derived.params.as_dict() == general.params.as_dict()
+    assert general.flops is not None and derived.flops.forward == general.flops.total
+
+
+def test_analytic_commands_work_on_a_derived_layer_model(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from embedcalc.cli.app import app
+    from embedcalc.sources.hf.registry import FAMILIES
+
+    monkeypatch.delitem(FAMILIES, "qwen2")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2", **_SMALL, "num_key_value_heads": 2}))
+    runner = CliRunner()
+    timed = runner.invoke(app, ["analyze", str(path), "--hardware", "h100-sxm", "--format", "json"])
+    assert timed.exit_code == 0, timed.output
+    entry = json.loads(timed.stdout)["results"][0]
+    assert entry["reader"] == "transformers-meta" and "time" in entry
+    swept = runner.invoke(app, ["sweep", str(path), "--seq-len", "16,32", "--format", "json"])
+    assert swept.exit_code == 0, swept.output
