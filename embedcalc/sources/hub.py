@@ -1,5 +1,6 @@
 """Hub ids (``Qwen/Qwen3-8B``) as targets: the model's ``config.json`` from the local Hugging Face cache, offline;
-or, only when the user allows the network, that one file fetched with ``huggingface_hub``.
+or, only when the user allows the network, that one file fetched (bounded in time and size, :func:`fetch_config`)
+with the URL, endpoint and token ``huggingface_hub`` gives, and stored in its cache layout.
 
 The cache is the one huggingface_hub writes: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
 ``~/.cache/huggingface/hub``; in it ``models--ORG--NAME/refs/REVISION`` holds a commit hash and
@@ -18,14 +19,16 @@ the cache. A file the cache has but that cannot be read (a directory, a FIFO, no
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
-from embedcalc.sources.reading import read_bytes_bounded
+from embedcalc.sources.reading import MAX_CONFIG_BYTES, read_bytes_bounded
 
 # huggingface_hub's own grammar (utils/_validators.py validate_repo_id): ORG/NAME, each 1-96 of [A-Za-z0-9_.-],
 # starting and ending with a letter or digit, no "--" or "..", not ending in ".git"
@@ -189,24 +192,101 @@ def _not_available(repo: str, revision: str, why: str) -> UnsupportedEnvironment
     )
 
 
+# --online's bounds (issue 33: a server that never answered held the command 389 s; a 300 MB answer left 629 MB in
+# the cache before the size bound refused it): each connect and each read waits at most ONLINE_TIMEOUT_S, the whole
+# download at most ONLINE_DEADLINE_S, and the body is read in memory up to the config bound (1 MiB) before anything
+# is written, so a refused answer leaves nothing in the cache.
+ONLINE_TIMEOUT_S = 10.0
+ONLINE_DEADLINE_S = 30.0
+
+
+def _fetch_failed(repo: str, revision: str, why: str) -> UnsupportedEnvironmentError:
+    return UnsupportedEnvironmentError(
+        f"{repo}: fetching config.json at revision {revision} failed ({why}). For a gated repository accept its "
+        "terms on the hub and log in (`huggingface-cli login` or HF_TOKEN)",
+        "hub_fetch_failed",
+    )
+
+
+def _download(repo: str, revision: str) -> tuple[bytes, str | None]:
+    """config.json's bytes and the commit the hub says they are from (X-Repo-Commit), read bounded in time and
+    size; huggingface_hub gives the URL, the endpoint (HF_ENDPOINT) and the token's header."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    url = hf_hub_url(repo, "config.json", revision=revision, endpoint=os.environ.get("HF_ENDPOINT") or None)
+    request = urllib.request.Request(url, headers=build_hf_headers(library_name="embedcalc"))
+    deadline = time.monotonic() + ONLINE_DEADLINE_S
+    try:
+        with urllib.request.urlopen(request, timeout=ONLINE_TIMEOUT_S) as response:
+            chunks: list[bytes] = []
+            size = 0
+            while size <= MAX_CONFIG_BYTES:
+                if time.monotonic() > deadline:
+                    raise _fetch_failed(repo, revision, f"no complete answer within {ONLINE_DEADLINE_S:g} s")
+                chunk = response.read1(
+                    min(1 << 16, MAX_CONFIG_BYTES + 1 - size)
+                )  # one recv: a trickle meets the deadline
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise _fetch_failed(repo, revision, f"the answer is over {MAX_CONFIG_BYTES:,} bytes, the bound "
+                                    "of a config; nothing was written to the cache")  # fmt: skip
+            commit = response.headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
+    except urllib.error.HTTPError as exc:
+        raise _fetch_failed(repo, revision, f"HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # no route, refused, timed out, a bad URL
+        reason = getattr(exc, "reason", None) or exc
+        raise _fetch_failed(repo, revision, f"{type(exc).__name__}: {str(reason)[:200]}") from None
+    return b"".join(chunks), commit
+
+
+def _store(repo: str, revision: str, data: bytes, commit: str) -> Path:
+    """Write ``data`` into the cache as huggingface_hub lays it out (blobs/, snapshots/COMMIT/config.json linking
+    to its blob, refs/REVISION holding the commit) and return the snapshot's path."""
+    base = cache_dir() / ("models--" + repo.replace("/", "--"))
+    blob = base / "blobs" / hashlib.sha256(data).hexdigest()
+    snapshot = base / "snapshots" / commit / "config.json"
+    for folder in (blob.parent, snapshot.parent, base / "refs"):
+        folder.mkdir(parents=True, exist_ok=True)
+    partial = blob.with_name(blob.name + f".{os.getpid()}.incomplete")
+    partial.write_bytes(data)
+    os.replace(partial, blob)
+    if os.path.lexists(snapshot):
+        snapshot.unlink()
+    try:
+        snapshot.symlink_to(Path("..") / ".." / "blobs" / blob.name)
+    except OSError:  # a filesystem without symlinks: huggingface_hub copies too
+        snapshot.write_bytes(data)
+    if revision != commit:
+        ref = base / "refs" / revision
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(commit)
+    return snapshot
+
+
 def fetch_config(repo: str, revision: str) -> Path:
-    """Download just ``config.json`` of ``repo`` into the cache with huggingface_hub and return its path."""
+    """Download just ``config.json`` of ``repo`` into the cache (bounded: :data:`ONLINE_TIMEOUT_S`,
+    :data:`ONLINE_DEADLINE_S`, 1 MiB) and return its path."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
         raise _not_available(
             repo, revision, "its config.json is not in the local cache and HF_HUB_OFFLINE is set"
         )
     try:
-        from huggingface_hub import hf_hub_download
+        import huggingface_hub  # noqa: F401 (the URL, the endpoint and the token come from it)
     except ImportError:
         raise _not_available(repo, revision, "not cached, and --online needs huggingface_hub") from None
-    try:
-        return Path(hf_hub_download(repo_id=repo, filename="config.json", revision=revision))
-    except Exception as exc:  # network, 401/403 for gated repositories, 404: all are the environment's
-        raise UnsupportedEnvironmentError(
-            f"{repo}: fetching config.json at revision {revision} failed ({type(exc).__name__}: {exc}). For a "
-            "gated repository accept its terms on the hub and log in (`hf auth login` or HF_TOKEN)",
-            "hub_fetch_failed",
-        ) from None
+    data, commit = _download(repo, revision)
+    if commit is None or _COMMIT.fullmatch(commit.strip()) is None:
+        if _COMMIT.fullmatch(revision) is None:
+            raise _fetch_failed(repo, revision, "the server did not say which commit the file is from")
+        commit = revision
+    return _store(repo, revision, data, commit.strip())
 
 
 def resolve_hub_id(target: str) -> Path | None:

@@ -87,23 +87,6 @@ def test_online_respects_hf_hub_offline(cache: Path, monkeypatch: pytest.MonkeyP
     hub.configure()
 
 
-def test_online_fetches_only_config_json(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The download call, with huggingface_hub replaced: one file, the revision passed through."""
-    huggingface_hub = pytest.importorskip("huggingface_hub")
-    calls: list[dict[str, Any]] = []
-    target = _cache(cache, "x/y", "phi-2")
-
-    def fake(**kwargs: Any) -> str:
-        calls.append(kwargs)
-        return str(target)
-
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("EMBEDCALC_ONLINE", "1")
-    assert hub.resolve_hub_id("Org/Fresh@dev") == target
-    assert calls == [{"repo_id": "Org/Fresh", "filename": "config.json", "revision": "dev"}]
-
-
 def test_paths_and_presets_are_not_hub_ids(cache: Path) -> None:
     assert hub.parse_hub_id("gpt2") is None
     assert hub.parse_hub_id("configs/model.yaml") is None
