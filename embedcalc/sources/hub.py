@@ -215,7 +215,7 @@ def _download(repo: str, revision: str) -> tuple[bytes, str | None]:
     import urllib.request
 
     from huggingface_hub import constants, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # documented, not in __all__
 
     url = hf_hub_url(repo, "config.json", revision=revision, endpoint=os.environ.get("HF_ENDPOINT") or None)
     request = urllib.request.Request(url, headers=build_hf_headers(library_name="embedcalc"))
