@@ -99,15 +99,16 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     ((*QKV, "q_proj", "k_proj", "v_proj", "query", "key", "value", "q", "k", "v"), "attention/qkv"),
     (("o_proj", "out_proj", "dense_out", "o"), "attention/out"),
     (("sinks",), "attention/sinks"),
-    (("gate_proj", "up_proj", "gate_up_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h", "Wi", "wi",
-      "wi_0", "wi_1"), "ffn/in"),
+    (("gate_proj", "up_proj", "gate_up_proj", "up_gate_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h",
+      "Wi", "wi", "wi_0", "wi_1"), "ffn/in"),
     (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h", "wo"), "ffn/out"),
     # Apertus' attention_layernorm / feedforward_layernorm, Falcon's new decoder ln_attn / ln_mlp, BART's and
     # Marian's self_attn_layer_norm / final_layer_norm, ModernBERT's attn_norm / mlp_norm
+    # GTE's (mGTE's checkpoint names) attn_ln / mlp_ln and Jina-v3's norm1 / norm2
     (("input_layernorm", "ln_1", "attention_norm", "attention_layernorm", "ln_attn", "self_attn_layer_norm",
-      "attn_norm"), "attention/norm"),
+      "attn_norm", "attn_ln", "norm1"), "attention/norm"),
     (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm",
-      "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm"), "ffn/norm"),
+      "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm", "mlp_ln", "norm2"), "ffn/norm"),
 )  # fmt: skip
 # parameters of a layer's modules that are their own component: Gemma4TextRouter's scale and per_expert_scale,
 # GPT-OSS's attention sinks (self_attn.sinks)
@@ -135,6 +136,7 @@ _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "wor
                "token_type_embeddings": "embedding/type", "embed_in": "embedding/token", "shared": "embedding/token",
                # BLOOM's word_embeddings_layernorm, BART's layernorm_embedding (one per stack)
                "word_embeddings_layernorm": "embedding/norm", "layernorm_embedding": "embedding/norm",
+               "emb_ln": "embedding/norm",  # Jina-v3's (its checkpoint's name for the embeddings' LayerNorm)
                # Gemma 3n/4's per-layer inputs (Gemma4TextModel): the packed table, its projection and norm
                "embed_tokens_per_layer": "embedding/per_layer",
                "per_layer_model_projection": "embedding/per_layer_project",
@@ -149,6 +151,7 @@ _FINAL_NORMS = (
     "embedding_norm",
     "final_norm",
     "layer_norm",
+    "LayerNorm",  # XLM-RoBERTa-XL's encoder.LayerNorm (an embeddings' LayerNorm is placed before this is read)
 )
 _MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
 _MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_proj": "in", "output_gate": "in",
@@ -310,6 +313,8 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     # HunYuan's router is mlp.gate.wg (HunYuanMoEV1Gate)
     if len(inside) >= 2 and (inside[-1] in _ROUTERS or inside[-2:] == ["gate", "wg"]):
         return f"{stack}/moe/router"
+    if inside == ["LayerNorm"]:  # XLM-RoBERTa-XL's layer.N.LayerNorm: the pre-norm of its MLP
+        return f"{stack}/ffn/norm"
     if "post_attention_layernorm" in inside:
         return f"{stack}/{'attention' if sandwich else 'ffn'}/norm"
     # BERT: attention.output.dense / attention.output.LayerNorm, intermediate.dense, output.dense / .LayerNorm

@@ -150,7 +150,7 @@ def _dense(width: int, gated: bool, x: Dims, part: str, param: str, what: str) -
     """A dense FFN of ``width`` (a block's FFN, or the shared experts): up/gate (width, d), down (d, width)."""
     if part in _IN:
         return _linear(width, x.d, what, "hidden", param)
-    if part == "gate_up_proj" and gated:
+    if part in ("gate_up_proj", "up_gate_proj") and gated:  # GTE's checkpoint: mlp.up_gate_proj
         return _linear(2 * width, x.d, f"2 x {what}", "hidden", param)
     if part in _OUT:
         return _linear(x.d, width, "hidden", what, param)

@@ -1,0 +1,62 @@
+"""``verify DIR --checkpoint`` on the families issue 31 reads natively: a tiny model of each, built on the CPU from its
+transformers configuration class and written by ``save_pretrained`` (safetensors, under the checkpoint's own tensor
+names where transformers converts them: GTE's ``attn_ln`` / ``mlp_ln`` / ``mlp.up_gate_proj``, Jina-v3's
+``emb_ln`` / ``norm1`` / ``norm2``, XLM-RoBERTa-XL's ``layer.N.LayerNorm`` and ``encoder.LayerNorm``), places every
+tensor under its component with the shape the config gives it, and holds exactly what ``analyze`` counts.
+Nemotron-H's latent MoE (``fc1_latent_proj`` / ``fc2_latent_proj``) included.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hf_reference import quiet_transformers
+
+pytestmark = pytest.mark.torch
+
+_ENC = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96)
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mamba": ("AutoModelForCausalLM", dict(hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8)),
+    "falcon_mamba": ("AutoModelForCausalLM", dict(hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8,
+                                                  tie_word_embeddings=False)),
+    "mamba2": ("AutoModelForCausalLM", dict(hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8,
+                                            num_heads=8, head_dim=16, n_groups=2, chunk_size=8)),
+    "bamba": ("AutoModelForCausalLM", dict(hidden_size=64, num_hidden_layers=4, vocab_size=256, intermediate_size=96,
+                                           num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8,
+                                           mamba_d_state=8, mamba_n_groups=2, mamba_chunk_size=8,
+                                           attn_layer_indices=[1])),
+    "nemotron_h": ("AutoModelForCausalLM", dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                                head_dim=16, intermediate_size=48, mamba_num_heads=4, mamba_head_dim=16,
+                                                ssm_state_size=8, n_groups=2, chunk_size=8, vocab_size=256,
+                                                layers_block_type=["mamba", "moe", "attention", "mlp"],
+                                                n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                                                moe_shared_expert_intermediate_size=24, moe_latent_size=24)),
+    "umt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=256, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_heads=4,
+                                           relative_attention_num_buckets=8)),
+    "gte": ("AutoModel", _ENC | dict(max_position_embeddings=64)),
+    "jina_embeddings_v3": ("AutoModel", _ENC | dict(max_position_embeddings=66)),
+    "xlm-roberta-xl": ("AutoModel", _ENC | dict(max_position_embeddings=66)),
+    "eurobert": ("AutoModel", _ENC | dict(max_position_embeddings=64, pad_token_id=0)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_every_tensor_is_placed_and_holds_the_analytic_count(
+    cli: Any, tmp_path: Path, model_type: str
+) -> None:
+    import torch
+
+    transformers = quiet_transformers()
+    auto, keys = CASES[model_type]
+    torch.manual_seed(0)
+    model = getattr(transformers, auto).from_config(transformers.CONFIG_MAPPING[model_type](**keys))
+    model.save_pretrained(tmp_path / model_type)
+    result = cli("verify", str(tmp_path / model_type), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
+    assert all(e["reason"] == "a buffer, not a parameter" for e in check["extra"])
+    assert check["stored_params"] == check["analytic_params"] == sum(p.numel() for p in model.parameters())
