@@ -185,6 +185,22 @@ def parallel_problems(config: ResolvedShape, par: Parallelism) -> tuple[list[Pro
                 "pp_uneven",
             )
         )
+    v = par.pp_virtual
+    if v > 1 and par.pp == 1:
+        errors.append(
+            Problem(
+                "--pp-virtual",
+                f"--pp-virtual {v} interleaves model chunks over pipeline ranks; "
+                "with --pp 1 there is none: add --pp 2 or more, or drop it",
+                "pp_virtual_no_pp",
+            )
+        )
+    elif v > 1 and layers % (par.pp * v):
+        chunks = par.pp * v
+        errors.append(Problem("--pp-virtual", f"--pp {par.pp} × --pp-virtual {v} = {chunks} model chunks must "
+                              f"divide the model's {layers} blocks (Megatron-LM's interleaved schedule gives every "
+                              f"chunk the same layers); use a --pp-virtual v with {layers} divisible by {par.pp}·v",
+                              "pp_virtual_layers"))  # fmt: skip
     if par.zero and par.dp == 1:
         notes.append(
             Problem(

@@ -140,7 +140,10 @@ class Parallelism:
     1 shards optimizer state, 2 also gradients, 3 also weights; ``ep``: expert parallelism (Lepikhin et al. 2021,
     GShard; Megatron-core): the routed experts of every MoE layer are spread over ``ep`` ranks taken from the
     data-parallel group (so ``ep`` divides ``dp``), each rank holding num_experts / ep of them; ZeRO shards the
-    experts' state over the dp / ep ranks that hold the same experts.
+    experts' state over the dp / ep ranks that hold the same experts. ``pp_virtual``: model chunks per pipeline
+    rank, Megatron-LM's interleaved 1F1B schedule (Narayanan et al. 2021, §2.2.2; ``--num-layers-per-virtual-
+    pipeline-stage``): the bubble shrinks v-fold and each micro-batch crosses v times as many stage boundaries
+    (training only: :mod:`embedcalc.analysis.time.schedule`).
     """
 
     tp: int = bounded(1, 1)
@@ -148,6 +151,7 @@ class Parallelism:
     dp: int = bounded(1, 1)
     zero: int = bounded(0, 0, 3)
     ep: int = bounded(1, 1)
+    pp_virtual: int = bounded(1, 1)
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -211,6 +215,14 @@ class Workload:
         check_choices(self)
         # a mapping becomes a Parallelism
         object.__setattr__(self, "parallel", parallelism_from(self.parallel))
+        if self.mode != "training" and self.parallel.pp_virtual > 1:
+            message = (
+                f"--pp-virtual {self.parallel.pp_virtual} interleaves a training pipeline's micro-batches (Megatron-"
+                "LM's virtual stages); an inference request has no micro-batches to interleave: drop it or add "
+                "--mode training"
+            )
+            raise WorkloadError(message, [Problem("--pp-virtual", message, "pp_virtual_inference")],
+                                "pp_virtual_inference")  # fmt: skip
         if self.mode == "training" and self.dtype in INFERENCE_ONLY_DTYPES:
             kind = "a weight-only" if self.dtype in WEIGHT_ONLY_DTYPES else "an FP4"
             message = (

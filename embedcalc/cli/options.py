@@ -226,7 +226,7 @@ class WorkloadFlags:
 
 @dataclass(frozen=True)
 class ParallelFlags:
-    """--tp, --ep, --pp, --dp, --zero (Megatron-LM / ZeRO conventions; see Parallelism)."""
+    """--tp, --ep, --pp, --pp-virtual, --dp, --zero (Megatron-LM / ZeRO conventions; see Parallelism)."""
 
     tp: Annotated[
         int, _int_option(Parallelism, "tp", "--tp", help="Tensor-parallel degree (Megatron-LM).")
@@ -243,6 +243,15 @@ class ParallelFlags:
         int,
         _int_option(Parallelism, "pp", "--pp", help="Pipeline stages (1F1B); memory is the heaviest stage."),
     ] = _P.pp
+    pp_virtual: Annotated[
+        int,
+        _int_option(
+            Parallelism, "pp_virtual", "--pp-virtual",
+            help="Training: model chunks per pipeline rank (Megatron-LM's interleaved 1F1B): the bubble is "
+            "(pp - 1) / (v · micro-batches), at v times the stage-boundary sends; needs --pp > 1, blocks divisible "
+            "by pp · v, micro-batches a multiple of pp.",
+        ),
+    ] = _P.pp_virtual  # fmt: skip
     dp: Annotated[
         int,
         _int_option(Parallelism, "dp", "--dp", help="Data-parallel replicas (ZeRO shards over them)."),

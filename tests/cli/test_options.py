@@ -34,7 +34,7 @@ def test_dtype_flag_takes_the_vocabulary_and_its_aliases() -> None:
     parse = dtype_parser()
     assert [parse(d) for d in typing.get_args(Dtype)] == list(typing.get_args(Dtype))
     assert (parse("bfloat16"), parse("float32"), parse("float16")) == ("bf16", "fp32", "fp16")
-    with pytest.raises(typer.BadParameter, match=re.escape("fp32|bf16|fp16|fp8|int8|int4")):
+    with pytest.raises(typer.BadParameter, match=re.escape("fp32|bf16|fp16|fp8|mxfp4|nvfp4|int8|int4")):
         parse("float8")
     assert Workload(dtype="bfloat16").dtype == "bf16"  # type: ignore[arg-type]  # the API's aliases too
     assert Workload(dtype="bfloat16") == Workload(dtype="bf16")  # type: ignore[arg-type]
@@ -89,7 +89,7 @@ def test_check_judges_memory_per_device_with_the_parallel_flags(cli: Any) -> Non
     alone, sharded = cli("check", *args), cli("check", *args, "--tp", "8", "--dp", "8", "--zero", "3")
     assert alone.exit_code == 5 and sharded.exit_code == 0, (alone.stderr, sharded.stderr)
     workload = json.loads(sharded.stdout)["workload"]
-    assert workload["parallel"] == {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "ep": 1}
+    assert workload["parallel"] == {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "ep": 1, "pp_virtual": 1}
     analyzed = cli("analyze", *args, "--tp", "8", "--dp", "8", "--zero", "3")
     assert analyzed.exit_code == 0
 

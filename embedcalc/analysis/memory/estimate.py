@@ -13,7 +13,9 @@ optimizer state, 2 also the gradients, 3 also the weights.
 
 With pipeline parallelism and the 1F1B schedule, stage i holds the training activations of pp - i
 micro-batches in flight (Narayanan et al. 2021), so the first stage holds as many layers' worth as the whole
-model would for one micro-batch.
+model would for one micro-batch. The interleaved schedule (``--pp-virtual v``) holds 1 + (pp - 1) / (pp · v) times
+as much (Korthikanti et al. 2022, §4.2.3: the first stage's activations over p micro-batches, rounded down to
+whole bytes), the same factor on every stage.
 
 Every term takes a :class:`~embedcalc.analysis.structure.Dims`, so the sweep grid evaluates these same functions on
 numpy arrays (one device, no parallelism); :func:`memory_terms` gives the grid its columns.
@@ -46,7 +48,7 @@ from embedcalc.analysis.mixers import state_terms
 from embedcalc.analysis.parallel import Stage, sharded_shape, stage_dims, stage_layout, stage_tensors
 from embedcalc.analysis.params import model_tensors
 from embedcalc.analysis.structure import Dims, Num, maximum
-from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Workload
+from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
 
 MEMORY_KEYS = (
@@ -178,6 +180,13 @@ def memory_terms(config: ResolvedShape, workload: Workload, x: Dims, params: Num
 # --- per device, per pipeline stage -----------------------------------------------------------------------------------
 
 
+def held_activations(one_schedule: int, par: Parallelism) -> int:
+    """Activation bytes a stage holds under the interleaved schedule, given what plain 1F1B holds (module docstring):
+    × (1 + (p − 1) / (p · v)), exact in integers; unchanged at v = 1."""
+    p, v = par.pp, par.pp_virtual
+    return one_schedule * (p * v + p - 1) // (p * v) if v > 1 else one_schedule
+
+
 def _stage_memory(
     config: ResolvedShape, workload: Workload, stage: Stage, tensors: list[tuple[Any, int]]
 ) -> StageMemory:
@@ -222,7 +231,7 @@ def _stage_memory(
         weights_bytes=sharded(dense_params * per_param, expert_params * per_param, 3) + buffers,
         gradients_bytes=sharded(dense_params * per_param, expert_params * per_param, 2),
         optimizer_bytes=sharded(optimizer[0], optimizer[1], 1),
-        activations_bytes=in_flight * saved_activations(config, workload, stage).total,
+        activations_bytes=held_activations(in_flight * saved_activations(config, workload, stage).total, par),
         kv_cache_bytes=0,
         buffers_bytes=buffers,
     )  # fmt: skip
@@ -245,7 +254,7 @@ def estimate_memory(config: ResolvedShape, workload: Workload) -> MemoryEstimate
         activations = Breakdown()
         in_flight = workload.parallel.pp - stage.index
         for key, value in saved_activations(config, workload, stage).items():
-            activations.add(key, in_flight * value)
+            activations.add(key, held_activations(in_flight * value, workload.parallel))
     return MemoryEstimate(
         weights_bytes=heaviest.weights_bytes,
         gradients_bytes=heaviest.gradients_bytes,

@@ -14,7 +14,11 @@ Conventions, stated because peers differ:
   same passes at peak.
 - **Pipeline** (1F1B, Narayanan et al. 2021 §2.2): a step takes (m + p − 1) micro-batch times of one stage: the
   bubble is (p − 1) of them, a share (p − 1) / (m + p − 1) of the pipeline time; each micro-batch sends its
-  activations forward and their gradient back across a stage boundary on the critical path.
+  activations forward and their gradient back across a stage boundary on the critical path. The interleaved
+  schedule (``--pp-virtual v``, §2.2.2: each rank holds v chunks of L / (p · v) layers) shrinks the bubble to
+  (p − 1) / v micro-batch times, Megatron's bubble time fraction (p − 1) / (v · m) of the ideal step, at the cost
+  of v times the sends (a micro-batch crosses a boundary at each of a rank's v chunks, forward and back); it needs
+  m a multiple of p (Megatron-LM asserts it).
 - **Communication**: TP all-reduces and EP all-to-alls per micro-batch on the critical path (the recomputed
   forward repeats the forward ones). DP / ZeRO (:mod:`embedcalc.analysis.comm.volumes`'s bytes): with a pipeline
   the gradients are reduced after the pipeline flush (Megatron-LM: no overlap, all exposed); without one, DDP's
@@ -49,6 +53,16 @@ def accumulation_steps(w: Workload, global_batch: int | None) -> int:
     if global_batch is None:
         return pp
     per_round = micro * dp
+    group = per_round * pp  # the interleaved schedule's micro-batches come in groups of pp
+    if w.parallel.pp_virtual > 1 and global_batch % group:
+        lo = max(group, global_batch - global_batch % group)
+        message = (
+            f"--global-batch {global_batch} with --pp-virtual: the interleaved schedule runs micro-batches in "
+            f"groups of --pp {pp}, so it must be a multiple of --batch-size {micro} × --dp {dp} × --pp {pp} = "
+            f"{group}; use --global-batch {lo} or {lo + group}"
+        )
+        raise EmbedcalcError(message, ExitCode.USAGE, [Problem("--global-batch", message, "global_batch")],
+                             "global_batch")  # fmt: skip
     if global_batch % per_round:
         lo = max(per_round, global_batch - global_batch % per_round)
         message = (
@@ -60,9 +74,11 @@ def accumulation_steps(w: Workload, global_batch: int | None) -> int:
     return global_batch // per_round
 
 
-def bubble_fraction(pp: int, micro_batches: int) -> float:
-    """The 1F1B pipeline bubble's share of the pipeline time: (p − 1) / (m + p − 1) (Narayanan et al. 2021, §2.2)."""
-    return (pp - 1) / (micro_batches + pp - 1)
+def bubble_fraction(pp: int, micro_batches: int, virtual: int = 1) -> float:
+    """The pipeline bubble's share of the pipeline time: (p − 1) / (m + p − 1) for 1F1B (Narayanan et al. 2021,
+    §2.2); ((p − 1) / v) / (m + (p − 1) / v) interleaved over v chunks per rank (§2.2.2)."""
+    bubble = (pp - 1) / virtual
+    return bubble / (micro_batches + bubble)
 
 
 def recompute_passes(w: Workload, key: str) -> int:
@@ -100,14 +116,15 @@ def training_step(
         ComponentTime("optimizer", optimizer, 0.0, optimizer.bytes / (bytes_per_s * memory_fraction))
     )
     pp = w.parallel.pp
-    schedule = Schedule(m, m * w.batch_size * w.parallel.dp, bubble_fraction(pp, m))
+    v = w.parallel.pp_virtual
+    schedule = Schedule(m, m * w.batch_size * w.parallel.dp, bubble_fraction(pp, m, v))
     if model is None:
         return Phase("training_step", tuple(components)), schedule
     compute_mb = sum(c.time_s for c in components[:-1]) / m
     extra = _micro_batch_terms(config, w, model)
     per_mb = compute_mb + sum(v for _, v in extra)
     terms = [(name, m * value) for name, value in extra]
-    terms.append(("pipeline bubble", (pp - 1) * per_mb))
+    terms.append(("pipeline bubble", (pp - 1) / v * per_mb))
     terms.append(("data-parallel communication (exposed)", _dp_exposed(config, w, model, m, compute_mb,
                                                                        forward_mb * backward)))  # fmt: skip
     return Phase("training_step", tuple(components), tuple(terms)), schedule
@@ -128,7 +145,10 @@ def _micro_batch_terms(config: ResolvedShape, w: Workload, model: ExpectedModel)
     sends: list[Collective] = []
     if par.pp > 1:
         payload = w.batch_size * w.seq_len * config.embed_dim * w.activation_bytes
-        sends = [Collective("send", "pp", par.pp, "activations forward, gradients back", 2, 2 * payload)]
+        v = par.pp_virtual  # a boundary at each of the rank's chunks
+        sends = [
+            Collective("send", "pp", par.pp, "activations forward, gradients back", 2 * v, 2 * v * payload)
+        ]
     return [
         ("element-wise traffic", passes * model.stream_s(elementwise)),
         ("kernel overhead", passes * model.kernels_s(kernels)),
