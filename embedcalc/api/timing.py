@@ -72,7 +72,7 @@ def apply_time(
         return analysis, None
     from embedcalc.analysis.memory.capacity_search import capacity, with_kv_dtype
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, small_step_warning
     from embedcalc.devices.resolve import load_device
 
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
@@ -94,6 +94,8 @@ def apply_time(
     )  # fmt: skip
     estimate = estimate_time(analysis.config, w, request, analysis.memory.model_state_bytes)
     require_finite(estimate.to_json(), f"{analysis.target}: time")
+    if estimate.training is not None and (small := small_step_warning(estimate.training)) is not None:
+        analysis = replace(analysis, warnings=[*analysis.warnings, small])
     if max_memory is not None:
         limit, source = max_memory, "--max-memory"
     elif device is not None:

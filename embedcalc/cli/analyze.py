@@ -10,7 +10,7 @@ from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
 from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.hardware_options import TimeFlags
-from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
+from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, defaulted, flags
 from embedcalc.cli.serving_options import ServingFlags
 
 # The command modules import only their options at the top: `embedcalc --help` builds every command's signature
@@ -83,8 +83,9 @@ def analyze_command(
         # the workload as analysed: in the model's own dtype unless --dtype (dtype_source says which)
         output.emit_json("analyze", [report.to_json()], result.workload.as_dict(), over, status)
     else:
-        from embedcalc.render.tables import flops_table, memory_table, params_table
+        from embedcalc.render.tables import flops_table, memory_table, params_table, workload_header
 
+        output.stdout.print(workload_header(result, defaulted("batch_size", "seq_len")))
         if report.finetune is not None:
             from embedcalc.render.finetune import finetune_tables
 

@@ -338,6 +338,22 @@ def _group(hint: Any) -> tuple[type | None, tuple[str, ...] | None]:
     return None, None
 
 
+def defaulted(*names: str) -> list[str]:
+    """Which of the current command's options ``names`` (parameter names: ``seq_len``) nobody gave: left at their
+    defaults (click's parameter source), as headers say so; all of them outside a command."""
+    try:  # typer >= 0.29 runs its own copy of click
+        from typer._click.core import ParameterSource
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - older typer runs click itself
+        from click import get_current_context  # type: ignore[no-redef]
+        from click.core import ParameterSource  # type: ignore[assignment]
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return list(names)
+    return [n for n in names if ctx.get_parameter_source(n) in (None, ParameterSource.DEFAULT)]
+
+
 def flags(command: F) -> F:
     """Spread every option-group parameter of ``command`` into its fields, for typer; gather them back into the
     group object before ``command`` runs. Parameters that are not groups pass through unchanged."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from embedcalc.analysis.plan.rows import MAX_DEVICES
-from embedcalc.analysis.plan.scheduler import KvAdmission
+from embedcalc.analysis.plan.steps import KvAdmission
 from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors

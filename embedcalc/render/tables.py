@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.memory.estimate import MEMORY_KEYS
@@ -31,6 +32,22 @@ FLOPS_CAPTION = (
     "FLOPs = 2 per multiply-accumulate, matmuls only (what torch's FlopCounterMode counts); full n×n scores; "
     "training step = 3 × forward. ★ marks the O(n²·d) attention-score terms."
 )
+
+
+def workload_header(a: Analysis, defaulted: Sequence[str] = ()) -> Text:
+    """One line above analyze's tables: the workload every number is for, and which of its sizes nobody chose
+    (``defaulted``: the Workload fields left at their defaults), since a default is rarely the user's run."""
+    w = a.workload
+    tokens = f"seq_len {w.seq_len}" + (f", tgt_len {w.tgt_len}" if w.tgt_len is not None else "")
+    par = w.parallel
+    layout = ", ".join(f"{k} {getattr(par, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(par, k) > 1)
+    parts = [w.mode, f"batch {w.batch_size} × {tokens}", f"{w.dtype} ({w.dtype_source})", layout]
+    line = f"Workload — {a.target}: " + ", ".join(p for p in parts if p)
+    sizes = {"batch_size": f"--batch-size {w.batch_size}", "seq_len": f"--seq-len {w.seq_len}"}
+    unchosen = [flag for name, flag in sizes.items() if name in defaulted]
+    if unchosen:
+        line += f" [defaults: {', '.join(unchosen)}; set the run's own]"
+    return Text(line)
 
 
 def _group_rows(

@@ -15,11 +15,12 @@ import pytest
 from paths import GOLDEN
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from embedcalc.analysis.checked import analyze_loaded
 from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
-from embedcalc.render.tables import compare_table, flops_table, memory_table, params_table
+from embedcalc.render.tables import compare_table, flops_table, memory_table, params_table, workload_header
 from embedcalc.sources.loading import load_target
 
 GOLDEN_DIR = GOLDEN
@@ -31,7 +32,7 @@ def analysis(name: str, workload: Workload | None = None) -> Analysis:
     return analyze_loaded(load_target(name), workload or Workload())
 
 
-def render(*tables: Table) -> str:
+def render(*tables: Table | Text) -> str:
     console = Console(width=WIDTH, color_system=None, record=True, file=io.StringIO(), legacy_windows=False)
     for table in tables:
         console.print(table)
@@ -51,7 +52,9 @@ def check_golden(name: str, text: str, update: bool) -> None:
 
 def analyze_bert_base_text() -> str:
     a = analysis("bert-base")
-    return render(params_table(a), flops_table(a), memory_table(a))
+    return render(
+        workload_header(a, ("batch_size", "seq_len")), params_table(a), flops_table(a), memory_table(a)
+    )
 
 
 def compare_text() -> str:

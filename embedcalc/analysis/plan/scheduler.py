@@ -46,18 +46,17 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from embedcalc.analysis.plan.steps import StepCost
+from embedcalc.analysis.plan.steps import KvAdmission, StepCost
 
 # vLLM's defaults for the OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, vLLM 0.10):
 # devices of >= 70 GiB other than the A100 get the larger budget (PR #17885), the others the smaller one
 LARGE_DEVICE_BYTES = 70 * 2**30
 LARGE_MAX_NUM_SEQS, LARGE_MAX_BATCHED_TOKENS = 1024, 8192
 SMALL_MAX_NUM_SEQS, SMALL_MAX_BATCHED_TOKENS = 256, 2048
-KvAdmission = Literal["on-demand", "reserve"]
 BURST_MEASURED = 200  # closed loop: at least this many requests measured after the start-up burst
 OPEN_REQUESTS = 400  # open loop: Poisson arrivals simulated (the first tenth not measured)
 

@@ -21,8 +21,8 @@ from embedcalc.analysis.memory.serving import (
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan.expert_parallel import has_routed_experts, num_experts, rank_times
 from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price, ServingRow, ServingTimes
-from embedcalc.analysis.plan.scheduler import Engine, KvAdmission, default_engine, simulate
-from embedcalc.analysis.plan.steps import Speculation, StepCost, computed_prompt
+from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype
 from embedcalc.analysis.workload import Parallelism, Workload

@@ -29,7 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+# how an engine admits a request against its KV blocks (plan's --kv-admission; the scheduler reads it): a leaf
+# here, so that the CLI's options need not import the scheduler (and numpy) to build --help
+KvAdmission = Literal["on-demand", "reserve"]
 
 
 @dataclass(frozen=True)

@@ -296,6 +296,26 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     )
 
 
+# The fewest tokens per optimizer step of a published pre-training run: BERT-base's phase 1, 256 sequences of 128
+# tokens (Devlin et al. 2019, appendix A.2); GPT-3 used 0.5M-3.2M (Brown et al. 2020, table 2.1), nanoGPT's GPT-2
+# 0.49M, Llama 2 4M. A run planned far below it is usually a workload nobody chose (analyze's default 1 x 128).
+SMALLEST_PUBLISHED_STEP_TOKENS = 256 * 128
+
+
+def small_step_warning(run: TrainingRun) -> Problem | None:
+    """A warning when a training run's tokens per step are below any published pre-training run's: its wall time
+    is that of a step size nobody trains at, most often analyze's default batch 1 x seq_len 128."""
+    if run.tokens_per_step >= SMALLEST_PUBLISHED_STEP_TOKENS:
+        return None
+    message = (
+        f"{run.tokens_per_step:,} tokens per optimizer step is far below any published "
+        f"pre-training run's (BERT-base's 256 x 128 = {SMALLEST_PUBLISHED_STEP_TOKENS:,} is the smallest; GPT-3's "
+        "0.5M-3.2M); the run's time is that of this step size: give the run's own --seq-len and --global-batch "
+        "(e.g. --seq-len 2048 --global-batch 512)"
+    )
+    return Problem("--global-batch", message, "small_training_step")
+
+
 def _training_run(
     config: ResolvedShape, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
 ) -> TrainingRun | None:
