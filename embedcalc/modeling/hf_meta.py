@@ -109,31 +109,42 @@ class NoAutoClassError(LookupError):
 Part = str
 
 
-def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
-    """(class name, auto class, architecture, the config to build it from, the part counted): the module
-    docstring's rule."""
+def _own_class(config: Any) -> tuple[str, str, str, Any, Part] | None:
+    """A config's own generative class: seq2seq for an encoder-decoder, causal LM for a decoder (a family with a
+    masked-LM class is an encoder: None here)."""
     model_type = config.model_type
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    base = _names("MODEL_MAPPING_NAMES")
     if getattr(config, "is_encoder_decoder", False):
-        name = _names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES").get(model_type) or base.get(model_type)
-        if name:
-            return name, "AutoModelForSeq2SeqLM", "encoder-decoder", config, "all"
-    if text is not config:
-        causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(text.model_type)
-        if causal:
-            return causal, "AutoModelForCausalLM", "decoder", text, "all"
-        outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
-        if outer:
-            return outer, "AutoModelForImageTextToText", "decoder", config, "language"
-        if text.model_type in base:
-            return base[text.model_type], "AutoModel", "encoder", text, "all"
-        if model_type in base:
-            return base[model_type], "AutoModel", "encoder", config, "text_model"
-        raise NoAutoClassError(model_type)
+        name = _names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES").get(model_type)
+        name = name or _names("MODEL_MAPPING_NAMES").get(model_type)
+        return (name, "AutoModelForSeq2SeqLM", "encoder-decoder", config, "all") if name else None
     causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(model_type)
     if causal and model_type not in _names("MODEL_FOR_MASKED_LM_MAPPING_NAMES"):
         return causal, "AutoModelForCausalLM", "decoder", config, "all"
+    return None
+
+
+def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
+    """(class name, auto class, architecture, the config to build it from, the part counted): the module
+    docstring's rule. A composite config's text model first (its own class, else the multimodal class's language
+    model and head, else the text tower the composite model builds, else the text config's base model)."""
+    model_type = config.model_type
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    base = _names("MODEL_MAPPING_NAMES")
+    if text is not config:
+        own = _own_class(text)
+        if own is not None:
+            return own
+        outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
+        if outer:
+            return outer, "AutoModelForImageTextToText", "decoder", config, "language"
+        if model_type in base:
+            return base[model_type], "AutoModel", "encoder", config, "text_model"
+        if text.model_type in base:
+            return base[text.model_type], "AutoModel", "encoder", text, "all"
+        raise NoAutoClassError(model_type)
+    own = _own_class(config)
+    if own is not None:
+        return own
     parent = _parent(config, _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"))
     if (
         parent is not None
@@ -157,7 +168,8 @@ def _parent(text: Any, mapping: Mapping[str, str]) -> Any:
             continue
         cls: Any = CONFIG_MAPPING[model_type]
         if getattr(cls, "sub_configs", {}).get("text_config") is type(text):
-            return cls(text_config=text.to_dict())
+            tie = getattr(text, "tie_word_embeddings", None)  # a text file alone keeps its own head tying
+            return cls(text_config=text.to_dict(), **({} if tie is None else {"tie_word_embeddings": tie}))
     return None
 
 
@@ -201,8 +213,8 @@ def _counted_part(model: nn.Module, part: Part, config: Any) -> tuple[str, set[s
     text = config.get_text_config()
     name = next((n for n, m in model.named_modules() if n and getattr(m, "config", None) is text), None)
     if name is None:
-        name = next((n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in ("text_model", "text_encoder")),
-                    "")  # fmt: skip
+        towers = ("text_model", "text_encoder", "text_backbone", "language_model")
+        name = next((n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in towers), "")
     return name, {name} if name else set()
 
 
@@ -341,6 +353,8 @@ def build_meta_model(
     params: list[tuple[str, tuple[int, ...]]] = []
     outside: list[tuple[str, tuple[int, ...]]] = []
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # a fixed table held as a frozen parameter (Marian's sinusoidal positions)
+            continue
         (params if counted(name) else outside).append((name, tuple(int(s) for s in p.shape)))
     flops: dict[str, int] | None = None
     flops_error = cache_error = cache_class = None
