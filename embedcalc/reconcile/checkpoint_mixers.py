@@ -17,6 +17,10 @@ part and the parameter, or the parameter alone. The widths are the mixer's own (
 - short_conv (``Lfm2ShortConv``): ``in_proj`` (3 I, d), ``conv`` (I, 1, K);
 - lightning (``MiniMaxLightningAttention``): ``qkv_proj`` (3 inner, d), ``output_gate`` (inner, d), ``norm``
   (inner,);
+- kda (``KimiLinearDeltaAttention``, the checkpoint's names): ``q_proj`` / ``k_proj`` / ``v_proj`` (inner, d),
+  ``b_proj`` (H, d), ``q_conv1d`` / ``k_conv1d`` / ``v_conv1d`` (inner, 1, K), ``f_a_proj`` / ``g_a_proj`` (h, d),
+  ``f_b_proj`` / ``g_b_proj`` (inner, h), ``A_log`` (1, 1, H, 1), ``dt_bias`` (inner,), ``o_norm`` (h,), ``o_proj``
+  (d, inner);
 
 and for every kind ``out_proj`` (d, inner); a bias has the weight's first dimension.
 """
@@ -32,6 +36,15 @@ def _projections(m: Mixer, d: int) -> dict[str, Shape]:
     """part -> (weight shape, why) of the mixer's linear layers and its convolution."""
     k = m.conv_kernel
     out: dict[str, Shape] = {"out_proj": ((d, m.inner), "hidden, inner")}
+    if m.kda:
+        qkv: Shape = ((m.inner, d), "num_heads x head_dim, hidden")
+        low: Shape = ((m.head_dim, d), "head_dim, hidden")
+        up: Shape = ((m.inner, m.head_dim), "num_heads x head_dim, head_dim")
+        window: Shape = ((m.inner, 1, m.conv_kernel), "num_heads x head_dim, 1, conv_kernel")
+        return {"q_proj": qkv, "k_proj": qkv, "v_proj": qkv, "b_proj": ((m.num_heads, d), "num_heads, hidden"),
+                "f_a_proj": low, "g_a_proj": low, "f_b_proj": up, "g_b_proj": up, "q_conv1d": window,
+                "k_conv1d": window, "v_conv1d": window,
+                "o_proj": ((d, m.inner), "hidden, num_heads x head_dim")}  # fmt: skip
     if m.lightning:
         return out | {"qkv_proj": ((3 * m.inner, d), "3 x num_heads x head_dim, hidden"),
                       "output_gate": ((m.inner, d), "num_heads x head_dim, hidden")}  # fmt: skip
@@ -55,6 +68,10 @@ def _vectors(m: Mixer) -> dict[str, Shape]:
     """name -> (shape, why) of the mixer's own parameters and its norms' weights."""
     if m.lightning:
         return {"norm": ((m.inner,), "num_heads x head_dim")}
+    if m.kda:  # A_log as KimiLinearForgetGate holds it, (1, 1, H, 1)
+        return {"A_log": ((1, 1, m.num_heads, 1), "1, 1, num_heads, 1"),
+                "dt_bias": ((m.inner,), "num_heads x head_dim"),
+                "o_norm": ((m.head_dim,), "head_dim (one norm the heads share)")}  # fmt: skip
     if m.short_conv:
         return {}
     if m.mamba1:

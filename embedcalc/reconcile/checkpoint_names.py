@@ -157,6 +157,11 @@ _MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
 _MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_proj": "in", "output_gate": "in",
                 "conv1d": "conv", "conv": "conv", "x_proj": "x_proj", "dt_proj": "dt_proj", "dt_layernorm": "bc_norm",
                 "b_layernorm": "bc_norm", "c_layernorm": "bc_norm", "norm": "gate_norm", "out_proj": "out"}  # fmt: skip
+# Kimi Linear's KDA layer (its checkpoint's names, under self_attn): a mixer alone in its layer, never beside
+# attention (where self_attn's q_proj / o_proj are the attention's: Falcon-H1)
+_KDA_PARTS = {"q_proj": "in", "k_proj": "in", "v_proj": "in", "b_proj": "in", "q_conv1d": "conv", "k_conv1d": "conv",
+              "v_conv1d": "conv", "f_a_proj": "gate", "f_b_proj": "gate", "g_a_proj": "gate", "g_b_proj": "gate",
+              "o_norm": "gate_norm", "o_proj": "out"}  # fmt: skip
 _MIXER_PARAMS = ("A_log", "D", "dt_bias")
 _PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
 # Mllama's tanh gates, parameters of the cross-attention layer itself (MllamaCrossAttentionDecoderLayer)
@@ -243,7 +248,7 @@ def tensor_role(
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     if tuple(inside) in _REPLACED:
         return TensorRole(f"{stack}/{_REPLACED[tuple(inside)]}", layer, kind, module)
-    key = _mixer_key(inside, param) if sublayer in ("mixer", "parallel") else None
+    key = _mixer_key(inside, param, sublayer == "parallel") if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
@@ -287,13 +292,14 @@ def within_layer(module: str, layer: int | None) -> list[str]:
     return segments[segments.index(str(layer)) + 1 :] if str(layer) in segments else segments
 
 
-def _mixer_key(inside: list[str], param: str) -> str | None:
-    """A recurrent mixer layer's tensor: ``mixer/<part>`` (module docstring), None for its FFN's."""
+def _mixer_key(inside: list[str], param: str, parallel: bool = False) -> str | None:
+    """A recurrent mixer layer's tensor: ``mixer/<part>`` (module docstring), None for its FFN's (and, beside the
+    block's attention, for the attention's)."""
     if not inside or inside[0] not in _MIXER_MODULES:
         return None
     if len(inside) == 1:
         return "mixer/ssm" if param in _MIXER_PARAMS else None
-    part = _MIXER_PARTS.get(inside[1])
+    part = _MIXER_PARTS.get(inside[1]) or (None if parallel else _KDA_PARTS.get(inside[1]))
     return f"mixer/{part}" if part is not None and len(inside) == 2 else None
 
 

@@ -3,7 +3,8 @@ transformers configuration class and written by ``save_pretrained`` (safetensors
 names where transformers converts them: GTE's ``attn_ln`` / ``mlp_ln`` / ``mlp.up_gate_proj``, Jina-v3's
 ``emb_ln`` / ``norm1`` / ``norm2``, XLM-RoBERTa-XL's ``layer.N.LayerNorm`` and ``encoder.LayerNorm``), places every
 tensor under its component with the shape the config gives it, and holds exactly what ``analyze`` counts.
-Nemotron-H's latent MoE (``fc1_latent_proj`` / ``fc2_latent_proj``) included.
+Nemotron-H's latent MoE (``fc1_latent_proj`` / ``fc2_latent_proj``) and Kimi Linear's KDA layers (``self_attn``'s
+``q_conv1d`` / ``k_conv1d`` / ``v_conv1d``, ``f_a_proj`` ..., ``A_log`` of shape (1, 1, H, 1)) included.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                                 layers_block_type=["mamba", "moe", "attention", "mlp"],
                                                 n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                                                 moe_shared_expert_intermediate_size=24, moe_latent_size=24)),
+    # Kimi Linear: the KDA layers' tensors under self_attn by the checkpoint's own names (q/k/v_conv1d, f_a_proj, ...)
+    "kimi_linear": ("AutoModelForCausalLM", dict(hidden_size=64, num_hidden_layers=5, num_key_value_heads=4,
+                                                 vocab_size=256, intermediate_size=96, moe_intermediate_size=16,
+                                                 num_attention_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,
+                                                 qk_nope_head_dim=16, v_head_dim=16, linear_head_dim=16,
+                                                 linear_num_heads=4, num_experts=4, num_experts_per_token=2,
+                                                 pad_token_id=0, bos_token_id=1, eos_token_id=2)),
     "umt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=256, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_heads=4,
                                            relative_attention_num_buckets=8)),
     "gte": ("AutoModel", _ENC | dict(max_position_embeddings=64)),
