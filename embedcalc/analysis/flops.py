@@ -65,6 +65,7 @@ from embedcalc.analysis.structure import (
     minimum,
     per_layer_width,
     projected_kv_width,
+    q_heads,
     qk_width,
     stacks,
     v_width,
@@ -152,7 +153,7 @@ def attention_flops(
 ) -> list[tuple[str, Num]]:
     """Forward FLOPs of ``layers`` layers of one attention sublayer: queries on ``t`` tokens, keys and values on
     ``t_kv``, ``score_tokens`` = b x pairs per head. Written as (tokens) x (per-token coefficient)."""
-    d, h = x.d, x.h
+    d, h = x.d, q_heads(a, x)
     qk, v = qk_width(a, x), v_width(a, x)
     scores = (f"{prefix}/scores", score_tokens * (layers * 2 * h * qk))
     context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))

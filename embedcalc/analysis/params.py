@@ -57,6 +57,7 @@ from embedcalc.analysis.structure import (
     norm_has_bias,
     per_layer_width,
     projected_kv_width,
+    q_heads,
     sublayer_norms,
     v_width,
 )
@@ -77,7 +78,7 @@ def _norm(config: ResolvedShape, key: str, width: Num, count: int = 1) -> list[P
 
 def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
-    d, h = x.d, x.h
+    d, h = x.d, q_heads(a, x)
     if a.kind == "standard":
         hd = head_width(a, x)
         q, kv = h * hd, kv_width(a, x)

@@ -215,6 +215,12 @@ def v_width(attention: Attention, x: Dims) -> Num:
     return attention.v_head_dim or head_width(attention, x)
 
 
+def q_heads(attention: Attention, x: Dims) -> Num:
+    """Query heads of one attention layer: the block's own (``attention.num_heads``, fixed under a sweep) when it
+    sets them (Laguna's per-layer heads), else the flat ``h``."""
+    return attention.num_heads if attention.own_heads else x.h
+
+
 def kv_heads(attention: Attention, x: Dims) -> Num:
     """Key/value heads of one attention layer: every head for latent attention, the block's own
     (``attention.num_kv_heads``, fixed under a sweep) when it sets them, else the flat ``g``."""

@@ -114,6 +114,13 @@ class AttentionSpec(AttentionFields, BaseModel):
             "FLOPs or cached keys in this layer."
         ),
     )
+    num_heads: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: this block's query heads when they differ from the flat num_heads (Laguna's "
+            "num_attention_heads_per_layer); the block keeps them when a sweep varies num_heads."
+        ),
+    )
     head_dim: PositiveInt | None = Field(
         default=None,
         description=(

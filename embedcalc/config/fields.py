@@ -148,6 +148,9 @@ class AttentionFields(SpecFields):
         def index_shared(self) -> bool: ...
 
         @property
+        def num_heads(self) -> int | None: ...
+
+        @property
         def head_dim(self) -> int | None: ...
 
         @property

@@ -41,6 +41,7 @@ class Attention:
     index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
     own_head_dim: bool = False  # standard: head_dim is the block's own, not the flat (swept) one
     own_kv_heads: bool = False  # standard: num_kv_heads is the block's own, likewise
+    own_heads: bool = False  # standard: num_heads is the block's own (Laguna's per-layer heads), likewise
     values_from_keys: bool = (
         False  # standard: no value projection, V is K's projection (Gemma 4 attention_k_eq_v)
     )

@@ -74,6 +74,7 @@ class AttentionRecord(AttentionFields, Record):
         "index_head_dim": RecordField(None),
         "index_topk": RecordField(None),
         "index_shared": RecordField(False),
+        "num_heads": RecordField(None),
         "head_dim": RecordField(None),
         "values_from_keys": RecordField(False),
         "kv_shared": RecordField(False),

@@ -157,12 +157,14 @@ class ResolvedShape(ConfigFields):
     def resolve_attention(self, spec: AttentionFields) -> Attention:
         """An attention spec with this config's head counts, biases and defaults filled in."""
         standard = Attention(
-            kind="standard", num_heads=self.num_heads, num_kv_heads=spec.num_kv_heads or self.resolved_kv_heads,
+            kind="standard", num_heads=spec.num_heads or self.num_heads,
+            num_kv_heads=spec.num_kv_heads or self.resolved_kv_heads,
             head_dim=spec.head_dim or self.resolved_head_dim, qkv_bias=self.resolved_qkv_bias,
             out_bias=self.resolved_out_bias, qk_norm=spec.qk_norm, sinks=spec.sinks, window=spec.sliding_window,
             chunk=spec.chunk_size, output_gate=spec.output_gate, v_head_dim=spec.v_head_dim or 0,
             head_gate=spec.head_gate,
             own_head_dim=spec.head_dim is not None, own_kv_heads=spec.num_kv_heads is not None,
+            own_heads=spec.num_heads is not None,
             values_from_keys=spec.values_from_keys, kv_shared=spec.kv_shared, full_cache=spec.full_cache,
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
         )  # fmt: skip

@@ -52,6 +52,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
                                   "layers": [{"pattern": ["default", "local"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
     "head_gate": {"attention": {"head_gate": True}, "num_kv_heads": 2},
+    "block_heads": {"num_kv_heads": 2, "blocks": {"wide": {"attention": {"num_heads": 8, "sinks": True}}},
+                    "layers": [{"pattern": ["wide", "default"]}]},
     # MiMo-V2-Flash's sliding layers: value heads narrower than the keys, sinks, twice the KV heads
     "v_head_dim_window": {"attention": {"v_head_dim": 4}, "blocks": {"local": {"attention": {
         "sliding_window": 3, "sinks": True, "num_kv_heads": 4}}}, "layers": [{"pattern": ["default", "local"]}],

@@ -61,6 +61,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
     # Laguna's per-head gate: g Linear(D, H) without bias, softplus(g(x)) scales each head's context
     "head_gate": ({"attention": {"head_gate": True, "qk_norm": "head"}}, {"decoder/attention/head_gate": L * D * H},
                   {"decoder/attention/head_gate": L * 2 * T * D * H}),
+    # a block with its own query heads (Laguna's num_attention_heads_per_layer): 8 heads beside the flat 4
+    "block_heads": ({"blocks": {"wide": {"attention": {"num_heads": 8, "head_gate": True}}},
+                     "layers": [{"pattern": ["default", "wide"]}]},
+                    {"decoder/attention/qkv": D * (H * HD + 2 * G * HD) + D * (8 * HD + 2 * G * HD),
+                     "decoder/attention/out": (H + 8) * HD * D, "decoder/attention/head_gate": D * 8},
+                    {"decoder/attention/scores": SCORES // (2 * H) * (H + 8)}),
     "sinks_windows": (
         {"attention": {"sinks": True}, "blocks": {"local": {"attention": {"sliding_window": 3}}},
          "layers": [{"pattern": ["local", "default"]}]},
@@ -487,3 +493,13 @@ def test_xielu_computes_what_transformers_computes() -> None:
     x = torch.cat([torch.linspace(-6, 6, 101), torch.tensor([0.0, -1e-7, 1e-7])])
     torch.testing.assert_close(ours(x), theirs._xielu_python(x))
     assert transformers is not None
+
+
+def test_block_heads_must_be_a_multiple_of_the_kv_heads() -> None:
+    """A block's own num_heads meets the flat num_kv_heads: the message names the block's field and both values."""
+    from pydantic import ValidationError
+
+    with pytest.raises(
+        ValidationError, match=r"num_kv_heads \(2\) must divide blocks.wide.attention.num_heads \(5\)"
+    ):
+        _config(blocks={"wide": {"attention": {"num_heads": 5}}}, layers=[{"pattern": ["default", "wide"]}])

@@ -19,7 +19,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from embedcalc.analysis.finetune.naming import Naming, naming_for
-from embedcalc.analysis.structure import Dims, cross_attention, head_width, kv_width, projected_kv, stacks
+from embedcalc.analysis.structure import (
+    Dims,
+    cross_attention,
+    head_width,
+    kv_heads,
+    kv_width,
+    projected_kv,
+    projected_kv_width,
+    q_heads,
+    stacks,
+    v_width,
+)
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import WorkloadError
@@ -90,16 +101,17 @@ def _path(naming: Naming, stack: str, role: str, family: str | None) -> str:
 
 def _attention(a: Attention, x: Dims, prefix: str, fused: bool) -> Iterator[tuple[str, str, int, int, bool]]:
     """(role, key suffix, in, out, bias) of one attention sublayer's linear modules."""
-    d, h = x.d, x.h
+    d, h = x.d, q_heads(a, x)
     if a.kind == "standard":
         q, kv, n_kv = h * head_width(a, x), kv_width(a, x), projected_kv(a)
+        widths = {"k": kv, "v": kv_heads(a, x) * v_width(a, x)}  # values of their own width (MiMo-V2-Flash)
         if fused:
-            yield f"{prefix}/qkv", f"{prefix}/qkv", d, q + n_kv * kv, a.qkv_bias
+            yield f"{prefix}/qkv", f"{prefix}/qkv", d, q + projected_kv_width(a, x), a.qkv_bias
         else:
             yield f"{prefix}/q", f"{prefix}/qkv", d, q, a.qkv_bias
             for role in ("k", "v")[:n_kv]:
-                yield f"{prefix}/{role}", f"{prefix}/qkv", d, kv, a.qkv_bias
-        yield f"{prefix}/out", f"{prefix}/out", q, d, a.out_bias
+                yield f"{prefix}/{role}", f"{prefix}/qkv", d, widths[role], a.qkv_bias
+        yield f"{prefix}/out", f"{prefix}/out", h * v_width(a, x), d, a.out_bias
         return
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim  # MLA, DeepSeek-V2 §2.1
     if a.q_lora_rank is not None:

@@ -70,6 +70,7 @@ from embedcalc.analysis.structure import (
     kv_heads,
     maximum,
     minimum,
+    q_heads,
     v_width,
 )
 from embedcalc.analysis.workload import DTYPE_BYTES, Workload
@@ -152,12 +153,11 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
         )
     hd, g = (head_width(a, x), kv_heads(a, x)) if a is not None else (x.hd, x.g)
     vd = v_width(a, x) if a is not None else hd
+    h = q_heads(a, x) if a is not None else x.h
     if tp == 1:
-        return RankWidths(x.h, x.h * hd, g * hd, x.h * vd, w.f, w.fe, w.fs)
-    q = x.h * hd // tp
-    return RankWidths(
-        x.h // tp, q, maximum(1, g // tp) * hd, x.h * vd // tp, w.f // tp, w.fe // tp, w.fs // tp
-    )
+        return RankWidths(h, h * hd, g * hd, h * vd, w.f, w.fe, w.fs)
+    q = h * hd // tp
+    return RankWidths(h // tp, q, maximum(1, g // tp) * hd, h * vd // tp, w.f // tp, w.fe // tp, w.fs // tp)
 
 
 # --- KV cache ------------------------------------------------------------------------------------------------------

@@ -122,7 +122,9 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
             )
     if spec.kind == "sparse":
         check_sparse(spec, where)
-    heads, kv = info.data.get("num_heads"), spec.num_kv_heads
+    heads, kv = spec.num_heads or info.data.get("num_heads"), spec.num_kv_heads
+    if kv is None and spec.num_heads is not None:  # the block's own heads, the flat KV heads
+        kv = info.data.get("num_kv_heads") or info.data.get("num_heads")
     if kv is not None and isinstance(heads, int) and heads % kv:
         fits = [k for k in range(1, heads + 1) if heads % k == 0]
         near = sorted(fits, key=lambda k: (abs(k - kv), k))[:2]
@@ -130,7 +132,8 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
             "kv_heads_not_divisor",
             "{where}.num_kv_heads ({kv}) must divide {heads_key} ({heads}): each KV head serves {heads_key} / "
             "num_kv_heads query heads; use num_kv_heads {fix}",
-            {"where": where, "kv": kv, "heads": heads, "heads_key": written_key(info, "num_heads"),
+            {"where": where, "kv": kv, "heads": heads,
+             "heads_key": f"{where}.num_heads" if spec.num_heads else written_key(info, "num_heads"),
              "fix": " or ".join(map(str, sorted(near)))},
         )  # fmt: skip
     if spec.cross:

@@ -8,21 +8,22 @@ over ``sliding_window``. The MLP of layer i is dense (``intermediate_size``) or,
 (default: all but layer 0), Qwen3-MoE's experts of ``moe_intermediate_size`` behind a router whose
 ``e_score_correction_bias`` is a Parameter (transformers counts its ``num_experts`` values, frozen), plus a shared
 MLP of ``shared_expert_intermediate_size`` without a gate. Scalars on the routed output and the router's logits are
-element-wise. ``num_attention_heads_per_layer`` may give each layer its own query heads; embedcalc reads files whose
-layers all have ``num_attention_heads`` and refuses the others by name.
+element-wise. ``num_attention_heads_per_layer`` gives each layer its own query heads (blocks with their own
+``num_heads``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from embedcalc.config.spec_shapes import DEFAULT_BLOCK
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.layered import (
     SLIDING,
     checked_layer_types,
     ignore_moe_keys,
     layer_types,
-    put_window_ffn_layout,
+    put_layout,
     read_moe,
     refuse,
 )
@@ -42,14 +43,25 @@ def _attention(r: KeyReader) -> None:
     note = "g_proj: softplus gate per head" if per_head else "g_proj: softplus gate per channel"
     r.put("attention", {"qk_norm": "head"} | gate, g_key, "file" if g_key in r.raw else "default",
           f"q_norm, k_norm RMSNorm(head_dim); {note}")  # fmt: skip
+
+
+def _heads(r: KeyReader, layers: int) -> list[int | None] | None:
+    """Per layer its own query heads (None: num_attention_heads), from ``num_attention_heads_per_layer``."""
     h_key, per_layer = r.lookup("num_attention_heads_per_layer")
     heads = r.data.get("num_heads")
     if per_layer is MISSING or per_layer is None:
-        return
-    if not isinstance(per_layer, list) or any(n != heads for n in per_layer):
-        refuse(r, h_key, f"{h_key} = {per_layer!r}: layers with their own query head counts")
-    else:
+        return [None] * layers
+    if (
+        not isinstance(per_layer, list)
+        or len(per_layer) != layers
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_layer)
+    ):
+        r.problem(h_key, f"{h_key} must give a positive head count for each of the {layers} layers; got "
+                         f"{per_layer!r}")  # fmt: skip
+        return None
+    if all(n == heads for n in per_layer):
         r.ignore(h_key, "every layer has num_attention_heads query heads")
+    return [None if n == heads else n for n in per_layer]
 
 
 def _read_laguna(r: KeyReader) -> None:
@@ -75,18 +87,29 @@ def _read_laguna(r: KeyReader) -> None:
     kinds = ["dense"] + ["sparse"] * (layers - 1) if mlp is MISSING or mlp is None else mlp
     kinds = checked_layer_types(r, m_key, kinds, layers, ("dense", "sparse"))
     w_key, window, _ = r.value("sliding_window")
-    if types is None or kinds is None:
+    heads = _heads(r, layers)
+    if types is None or kinds is None or heads is None:
         return
     windows = [window if t == SLIDING and isinstance(window, int) else None for t in types]
     if not any(windows):
         r.ignore(w_key, "no layer uses sliding attention")
-    names = ["moe" if k == "sparse" else "dense" for k in kinds]
-    keys = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
-            m_key, types_key, w_key)  # fmt: skip
-    note = f"{names.count('moe')} MoE layers, {sum(1 for w in windows if w)} sliding"
-    put_window_ffn_layout(
-        r, windows, names, {"moe": moe}, ", ".join(k for k in keys if k in r.raw) or keys[0], note
-    )
+    names, blocks = [], {}
+    for kind, slide, own in zip(kinds, windows, heads, strict=True):
+        name = (
+            ("moe" if kind == "sparse" else "dense")
+            + (f"_w{slide}" if slide else "")
+            + (f"_h{own}" if own else "")
+        )
+        attention = ({"sliding_window": slide} if slide else {}) | ({"num_heads": own} if own else {})
+        blocks[name] = ({"attention": attention} if attention else {}) | (
+            {"ffn": moe} if kind == "sparse" else {}
+        )
+        names.append(DEFAULT_BLOCK if name == "dense" else name)
+    keys = ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+            m_key, types_key, w_key] + (["num_attention_heads_per_layer"] if any(heads) else [])  # fmt: skip
+    note = f"{kinds.count('sparse')} MoE layers, {sum(1 for w in windows if w)} sliding"
+    note += f", {sum(1 for h in heads if h)} with their own head counts" if any(heads) else ""
+    put_layout(r, names, blocks, ", ".join(k for k in keys if k in r.raw) or keys[0], note)
 
 
 _LAGUNA: dict[str, Any] = dict(

@@ -3,7 +3,7 @@
 the class derives. The parameter total equals transformers' numel on the meta device (the router's frozen
 ``e_score_correction_bias`` Parameter included), the active count the total less the routed experts a token skips,
 the KV cache the per-layer sum read off the config, every key is mapped or ignored with a reason, and forward FLOPs
-equal ``FlopCounterMode`` on an eager CPU build; a file whose layers have their own head counts is refused by name.
+equal ``FlopCounterMode`` on an eager CPU build, layers with their own head counts included.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                          mlp_layer_types=["dense", "sparse", "dense", "sparse"]),
     "per_head_biased": _SMALL | dict(gating="per-head", attention_bias=True,
                                      layer_types=["full_attention"] + ["sliding_attention"] * 3),
+    # layers with their own query heads (blocks with their own num_heads)
+    "per_layer_heads": _SMALL | dict(num_attention_heads_per_layer=[4, 8, 2, 8],
+                                     layer_types=["sliding_attention", "full_attention"] * 2),
 }  # fmt: skip
 
 
@@ -79,8 +82,8 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
     assert analytic_flops(mapped_config(files[0]), Workload(batch_size=2, seq_len=16)).forward == measured
 
 
-def test_layers_with_their_own_head_counts_are_refused_by_name() -> None:
-    raw = {"model_type": "laguna", **_SMALL, "num_attention_heads_per_layer": [4, 8, 4, 8]}
+def test_per_layer_head_counts_must_cover_every_layer() -> None:
+    raw = {"model_type": "laguna", **_SMALL, "num_attention_heads_per_layer": [4, 8]}
     with pytest.raises(ConfigError) as info:
         map_hf_config(raw, "test")
     assert [p.path for p in info.value.problems] == ["num_attention_heads_per_layer"]
