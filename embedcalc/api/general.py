@@ -54,7 +54,7 @@ def general_available() -> bool:
 
 def general_hint(error: ConfigError) -> ConfigError:
     """The native refusal of a family without a mapping, told how to get the general reader."""
-    if error.code not in GENERAL_CODES:
+    if error.code not in GENERAL_CODES or EXTRA in error.message:  # told once
         return error
     missing = [n for n in ("torch", "transformers") if importlib.util.find_spec(n) is None]
     hint = (

@@ -209,7 +209,13 @@ def test_check_reads_a_family_without_a_native_mapping(
     assert entry["valid"] and entry["reader"] == "transformers-meta" and entry["params"]["total"] == 112_228
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral", "stablelm", "granite"])
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        "llama",
+        *(pytest.param(t, marks=pytest.mark.slow) for t in ("qwen2", "mistral", "stablelm", "granite")),
+    ],
+)
 def test_a_layer_model_derived_from_the_module_tree_equals_the_native_one(
     model_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
