@@ -159,3 +159,24 @@ def test_verify_agrees_on_a_kimi_linear_file(cli: Any, write_config: Any) -> Non
     assert result.exit_code == 0, result.stderr
     out = json.loads(result.stdout)["results"][0]
     assert out["agree"] is True and "decoder/mixer/gate" in json.dumps(out)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_generation_decodes_with_the_analytic_state(cli: Any, write_config: Any) -> None:
+    """``bench --mode generate --dtype bf16``: embedcalc's model decodes KDA layers with their recurrence; the state
+    tensors hold the analytic bytes (4 KDA layers x 2 sequences x (3 x 64 x 4 x 2 + 4 x 16 x 16 x 4)), the MLA layer's
+    cache its latent."""
+    path = write_config({"model_type": "kimi_linear", **SMALL, "model_max_length": 4096}, "config.json")
+    flags = (
+        "--mode generate --device cpu --format json --dtype bf16 --seq-len 70 --gen-tokens 3 --batch-size 2"
+    )
+    result = cli("bench", str(path), *flags.split(), "--repeat", "1", "--warmup", "0")
+    assert result.exit_code == 0, result.stderr
+    m = json.loads(result.stdout)["results"][0]["measurement"]
+    assert (
+        m["recurrent_state_bytes_measured"]
+        == m["recurrent_state_bytes"]
+        == 4 * 2 * (3 * 64 * 4 * 2 + 4 * 16 * 16 * 4)
+    )
+    assert m["kv_cache_matches"] is True

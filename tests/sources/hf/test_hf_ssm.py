@@ -188,3 +188,25 @@ def test_bamba_layers_follow_attn_layer_indices() -> None:
     assert [plan.block_at(i).attention is not None for i in range(4)] == [True, False, True, False]
     assert all(plan.block_at(i).ffn is not None for i in range(4))
     assert config.rotary_dim == 8  # head_dim 16, BambaConfig's partial_rotary_factor 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["mamba", "falcon-mamba", "mamba2", "bamba"])
+def test_generation_decodes_with_the_analytic_state(
+    transformers: Any, cli: Any, write_config: Any, name: str
+) -> None:
+    """``bench --mode generate --dtype bf16`` on the small variants: the state tensors embedcalc's model decodes
+    with hold the analytic bytes (the scan's state in float32), Bamba's attention layer its KV cache."""
+    import json
+
+    raw = _variant(transformers, name)  # Bamba's small variant has a 512-token context (RoPE tables)
+    path = write_config(raw, "config.json")
+    flags = (
+        "--mode generate --device cpu --format json --dtype bf16 --seq-len 9 --gen-tokens 2 --batch-size 2"
+    )
+    result = cli("bench", str(path), *flags.split(), "--repeat", "1", "--warmup", "0")
+    assert result.exit_code == 0, result.stderr
+    m = json.loads(result.stdout)["results"][0]["measurement"]
+    assert m["recurrent_state_bytes_measured"] == m["recurrent_state_bytes"] > 0
+    assert m["recurrent_state_matches"] is True and m.get("kv_cache_matches", True) is True
