@@ -30,6 +30,7 @@ from embedcalc.errors import EmbedcalcError, ExitCode, UnsupportedEnvironmentErr
 if TYPE_CHECKING:
     from embedcalc.analysis.report import Analysis
     from embedcalc.analysis.roofline import RooflineEstimate
+    from embedcalc.api.finetune import FinetuneOptions
     from embedcalc.reconcile.attention_split import AttentionSplit
     from embedcalc.reconcile.bench import BenchResult
     from embedcalc.reconcile.peak import LocalMeasurement, LoopbackLink, PeakResult
@@ -137,21 +138,35 @@ def bench(
 
 
 def bench_target(
-    target: str, overrides: Sequence[str] | None, run: Workload, options: RunOptions
+    target: str,
+    overrides: Sequence[str] | None,
+    run: Workload,
+    options: RunOptions,
+    finetune: FinetuneOptions | None = None,
 ) -> BenchResult:
     """``embedcalc bench TARGET``: one forward or training step of ``run`` timed (the analysis' warnings on
-    ``result.analysis``)."""
-    return _bench(load_target(target, overrides), run, options)
+    ``result.analysis``); with ``finetune``, a fine-tuning step with real adapters (:mod:`embedcalc.api.finetune_torch`)
+    beside the fine-tune's predicted memory."""
+    result = _bench(load_target(target, overrides), run, options, finetune)
+    return result
 
 
-def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchResult:
+def _bench(
+    loaded: LoadedConfig, run: Workload, options: RunOptions, finetune: FinetuneOptions | None = None
+) -> BenchResult:
     from embedcalc.modeling.benchmark import BenchSettings, run_benchmark
     from embedcalc.reconcile.bench import BenchResult, measurement
 
     dev = options.resolve()
     analysis = measured_analysis(loaded, run)
-    refuse_unless_fits(analysis, dev, options)
     settings = run_settings(BenchSettings, run, options)
+    tuned = None
+    if finetune is not None:
+        from embedcalc.api.finetune_torch import tuned_settings
+
+        settings, tuned = tuned_settings(analysis, finetune, settings)
+    else:
+        refuse_unless_fits(analysis, dev, options)
     try:
         with options.progress(analysis.target) as on_step:
             timed = run_benchmark(analysis.config, settings, dev, on_step)
@@ -167,9 +182,12 @@ def _bench(loaded: LoadedConfig, run: Workload, options: RunOptions) -> BenchRes
         ) from None
     peak = matmul_peak(dev, run.dtype, options)
     estimate, note = local_estimate(analysis, dev, options, peak)
-    return BenchResult(
-        analysis, measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note)
-    )
+    measured = measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note)
+    if tuned is None:
+        return BenchResult(analysis, measured)
+    from embedcalc.api.finetune_torch import with_finetune_prediction
+
+    return with_finetune_prediction(BenchResult(analysis, measured), tuned)
 
 
 def local_estimate(

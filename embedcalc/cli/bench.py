@@ -17,6 +17,7 @@ import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.options import WorkloadFlags, flags, only
 from embedcalc.config.dtypes import BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
 from embedcalc.config.limits import DEFAULT_RDZV_TIMEOUT_S
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from embedcalc.analysis.workload import Workload
     from embedcalc.api.bench import RunOptions
     from embedcalc.api.distributed import Nodes
+    from embedcalc.api.finetune import FinetuneOptions
 
 
 class DeviceChoice(StrEnum):
@@ -198,6 +200,7 @@ def bench_command(
     memory_matrix: MatrixOption = False,
     peak: PeakOption = False,
     ranks: RankFlags,
+    tune: FinetuneFlags,
     force: ForceOption = False,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
@@ -219,7 +222,17 @@ def bench_command(
     workload = run.workload(dtype=dtype, mode="inference" if generate else mode.value,
                             gen_tokens=run.gen_tokens if generate else 0)  # fmt: skip
     result = _measure(
-        target, overrides, workload, generate, memory_matrix, peak, ranks, nodes, dtype, options
+        target,
+        overrides,
+        workload,
+        generate,
+        memory_matrix,
+        peak,
+        ranks,
+        nodes,
+        dtype,
+        options,
+        tune.options(),
     )
     _render(result, format, workload)
 
@@ -237,6 +250,7 @@ def _check_target(target: str | None, peak: bool) -> None:
 def _measure(
     target: str | None, overrides: list[str] | None, workload: Workload, generate: bool, memory_matrix: bool,
     peak: bool, ranks: RankFlags, nodes: Nodes | None, dtype: str, options: RunOptions,
+    finetune: FinetuneOptions | None = None,
 ) -> Any:  # fmt: skip
     """The one API call the flags ask for."""
     if peak or target is None:
@@ -258,7 +272,7 @@ def _measure(
         return bench_memory_matrix(target, overrides, workload, options)
     from embedcalc.api.bench import bench_target
 
-    return bench_target(target, overrides, workload, options)
+    return bench_target(target, overrides, workload, options, finetune)
 
 
 def _render(result: Any, format: OutputFormat, workload: Workload) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.schema import ModelConfig
+from embedcalc.modeling.adapters import AdapterSite, attach_adapters
 from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.layers import AttentionImpl
 from embedcalc.modeling.model import build_model
@@ -36,6 +37,8 @@ class BenchSettings:
     warmup: int
     repeat: int
     recompute: Literal["none", "selective", "full"] = "none"
+    adapters: tuple[AdapterSite, ...] = ()  # a fine-tune: the base frozen, these adapters trained
+    saved: tuple[str, ...] = ()  # modules trained whole beside the adapters
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ def run_benchmark(
     miniature runs two steps first (the page-in of :func:`~embedcalc.modeling.device.peak_memory`)."""
     tiny = miniature(config)
     length = min(8, tiny.max_seq_len)
-    mini = replace(settings, batch_size=1, seq_len=length, tgt_len=None, warmup=1, repeat=1, compile=False)
+    mini = replace(settings, batch_size=1, seq_len=length, tgt_len=None, warmup=1, repeat=1, compile=False,
+                   adapters=(), saved=())  # fmt: skip
     with peak_memory(device, lambda: _timed(tiny, mini, device, None)) as peak:
         timings, build_s = _timed(config, settings, device, on_step)
     return BenchRun(timings, build_s, peak.bytes, peak.method, device_name(device), torch.get_num_threads())
@@ -143,6 +147,8 @@ def _timed(
     model_dtype = torch.float32 if mixed or settings.mode == "training" else DTYPES[settings.dtype]
     model, build_s = timed_call(lambda: build_model(config, attention=settings.attention, device=device,
                                                     dtype=model_dtype), device)  # fmt: skip
+    if settings.adapters or settings.saved:
+        attach_adapters(model, list(settings.adapters), settings.saved)
     if settings.mode == "training" and settings.recompute != "none":
         apply_recompute(model, settings.recompute)
     runnable: torch.nn.Module = torch.compile(model) if settings.compile else model  # type: ignore[assignment]

@@ -167,14 +167,17 @@ class BenchResult:
 
     analysis: Analysis
     measurement: Measurement
+    finetune: dict[str, Any] | None = None  # bench --peft: trainable/all analytic and in the torch model
 
     @property
     def target(self) -> str:
         return self.analysis.target
 
     def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement``."""
-        return self.analysis.to_json() | {"measurement": self.measurement.to_json()}
+        """The ``results[]`` entry of ``embedcalc bench --format json``: the analysis plus ``measurement`` (and
+        ``finetune`` with --peft)."""
+        extra = {} if self.finetune is None else {"finetune": self.finetune}
+        return self.analysis.to_json() | {"measurement": self.measurement.to_json()} | extra
 
 
 @dataclass(frozen=True)

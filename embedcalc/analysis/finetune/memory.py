@@ -23,9 +23,11 @@ Conventions (each with its source):
   ``mat2`` requires grad; checked on torch 2.13). Removed per layer, when no adapter reads it: the Q/K/V input
   (t d), the FFN input (t d), the input of the FFN's output projection (t f), with eager attention the context
   (t q; SDPA keeps it as its output either way), the LM head's input (t d). Added per adapted module: lora_A's
-  output, t r (the input of lora_B); with lora dropout the dropped input (t in) and its mask (t in, bool); DoRA its
-  lora_B output (t out) for the magnitude's gradient. Layers before the first trainable one save nothing (no
-  gradient flows there), nor does the embedding when it is frozen. Training runs under autocast in the model dtype.
+  output, t r (the input of lora_B); with lora dropout the dropped input (t in) and its mask (t in, bool); DoRA the
+  base and LoRA outputs it rescales (2 t out, peft's ``DoraLinearLayer``) and the merged W + s B A whose row norms
+  it takes (out x in). A frozen norm saves its normalised input no more (the product by its weight keeps it only
+  for the weight's gradient): one t d per norm. Layers before the first trainable one save nothing (no gradient
+  flows there), nor does the embedding when it is frozen. Training runs under autocast in the model dtype.
 - **Offload**: ``optimizer`` (ZeRO-Offload, Ren et al. 2021, §4: fp32 master weights, optimizer state and
   gradients on the host; the device keeps the model-dtype weights and the activations) moves per step the
   model-dtype gradients down and the updated weights up over PCIe; ``params`` (ZeRO-Infinity / FSDP
@@ -53,6 +55,7 @@ from embedcalc.analysis.memory.training import (
     training_param_bytes,
 )
 from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.structure import sublayer_norms
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.dtypes import DTYPE_BYTES
 from embedcalc.config.resolved import ResolvedShape
@@ -264,13 +267,18 @@ def _not_saved(config: ResolvedShape, workload: Workload, counts: AdapterCounts,
             read.add((m.stack, m.layer, _role_group(m.key, m.name)))
     removed = 0
     first = _first_trainable(config, counts)
+    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
+    # a frozen norm weight: the final x_normed * weight saves no x_normed (it only serves the weight's gradient)
+    norms = (attention_norms + ffn_norms) if config.norm_affine and mods is not None else 0
     for index, (stack_name, layers, block_ffn_width, q_width, d) in enumerate(_layer_shapes(config)):
         t = _tokens(config, workload, stack_name)
+        cross = cross_norms if index and config.architecture == "encoder-decoder" and norms else 0
         for layer in range(layers):
             if (index, layer) < first:
                 continue  # counted below with the whole prefix
             if mods is None:  # --freeze: trainable layers keep everything
                 continue
+            removed += t * e * d * (norms + cross)
             if (stack_name, layer, "attention_in") not in read:
                 removed += t * e * d
             if workload.attention == "eager" and (stack_name, layer, "attention_out") not in read:
@@ -367,8 +375,8 @@ def _adapter_saved(config: ResolvedShape, workload: Workload, counts: AdapterCou
         total += t * e * r
         if counts.spec.dropout > 0:
             total += t * (e + MASK_BYTES) * m.in_features
-        if counts.spec.method == "dora":
-            total += t * e * m.out_features
+        if counts.spec.method == "dora":  # peft's DoRA: the base and LoRA outputs, each scaled, and W + s B A
+            total += 2 * t * e * m.out_features + e * m.out_features * m.in_features
     for p in counts.expert_params:  # tokens reach top_k of the experts
         t = _tokens(config, workload, p.stack)
         total += t * e * r

@@ -47,6 +47,7 @@ class LinearModule:
     bias: bool
     stack: str | None = None
     layer: int | None = None
+    role: str = ""  # attention/q, attention/qkv (fused), ffn/gate_up, ...; a model-level module: its key
 
     @property
     def params(self) -> int:
@@ -225,7 +226,9 @@ def model_modules(config: ResolvedShape) -> ModelModules:
             for role, key, in_f, out_f, bias in parts:
                 name = f"{where}.{_path(naming, stack.name, role, family)}"
                 linears.append(
-                    LinearModule(name, f"{stack.name}/{key}", int(in_f), int(out_f), bias, stack.name, i)
+                    LinearModule(
+                        name, f"{stack.name}/{key}", int(in_f), int(out_f), bias, stack.name, i, role
+                    )
                 )
     if config.resolved_pooler:
         linears.append(_model_linear(naming, family, "pooler", x.d, x.d, config.bias))
@@ -245,7 +248,7 @@ def _model_linear(
             f"family {family} has no module for {key} in embedcalc's naming table",
             "finetune_unnamed_module",
         )
-    return LinearModule(naming.model[key], key, in_f, out_f, bias)
+    return LinearModule(naming.model[key], key, in_f, out_f, bias, role=key)
 
 
 def _experts(
