@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.comm.volumes import CommunicationEstimate, communication
@@ -15,10 +15,15 @@ from embedcalc.analysis.workload import Workload
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
 
+if TYPE_CHECKING:  # the time model and the serving memory load only when asked for (start-up)
+    from embedcalc.analysis.memory.serving import ServingMemory
+    from embedcalc.analysis.roofline import RooflineEstimate
+
 
 @dataclass(frozen=True)
 class Analysis:
-    """Params, FLOPs and memory of ``config`` on ``workload``."""
+    """Params, FLOPs and memory of ``config`` on ``workload``; with a device named, its expected ``time``
+    (:mod:`embedcalc.analysis.time`), and with a concurrency the ``serving`` memory a server holds."""
 
     target: str
     config: ResolvedShape
@@ -34,6 +39,8 @@ class Analysis:
         "native"  # "transformers-meta": a layer model derived from transformers' module tree (DESIGN §19)
     )
     reader_note: str | None = None  # how, for a derived one
+    time: RooflineEstimate | None = None  # on a device (--hardware), or the capacity under --max-memory
+    serving: ServingMemory | None = None  # --concurrency / --memory-utilization
 
     def __post_init__(self) -> None:
         if self.active_params < 0:
@@ -41,8 +48,9 @@ class Analysis:
 
     def to_json(self) -> dict[str, Any]:
         """The ``results[]`` entry of DESIGN.md §5; ``reader: native``: counted by embedcalc's own layer model (the
-        general reader's entries, :mod:`embedcalc.reconcile.general`, say ``transformers-meta``)."""
-        return {
+        general reader's entries, :mod:`embedcalc.reconcile.general`, say ``transformers-meta``); ``time`` when a
+        device was named, ``memory.serving`` with serving memory."""
+        out: dict[str, Any] = {
             "reader": self.reader,
             **({"layer_model": self.reader_note} if self.reader_note else {}),
             "target": self.target,
@@ -70,6 +78,11 @@ class Analysis:
             "communication": self.communication.to_json(),
             "warnings": [w.as_dict() for w in self.warnings],
         }
+        if self.serving is not None:
+            out["memory"]["serving"] = self.serving.to_json()
+        if self.time is not None:
+            out["time"] = self.time.to_json()
+        return out
 
 
 def analyze(

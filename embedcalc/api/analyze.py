@@ -1,13 +1,15 @@
 """``analyze`` and ``compare``: params, FLOPs and memory of configs for one workload, and what the CLI's commands
 of the same names add to them (the time options, budgets), as one call per command.
 
-:func:`analyze` and :func:`compare` are the public verbs; :func:`analyze_report` and :func:`compare_reports` are
+:func:`analyze` (with the time and serving options, under their keyword names) and :func:`compare` are the public
+verbs; :func:`analyze_report` and :func:`compare_reports` are
 ``embedcalc analyze`` and ``embedcalc compare`` (TARGET strings, ``--set`` on each, the time and budget options),
 returning :class:`~embedcalc.api.results.AnalysisReport`, whose ``to_json()`` is the command's ``results[]``.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -19,7 +21,7 @@ from embedcalc.analysis.report import Analysis
 from embedcalc.analysis.workload import Workload
 from embedcalc.api.load import ConfigLike, as_loaded, label, load_target
 from embedcalc.api.results import AnalysisReport, Comparison
-from embedcalc.api.timing import TimeOptions, apply_time
+from embedcalc.api.timing import TimeOptions, apply_time, memory_limit, time_options
 from embedcalc.api.workload import usage, workload_of
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.sources.loading import LoadedConfig
@@ -41,13 +43,43 @@ __all__ = [
 ]
 
 
-def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fields: Any) -> Analysis:
-    """Params, FLOPs and memory of one config for one workload: what ``embedcalc analyze`` renders.
+def analyze(
+    config: ConfigLike,
+    workload: Workload | None = None,
+    *,
+    hardware: str | os.PathLike[str] | None = None,
+    efficiency: float | str | Mapping[str, float] | None = None,
+    kv_dtype: str | None = None,
+    train_tokens: int | str | None = None,
+    devices: int | None = None,
+    price_per_hour: float | None = None,
+    global_batch: int | None = None,
+    concurrency: int | None = None,
+    memory_utilization: float | None = None,
+    max_memory: int | str | None = None,
+    **workload_fields: Any,
+) -> Analysis:
+    """Params, FLOPs and memory of one config for one workload, and its expected time on a device: what
+    ``embedcalc analyze`` computes, with the same options.
 
     Keyword arguments are :class:`Workload` fields (``batch_size``, ``seq_len``, ``tgt_len``, ``dtype``,
-    ``mode``, ``attention``, ``recompute``, ``optimizer``, ``gen_tokens``, ``parallel``) and replace those of
-    ``workload``. ``result.to_json()`` is the ``results[]`` entry of ``embedcalc analyze --format json``; the
-    config's warnings are on ``result.warnings``.
+    ``mode``, ``attention``, ``recompute``, ``optimizer``, ``gen_tokens``, ``logits``, ``parallel``, ...) and
+    replace those of ``workload``; the defaults are the CLI's (batch 1 × 128 tokens, inference). The rest are the
+    CLI's time and serving options under their own names:
+
+    - ``hardware``: the device (a catalogue name as ``embedcalc hardware`` lists, ``"local"``, or a device YAML
+      file): ``result.time`` is then the expected time (prefill/TTFT, decode per token, tokens/s; a training step
+      and, with ``train_tokens``, the whole run) with its lower bound at peak, and the largest batch and context
+      that fit. ``efficiency`` (a fraction, ``{"compute": F, "memory": F}`` or ``"measured"``) replaces the
+      calibrated fractions of peak; ``kv_dtype`` stores the KV cache apart from the activations.
+    - ``train_tokens`` (an int or ``"100B"``), ``devices``, ``price_per_hour`` and ``global_batch``: a training
+      run's wall time, device-hours and cost (``mode="training"``).
+    - ``concurrency`` and ``memory_utilization`` (inference): ``result.serving``, the memory a server holds for
+      that many sequences in flight and whether it fits the device (or ``max_memory``, bytes or ``"80GiB"``).
+
+    ``result.to_json()`` is the ``results[]`` entry of ``embedcalc analyze --format json`` with the same options;
+    the config's warnings are on ``result.warnings``. Bad arguments raise :class:`EmbedcalcError` naming the
+    keyword; a workload the config cannot run, :class:`ConfigError`.
 
     >>> import embedcalc
     >>> r = embedcalc.analyze("bert-base", seq_len=128)
@@ -62,8 +94,22 @@ def analyze(config: ConfigLike, workload: Workload | None = None, **workload_fie
     True
     >>> r.to_json()["flops"]["forward"]
     22348431360
+    >>> t = embedcalc.analyze("llama-3.1-8b", hardware="h100-sxm", seq_len=1024, gen_tokens=256)
+    >>> t.time.hardware, t.time.prefill_s > 0, t.time.decode_s_per_token > 0
+    ('h100-sxm', True, True)
     """
-    return analyze_loaded(as_loaded(config), workload_of(workload, workload_fields))
+    run = workload_of(workload, workload_fields)
+    time = time_options(hardware, efficiency, kv_dtype, train_tokens, devices, price_per_hour, global_batch)
+    limit = memory_limit(max_memory)
+    analysis = analyze_loaded(as_loaded(config), run)
+    if time == TimeOptions() and limit is None and concurrency is None and memory_utilization is None:
+        return analysis
+    from embedcalc.api.serving import ServingOptions, apply_serving
+
+    analysis = _timed(analysis, time, limit)
+    serving = ServingOptions(concurrency, memory_utilization)
+    held = apply_serving(analysis, serving, time.hardware, limit, time.kv_dtype, spell=str)
+    return replace(analysis, serving=held)
 
 
 def compare(
@@ -117,9 +163,15 @@ def budget_problems(budget: Budget, analyses: Sequence[Analysis]) -> list[Proble
     return problems
 
 
+def _timed(analysis: Analysis, time: TimeOptions, max_memory: int | None) -> Analysis:
+    """The analysis with its KV cache in ``time.kv_dtype`` and its time estimate (:func:`apply_time`)."""
+    analysis, estimate = apply_time(analysis, time, max_memory)
+    return replace(analysis, time=estimate)
+
+
 def _report(analysis: Analysis, time: TimeOptions, budget: Budget) -> AnalysisReport:
-    analysis, estimate = apply_time(analysis, time, budget.max_memory_bytes)
-    return AnalysisReport(analysis, estimate, budget_problems(budget, [analysis]))
+    analysis = _timed(analysis, time, budget.max_memory_bytes)
+    return AnalysisReport(analysis, budget_problems(budget, [analysis]))
 
 
 def analyze_target(
@@ -152,7 +204,7 @@ def analyze_report(
     from embedcalc.api.serving import apply_serving
 
     held = apply_serving(report.analysis, serving, time.hardware, budget.max_memory_bytes, time.kv_dtype)
-    return replace(report, serving=held)
+    return replace(report, analysis=replace(report.analysis, serving=held))
 
 
 def analyze_or_general(

@@ -73,23 +73,29 @@ class Sweep:
 
 @dataclass(frozen=True)
 class AnalysisReport:
-    """One analysed target with what ``embedcalc analyze`` adds: the time estimate (None unless asked for) and
-    one problem per budget limit it exceeds."""
+    """One analysed target with what ``embedcalc analyze`` adds: its time estimate and serving memory (on the
+    analysis, as :func:`embedcalc.analyze` returns them), the fine-tune, and one problem per budget limit it
+    exceeds."""
 
     analysis: Analysis
-    time: RooflineEstimate | None = None
     over_budget: list[Problem] = field(default_factory=list)
-    serving: ServingMemory | None = None  # --concurrency / --memory-utilization
     finetune: FinetuneResult | None = None  # --peft / --freeze
 
+    @property
+    def time(self) -> RooflineEstimate | None:
+        """The time estimate (None unless a device or a memory limit was given)."""
+        return self.analysis.time
+
+    @property
+    def serving(self) -> ServingMemory | None:
+        """The serving memory (--concurrency / --memory-utilization), or None."""
+        return self.analysis.serving
+
     def to_json(self) -> dict[str, Any]:
-        """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis, and ``time`` if any
-        (and ``memory.serving`` with serving memory; with a fine-tune, ``finetune`` and the memory keys of the
-        fine-tune's device memory)."""
-        time = {} if self.time is None else {"time": self.time.to_json()}
-        out = self.analysis.to_json() | time
-        if self.serving is not None:
-            out["memory"]["serving"] = self.serving.to_json()
+        """The ``results[]`` entry of ``embedcalc analyze --format json``: the analysis (with ``time`` and
+        ``memory.serving`` when asked for; with a fine-tune, ``finetune`` and the memory keys of the fine-tune's
+        device memory)."""
+        out = self.analysis.to_json()
         if self.finetune is not None:
             out["finetune"] = self.finetune.to_json()
             out["memory"] |= self.finetune.memory.device_kinds()

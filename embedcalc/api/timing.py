@@ -9,10 +9,15 @@ largest batch and context that fit a memory limit.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from embedcalc.analysis.workload import KvDtype
+from embedcalc.api.workload import usage
+from embedcalc.config.dtypes import KV_DTYPES, DtypeError, canonical_dtype
+from embedcalc.config.limits import count_problem, efficiency_problem, plain_number, price_problem
 from embedcalc.errors import UnsupportedEnvironmentError, require_finite
 
 if TYPE_CHECKING:  # the roofline model and the device catalogue load only when time is asked for (start-up)
@@ -20,7 +25,7 @@ if TYPE_CHECKING:  # the roofline model and the device catalogue load only when 
     from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
     from embedcalc.devices.catalogue import Device
 
-__all__ = ["TimeOptions", "apply_time"]
+__all__ = ["TimeOptions", "apply_time", "memory_limit", "time_options"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,109 @@ class TimeOptions:
     devices: int | None = None
     price_per_hour: float | None = None
     global_batch: int | None = None
+
+
+def _efficiency_text(efficiency: Any) -> str | None:
+    """``efficiency`` as the CLI writes it: a fraction (0.6 -> ``"0.6"``), a mapping of roofs
+    (``{"compute": 0.5, "memory": 0.8}`` -> ``"compute=0.5,memory=0.8"``), ``"measured"`` or the CLI's text."""
+    value = plain_number(efficiency)
+    if value is None or value == "measured":
+        return cast("str | None", value)
+    if isinstance(value, Mapping):
+        text = ",".join(f"{k}={plain_number(v)!r}" for k, v in value.items())
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise usage(f"efficiency must be a fraction such as 0.6, a mapping {{'compute': F, 'memory': F}} or "
+                    f"'measured'; got {type(value).__name__}", "efficiency")  # fmt: skip
+    from embedcalc.analysis.time.model import parse_efficiency
+
+    try:
+        parse_efficiency(text, efficiency_problem)
+    except ValueError as exc:
+        raise usage(f"efficiency {exc}, or 'measured'", "efficiency") from None
+    return text
+
+
+def _token_count(name: str, value: Any) -> int | None:
+    """A count given as a number or, as the CLI takes it, a string with a suffix (``"100B"``, ``"2e12"``)."""
+    value = plain_number(value)
+    if isinstance(value, str):
+        from embedcalc.analysis.budget import SizeError, parse_size
+
+        try:
+            value = parse_size(value, "count")
+        except SizeError as exc:
+            raise usage(f"{name}: {exc}", name) from None
+    if value is not None and (why := count_problem(value)) is not None:
+        raise usage(f"{name} {value!r:.40} is {why}", name)
+    return cast("int | None", value)
+
+
+def time_options(
+    hardware: str | os.PathLike[str] | None = None,
+    efficiency: Any = None,
+    kv_dtype: str | None = None,
+    train_tokens: int | str | None = None,
+    devices: int | None = None,
+    price_per_hour: float | None = None,
+    global_batch: int | None = None,
+) -> TimeOptions:
+    """The Python API's time keywords as :class:`TimeOptions`, checked as the CLI checks its flags: usage errors
+    (exit 2) naming the keyword, for a value out of bounds or a keyword that needs another (``efficiency``,
+    ``train_tokens``, ``price_per_hour`` and ``global_batch`` need ``hardware``; ``devices`` and
+    ``price_per_hour`` need ``train_tokens``)."""
+    if hardware is not None and not isinstance(hardware, str | os.PathLike):
+        raise usage(f"hardware must be one device: a catalogue name such as 'h100-sxm', 'local' or a device YAML "
+                    f"file; got {type(hardware).__name__}", "hardware")  # fmt: skip
+    name = None if hardware is None else os.fspath(hardware)
+    if name is not None:
+        from embedcalc.devices.resolve import UnknownDeviceError, load_device
+
+        try:
+            load_device(name)  # an unknown name is refused here, named as the API spells it
+        except UnknownDeviceError:
+            raise UnknownDeviceError(name, "hardware") from None
+    kv: str | None = None
+    if kv_dtype is not None:
+        try:
+            kv = canonical_dtype(kv_dtype, KV_DTYPES)
+        except DtypeError as exc:
+            raise usage(f"kv_dtype: {exc}", "kv_dtype") from None
+    price = plain_number(price_per_hour)
+    if price is not None and (why := price_problem(price)) is not None:
+        raise usage(f"price_per_hour {price!r:.40} is {why}", "price_per_hour")
+    options = TimeOptions(
+        name, _efficiency_text(efficiency), cast("KvDtype | None", kv), _token_count("train_tokens", train_tokens),
+        _token_count("devices", devices), None if price is None else float(price),
+        _token_count("global_batch", global_batch),
+    )  # fmt: skip
+    if options.hardware is None:
+        for key in ("efficiency", "train_tokens", "price_per_hour", "global_batch"):
+            if getattr(options, key) is not None:
+                raise usage(f"{key} needs hardware='NAME' (the device the time is for)", key)
+    if options.train_tokens is None:
+        for key in ("devices", "price_per_hour"):
+            if getattr(options, key) is not None:
+                raise usage(f"{key} applies to a training run: give train_tokens too", key)
+    return options
+
+
+def memory_limit(max_memory: int | str | None) -> int | None:
+    """``max_memory`` (bytes, or the CLI's text such as ``"80GiB"``) as bytes; a usage error naming it otherwise."""
+    value = plain_number(max_memory)
+    if isinstance(value, str):
+        from embedcalc.analysis.budget import SizeError, parse_size
+
+        try:
+            value = parse_size(value, "bytes")
+        except SizeError as exc:
+            raise usage(f"max_memory: {exc}", "max_memory") from None
+    if value is not None and (why := count_problem(value)) is not None:
+        raise usage(f"max_memory {value!r:.40} is {why} (bytes, or a size such as '80GiB')", "max_memory")
+    return cast("int | None", value)
 
 
 def _measured_efficiency(device: Device, dtype: str) -> Efficiency:

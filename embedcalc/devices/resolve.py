@@ -51,9 +51,11 @@ def _family(name: str) -> str:
 
 
 class UnknownDeviceError(EmbedcalcError):
-    """``--hardware`` names no shipped device, not ``local`` and no file: a bad flag value (exit 2)."""
+    """``--hardware`` names no shipped device, not ``local`` and no file: a bad flag value (exit 2). ``flag``: the
+    argument as the caller spells it (the Python API's ``hardware``)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, flag: str = "--hardware") -> None:
+        self.target = target
         names = [*hardware_names(), LOCAL]
         typed = device_name(target)
         # a bare family (H100) or a variant the catalogue spells otherwise (h100-80gb): the family's devices,
@@ -62,8 +64,8 @@ class UnknownDeviceError(EmbedcalcError):
         family = [n for n in names if typed and _family(n) == _family(typed)]
         choices = starting or family
         hint = f" (did you mean {' or '.join(choices)}?)" if choices else did_you_mean(typed, names)
-        message = (f"--hardware {target!r}: no such device{hint}; `embedcalc hardware` lists them, "
+        message = (f"{flag} {target!r}: no such device{hint}; `embedcalc hardware` lists them, "
                    "or give the path of a device YAML file")  # fmt: skip
         super().__init__(
-            message, ExitCode.USAGE, [Problem("--hardware", message, "unknown_device")], "unknown_device"
+            message, ExitCode.USAGE, [Problem(flag, message, "unknown_device")], "unknown_device"
         )

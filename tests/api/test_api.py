@@ -179,3 +179,54 @@ def test_verify_json_equals_the_cli_json() -> None:
     result = embedcalc.verify(embedcalc.load("transformer-base", ["num_layers=1"]), seq_len=16)
     assert result.agree
     assert result.to_json() == cli["results"][0]
+
+
+def test_api_analyze_takes_the_cli_time_options_and_its_json_equals_the_cli_json() -> None:
+    # issue 34: the expected time (the README's headline) through analyze(), not only plan()
+    serve = cli_json("analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--seq-len", "1024", "--gen-tokens",
+                     "256", "--kv-dtype", "fp8", "--concurrency", "16", "--memory-utilization", "0.85")  # fmt: skip
+    api = embedcalc.analyze("llama-3.1-8b", hardware="h100-sxm", seq_len=1024, gen_tokens=256, kv_dtype="fp8",
+                            concurrency=16, memory_utilization=0.85)  # fmt: skip
+    assert api.to_json() == serve["results"][0]
+    assert api.time is not None and api.time.hardware == "h100-sxm"
+    assert api.time.prefill_s is not None and api.time.prefill_s > 0
+    assert api.serving is not None and api.serving.to_json() == serve["results"][0]["memory"]["serving"]
+    train = cli_json("analyze", "pythia-1.4b", "--mode", "training", "--hardware", "h100-sxm", "--train-tokens",
+                     "100B", "--dp", "8", "--seq-len", "2048", "-b", "8", "--global-batch", "512",
+                     "--price-per-hour", "2.5", "--efficiency", "compute=0.5,memory=0.8")  # fmt: skip
+    run = embedcalc.analyze("pythia-1.4b", mode="training", hardware="H100-SXM", train_tokens="100B",
+                            parallel={"dp": 8}, seq_len=2048, batch_size=8, global_batch=512, price_per_hour=2.5,
+                            efficiency={"compute": 0.5, "memory": 0.8})  # fmt: skip
+    assert run.to_json() == train["results"][0]
+    assert run.time is not None and run.time.training is not None
+    assert run.time.training.tokens == 100 * 10**9 and run.time.training.devices == 8
+    limited = cli_json("analyze", "gpt2", "--max-memory", "2GiB", "--concurrency", "8")
+    assert embedcalc.analyze("gpt2", max_memory="2GiB", concurrency=8).to_json() == limited["results"][0]
+    plain = embedcalc.analyze("gpt2")
+    assert plain.time is None and plain.serving is None and "time" not in plain.to_json()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "path", "words"),
+    [
+        ({"efficiency": 0.5}, "efficiency", "needs hardware"),
+        ({"hardware": "h100-sxm", "efficiency": 1.5}, "efficiency", "1.5"),
+        ({"hardware": "h100-sxm", "kv_dtype": "fp3"}, "kv_dtype", "fp3"),
+        ({"hardware": "h100-80gb"}, "hardware", "did you mean h100-pcie or h100-sxm"),
+        ({"hardware": ["h100-sxm", "a100-80gb"]}, "hardware", "one device"),
+        ({"hardware": "h100-sxm", "devices": 8}, "devices", "train_tokens"),
+        ({"hardware": "h100-sxm", "mode": "training", "train_tokens": "lots"}, "train_tokens", "not a size"),
+        ({"hardware": "h100-sxm", "train_tokens": 10**9, "price_per_hour": -1}, "price_per_hour", "price"),
+        ({"hardware": "h100-sxm", "concurrency": 0}, "concurrency", "count"),
+        ({"concurrency": 4, "memory_utilization": 0.9}, "memory_utilization", "hardware"),
+        ({"hardware": "h100-sxm", "memory_utilization": 1.2}, "memory_utilization", "(0, 1]"),
+        ({"hardware": "h100-sxm", "mode": "training", "concurrency": 4}, "concurrency", "mode inference"),
+        ({"max_memory": "80 gigs"}, "max_memory", "unknown unit"),
+    ],
+)
+def test_api_time_options_are_refused_by_keyword(kwargs: dict, path: str, words: str) -> None:
+    with pytest.raises(embedcalc.EmbedcalcError) as info:
+        embedcalc.analyze("gpt2", **kwargs)
+    assert info.value.exit_code == 2
+    assert info.value.problems[0].path == path
+    assert words in info.value.message
