@@ -75,6 +75,40 @@ def _gpt_fast(run_id: str, model: str, tp: int, tokens_per_s: float, role: str, 
     )
 
 
+AMD_PERF = (
+    "AMD ROCm performance results page, AI inference, MI300X (docker rocm/vllm:rocm6.4.1_vllm_0.9.1_20250715, "
+    "8 x MI300X 750 W; amd/Llama-3.1-*-Instruct-FP8-KV), https://www.amd.com/en/developer/resources/rocm-hub/"
+    "dev-ai/performance-results.html"
+)
+
+
+def _amd(run_id: str, model: str, batch: int, gen: int, tokens_per_s: float, row: str) -> Run:
+    """A row of AMD's MI300X vLLM tables: FP8 weights and KV cache, TP 8, 128-token prompts. A throughput row's
+    "tokens/s" is read as vLLM benchmark_throughput's first figure, total (prompt + output) tokens/s, and given
+    here as output tokens/s (× 2048 / 2176; were it output tokens/s already, the figure would be 6% higher); its
+    prompts all fit in flight at once (max-num-seqs = prompts): a static batch."""
+    args = _gen(model, "mi300x", "--dtype", "fp8", "--kv-dtype", "fp8", "--tp", "8", "--batch-size", str(batch),
+                "--seq-len", "128", "--gen-tokens", str(gen))  # fmt: skip
+    return Run(run_id, f"{AMD_PERF}: {row}", args, "batch_tokens_per_s", tokens_per_s, "held-out")
+
+
+OCI = (
+    "Oracle Cloud Infrastructure blog, 'Serving Llama 3.1 405B model with AMD Instinct MI300X Accelerators' "
+    "(2024-10-10), latency table: vLLM benchmark_latency.py, Llama 3.1 405B FP8 on BM.GPU.MI300X.8 (TP 8), "
+    "128 in / 128 out, https://blogs.oracle.com/cloud-infrastructure/post/serving-llama-31-405b-model-with-"
+    "amd-mi300x-gpus"
+)
+
+
+def _oci(batch: int, seconds: float) -> Run:
+    """A row of OCI's 405B MI300X latency table (four of its nine batch sizes, 1 to 256): the batch's end-to-end
+    generate time, as output tokens/s."""
+    args = _gen(str(CONFIGS / "llama-3.1-405b.yaml"), "mi300x", "--dtype", "fp8", "--tp", "8", "--batch-size",
+                str(batch), "--seq-len", "128", "--gen-tokens", "128")  # fmt: skip
+    label = f"{OCI}: batch {batch}, {seconds} s"
+    return Run(f"OCI405-B{batch}", label, args, "batch_tokens_per_s", batch * 128 / seconds, "held-out")
+
+
 TRT = "NVIDIA TensorRT-LLM performance table"
 LLAMA2 = "Touvron et al. 2023, Llama 2 model card / paper Table 2 (A100-80GB GPU-hours)"
 RUNS: tuple[Run, ...] = (
@@ -141,6 +175,14 @@ RUNS: tuple[Run, ...] = (
         _gen("llama-2-70b", "h100-sxm", "--dtype", "fp8", "--kv-dtype", "fp8", "--tp", "2", "--batch-size", "256",
              "--seq-len", "256", "--gen-tokens", "294"),
         "per_device_tokens_per_s", 2725.7, "held-out"),
+    # AMD Instinct MI300X (issue 35, item 6): vLLM on ROCm, TP 8 over the xGMI mesh, FP8 weights
+    _amd("A70-B1", "llama-3.1-70b", 1, 2048, 2048 / 17.236, "latency table: Llama 3.1 70B FP8 TP8 batch 1, "
+         "128 in / 2048 out, 17.236 s"),
+    _amd("A70-THR", "llama-3.1-70b", 3200, 2048, 12_638.9 * 2048 / 2176, "throughput table: Llama 3.1 70B FP8 "
+         "TP8, 128 in / 2048 out, 3200 prompts at max-num-seqs 3200, 12,638.9 tokens/s"),
+    _amd("A405-THR", str(CONFIGS / "llama-3.1-405b.yaml"), 1500, 2048, 3_912.8 * 2048 / 2176, "throughput table: "
+         "Llama 3.1 405B FP8 TP8, 128 in / 2048 out, 1500 prompts at max-num-seqs 1500, 3,912.8 tokens/s"),
+    *(_oci(batch, seconds) for batch, seconds in ((1, 3.530), (8, 3.974), (64, 6.919), (256, 17.750))),
 )  # fmt: skip
 
 

@@ -117,6 +117,12 @@ class LatencyFigure(Figure):
     value: Annotated[float, Field(gt=0, le=0.1, allow_inf_nan=False)] = Field(description="Seconds.")
 
 
+class FractionFigure(Figure):
+    """A fraction: above 0, at most 1."""
+
+    value: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(description="A fraction (0, 1].")
+
+
 class Link(BaseModel):
     """A link to other devices or to the host: its bandwidth in one direction, its per-hop latency, and how many
     devices it joins directly."""
@@ -195,6 +201,12 @@ class Device(BaseModel):
         description="GEMM rows (tokens through the matmul) at which a GEMM reaches half its large-matrix rate on "
         "this device, measured (`bench --peak` on a CPU); none: the calibration's gemm_half_rows.",
     )
+    matrix_clock_fraction: FractionFigure | None = Field(
+        default=None,
+        description="The clock the matrix units hold under sustained dense GEMM load as a fraction of the clock "
+        "the datasheet peak is quoted at (the vendor's own measurement), where the two differ; the expected "
+        "time's GEMM and attention fractions are of the peak at that clock. None: the peak's clock is held.",
+    )
     interconnect: Link | None = Field(
         default=None,
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
@@ -267,6 +279,7 @@ class Device(BaseModel):
             for name, figure in (
                 ("kernel_overhead_s", self.kernel_overhead_s),
                 ("gemm_half_rows", self.gemm_half_rows),
+                ("matrix_clock_fraction", self.matrix_clock_fraction),
             )
             if figure is not None
         ]

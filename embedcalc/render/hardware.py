@@ -78,6 +78,10 @@ def device_table(device: Device) -> Table:
     _figure_row(
         table, device, "memory bandwidth", _rate(device.bandwidth), device.memory_bandwidth_bytes_per_s
     )
+    clock = device.matrix_clock_fraction
+    if clock is not None:
+        _figure_row(table, device, "matrix clock under dense load (of the peak's)", units.percent(clock.value),
+                    clock)  # fmt: skip
     for label, link in (("interconnect", device.interconnect), ("network", device.network),
                         ("host link", device.host_link)):  # fmt: skip
         if link is not None:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from paths import ROOT
 from typer.testing import CliRunner
 
@@ -213,3 +214,36 @@ def test_the_readme_shows_the_calibrations_measured_held_out_error() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     line = f"held-out: median |error| {100 * cal.held_out_median_error:.1f}%, worst {cal.held_out_max_ratio:.2f}x"
     assert line in readme and f"({len(cal.held_out)} runs)" in readme.split(line, 1)[1].splitlines()[0]
+
+
+def test_a_devices_dense_load_clock_scales_the_matrix_fractions_not_the_bound(tmp_path: Any) -> None:
+    """MI300X's matrix units hold 1,207 of the 2,100 MHz its datasheet peak is quoted at (AMD's Max-Achievable
+    FLOPs): the expected GEMM and attention fractions are of the peak at that clock; the roofline bound and every
+    memory-bound term are not touched."""
+    from embedcalc.analysis.time.expected import device_constants
+    from embedcalc.devices.catalogue import parse_device
+    from embedcalc.errors import ConfigError
+
+    cal = load_calibration().constants
+    mi300x = load_device("mi300x")
+    assert mi300x.matrix_clock_fraction is not None and mi300x.matrix_clock_fraction.value == 0.575
+    own = device_constants(cal, mi300x)
+    assert own.gemm_fraction == pytest.approx(cal.gemm_fraction * 0.575)
+    assert own.attention_fraction == pytest.approx(cal.attention_fraction * 0.575)
+    assert (own.memory_fraction, own.kernel_overhead_s) == (cal.memory_fraction, cal.kernel_overhead_s)
+    assert load_device("h100-sxm").matrix_clock_fraction is None
+    assert device_constants(cal, load_device("h100-sxm")) == cal
+
+    args = ("analyze", "llama-3.1-70b", "--dtype", "fp8", "--tp", "8", "--seq-len", "2048", "--gen-tokens",
+            "4")  # fmt: skip
+    with_clock = _time(*args, "--hardware", "mi300x")["time"]
+    data = mi300x.model_dump(exclude_none=True)
+    data.pop("matrix_clock_fraction")
+    peak_clock = tmp_path / "mi300x-peak-clock.yaml"
+    peak_clock.write_text(yaml.safe_dump({**data, "name": "mi300x-peak-clock"}), encoding="utf-8")
+    held = _time(*args, "--hardware", str(peak_clock))["time"]
+    assert with_clock["lower_bound"] == held["lower_bound"]  # the bound stays at the datasheet peak
+    assert with_clock["prefill_s"] > held["prefill_s"]  # a compute-bound prefill is slower at the lower clock
+    data["matrix_clock_fraction"] = {"value": 1.2, "source": "test"}
+    with pytest.raises(ConfigError, match="matrix_clock_fraction"):
+        parse_device(data, "test.yaml")

@@ -59,7 +59,9 @@ class ExpectedModel:
 
 def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
     """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
-    records local's) in place of the calibration's, never added to them."""
+    records local's) in place of the calibration's, never added to them; where the device's matrix units hold a
+    lower clock under dense load than its datasheet peak is quoted at (``matrix_clock_fraction``: MI300X), the
+    GEMM and attention fractions are of the peak at that clock."""
     own = {
         name: figure.value
         for name, figure in (
@@ -68,6 +70,10 @@ def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
         )
         if figure is not None
     }
+    if device.matrix_clock_fraction is not None:
+        clock = device.matrix_clock_fraction.value
+        own["gemm_fraction"] = constants.gemm_fraction * clock
+        own["attention_fraction"] = constants.attention_fraction * clock
     return replace(constants, **own)
 
 
