@@ -20,6 +20,11 @@ the query-key pairs per head:
   ``index_weights`` 2 t d H_I, ``index_scores`` 2 b pairs H_I (D_I + 1) with all n² (causal n (n + 1) / 2) pairs,
   the O(n²) term that remains. transformers' eager path runs the core over all n keys with the unselected ones
   masked, so its count equals this one while n <= k.
+- block-sparse attention (MiniMax-M3, transformers' ``MiniMaxM3VLAttention`` with its ``MiniMaxM3VLIndexer``):
+  standard attention's terms, the core over all n keys with the unselected blocks masked (n² in full; causally the
+  keys of the k blocks of B a query keeps, its own among them: min(i + 1, (k - 1) B + i mod B + 1) for the query
+  at position i), plus the indexer: ``index_q`` 2 t d H_I D_I, ``index_k`` 2 t d D_I and ``index_scores``
+  2 b pairs H_I D_I over all n² (causal n (n + 1) / 2) pairs.
 - disentangled attention (DeBERTa, He et al. 2021 §3.1; transformers' ``DisentangledSelfAttention``) adds, with
   R = 2 span table rows and P its projections per layer (2 when share_att_key, else one per term):
   ``pos_proj`` 2 R d h hd P (the table is projected once per layer, not per sequence) and ``pos_scores``
@@ -132,13 +137,31 @@ def _window_pairs(n: Num, window: int | None) -> Num:
     return m * (m + 1) // 2 + (n - m) * window
 
 
+def _block_pairs(n: Num, blocks: int, size: int) -> Num:
+    """Causal pairs of n queries that each see ``blocks`` blocks of ``size`` keys, their own (partial) block among
+    them: the query at position i sees min(i + 1, (blocks - 1) size + i mod size + 1) keys."""
+    m = minimum(n, blocks * size)
+    rest = n - m  # queries past the first blocks x size positions
+    return (
+        m * (m + 1) // 2
+        + rest * ((blocks - 1) * size + 1)
+        + (rest // size) * (size * (size - 1) // 2)
+        + (rest % size) * (rest % size - 1) // 2
+    )
+
+
 def score_pairs(
-    n: Num, causal: bool, window: int | None = None, chunk: int | None = None, topk: int | None = None
-) -> Num:
+    n: Num, causal: bool, window: int | None = None, chunk: int | None = None, topk: int | None = None,
+    blocks: tuple[int, int] | None = None,
+) -> Num:  # fmt: skip
     """Query-key pairs computed per head: n² in full; causal, windowed and chunked counts of docs/layers.md. A
     sparse layer's queries each attend to the ``topk`` keys its indexer selects: n min(n, topk) in full (every
     query gathers min(n, topk) keys), and causally the pairs of a window of topk (a query at position i has
-    min(i + 1, topk) earlier keys to choose from)."""
+    min(i + 1, topk) earlier keys to choose from). A block-sparse layer's (``blocks`` = (top-k blocks, block
+    size)) core runs over every key with the unselected blocks masked, n² in full as transformers' eager path and
+    embedcalc's torch model compute it, and causally the keys of its selected blocks (:func:`_block_pairs`)."""
+    if blocks is not None and causal:
+        return _block_pairs(n, *blocks)
     if topk is not None:
         return _window_pairs(n, topk) if causal else n * minimum(n, topk)
     if not causal:
@@ -195,6 +218,20 @@ def indexer_flops(
     ]
 
 
+def block_indexer_flops(
+    a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str
+) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` block indexers (transformers' ``MiniMaxM3VLIndexer``) on ``t`` tokens,
+    ``index_tokens`` = b x the query-key pairs it scores: its two projections and H_I D_I per pair (the block
+    max-pool and the top-k are not matmuls)."""
+    heads, width = a.index_heads, a.index_head_dim
+    return [
+        (f"{prefix}/index_q", t * (layers * 2 * x.d * heads * width)),
+        (f"{prefix}/index_k", t * (layers * 2 * x.d * width)),
+        (f"{prefix}/index_scores", index_tokens * (layers * 2 * heads * width)),
+    ]
+
+
 def disentangled_flops(spec: DisentangledShape, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
     """The position terms of ``layers`` layers of disentangled attention on ``t`` tokens (module docstring)."""
     rows, width = spec.rows, x.h * x.hd
@@ -244,10 +281,14 @@ def layer_flops(
     if a is not None and a.external:  # K and V of the external tokens; every query sees all of them
         terms += attention_flops(a, x, layers, t, b * a.context, b * (n * a.context), "attention", cross=True)
     elif a is not None:
-        pairs = score_pairs(n, causal, a.window, a.chunk, a.index_topk if a.kind == "sparse" else None)
+        topk = a.index_topk if a.kind == "sparse" else None
+        blocks = (a.index_topk, a.index_block_size) if a.block_indexer else None
+        pairs = score_pairs(n, causal, a.window, a.chunk, topk, blocks)
         terms += attention_flops(a, x, layers, t, t, b * pairs, "attention")
         if a.indexer:  # scores every earlier token (all n² pairs in full, as the torch path computes them)
             terms += indexer_flops(a, x, layers, t, b * score_pairs(n, causal), "attention")
+        if a.block_indexer:
+            terms += block_indexer_flops(a, x, layers, t, b * score_pairs(n, causal), "attention")
         if config.disentangled is not None:
             terms += disentangled_flops(config.disentangled, x, layers, t)
     if block.mixer is not None:

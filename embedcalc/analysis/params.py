@@ -14,6 +14,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
   index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
+  Block-sparse standard attention (MiniMax-M3) adds its block indexer: index_q (embed_dim -> index_heads x
+  index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_qk_norm).
 - a sublayer replaced by a linear (the Nemotron NAS models' ``replace_with_linear``): one bias-free
   embed_dim x embed_dim weight and the sublayer's norm (``mixer/projection``, ``ffn/projection``).
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
@@ -91,6 +93,8 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
             out += _norm(config, f"{prefix}/qk_norm", q)
             out += _norm(config, f"{prefix}/qk_norm", kv, keys)
         value = h * v_width(a, x)
+        if a.block_indexer:
+            out += block_indexer_tensors(a, x, prefix)
     else:  # mla, DeepSeek-V2 §2.1
         qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
         if a.q_lora_rank is not None:
@@ -131,6 +135,16 @@ def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
     out += [ParamTensor(f"{prefix}/index_k_norm", (width,)) for _ in range(2)]
     return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
+
+
+def block_indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
+    """The block indexer of a block-sparse layer (transformers' ``MiniMaxM3VLIndexer``): queries and one key per
+    token from embed_dim, each with an RMSNorm over index_head_dim (a weight, whatever the model's norm); no head
+    weights. Replicated under tensor parallelism, as the lightning indexer."""
+    heads, width = a.index_heads, a.index_head_dim
+    out = _linear(f"{prefix}/index_q", x.d, heads * width, False, "none")
+    out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
+    return out + [ParamTensor(f"{prefix}/index_qk_norm", (width,)) for _ in range(2)]
 
 
 def activation_tensors(config: ResolvedShape) -> list[ParamTensor]:

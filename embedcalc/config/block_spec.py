@@ -97,15 +97,30 @@ class AttentionSpec(AttentionFields, BaseModel):
         default=None,
         description=(
             "sparse: heads of the lightning indexer (index_n_heads); its queries come from the query latent "
-            "(q_lora_rank -> index_heads x index_head_dim), its one key per token from embed_dim."
+            "(q_lora_rank -> index_heads x index_head_dim), its one key per token from embed_dim. standard with "
+            "index_block_size: the block indexer's heads, its queries from embed_dim."
         ),
     )
     index_head_dim: PositiveInt | None = Field(
         default=None,
-        description="sparse: width of the indexer's query heads and of its key (index_head_dim), which it caches.",
+        description="sparse, block indexer: width of the indexer's query heads and of its key, which it caches.",
     )
     index_topk: PositiveInt | None = Field(
-        default=None, description="sparse: keys each query attends to, the indexer's top scores (index_topk)."
+        default=None,
+        description=(
+            "sparse: keys each query attends to, the indexer's top scores (index_topk). standard with "
+            "index_block_size: key blocks each query attends to (MiniMax-M3's index_topk_blocks)."
+        ),
+    )
+    index_block_size: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: block-sparse attention (MiniMax-M3, Step-3.7): an indexer of index_heads heads of "
+            "index_head_dim (queries and one key per token from embed_dim, each RMS-normalised per head) scores "
+            "every earlier key, max-pools the scores over blocks of index_block_size keys and keeps the "
+            "index_topk best blocks per query, the query's own block always among them; the core attends to "
+            "their keys only. The indexer caches its key of every token."
+        ),
     )
     index_shared: bool = Field(
         default=False,
@@ -238,7 +253,9 @@ class AttentionSpec(AttentionFields, BaseModel):
     def _mla_fields_need_mla(self) -> AttentionSpec:
         if self.kind not in LATENT_KINDS:
             refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
-        if self.kind != "sparse":
+        if self.kind == "standard" and self.index_block_size is not None:
+            check_block_indexer(self)
+        elif self.kind != "sparse":
             refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
         if self.kind in LATENT_KINDS and self.num_kv_heads is not None:
             raise PydanticCustomError(
@@ -262,6 +279,23 @@ class AttentionSpec(AttentionFields, BaseModel):
                 {"value": value, "kind": info.data.get("kind")},
             )
         return value
+
+
+_BLOCK_INDEXER = ("index_heads", "index_head_dim", "index_topk", "index_block_size")
+
+
+def check_block_indexer(spec: AttentionSpec) -> None:
+    """Standard attention with a block indexer (MiniMax-M3's sparse attention) needs all of its fields, and has no
+    selection of an earlier layer to share (index_shared is GLM-5's, of kind sparse)."""
+    missing = [name for name in _BLOCK_INDEXER if getattr(spec, name) is None]
+    if missing:
+        raise PydanticCustomError(
+            "block_indexer_incomplete",
+            "attention.index_block_size makes standard attention block-sparse, which also needs {fields} "
+            "(MiniMax-M3: index_heads 4, index_head_dim 128, index_topk 16, index_block_size 128)",
+            {"fields": ", ".join(missing)},
+        )
+    refuse_other_kind(spec, ("index_shared",), "attention", "sparse")
 
 
 class BlockSpec(BlockFields, BaseModel):

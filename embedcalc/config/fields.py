@@ -145,6 +145,9 @@ class AttentionFields(SpecFields):
         def index_topk(self) -> int | None: ...
 
         @property
+        def index_block_size(self) -> int | None: ...
+
+        @property
         def index_shared(self) -> bool: ...
 
         @property

@@ -39,6 +39,9 @@ class Attention:
     index_head_dim: int = 0
     index_topk: int = 0
     index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
+    index_block_size: int = (
+        0  # standard: block-sparse (MiniMax-M3): index_topk blocks of this many keys per query
+    )
     own_head_dim: bool = False  # standard: head_dim is the block's own, not the flat (swept) one
     own_kv_heads: bool = False  # standard: num_kv_heads is the block's own, likewise
     own_heads: bool = False  # standard: num_heads is the block's own (Laguna's per-layer heads), likewise
@@ -67,9 +70,15 @@ class Attention:
         return self.kind == "sparse" and not self.index_shared
 
     @property
+    def block_indexer(self) -> bool:
+        """Whether this standard layer is block-sparse: a block indexer selects the key blocks its queries see
+        (MiniMax-M3's sparse attention)."""
+        return self.index_block_size > 0
+
+    @property
     def index_cache_width(self) -> int:
         """Values the indexer caches per token: one key of index_head_dim (0 without an indexer of its own)."""
-        return self.index_head_dim if self.indexer else 0
+        return self.index_head_dim if self.indexer or self.block_indexer else 0
 
     @property
     def q_dim(self) -> int:
@@ -103,7 +112,7 @@ class Attention:
         a sparse layer's indexer key)."""
         if self.latent:
             return self.kv_lora_rank + self.qk_rope_head_dim + self.index_cache_width
-        return 0 if self.kv_shared else self.kv_dim + self.v_kv_dim
+        return 0 if self.kv_shared else self.kv_dim + self.v_kv_dim + self.index_cache_width
 
     @property
     def cache_limit(self) -> int | None:

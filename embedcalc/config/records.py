@@ -73,6 +73,7 @@ class AttentionRecord(AttentionFields, Record):
         "index_heads": RecordField(None),
         "index_head_dim": RecordField(None),
         "index_topk": RecordField(None),
+        "index_block_size": RecordField(None),
         "index_shared": RecordField(False),
         "num_heads": RecordField(None),
         "head_dim": RecordField(None),

@@ -169,7 +169,10 @@ class ResolvedShape(ConfigFields):
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
         )  # fmt: skip
         if spec.kind == "standard":
-            return standard
+            if spec.index_block_size is None:
+                return standard
+            return replace(standard, index_heads=spec.index_heads or 0, index_head_dim=spec.index_head_dim or 0,
+                           index_topk=spec.index_topk or 0, index_block_size=spec.index_block_size)  # fmt: skip
         nope, rope = spec.qk_nope_head_dim or 0, spec.qk_rope_head_dim or 0
         return replace(
             standard, kind=spec.kind, num_kv_heads=self.num_heads, head_dim=nope + rope,

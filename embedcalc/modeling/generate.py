@@ -23,6 +23,7 @@ from torch import Tensor
 
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention
+from embedcalc.modeling.block_sparse_attention import BlockSparseAttention
 from embedcalc.modeling.device import DTYPES, device_name, peak_memory
 from embedcalc.modeling.fusion import fuse_projections
 from embedcalc.modeling.kv_cache import BlockCache, CrossCache, KVCache, LayerCache
@@ -85,6 +86,8 @@ def allocate_cache(
             shape = (batch_size, attn.num_kv_heads, size, attn.head_dim)  # (B, h_kv, L, d_head)
             values = (*shape[:3], attn.value_head_dim)  # (B, h_kv, L, d_v)
             own = LayerCache(empty(*shape), empty(*values), total_tokens, limit)
+            if isinstance(attn, BlockSparseAttention):  # the block indexer's keys (B, L, D_I)
+                own.index_keys = empty(batch_size, size, attn.index_width)
         else:  # pragma: no cover - make_attention builds one of the two
             raise TypeError(f"no KV cache layout for {type(attn).__name__}")
         cross = None

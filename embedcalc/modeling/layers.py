@@ -34,6 +34,7 @@ from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.altup import AltUp, Laurel
 from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import embedding_table
+from embedcalc.modeling.block_sparse_attention import BlockSparseAttention
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
@@ -70,7 +71,8 @@ def make_attention(
     cross: bool,
     relative_bias: bool,
 ) -> AttentionBase:
-    """The attention sublayer of ``spec``: DeepSeek sparse attention for kind sparse, DeBERTa's disentangled
+    """The attention sublayer of ``spec``: DeepSeek sparse attention for kind sparse, block-sparse attention for a
+    standard one with a block indexer, DeBERTa's disentangled
     attention for a config with ``disentangled``, latent attention for kind mla, else :class:`Attention`. It lives
     here, beside its only caller, so that attention.py (the base the other kinds build on) imports none of them."""
     if spec.kind == "sparse":
@@ -81,6 +83,8 @@ def make_attention(
         return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
     if spec.kv_shared:
         return SharedKVAttention(config, spec, impl=impl, causal=causal)
+    if spec.block_indexer and not cross:
+        return BlockSparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
     return Attention(config, spec, impl=impl, causal=causal, cross=cross, relative_bias=relative_bias)
 
 

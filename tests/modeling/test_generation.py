@@ -51,6 +51,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sliding_window_full_cache": {"blocks": {"local": {"attention": {"sliding_window": 3, "full_cache": True}}},
                                   "layers": [{"pattern": ["default", "local"]}]},
     "chunked": {"attention": {"chunk_size": 4}},
+    # MiniMax-M3's block-sparse attention: 2 of the blocks of 3 keys per query, its own among them
+    "block_sparse": {"num_kv_heads": 2, "attention": {"index_heads": 2, "index_head_dim": 8, "index_topk": 2,
+                                                      "index_block_size": 3, "qk_norm": "head"}},
     "head_gate": {"attention": {"head_gate": True}, "num_kv_heads": 2},
     "block_heads": {"num_kv_heads": 2, "blocks": {"wide": {"attention": {"num_heads": 8, "sinks": True}}},
                     "layers": [{"pattern": ["wide", "default"]}]},
@@ -156,6 +159,7 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
         "sliding_window_full_cache",
         "v_head_dim_window",
         "chunked",
+        "block_sparse",
         "parallel_shared",
         "gemma4_kv_shared",
         "gemma3n_altup",

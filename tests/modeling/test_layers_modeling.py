@@ -74,6 +74,15 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
         {"decoder/attention/scores": SCORES, "decoder/attention/context": SCORES},
     ),
     "chunked": ({"attention": {"chunk_size": 3}}, {}, {"decoder/attention/scores": SCORES}),
+    # MiniMax-M3's block-sparse attention: an indexer of 2 heads of 6 (q, k from D, RMSNorms over 6) keeps the
+    # best 2 blocks of 3 keys per query; the core runs over all n keys, the unselected blocks masked
+    "block_sparse": ({"attention": {"index_heads": 2, "index_head_dim": 6, "index_topk": 2, "index_block_size": 3,
+                                    "qk_norm": "head"}},
+                     {"decoder/attention/index_q": L * D * 2 * 6, "decoder/attention/index_k": L * D * 6,
+                      "decoder/attention/index_qk_norm": L * 2 * 6},
+                     {"decoder/attention/scores": SCORES, "decoder/attention/index_q": L * 2 * T * D * 2 * 6,
+                      "decoder/attention/index_k": L * 2 * T * D * 6,
+                      "decoder/attention/index_scores": L * 2 * B * N * N * 2 * 6}),
     "xielu": ({"activation": "xielu"}, {"decoder/ffn/act": L * 2, "decoder/ffn/in": L * D * F},
               {"decoder/ffn/in": L * 2 * T * D * F, "decoder/ffn/out": L * 2 * T * F * D}),
     "alibi": ({"position": "alibi"}, {"decoder/attention/qkv": L * D * (H + 2 * G) * HD}, {}),

@@ -165,14 +165,16 @@ def rank_widths(block: Block, x: Dims, tp: int, a: Attention | None = None) -> R
 
 def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
     """Values one layer caches per token on one TP rank: K and V of its KV heads, or MLA's latent + rope key (and
-    a sparse layer's indexer key, replicated like the latent: transformers' ``DynamicIndexedLayer``)."""
+    a sparse layer's indexer key, replicated like the latent: transformers' ``DynamicIndexedLayer``; a
+    block-sparse layer's indexer key: ``MiniMaxM3VLSparseCacheLayer``)."""
     if a.latent:
         return a.kv_cache_width
     if a.kv_shared:  # its keys and values are an earlier layer's, cached there
         return 0
     g = kv_heads(a, x)
     heads = g if tp == 1 else maximum(1, g // tp)
-    return heads * (head_width(a, x) + v_width(a, x))  # keys of head_dim, values of v_head_dim (or head_dim)
+    # keys of head_dim, values of v_head_dim (or head_dim); a block indexer's key, replicated
+    return heads * (head_width(a, x) + v_width(a, x)) + a.index_cache_width
 
 
 def kv_cache_terms(config: ResolvedShape, workload: Workload, x: Dims, tp: int = 1) -> Num:

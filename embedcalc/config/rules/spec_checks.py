@@ -71,6 +71,27 @@ def check_sparse(spec: AttentionSpec, where: str) -> None:
         )
 
 
+def check_block_sparse(spec: AttentionSpec, info: ValidationInfo, where: str) -> None:
+    """A block indexer's heads each select for a group of query heads (transformers' ``MiniMaxM3VLIndexer``
+    repeats its selection num_heads / index_n_heads times), and its layer has no window or chunk of its own."""
+    heads, index_heads = spec.num_heads or info.data.get("num_heads"), spec.index_heads or 0
+    if isinstance(heads, int) and heads % index_heads:
+        raise PydanticCustomError(
+            "index_heads_divide",
+            "{where}.index_heads ({index}) must divide num_heads ({heads}): each indexer head selects the key "
+            "blocks of num_heads / index_heads query heads",
+            {"where": where, "index": index_heads, "heads": heads},
+        )
+    for name in ("sliding_window", "chunk_size", "cross"):
+        if getattr(spec, name) not in (None, False):
+            raise PydanticCustomError(
+                "block_sparse_limited",
+                "{where}.{name} with index_block_size: a block-sparse layer selects its key blocks among all "
+                "earlier tokens; write {name}: {default} in this block or remove index_block_size",
+                {"where": where, "name": name, "default": "false" if name == "cross" else "null"},
+            )
+
+
 # what cross-attention over an external sequence cannot have: latent attention, a causal window or chunk, sinks
 _NOT_CROSS = {
     "sliding_window": None,
@@ -122,6 +143,8 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
             )
     if spec.kind == "sparse":
         check_sparse(spec, where)
+    if spec.index_block_size is not None:
+        check_block_sparse(spec, info, where)
     heads, kv = spec.num_heads or info.data.get("num_heads"), spec.num_kv_heads
     if kv is None and spec.num_heads is not None:  # the block's own heads, the flat KV heads
         kv = info.data.get("num_kv_heads") or info.data.get("num_heads")

@@ -40,6 +40,7 @@ from embedcalc.sources.hf import (
     llama4,
     llama_like,
     minimax,
+    minimax_m3,
     mllama,
     moe,
     moe_families,
@@ -84,6 +85,7 @@ MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
 MODULES += (vl_text, moe_windowed, laguna)  # issue 31: vision-language text models, MoE decoders with windows
+MODULES += (minimax_m3,)  # issue 31: block-sparse attention
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -182,6 +184,7 @@ OUTER_TIE: dict[str, tuple[bool, bool]] = {
     "glm4v_moe": (False, True),
     "qwen3_5": (False, False),
     "qwen3_5_moe": (False, False),
+    "minimax_m3_vl": (False, True),
 }
 """Multimodal model types whose outer config alone ties the LM head (transformers 5 looks at the outer
 ``tie_word_embeddings``): (the class default, whether ``__post_init__`` also honours a ``text_config``
