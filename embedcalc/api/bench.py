@@ -212,7 +212,9 @@ def local_estimate(
             load_device(LOCAL),
             "local was not measured yet and was measured now, as bench --peak does",
         )
-    request = TimeRequest(device=device)
+    from embedcalc.api.timing import local_launches
+
+    request = TimeRequest(device=device, launches=local_launches(analysis.config, analysis.workload, device))
     try:
         estimate = estimate_time(
             analysis.config, analysis.workload, request, analysis.memory.model_state_bytes

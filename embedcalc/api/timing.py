@@ -25,7 +25,27 @@ if TYPE_CHECKING:  # the roofline model and the device catalogue load only when 
     from embedcalc.analysis.roofline import Efficiency, RooflineEstimate
     from embedcalc.devices.catalogue import Device
 
-__all__ = ["TimeOptions", "apply_time", "memory_limit", "time_options"]
+__all__ = ["TimeOptions", "apply_time", "local_launches", "memory_limit", "time_options"]
+
+
+def local_launches(config: Any, w: Any, device: Device | None) -> Any:
+    """On ``local`` (this machine, where ``bench`` runs embedcalc's eager model), the kernels the eager model
+    launches (:mod:`embedcalc.modeling.launches`, counted on the meta device) for an inference on one device;
+    None elsewhere, or where the count cannot be made (the fused stack's count then)."""
+    from embedcalc.devices.catalogue import LOCAL
+
+    par = w.parallel
+    if device is None or device.name != LOCAL or w.mode != "inference" or par.tp * par.pp * par.dp > 1:
+        return None
+    from embedcalc.analysis.time.model import Launches
+
+    try:
+        from embedcalc.modeling.launches import eager_launches
+
+        counted = eager_launches(config, w.batch_size, w.seq_len, w.attention)
+    except (ImportError, ValueError, TypeError, NotImplementedError, RuntimeError):
+        return None  # no torch here, or a model the torch reference cannot run on meta: bench cannot run it either
+    return None if counted is None else Launches(*counted)
 
 
 @dataclass(frozen=True)
@@ -198,7 +218,7 @@ def apply_time(
         efficiency = Efficiency(given.compute, given.memory, f"--efficiency {options.efficiency}")
     request = TimeRequest(
         device, efficiency, kv, options.train_tokens, options.devices, options.price_per_hour,
-        global_batch=options.global_batch,
+        global_batch=options.global_batch, launches=local_launches(analysis.config, w, device),
     )  # fmt: skip
     estimate = estimate_time(analysis.config, w, request, analysis.memory.model_state_bytes)
     require_finite(estimate.to_json(), f"{analysis.target}: time")

@@ -36,7 +36,7 @@ from embedcalc.analysis.roofline.traffic import (
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
-from embedcalc.analysis.time.model import Fractions, Override, dequant_elements
+from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.dtypes import ACTIVATION_DTYPE, FP4_DTYPES, WEIGHT_ONLY_DTYPES
@@ -138,6 +138,7 @@ class TimeRequest:
     memory_limit_bytes: int | None = None  # --max-memory (the device's memory otherwise)
     global_batch: int | None = None  # --global-batch: sequences per optimizer step over all replicas
     calibration: Calibration = field(default_factory=load_calibration)
+    launches: Launches | None = None  # kernels as the run launches them (local: the eager model); None: fused
 
     def __post_init__(self) -> None:
         """Refuse inputs that would make a time or cost non-finite (the CLI's options check the same rules)."""
@@ -260,7 +261,7 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     def phase(name: str, traffic: Mapping[str, Traffic], decode: bool) -> Phase:
         if model is None:
             return roof.phase(name, traffic)
-        terms = inference_terms(config, w, model, decode)
+        terms = inference_terms(config, w, model, decode, request.launches)
         if weight_only:
             terms += (("dequantization", model.dequant_s(dequant_elements(traffic, weights, quantized))),)
         return roof.phase(name, traffic, model.fractions(config, w, weights, decode), terms)

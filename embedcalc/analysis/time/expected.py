@@ -12,6 +12,7 @@ from embedcalc.analysis.roofline.traffic import Weights
 from embedcalc.analysis.time.comm import collectives_s
 from embedcalc.analysis.time.model import (
     Fractions,
+    Launches,
     Override,
     component_fractions,
     elementwise_bytes,
@@ -99,15 +100,21 @@ def pipeline_sends(config: ResolvedShape, w: Workload, tokens: int) -> list[Coll
     return [Collective("send", "pp", pp, "stage boundary activations", pp - 1, (pp - 1) * payload)]
 
 
-def inference_terms(config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool) -> Terms:
+def inference_terms(
+    config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool, launches: Launches | None = None
+) -> Terms:
     """The extra terms of one inference phase on one device: prefill / forward over the prompt, or one decode
-    step (module docstring). The TP share of the element-wise work is not divided (norms and residuals run
-    replicated on every tensor-parallel rank)."""
+    step (module docstring); ``launches``: the kernels as the run launches them, in place of a fused stack's.
+    The TP share of the element-wise work is not divided (norms and residuals run replicated on every
+    tensor-parallel rank)."""
     at = step_workload(config, w) if decode else w
     tokens = w.batch_size * (1 if decode else w.decoder_len if config.architecture == "encoder-decoder"
                              else w.seq_len)  # fmt: skip
     elementwise = elementwise_bytes(config, at, tokens, w.parallel.tp)
-    kernels = kernels_per_forward(config, at, decode)
+    if launches is None:
+        kernels: float = kernels_per_forward(config, at, decode)
+    else:
+        kernels = launches.decode if decode else launches.prefill
     collectives = critical_collectives(config, at, ("tp", "ep"))
     sends = pipeline_sends(config, at, 1 if decode else w.seq_len)
     return (

@@ -210,6 +210,15 @@ def kernels_per_layer(config: ResolvedShape, block: Block, cross: bool, attentio
     return kernels
 
 
+@dataclass(frozen=True)
+class Launches:
+    """Kernels a run launches as it was counted, not as a fused stack runs it: the eager model ``bench`` runs on
+    ``local`` (:mod:`embedcalc.modeling.launches`), per forward over the prompt and per decode step."""
+
+    prefill: int
+    decode: int
+
+
 def kernels_per_forward(config: ResolvedShape, w: Workload, decode: bool, layer_share: float = 1.0) -> float:
     """Kernels of one forward (decode: one step, the encoder idle) on one device holding ``layer_share`` of the
     layers (1 / pp in training): every layer's, plus embedding lookup, final norm, LM head and (decode) sampling."""
