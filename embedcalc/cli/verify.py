@@ -14,6 +14,7 @@ import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
+from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.options import ParallelFlags, WorkloadFlags, flags, only
 from embedcalc.errors import ExitCode, outcome
 
@@ -24,6 +25,10 @@ def verify_command(
     target: Annotated[str, typer.Argument(help="Preset name or config file (YAML/JSON).")],
     run: Annotated[WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "attention")],
     layout: Annotated[ParallelFlags, only("tp", "pp", "dp", "zero")],
+    tune: Annotated[
+        FinetuneFlags,
+        only("peft", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout", "modules_to_save"),
+    ],
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
     checkpoint: Annotated[
@@ -43,9 +48,15 @@ def verify_command(
     FSDP2, a pipeline module split) on torch's fake process group, and every rank's parameters and the collectives
     of one training step are reconciled with the analytic per-device numbers. With --checkpoint, the checkpoint
     on disk is reconciled instead: tensors, shapes, dtypes and bytes per component, quantized ones with their
-    scales, a tied head stored once.
+    scales, a tied head stored once. With --peft, the fine-tune's trainable and total parameters are reconciled
+    with embedcalc's torch model carrying real adapters and, for a Hugging Face config.json, with peft's count
+    on transformers' model (both on the meta device).
     """
+    finetune = tune.options()
     if checkpoint:
+        if finetune is not None:
+            raise typer.BadParameter("--checkpoint reads the stored tensors; verify --peft without it",
+                                     param_hint="'--peft'")  # fmt: skip
         _verify_checkpoint(target, overrides, format)
         return
     if layout.zero not in (0, 3):
@@ -54,7 +65,7 @@ def verify_command(
     from embedcalc.api.verify import verify_report
 
     workload = run.workload(layout)
-    report = verify_report(target, overrides, workload, run.attention)
+    report = verify_report(target, overrides, workload, run.attention, finetune)
     output.warn(report.analysis.warnings, target)
     result, sharded = report.result, report.sharded
     if format is OutputFormat.json:
@@ -71,8 +82,15 @@ def verify_command(
             from embedcalc.render.distributed import sharded_tables
 
             output.stdout.print(sharded_tables(sharded))
+        if report.finetune is not None:
+            from embedcalc.render.finetune import finetune_verify_table
+
+            output.stdout.print(finetune_verify_table(target, report.finetune))
+            for note in report.finetune.notes:
+                output.stdout.print(f"not run: {note}", markup=False, highlight=False)
     if not report.agree:
-        for line in sharded.mismatches() if sharded is not None else []:
+        for line in [*(sharded.mismatches() if sharded is not None else []),
+                     *(report.finetune.mismatches() if report.finetune is not None else [])]:  # fmt: skip
             output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
         output.stderr.print(
             f"embedcalc: {target}: analytic and torch counts differ (see the difference column)", markup=False

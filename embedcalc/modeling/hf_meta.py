@@ -38,7 +38,8 @@ from torch import nn
 
 from embedcalc.modeling.hf_cache import CacheTensor, cache_tensors
 
-__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model", "transformers_version"]
+__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_class", "build_meta_model", "choose_class",
+           "hf_config", "quiet", "transformers_version"]  # fmt: skip
 
 _TOP_K_ATTRS = ("top_k", "num_experts_per_tok", "moe_top_k", "num_selected_experts", "experts_per_token",
                 "num_experts_per_token", "moe_k", "router_top_k")  # fmt: skip
@@ -86,7 +87,7 @@ def transformers_version() -> str | None:
     return str(transformers.__version__)
 
 
-def _config(raw: Mapping[str, Any]) -> Any:
+def hf_config(raw: Mapping[str, Any]) -> Any:
     from transformers import AutoConfig
 
     data = {k: v for k, v in raw.items() if k != "model_type"}
@@ -174,7 +175,7 @@ def _parent(text: Any, mapping: Mapping[str, str]) -> Any:
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet() -> Iterator[None]:
     """transformers' own warnings and log lines (deprecations, slow-path notices) silenced while it builds and runs
     the model: the command's stderr carries embedcalc's lines only."""
     from transformers.utils import logging as hf_logging
@@ -189,12 +190,12 @@ def _quiet() -> Iterator[None]:
         hf_logging.set_verbosity(level)
 
 
-def _build(class_name: str, config: Any) -> nn.Module:
+def build_meta_class(class_name: str, config: Any) -> nn.Module:
     import transformers
 
     cls = getattr(transformers, class_name)
     options: dict[str, Any] = {"attn_implementation": "eager", "experts_implementation": "batched_mm"}
-    with torch.device("meta"), _quiet():
+    with torch.device("meta"), quiet():
         try:
             return cls._from_config(config, **options)  # type: ignore[no-any-return]
         except (TypeError, ValueError):  # a transformers without experts implementations (4.x)
@@ -305,7 +306,7 @@ def _forward(
 
     counter = FlopCounterMode(display=False)
     try:
-        with counter, _quiet():  # no no_grad: some families' meta paths assert autograd
+        with counter, quiet():  # no no_grad: some families' meta paths assert autograd
             out = model(**_inputs(architecture, batch, seq_len, tgt_len))
     except Exception as exc:  # a family's forward on meta tensors: any failure is reported
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
@@ -313,7 +314,7 @@ def _forward(
     flops = _exclusive_flops(counter.get_flop_counts(), type(model).__name__)
     cache = None
     with (
-        _quiet()
+        quiet()
     ):  # the output's field is ``cache`` in transformers 5.24+, ``past_key_values`` (``cache_params``)
         for name in ("cache", "past_key_values", "cache_params"):  # before: the old names warn as deprecated
             cache = getattr(out, name, None) if not isinstance(out, tuple) else None
@@ -337,10 +338,10 @@ def build_meta_model(
     what transformers raises for a config it refuses (the caller names it)."""
     import transformers
 
-    with _quiet():
-        config = _config(raw)
+    with quiet():
+        config = hf_config(raw)
     class_name, auto_class, architecture, build_from, part = choose_class(config)
-    model = _build(class_name, build_from)
+    model = build_meta_class(class_name, build_from)
     model.eval()
     text_only = part != "all"
     language, kept = _counted_part(model, part, build_from) if text_only else ("", set())

@@ -15,6 +15,7 @@ from embedcalc.render.tables import dtype_label
 if TYPE_CHECKING:
     from embedcalc.analysis.report import Analysis
     from embedcalc.api.finetune import FinetuneResult
+    from embedcalc.reconcile.finetune import FinetuneVerify
 
 PARAMS_CAPTION = (
     "Counted as peft's get_nb_trainable_parameters: LoRA adds r·(in + out) per adapted module, DoRA also out; "
@@ -98,3 +99,24 @@ def finetune_memory_table(a: Analysis, result: FinetuneResult) -> Table:
 
 def finetune_tables(a: Analysis, result: FinetuneResult) -> list[Table]:
     return [finetune_params_table(a, result), finetune_memory_table(a, result)]
+
+
+def finetune_verify_table(target: str, check: FinetuneVerify) -> Table:
+    """``verify --peft``: one row per check, the analytic count beside the counted one; mismatches in red."""
+    targets = ",".join(check.targets)
+    if len(targets) > 60:
+        targets = targets[:57] + "..."
+    table = FitTable(
+        title=escape(
+            f"Fine-tune — {target}: {check.method} r={check.rank} on {targets}: analytic vs counted"
+        ),
+        caption="Both models on the meta device; all = the base model + adapters + modules saved whole (peft).",
+        title_justify="left",
+    )
+    table.add_column("check")
+    for name in ("analytic", "counted", "difference"):
+        table.add_column(name, justify="right", whole=True)
+    for r in check.rows:
+        table.add_row(escape(r.component), units.count(r.analytic), units.count(r.counted),
+                      f"{r.difference:+,}" if r.difference else "0", style="red" if r.difference else None)  # fmt: skip
+    return table

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+from paths import HF_FIXTURES
+
 
 def test_done_when_lora_counts(cli: Any) -> None:
     result = cli(
@@ -87,3 +90,48 @@ def test_cli_plan_peft(cli: Any) -> None:
     assert any(r["method"] == "qlora" and r["fits"] for r in rows)
     inference = cli("plan", "mistral-7b", "--peft", "qlora")
     assert inference.exit_code == 2 and "--mode training" in inference.stderr
+
+
+# --- verify --peft ------------------------------------------------------------------------------------------------
+
+
+def _rows(result: Any) -> dict[str, tuple[int, int]]:
+    tune = json.loads(result.stdout)["results"][0]["finetune"]
+    return {r["component"]: (r["analytic"], r["counted"]) for r in tune["rows"]}
+
+
+@pytest.mark.torch
+def test_verify_peft_on_a_preset_counts_embedcalc_s_adapters(cli: Any) -> None:
+    """A preset: embedcalc's torch model with real adapters, exact; peft's side says why it did not run."""
+    pytest.importorskip("torch")
+    result = cli("verify", "gpt2", "--peft", "dora", "--lora-rank", "4", "--lora-targets", "all-linear",
+                 "--modules-to-save", "lm_head", "--format", "json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    tune = json.loads(result.stdout)["results"][0]["finetune"]
+    rows = _rows(result)
+    assert rows["trainable — embedcalc's torch model with adapters"] == (39_270_144, 39_270_144)
+    assert rows["all — embedcalc's torch model with adapters"] == (163_709_952, 163_709_952)
+    assert tune["agree"] and "not a Hugging Face config.json" in tune["not_run"][0]
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # builds gpt2 twice on the meta device: embedcalc's and transformers' with peft
+def test_verify_peft_on_a_hub_file_counts_as_peft(cli: Any) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    result = cli("verify", str(HF_FIXTURES / "gpt2.json"), "--peft", "lora", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    rows = _rows(result)
+    assert rows["trainable — peft on transformers' GPT2LMHeadModel"] == (294_912, 294_912)
+    assert rows["all — peft on transformers' GPT2LMHeadModel"] == (124_734_720, 124_734_720)
+    table = cli("verify", str(HF_FIXTURES / "gpt2.json"), "--peft", "lora")
+    assert "GPT2LMHeadModel" in table.stdout and "294,912" in table.stdout
+
+
+def test_verify_peft_refusals(cli: Any) -> None:
+    sharded = cli("verify", "gpt2", "--peft", "lora", "--tp", "2")
+    assert sharded.exit_code == 2 and "--peft" in sharded.stderr
+    no_peft = cli("verify", "gpt2", "--lora-targets", "c_attn")
+    assert no_peft.exit_code == 2 and "--peft" in no_peft.stderr
+    bad = cli("verify", "gpt2", "--peft", "lora", "--lora-targets", "q_proj")
+    assert bad.exit_code == 3 and "c_attn" in bad.stderr

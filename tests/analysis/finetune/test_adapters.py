@@ -2,7 +2,8 @@
 models transformers builds on the meta device (nothing allocated), family by family; the module list of
 ``analysis/finetune/modules.py`` equals transformers' own linear modules, name by name and shape by shape.
 
-peft is not in the project's default environment: the parity tests skip without it (``pip install peft``).
+peft is in the dev extra (the parity tests skip without it, ``pip install peft``); they are slow tests: each
+builds the model and peft's wrapper of it.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def _ours(stem: str, method: str = "lora", **kw: Any) -> tuple[int, int]:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # builds the model and peft's wrapper of it, family by family
 @pytest.mark.parametrize("stem", sorted(FAMILIES))
 def test_all_linear_lora_equals_peft(transformers: Any, stem: str) -> None:
     assert _ours(stem, rank=16, targets=("all-linear",)) == _peft_counts(
@@ -186,6 +188,7 @@ DEFAULTS = [
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # builds the model and peft's wrapper of it, family by family
 @pytest.mark.parametrize("stem", DEFAULTS)
 def test_family_default_targets_equal_peft(transformers: Any, stem: str) -> None:
     """No target_modules: peft's per-family default (its constants table), here and there."""
@@ -193,6 +196,7 @@ def test_family_default_targets_equal_peft(transformers: Any, stem: str) -> None
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # builds the model and peft's wrapper of it, family by family
 @pytest.mark.parametrize("stem", ["llama-2-7b", "gpt2", "bert-base-uncased", "t5-small", "phi-3-mini-4k"])
 def test_dora_and_modules_to_save_equal_peft(transformers: Any, stem: str) -> None:
     save = {"gpt2": "lm_head", "bert-base-uncased": "pooler.dense", "t5-small": "lm_head"}.get(
@@ -205,6 +209,7 @@ def test_dora_and_modules_to_save_equal_peft(transformers: Any, stem: str) -> No
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # builds the model and peft's wrapper of it, family by family
 @pytest.mark.parametrize("stem", ["mixtral-8x7b", "qwen3-30b-a3b"])
 def test_experts_as_target_parameters_equal_peft(transformers: Any, stem: str) -> None:
     names = ("q_proj", "experts.gate_up_proj", "experts.down_proj")
