@@ -32,7 +32,9 @@ from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 _DELETED = ("decoder_sparse_step", "mlp_only_layers", "qkv_bias", "use_sliding_window", "max_window_layers")
 
 
-def _attention(r: KeyReader) -> None:
+def read_gate(r: KeyReader, squash: str = "softplus") -> None:
+    """q/k norms and the output gate ``g_proj`` whose ``squash`` (softplus, Step-3.7's sigmoid) scales the context,
+    per head or per channel as ``gating`` says."""
     g_key, gating, _ = r.value("gating")
     per_head = gating is True or gating == "per-head"
     if not per_head and r.data.get("qkv_bias"):
@@ -40,7 +42,7 @@ def _attention(r: KeyReader) -> None:
                          "biased q/k/v")  # fmt: skip
         return
     gate = {"head_gate": True} if per_head else {"output_gate": True}
-    note = "g_proj: softplus gate per head" if per_head else "g_proj: softplus gate per channel"
+    note = f"g_proj: {squash} gate per head" if per_head else f"g_proj: {squash} gate per channel"
     r.put("attention", {"qk_norm": "head"} | gate, g_key, "file" if g_key in r.raw else "default",
           f"q_norm, k_norm RMSNorm(head_dim); {note}")  # fmt: skip
 
@@ -66,7 +68,7 @@ def _heads(r: KeyReader, layers: int) -> list[int | None] | None:
 
 def _read_laguna(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn=False)
-    _attention(r)
+    read_gate(r)
     for key in _DELETED:
         r.ignore(key, "LagunaConfig deletes it from Qwen2MoeConfig: its modeling code never reads it")
     ignore_moe_keys(r)
@@ -93,6 +95,16 @@ def _read_laguna(r: KeyReader) -> None:
     windows = [window if t == SLIDING and isinstance(window, int) else None for t in types]
     if not any(windows):
         r.ignore(w_key, "no layer uses sliding attention")
+    keys = ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+            m_key, types_key, w_key] + (["num_attention_heads_per_layer"] if any(heads) else [])  # fmt: skip
+    put_layer_layout(r, moe, kinds, windows, heads, ", ".join(k for k in keys if k in r.raw) or keys[0])
+
+
+def put_layer_layout(
+    r: KeyReader, moe: dict[str, Any], kinds: list[str], windows: list[int | None], heads: list[int | None],
+    keys: str,
+) -> None:  # fmt: skip
+    """Blocks per layer from its MLP kind ("dense" / "sparse": ``moe``), its window and its own query heads."""
     names, blocks = [], {}
     for kind, slide, own in zip(kinds, windows, heads, strict=True):
         name = (
@@ -105,11 +117,9 @@ def _read_laguna(r: KeyReader) -> None:
             {"ffn": moe} if kind == "sparse" else {}
         )
         names.append(DEFAULT_BLOCK if name == "dense" else name)
-    keys = ["num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
-            m_key, types_key, w_key] + (["num_attention_heads_per_layer"] if any(heads) else [])  # fmt: skip
     note = f"{kinds.count('sparse')} MoE layers, {sum(1 for w in windows if w)} sliding"
     note += f", {sum(1 for h in heads if h)} with their own head counts" if any(heads) else ""
-    put_layout(r, names, blocks, ", ".join(k for k in keys if k in r.raw) or keys[0], note)
+    put_layout(r, names, blocks, keys, note)
 
 
 _LAGUNA: dict[str, Any] = dict(

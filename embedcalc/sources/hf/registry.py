@@ -51,6 +51,7 @@ from embedcalc.sources.hf import (
     opt,
     qwen3,
     ssm,
+    step3,
     t5,
     vl_text,
 )
@@ -85,7 +86,7 @@ MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
 MODULES += (vl_text, moe_windowed, laguna)  # issue 31: vision-language text models, MoE decoders with windows
-MODULES += (minimax_m3,)  # issue 31: block-sparse attention
+MODULES += (minimax_m3, step3)  # issue 31: block-sparse attention, Step-3.7's text model
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -185,6 +186,7 @@ OUTER_TIE: dict[str, tuple[bool, bool]] = {
     "qwen3_5": (False, False),
     "qwen3_5_moe": (False, False),
     "minimax_m3_vl": (False, True),
+    "step3p7": (False, False),
 }
 """Multimodal model types whose outer config alone ties the LM head (transformers 5 looks at the outer
 ``tie_word_embeddings``): (the class default, whether ``__post_init__`` also honours a ``text_config``
