@@ -43,7 +43,9 @@ def explain_command(
     ] = None,
     lang: Annotated[
         Language | None,
-        typer.Option("--lang", help="Language of the text; default from LANGUAGE/LC_ALL/LC_MESSAGES/LANG."),
+        typer.Option(
+            "--lang", help="Language of the text; default from LANGUAGE, LC_ALL, LC_MESSAGES or LANG."
+        ),
     ] = None,
     *,
     run: Annotated[WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "dtype", "mode")],

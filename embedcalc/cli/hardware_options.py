@@ -95,7 +95,7 @@ KvDtypeOption = Annotated[
         "--kv-dtype",
         parser=dtype_parser(KV_DTYPES),
         metavar=dtype_metavar(KV_DTYPES),
-        help=f"KV cache dtype, apart from the weights ({dtype_choices(KV_DTYPES)}; default: the activations').",
+        help=f"KV cache dtype, apart from the weights ({dtype_choices(KV_DTYPES, ' | ')}; default: the activations').",
     ),
 ]
 TrainTokensOption = Annotated[

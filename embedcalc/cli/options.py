@@ -121,7 +121,10 @@ def dtype_option(default_help: str) -> Any:
     """The ``--dtype`` option of the analytic commands: the shared vocabulary, parser and metavar; the caller
     states its default."""
     return typer.Option(
-        "--dtype", parser=dtype_parser(), metavar=dtype_metavar(), help=f"{dtype_choices()}. {default_help}"
+        "--dtype",
+        parser=dtype_parser(),
+        metavar=dtype_metavar(),
+        help=f"{dtype_choices(sep=' | ')}. {default_help}",
     )
 
 

@@ -93,7 +93,7 @@ def defer_coercion(command: Any) -> None:
 
 class _Deferring:
     """Mixin of a typer command or group: the coercion of its parameters (and of its subcommands') deferred, and
-    of --help's too (an option click makes on first use)."""
+    of --help's too (an option click makes on first use); its --help drawn for narrow terminals."""
 
     def __init__(self, *args: Any, **attrs: Any) -> None:
         super().__init__(*args, **attrs)
@@ -103,6 +103,13 @@ class _Deferring:
         option = super().get_help_option(ctx)  # type: ignore[misc]
         _defer(option)
         return option
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """typer's help, readable at 80 columns (:mod:`embedcalc.cli.help_width`, loaded only here)."""
+        from embedcalc.cli.help_width import readable_help
+
+        with readable_help(getattr(self, "params", ())):
+            super().format_help(ctx, formatter)  # type: ignore[misc]
 
 
 class DeferringCommand(_Deferring, typer.core.TyperCommand):

@@ -94,10 +94,11 @@ class DtypeError(ValueError):
     """A name that is not in the vocabulary (the caller turns it into its own error: a flag, a config field)."""
 
 
-def dtype_choices(choices: tuple[str, ...] = DTYPES) -> str:
-    """``fp32|bf16|...`` and the aliases that apply, for messages and help."""
+def dtype_choices(choices: tuple[str, ...] = DTYPES, sep: str = "|") -> str:
+    """``fp32|bf16|...`` and the aliases that apply, for messages and help (``sep=" | "``: a list --help wraps
+    between two names)."""
     aliases = [f"{long}={short}" for long, short in ALIASES.items() if short in choices]
-    return "|".join(choices) + (f" (or {', '.join(aliases)})" if aliases else "")
+    return sep.join(choices) + (f" (or {', '.join(aliases)})" if aliases else "")
 
 
 def canonical_dtype(value: object, choices: tuple[str, ...] = DTYPES) -> str:

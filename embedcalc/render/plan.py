@@ -1,5 +1,6 @@
-"""``embedcalc plan`` output: the recommendation line, the table of layouts (best first, the reason in the last
-column for those that are out), and the same rows as CSV or Markdown (every layout evaluated)."""
+"""``embedcalc plan`` output: the recommendation line, the table of layouts (best first; a short code in the status
+column for those that miss something, with its legend below), the layouts that cannot serve folded one line per
+device and reason beneath it, and the same rows as CSV or Markdown (every layout evaluated, each reason in full)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 
 from embedcalc import units
-from embedcalc.analysis.plan.rows import PlanResult, ServingRow, TrainingRow
+from embedcalc.analysis.plan.rows import (
+    REASON_CODES,
+    PlanResult,
+    ServingRow,
+    TrainingRow,
+    reason_brief,
+    reason_code,
+)
 from embedcalc.render.fit import FitTable
 
 # header, raw value, text, right-aligned
@@ -23,8 +32,25 @@ def _opt(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
     return lambda v: "—" if v is None else fmt(v)
 
 
+def _codes(row: ServingRow | TrainingRow) -> list[str]:
+    return list(dict.fromkeys(reason_code(r) for r in row.reasons))
+
+
 def _status(row: ServingRow | TrainingRow) -> str:
-    return "ok" if row.ok else "; ".join(row.reasons)
+    """``ok``, or the codes of what the row misses (the legend says what each means; JSON has the sentences)."""
+    return "ok" if row.ok else " ".join(_codes(row))
+
+
+def _legend(rows: list[Any]) -> str:
+    """The status codes the ``rows`` show, each with its meaning."""
+    codes = dict.fromkeys(code for row in rows for code in _codes(row))
+    if not codes:
+        return ""
+    return (
+        " Status: "
+        + "; ".join(f"{code}: {REASON_CODES.get(code, REASON_CODES['other'])}" for code in codes)
+        + "."
+    )
 
 
 def _times(row: ServingRow, key: str) -> Any:
@@ -124,7 +150,7 @@ def _shown(result: PlanResult, top: int) -> tuple[list[Any], list[tuple[Any, str
     out: dict[tuple[str, str], list[Any]] = {}
     for row in rows:
         if row.times is None:
-            kind = row.reasons[0].split(":")[0] if row.reasons else ""
+            kind = reason_code(row.reasons[0]) if row.reasons else ""
             out.setdefault((row.layout.device, kind), []).append(row)
     folded: list[tuple[Any, str]] = []
     for _, group in sorted(out.items(), key=lambda item: item[0]):
@@ -137,19 +163,22 @@ def _shown(result: PlanResult, top: int) -> tuple[list[Any], list[tuple[Any, str
     return shown, folded
 
 
-def plan_table(result: PlanResult, top: int = 20) -> FitTable:
-    """The best layouts as a table (serving: the first ``top`` that are ok, then each device's layouts that are out,
-    one line per device with the reason of the one closest to fitting); the caption states the conventions."""
+def plan_table(result: PlanResult, top: int = 20) -> Group:
+    """The best layouts as a table (serving: the first ``top`` that are served, then, in a second table, each
+    device's layouts that cannot serve, one line per device and reason with the figure of the one closest to
+    fitting); the captions state the conventions and what each status code means."""
     columns = _columns(result)
     shown, folded = _shown(result, top)
     left = len(result.rows) - len(shown) - sum(1 + label.count(",") for _, label in folded)
-    caption = _caption(result) + (
-        f" {left} more layouts: --top 0 or --format json lists all." if left else ""
+    caption = (
+        _caption(result)
+        + _legend(shown)
+        + (f" {left} more layouts: --top 0 or --format json lists all." if left else "")
     )
     table = FitTable(
         title=f"plan — {result.target}, {result.mode}", title_justify="left", caption=caption,
         drop=("dtype", "KV/seq", "$/hour", "device-hours", "step", "KV/device", "weights/device", "max seqs",
-              "in flight", "recompute", "ZeRO", "memory/device", "devices", "TTFT", "TPOT"),
+              "in flight", "recompute", "ZeRO", "memory/device", "devices", "TPOT", "TTFT"),
     )  # fmt: skip
     for header, _, _, right in columns:
         table.add_column(
@@ -161,13 +190,24 @@ def plan_table(result: PlanResult, top: int = 20) -> FitTable:
     for row in shown:
         cells = [escape(text(value(row))) for _, value, text, _ in columns]
         table.add_row(*cells, style="" if row.ok else "dim")
-    if folded:
-        table.add_section()
+    return Group(table, *([_out_table(folded)] if folded else []))
+
+
+def _out_table(folded: list[tuple[Any, str]]) -> FitTable:
+    """The layouts that cannot serve, one line per device and reason: the layouts, and the reason's figure for
+    the one closest to fitting (the largest)."""
+    table = FitTable(
+        title="Out — layouts that cannot serve the load", title_justify="left",
+        caption="Memory per device against the usable memory (the utilization above); --format json gives each "
+        "layout's reasons in full.",
+    )  # fmt: skip
+    table.add_column("device", whole=True)
+    table.add_column("layouts", prefer_whole=True)
+    table.add_column("why")
     for row, label in folded:
-        cells = [
-            escape(label if header == "layout" else text(value(row))) for header, value, text, _ in columns
-        ]
-        table.add_row(*cells, style="dim")
+        table.add_row(
+            escape(row.layout.device), escape(label), escape(reason_brief(row.reasons[0])), style="dim"
+        )
     return table
 
 

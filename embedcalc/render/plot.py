@@ -66,6 +66,8 @@ def sweep_table(result: SweepResult, max_rows: int) -> Table:
     if set(CONFIG_AXES) & set(axes):
         values.append("n*")  # per point: a config axis moves the crossover
     show_problems = not bool(result.valid[:rows].all())
+    if show_problems:
+        caption += _problem_legend(result, rows)
     drop = ("training", "★ share")  # narrow terminals: --format csv or json has every column
     narrow = FitTable(title=title, caption=caption, title_justify="left", drop=drop, keep=1)
     narrow.add_column("point")
@@ -122,8 +124,19 @@ def _sweep_rows(
             yield swept, cells + [""] * show_problems, None
         else:
             cells = ["—"] * (5 + per_point_crossover)
-            cells.append(escape("; ".join(p.message for p in result.problems_at(i))))
+            cells.append(escape(" ".join(dict.fromkeys(p.code for p in result.problems_at(i)))))
             yield swept, cells, "dim"
+
+
+def _problem_legend(result: SweepResult, rows: int) -> str:
+    """What each problem code of the first ``rows`` points means: the message of the first point with it (the
+    table shows the codes; --format json or csv has every point's messages)."""
+    first: dict[str, str] = {}
+    for i in range(rows):
+        for problem in result.problems_at(i):
+            first.setdefault(problem.code, problem.message)
+    shown = "; ".join(f"{code}: {message}" for code, message in first.items())
+    return f" Problems (the first point's message per code; --format json has each point's): {escape(shown)}."
 
 
 def _bar(share: float) -> str:

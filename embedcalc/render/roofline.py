@@ -29,13 +29,14 @@ def summary_rows(e: RooflineEstimate) -> list[tuple[str, str]]:
     """(quantity, value) rows of one time estimate, only those that apply."""
     rows: list[tuple[str, str]] = []
     if e.hardware is not None:
-        rows.append(("device", f"{e.hardware} ({e.dtype}: {units.si(e.peak_flops_per_s or 0.0, 'FLOP/s')}, "
-                               f"{units.si(e.bandwidth_bytes_per_s or 0.0, 'B/s')})"))  # fmt: skip
+        rows.append(("device", f"{e.hardware}, {e.dtype}"))
+        rows.append((f"peak ({e.dtype})", f"{units.si(e.peak_flops_per_s or 0.0, 'FLOP/s')}, "
+                                        f"{units.si(e.bandwidth_bytes_per_s or 0.0, 'B/s')}"))  # fmt: skip
         model, eff = e.model, e.efficiency
         if model is not None and model.override is not None:
             rows.append(("efficiency", f"compute {eff.compute:g}, memory {eff.memory:g} ({eff.source})"))
-        if model is not None:
-            rows.append(("time model", _model_line(model)))
+        if model is not None:  # the calibration's name here, its fit and error in the caption (model_note)
+            rows.append(("time model", model.name))
     rate: Callable[[float], str] = lambda v: _rate(v, "tokens/s")  # noqa: E731
     named: list[tuple[str, Callable[[RooflineEstimate], float | None], Callable[[float], str]]] = [
         ("forward", lambda x: x.forward_s if x.prefill_s is None else None, seconds),
@@ -65,9 +66,11 @@ def summary_rows(e: RooflineEstimate) -> list[tuple[str, str]]:
         )
     schedule = e.schedule
     if schedule is not None:
-        rows.append(("accumulation steps (micro-batches per replica per step)",
-                     f"{schedule.accumulation_steps:,} (global batch {schedule.global_batch:,}, "
-                     f"pipeline bubble {units.percent(schedule.bubble_fraction)})"))  # fmt: skip
+        rows.append(
+            ("accumulation steps (micro-batches per replica per step)", f"{schedule.accumulation_steps:,}")
+        )
+        rows.append(("  global batch (sequences per step)", f"{schedule.global_batch:,}"))
+        rows.append(("  pipeline bubble", units.percent(schedule.bubble_fraction)))
     for phase, terms in e.terms().items():
         total = sum(terms.values()) or 1.0
         for name, value in terms.items():
@@ -78,21 +81,26 @@ def summary_rows(e: RooflineEstimate) -> list[tuple[str, str]]:
         lb = None if bound is None else bound.training
         shown = f" (bound {seconds(lb.wall_s)})" if lb is not None else ""
         rows.append((f"training run: {units.si(run.tokens)} tokens on {run.devices:,} devices",
-                     f"{seconds(run.wall_s)}{shown}, {run.device_hours:,.0f} device-hours"
-                     + (f", cost {run.cost:,.0f}" if run.cost is not None else "")))  # fmt: skip
+                     f"{seconds(run.wall_s)}{shown}"))  # fmt: skip
+        rows.append(("  device-hours", f"{run.device_hours:,.0f}"))
+        if run.cost is not None:
+            rows.append(("  cost", f"{run.cost:,.0f}"))
     if e.phases:
         rows.append(("bound", ", ".join(f"{phase} {b}" for phase, b in e.bounds.items())))
     return rows
 
 
-def _model_line(model: TimeModel) -> str:
-    """The calibration behind the expected times and its measured error on runs it was not fitted on."""
-    line = (f"expected times: calibration {model.name}, fitted on {len(model.fitted_on)} published "
-            f"runs, median error {units.percent(model.held_out_median_error)} (worst "
-            f"{model.held_out_max_ratio:.2f}x) on {len(model.held_out)} others")  # fmt: skip
+def model_note(model: TimeModel | None) -> str:
+    """The calibration behind the expected times and its measured error on runs it was not fitted on (a
+    caption's sentence; the table names the calibration)."""
+    if model is None:
+        return ""
+    line = (f"Time model {model.name}: fitted on {len(model.fitted_on)} published runs, median error "
+            f"{units.percent(model.held_out_median_error)} (worst {model.held_out_max_ratio:.2f}x) on "
+            f"{len(model.held_out)} others")  # fmt: skip
     if model.override is not None:
         line += f"; achieved fractions from {model.override}"
-    return line + "; bound: the roofline at peak"
+    return line + ". "
 
 
 def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
@@ -104,9 +112,12 @@ def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
         dtype += f", weight-only: dequantized to {estimate.dtype} (no {peak_dtype(w.dtype)} on {estimate.hardware})"
     table = FitTable(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
                                f"--gen-tokens {w.gen_tokens}, {dtype}"),
-                  caption=CAPTION if estimate.hardware else None, title_justify="left")  # fmt: skip
+                  caption=model_note(estimate.model) + CAPTION if estimate.hardware else None,
+                  title_justify="left")  # fmt: skip
     table.add_column("quantity")
-    table.add_column("value", justify="right")
+    table.add_column(
+        "value", justify="right", prefer_whole=True
+    )  # the labels wrap first, a value on one line
     for label, value in summary_rows(estimate):
         table.add_row(escape(label), escape(value))
     return table

@@ -304,7 +304,7 @@ def test_cli_table_has_the_recommendation_and_the_reasons() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Serve on ")
-    assert "weights do not fit" in result.stdout and "TTFT" in result.stdout
+    assert "weights 131.42 GiB > 72.00 GiB usable" in result.stdout and "TTFT" in result.stdout
 
 
 def test_done_when_default_table_shows_why_l4_and_t4_are_out(llama70b: PlanResult) -> None:
@@ -319,7 +319,7 @@ def test_done_when_default_table_shows_why_l4_and_t4_are_out(llama70b: PlanResul
     result = runner.invoke(app, ["plan", "llama-3.1-70b", "--seq-len", "2048", "--gen-tokens", "256",
                                  "--concurrency", "32"], env={"COLUMNS": "220"})  # fmt: skip
     assert result.exit_code == 0
-    assert "TP 1, 2, 4, 8" in result.stdout and "weights do not fit" in result.stdout
+    assert "TP 1, 2, 4, 8" in result.stdout and "weights 16.43 GiB > 14.40 GiB usable" in result.stdout
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown"])

@@ -71,6 +71,49 @@ DEFAULT_MAX_TRAINING_DEVICES = 1024
 MAX_DEVICES = 1 << 20  # beyond the largest clusters built (~10^5 accelerators); bounds the training search
 
 
+class Reason(str):
+    """Why a layout is out: the sentence (a row's ``reasons[]`` in the JSON, and what the recommendation quotes),
+    with a short ``code`` for the table's status column (its legend: :data:`REASON_CODES`) and a ``brief`` for
+    the table that folds the layouts that do not hold the model (the figure that decides, without the
+    explanation). A plain ``str`` reason reads as code ``other``."""
+
+    code: str
+    brief: str
+
+    def __new__(cls, code: str, text: str, brief: str | None = None) -> Reason:
+        self = super().__new__(cls, text)
+        self.code = code
+        self.brief = text if brief is None else brief
+        return self
+
+
+# The status codes of plan's table, and what each means (the table's legend).
+REASON_CODES: dict[str, str] = {
+    "weights": "the weights alone exceed the usable memory per device",
+    "workspace": "the weights and one prompt's activation workspace exceed the usable memory",
+    "KV": "the KV cache holds fewer sequences than are in flight (the rest wait for KV slots)",
+    "rate": "the engines cannot sustain the request rate (the queue grows without bound)",
+    "TTFT": "misses --max-ttft",
+    "TPOT": "misses --max-tpot",
+    "tok/s": "misses --min-tokens-per-s",
+    "dtype": "the device has no peak for the dtype",
+    "memory": "the training memory per device exceeds the device's memory even with recompute and ZeRO",
+    "batch": "--global-batch is not a multiple of micro-batch × DP",
+    "deadline": "misses --deadline",
+    "other": "see --format json",
+}
+
+
+def reason_code(reason: str) -> str:
+    """The status code of ``reason`` (``other`` for a reason without one)."""
+    return getattr(reason, "code", "other")
+
+
+def reason_brief(reason: str) -> str:
+    """The short form of ``reason`` (the reason itself when it has none)."""
+    return getattr(reason, "brief", reason)
+
+
 @dataclass(frozen=True)
 class Layout:
     """How one replica is spread (Megatron-LM conventions), and the training memory choices that make it fit."""
@@ -178,13 +221,15 @@ class Objectives:
 
     def misses(self, t: ServingTimes) -> list[str]:
         """One reason per objective ``t`` misses, with the figure that misses."""
-        out = []
+        out: list[str] = []
         if self.max_ttft_s is not None and t.ttft_s > self.max_ttft_s:
-            out.append(f"TTFT {seconds(t.ttft_s)} > {seconds(self.max_ttft_s)}")
+            out.append(Reason("TTFT", f"TTFT {seconds(t.ttft_s)} > {seconds(self.max_ttft_s)}"))
         if self.max_tpot_s is not None and t.tpot_s > self.max_tpot_s:
-            out.append(f"TPOT {seconds(t.tpot_s)} > {seconds(self.max_tpot_s)}")
+            out.append(Reason("TPOT", f"TPOT {seconds(t.tpot_s)} > {seconds(self.max_tpot_s)}"))
         if self.min_tokens_per_s is not None and t.tokens_per_s < self.min_tokens_per_s:
-            out.append(f"{amount(t.tokens_per_s)} tokens/s < {amount(self.min_tokens_per_s)}")
+            out.append(
+                Reason("tok/s", f"{amount(t.tokens_per_s)} tokens/s < {amount(self.min_tokens_per_s)}")
+            )
         return out
 
     def to_json(self) -> dict[str, Any]:

@@ -20,7 +20,17 @@ from embedcalc.analysis.memory.serving import (
 )
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan.expert_parallel import has_routed_experts, num_experts, rank_times
-from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Objectives, Price, ServingRow, ServingTimes
+from embedcalc.analysis.plan.rows import (
+    NODE_DEVICES,
+    Layout,
+    Objectives,
+    Price,
+    Reason,
+    ServingRow,
+    ServingTimes,
+    reason_brief,
+    reason_code,
+)
 from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
 from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
@@ -82,22 +92,31 @@ def ep_degrees(config: ResolvedShape, most: int) -> list[int]:
 def no_peak(device: Device, w: Workload) -> str | None:
     dtype = gemm_peak_dtype(device, w)
     if device.peak(dtype) is None:
-        return f"{device.name} has no {dtype} peak (it lists {', '.join(device.peak_flops_per_s)}); choose --dtype"
+        lists = ", ".join(device.peak_flops_per_s)
+        return Reason("dtype", f"{device.name} has no {dtype} peak (it lists {lists}); choose --dtype",
+                      f"no {dtype} peak (it lists {lists})")  # fmt: skip
     return None
 
 
 def _memory_reason(memory: ServingMemory, wanted: int) -> str | None:
     usable = memory.usable_bytes or 0
     share = f"{binary_bytes(usable)} usable = {memory.utilization:.0%} of {binary_bytes(memory.device_bytes or 0)}"
+    over = f"> {binary_bytes(usable)} usable"
     if memory.weights_bytes > usable:
-        return f"weights do not fit: {binary_bytes(memory.weights_bytes)} per device > {share}"
+        weights = binary_bytes(memory.weights_bytes)
+        return Reason(
+            "weights", f"weights do not fit: {weights} per device > {share}", f"weights {weights} {over}"
+        )
     if memory.weights_bytes + memory.workspace_bytes > usable:
-        return (f"weights + workspace do not fit: {binary_bytes(memory.weights_bytes)} + "
-                f"{binary_bytes(memory.workspace_bytes)} per device > {share}")  # fmt: skip
+        both = binary_bytes(memory.weights_bytes + memory.workspace_bytes)
+        return Reason("workspace", f"weights + workspace do not fit: {binary_bytes(memory.weights_bytes)} + "
+                      f"{binary_bytes(memory.workspace_bytes)} per device > {share}",
+                      f"weights + workspace {both} {over}")  # fmt: skip
     most = memory.max_concurrency
     if most is not None and most < wanted:
         seq = memory.paged_kv_per_sequence_bytes
-        return f"KV for {wanted} sequences does not fit: at most {most} ({binary_bytes(seq)} each; {share})"
+        return Reason("KV", f"KV for {wanted} sequences does not fit: at most {most} ({binary_bytes(seq)} each; "
+                      f"{share})", f"KV for at most {most} of {wanted} sequences")  # fmt: skip
     return None
 
 
@@ -148,7 +167,9 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
     most = max_concurrency(config, w, usable, request.kv_dtype)
     if most == 0:
         memory = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
-        reason = _memory_reason(memory, 1) or "the weights and one prompt's workspace do not fit"
+        reason = _memory_reason(memory, 1) or Reason(
+            "workspace", "the weights and one prompt's workspace do not fit"
+        )
         return ServingRow(layout, price, w.dtype, memory, most, reasons=(reason,))
     defaults = default_engine(device.memory, device.name)
     engine = Engine(request.max_num_seqs or defaults.max_num_seqs,
@@ -189,11 +210,14 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
                             most=u.most)  # fmt: skip
     over: tuple[str, ...] = ()
     if c and u.most is not None and c > u.most:  # the scheduler queues the rest for KV slots: shown, not ok
-        reason = _memory_reason(memory, c) or f"KV for {c} sequences does not fit: at most {u.most}"
+        reason = _memory_reason(memory, c) or Reason(
+            "KV", f"KV for {c} sequences does not fit: at most {u.most}"
+        )
+        text = str(reason)
         if layout.tp > 1 and _latent(u.config):
-            reason += ("; MLA's compressed KV is replicated on every TP rank (attention data-parallel holds each "
-                       "request's once)")  # fmt: skip
-        over = (reason + "; the rest wait for KV slots",)
+            text += ("; MLA's compressed KV is replicated on every TP rank (attention data-parallel holds each "
+                     "request's once)")  # fmt: skip
+        over = (Reason(reason_code(reason), text + "; the rest wait for KV slots", reason_brief(reason)),)
         memory = serving_memory(u.config, w, u.most, u.device.memory, request.utilization, request.kv_dtype,
                                 most=u.most)  # fmt: skip
     g = max(w.gen_tokens, 1)
@@ -206,8 +230,9 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
                         seed=request.seed)  # fmt: skip
         scale = float(engines)
         if not load.sustained or load.requests_per_s < 0.9 * request.rate / engines:
-            why = (f"rate {request.rate:g}/s exceeds what {engines} engine(s) of at most {u.cap} sequences "
-                   "sustain (the queue grows without bound)")  # fmt: skip
+            why = Reason("rate", f"rate {request.rate:g}/s exceeds what {engines} engine(s) of at most {u.cap} "
+                         "sequences sustain (the queue grows without bound)",
+                         f"rate {request.rate:g}/s > what {engines} engine(s) sustain")  # fmt: skip
             return ServingRow(layout, price, w.dtype, memory, u.most, reasons=(why,))
     batch = c or max(1, min(u.cap, math.ceil(load.mean_running)))
     in_flight = float(total) if total else load.requests_per_s * load.e2e.mean * engines  # Little's law

@@ -16,6 +16,7 @@ from embedcalc.analysis.plan.rows import (
     NODE_DEVICES,
     Layout,
     Price,
+    Reason,
     TrainingRow,
 )
 from embedcalc.analysis.plan.serving import device_dtype, no_peak, tp_degrees
@@ -86,13 +87,13 @@ def evaluate_training(
     layout = Layout(device.name, tp, pp, dp)
     gb = request.global_batch
     if gb is not None and gb % (base.batch_size * dp):
-        return TrainingRow(layout, price, base.dtype, reasons=(
-            f"--global-batch {gb} is not a multiple of micro-batch {base.batch_size} × DP {dp}",))  # fmt: skip
+        why = f"--global-batch {gb} is not a multiple of micro-batch {base.batch_size} × DP {dp}"
+        return TrainingRow(layout, price, base.dtype, reasons=(Reason("batch", why),))
     w, memory, why = _fitting(config, base, device.memory, {} if cache is None else cache)
     if w is None:
-        return TrainingRow(layout, price, base.dtype, memory.total_bytes, device.memory, reasons=(
-            f"memory does not fit: {binary_bytes(memory.total_bytes)} per device > {binary_bytes(device.memory)} "
-            f"({why})",),
+        need, have = binary_bytes(memory.total_bytes), binary_bytes(device.memory)
+        return TrainingRow(layout, price, base.dtype, memory.total_bytes, device.memory, reasons=(Reason(
+            "memory", f"memory does not fit: {need} per device > {have} ({why})", f"memory {need} > {have}"),),
             memory_choice=why, memory=memory.as_dict())  # fmt: skip
     layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
@@ -104,9 +105,8 @@ def evaluate_training(
     reasons: tuple[str, ...] = ()
     if request.deadline_s is not None and train["wall_s"] > request.deadline_s:
         over = train["wall_s"] - request.deadline_s
-        reasons = (
-            f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} ({seconds(over)} over)",
-        )
+        reasons = (Reason("deadline", f"deadline {seconds(request.deadline_s)}: takes {seconds(train['wall_s'])} "
+                          f"({seconds(over)} over)"),)  # fmt: skip
     return TrainingRow(layout, price, w.dtype, memory.total_bytes, device.memory, run["step_s"], train["wall_s"],
                        train["device_hours"], request.deadline_s, reasons, why, memory.as_dict(), train)  # fmt: skip
 
