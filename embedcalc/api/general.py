@@ -88,17 +88,48 @@ def _raw(target: str | Mapping[str, Any], overrides: Sequence[str] | None) -> tu
     return raw, origin, str(dtype)
 
 
-def _refused(origin: str, model_type: str, exc: Exception) -> ConfigError:
+def _remote_code(raw: Mapping[str, Any]) -> list[str]:
+    """The classes a file's ``auto_map`` names in the checkpoint's own code (``modeling_kimi.KimiForCausalLM``)."""
+    auto = raw.get("auto_map")
+    if not isinstance(auto, Mapping):
+        return []
+    refs = [r for v in auto.values() for r in (v if isinstance(v, list) else [v])]
+    return [r for r in refs if isinstance(r, str) and r]
+
+
+def _no_class(origin: str, model_type: str, raw: Mapping[str, Any], version: str | None) -> str:
+    """Why transformers cannot build ``model_type``: the missing family, whether its remote code (and so
+    ``trust_remote_code``) is what would build it, and the related types this transformers has."""
+    from embedcalc.modeling.hf_meta import related_model_types
+
+    remote = _remote_code(raw)
+    if remote:
+        code = (
+            f"the file's auto_map names the checkpoint's own code ({', '.join(remote[:3])}): transformers builds it "
+            "only with trust_remote_code=True, running that code, which embedcalc does not do"
+        )
+    else:
+        code = "the file names no remote code (no auto_map) either, so trust_remote_code would not build it"
+    related = related_model_types(model_type)
+    near = (
+        f"; transformers {version} has {', '.join(repr(t) for t in related)}: if this file is one of those under "
+        "another name, set its model_type in a copy"
+        if related
+        else ""
+    )
+    return (
+        f"{origin}: model_type {model_type!r} is a family neither embedcalc maps nor transformers {version} has a "
+        f"class for; {code}{near}. Describe it in embedcalc's own YAML (`embedcalc schema`)"
+    )
+
+
+def _refused(origin: str, model_type: str, exc: Exception, raw: Mapping[str, Any]) -> ConfigError:
     from embedcalc.modeling.hf_meta import NoAutoClassError, transformers_version
 
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     version = transformers_version()
     if isinstance(exc, ValueError) and "Unrecognized" in text:
-        message = (
-            f"{origin}: model_type {model_type!r} is neither a family embedcalc maps nor one transformers "
-            f"{version} has a class for (a remote-code model: embedcalc does not run a checkpoint's own code); "
-            "describe it in embedcalc's own YAML (`embedcalc schema`)"
-        )
+        message = _no_class(origin, model_type, raw, version)
         return ConfigError(message, [Problem("model_type", message, "hf_no_class")], "hf_no_class")
     if isinstance(exc, NoAutoClassError):
         message = (
@@ -156,7 +187,7 @@ def _meta(raw: Mapping[str, Any], origin: str, workload: Workload) -> MetaModel:
             _BUILT.clear()  # the last one only: a meta model's description is small, but a sweep has many
             _BUILT[key] = build_meta_model(raw, *shape)
         except Exception as exc:  # transformers' refusal of a config, in whatever class it raises
-            raise _refused(origin, str(raw["model_type"]), exc) from None
+            raise _refused(origin, str(raw["model_type"]), exc, raw) from None
     meta: MetaModel = _BUILT[key]
     return meta
 

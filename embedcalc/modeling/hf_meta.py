@@ -87,6 +87,19 @@ def transformers_version() -> str | None:
     return str(transformers.__version__)
 
 
+def related_model_types(model_type: str) -> list[str]:
+    """The model types the installed transformers has whose names share ``model_type``'s family stem (its name
+    before the last ``_`` part, ``minimax_m3`` -> ``minimax``), closest first: where a file's type is a near miss
+    (MiniMax-M3's checkpoint is ``minimax_m3_vl`` there)."""
+    import difflib
+
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    stem = model_type.rsplit("_", 1)[0] if "_" in model_type else model_type
+    related = [t for t in CONFIG_MAPPING_NAMES if t.startswith(stem) and t != model_type]
+    return sorted(related, key=lambda t: (-difflib.SequenceMatcher(None, model_type, t).ratio(), t))[:4]
+
+
 def hf_config(raw: Mapping[str, Any]) -> Any:
     from transformers import AutoConfig
 

@@ -267,3 +267,22 @@ def test_analytic_commands_work_on_a_derived_layer_model(
     assert entry["reader"] == "transformers-meta" and "time" in entry
     swept = runner.invoke(app, ["sweep", str(path), "--seq-len", "16,32", "--format", "json"])
     assert swept.exit_code == 0, swept.output
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_a_family_transformers_lacks_is_named_with_what_would_build_it(remote: bool) -> None:
+    """kimi_k3 (Kimi-K3): neither mapped nor a transformers class. The refusal names the family, says whether the
+    file's own remote code (``auto_map``, so trust_remote_code) is what would build it, and lists the related types
+    this transformers has (kimi_k25, kimi_linear), read off its CONFIG_MAPPING_NAMES."""
+    from embedcalc.api.general import read_general
+    from embedcalc.errors import ConfigError
+
+    raw: dict[str, Any] = {"model_type": "kimi_k3", **_SMALL}
+    if remote:
+        raw["auto_map"] = {"AutoModelForCausalLM": "modeling_kimi.KimiK3ForCausalLM"}
+    with pytest.raises(ConfigError) as info:
+        read_general(raw, run=RUN)
+    message = info.value.message
+    assert info.value.code == "hf_no_class" and "'kimi_k3'" in message and "'kimi_k25'" in message
+    assert ("trust_remote_code=True" in message) is remote
+    assert ("modeling_kimi.KimiK3ForCausalLM" in message) is remote
