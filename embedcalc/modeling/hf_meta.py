@@ -20,8 +20,10 @@ Which model class (the counting rule of the native readers, :mod:`embedcalc.sour
 ``AutoModelForCausalLM`` class when it has one, else the outer ``AutoModelForImageTextToText`` class of which only the
 language model and the LM head are counted); a family with a masked-LM class (an encoder: BERT-like) or without a
 causal-LM class is ``AutoModel`` (the backbone); every other family is ``AutoModelForCausalLM``.
-A forward that fails on meta tensors (a family whose code needs real values) leaves FLOPs and cache out, with the
-reason; the parameters stand.
+An encoder-decoder of two sub-configs (T5Gemma: ``get_text_config()`` is its decoder half) is the whole seq2seq
+model too. A forward that asks a meta tensor for a value (a padding mask's ``.all()``) runs again on FakeTensors,
+which transformers treats as tracing and answers with its trace-safe path; one that fails otherwise (a family
+whose code needs real values) leaves FLOPs and cache out, with the reason; the parameters stand.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from embedcalc.modeling.hf_cache import CacheTensor, cache_tensors
 
@@ -144,11 +147,19 @@ def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
     model_type = config.model_type
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     base = _names("MODEL_MAPPING_NAMES")
+    image_text = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
+    halves = [getattr(config, name, None) for name in ("encoder", "decoder")]
+    if text is not config and any(text is h for h in halves) and model_type not in image_text:
+        # an encoder-decoder of two sub-configs (T5Gemma's encoder and decoder): get_text_config() is its decoder
+        # half, but the text model is the whole seq2seq model the outer config builds
+        own = _own_class(config)
+        if own is not None:
+            return own
     if text is not config:
         own = _own_class(text)
         if own is not None:
             return own
-        outer = _names("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES").get(model_type)
+        outer = image_text.get(model_type)
         if outer:
             return outer, "AutoModelForImageTextToText", "decoder", config, "language"
         if model_type in base:
@@ -312,18 +323,37 @@ def _inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[s
     return {"input_ids": ids}
 
 
+def _run(model: nn.Module, inputs: dict[str, Any], fake: bool) -> tuple[Any, FlopCounterMode]:
+    """One forward under FlopCounterMode: on the meta inputs, or (``fake``) on FakeTensors of them, the mode
+    transformers itself recognises as tracing (``is_fake_tensor``), where it skips the checks that read a tensor's
+    values (a padding mask's ``.all()``, which a meta tensor cannot answer) and takes its trace-safe path."""
+    counter = FlopCounterMode(display=False)
+    if not fake:
+        with counter, quiet():  # no no_grad: some families' meta paths assert autograd
+            return model(**inputs), counter
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # the meta parameters are taken as they are
+    faked = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    with mode, counter, quiet():
+        return model(**faked), counter
+
+
 def _forward(
     model: nn.Module, architecture: str, batch: int, seq_len: int, tgt_len: int
 ) -> tuple[dict[str, int] | None, str | None, Any]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
+    inputs = _inputs(architecture, batch, seq_len, tgt_len)
     try:
-        with counter, quiet():  # no no_grad: some families' meta paths assert autograd
-            out = model(**_inputs(architecture, batch, seq_len, tgt_len))
+        out, counter = _run(model, inputs, fake=False)
     except Exception as exc:  # a family's forward on meta tensors: any failure is reported
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return None, f"{type(exc).__name__}: {first}", None
+        error = f"{type(exc).__name__}: {first}"
+        if "meta tensors" not in first:  # not a value only real data has: a fake forward would fail too
+            return None, error, None
+        try:
+            out, counter = _run(model, inputs, fake=True)
+        except Exception:  # the first failure is the one to report
+            return None, error, None
     flops = _exclusive_flops(counter.get_flop_counts(), type(model).__name__)
     cache = None
     with (

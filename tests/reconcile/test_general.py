@@ -286,3 +286,40 @@ def test_a_family_transformers_lacks_is_named_with_what_would_build_it(remote: b
     assert info.value.code == "hf_no_class" and "'kimi_k3'" in message and "'kimi_k25'" in message
     assert ("trust_remote_code=True" in message) is remote
     assert ("modeling_kimi.KimiK3ForCausalLM" in message) is remote
+
+
+def test_t5gemma_is_counted_whole_with_its_forward_and_caches() -> None:
+    """T5Gemma (T5GemmaForConditionalGeneration; no native mapping): an encoder-decoder of two sub-configs whose
+    ``get_text_config()`` is its decoder half, counted as the whole seq2seq model the outer config builds. Its
+    encoder builds a padding mask from the token ids and asks it ``.all()``, which a meta tensor cannot answer: the
+    forward runs on FakeTensors, where transformers skips that check. Every count from modeling_t5gemma.py's
+    shapes: separate encoder and decoder token tables (the head tied to the decoder's), sandwich RMSNorms, GQA
+    self-attention, cross-attention over the encoder's tokens, the decoder's sliding layers caching
+    ``sliding_window - 1`` tokens (transformers' sliding cache layer)."""
+    from embedcalc.api.general import read_general
+
+    d, f, h, kv, hd, v, window = 64, 128, 4, 2, 16, 100, 8
+    half = dict(hidden_size=d, intermediate_size=f, num_hidden_layers=2, num_attention_heads=h,
+                num_key_value_heads=kv, head_dim=hd, vocab_size=v, sliding_window=window)  # fmt: skip
+    raw = {"model_type": "t5gemma", "encoder": half, "decoder": half, "vocab_size": v}
+    general = read_general(raw, run=RUN)
+    assert general.class_name == "T5GemmaForConditionalGeneration"
+    assert general.architecture == "encoder-decoder"
+    attention = d * (h + 2 * kv) * hd + h * hd * d
+    encoder_layer, decoder_layer = attention + 3 * d * f + 4 * d, 2 * attention + 3 * d * f + 6 * d
+    assert general.params.total == 2 * v * d + 2 * (encoder_layer + decoder_layer) + 2 * d
+    assert general.params["embedding/token"] == 2 * v * d
+    n, s, b = RUN.batch_size * RUN.seq_len, RUN.seq_len, RUN.batch_size
+    core = 2 * 2 * b * h * s * s * hd  # scores and context, every query against every key (eager)
+    projections = 2 * n * (d * (h + 2 * kv) * hd + h * hd * d)
+    ffn = 2 * n * 3 * d * f
+    encoder, decoder = projections + core + ffn, 2 * (projections + core) + ffn
+    assert general.flops is not None, general.flops_error
+    assert general.flops.total == 2 * (encoder + decoder) + 2 * n * d * v
+    per_token = 2 * b * kv * hd * 4  # K and V, fp32
+    tokens = RUN.seq_len + RUN.gen_tokens  # the encoder's tokens the cross-attention caches
+    assert general.cache is not None
+    assert [(c.stack, c.kv_bytes) for c in general.cache] == [
+        ("self", per_token * (window - 1)), ("self", per_token * RUN.seq_len),
+        ("cross", per_token * tokens), ("cross", per_token * tokens),
+    ]  # fmt: skip
