@@ -96,10 +96,11 @@ def related_model_types(model_type: str) -> list[str]:
     (MiniMax-M3's checkpoint is ``minimax_m3_vl`` there)."""
     import difflib
 
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto import configuration_auto
 
+    names: Mapping[str, str] = getattr(configuration_auto, "CONFIG_MAPPING_NAMES", {})
     stem = model_type.rsplit("_", 1)[0] if "_" in model_type else model_type
-    related = [t for t in CONFIG_MAPPING_NAMES if t.startswith(stem) and t != model_type]
+    related = [t for t in names if t.startswith(stem) and t != model_type]
     return sorted(related, key=lambda t: (-difflib.SequenceMatcher(None, model_type, t).ratio(), t))[:4]
 
 
