@@ -15,7 +15,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
   index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
   Block-sparse standard attention (MiniMax-M3) adds its block indexer: index_q (embed_dim -> index_heads x
-  index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_qk_norm).
+  index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_q_norm,
+  index_k_norm).
 - a sublayer replaced by a linear (the Nemotron NAS models' ``replace_with_linear``): one bias-free
   embed_dim x embed_dim weight and the sublayer's norm (``mixer/projection``, ``ffn/projection``).
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
@@ -144,7 +145,11 @@ def block_indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTenso
     heads, width = a.index_heads, a.index_head_dim
     out = _linear(f"{prefix}/index_q", x.d, heads * width, False, "none")
     out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
-    return out + [ParamTensor(f"{prefix}/index_qk_norm", (width,)) for _ in range(2)]
+    return [
+        *out,
+        ParamTensor(f"{prefix}/index_q_norm", (width,)),
+        ParamTensor(f"{prefix}/index_k_norm", (width,)),
+    ]
 
 
 def activation_tensors(config: ResolvedShape) -> list[ParamTensor]:

@@ -115,7 +115,7 @@ class AttentionSpec(AttentionFields, BaseModel):
     index_block_size: PositiveInt | None = Field(
         default=None,
         description=(
-            "standard: block-sparse attention (MiniMax-M3, Step-3.7): an indexer of index_heads heads of "
+            "standard: block-sparse attention (MiniMax-M3): an indexer of index_heads heads of "
             "index_head_dim (queries and one key per token from embed_dim, each RMS-normalised per head) scores "
             "every earlier key, max-pools the scores over blocks of index_block_size keys and keeps the "
             "index_topk best blocks per query, the query's own block always among them; the core attends to "

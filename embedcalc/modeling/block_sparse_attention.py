@@ -1,11 +1,10 @@
 """Block-sparse attention (MiniMax-M3's sparse attention, transformers' ``MiniMaxM3VLAttention`` with its
-``MiniMaxM3VLIndexer``; Step-3.7 uses the same): standard (GQA) attention whose queries see only the key blocks a
-block indexer selects.
+``MiniMaxM3VLIndexer``): standard (GQA) attention whose queries see only the key blocks a block indexer selects.
 
-The indexer: ``index_q`` (embed_dim -> index_heads x index_head_dim) and one key per token ``index_k`` (embed_dim
--> index_head_dim), each RMS-normalised over index_head_dim (``index_qk_norm``) and rotated like the attention's
-heads (the first rotary channels). ``index_scores`` takes the dot product of every query head with every key
-(B, H_I, T, S), masks future keys, max-pools the scores over blocks of ``index_block_size`` keys and keeps, per
+The indexer: ``index_q`` (embed_dim -> index_heads x index_head_dim) and one key per token ``index_k`` (embed_dim ->
+index_head_dim), each RMS-normalised over index_head_dim (``index_q_norm``, ``index_k_norm``) and rotated like the
+attention's heads (the first rotary channels). ``index_scores`` takes the dot product of every query head with every
+key (B, H_I, T, S), masks future keys, max-pools the scores over blocks of ``index_block_size`` keys and keeps, per
 query and indexer head, the ``index_topk`` best blocks, the query's own block always among them (transformers'
 ``index_local_blocks``: its score is raised to +inf). Each indexer head's selection applies to its group of
 num_heads / index_heads attention heads. The core is the standard one over every key with the unselected blocks
@@ -38,14 +37,6 @@ class BlockScores(nn.Module):
         return torch.matmul(q, k.unsqueeze(1).transpose(-2, -1))  # (B, H_I, T, S)
 
 
-class IndexNorms(nn.Module):
-    """The indexer's RMSNorms over index_head_dim: ``q`` for its queries, ``k`` for its keys."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.q, self.k = nn.RMSNorm(width, eps=1e-6), nn.RMSNorm(width, eps=1e-6)
-
-
 class BlockSparseAttention(Attention):
     """Standard attention over the key blocks a block indexer selects per query (module docstring)."""
 
@@ -59,7 +50,8 @@ class BlockSparseAttention(Attention):
         self.block, self.topk = spec.index_block_size, spec.index_topk
         self.index_q = nn.Linear(d, heads * width, bias=False)
         self.index_k = nn.Linear(d, width, bias=False)
-        self.index_qk_norm = IndexNorms(width)
+        self.index_q_norm = nn.RMSNorm(width, eps=1e-6)  # over each query head
+        self.index_k_norm = nn.RMSNorm(width, eps=1e-6)
         self.index_scores = BlockScores()
 
     def _rotate(self, x: Tensor, rotary: Rotary | None) -> Tensor:
@@ -73,14 +65,14 @@ class BlockSparseAttention(Attention):
 
     def _index_keys(self, x: Tensor, rotary: Rotary | None) -> Tensor:
         """The indexer's keys of ``x`` (B, T, d): (B, T, D_I), normalised and rotated."""
-        k = self.index_qk_norm.k(self.index_k(x))  # (B, T, D_I)
+        k = self.index_k_norm(self.index_k(x))  # (B, T, D_I)
         return self._rotate(k.unsqueeze(1), rotary).squeeze(1)
 
     def _kept(self, x: Tensor, keys: Tensor, rotary: Rotary | None, position: int) -> Tensor:
         """(B, h, T, S) True where a query of ``x`` (B, T, d), at positions ``position`` on, may see a key of
         ``keys`` (B, S, D_I): an earlier key in one of the blocks its indexer head keeps."""
         batch, length, _ = x.shape
-        q = self.index_qk_norm.q(self.index_q(x).view(batch, length, self.index_heads, self.index_width))
+        q = self.index_q_norm(self.index_q(x).view(batch, length, self.index_heads, self.index_width))
         q = self._rotate(q.transpose(1, 2), rotary)  # (B, H_I, T, D_I)
         scores = self.index_scores(q, keys).float()  # (B, H_I, T, S)
         span = keys.shape[1]

@@ -129,6 +129,10 @@ _INDEXER_PARTS = {
     "wk": "index_k",
     "k_norm": "index_k_norm",
     "weights_proj": "index_weights",
+    # MiniMax-M3's block indexer (MiniMaxM3VLIndexer): q_proj, k_proj and their RMSNorms
+    "q_proj": "index_q",
+    "k_proj": "index_k",
+    "q_norm": "index_q_norm",
 }
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",

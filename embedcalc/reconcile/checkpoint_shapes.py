@@ -292,8 +292,21 @@ class ShapeRules:
 def _indexer(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
     """DeepSeek-V3.2's lightning indexer (``DeepseekV32Indexer``): ``wq_b`` (index_n_heads x index_head_dim,
     q_lora_rank), ``wk`` (index_head_dim, d), ``k_norm`` a LayerNorm (index_head_dim,) with its bias,
-    ``weights_proj`` (index_n_heads, d)."""
+    ``weights_proj`` (index_n_heads, d); MiniMax-M3's block indexer: ``q_proj`` (index_n_heads x index_head_dim,
+    d), ``k_proj`` (index_head_dim, d), ``q_norm`` and ``k_norm`` RMSNorms (index_head_dim,)."""
     heads, width = a.index_heads, a.index_head_dim
+    if (
+        a.block_indexer
+    ):  # MiniMax-M3's (MiniMaxM3VLIndexer): q_proj, k_proj from hidden, RMSNorms (weight only)
+        if part in ("q_norm", "k_norm"):
+            return ((width,), "index_head_dim") if param == "weight" else None
+        block = {
+            "q_proj": (heads * width, "index_n_heads x index_head_dim"),
+            "k_proj": (width, "index_head_dim"),
+        }
+        if part not in block or param != "weight":
+            return None
+        return (block[part][0], x.d), f"{block[part][1]}, hidden"
     if part == "k_norm":
         return ((width,), "index_head_dim") if param in ("weight", "bias") else None
     linears = {"wq_b": (heads * width, a.q_lora_rank or 0, "index_n_heads x index_head_dim", "q_lora_rank"),

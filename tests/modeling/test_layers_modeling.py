@@ -79,7 +79,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
     "block_sparse": ({"attention": {"index_heads": 2, "index_head_dim": 6, "index_topk": 2, "index_block_size": 3,
                                     "qk_norm": "head"}},
                      {"decoder/attention/index_q": L * D * 2 * 6, "decoder/attention/index_k": L * D * 6,
-                      "decoder/attention/index_qk_norm": L * 2 * 6},
+                      "decoder/attention/index_q_norm": L * 6, "decoder/attention/index_k_norm": L * 6},
                      {"decoder/attention/scores": SCORES, "decoder/attention/index_q": L * 2 * T * D * 2 * 6,
                       "decoder/attention/index_k": L * 2 * T * D * 6,
                       "decoder/attention/index_scores": L * 2 * B * N * N * 2 * 6}),

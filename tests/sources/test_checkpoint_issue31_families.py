@@ -42,6 +42,13 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
                                                  qk_nope_head_dim=16, v_head_dim=16, linear_head_dim=16,
                                                  linear_num_heads=4, num_experts=4, num_experts_per_token=2,
                                                  pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # MiniMax-M3: the block indexer's self_attn.indexer.q_proj / k_proj / q_norm / k_norm
+    "minimax_m3_vl_text": ("AutoModelForCausalLM", dict(
+        vocab_size=256, hidden_size=64, intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, dense_intermediate_size=96,
+        shared_intermediate_size=24, rotary_dim=8, index_n_heads=2, index_head_dim=16, index_block_size=4,
+        index_topk_blocks=2, bos_token_id=1, eos_token_id=2, mlp_layer_types=["dense", "sparse", "sparse"],
+        layer_types=["full_attention", "minimax_m3_sparse", "minimax_m3_sparse"])),
     "umt5": ("AutoModelForSeq2SeqLM", dict(vocab_size=256, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_heads=4,
                                            relative_attention_num_buckets=8)),
     "gte": ("AutoModel", _ENC | dict(max_position_embeddings=64)),
