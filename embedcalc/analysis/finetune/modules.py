@@ -162,7 +162,9 @@ def _check_block(block: Block, config: ResolvedShape) -> None:
         parts.append("a sublayer replaced by a linear")
     if block.ffn is not None and block.ffn.moe and block.ffn.shared_gate:
         parts.append("a shared-expert gate")
-    if block.attention is not None and (block.attention.indexer or block.attention.output_gate):
+    a = block.attention
+    # a block indexer's q_proj / k_proj (MiniMax-M3) are matched by the attention's own target names
+    if a is not None and (a.indexer or a.block_indexer or a.output_gate):
         parts.append("an attention indexer or output gate")
     if (
         config.per_layer_input_dim

@@ -107,6 +107,35 @@ def test_bad_specs_say_what_to_name(spec: FinetuneSpec, code: str) -> None:
     assert err.value.code == code
 
 
+def test_a_block_indexer_is_refused_not_undercounted() -> None:
+    """MiniMax-M3's block indexer has its own q_proj / k_proj, which peft's q_proj / k_proj targets match too:
+    refused with the reason rather than counted without them."""
+    raw = {
+        "model_type": "minimax_m3_vl_text",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "index_n_heads": 2,
+        "index_head_dim": 16,
+        "index_block_size": 4,
+        "index_topk_blocks": 2,
+        "layer_types": ["full_attention", "minimax_m3_sparse"],
+    }
+    from embedcalc.config.schema import ModelConfig
+    from embedcalc.sources.hf import map_hf_config
+
+    config = ModelConfig.model_validate(dict(map_hf_config(raw, "test").data))
+    with pytest.raises(WorkloadError) as err:
+        count_finetune(config, FinetuneSpec("lora", targets=("q_proj", "v_proj")))
+    assert err.value.code == "finetune_unsupported_layer"
+
+
 def test_spec_refuses_mixed_methods() -> None:
     with pytest.raises(WorkloadError, match="freeze"):
         FinetuneSpec("lora", freeze=("embedding",))
