@@ -397,9 +397,12 @@ def build_meta_model(
 
     params: list[tuple[str, tuple[int, ...]]] = []
     outside: list[tuple[str, tuple[int, ...]]] = []
+    tables = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Embedding)}
     for name, p in model.named_parameters():
-        if not p.requires_grad:  # a fixed table held as a frozen parameter (Marian's sinusoidal positions)
-            continue
+        if (
+            not p.requires_grad and name in tables
+        ):  # a table fixed by the config (Marian's sinusoidal positions)
+            continue  # a frozen parameter elsewhere is a weight the checkpoint holds (ERNIE-4.5's correction bias)
         (params if counted(name) else outside).append((name, tuple(int(s) for s in p.shape)))
     flops: dict[str, int] | None = None
     flops_error = cache_error = cache_class = None

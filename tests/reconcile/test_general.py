@@ -31,9 +31,16 @@ NATIVE: dict[str, dict[str, Any]] = {
                                  moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
                                  n_shared_experts=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
                                  qk_nope_head_dim=16, v_head_dim=16, n_group=2, topk_group=1),
+    # ERNIE-4.5 MoE: its router's correction bias is a frozen nn.Parameter the checkpoint holds, counted by both
+    "ernie4_5_moe": _SMALL | dict(num_key_value_heads=2, moe_intermediate_size=32, moe_num_experts=8, moe_k=2,
+                                  moe_num_shared_experts=1, moe_layer_start_index=1),
     "gpt2": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0),
     "bert": _SMALL,
     "t5": dict(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16, vocab_size=100),
+    # Marian: its sinusoidal position tables are frozen nn.Embedding weights, fixed by the config: no parameters
+    "marian": dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=100,
+                   max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=0),
     "mamba": dict(hidden_size=64, num_hidden_layers=2, vocab_size=100),
     "mamba2": dict(hidden_size=64, num_hidden_layers=2, vocab_size=100, num_heads=8, head_dim=16, n_groups=1,
                    state_size=16, expand=2),
