@@ -84,7 +84,37 @@ def _presets() -> list[tuple[str, ResolvedShape]]:
     return [(name, load_target(name).config) for name in preset_names()]
 
 
-def _answer(topic: str, config: ResolvedShape, workload: Workload) -> Any:
+# the devices explain fine-tune compares when none is named: the two sizes people ask about, a 24 GB consumer GPU
+# and an 80 GB datacenter one
+FINE_TUNE_DEVICES = ("rtx-4090", "h100-sxm")
+
+
+def _methods(
+    config: ResolvedShape, workload: Workload, hardware: Sequence[str] | None
+) -> tuple[list[Any], dict[str, Any]]:
+    """Full, full with the optimizer offloaded, LoRA and QLoRA (peft's defaults: r 8 on the family's default
+    targets) on each device, for one step of the workload's batch and tokens (``plan --mode training --peft``'s
+    search, :mod:`embedcalc.analysis.plan.finetune`)."""
+    from embedcalc.analysis.explain import MethodFit
+    from embedcalc.analysis.finetune.adapters import FinetuneSpec
+    from embedcalc.api.finetune import FinetuneOptions
+    from embedcalc.api.finetune_plan import plan_finetune
+
+    dtype = workload.dtype if workload.dtype in ("bf16", "fp16", "fp32") else "bf16"
+    plan = plan_finetune(config, FinetuneOptions(FinetuneSpec("lora")), train_tokens=workload.batch_size
+                         * workload.seq_len, seq_len=workload.seq_len, batch_size=workload.batch_size, dtype=dtype,
+                         hardware=list(hardware or FINE_TUNE_DEVICES))  # fmt: skip
+    order = {name: i for i, name in enumerate(hardware or FINE_TUNE_DEVICES)}
+    rows = sorted(plan.rows, key=lambda r: (order.get(r.device, len(order)), r.method))
+    fits = [MethodFit(r.device, r.method, r.fits, r.memory_bytes, r.memory_limit_bytes or 0, r.recompute,
+                      r.trainable_params, r.step_s, r.reasons[0] if r.reasons else None) for r in rows]  # fmt: skip
+    used = {"batch_size": workload.batch_size, "seq_len": workload.seq_len, "dtype": dtype}
+    return fits, used
+
+
+def _answer(
+    topic: str, config: ResolvedShape, workload: Workload, hardware: Sequence[str] | None = None
+) -> Any:
     from embedcalc.analysis.explain import (
         HeadShape,
         explain_cost,
@@ -99,17 +129,25 @@ def _answer(topic: str, config: ResolvedShape, workload: Workload) -> Any:
     if topic == "width-depth":
         return explain_width_depth(config, workload, _presets(), config.label)
     if topic == "fine-tune":
-        return explain_fine_tune(config)
+        from dataclasses import replace
+
+        methods, used = _methods(config, workload, hardware)
+        return replace(explain_fine_tune(config), methods=methods, method_workload=used)
     if topic == "embed-dim":
         return explain_embed_dim(config, workload)
     return explain_cost(config, workload)
 
 
 def explain(
-    target: str, overrides: Sequence[str] | None, run: Workload, topics: Sequence[str] | None = None
+    target: str,
+    overrides: Sequence[str] | None,
+    run: Workload,
+    topics: Sequence[str] | None = None,
+    hardware: Sequence[str] | None = None,
 ) -> Explanation:
     """``embedcalc explain TARGET [TOPIC]``: ``topics`` (default every one of
-    :data:`embedcalc.analysis.explain.TOPICS`) answered on TARGET with ``--set``."""
+    :data:`embedcalc.analysis.explain.TOPICS`) answered on TARGET with ``--set``; ``hardware``: the devices the
+    fine-tune topic fits the methods on (default :data:`FINE_TUNE_DEVICES`)."""
     from embedcalc.analysis.explain import TOPICS
 
     asked = list(topics) if topics else list(TOPICS)
@@ -117,7 +155,7 @@ def explain(
     try:
         analysis = analyze_target(target, overrides, run)
         config, run = analysis.config, analysis.workload  # the model's own dtype unless --dtype
-        answers = [(t, _answer(t, config, run)) for t in asked]
+        answers = [(t, _answer(t, config, run, hardware)) for t in asked]
     except ConfigError as error:
         if config is not None:
             raise

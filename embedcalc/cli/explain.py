@@ -49,12 +49,22 @@ def explain_command(
     ] = None,
     *,
     run: Annotated[WorkloadFlags, only("batch_size", "seq_len", "tgt_len", "dtype", "mode")],
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            metavar="NAMES",
+            help="fine-tune: the devices to fit full fine-tuning, offload, LoRA and QLoRA on, comma-separated "
+            "(`embedcalc hardware` lists them). Default: rtx-4090,h100-sxm.",
+        ),
+    ] = None,
     overrides: SetOption = None,
     format: FormatOption = OutputFormat.table,
 ) -> None:
     """Answer, on this config and workload: why num_heads must divide embed_dim and how to choose both (heads),
-    how width and depth trade off (width-depth), whether embed_dim can change when fine-tuning (fine-tune), what
-    embed_dim is in this model (embed-dim), where compute and memory go (cost).
+    how width and depth trade off (width-depth), whether embed_dim can change when fine-tuning and which
+    fine-tuning method fits which device (fine-tune), what embed_dim is in this model (embed-dim), where compute
+    and memory go (cost).
 
     Every number is computed on the config; --format json carries all of them. A config invalid because of its
     heads is still explained by the heads topic (exit 0; `check` exits 3 on it); other topics need a valid
@@ -71,7 +81,12 @@ def explain_command(
         )
     language = lang.value if lang is not None else language_from_env(os.environ)
     workload = run.workload()
-    result = explain(target, overrides, workload, [topic.value] if topic is not None else None)
+    devices = [n.strip() for n in hardware.split(",") if n.strip()] if hardware is not None else None
+    if devices is not None and not devices:
+        raise typer.BadParameter(
+            "give one or more device names separated by commas", param_hint="'--hardware'"
+        )
+    result = explain(target, overrides, workload, [topic.value] if topic is not None else None, devices)
     output.warn(result.warnings, target)
     if result.narrowed:
         output.stderr.print(

@@ -10,6 +10,7 @@ model is frozen; adapters are fp32 (peft's ``autocast_adapter_dtype``); dropout 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -128,17 +129,21 @@ def adapted_counts(
 
 
 def saved_tensor_bytes(model: nn.Module, forward: Callable[[], Tensor]) -> int:
-    """Bytes autograd saves for the backward of ``forward()`` (its loss), each storage once, the model's own
-    parameters excluded: the saved activations, measured exactly (``torch.autograd.graph.saved_tensors_hooks``)."""
+    """Bytes autograd holds for the backward of ``forward()`` (its loss) when the forward returns, each storage
+    once, the model's own parameters excluded: the saved activations, measured exactly
+    (``torch.autograd.graph.saved_tensors_hooks``). A tensor saved by a node that no longer exists when the forward
+    returns (a branch cut off by ``detach``, such as DoRA's weight norm) is not counted: it is gone by then."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen: dict[int, int] = {}
+    packed: list[tuple[weakref.ref[Tensor], int, int]] = []
 
     def pack(t: Tensor) -> Tensor:
         storage = t.untyped_storage()
         if storage.data_ptr() not in params:
-            seen[storage.data_ptr()] = storage.nbytes()
+            packed.append((weakref.ref(t), storage.data_ptr(), storage.nbytes()))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    return sum(seen.values())
+        loss = forward()
+    held = {ptr: size for ref, ptr, size in packed if ref() is not None}
+    del loss
+    return sum(held.values())

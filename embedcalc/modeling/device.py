@@ -7,13 +7,20 @@ Peak memory is measured as honestly as the device allows, and the method is part
 the CPU the growth of the process's peak resident set size (``ru_maxrss``) over a baseline taken after a page-in
 run, a miniature of the same work, has made the kernels' code pages resident (they are hundreds of MiB of
 libtorch, not the model's memory). The CPU figure includes allocator slack and anything else the process touches:
-an upper bound.
+an upper bound. On glibc the slack is kept small: before the page-in, the allocator is told to serve every block of
+128 KiB or more by ``mmap`` (``mallopt(M_MMAP_THRESHOLD, 128 KiB)``), so a freed tensor's pages go back to the
+system at once. By default glibc raises that threshold each time such a block is freed (up to 32 MiB, its
+``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit), after which tensors below it come from the heap, whose freed pages stay
+resident: measured on gpt2 (LoRA, seq_len 128, fp32) that slack was 13% of the step's peak and grew step by step.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import os
+import platform
 import resource
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +35,10 @@ DTYPES: dict[str, torch.dtype] = {  # embedcalc's dtype names (embedcalc.config.
 }
 CUDA_METHOD = "torch.cuda.max_memory_allocated (tensors only, allocator cache excluded)"
 RSS_METHOD = "peak RSS growth over a warmed-up baseline (ru_maxrss; includes allocator slack)"
+RSS_METHOD_MMAP = "peak RSS growth over a warmed-up baseline (ru_maxrss; blocks of 128 KiB or more mmapped)"
+# glibc's mallopt parameter number (malloc.h) and the threshold it is set to (glibc's own initial default)
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 128 * 1024
 
 
 def resolve_device(name: str) -> torch.device:
@@ -97,6 +108,17 @@ def peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def release_freed_memory() -> bool:
+    """On glibc, serve blocks of 128 KiB or more by ``mmap`` from now on, so that freeing a tensor returns its pages
+    (the module docstring); True when set. A fixed threshold also stops glibc's dynamic raising of it."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    return bool(ctypes.CDLL(name).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+
+
 @dataclass
 class PeakMemory:
     """What :func:`peak_memory` read when its block ended: the peak in bytes and how it was measured."""
@@ -112,15 +134,19 @@ def peak_memory(device: torch.device, page_in: Callable[[], object] | None = Non
     in when the block ends."""
     reading = PeakMemory()
     cuda = device.type == "cuda"
+    released = False
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    elif page_in is not None:
-        page_in()
+    else:
+        released = release_freed_memory()
+        if page_in is not None:
+            page_in()
         gc.collect()
     baseline = current_rss_bytes()
     yield reading
     if cuda:
         reading.bytes, reading.method = int(torch.cuda.max_memory_allocated(device)), CUDA_METHOD
     else:
-        reading.bytes, reading.method = max(0, peak_rss_bytes() - baseline), RSS_METHOD
+        method = RSS_METHOD_MMAP if released else RSS_METHOD
+        reading.bytes, reading.method = max(0, peak_rss_bytes() - baseline), method

@@ -53,15 +53,21 @@ def backward_parallel_loss(logits: Any, targets: Tensor) -> None:
         loss.backward()  # type: ignore[no-untyped-call]
 
 
-def backward_training_loss(output: Any, targets: Tensor) -> None:
-    """Backpropagate :func:`training_loss`, or torch's parallel cross-entropy when the logits are sharded over the
-    vocabulary (:func:`backward_parallel_loss`; a DTensor can exist only once torch.distributed.tensor is loaded)."""
+def backward_training_loss(forward: Callable[[], Any], targets: Tensor) -> None:
+    """Run ``forward`` and backpropagate :func:`training_loss`, or torch's parallel cross-entropy when the logits are
+    sharded over the vocabulary (:func:`backward_parallel_loss`; a DTensor can exist only once
+    torch.distributed.tensor is loaded). As a trainer does (transformers' ``Trainer.compute_loss`` returns the loss
+    alone), only the loss is held through the backward: the logits' memory is free by then (the log-softmax keeps
+    its own output)."""
+    output = forward()
     tensor = sys.modules.get("torch.distributed.tensor")
     logits = getattr(output, "logits", None)
     if tensor is not None and isinstance(logits, tensor.DTensor):
         backward_parallel_loss(logits, targets)
         return
-    training_loss(output, targets).backward()  # type: ignore[no-untyped-call]
+    loss = training_loss(output, targets)
+    del output, logits
+    loss.backward()  # type: ignore[no-untyped-call]
 
 
 def make_step(
@@ -89,7 +95,7 @@ def make_step(
     targets = args[-1]  # next-token-style targets: the last stack's own ids (their values do not change cost)
 
     def train() -> None:
-        backward_training_loss(model(*args), targets)
+        backward_training_loss(lambda: model(*args), targets)
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)  # persistent gradient buffers, as DDP/Megatron keep them
 

@@ -234,7 +234,43 @@ def render_fine_tune(a: FineTuneAnswer, m: Messages, label: str, target: str) ->
         _scenario_note(p, s, a)
     if wider is not None:
         p.say("ft.diff", target=target, d=num(wider.value_b).replace(",", ""))
+    if a.methods:
+        _methods(p, a, target)
     return p.panel("ft.title", label=label)
+
+
+def _methods(p: _Page, a: FineTuneAnswer, target: str) -> None:
+    """Which method fits which device: a table, then one verdict per device."""
+    w = a.method_workload
+    devices = list(dict.fromkeys(f.device for f in a.methods))
+    p.heading("ft.methods", devices=", ".join(devices), b=num(w["batch_size"]), n=num(w["seq_len"]),
+              dtype=w["dtype"], target=target)  # fmt: skip
+    rows = [
+        [f.device, f.method, _yes(p.m, f.fits), "—" if f.memory_bytes is None else units.binary_bytes(f.memory_bytes),
+         f.recompute or "—", "—" if f.trainable_params is None else num(f.trainable_params), units.seconds(f.step_s)]
+        for f in a.methods
+    ]  # fmt: skip
+    p.table(["col.device", "col.method", "col.fits", "col.memory", "col.recompute", "col.trainable",
+             "col.step"], rows, right_from=2)  # fmt: skip
+    p.items.append(Text(""))
+    for device in devices:
+        fits = [f for f in a.methods if f.device == device]
+        limit = units.binary_bytes(fits[0].limit_bytes)
+        full = next((f for f in fits if f.method == "full" and f.memory_bytes is not None), None)
+        counted = [(f, f.memory_bytes) for f in fits if f.memory_bytes is not None]
+        ok = [(f, m) for f, m in counted if f.fits]
+        if ok:
+            best, memory = min(ok, key=lambda fm: fm[1])
+            p.bullet("ft.methods.fit", device=device, limit=limit, methods=", ".join(f.method for f, _ in ok),
+                     best=best.method, memory=units.binary_bytes(memory),
+                     full=units.binary_bytes(full.memory_bytes) if full and full.memory_bytes else "—")  # fmt: skip
+        elif counted:
+            least, memory = min(counted, key=lambda fm: fm[1])
+            p.bullet("ft.methods.none", device=device, limit=limit, method=least.method,
+                     memory=units.binary_bytes(memory))  # fmt: skip
+    refused = {f.method: f.reason for f in a.methods if f.memory_bytes is None and f.reason}
+    for method, reason in refused.items():
+        p.bullet("ft.methods.refused", method=method, reason=reason)
 
 
 # --- embed-dim ------------------------------------------------------------------------------------------------

@@ -135,6 +135,36 @@ def test_fine_tune_learned_positions_keep_the_trained_rows() -> None:
     assert longer["params_to_initialise"] == 1_024 * 768
 
 
+def test_fine_tune_says_which_method_fits_which_device() -> None:
+    """mistral-7b at 2,048 tokens: full fine-tuning fits neither a 24 GB nor an 80 GB device, QLoRA fits both; each
+    row's memory is analyze's fine-tune memory at the row's recompute level."""
+    from embedcalc.analysis.finetune.adapters import FinetuneSpec, count_finetune
+    from embedcalc.analysis.finetune.memory import finetune_memory
+    from embedcalc.analysis.workload import Workload
+    from embedcalc.sources.loading import load_target
+
+    answer = explain_json("mistral-7b", "fine-tune", "--seq-len", "2048", "--hardware", "rtx-4090,h100-sxm")
+    rows = {(m["device"], m["method"]): m for m in answer["results"][0]["answer"]["methods"]}
+    assert set(rows) == {
+        (d, m) for d in ("rtx-4090", "h100-sxm") for m in ("full", "full + offload", "lora", "qlora")
+    }
+    assert not rows["rtx-4090", "full"]["fits"] and not rows["h100-sxm", "full"]["fits"]
+    assert rows["rtx-4090", "qlora"]["fits"] and rows["rtx-4090", "qlora"]["trainable_params"] == 3_407_872
+    qlora = rows["rtx-4090", "qlora"]
+    config = load_target("mistral-7b").config
+    w = Workload(seq_len=2048, mode="training", dtype="bf16", recompute=qlora["recompute"])
+    expected = finetune_memory(config, w, count_finetune(config, FinetuneSpec("qlora")))
+    assert qlora["memory_bytes"] == expected.device_bytes_unpaged <= qlora["limit_bytes"]
+    text = explain("mistral-7b", "fine-tune", "--seq-len", "2048", "--hardware", "rtx-4090")
+    assert text.exit_code == 0 and "qlora needs the least" in text.stdout
+
+
+def test_fine_tune_names_a_method_it_cannot_count() -> None:
+    answer = explain_json("jamba-mini-1.7", "fine-tune", "--hardware", "h100-sxm")["results"][0]["answer"]
+    lora = next(m for m in answer["methods"] if m["method"] == "lora")
+    assert lora["memory_bytes"] is None and "recurrent token mixer" in lora["reason"]
+
+
 def test_embed_dim_components_sum_to_the_total() -> None:
     answer = explain_json("gpt2", "embed-dim")["results"][0]["answer"]
     assert answer["params_total"] == 124_439_808

@@ -75,3 +75,27 @@ def test_saved_activations_within_ten_percent(spec: FinetuneSpec) -> None:
     measured = saved_tensor_bytes(model, step)
     predicted = finetune_memory(TINY, Workload(batch_size=batch, seq_len=seq, mode="training"), counts)
     assert abs(measured - predicted.activations_bytes) <= 0.10 * predicted.activations_bytes
+
+
+@pytest.mark.slow  # a real fine-tuning step, in a process of its own (the CPU peak is the process's RSS)
+def test_bench_lora_peak_within_ten_percent_of_the_prediction(tmp_path: Any) -> None:
+    """bench --mode training --peft lora on a small llama: the measured peak (RSS growth, blocks of 128 KiB or more
+    mmapped) within 10% of analyze --peft's device memory (weights, adapters' state, saved activations, the loss's
+    backward working set)."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    path = tmp_path / "small-llama.yaml"
+    small = TINY.model_dump(exclude_defaults=True) | {"name": "small-llama", "vocab_size": 32000, "embed_dim": 512,
+                                                       "num_heads": 8, "num_layers": 8, "ffn_dim": 1408}  # fmt: skip
+    path.write_text(yaml.safe_dump(small), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "embedcalc", "bench", str(path), "--mode", "training", "--peft",
+                          "lora", "--seq-len", "256", "--device", "cpu", "--warmup", "1", "--repeat", "1",
+                          "--format", "json"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    m = json.loads(run.stdout)["results"][0]["measurement"]
+    assert "mmapped" in m["peak_memory_method"]
+    assert abs(m["memory_error_pct"]) <= 10, m

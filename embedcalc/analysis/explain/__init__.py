@@ -16,6 +16,7 @@ from embedcalc.analysis.explain.scale import (
 from embedcalc.analysis.explain.weights import (
     EmbedDimAnswer,
     FineTuneAnswer,
+    MethodFit,
     Scenario,
     explain_embed_dim,
     explain_fine_tune,
@@ -28,6 +29,7 @@ __all__ = [
     "FineTuneAnswer",
     "HeadShape",
     "HeadsAnswer",
+    "MethodFit",
     "Scenario",
     "WidthDepthAnswer",
     "explain_cost",

@@ -12,6 +12,7 @@ listing of the same question, tensor by tensor and by name, is ``embedcalc diff`
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from math import prod
@@ -195,14 +196,35 @@ class Scenario:
 
 
 @dataclass(frozen=True)
+class MethodFit:
+    """One fine-tuning method on one device: the memory per device of one step at the leanest activation
+    recompute that fits (with recompute full when none does), the trainable parameters and the step's time
+    (:mod:`embedcalc.analysis.plan.finetune`)."""
+
+    device: str
+    method: str  # full, full + offload, lora, qlora
+    fits: bool
+    memory_bytes: int | None  # None: not counted (reason)
+    limit_bytes: int
+    recompute: str | None  # None: does not fit
+    trainable_params: int | None
+    step_s: float | None
+    reason: str | None = None  # why it does not fit, or why it was not counted
+
+
+@dataclass(frozen=True)
 class FineTuneAnswer:
-    """Q3: can embed_dim change when fine-tuning, and what each common change costs the checkpoint."""
+    """Q3: can embed_dim change when fine-tuning, and what each common change costs the checkpoint; and which
+    fine-tuning method fits which device (``methods``, for the workload's batch and tokens)."""
 
     embed_dim: int
     num_heads: int
     num_layers: int
     params_total: int
     scenarios: list[Scenario]
+    methods: list[MethodFit] = dataclasses.field(default_factory=list)
+    # batch, tokens and dtype of the methods' step
+    method_workload: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def scenario(self, field: str) -> Scenario | None:
         return next((s for s in self.scenarios if s.field == field), None)

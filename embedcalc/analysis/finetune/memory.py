@@ -24,10 +24,15 @@ Conventions (each with its source):
   (t d), the FFN input (t d), the input of the FFN's output projection (t f), with eager attention the context
   (t q; SDPA keeps it as its output either way), the LM head's input (t d). Added per adapted module: lora_A's
   output, t r (the input of lora_B); with lora dropout the dropped input (t in) and its mask (t in, bool); DoRA the
-  base and LoRA outputs it rescales (2 t out, peft's ``DoraLinearLayer``) and the merged W + s B A whose row norms
-  it takes (out x in). A frozen norm saves its normalised input no more (the product by its weight keeps it only
-  for the weight's gradient): one t d per norm. Layers before the first trainable one save nothing (no gradient
-  flows there), nor does the embedding when it is frozen. Training runs under autocast in the model dtype.
+  base and LoRA outputs it rescales (2 t out, peft's ``DoraLinearLayer``). The merged W + s B A whose row norms
+  DoRA takes is transient: the norm is detached (Liu et al. 2024, §4.3), so nothing keeps it for the backward
+  and it is freed within the forward of its module. A frozen norm saves its input as full training counts it
+  (t d): LayerNorm's native kernel saves its input, mean and rstd whether or not its weight trains, and RMSNorm's
+  ``x_normed * weight`` drops only x_normed, which full training does not count (saved-tensor hooks, torch 2.13).
+  Layers before the first trainable one save nothing (no gradient flows there), nor does the embedding when it
+  is frozen. Training runs under autocast in the model dtype. At the step's peak, the start of the backward, the
+  cross-entropy's backward adds its working set, two fp32 t x vocab gradients (``loss_backward`` in the
+  breakdown, :func:`~embedcalc.analysis.memory.training.loss_backward_bytes`).
 - **Offload**: ``optimizer`` (ZeRO-Offload, Ren et al. 2021, §4: fp32 master weights, optimizer state and
   gradients on the host; the device keeps the model-dtype weights and the activations) moves per step the
   model-dtype gradients down and the updated weights up over PCIe; ``params`` (ZeRO-Infinity / FSDP
@@ -49,13 +54,13 @@ from embedcalc.analysis.finetune.modules import model_modules
 from embedcalc.analysis.memory.training import (
     FP32_BYTES,
     MASK_BYTES,
+    loss_backward_bytes,
     mixed_precision,
     optimizer_state_bytes,
     saved_activations,
     training_param_bytes,
 )
 from embedcalc.analysis.params import param_tensors
-from embedcalc.analysis.structure import sublayer_norms
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.dtypes import DTYPE_BYTES
 from embedcalc.config.resolved import ResolvedShape
@@ -92,6 +97,7 @@ class FinetuneMemory:
     pcie_bytes_per_step: int
     pageable_bytes: int  # paged optimizer state the driver may move to the host
     breakdown: Breakdown
+    loss_backward_bytes: int = 0  # the cross-entropy's backward working set at the step's peak
 
     @property
     def device_bytes(self) -> int:
@@ -110,7 +116,7 @@ class FinetuneMemory:
             "weights_bytes": sum(v for k, v in b.items() if k.startswith("weights/")),
             "gradients_bytes": b.get("gradients", 0),
             "optimizer_bytes": b.get("optimizer", 0),
-            "activations_bytes": b.get("activations", 0),
+            "activations_bytes": b.get("activations", 0) + b.get("loss_backward", 0),
             "total_bytes": self.device_bytes,
             "host_bytes": self.host_bytes,
         }
@@ -122,6 +128,7 @@ class FinetuneMemory:
             "gradients_bytes": self.gradients_bytes,
             "optimizer_bytes": self.optimizer_bytes,
             "activations_bytes": self.activations_bytes,
+            "loss_backward_bytes": self.loss_backward_bytes,
             "device_bytes": self.device_bytes,
             "host_bytes": self.host_bytes,
             "pcie_bytes_per_step": self.pcie_bytes_per_step,
@@ -222,8 +229,20 @@ def finetune_memory(
             out.add("weights/resident_layers", resident)
             pcie += 2 * weights_device  # every weight up for the forward and again for the backward
     out.add("activations", activations)
+    loss = loss_backward_bytes(config, workload)
+    out.add("loss_backward", loss)
     return FinetuneMemory(
-        frozen_bytes, trainable_bytes, gradients, optimizer, activations, offload, host, pcie, pageable, out
+        frozen_bytes,
+        trainable_bytes,
+        gradients,
+        optimizer,
+        activations,
+        offload,
+        host,
+        pcie,
+        pageable,
+        out,
+        loss,
     )
 
 
@@ -267,18 +286,15 @@ def _not_saved(config: ResolvedShape, workload: Workload, counts: AdapterCounts,
             read.add((m.stack, m.layer, _role_group(m.key, m.name)))
     removed = 0
     first = _first_trainable(config, counts)
-    attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
-    # a frozen norm weight: the final x_normed * weight saves no x_normed (it only serves the weight's gradient)
-    norms = (attention_norms + ffn_norms) if config.norm_affine and mods is not None else 0
+    # a frozen norm keeps what full training counts for it, its input (t d): RMSNorm's x_normed * weight would
+    # also save x_normed, but only for the weight's gradient, and full training does not count that one
     for index, (stack_name, layers, block_ffn_width, q_width, d) in enumerate(_layer_shapes(config)):
         t = _tokens(config, workload, stack_name)
-        cross = cross_norms if index and config.architecture == "encoder-decoder" and norms else 0
         for layer in range(layers):
             if (index, layer) < first:
                 continue  # counted below with the whole prefix
             if mods is None:  # --freeze: trainable layers keep everything
                 continue
-            removed += t * e * d * (norms + cross)
             if (stack_name, layer, "attention_in") not in read:
                 removed += t * e * d
             if workload.attention == "eager" and (stack_name, layer, "attention_out") not in read:
@@ -375,8 +391,8 @@ def _adapter_saved(config: ResolvedShape, workload: Workload, counts: AdapterCou
         total += t * e * r
         if counts.spec.dropout > 0:
             total += t * (e + MASK_BYTES) * m.in_features
-        if counts.spec.method == "dora":  # peft's DoRA: the base and LoRA outputs, each scaled, and W + s B A
-            total += 2 * t * e * m.out_features + e * m.out_features * m.in_features
+        if counts.spec.method == "dora":  # peft's DoRA: the base and LoRA outputs, each scaled
+            total += 2 * t * e * m.out_features
     for p in counts.expert_params:  # tokens reach top_k of the experts
         t = _tokens(config, workload, p.stack)
         total += t * e * r

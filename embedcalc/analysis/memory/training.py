@@ -277,6 +277,20 @@ def saved_terms(
     return out, working
 
 
+def loss_backward_bytes(config: ResolvedShape, workload: Workload) -> int:
+    """The cross-entropy's backward working set, on top of the saved activations at the step's peak (the start of
+    the backward, when every saved tensor is still alive): ``nll_loss``'s gradient and ``log_softmax``'s, two fp32
+    tensors of t x vocab alive together (torch's ``NllLossBackward0`` then ``LogSoftmaxBackward0``; the saved
+    log-softmax output is the "fp32 logits for the loss" of the saved activations). The logits themselves are no
+    longer held: a trainer keeps only the loss through the backward (transformers' ``Trainer.compute_loss``).
+    0 without an LM head."""
+    if not config.resolved_lm_head:
+        return 0
+    x = Dims.of(config, workload.batch_size, workload.seq_len, workload.tgt_len)
+    n_last, _ = x.tokens(config, x.stacks[-1].stack)
+    return int(2 * FP32_BYTES * workload.batch_size * n_last * config.vocab_size)
+
+
 def recompute_working_set(working: list[tuple[str, Num]]) -> tuple[str, Num]:
     """The largest working set and its stack: (stack, bytes); ties go to the later stack name, as max() does."""
     if not working:

@@ -193,7 +193,7 @@ def evaluate_finetune(
     row = replace(row, memory_bytes=memory.device_bytes_unpaged, trainable_params=counts.trainable_total,
                   memory=memory.to_json())  # fmt: skip
     if trial is None:
-        state = memory.device_bytes_unpaged - memory.activations_bytes
+        state = memory.device_bytes_unpaged - memory.activations_bytes - memory.loss_backward_bytes
         return replace(row, reasons=(
             f"memory does not fit: {binary_bytes(memory.device_bytes_unpaged)} per device > "
             f"{binary_bytes(device.memory)} even with recompute full (weights, gradients and optimizer state "

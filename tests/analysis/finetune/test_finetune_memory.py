@@ -94,3 +94,20 @@ def test_offload_moves_state_to_the_host() -> None:
     assert opt.pcie_bytes_per_step == 2 * 2 * 124_439_808  # bf16 gradients down, bf16 weights up
     assert params.device_bytes < opt.device_bytes
     assert params.host_bytes > opt.host_bytes
+
+
+def test_the_loss_backward_working_set_is_two_fp32_logits() -> None:
+    """nll_loss's and log_softmax's gradients, fp32 tokens x vocabulary each, at the start of the backward; none
+    without an LM head (bert-base's backbone)."""
+    gpt2 = _memory("gpt2", FinetuneSpec("lora"))
+    assert gpt2.loss_backward_bytes == 2 * 4 * 2 * 256 * 50257
+    assert gpt2.device_bytes == gpt2.breakdown.total and gpt2.breakdown.as_dict()["loss_backward"] > 0
+    assert _memory("bert-base", FinetuneSpec("lora", targets=("all-linear",))).loss_backward_bytes == 0
+
+
+def test_dora_keeps_no_merged_weight_for_the_backward() -> None:
+    """DoRA's W + s B A is normed and detached: it adds the two rescaled outputs per module (2 t out), not the
+    out x in merged weight."""
+    lora = _memory("llama-2-7b", FinetuneSpec("lora", 8, targets=("q_proj", "v_proj")))
+    dora = _memory("llama-2-7b", FinetuneSpec("dora", 8, targets=("q_proj", "v_proj")))
+    assert dora.activations_bytes - lora.activations_bytes == 32 * 2 * (2 * 512 * 2 * 4096)
