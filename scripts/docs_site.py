@@ -15,6 +15,11 @@ are generated, never hand-written, so they cannot drift from the code.
   ``benchmarks/bench_published.py`` when that script exists, else a note saying so;
   ``<!-- generated: published-serving -->`` the output of ``benchmarks/bench_serving.py`` (serving under load).
 
+- **The tool's own output** (:mod:`docs_generated`): each command page gets a sample run ("Example") above its
+  reference; ``<!-- figure: NAME -->`` becomes a figure made at build (``figures/NAME.svg``: the sweep and roofline
+  plots, a memory breakdown, the plan and time tables); ``<!-- generated: published-run-ids -->`` the table of
+  the published runs' ids.
+
 ``python scripts/docs_site.py PAGE`` prints one generated piece (``hardware-catalogue``, ``api-reference``,
 ``published-runs``, or a command name) for a look without building the site.
 """
@@ -35,6 +40,7 @@ PUBLISHED_SCRIPT = ROOT / "benchmarks" / "bench_published.py"
 SERVING_SCRIPT = ROOT / "benchmarks" / "bench_serving.py"
 COMMANDS_DIR = "commands"
 MARKER = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
+FIGURE = re.compile(r"^<!-- figure: (?P<name>[\w.-]+) -->$", re.M)
 
 log = logging.getLogger("mkdocs.plugins.embedcalc")
 
@@ -62,9 +68,10 @@ def command_sections(text: str | None = None) -> dict[str, str]:
     return sections
 
 
-def command_page(name: str, hand_written: str | None, reference: str) -> str:
-    """The page of one command: the hand-written text (or a title) and the generated reference under it."""
+def command_page(name: str, hand_written: str | None, reference: str, sample: str = "") -> str:
+    """The page of one command: the hand-written text (or a title), its sample run, and the generated reference."""
     head = hand_written.rstrip() + "\n" if hand_written else f"# `embedcalc {name}`\n"
+    head += f"\n{sample}" if sample else ""
     return f"{head}\n## Reference\n\n<!-- generated from docs/cli.md (scripts/cli_reference.py) -->\n\n{reference}"
 
 
@@ -125,35 +132,38 @@ def hardware_catalogue() -> str:
     dtypes = [t for t in PEAK_DTYPES if any(t in d.peak_flops_per_s for d in devices)]
     prices = any(getattr(d, "price_per_hour", None) is not None for d in devices)
     out = [
-        f"{len(devices)} devices. Dense peaks (no 2:4 sparsity) in TFLOP/s (integer formats: TOP/s), memory in "
-        "GiB, memory bandwidth and links per direction in GB/s (10⁹ B/s)"
+        f"{len(devices)} devices in two tables, each narrow enough for a laptop's screen: memory, bandwidth, the "
+        "device's link"
+        + (" and price" if prices else "")
+        + ", then the dense peaks (no 2:4 sparsity) per dtype. "
+        "Memory in GiB, memory bandwidth and links per direction in GB/s (10⁹ B/s)"
         + (
             "; the price is a dated default in USD per device-hour (`--price-per-hour` overrides it)"
             if prices
             else ""
         )
-        + "; — : the device has no such figure.",
+        + "; peaks in TFLOP/s (integer formats: TOP/s); — : the device has no such figure.",
         "",
-        "| name | device | "
-        + " | ".join(dtypes)
-        + " | memory | bandwidth | link |"
-        + (" price |" if prices else ""),
-        "| --- | --- | "
-        + " | ".join("---:" for _ in dtypes)
-        + " | ---: | ---: | --- |"
-        + (" ---: |" if prices else ""),
+        "| name | device | memory | bandwidth | link |" + (" price |" if prices else ""),
+        "| --- | --- | ---: | ---: | --- |" + (" ---: |" if prices else ""),
     ]
     for d in devices:
-        peaks = [d.peak_flops_per_s.get(t) for t in dtypes]  # type: ignore[call-overload]
         link = d.interconnect or d.host_link
         shown_link = "—" if link is None else f"{link.kind} {link.per_direction_bytes_per_s.value / 1e9:,.1f}"
         price = getattr(d, "price_per_hour", None)
         out.append(
-            f"| [`{d.name}`](#{d.name}) | {_cell(d.title)} | "
-            + " | ".join("—" if p is None else f"{p.value / 1e12:,.1f}" for p in peaks)
-            + f" | {d.memory / 2**30:,.2f} | {d.bandwidth / 1e9:,.0f} | {shown_link} |"
-            + ((" — |" if price is None else f" {price.value:,.2f} |") if prices else "")
+            f"| [`{d.name}`](#{d.name}) | {_cell(d.title)} | {d.memory / 2**30:,.2f} | {d.bandwidth / 1e9:,.0f} | "
+            f"{shown_link} |" + ((" — |" if price is None else f" {price.value:,.2f} |") if prices else "")
         )
+    out += [
+        "",
+        "| name | " + " | ".join(dtypes) + " |",
+        "| --- | " + " | ".join("---:" for _ in dtypes) + " |",
+    ]
+    for d in devices:
+        peaks = [d.peak_flops_per_s.get(t) for t in dtypes]  # type: ignore[call-overload]
+        out.append(f"| [`{d.name}`](#{d.name}) | "
+                   + " | ".join("—" if p is None else f"{p.value / 1e12:,.1f}" for p in peaks) + " |")  # fmt: skip
     for d in devices:
         out += ["", f"## {d.name}", "", f"{_cell(d.title)} ({d.vendor}, {d.kind}). {_links(d)}"
                 f"`--hardware {d.name}`; `embedcalc hardware show {d.name}` prints the same figures.", "",
@@ -234,8 +244,23 @@ def _script_env() -> dict[str, str]:
     return env
 
 
+def _generated() -> Any:
+    """scripts/docs_generated.py (a sibling script, not a package)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import docs_generated
+
+    return docs_generated
+
+
+def published_run_ids() -> str:
+    return str(_generated().published_run_ids())
+
+
 GENERATORS = {
     "hardware-catalogue": hardware_catalogue,
+    "published-run-ids": published_run_ids,
     "api-reference": api_reference,
     "published-runs": published_runs,
     "published-serving": published_serving,
@@ -271,9 +296,23 @@ def on_config(config: Any) -> Any:
     return config
 
 
+_BUILT: dict[str, Any] = {}  # this build's samples and figures, made once in on_files
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """A generated page for every command without a hand-written one; a hand-written page of no command is an error."""
+    """A generated page for every command without a hand-written one (a hand-written page of no command is an
+    error); the figures as files of the site, and the samples, made here once per build."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from mkdocs.structure.files import File
+
+    generated = _generated()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        figures = pool.submit(generated.all_figures)
+        _BUILT["samples"] = generated.all_samples()
+        _BUILT["figures"] = figures.result()
+    for name, data in _BUILT["figures"].items():
+        files.append(File.generated(config, f"figures/{name}.svg", content=data))
 
     commands = {name for name in command_sections() if name}
     written = {
@@ -296,15 +335,22 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         name = src.removeprefix(f"{COMMANDS_DIR}/").removesuffix(".md")
         sections = command_sections()
         if name in sections:
-            markdown = command_page(name, markdown, sections[name])
+            markdown = command_page(name, markdown, sections[name], _BUILT.get("samples", {}).get(name, ""))
     elif src == f"{COMMANDS_DIR}/index.md":
         markdown = markdown.rstrip() + "\n\n## Global options\n\n" + command_sections()[""]
+    prefix = "../" * src.count("/")
+    markdown = FIGURE.sub(lambda m: _generated().figure_markdown(m["name"], prefix), markdown)
     return expand_markers(markdown, src)
 
 
 # --- docstrings: embedcalc writes reST-style inline markup and doctests; the site renders Markdown ----------------
 
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?(?:[\w.]+\.)?([^`]+)`")
+# The design notes a docstring cites are not part of the repository: the site names the topic instead.
+_DESIGN = re.compile(r"DESIGN(?:\.md)? §(\d+)")
+_DESIGN_TOPICS = {"4": "the counting conventions", "5": "the JSON output contract", "6": "the exit codes",
+                  "7": "the package layout", "13": "the Python API", "14": "the time model",
+                  "19": "the general reader"}  # fmt: skip
 
 
 def markdown_docstring(text: str) -> str:
@@ -324,6 +370,7 @@ def markdown_docstring(text: str) -> str:
             in_doctest = True
         if not (fence_line or in_fence or in_doctest):
             line = _ROLE.sub(r"`\1`", line).replace("``", "`")
+            line = _DESIGN.sub(lambda m: _DESIGN_TOPICS.get(m[1], "the design notes"), line)
         out.append(line)
     if in_doctest:
         out.append("```")
