@@ -330,3 +330,39 @@ def test_t5gemma_is_counted_whole_with_its_forward_and_caches() -> None:
         ("self", per_token * (window - 1)), ("self", per_token * RUN.seq_len),
         ("cross", per_token * tokens), ("cross", per_token * tokens),
     ]  # fmt: skip
+
+
+def test_zamba2_shared_blocks_count_once_and_run_at_every_use() -> None:
+    """Zamba2 (Zamba2ForCausalLM; no native mapping): Mamba-2 layers, and at the ``hybrid`` layers a transformer block
+    shared by every use (``num_mem_blocks`` 1: tied) that reads the layer's input beside the original embeddings
+    (2 x hidden_size wide), with LoRA adapters of ``adapter_rank`` per use on q, k, v and the MLP's gate_up, then
+    an unshared Linear(d, d) into the layer's Mamba-2 input. Counted from modeling_zamba2.py's shapes: the shared
+    block's weights once (every use's adapters live in it), its FLOPs at every use with that use's adapters; each
+    hybrid layer caches its own keys and values (head_dim 2d / heads), each layer its conv window and scan state."""
+    from embedcalc.api.general import read_general
+
+    d, v, h, heads, state, rank = 64, 100, 4, 8, 16, 8
+    raw = dict(model_type="zamba2", hidden_size=d, num_hidden_layers=4, vocab_size=v, num_attention_heads=h,
+               n_mamba_heads=heads, mamba_d_state=state, mamba_ngroups=1, chunk_size=8, adapter_rank=rank,
+               use_shared_attention_adapter=True, num_mem_blocks=1, use_mem_rope=True,
+               layers_block_type=["mamba", "hybrid", "mamba", "hybrid"], max_position_embeddings=64)  # fmt: skip
+    general = read_general(raw, run=RUN)
+    inner, wide, ffn, uses = 2 * d, 2 * d, 4 * d, 2  # mamba_expand 2; the attention reads 2d; intermediate 4d
+    conv_dim = inner + 2 * state  # one group's B and C
+    mamba = d * (inner + conv_dim + heads) + conv_dim * 4 + conv_dim + 3 * heads + inner + inner * d + d
+    adapters = uses * (3 * (wide * rank + rank * wide) + d * rank + rank * 2 * ffn)
+    shared = wide + d + 3 * wide * wide + wide * d + d * 2 * ffn + ffn * d + adapters
+    assert general.params.total == v * d + 4 * mamba + shared + uses * d * d + d
+    n, b, s = RUN.batch_size * RUN.seq_len, RUN.batch_size, RUN.seq_len
+    use = 2 * n * wide * 3 * wide + 2 * 2 * b * h * s * s * (wide // h) + 2 * n * wide * d  # q/k/v, core, o
+    use += (
+        2 * n * d * 2 * ffn + 2 * n * ffn * d + 2 * n * d * d
+    )  # the MLP and the Linear into the Mamba input
+    use += 3 * 2 * n * 2 * wide * rank + 2 * n * rank * (d + 2 * ffn)  # this use's adapters
+    layer = 2 * n * d * (inner + conv_dim + heads) + 2 * n * inner * d  # in_proj, out_proj
+    assert general.flops is not None, general.flops_error
+    scan = general.flops["decoder/mixer/core"]  # the conv and SSD as transformers' torch path runs them
+    assert general.flops.total - scan == 4 * layer + uses * use + 2 * n * d * v
+    tokens = RUN.seq_len + RUN.gen_tokens
+    assert general.kv_cache_bytes == uses * 2 * b * tokens * wide * 4  # K and V of every head, fp32
+    assert general.recurrent_state_bytes == 4 * b * (conv_dim * 4 + heads * (inner // heads) * state) * 4
