@@ -135,3 +135,18 @@ def test_verify_peft_refusals(cli: Any) -> None:
     assert no_peft.exit_code == 2 and "--peft" in no_peft.stderr
     bad = cli("verify", "gpt2", "--peft", "lora", "--lora-targets", "q_proj")
     assert bad.exit_code == 3 and "c_attn" in bad.stderr
+
+
+def test_plan_over_the_whole_catalogue_keeps_devices_it_cannot_time(cli: Any) -> None:
+    """The done-when command as written (no --hardware): a device without a bf16 peak in the catalogue (T4) is a
+    row with its reason, not the plan's failure; a 24 GB device fits QLoRA and full fine-tuning says why not."""
+    result = cli("plan", "mistral-7b", "--mode", "training", "--peft", "qlora", "--train-tokens", "100M",
+                 "--format", "json")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["results"][0]["rows"]
+    by = {(r["device"], r["method"]): r for r in rows}
+    assert by["rtx-4090", "qlora"]["fits"] and by["rtx-4090", "qlora"]["memory_limit_bytes"] == 24 * 2**30
+    assert (
+        not by["rtx-4090", "full"]["fits"] and "memory does not fit" in by["rtx-4090", "full"]["reasons"][0]
+    )
+    assert any("cannot be timed" in r["reasons"][0] for r in rows if r["device"] == "t4")

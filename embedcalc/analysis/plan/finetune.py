@@ -198,11 +198,15 @@ def evaluate_finetune(
             f"memory does not fit: {binary_bytes(memory.device_bytes_unpaged)} per device > "
             f"{binary_bytes(device.memory)} even with recompute full (weights, gradients and optimizer state "
             f"alone {binary_bytes(state)})",))  # fmt: skip
-    time = estimate_time(config, trial, TimeRequest(device=device, train_tokens=request.train_tokens,
-                                                    devices=replicas), memory.trainable_weights_bytes
-                         + memory.gradients_bytes + memory.optimizer_bytes).to_json()  # fmt: skip
+    try:
+        time = estimate_time(config, trial, TimeRequest(device=device, train_tokens=request.train_tokens,
+                                                        devices=replicas), memory.trainable_weights_bytes
+                             + memory.gradients_bytes + memory.optimizer_bytes).to_json()  # fmt: skip
+        extra = _extra_seconds(config, trial, memory, device)
+    except EmbedcalcError as exc:  # a device the catalogue gives no peak for the dtype, or no host link
+        return replace(row, reasons=(f"cannot be timed: {exc}",))
     full_step = float(time["step_s"])
-    step = full_step * _step_scale(config, trial, counts) + _extra_seconds(config, trial, memory, device)
+    step = full_step * _step_scale(config, trial, counts) + extra
     tokens_per_step = trial.batch_size * trial.seq_len * replicas
     steps = -(-request.train_tokens // tokens_per_step)
     wall = steps * step
