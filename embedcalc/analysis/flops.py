@@ -35,7 +35,8 @@ the query-key pairs per head:
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
   token reaches exactly top_k experts, so this does not depend on the routing), ``moe/shared`` 2 t (d fs_in + fs d),
   ``moe/shared_gate`` 2 t d; with a latent width L (Nemotron-3's latent MoE) the experts read and write L in place
-  of d and ``moe/latent`` adds the two projections around them, 2 t (d L + L d).
+  of d and ``moe/latent`` adds the two projections around them, 2 t (d L + L d). Zero experts Z (LongCat-Flash)
+  widen the router to 2 t d (E + Z); the experts count top_k real experts per token, the most a token uses.
 - cross-attention (decoder of an encoder-decoder, m target and n source tokens): Q and out on the m target
   tokens, K and V on the n encoder outputs, scores and context 2 b h m n head_dim each.
 - cross-attention over an external sequence (``attention.cross``, Llama-3.2-Vision; m = context_tokens): Q and
@@ -248,7 +249,7 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
     fe_in = 2 * w.fe if ffn.gated else w.fe
     di = ffn.latent_dim or d  # the width the routed experts read and write
     out = [
-        ("moe/router", t * (layers * 2 * d * ffn.num_experts)),
+        ("moe/router", t * (layers * 2 * d * (ffn.num_experts + ffn.zero_experts))),
         ("moe/experts", t * (layers * 2 * ffn.top_k * (di * fe_in + w.fe * di))),
     ]
     if ffn.latent_dim:

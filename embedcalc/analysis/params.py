@@ -23,7 +23,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   embed_dim x ffn_dim matrices (Shazeer 2020); xIELU adds its two learned scalars (``ffn/act``). Mixture of
   experts: a router embed_dim -> num_experts, num_experts such FFNs of expert_dim, one shared FFN of
   num_shared_experts x shared_expert_dim, an optional shared gate; a latent MoE (Nemotron-3, latent_dim L) runs
-  the experts on L (L -> fe -> L) between two linears d -> L and L -> d (``moe/latent``).
+  the experts on L (L -> fe -> L) between two linears d -> L and L -> d (``moe/latent``); zero experts
+  (LongCat-Flash) widen the router to num_experts + zero_experts outputs and have no parameters of their own.
 - norms: LayerNorm 2 * width (width with ``norm_bias: false``), RMSNorm width, none with ``norm_affine: false``;
   one per sublayer (two with sandwich norms, one per layer for parallel blocks with one norm) and a final norm per
   stack when ``final_norm``.
@@ -171,7 +172,7 @@ def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[
         return out + activation_tensors(config)
     fe_in = 2 * w.fe if ffn.gated else w.fe
     e, di = ffn.num_experts, ffn.latent_dim or d  # di: the width the routed experts read and write
-    out = _linear("moe/router", d, e, ffn.router_bias, "none")
+    out = _linear("moe/router", d, e + ffn.zero_experts, ffn.router_bias, "none")  # zero experts scored too
     out += _linear("moe/experts", di, fe_in, ffn.expert_bias, "column", e, expert=True)
     out += _linear("moe/experts", w.fe, di, ffn.expert_bias, "row", e, expert=True)
     if ffn.latent_dim:  # Nemotron-3: fc1_latent_proj d -> L, fc2_latent_proj L -> d, biased as the MLP

@@ -78,6 +78,15 @@ class FFNSpec(FFNFields, BaseModel):
     expert_bias: bool | None = Field(
         default=None, description="moe: biases inside the experts (gpt-oss); default the flat ffn_bias."
     )
+    zero_experts: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "moe: identity experts the router may also pick (LongCat-Flash's zero experts, zero_expert_num): the "
+            "router scores num_experts + zero_experts, a token routed to one passes through unchanged (no "
+            "parameters, no matmul). Active parameters and FLOPs count top_k real experts per token, the most a "
+            "token uses (how many pick a zero expert depends on the data)."
+        ),
+    )
     latent_dim: PositiveInt | None = Field(
         default=None,
         description=(

@@ -232,6 +232,9 @@ class FFNFields(SpecFields):
         def expert_bias(self) -> bool | None: ...
 
         @property
+        def zero_experts(self) -> int: ...
+
+        @property
         def latent_dim(self) -> int | None: ...
 
 

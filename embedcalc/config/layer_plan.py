@@ -140,6 +140,7 @@ class FFN:
     router_scale: bool = False  # Gemma 4: the router's input scale (d) and per-expert scale (E)
     branch_norms: bool = False  # Gemma 4: norms on the shared output, the routed input and output (3 x d)
     latent_dim: int = 0  # Nemotron-3: the routed experts' width in and out (from and back to d); 0: d
+    zero_experts: int = 0  # LongCat-Flash: identity experts the router also scores (no parameters, no matmul)
     out_bias: bool | None = (
         None  # a dense FFN's down projection, when it differs from ``bias`` (GTE); None: bias
     )

@@ -108,6 +108,7 @@ class FFNRecord(FFNFields, Record):
         "router_scale": RecordField(False),
         "branch_norms": RecordField(False),
         "expert_bias": RecordField(None),
+        "zero_experts": RecordField(0),
         "latent_dim": RecordField(None),
     }
 

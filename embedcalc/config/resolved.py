@@ -197,6 +197,7 @@ class ResolvedShape(ConfigFields):
             shared_gate=spec.shared_expert_gate, router_bias=spec.router_bias,
             expert_bias=bias if spec.expert_bias is None else spec.expert_bias,
             router_scale=spec.router_scale, branch_norms=spec.branch_norms, latent_dim=spec.latent_dim or 0,
+            zero_experts=spec.zero_experts,
         )  # fmt: skip
 
     def cross_attention_block(self) -> Attention:

@@ -31,7 +31,7 @@ SPARSE_FIELDS = (
 SPARSE_ONLY_FIELDS = ("index_heads", "index_head_dim", "index_topk", "index_shared")
 MOE_ONLY_FIELDS = ("num_experts", "top_k", "expert_dim", "num_shared_experts", "shared_expert_dim",
                    "shared_expert_gate", "router_bias", "expert_bias", "router_scale", "branch_norms",
-                   "latent_dim")  # fmt: skip
+                   "latent_dim", "zero_experts")  # fmt: skip
 
 S = TypeVar("S", bound=SpecFields)
 A = TypeVar("A", bound=AttentionFields)

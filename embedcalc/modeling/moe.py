@@ -14,7 +14,10 @@ probabilities (Mixtral, Qwen3-MoE with norm_topk_prob). ``deterministic`` sends 
 (i k + j) mod E, j < k, weighted by the same renormalised probabilities: it needs no data, so it is what the meta
 device uses (FlopCounterMode counts without allocating) and what verification may ask for anywhere. The families'
 finer routing rules (DeepSeek-V3's group-limited sigmoid scores, gpt-oss's softmax over the top-k logits) change
-which experts a token reaches, never how many, so no count depends on them.
+which experts a token reaches, never how many, so no count depends on them. Zero experts (LongCat-Flash's
+``zero_expert_num``) are identity experts the router also scores: a slot routed to one passes its token through,
+weighted, while the real expert its id is clamped to runs with weight 0, so every token still runs top_k real
+experts: the analytic count, the most a token of LongCat-Flash uses (deterministic routing picks real ones only).
 """
 
 from __future__ import annotations
@@ -165,7 +168,8 @@ class MoE(nn.Module):
     ) -> None:  # fmt: skip
         super().__init__()
         self.top_k, self.num_experts, self.routing = spec.top_k, spec.num_experts, routing
-        self.router = nn.Linear(embed_dim, spec.num_experts, bias=spec.router_bias)
+        self.zero_experts = spec.zero_experts  # identity experts after the real ones (LongCat-Flash)
+        self.router = nn.Linear(embed_dim, spec.num_experts + spec.zero_experts, bias=spec.router_bias)
         self.latent = Latent(embed_dim, spec.latent_dim, spec.bias) if spec.latent_dim else None
         self.experts = Experts(spec.latent_dim or embed_dim, spec, activation)
         self.shared = MLP(embed_dim, spec.shared_dim, spec.bias, activation) if spec.shared_dim else None
@@ -197,7 +201,18 @@ class MoE(nn.Module):
         routed_in = norms.routed_in(tokens) if norms is not None else tokens  # (t, d)
         if self.latent is not None:
             routed_in = self.latent(routed_in)  # (t, L)
+        zero = None
+        if (
+            self.zero_experts
+        ):  # a slot on an identity expert passes its token through, weighted; the real expert
+            # its id is clamped to runs with weight 0, so every token runs top_k real experts (the analytic count)
+            zero = experts.to(x.device) >= self.num_experts  # (t, k)
+            experts = experts.clamp(max=self.num_experts - 1)
+            passed = (weights * zero).sum(dim=-1, keepdim=True)  # (t, 1)
+            weights = weights.masked_fill(zero, 0.0)
         out = self.experts(routed_in, experts, weights)  # (t, d), or (t, L) in the latent width
+        if zero is not None:
+            out = out + passed.to(out.dtype) * routed_in
         if self.latent is not None:
             out = self.latent(out, back=True)  # (t, d)
         if norms is not None:

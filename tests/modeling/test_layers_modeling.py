@@ -111,6 +111,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
         {"decoder/moe/router": L * 2 * T * D * 4, "decoder/moe/experts": L * 2 * T * 2 * (D * 16 + 8 * D),
          "decoder/moe/shared": L * 2 * T * (D * 16 + 8 * D), "decoder/moe/shared_gate": L * 2 * T * D},
     ),
+    # LongCat-Flash's zero experts: the router scores 4 + 3, the 3 identity experts have no parameters or FLOPs
+    "moe_zero_experts": (
+        {"ffn": {**MOE, "zero_experts": 3}},
+        {"decoder/moe/router": L * D * 7, "decoder/moe/experts": L * 4 * (D * 16 + 8 * D)},
+        {"decoder/moe/router": L * 2 * T * D * 7, "decoder/moe/experts": L * 2 * T * 2 * (D * 16 + 8 * D)},
+    ),
     "moe_first_dense": (
         {"blocks": {"moe": {"ffn": MOE}}, "layers": [{"pattern": ["default", "moe"]}]},
         {"decoder/ffn/in": D * 2 * F, "decoder/moe/experts": 4 * (D * 16 + 8 * D), "decoder/ffn/norm": L * D},

@@ -39,6 +39,7 @@ from embedcalc.sources.hf import (
     llama,
     llama4,
     llama_like,
+    longcat,
     minimax,
     minimax_m3,
     mllama,
@@ -86,7 +87,11 @@ MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
 MODULES += (vl_text, moe_windowed, laguna)  # issue 31: vision-language text models, MoE decoders with windows
-MODULES += (minimax_m3, step3)  # issue 31: block-sparse attention, Step-3.7's text model
+MODULES += (
+    minimax_m3,
+    step3,
+    longcat,
+)  # issue 31: block-sparse attention, Step-3.7, LongCat-Flash's zero experts
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
