@@ -6,6 +6,7 @@ theirs from the network at first use).
   are shown;
 - the figure pages show theirs (:data:`FIGURE_PAGES`), and every command page has its sample run;
 - no page cites a file outside the repository (``DESIGN.md``);
+- the stylesheet that wraps shell commands (the install line, one long command) is linked;
 - no table of the hardware catalogue is wider than the content column at 1280 px: the width of each column's
   longest unbreakable piece (a code span, a number) at the theme's table font, plus the cell padding, summed.
 
@@ -92,6 +93,9 @@ def problems(site: Path) -> list[str]:
         text = page.read_text(encoding="utf-8") if page.is_file() else ""
         if 'id="example"' not in text:
             out.append(f"commands/{name}: no sample run (Example)")
+    start = site / "getting-started" / "index.html"
+    if start.is_file() and "stylesheets/extra.css" not in start.read_text(encoding="utf-8"):
+        out.append("getting-started: the stylesheet that wraps the install line is not linked")
     hardware = site / "hardware" / "index.html"
     for n, table in enumerate(_TABLE.findall(hardware.read_text(encoding="utf-8"))[:2]):
         width = table_width_px(table)

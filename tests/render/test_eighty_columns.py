@@ -135,3 +135,16 @@ def test_help_writes_choice_lists_whole_at_80_columns(command: str) -> None:
             assert re.search(rf"(?<![\w|]){dtype}(?![\w|])", text), (dtype, text)
     if "--optimizer" in text:
         assert "paged_adamw_8bit" in text
+
+
+def test_finetune_plan_reads_at_80_columns_with_its_status_codes() -> None:
+    result = runner.invoke(app, ["plan", "llama-3.1-70b", "--mode", "training", "--train-tokens", "1B", "--peft",
+                                 "lora", "--hardware", "l4,h100-sxm"], env=COLUMNS)  # fmt: skip
+    assert result.exit_code == 5, result.output  # lora fits no device: exit 5, the table still printed
+    assert_rows_at_most_two_lines(result.stdout, "fine-tuning plan at 80 columns")
+    assert re.search(r"│ h100-sxm │ lora +│ +144\.00 GiB / 80\.00 GiB │ .*│ memory │", result.stdout), (
+        result.stdout
+    )
+    assert "memory: the memory per device exceeds the device's even with recompute full" in " ".join(
+        result.stdout.split()
+    )

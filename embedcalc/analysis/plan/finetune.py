@@ -28,7 +28,7 @@ from typing import Any
 from embedcalc.analysis.finetune.adapters import FinetuneSpec, count_finetune
 from embedcalc.analysis.finetune.memory import FinetuneMemory, Offload, finetune_memory
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.plan.rows import Price
+from embedcalc.analysis.plan.rows import Price, Reason
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Recompute, Workload
 from embedcalc.config.dtypes import DTYPE_BYTES
@@ -194,17 +194,17 @@ def evaluate_finetune(
                   memory=memory.to_json())  # fmt: skip
     if trial is None:
         state = memory.device_bytes_unpaged - memory.activations_bytes - memory.loss_backward_bytes
-        return replace(row, reasons=(
-            f"memory does not fit: {binary_bytes(memory.device_bytes_unpaged)} per device > "
-            f"{binary_bytes(device.memory)} even with recompute full (weights, gradients and optimizer state "
-            f"alone {binary_bytes(state)})",))  # fmt: skip
+        need, have = binary_bytes(memory.device_bytes_unpaged), binary_bytes(device.memory)
+        return replace(row, reasons=(Reason(
+            "memory", f"memory does not fit: {need} per device > {have} even with recompute full (weights, gradients "
+            f"and optimizer state alone {binary_bytes(state)})", f"memory {need} > {have}"),))  # fmt: skip
     try:
         time = estimate_time(config, trial, TimeRequest(device=device, train_tokens=request.train_tokens,
                                                         devices=replicas), memory.trainable_weights_bytes
                              + memory.gradients_bytes + memory.optimizer_bytes).to_json()  # fmt: skip
         extra = _extra_seconds(config, trial, memory, device)
     except EmbedcalcError as exc:  # a device the catalogue gives no peak for the dtype, or no host link
-        return replace(row, reasons=(f"cannot be timed: {exc}",))
+        return replace(row, reasons=(Reason("untimed", f"cannot be timed: {exc}"),))
     full_step = float(time["step_s"])
     step = full_step * _step_scale(config, trial, counts) + extra
     tokens_per_step = trial.batch_size * trial.seq_len * replicas
