@@ -190,6 +190,12 @@ def plan(
         plain_number, (max_ttft, max_tpot, min_tokens_per_s, deadline_s)
     )
     train_tokens, global_batch, batch_size = map(plain_number, (train_tokens, global_batch, batch_size))
+    max_num_seqs, max_num_batched_tokens, spec_tokens, seed = map(
+        plain_number, (max_num_seqs, max_num_batched_tokens, spec_tokens, seed)
+    )
+    spec_acceptance, spec_draft_cost, prefix_hit = map(
+        plain_number, (spec_acceptance, spec_draft_cost, prefix_hit)
+    )
     _check_choice("mode", mode, Literal["inference", "training"])
     dtype = cast("Dtype | None", _dtype("dtype", dtype, DTYPES))
     kv_dtype = _dtype("kv_dtype", kv_dtype, KV_DTYPES)

@@ -118,6 +118,7 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
                     raise
                 if exc.reported:
                     raise typer.Exit(int(exc.exit_code)) from None
+                _name_the_flag(exc, fn)
                 output.report_error(exc)
                 fmt: Any = kwargs.get(json_flag)
                 if not exc.json_emitted and fmt is not None and getattr(fmt, "value", fmt) == "json":
@@ -141,6 +142,48 @@ def handle_errors(command: str, json_flag: str = "format") -> Callable[[Callable
         return wrapper
 
     return decorate
+
+
+def _name_the_flag(exc: EmbedcalcError, command: Callable[..., Any]) -> None:
+    """A bad argument the Python API names by its parameter (``deadline_s 5e-324 must be ...``,
+    ``price_per_hour[l4] 1e+308 is not ...``) is named, on the command line, by the flag that fed it
+    (``--deadline``, ``--price-per-hour``): the option of ``command`` whose parameter has that name. Only a
+    message that starts with the name is changed; the problem's path (in JSON) keeps the API's name."""
+    if exc.exit_code != ExitCode.USAGE or not exc.problems:
+        return
+    flags = _long_flags(command)
+
+    def named(message: str, path: str) -> str:
+        name = path.split("[", 1)[0]
+        flag = flags.get(name)
+        rest = message[len(name) :]
+        if flag is None or not message.startswith(name) or rest[:1].isalnum() or rest[:1] == "_":
+            return message
+        return flag + rest
+
+    exc.message = named(exc.message, exc.problems[0].path)
+    exc.problems = [Problem(p.path, named(p.message, p.path), p.code) for p in exc.problems]
+
+
+def _long_flags(command: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> its long flag, from the ``typer.Option`` declarations of ``command``'s annotations."""
+    import typing
+
+    from typer.models import OptionInfo
+
+    try:
+        hints = typing.get_type_hints(command, include_extras=True)
+    except (NameError, TypeError):  # an annotation that does not resolve: no flag is named, the message stays
+        return {}
+    flags = {}
+    for name, hint in hints.items():
+        for info in getattr(hint, "__metadata__", ()):
+            if isinstance(info, OptionInfo):  # under Annotated, typer takes a first "--name" as a declaration
+                declared = (info.default, *(info.param_decls or ()))
+                long = [d for d in declared if isinstance(d, str) and d.startswith("--")]
+                if long:
+                    flags[name] = max(long, key=len)
+    return flags
 
 
 __all__ = ["EmbedcalcError", "handle_errors"]

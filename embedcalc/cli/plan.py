@@ -203,7 +203,7 @@ def plan_command(
             help="Training: the token budget to plan for (1T, 2e12); needed with --mode training.",
         ),
     ] = None,
-    deadline: Annotated[
+    deadline_s: Annotated[  # named after the API's argument it feeds: an error about it names --deadline
         str | None,
         typer.Option(
             "--deadline",
@@ -330,7 +330,7 @@ def plan_command(
         concurrency=concurrency, rate=rate, dtype=dtype, kv_dtype=kv_dtype, hardware=_hardware(hardware),
         max_devices=max_devices, price_per_hour=_prices(price_per_hour), memory_utilization=memory_utilization,
         max_ttft=max_ttft, max_tpot=max_tpot, min_tokens_per_s=min_tokens_per_s, train_tokens=train_tokens,
-        deadline_s=_deadline(deadline), global_batch=global_batch, batch_size=batch_size, optimizer=optimizer,
+        deadline_s=_deadline(deadline_s), global_batch=global_batch, batch_size=batch_size, optimizer=optimizer,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, spec_tokens=spec_tokens,
         spec_acceptance=spec_acceptance, spec_draft_cost=spec_draft_cost, prefix_hit=prefix_hit, seed=seed,
         kv_admission=kv_admission,

@@ -91,7 +91,7 @@ def verify_command(
     if not report.agree:
         for line in [*(sharded.mismatches() if sharded is not None else []),
                      *(report.finetune.mismatches() if report.finetune is not None else [])]:  # fmt: skip
-            output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
+            output.stderr.print(f"embedcalc: {target}: {line}", markup=False, soft_wrap=True)  # one line each
         output.stderr.print(
             f"embedcalc: {target}: analytic and torch counts differ (see the difference column)", markup=False
         )
@@ -114,9 +114,10 @@ def _verify_checkpoint(target: str, overrides: list[str] | None, format: OutputF
     if not check.agree:
         problems = check.problems()
         for line in problems[:MAX_EXTRA_LINES]:  # bounded like the extra tensors: JSON holds every one
-            output.stderr.print(f"embedcalc: {target}: {line}", markup=False)
+            output.stderr.print(f"embedcalc: {target}: {line}", markup=False, soft_wrap=True)  # one line each
         if len(problems) > MAX_EXTRA_LINES:
             output.stderr.print(f"embedcalc: {target}: ... and {len(problems) - MAX_EXTRA_LINES:,} more "
-                                "disagreements (--format json lists every one)", markup=False)  # fmt: skip
+                                "disagreements (--format json lists every one)",
+                                markup=False, soft_wrap=True)  # fmt: skip
         raise outcome(ExitCode.INVALID_CONFIG, f"{target}: the checkpoint disagrees with its config",
                       "checkpoint_mismatch")  # fmt: skip

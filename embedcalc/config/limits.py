@@ -36,8 +36,10 @@ def plain_number(value: Any) -> Any:
     or any arithmetic done, so a numpy int64 can neither overflow (``np.int64(2**40) ** 2`` wraps silently) nor
     reach a result that ``json.dumps`` cannot write. numpy's bool becomes a Python bool, which every integer check
     refuses as it refuses ``True``; anything else is returned unchanged."""
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool | int) or type(value) is float:
         return value  # a Python number already (int subclasses included)
+    if isinstance(value, float):  # a float subclass (numpy.float64 is one): results must hold plain floats
+        return float(value)
     if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):
         return bool(value)  # numpy's bool: a bool (refused where an integer is due), never an int
     if isinstance(value, numbers.Integral):
@@ -116,7 +118,7 @@ def count_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return "not an integer; give a count such as 8"
     if not 1 <= value < INT_BOUND:
-        return f"not a count from 1 to {MAX_INT_DIGITS} digits"
+        return f"not a count from 1 to {MAX_INT_DIGITS} digits; give one such as 8"
     return None
 
 

@@ -122,6 +122,8 @@ def problems_from_validation(
         key = user_keys.get(field, field) + "".join(f".{part}" for part in loc[1:])  # nested: ffn.top_k
         path = prefix + key if key else prefix.rstrip(".") or "(config)"
         text = error["msg"] if error["type"] not in _STANDARD_TYPES else _message(error, key)
+        if error["type"] == "value_error" and "error" in error.get("ctx", {}):
+            text = str(error["ctx"]["error"])  # a validator's own words, without pydantic's "Value error, "
         out.append(Problem(path=path, message=text, code=str(error["type"])))
     return out
 

@@ -329,9 +329,11 @@ def parse_device(data: dict[str, Any], origin: str) -> Device:
         return Device.model_validate(data)
     except ValidationError as exc:
         problems = problems_from_validation(exc, {}, prefix=f"{origin}: ")
-        lines = "\n".join(f"  {p.message}" if p.message.startswith(p.path) else f"  {p.path}: {p.message}"
-                          for p in problems)  # fmt: skip
-        raise ConfigError(f"{origin}: not a valid device file\n{lines}", problems, "invalid_device") from None
+        lines = [p.message if p.message.startswith(p.path) else f"{p.path}: {p.message}" for p in problems]
+        # one problem: its line (which names the file); several: one line each under the file's name
+        said = lines[0] if len(lines) == 1 else f"{origin}: not a valid device file" + "".join(
+            f"\n  {line}" for line in lines)  # fmt: skip
+        raise ConfigError(said, problems, "invalid_device") from None
 
 
 def catalogue() -> list[Device]:

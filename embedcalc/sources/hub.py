@@ -23,7 +23,6 @@ import hashlib
 import os
 import re
 import stat
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,11 +192,11 @@ def _not_available(repo: str, revision: str, why: str) -> UnsupportedEnvironment
 
 
 # --online's bounds (issue 33: a server that never answered held the command 389 s; a 300 MB answer left 629 MB in
-# the cache before the size bound refused it): each connect and each read waits at most ONLINE_TIMEOUT_S, the whole
-# download at most ONLINE_DEADLINE_S, and the body is read in memory up to the config bound (1 MiB) before anything
-# is written, so a refused answer leaves nothing in the cache.
-ONLINE_TIMEOUT_S = 10.0
-ONLINE_DEADLINE_S = 30.0
+# the cache before the size bound refused it): the whole fetch (name lookup, connect, headers, body) finishes within
+# ONLINE_DEADLINE_S or is abandoned, each socket operation waits at most that long too, and the body is read in
+# memory up to the config bound (1 MiB) before anything is written, so a refused answer leaves nothing in the cache.
+# A config.json is a few kB: on any working link the hub answers in well under a second.
+ONLINE_DEADLINE_S = 5.0
 
 
 def _fetch_failed(repo: str, revision: str, why: str) -> UnsupportedEnvironmentError:
@@ -208,28 +207,72 @@ def _fetch_failed(repo: str, revision: str, why: str) -> UnsupportedEnvironmentE
     )
 
 
+def _headers() -> dict[str, str]:
+    """embedcalc's user agent and, as huggingface_hub sends it, the token it finds (``HF_TOKEN``, else the saved
+    login) unless ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` is set. Not ``huggingface_hub.utils.build_hf_headers``: in
+    huggingface_hub 2.4 its user agent first fetches ``{HF_ENDPOINT}/api/agent-harnesses`` (utils/_detect_agent.py),
+    read whole whatever its size (an endpoint answering 300 MB grew the process to 900 MB) and cached in HF_HOME,
+    outside the hub cache."""
+    import importlib.metadata
+
+    import huggingface_hub
+    from huggingface_hub import constants, get_token
+
+    try:
+        version = importlib.metadata.version("embedcalc")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on sys.path, not installed
+        version = "unknown"
+    headers = {"user-agent": f"embedcalc/{version}; hf_hub/{huggingface_hub.__version__}"}
+    token = None if constants.HF_HUB_DISABLE_IMPLICIT_TOKEN else get_token()
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
 def _download(repo: str, revision: str) -> tuple[bytes, str | None]:
-    """config.json's bytes and the commit the hub says they are from (X-Repo-Commit), read bounded in time and
-    size; huggingface_hub gives the URL, the endpoint (HF_ENDPOINT) and the token's header."""
+    """config.json's bytes and the commit the hub says they are from (X-Repo-Commit), fetched within
+    :data:`ONLINE_DEADLINE_S` (the fetch runs in a daemon thread, abandoned at the deadline: a name lookup or a
+    server trickling its headers is bounded too) and read up to the config bound; huggingface_hub gives the URL
+    and the endpoint (``HF_ENDPOINT``)."""
+    import threading
+
+    from huggingface_hub import constants, hf_hub_url
+
+    url = hf_hub_url(repo, "config.json", revision=revision, endpoint=os.environ.get("HF_ENDPOINT") or None)
+    headers = _headers()
+    answer: list[tuple[bytes, str | None] | BaseException] = []
+
+    def fetch() -> None:
+        try:
+            answer.append(
+                _read_bounded(url, headers, repo, revision, constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
+            )
+        except BaseException as exc:  # handed to the caller, never raised in the thread
+            answer.append(exc)
+
+    worker = threading.Thread(target=fetch, name="embedcalc-online", daemon=True)
+    worker.start()
+    worker.join(ONLINE_DEADLINE_S)
+    if not answer:
+        raise _fetch_failed(repo, revision, f"no complete answer within {ONLINE_DEADLINE_S:g} s")
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
+def _read_bounded(url: str, headers: dict[str, str], repo: str, revision: str, commit_header: str) -> tuple[
+        bytes, str | None]:  # fmt: skip
     import urllib.error
     import urllib.request
 
-    from huggingface_hub import constants, hf_hub_url
-    from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # documented, not in __all__
-
-    url = hf_hub_url(repo, "config.json", revision=revision, endpoint=os.environ.get("HF_ENDPOINT") or None)
-    request = urllib.request.Request(url, headers=build_hf_headers(library_name="embedcalc"))
-    deadline = time.monotonic() + ONLINE_DEADLINE_S
+    request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=ONLINE_TIMEOUT_S) as response:
+        # each socket operation waits a little past the deadline: the caller's deadline, not a socket's, decides
+        with urllib.request.urlopen(request, timeout=ONLINE_DEADLINE_S + 1) as response:
             chunks: list[bytes] = []
             size = 0
             while size <= MAX_CONFIG_BYTES:
-                if time.monotonic() > deadline:
-                    raise _fetch_failed(repo, revision, f"no complete answer within {ONLINE_DEADLINE_S:g} s")
-                chunk = response.read1(
-                    min(1 << 16, MAX_CONFIG_BYTES + 1 - size)
-                )  # one recv: a trickle meets the deadline
+                chunk = response.read1(min(1 << 16, MAX_CONFIG_BYTES + 1 - size))
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -237,7 +280,7 @@ def _download(repo: str, revision: str) -> tuple[bytes, str | None]:
             if size > MAX_CONFIG_BYTES:
                 raise _fetch_failed(repo, revision, f"the answer is over {MAX_CONFIG_BYTES:,} bytes, the bound "
                                     "of a config; nothing was written to the cache")  # fmt: skip
-            commit = response.headers.get(constants.HUGGINGFACE_HEADER_X_REPO_COMMIT)
+            commit = response.headers.get(commit_header)
     except urllib.error.HTTPError as exc:
         raise _fetch_failed(repo, revision, f"HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:  # no route, refused, timed out, a bad URL
@@ -271,8 +314,8 @@ def _store(repo: str, revision: str, data: bytes, commit: str) -> Path:
 
 
 def fetch_config(repo: str, revision: str) -> Path:
-    """Download just ``config.json`` of ``repo`` into the cache (bounded: :data:`ONLINE_TIMEOUT_S`,
-    :data:`ONLINE_DEADLINE_S`, 1 MiB) and return its path."""
+    """Download just ``config.json`` of ``repo`` into the cache (bounded: :data:`ONLINE_DEADLINE_S`, 1 MiB) and
+    return its path."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE:
         raise _not_available(
             repo, revision, "its config.json is not in the local cache and HF_HUB_OFFLINE is set"

@@ -210,11 +210,11 @@ def test_an_attention_dp_row_holds_what_analyze_gives_with_dp_and_ep() -> None:
     ("args", "words"),
     [
         (["--spec-tokens", "3"], "spec_acceptance"),
-        (["--spec-tokens", "3", "--spec-acceptance", "1.5"], "spec_acceptance"),
+        (["--spec-tokens", "3", "--spec-acceptance", "1.5"], "--spec-acceptance"),
         (["--spec-acceptance", "0.7"], "spec_tokens"),
-        (["--prefix-hit", "1"], "prefix_hit"),
+        (["--prefix-hit", "1"], "--prefix-hit"),
         (["--kv-admission", "eager"], "kv-admission"),
-        (["--mode", "training", "--train-tokens", "1B", "--max-num-seqs", "8"], "max_num_seqs"),
+        (["--mode", "training", "--train-tokens", "1B", "--max-num-seqs", "8"], "--max-num-seqs"),
     ],
 )
 def test_bad_serving_options_exit_2_naming_the_option(args: list[str], words: str) -> None:

@@ -178,9 +178,11 @@ def _refuse_deep_stacks(raw: Mapping[str, Any], family: Family, origin: str) -> 
                        f"{MAX_HF_LAYERS:,} layers (its layer patterns are expanded layer by layer); for a deeper "
                        "stack write the model in embedcalc's own YAML, where layers are runs")  # fmt: skip
             problems.append(Problem(key, message, "hf_too_many_layers"))
+    if len(problems) == 1:  # one line, naming the key (its message starts with it)
+        raise ConfigError(f"{origin}: {problems[0].message}", problems, "hf_too_many_layers")
     if problems:
         lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
-        raise ConfigError(f"{origin}: {len(problems)} problem(s) in this {family.model_type} config\n{lines}",
+        raise ConfigError(f"{origin}: {len(problems)} problems in this {family.model_type} config\n{lines}",
                           problems, "hf_too_many_layers")  # fmt: skip
 
 

@@ -38,7 +38,8 @@ from paths import HF_FIXTURES
 from embedcalc.devices.resolve import hardware_dir
 
 CANARY = "CANARYTENSOR"
-NON_FINITE = re.compile(r"(?<![A-Za-z_])(-?inf|nan|Infinity|NaN)(?![A-Za-z_])")
+# a number, not a word: "ZeRO-Infinity" (a help text's name of a method) is no inf
+NON_FINITE = re.compile(r"(?<![A-Za-z_-])(-?inf|nan|Infinity|NaN)(?![A-Za-z_])")
 
 
 # --- the judge ----------------------------------------------------------------------------------------------------
@@ -51,7 +52,8 @@ def strict_violations(outcome: Outcome, allowed: frozenset[int]) -> list[str]:
         problems.append(
             f"exit code {outcome.exit_code}, documented {sorted(allowed)}: {outcome.stderr[-300:]}"
         )
-    if outcome.exit_code == 0 and (match := NON_FINITE.search(outcome.stdout)) is not None:
+    is_help = "--help" in outcome.args or "-h" in outcome.args  # prose, not results
+    if outcome.exit_code == 0 and not is_help and (match := NON_FINITE.search(outcome.stdout)) is not None:
         context = outcome.stdout[max(0, match.start() - 80) : match.end() + 40]
         problems.append(f"non-finite number in a successful output: {context!r}")
     if CANARY in outcome.stdout + outcome.stderr or "root:x:0" in outcome.stdout + outcome.stderr:
@@ -332,9 +334,12 @@ def hf_bounds_case(draw: st.DrawFn, workdir: Path) -> list[str]:
     raw = json.loads(fixture.read_text())
     target = raw["text_config"] if isinstance(raw.get("text_config"), dict) and draw(st.booleans()) else raw
     ints = sorted(k for k, v in target.items() if type(v) is int)
+    change = ""
     if ints:
-        target[draw(st.sampled_from(ints))] = draw(st.sampled_from(BOUND_VALUES))
-    path = workdir / f"hf-{fixture.stem}.json"
+        key, value = draw(st.sampled_from(ints)), draw(st.sampled_from(BOUND_VALUES))
+        target[key] = value
+        change = re.sub(r"[^A-Za-z0-9_.-]", "_", f"-{key}-{value!r}")[:80]
+    path = workdir / f"hf-{fixture.stem}{change}.json"  # the name says what changed (the report shows it)
     path.write_text(json.dumps(raw))
     command = draw(st.sampled_from(["check", "analyze"]))
     return [command, str(path), *draw(st.sampled_from([[], ["--format", "json"]]))]
@@ -370,11 +375,14 @@ def api_numeric_case(draw: st.DrawFn) -> tuple[str, Callable[[Any], Any]]:
             "gpt2", parallel={part: value}, mode="training"
         )
     if form == "plan":
-        arg = draw(st.sampled_from(["seq_len", "gen_tokens", "concurrency", "max_devices", "batch_size"]))
+        arg = draw(st.sampled_from(["seq_len", "gen_tokens", "concurrency", "max_devices", "batch_size",
+                                    "max_num_seqs", "max_num_batched_tokens", "seed"]))  # fmt: skip
         return f"plan {arg}={value!r}", lambda e: e.plan("gpt2", hardware="l4", **{arg: value})
     if form == "plan-float":
         arg = draw(
-            st.sampled_from(["rate", "max_ttft", "max_tpot", "min_tokens_per_s", "memory_utilization"])
+            st.sampled_from(
+                ["rate", "max_ttft", "max_tpot", "min_tokens_per_s", "memory_utilization", "prefix_hit"]
+            )
         )
         return f"plan {arg}={value!r}", lambda e: e.plan("gpt2", hardware="l4", **{arg: value})
     if form == "price":

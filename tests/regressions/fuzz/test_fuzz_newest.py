@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,14 +85,20 @@ def _run(category: str, examples: int, workdir: Path, summary: Summary | None) -
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(strategy)
     def case(drawn: Any) -> None:
+        cpu = time.process_time()
         outcome, allowed = runner(drawn)
+        cpu = time.process_time() - cpu
         problems = strict_violations(outcome, allowed)
         if summary is not None:
-            summary.add(category, outcome, problems)
+            summary.add(category, outcome, problems, cpu)
         else:
             assert not problems, (outcome.args, problems)
 
     case()
+    if summary is not None:
+        import resource  # POSIX (the module is skipped on Windows)
+
+        summary.peak_rss[category] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 @pytest.fixture(scope="module")
