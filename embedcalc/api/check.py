@@ -119,7 +119,9 @@ def check(
         try:
             loaded = load_target(target, overrides)
         except ConfigError as exc:
-            if exc.code == "hf_unsupported_family":  # the general reader's case: loaded only then
+            from embedcalc.api.general import GENERAL_CODES
+
+            if exc.code in GENERAL_CODES:  # the general reader's case: loaded only then
                 results.append(_general_check(target, overrides, run, exc))
                 continue
             found = _suggestions(target, overrides) if suggest else None

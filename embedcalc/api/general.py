@@ -43,8 +43,9 @@ __all__ = [
 
 EXTRA = "pip install 'embedcalc[transformers]'"
 """The install command that brings the general reader (torch and transformers)."""
-GENERAL_CODES = frozenset({"hf_unsupported_family"})
-"""The native readers' refusals the general reader takes over: a family without a native mapping."""
+GENERAL_CODES = frozenset({"hf_unsupported_family", "hf_refused_family"})
+"""The native readers' refusals the general reader takes over: a family without a native mapping, and one
+embedcalc's layer model cannot describe exactly (:data:`~embedcalc.sources.hf.registry.REFUSED`)."""
 
 
 def general_available() -> bool:

@@ -88,9 +88,10 @@ def _derived(
 ) -> LoadedConfig:
     """A Hugging Face family without a native mapping: its layer model derived through transformers (DESIGN §19,
     :func:`embedcalc.api.general.derived_load`), or the refusal."""
-    if refusal.code != "hf_unsupported_family" or not isinstance(overrides, list | tuple | type(None)):
+    from embedcalc.api.general import GENERAL_CODES, derived_load
+
+    if refusal.code not in GENERAL_CODES or not isinstance(overrides, list | tuple | type(None)):
         raise refusal
-    from embedcalc.api.general import derived_load
 
     return derived_load(refusal, target, origin, raw, overrides)
 

@@ -105,9 +105,10 @@ def sweep_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
     try:
         data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
     except ConfigError as exc:  # a family without a native mapping: its derived layer model (DESIGN §19)
-        if exc.code != "hf_unsupported_family":
+        from embedcalc.api.general import GENERAL_CODES, derived_load
+
+        if exc.code not in GENERAL_CODES:
             raise
-        from embedcalc.api.general import derived_load
 
         loaded = derived_load(exc, target, origin, raw, list(overrides))  # --set: the config.json's own keys
         data = loaded.config.model_dump(mode="json", exclude_unset=True)

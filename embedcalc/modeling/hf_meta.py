@@ -156,6 +156,11 @@ def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
         own = _own_class(config)
         if own is not None:
             return own
+    causal = _names("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES").get(model_type)
+    if text is not config and causal and set(getattr(config, "sub_configs", {})) == {"text_config"}:
+        # a causal LM of its own around a text config and nothing else (Gemma 4's assistant: projections in and
+        # out, every layer reading the target's keys and values): the outer class is the text model
+        return causal, "AutoModelForCausalLM", "decoder", config, "all"
     if text is not config:
         own = _own_class(text)
         if own is not None:

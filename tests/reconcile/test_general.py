@@ -366,3 +366,32 @@ def test_zamba2_shared_blocks_count_once_and_run_at_every_use() -> None:
     tokens = RUN.seq_len + RUN.gen_tokens
     assert general.kv_cache_bytes == uses * 2 * b * tokens * wide * 4  # K and V of every head, fp32
     assert general.recurrent_state_bytes == 4 * b * (conv_dim * 4 + heads * (inner // heads) * state) * 4
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["lm head", "centroid-masked head"])
+def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -> None:
+    """Gemma 4's assistant (Gemma4AssistantForCausalLM): its config makes every text layer share keys and values
+    (the target model's: no k/v projections, no key norm) and its class adds pre_projection (2 x
+    backbone_hidden_size -> hidden_size), post_projection and, with use_ordered_embeddings, the centroids of its
+    masked head. The native readers refuse it (its text_config alone would count another model); the general
+    reader builds the outer class, every count from modeling_gemma4_assistant.py's shapes. Its forward needs the
+    target's hidden states and keys and values, which a token-id forward does not have: no FLOPs, said why."""
+    from embedcalc.api.general import read_general
+
+    d, f, v, h, hd, full_hd, backbone, centroids = 64, 128, 128, 4, 16, 32, 96, 8
+    text = dict(model_type="gemma4_text", hidden_size=d, intermediate_size=f, num_hidden_layers=4,
+                num_attention_heads=h, num_key_value_heads=2, head_dim=hd, global_head_dim=full_hd, vocab_size=v,
+                hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, sliding_window=8)  # fmt: skip
+    raw = dict(model_type="gemma4_assistant", text_config=text, backbone_hidden_size=backbone,
+               use_ordered_embeddings=ordered, num_centroids=centroids, centroid_intermediate_top_k=2)  # fmt: skip
+    with pytest.raises(embedcalc.ConfigError) as refused:
+        embedcalc.load(dict(raw))
+    assert refused.value.code == "hf_refused_family" and "Gemma4AssistantForCausalLM" in refused.value.message
+    general = read_general(raw, run=RUN)
+    assert general.class_name == "Gemma4AssistantForCausalLM"
+    sliding, full = 3, 1  # Gemma4TextConfig: five sliding to one full, the last layer full
+    queries = sliding * (d * h * hd + h * hd * d + hd) + full * (d * h * full_hd + h * full_hd * d + full_hd)
+    layers = queries + 4 * (3 * d * f + 4 * d)  # q, o, q_norm; the MLP; four norms per layer
+    projections = 2 * backbone * d + d * backbone + (d * centroids if ordered else 0)
+    assert general.params.total == v * d + layers + d + projections  # the head tied to the token table
+    assert general.flops is None and "shared_kv_states" in (general.flops_error or "")

@@ -30,6 +30,7 @@ from embedcalc.sources.hf.registry import (
     FORWARDED,
     MULTIMODAL_TEXT,
     OUTER_TIE,
+    REFUSED,
     TEXT_WITHOUT_POOLER,
 )
 from embedcalc.sources.hf.unsupported import flat_text_config, unsupported_family
@@ -123,6 +124,7 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
     if (
         family is None
         and isinstance(model_type, str)
+        and model_type not in REFUSED  # a wrapper that changes its text model (Gemma 4's assistant)
         and isinstance(inner_type, str)
         and inner_type in FAMILIES
     ):

@@ -207,5 +207,15 @@ FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/mllama.py)."""
 
-REFUSED: dict[str, str] = {}
+REFUSED: dict[str, str] = {
+    # Gemma4AssistantConfig.__post_init__ makes every layer of its text model share keys and values
+    # (num_kv_shared_layers = num_hidden_layers), and Gemma4AssistantForCausalLM adds pre_projection (2 x
+    # backbone_hidden_size -> hidden_size) and post_projection (hidden_size -> backbone_hidden_size) and, with
+    # use_ordered_embeddings, a centroid-masked head: its text_config alone is not the model
+    "gemma4_assistant": "Gemma 4's assistant (Gemma4AssistantForCausalLM, a multi-token-prediction drafter) attends "
+    "in every layer to the keys and values of the target model it drafts for (no key/value projections or cache of "
+    "its own) and projects the target's embeddings and hidden state (2 x backbone_hidden_size) in and its output back "
+    "(post_projection), which embedcalc's layer model does not describe; its text_config read alone would count "
+    "another model",
+}
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

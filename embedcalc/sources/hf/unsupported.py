@@ -121,7 +121,7 @@ def family_before_numbers(raw: Mapping[str, Any], origin: str, refused: list[Pro
     if not isinstance(model_type, str) or model_type in FAMILIES:
         return None
     text = raw.get("text_config")
-    if isinstance(text, Mapping) and text.get("model_type") in FAMILIES:
+    if isinstance(text, Mapping) and text.get("model_type") in FAMILIES and model_type not in REFUSED:
         return None
     error = unsupported_family(model_type, origin, raw)
     details = "; ".join(f"{p.path}: {p.message}" for p in refused)
