@@ -55,10 +55,12 @@ SAMPLES: dict[str, list[str]] = {
 }
 
 
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+def _env(extra: dict[str, str] | None = None, width: int | None = WIDTH) -> dict[str, str]:
+    """The environment of a run: this checkout first on the path, ``width`` columns (None: the caller's)."""
     env = dict(os.environ) | (extra or {})
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env["COLUMNS"] = str(WIDTH)
+    if width is not None:
+        env["COLUMNS"] = str(width)
     env.pop("NO_COLOR", None)
     return env
 
@@ -207,6 +209,40 @@ def figure_markdown(name: str, prefix: str) -> str:
         raise ValueError(f"unknown figure {name!r}; known: {', '.join(FIGURES)}")
     alt = FIGURES[name][1]
     return f"![{alt}]({prefix}figures/{name}.svg)\n\n*Generated at build: {alt}.*\n"
+
+
+# --- published runs: the benchmarks' own output ------------------------------------------------------------------
+
+PUBLISHED_SCRIPT = ROOT / "benchmarks" / "bench_published.py"
+SERVING_SCRIPT = ROOT / "benchmarks" / "bench_serving.py"
+
+
+def _bench(script: Path) -> str:
+    """A benchmark script's output as a console block."""
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env=_env(width=None))  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmarks/{script.name} exited {done.returncode}:\n{done.stderr}")
+    return f"```console\n$ python benchmarks/{script.name}\n{done.stdout.rstrip()}\n```\n"
+
+
+def published_serving() -> str:
+    """The output of ``benchmarks/bench_serving.py`` (published serving runs vs plan's scheduler), if it exists."""
+    if not SERVING_SCRIPT.exists():
+        return '!!! note "Not generated yet"\n    `benchmarks/bench_serving.py` is not in this checkout.\n'
+    return _bench(SERVING_SCRIPT)
+
+
+def published_runs() -> str:
+    """The output of ``benchmarks/bench_published.py`` (published vs predicted for every run), if it exists."""
+    if not PUBLISHED_SCRIPT.exists():
+        return (
+            '!!! note "Not generated yet"\n'
+            "    `benchmarks/bench_published.py` is not in this checkout; when it is, this page shows its output "
+            "(every published run beside embedcalc's prediction and the median error), regenerated at each "
+            "build.\n"
+        )
+    return _bench(PUBLISHED_SCRIPT)
 
 
 # --- the published runs' ids --------------------------------------------------------------------------------------

@@ -29,21 +29,28 @@ from __future__ import annotations
 import ast
 import logging
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_REFERENCE = ROOT / "docs" / "cli.md"
-PUBLISHED_SCRIPT = ROOT / "benchmarks" / "bench_published.py"
-SERVING_SCRIPT = ROOT / "benchmarks" / "bench_serving.py"
 COMMANDS_DIR = "commands"
 MARKER = re.compile(r"^<!-- generated: (?P<name>[\w-]+) -->$", re.M)
 FIGURE = re.compile(r"^<!-- figure: (?P<name>[\w.-]+) -->$", re.M)
 
 log = logging.getLogger("mkdocs.plugins.embedcalc")
 
+if (
+    str(Path(__file__).resolve().parent) not in sys.path
+):  # docs_generated.py, a sibling script (not a package)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_generated  # noqa: E402
+from docs_generated import (  # noqa: E402
+    published_run_ids,
+    published_runs,
+    published_serving,
+)
 
 # --- commands: docs/cli.md split per top-level command ------------------------------------------------------------
 
@@ -201,63 +208,6 @@ def api_reference() -> str:
     return "\n".join(out)
 
 
-# --- published runs -----------------------------------------------------------------------------------------------
-
-
-def _bench(script: Path) -> str:
-    """A benchmark script's output as a console block."""
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env=_script_env())  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmarks/{script.name} exited {done.returncode}:\n{done.stderr}")
-    return f"```console\n$ python benchmarks/{script.name}\n{done.stdout.rstrip()}\n```\n"
-
-
-def published_serving() -> str:
-    """The output of ``benchmarks/bench_serving.py`` (published serving runs vs plan's scheduler), if it exists."""
-    if not SERVING_SCRIPT.exists():
-        return '!!! note "Not generated yet"\n    `benchmarks/bench_serving.py` is not in this checkout.\n'
-    return _bench(SERVING_SCRIPT)
-
-
-def published_runs() -> str:
-    """The output of ``benchmarks/bench_published.py`` (published vs predicted for every run), if it exists."""
-    if not PUBLISHED_SCRIPT.exists():
-        return (
-            '!!! note "Not generated yet"\n'
-            "    `benchmarks/bench_published.py` is not in this checkout; when it is, this page shows its output "
-            "(every published run beside embedcalc's prediction and the median error), regenerated at each "
-            "build.\n"
-        )
-    done = subprocess.run([sys.executable, str(PUBLISHED_SCRIPT)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env=_script_env())  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmarks/bench_published.py exited {done.returncode}:\n{done.stderr}")
-    return f"```console\n$ python benchmarks/bench_published.py\n{done.stdout.rstrip()}\n```\n"
-
-
-def _script_env() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _generated() -> Any:
-    """scripts/docs_generated.py (a sibling script, not a package)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import docs_generated
-
-    return docs_generated
-
-
-def published_run_ids() -> str:
-    return str(_generated().published_run_ids())
-
-
 GENERATORS = {
     "hardware-catalogue": hardware_catalogue,
     "published-run-ids": published_run_ids,
@@ -306,7 +256,7 @@ def on_files(files: Any, config: Any) -> Any:
 
     from mkdocs.structure.files import File
 
-    generated = _generated()
+    generated = docs_generated
     with ThreadPoolExecutor(max_workers=2) as pool:
         figures = pool.submit(generated.all_figures)
         _BUILT["samples"] = generated.all_samples()
@@ -339,7 +289,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     elif src == f"{COMMANDS_DIR}/index.md":
         markdown = markdown.rstrip() + "\n\n## Global options\n\n" + command_sections()[""]
     prefix = "../" * src.count("/")
-    markdown = FIGURE.sub(lambda m: _generated().figure_markdown(m["name"], prefix), markdown)
+    markdown = FIGURE.sub(lambda m: docs_generated.figure_markdown(m["name"], prefix), markdown)
     return expand_markers(markdown, src)
 
 

@@ -75,7 +75,7 @@ def test_markers_expand_and_unknown_ones_are_errors() -> None:
 
 def test_published_runs_page_says_what_it_shows() -> None:
     text = site.published_runs()
-    if site.PUBLISHED_SCRIPT.exists():
+    if site.docs_generated.PUBLISHED_SCRIPT.exists():
         assert text.startswith("```console\n$ python benchmarks/bench_published.py\n")
     else:
         assert "bench_published.py` is not in this checkout" in text
