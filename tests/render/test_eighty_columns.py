@@ -148,3 +148,18 @@ def test_finetune_plan_reads_at_80_columns_with_its_status_codes() -> None:
     assert "memory: the memory per device exceeds the device's even with recompute full" in " ".join(
         result.stdout.split()
     )
+
+
+def test_a_reason_keeps_its_code_through_copy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    from embedcalc.analysis.plan.rows import Reason, reason_brief, reason_code
+
+    reason = Reason("memory", "memory does not fit: 2 GiB per device > 1 GiB", "memory 2 GiB > 1 GiB")
+    for again in (copy.copy(reason), copy.deepcopy(reason), pickle.loads(pickle.dumps(reason))):
+        assert (
+            again == reason
+            and reason_code(again) == "memory"
+            and reason_brief(again) == "memory 2 GiB > 1 GiB"
+        )
