@@ -53,6 +53,9 @@ def analyze_command(
     KV for C sequences in 16-token blocks, one forward's activation workspace and a runtime reserve of 1 − F of the
     device (default 0.9), and whether that fits.
     """
+    if run.dtype == "all":
+        _every_dtype(target, overrides, run, layout, timing, serving, tune, limits, format)
+        return
     from embedcalc.api.analyze import analyze_or_general
     from embedcalc.api.results import AnalysisReport
 
@@ -104,3 +107,32 @@ def analyze_command(
             for table in roofline_tables(result, estimate):
                 output.stdout.print(table)
     enforce_budget(over, json_emitted=format is OutputFormat.json)
+
+
+def _every_dtype(target: str, overrides: list[str] | None, run: WorkloadFlags, layout: ParallelFlags,
+                 timing: TimeFlags, serving: ServingFlags, tune: FinetuneFlags, limits: BudgetFlags,
+                 format: OutputFormat) -> None:  # fmt: skip
+    """``--dtype all``: the memory of every dtype in one table (api/dtypes.py); memory only, so the options that
+    add time, serving memory, a fine-tune or a budget are refused rather than ignored."""
+    import dataclasses
+
+    from embedcalc.api.dtypes import memory_by_dtype
+    from embedcalc.api.load import load_target
+    from embedcalc.api.workload import usage
+
+    extra = [flag for flag, given in (("--hardware", timing.hardware is not None),
+                                      ("--concurrency/--memory-utilization", serving.options() is not None),
+                                      ("--peft/--freeze/--offload", tune.options() is not None),
+                                      ("--max-params/--max-memory/--max-flops", not limits.budget().empty))
+             if given]  # fmt: skip
+    if extra:
+        raise usage(f"--dtype all shows the memory of every dtype; {extra[0]} applies to one: give one dtype",
+                    "--dtype")  # fmt: skip
+    workload = dataclasses.replace(run, dtype=None).workload(layout)
+    result = memory_by_dtype(load_target(target, overrides), target, workload)
+    if format is OutputFormat.json:
+        output.emit_json("analyze", [result.to_json()], result.to_json()["workload"], [], "ok")
+        return
+    from embedcalc.render.dtypes import dtype_table
+
+    output.stdout.print(dtype_table(result))

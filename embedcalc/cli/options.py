@@ -101,10 +101,16 @@ def size_parser(kind: str) -> Callable[[str | None], int | None]:
     return parse
 
 
-def dtype_parser(choices: tuple[str, ...] = DTYPES) -> Callable[[str], str]:
-    """Option parser: a dtype by its short name or an alias (``bfloat16``) -> the short name; exit 2 otherwise."""
+ALL_DTYPES = "all"  # analyze --dtype all: every dtype in one table (api/dtypes.py)
+
+
+def dtype_parser(choices: tuple[str, ...] = DTYPES, every: bool = False) -> Callable[[str], str]:
+    """Option parser: a dtype by its short name or an alias (``bfloat16``) -> the short name (with ``every``, also
+    ``all``); exit 2 otherwise."""
 
     def parse(value: str) -> str:
+        if every and value.strip().lower() == ALL_DTYPES:
+            return ALL_DTYPES
         try:
             return canonical_dtype(value, choices)
         except DtypeError as exc:
@@ -122,7 +128,7 @@ def dtype_option(default_help: str) -> Any:
     states its default."""
     return typer.Option(
         "--dtype",
-        parser=dtype_parser(),
+        parser=dtype_parser(every=True),
         metavar=dtype_metavar(),
         help=f"{dtype_choices(sep=' | ')}. {default_help}",
     )
@@ -193,7 +199,8 @@ class WorkloadFlags:
             "quantization_config), else fp32. fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest "
             "bf16; mxfp4/nvfp4: 4-bit weights with a scale per 32/16 values at the FP4 peak (a device without "
             "FP4 refuses them), inference only; int8/int4: weight-only with an fp16 scale and zero per "
-            "--quant-group-size inputs, inference only."
+            "--quant-group-size inputs, inference only. analyze --dtype all: every dtype in one table (weights, "
+            "largest layer, inference and training memory)."
         ),
     ] = None
     quant_group_size: Annotated[
@@ -219,6 +226,12 @@ class WorkloadFlags:
         command itself (e.g. bench's dtype). Without --dtype the dtype is left to the model (``dtype_source``
         default); with it, it is the flag's. Workload refuses what no command can run (int8 training: exit 3)."""
         values = dataclasses.asdict(self)
+        if values["dtype"] == ALL_DTYPES:
+            from embedcalc.api.workload import usage
+
+            raise usage(
+                "--dtype all: only `analyze` shows every dtype in one table; give one dtype here", "--dtype"
+            )
         if values["dtype"] is None:
             del values["dtype"]
         else:

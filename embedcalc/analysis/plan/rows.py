@@ -86,7 +86,9 @@ class Reason(str):
         self.brief = text if brief is None else brief
         return self
 
-    def __reduce__(self) -> tuple[type[Reason], tuple[str, str, str]]:  # copy, deepcopy and pickle keep the code
+    def __reduce__(
+        self,
+    ) -> tuple[type[Reason], tuple[str, str, str]]:  # copy, deepcopy and pickle keep the code
         return (Reason, (self.code, str(self), self.brief))
 
 
