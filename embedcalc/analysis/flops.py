@@ -212,7 +212,7 @@ def indexer_flops(
     scores: its three projections, and per pair H_I D_I for the dot products plus H_I for the weighted sum."""
     heads, width = a.index_heads, a.index_head_dim
     return [
-        (f"{prefix}/index_q", t * (layers * 2 * (a.q_lora_rank or 0) * heads * width)),
+        (f"{prefix}/index_q", t * (layers * 2 * (a.q_lora_rank or x.d) * heads * width)),
         (f"{prefix}/index_k", t * (layers * 2 * x.d * width)),
         (f"{prefix}/index_weights", t * (layers * 2 * x.d * heads)),
         (f"{prefix}/index_scores", index_tokens * (layers * 2 * heads * (width + 1))),

@@ -13,7 +13,10 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 - multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
   rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
   index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
-  index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none.
+  index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none; without
+  a query rank (Mistral Large 4) index_q reads the input through a LayerNorm index_input_norm. query_scale adds a
+  scale and a bias per head (query_scale, and index_query_scale on the indexer); rope_scale one log-scale per rotary
+  frequency for the decoder (decoder/rope_scale).
   Block-sparse standard attention (MiniMax-M3) adds its block indexer: index_q (embed_dim -> index_heads x
   index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_q_norm,
   index_k_norm).
@@ -62,6 +65,7 @@ from embedcalc.analysis.structure import (
     per_layer_width,
     projected_kv_width,
     q_heads,
+    stacks,
     sublayer_norms,
     v_width,
 )
@@ -111,6 +115,8 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
             f"{prefix}/kv_b", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), False, "column"
         )
         value = h * a.v_head_dim
+        if a.query_scale:  # Mistral Large 4's softmax scaling: a scale and a bias per head
+            out += [ParamTensor(f"{prefix}/query_scale", (h,)) for _ in range(2)]
         if a.indexer:
             out += indexer_tensors(a, x, prefix)
     if config.disentangled is not None and prefix == "attention" and not config.disentangled.share_keys:
@@ -133,7 +139,11 @@ def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
     queries from the query latent, one key per token with its LayerNorm (weight and bias, whatever the model's
     norm), the per-head weights; replicated under tensor parallelism, as transformers' plan leaves it."""
     heads, width = a.index_heads, a.index_head_dim
-    out = _linear(f"{prefix}/index_q", a.q_lora_rank or 0, heads * width, False, "none")
+    out = _linear(f"{prefix}/index_q", a.q_lora_rank or x.d, heads * width, False, "none")
+    if a.q_lora_rank is None:  # Mistral Large 4: queries from the input through a LayerNorm (weight and bias)
+        out += [ParamTensor(f"{prefix}/index_input_norm", (x.d,)) for _ in range(2)]
+    if a.query_scale:  # and a scale and a bias per indexer head
+        out += [ParamTensor(f"{prefix}/index_query_scale", (heads,)) for _ in range(2)]
     out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
     out += [ParamTensor(f"{prefix}/index_k_norm", (width,)) for _ in range(2)]
     return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
@@ -240,6 +250,18 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
     return out
 
 
+def rotary_width(config: ResolvedShape) -> int:
+    """The widest rotary width of the model's attention layers: MLA's qk_rope_head_dim, else rotary_dim or the
+    head width (the width of one rotary embedding's frequency table, two channels per frequency)."""
+    widths = [
+        a.qk_rope_head_dim if a.latent else config.rotary_dim or a.head_dim
+        for stack in stacks(config)
+        for block in config.stack_plan(stack.name).blocks
+        if (a := block.attention) is not None
+    ]
+    return max(widths, default=0)
+
+
 def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     d, d_tok, copies = x.d, x.d_tok, len(x.stacks)
     wide = d_tok if config.factorized_embeddings else d  # width of the position / type tables and the norm
@@ -290,6 +312,8 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
             for t in block_tensors(config, block, x, sd.stack.cross_attention):
                 out.append(replace(t, key=f"{name}/{t.key}", copies=layers * t.copies, stack=name,
                                    per_layer=True, block=block.name, per_layer_copies=t.copies))  # fmt: skip
+        if config.rope_scale:  # Mistral Large 4's LeRoPE: a log-scale per rotary frequency (decoders only)
+            out.append(ParamTensor(f"{name}/rope_scale", (rotary_width(config) // 2,), stack=name))
         if config.altup_inputs:  # folded back before the final norm
             out.append(altup_model_tensor(f"{name}/altup_unembed", config.altup_inputs, x.d, stack=name))
         if config.resolved_final_norm:

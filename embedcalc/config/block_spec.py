@@ -24,7 +24,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from embedcalc.config.bounded import PositiveInt
+from embedcalc.config.bounded import NonNegativeInt, PositiveInt
 from embedcalc.config.ffn_spec import FFNSpec
 from embedcalc.config.fields import AttentionFields, BlockFields
 from embedcalc.config.kinds import AttentionKind, QKNorm
@@ -77,9 +77,12 @@ class AttentionSpec(AttentionFields, BaseModel):
     qk_nope_head_dim: PositiveInt | None = Field(
         default=None, description="mla: per-head query/key dims without rotary positions."
     )
-    qk_rope_head_dim: PositiveInt | None = Field(
+    qk_rope_head_dim: NonNegativeInt | None = Field(
         default=None,
-        description="mla: per-head query dims with rotary positions; the key's rotary part is one shared vector.",
+        description=(
+            "mla: per-head query dims with rotary positions; the key's rotary part is one shared vector. 0: a layer "
+            "without positions (Mistral Large 4's NoPE layers: every query/key channel is qk_nope_head_dim)."
+        ),
     )
     v_head_dim: PositiveInt | None = Field(
         default=None,
@@ -97,7 +100,8 @@ class AttentionSpec(AttentionFields, BaseModel):
         default=None,
         description=(
             "sparse: heads of the lightning indexer (index_n_heads); its queries come from the query latent "
-            "(q_lora_rank -> index_heads x index_head_dim), its one key per token from embed_dim. standard with "
+            "(q_lora_rank -> index_heads x index_head_dim), or without one from the input through a LayerNorm of "
+            "embed_dim (Mistral Large 4), its one key per token from embed_dim. standard with "
             "index_block_size: the block indexer's heads, its queries from embed_dim."
         ),
     )
@@ -127,6 +131,14 @@ class AttentionSpec(AttentionFields, BaseModel):
         description=(
             "sparse: reuse the previous layer's top-k selection (GLM-5's shared layers): no indexer parameters, "
             "FLOPs or cached keys in this layer."
+        ),
+    )
+    query_scale: bool = Field(
+        default=False,
+        description=(
+            "mla, sparse: a learned scale and bias per head multiply each query by scale x log(position + 1) + bias "
+            "(Mistral Large 4's MistralLarge4TextSoftmaxScaling): 2 x num_heads parameters, and 2 x index_heads on a "
+            "sparse layer's indexer queries; element-wise only."
         ),
     )
     num_heads: PositiveInt | None = Field(

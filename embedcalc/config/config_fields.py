@@ -163,6 +163,9 @@ class ConfigFields(SpecFields):
         def rotary_dim(self) -> int | None: ...
 
         @property
+        def rope_scale(self) -> bool: ...
+
+        @property
         def attention(self) -> AttentionFields | None: ...
 
         @property

@@ -151,6 +151,9 @@ class AttentionFields(SpecFields):
         def index_shared(self) -> bool: ...
 
         @property
+        def query_scale(self) -> bool: ...
+
+        @property
         def num_heads(self) -> int | None: ...
 
         @property

@@ -39,6 +39,9 @@ class Attention:
     index_head_dim: int = 0
     index_topk: int = 0
     index_shared: bool = False  # sparse: reuses the previous layer's selection (no indexer of its own)
+    query_scale: bool = (
+        False  # mla, sparse: a learned per-head scale of the queries by log position (2 h, 2 H_I)
+    )
     index_block_size: int = (
         0  # standard: block-sparse (MiniMax-M3): index_topk blocks of this many keys per query
     )

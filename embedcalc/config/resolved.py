@@ -179,7 +179,7 @@ class ResolvedShape(ConfigFields):
             q_lora_rank=spec.q_lora_rank, kv_lora_rank=spec.kv_lora_rank or 0, qk_nope_head_dim=nope,
             qk_rope_head_dim=rope, v_head_dim=spec.v_head_dim or 0, index_heads=spec.index_heads or 0,
             index_head_dim=spec.index_head_dim or 0, index_topk=spec.index_topk or 0,
-            index_shared=spec.index_shared,
+            index_shared=spec.index_shared, query_scale=spec.query_scale,
         )  # fmt: skip
 
     def resolve_ffn(self, spec: FFNFields) -> ResolvedFFN | None:

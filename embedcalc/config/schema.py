@@ -301,6 +301,13 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             "head only; even, at most head_dim. Default: all of head_dim. No parameters."
         ),
     )
+    rope_scale: bool = Field(
+        default=False,
+        description=(
+            "A learned log-scale per rotary frequency (Mistral Large 4's LeRoPE, MistralLarge4TextRotaryEmbedding."
+            "alpha): widest rotary width / 2 parameters for the decoder, no matmul. Needs position rope, a decoder."
+        ),
+    )
     attention: AttentionSpec | None = Field(
         default=None,
         description=(

@@ -100,6 +100,24 @@ class QKNorm(nn.Module):
         )
 
 
+class QueryScale(nn.Module):
+    """A learned scale and bias per head multiplying each query by scale x log(position + 1) + bias (Mistral Large
+    4's ``MistralLarge4TextSoftmaxScaling``); element-wise, counted as ``query_scale`` / ``index_query_scale``."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.scale, self.bias = nn.Parameter(torch.zeros(heads)), nn.Parameter(torch.ones(heads))
+
+    def forward(self, q: Tensor, position: int) -> Tensor:
+        """q (B, heads, T, w) of the positions ``position`` on -> the same, scaled per head and position."""
+        length = q.shape[-2]
+        log_pos = torch.arange(
+            position + 1, position + length + 1, device=q.device, dtype=torch.float32
+        ).log()
+        factor = self.scale.float()[:, None] * log_pos[None, :] + self.bias.float()[:, None]  # (heads, T)
+        return q * factor.to(q.dtype)[None, :, :, None]
+
+
 def split_heads(x: Tensor, heads: int) -> Tensor:
     """(B, T, heads x d_head) -> (B, heads, T, d_head)."""
     batch, length, width = x.shape

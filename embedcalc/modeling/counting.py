@@ -60,7 +60,11 @@ def component_key(module_path: str) -> str | None:
     if not segments or segments[0] not in _KEY_DEPTH:
         return None
     depth = _KEY_DEPTH[segments[0]]
-    if segments[0] in ("encoder", "decoder") and segments[1:2] in (["final_norm"], ["altup_unembed"]):
+    if segments[0] in ("encoder", "decoder") and segments[1:2] in (
+        ["final_norm"],
+        ["altup_unembed"],
+        ["rope_scale"],
+    ):
         depth = 2
     if len(segments) < depth:
         return None

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionBase, AttentionImpl, Rotary
-from embedcalc.modeling.attention_parts import split_heads
+from embedcalc.modeling.attention_parts import QueryScale, split_heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.norms import make_norm
 from embedcalc.modeling.positions import apply_rotary
@@ -55,6 +55,7 @@ class LatentAttention(AttentionBase):
         self.kv_a_norm = make_norm(config, spec.kv_lora_rank)
         self.kv_b = nn.Linear(spec.kv_lora_rank, h * (self.nope + self.v_dim), bias=False)
         self.out = nn.Linear(h * self.v_dim, d, bias=spec.out_bias)
+        self.query_scale = QueryScale(h) if spec.query_scale else None  # Mistral Large 4's softmax scaling
 
     def _queries(self, x: Tensor) -> Tensor:
         if self.q_a is not None and self.q_a_norm is not None and self.q_b is not None:
@@ -97,6 +98,8 @@ class LatentAttention(AttentionBase):
         batch, length, _ = x.shape
         h = self.num_heads
         q = split_heads(self._queries(x), h)  # (B, h, T, nope + rope)
+        if self.query_scale is not None:
+            q = self.query_scale(q, position)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)  # (B, h, T, nope), (B, h, T, rope)
         compressed: Tensor = self.kv_a(x)  # (B, T, r_kv + rope)
         # (B, T, r_kv), (B, T, rope)

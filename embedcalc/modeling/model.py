@@ -34,7 +34,7 @@ from embedcalc.modeling.embeddings import Embeddings, Head, Pooler
 from embedcalc.modeling.kv_cache import KVCache
 from embedcalc.modeling.layers import AttentionImpl, Block, make_norm
 from embedcalc.modeling.moe import Routing
-from embedcalc.modeling.positions import RotaryPositions, alibi_bias
+from embedcalc.modeling.positions import RotaryPositions, alibi_bias, rotary_tables
 
 
 class TransformerOutput(NamedTuple):
@@ -95,6 +95,10 @@ class Stack(nn.Module):
             if config.position == "rope"
             else None
         )
+        # Mistral Large 4's LeRoPE: a learned log-scale per frequency of the widest rotary table
+        self.rope_scale = (
+            RopeScale(max(widths)) if config.rope_scale and self.rotary is not None and widths else None
+        )
         # Gemma 3n: AltUp's copies folded back into one stream before the final norm (modeling/altup.py)
         self.altup_unembed = altup_projections(config) if config.altup_inputs else None
         self.final_norm = make_norm(config) if config.resolved_final_norm else None
@@ -133,6 +137,10 @@ class Stack(nn.Module):
             if self.rotary is not None
             else None
         )
+        if rotary is not None and self.rope_scale is not None:
+            dtype = rotary[self.rope_scale.width][0].dtype
+            cos, sin = self.rope_scale(position, length, x.device)
+            rotary[self.rope_scale.width] = (cos.to(dtype), sin.to(dtype))
         for i in range(self.num_layers):
             layer = self.layers[i if len(self.layers) > 1 else 0]
             step = cache.layers[i] if cache is not None else None
@@ -148,6 +156,21 @@ class Stack(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x
+
+
+class RopeScale(nn.Module):
+    """A learned log-scale per rotary frequency of the ``width`` table (Mistral Large 4's LeRoPE,
+    ``MistralLarge4TextRotaryEmbedding.alpha``): the angles are computed per call, frequency x exp(scale)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+        self.log_scale = nn.Parameter(torch.zeros(width // 2))
+
+    def forward(self, position: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """cos and sin rows of the positions ``position`` .. ``position + length`` - 1: (T, width) each."""
+        cos, sin = rotary_tables(position + length, self.width, device=device, log_scale=self.log_scale)
+        return cos[position:], sin[position:]
 
 
 def _angles_from(angles: tuple[Tensor, Tensor], position: int) -> tuple[Tensor, Tensor]:

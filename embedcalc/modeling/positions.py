@@ -55,13 +55,17 @@ class SinusoidalPositions(nn.Module):
 
 
 def rotary_tables(
-    length: int, head_dim: int, base: float = 10000.0, *, device: torch.device | None = None
-) -> tuple[Tensor, Tensor]:
+    length: int, head_dim: int, base: float = 10000.0, *, device: torch.device | None = None,
+    log_scale: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """cos and sin of RoPE's angles (Su et al. 2021, "RoFormer", §3.4), each (length, head_dim).
 
     Channel pairs are (i, i + head_dim / 2), the "rotate half" layout of GPT-NeoX and Hugging Face's LLaMA.
+    ``log_scale`` (head_dim / 2): each frequency times exp of it (Mistral Large 4's LeRoPE ``alpha``).
     """
     inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    if log_scale is not None:
+        inv_freq = inv_freq * log_scale.float().exp()
     positions = torch.arange(length, dtype=torch.float32, device=device)
     angles = torch.outer(positions, inv_freq)  # (T, head_dim / 2)
     angles = torch.cat((angles, angles), dim=-1)  # (T, head_dim)

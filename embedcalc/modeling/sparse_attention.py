@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import AttentionImpl, Rotary
-from embedcalc.modeling.attention_parts import split_heads
+from embedcalc.modeling.attention_parts import QueryScale, split_heads
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.latent_attention import LatentAttention
 from embedcalc.modeling.positions import apply_rotary
@@ -74,8 +74,13 @@ class SparseAttention(LatentAttention):
         self.topk, self.index_heads, self.index_width = spec.index_topk, heads, width
         self.shared = spec.index_shared
         self.index_q = (
-            nn.Linear(spec.q_lora_rank or 0, heads * width, bias=False) if not self.shared else None
+            nn.Linear(spec.q_lora_rank or d, heads * width, bias=False) if not self.shared else None
         )
+        # without a query rank (Mistral Large 4) the indexer reads the input through a LayerNorm
+        self.index_input_norm = (
+            nn.LayerNorm(d, eps=1e-6) if spec.q_lora_rank is None and not self.shared else None
+        )
+        self.index_query_scale = QueryScale(heads) if spec.query_scale and not self.shared else None
         self.index_k = nn.Linear(d, width, bias=False) if not self.shared else None
         self.index_k_norm = nn.LayerNorm(width, eps=1e-6) if not self.shared else None
         self.index_weights = nn.Linear(d, heads, bias=False) if not self.shared else None
@@ -103,7 +108,7 @@ class SparseAttention(LatentAttention):
         return torch.cat((apply_rotary(rot, cos, sin), rest), dim=-1)
 
     def _select(
-        self, x: Tensor, q_latent: Tensor, keys: Tensor, rotary: Rotary | None, blocked: Tensor
+        self, x: Tensor, q_latent: Tensor, keys: Tensor, rotary: Rotary | None, blocked: Tensor, position: int
     ) -> tuple[Tensor, Tensor]:
         """The top min(k, S) keys of each query: x (B, T, d), q_latent (B, T, r_q), keys (B, S, D_I), blocked
         (T, S) -> indices (B, T, k) and (B, T, k) True where the selected key is one the query may not see."""
@@ -117,7 +122,10 @@ class SparseAttention(LatentAttention):
             batch, length, _ = x.shape
             # (B, T, H_I, D_I)
             q = self.index_q(q_latent).view(batch, length, self.index_heads, self.index_width)
-            q = self._rotate(q.transpose(1, 2), rotary).transpose(1, 2)  # (B, T, H_I, D_I)
+            q = self._rotate(q.transpose(1, 2), rotary)  # (B, H_I, T, D_I)
+            if self.index_query_scale is not None:
+                q = self.index_query_scale(q, position)
+            q = q.transpose(1, 2)  # (B, T, H_I, D_I)
             scores = self.index_scores(q, keys, self.index_weights(x))  # (B, T, S)
             scores = scores.masked_fill(blocked, float("-inf"))
             # the top k, ties (ReLU's zeros) to the earlier token: a stable sort, so a prompt and its cached decode
@@ -158,12 +166,15 @@ class SparseAttention(LatentAttention):
             raise ValueError("sparse attention takes no additive position bias")
         batch, length, _ = x.shape
         h = self.num_heads
-        if (
-            self.q_a is None or self.q_a_norm is None or self.q_b is None
-        ):  # pragma: no cover - config requires it
-            raise RuntimeError("sparse attention's indexer reads the query latent (q_lora_rank)")
-        q_latent = self.q_a_norm(self.q_a(x))  # (B, T, r_q)
-        q = split_heads(self.q_b(q_latent), h)  # (B, h, T, nope + rope)
+        if self.q_a is not None and self.q_a_norm is not None and self.q_b is not None:
+            q_latent = self.q_a_norm(self.q_a(x))  # (B, T, r_q): the indexer's input too
+            q = split_heads(self.q_b(q_latent), h)  # (B, h, T, nope + rope)
+        else:  # one full-rank q; the indexer reads the normalised input (Mistral Large 4)
+            norm = self.index_input_norm
+            q_latent = norm(x) if norm is not None else x  # (B, T, d)
+            q = split_heads(self._queries(x), h)  # (B, h, T, nope + rope)
+        if self.query_scale is not None:
+            q = self.query_scale(q, position)
         q_nope, q_rope = torch.split(q, [self.nope, self.rope], dim=-1)
         # (B, T, r), (B, T, rope)
         latent, k_rope = torch.split(self.kv_a(x), [self.latent_dim, self.rope], dim=-1)
@@ -183,7 +194,7 @@ class SparseAttention(LatentAttention):
         blocked = self._blocked(length, length, x.device)  # (T, S)
         keys = index_keys if index_keys is not None else x.new_empty(0)
         with torch.no_grad():
-            indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k) each
+            indices, hidden = self._select(x, q_latent, keys, rotary, blocked, position)  # (B, T, k) each
         kv = split_heads(self.kv_b(latent), h)  # (B, h, T, nope + v)
         k_nope, v = torch.split(kv, [self.nope, self.v_dim], dim=-1)
         k = torch.cat((k_nope, k_rope.expand(batch, h, length, self.rope)), dim=-1)  # (B, h, T, nope + rope)
@@ -204,7 +215,7 @@ class SparseAttention(LatentAttention):
         blocked = torch.arange(end, device=x.device)[None, :] > query  # (T, S)
         keys = cache.read_index(end) if not self.shared else x.new_empty(0)  # (B, S, D_I)
         with torch.no_grad():
-            indices, hidden = self._select(x, q_latent, keys, rotary, blocked)  # (B, T, k)
+            indices, hidden = self._select(x, q_latent, keys, rotary, blocked, position)  # (B, T, k)
         # (h, nope + v, r)
         weight = self.kv_b.weight.view(self.num_heads, self.nope + self.v_dim, self.latent_dim)
         w_uk, w_uv = weight[:, : self.nope], weight[:, self.nope :]  # (h, nope, r), (h, v, r)

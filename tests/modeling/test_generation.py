@@ -42,6 +42,13 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "mla": {"attention": MLA},
     "mla_windowed": {"attention": {**MLA, "sliding_window": 3}},
     "sparse": {"attention": SPARSE},
+    # Mistral Large 4's parts: no query rank (the indexer reads the normalised input), per-head query scales, a
+    # NoPE layer, LeRoPE's learned frequency scales
+    "sparse_mistral_large4": {
+        "attention": {**{k: v for k, v in SPARSE.items() if k != "q_lora_rank"}, "query_scale": True},
+        "rope_scale": True, "blocks": {"nope": {"attention": {"kind": "sparse", "qk_nope_head_dim": 6,
+                                                              "qk_rope_head_dim": 0}}},
+        "layers": [{"pattern": ["default", "nope"]}]},
     "sparse_shared": {"attention": SPARSE, "num_layers": 3,
                       "blocks": {"shared": {"attention": {"kind": "sparse", "index_shared": True}}},
                       "layers": [{"pattern": ["default", "shared", "shared"]}]},
@@ -155,6 +162,7 @@ def _analytic(config: ModelConfig, **workload: Any) -> int:
         "mla",
         "sparse",
         "sparse_shared",
+        "sparse_mistral_large4",
         "sliding_window",
         "sliding_window_full_cache",
         "v_head_dim_window",

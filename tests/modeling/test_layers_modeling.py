@@ -98,6 +98,25 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
          "decoder/attention/scores": L * 2 * B * H * N * N * 6, "decoder/attention/context": L * 2 * B * H * N * N * 3,
          "decoder/attention/out": L * 2 * T * H * 3 * D},
     ),
+    # Mistral Large 4's parts: a learned per-head query scale (2 H), a NoPE layer (no rotary dims: its 6 query/key
+    # channels all nope, kv_a D -> 6), the decoder's LeRoPE log-scales (rope / 2 = 1)
+    "mla_query_scale_nope": (
+        {"attention": {**MLA, "query_scale": True}, "rope_scale": True,
+         "blocks": {"nope": {"attention": {"kind": "mla", "qk_nope_head_dim": 6, "qk_rope_head_dim": 0}}},
+         "layers": [{"pattern": ["default", "nope"]}]},
+        {"decoder/attention/query_scale": L * 2 * H, "decoder/attention/kv_a": D * (6 + 2) + D * 6,
+         "decoder/attention/kv_b": 6 * H * (4 + 3) + 6 * H * (6 + 3), "decoder/rope_scale": 1},
+        {"decoder/attention/kv_a": 2 * T * D * (6 + 2) + 2 * T * D * 6,
+         "decoder/attention/scores": L * 2 * B * H * N * N * 6},
+    ),
+    # sparse attention without a query rank (Mistral Large 4): the indexer reads the input through a LayerNorm
+    "sparse_hidden_indexer": (
+        {"attention": {**{k: v for k, v in MLA.items() if k != "q_lora_rank"}, "kind": "sparse", "index_heads": 2,
+                       "index_head_dim": 4, "index_topk": 4, "query_scale": True}},
+        {"decoder/attention/index_q": L * D * 2 * 4, "decoder/attention/index_input_norm": L * 2 * D,
+         "decoder/attention/index_query_scale": L * 2 * 2, "decoder/attention/query_scale": L * 2 * H},
+        {"decoder/attention/index_q": L * 2 * T * D * 2 * 4},
+    ),
     "mla_full_rank_q": (
         {"attention": {k: v for k, v in MLA.items() if k != "q_lora_rank"}},
         {"decoder/attention/q": L * D * H * 6},

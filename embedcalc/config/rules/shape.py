@@ -309,6 +309,22 @@ class ShapeRules:
             )
         return value
 
+    @field_validator("rope_scale", check_fields=False)
+    @classmethod
+    def _rope_scale_needs_rope(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and (info.data.get("position") != "rope" or info.data.get("architecture") != "decoder"):
+            raise PydanticCustomError(
+                "rope_scale_needs_rope",
+                "{key} scales a decoder's rotary frequencies, but position is {position} and architecture "
+                "{arch}; use position: rope in a decoder, or remove {key}",
+                {
+                    "key": written_key(info, "rope_scale"),
+                    "position": info.data.get("position"),
+                    "arch": info.data.get("architecture"),
+                },
+            )
+        return value
+
     @field_validator("rotary_dim", check_fields=False)
     @classmethod
     def _rotary_dim_fits(cls, value: int | None, info: ValidationInfo) -> int | None:

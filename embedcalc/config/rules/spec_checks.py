@@ -51,14 +51,14 @@ def check_mixer(spec: MixerSpec, info: ValidationInfo, where: str) -> None:
 
 
 def check_sparse(spec: AttentionSpec, where: str) -> None:
-    """A sparse layer's indexer: complete (its queries come from the query latent), and wide enough for the rotary
+    """A sparse layer's indexer: complete, and wide enough for the rotary
     dims it rotates (transformers' ``DeepseekV32Indexer`` splits index_head_dim into qk_rope_head_dim + the rest)."""
     missing = [name for name in SPARSE_FIELDS if getattr(spec, name) is None]
     if missing:
         raise PydanticCustomError(
             "sparse_incomplete",
-            "{where}: kind sparse needs {fields} (DeepSeek-V3.2: q_lora_rank 1536, index_heads 64, "
-            "index_head_dim 128, index_topk 2048)",
+            "{where}: kind sparse needs {fields} (DeepSeek-V3.2: index_heads 64, index_head_dim 128, "
+            "index_topk 2048)",
             {"where": where, "fields": ", ".join(missing)},
         )
     rope, width = spec.qk_rope_head_dim or 0, spec.index_head_dim or 0

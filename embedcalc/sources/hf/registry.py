@@ -42,6 +42,7 @@ from embedcalc.sources.hf import (
     longcat,
     minimax,
     minimax_m3,
+    mistral_large4,
     mllama,
     moe,
     moe_families,
@@ -91,7 +92,8 @@ MODULES += (
     minimax_m3,
     step3,
     longcat,
-)  # issue 31: block-sparse attention, Step-3.7, LongCat-Flash's zero experts
+    mistral_large4,
+)  # issue 31: block-sparse attention, Step-3.7, LongCat-Flash's zero experts, Mistral Large 4
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
