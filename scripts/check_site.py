@@ -25,7 +25,7 @@ FIGURE_PAGES = {
     "commands/plan/index.html": ["figures/plan.svg"],
     "commands/sweep/index.html": ["figures/sweep.svg", "figures/sweep.roofline.svg"],
     "concepts/time/index.html": ["figures/time.svg", "figures/sweep.roofline.svg"],
-    "concepts/memory/index.html": ["figures/memory.svg"],
+    "concepts/memory/index.html": ["figures/memory.svg", "figures/dtypes.svg"],
 }
 COMMANDS = ("analyze", "bench", "check", "compare", "diff", "explain", "hardware", "heads", "plan", "presets",
             "schema", "sweep", "verify")  # fmt: skip

@@ -1,8 +1,8 @@
 """What the documentation site shows of the tool's own output, made at each build (scripts/docs_site.py, the
 MkDocs hooks, call it): a sample run of every command under its page, the figures (``<!-- figure: NAME -->`` in a
 page: the sweep and roofline plots ``sweep --plot`` writes, a memory breakdown drawn from ``analyze``'s JSON, the
-plan and time tables as ``embedcalc`` prints them at 100 columns, saved as SVG by rich), and the table of the
-published runs' ids.
+plan, time and every-dtype tables as ``embedcalc`` prints them at 100 columns, saved as SVG by rich), and the
+table of the published runs' ids.
 
 Every piece comes from running ``python -m embedcalc`` (or the benchmark's own data), never from a copy in the
 docs, so the site cannot show an output the code no longer gives.
@@ -173,6 +173,11 @@ def time_table() -> bytes:
     return _svg_of_text(out[start:end], "embedcalc " + " ".join(args) + "  (the time table)")
 
 
+def dtype_table() -> bytes:
+    args = ["analyze", "llama-3.1-8b", "--dtype", "all"]
+    return _svg_of_text(run(args), "embedcalc " + " ".join(args))
+
+
 # name -> (what makes it, its alt text)
 FIGURES: dict[str, tuple[Callable[[], bytes] | None, str]] = {
     "sweep": (
@@ -191,6 +196,8 @@ FIGURES: dict[str, tuple[Callable[[], bytes] | None, str]] = {
     ),
     "plan": (plan_table, "embedcalc plan's table as it prints it"),
     "time": (time_table, "embedcalc analyze --hardware: the expected time table"),
+    "dtypes": (dtype_table, "embedcalc analyze --dtype all: weights, largest layer, inference and training memory "
+                            "in every dtype"),
 }
 
 

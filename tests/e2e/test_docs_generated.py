@@ -105,3 +105,4 @@ def test_every_figure_is_drawn_from_the_tools_output() -> None:
     assert "kv cache" in text["memory"] and "optimizer" in text["memory"]
     assert "TTFT" in text["plan"] and "h100-sxm" in text["plan"]
     assert "prefill" in text["time"]
+    assert "largest" in text["dtypes"] and "nvfp4" in text["dtypes"]  # rich writes spaces as &#160;
