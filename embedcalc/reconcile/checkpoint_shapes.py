@@ -189,6 +189,8 @@ def _moe(
     if component == "moe/router":
         if param == "e_score_correction_bias":  # Ernie4_5_MoeStatics: (num_experts_groups = 1, E)
             return (1, e), "1 group, num_experts"
+        if ffn.zero_experts:  # LongCat-Flash's router scores its zero experts too
+            return _linear(e + ffn.zero_experts, d, "num_experts + zero_experts", "hidden", param)
         return _linear(e, d, "num_experts", "hidden", param)
     if component == "moe/router_scale":  # Gemma4TextRouter.scale, .per_expert_scale
         return {"scale": ((d,), "hidden"), "per_expert_scale": ((e,), "num_experts")}.get(param)

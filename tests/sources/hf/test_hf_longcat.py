@@ -99,3 +99,21 @@ def test_the_default_config_is_the_published_size() -> None:
         k: v for k, v in FAMILIES[0].defaults.items() if k not in ("num_hidden_layers", "intermediate_size")
     }
     assert count_params(mapped_config(raw)).total == 560_664_958_976
+
+
+@pytest.mark.torch
+def test_verify_checkpoint_names_the_zero_experts_unused_rows(transformers: Any, cli: Any, tmp_path: Any) -> None:
+    """``verify --checkpoint`` of a checkpoint transformers saves: every tensor placed with the config's shape (the
+    router scoring the zero experts too); the experts hold exactly the zero experts' unused gate_up_proj rows more
+    than the model uses, which verify reports rather than counts."""
+    import json
+
+    import torch
+
+    cfg = _config(transformers, "small")
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "longcat")
+    result = cli("verify", str(tmp_path / "longcat"), "--checkpoint", "--format", "json")
+    check = json.loads(result.stdout)["results"][0]
+    assert check["shape_errors"] == [] and check["missing"] == []
+    assert check["stored_params"] - check["analytic_params"] == _phantom(cfg)
