@@ -102,7 +102,9 @@ def test_the_default_config_is_the_published_size() -> None:
 
 
 @pytest.mark.torch
-def test_verify_checkpoint_names_the_zero_experts_unused_rows(transformers: Any, cli: Any, tmp_path: Any) -> None:
+def test_verify_checkpoint_names_the_zero_experts_unused_rows(
+    transformers: Any, cli: Any, tmp_path: Any
+) -> None:
     """``verify --checkpoint`` of a checkpoint transformers saves: every tensor placed with the config's shape (the
     router scoring the zero experts too); the experts hold exactly the zero experts' unused gate_up_proj rows more
     than the model uses, which verify reports rather than counts."""
