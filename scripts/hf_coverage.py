@@ -115,6 +115,12 @@ def _read(raw: dict[str, Any], seq_len: int, cross_check: bool) -> dict[str, Any
     return row | counted | {"path": "general", "params": general.params.total}
 
 
+def _cause(message: str) -> str:
+    """A refusal's cause without the file it is about: the exception transformers raised, or the message's head."""
+    tail = message.split("config: ", 1)[-1] if "refuses to build" in message else message
+    return tail.split("(", 1)[0].split(": ", 1)[-1][:60] or "?"
+
+
 def _summary(rows: list[dict[str, Any]], version: str, cross_check: bool) -> None:
     paths = Counter(r["path"] for r in rows)
     kinds = Counter((r["kind"], r["path"]) for r in rows)
@@ -128,8 +134,20 @@ def _summary(rows: list[dict[str, Any]], version: str, cross_check: bool) -> Non
     )
     for kind in ("text", "multimodal"):
         print(f"  {kind}: " + ", ".join(f"{p} {kinds[(kind, p)]}" for p in ("native", "general", "refused")))
+    # a model_type is read when each of its files is (its default config and, multimodal, its text_config);
+    # complete when each is native or the general reader counted FLOPs and cache too
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_type.setdefault(r["model_type"], []).append(r)
+    read_types = sum(all(r["path"] != "refused" for r in rs) for rs in by_type.values())
+    complete = sum(all(r["path"] == "native" or (r["path"] == "general" and r.get("flops") and r.get("cache"))
+                       for r in rs) for rs in by_type.values())  # fmt: skip
+    print(f"  model_types read: {read_types} of {types} ({read_types / max(1, types):.1%}); with FLOPs and cache "
+          f"too: {complete} ({complete / max(1, types):.1%})")  # fmt: skip
     reasons = Counter(r.get("general_refusal") for r in rows if r["path"] == "refused")
     print("  refusals: " + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    causes = Counter(_cause(r.get("general_message") or "") for r in rows if r["path"] == "refused")
+    print("  refusal causes: " + "; ".join(f"{k} ({v})" for k, v in causes.most_common(8)))
     failed = Counter((r.get("flops_error") or "").split(":")[0] for r in rows if r["path"] == "general")
     print(
         "  general reader without FLOPs/cache: " + ", ".join(f"{k} {v}" for k, v in failed.most_common() if k)
