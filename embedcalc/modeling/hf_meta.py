@@ -458,7 +458,14 @@ def _text_attrs(config: Any) -> dict[str, Any]:
     """The text config's attributes a layer model is derived with (:mod:`embedcalc.reconcile.general_layers`): the
     first of each group's names it has (transformers' attribute_map resolves the family's own spelling)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+
+    def value(name: str) -> Any:
+        try:
+            return getattr(text, name, None)
+        except Exception:  # a per-layer attribute of a heterogeneous config (transformers 5.25): no one value
+            return None
+
     out: dict[str, Any] = {}
     for what, names in _ATTRS.items():
-        out[what] = next((getattr(text, n) for n in names if getattr(text, n, None) is not None), None)
+        out[what] = next((v for v in map(value, names) if v is not None), None)
     return out

@@ -395,3 +395,22 @@ def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -
     projections = 2 * backbone * d + d * backbone + (d * centroids if ordered else 0)
     assert general.params.total == v * d + layers + d + projections  # the head tied to the token table
     assert general.flops is None and "shared_kv_states" in (general.flops_error or "")
+
+
+def test_a_config_with_per_layer_attributes_is_counted() -> None:
+    """EmbeddingGemma 2's text model: transformers' heterogeneous config (``per_layer_config``: its full layer's own
+    head_dim and key/value heads) raises on reading a per-layer attribute globally; the general reader's attributes
+    for a derived layer model are then absent, and the count is transformers' own, FLOPs and all."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from embedcalc.api.general import read_general
+
+    keys = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, vocab_size=100)  # fmt: skip
+    raw = AutoConfig.for_model("embedding_gemma2_text", **keys).to_dict()
+    general = read_general(raw, run=RUN)
+    with torch.device("meta"):
+        model = AutoModel.from_config(AutoConfig.for_model("embedding_gemma2_text", **keys))
+    assert general.params.total == sum(p.numel() for p in model.parameters())
+    assert general.flops is not None, general.flops_error
