@@ -196,8 +196,10 @@ FIGURES: dict[str, tuple[Callable[[], bytes] | None, str]] = {
     ),
     "plan": (plan_table, "embedcalc plan's table as it prints it"),
     "time": (time_table, "embedcalc analyze --hardware: the expected time table"),
-    "dtypes": (dtype_table, "embedcalc analyze --dtype all: weights, largest layer, inference and training memory "
-                            "in every dtype"),
+    "dtypes": (
+        dtype_table,
+        "embedcalc analyze --dtype all: weights, largest layer, inference and training memory in every dtype",
+    ),
 }
 
 

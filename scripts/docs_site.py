@@ -108,6 +108,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+_URL = re.compile(r"https?://([^/\s,;)]+)[^\s,;)]*")
+
+
+def _source(text: str) -> str:
+    """A citation for a table cell: each URL as a link named by its host (a whole URL is one unbreakable word that
+    widened the figure tables past a laptop's screen)."""
+    return _URL.sub(lambda m: f"[{m[1]}]({m[0]})", _cell(text))
+
+
 def _note(figure: Any) -> str:
     """A figure's note, with the day it was read for a dated figure (a price)."""
     parts = [f"read {figure.date}" if getattr(figure, "date", None) else "", figure.note or ""]
@@ -177,7 +186,7 @@ def hardware_catalogue() -> str:
                 "| figure | value | note | source |", "| --- | ---: | --- | --- |"]  # fmt: skip
         for label, figure in d.figures():
             out.append(f"| `{label}` | {_figure_value(label, figure.value)} | {_note(figure)} | "
-                       f"{_cell(d.citation(figure))} |")  # fmt: skip
+                       f"{_source(d.citation(figure))} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
 
