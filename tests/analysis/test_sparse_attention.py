@@ -97,7 +97,7 @@ def test_preset_reconciles_on_the_meta_device() -> None:
         ({"index_topk": 5}, "sparse_incomplete", "index_heads, index_head_dim"),
         ({"index_head_dim": 2}, "index_head_dim_under_rope", "index_head_dim (2)"),
         ({"kind": "mla"}, "field_of_other_kind", "attention.index_heads"),
-        ({"q_lora_rank": None}, "sparse_incomplete", "q_lora_rank"),
+        ({"index_topk": None}, "sparse_incomplete", "index_topk"),
     ],
 )
 def test_bad_sparse_specs_name_the_field(attention: dict[str, Any], code: str, named: str) -> None:
@@ -108,6 +108,19 @@ def test_bad_sparse_specs_name_the_field(attention: dict[str, Any], code: str, n
     with pytest.raises(ValidationError) as info:
         ModelConfig.model_validate({**TINY, "attention": spec, "blocks": {}, "layers": None})
     assert code in str(info.value) and named in str(info.value)
+
+
+def test_without_a_query_rank_the_indexer_reads_the_normalised_input() -> None:
+    """Mistral Large 4: no q_lora_rank, one full-rank q; the indexer's queries come from the input through a
+    LayerNorm of embed_dim (weight and bias) into index_q (embed_dim -> index_heads x index_head_dim)."""
+    spec = {k: v for k, v in TINY["attention"].items() if k != "q_lora_rank"}
+    config = ModelConfig.model_validate({**TINY, "attention": spec, "blocks": {}, "layers": None})
+    params = dict(count_params(config).items())
+    d, layers = config.embed_dim, config.num_layers
+    heads, width = spec["index_heads"], spec["index_head_dim"]
+    assert params["decoder/attention/index_input_norm"] == layers * 2 * d
+    assert params["decoder/attention/index_q"] == layers * d * heads * width
+    assert params["decoder/attention/q"] == layers * d * config.num_heads * (8 + 4)
 
 
 def test_crossover_past_topk_counts_the_core_as_linear() -> None:
