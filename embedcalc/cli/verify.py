@@ -73,7 +73,7 @@ def verify_command(
             "verify", [report.to_json()], workload.as_dict(), status="ok" if report.agree else "mismatch"
         )
     else:
-        from embedcalc.render.tables import reconcile_table
+        from embedcalc.render.tables import reconcile_table, verify_verdict
 
         output.stdout.print(reconcile_table(f"Parameters — {target}: analytic vs torch numel", result.params))
         title = f"Forward FLOPs — {target} (batch {run.batch_size}, seq_len {run.seq_len}): analytic vs FlopCounterMode"
@@ -88,6 +88,12 @@ def verify_command(
             output.stdout.print(finetune_verify_table(target, report.finetune))
             for note in report.finetune.notes:
                 output.stdout.print(f"not run: {note}", markup=False, highlight=False)
+        also = [what for what, ok in (("every shard", sharded is not None and sharded.agree),
+                                      ("the fine-tune's counts", report.finetune is not None and report.finetune.agree))
+                if ok]  # fmt: skip
+        output.stdout.print(
+            verify_verdict(target, result.params, result.flops, also), markup=False, highlight=False
+        )
     if not report.agree:
         for line in [*(sharded.mismatches() if sharded is not None else []),
                      *(report.finetune.mismatches() if report.finetune is not None else [])]:  # fmt: skip

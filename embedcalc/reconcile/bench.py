@@ -11,6 +11,7 @@ datasheet peak for a known GPU).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,22 @@ def check_fits(
     )
 
 
+NOISY_SPREAD = 1.5  # p90 / p10 of the step times above which a run is too noisy to judge a prediction by
+
+
+def _load() -> tuple[float | None, int | None]:
+    """(1-minute load average, usable CPUs) of this machine, where the OS says."""
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = None
+    try:
+        cpus: int | None = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
+    return load, cpus
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One timed run: latency quantiles, throughput, achieved and peak FLOP/s, peak memory beside predicted."""
@@ -107,10 +124,26 @@ class Measurement:
     memory_error_pct: float | None
     predicted: dict[str, float | int | None]
     prediction_note: str
+    load_average: float | None = None  # the 1-minute load average right after the run (None: not on this OS)
+    cpus: int | None = None  # the CPUs this process may run on
+
+    @property
+    def noise(self) -> str | None:
+        """Why these times may say more about the machine than the model: other work on its CPUs, or steps whose
+        times spread widely (p90 / p10 above 1.5). None when neither holds."""
+        said = []
+        if self.load_average is not None and self.cpus and self.load_average > self.cpus:
+            said.append(f"the machine is busy (load {self.load_average:.1f} on {self.cpus} CPUs)")
+        if self.p10_s > 0 and self.p90_s / self.p10_s > NOISY_SPREAD:
+            said.append(f"step times spread {self.p90_s / self.p10_s:.1f}x (p90 / p10)")
+        if not said:
+            return None
+        why = "; ".join(said)
+        return f"{why}: the time error beside the prediction may be that noise; rerun on an idle machine to judge it"
 
     def to_json(self) -> dict[str, Any]:
         """The ``measurement`` object of DESIGN.md §5, with ``predicted`` and ``error_pct`` beside it."""
-        out = asdict(self)
+        out = asdict(self) | {"noise": self.noise}
         return out | beside(out, self.predicted)
 
 
@@ -130,6 +163,7 @@ def measurement(
     achieved = flops / median
     spec_flops, spec_source = datasheet_peak(run.device, dtype) if cuda else (None, None)
     predicted = predicted_bytes(analysis)
+    load, cpus = _load()
     return Measurement(
         device=run.device,
         threads=run.threads,
@@ -158,6 +192,8 @@ def measurement(
             "peak_memory_bytes": predicted,
         },
         prediction_note=note,
+        load_average=load,
+        cpus=cpus,
     )
 
 

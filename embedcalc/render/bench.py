@@ -56,6 +56,8 @@ def bench_table(result: BenchResult) -> Table:
         ("measured vs predicted", f"{m.memory_error_pct:+.1f}%" if m.memory_error_pct is not None else "—"),
         ("threads", str(m.threads)),
     ]
+    if m.noise:
+        rows.append(("[yellow]noise[/]", escape(m.noise)))
     for label, value in rows:
         table.add_row(label, value)
     return table

@@ -97,6 +97,7 @@ TRAINING: list[Column] = [
     ("recompute", lambda r: r.layout.recompute, str, False),
     ("dtype", lambda r: r.dtype, str, False),
     ("memory/device", lambda r: r.memory_bytes, _opt(units.binary_bytes), True),
+    ("tokens/step", lambda r: r.train.get("tokens_per_step"), _opt(units.si), True),
     ("step", lambda r: r.step_s, units.seconds, True),
     ("wall time", lambda r: r.wall_s, units.seconds, True),
     ("device-hours", lambda r: r.device_hours, _opt(units.amount), True),
@@ -124,8 +125,11 @@ def _caption(result: PlanResult) -> str:
     s = result.settings
     if result.mode == "training":
         deadline = s.get("deadline_s")
-        return (f"{s['train_tokens']:,} tokens; TP within a node (8 devices), PP across nodes, DP the rest; the "
-                "first ZeRO stage / recompute level that fits is chosen; memory judged against the device's "
+        batch = (f"global batch {s['global_batch']:,} sequences on every row" if s.get("global_batch") else
+                 "global batch = DP x micro-batch, so rows differ in tokens per optimizer step (--global-batch "
+                 "fixes one for all)")  # fmt: skip
+        return (f"{s['train_tokens']:,} tokens; {batch}; TP within a node (8 devices), PP across nodes, DP the "
+                "rest; the first ZeRO stage / recompute level that fits is chosen; memory judged against the device's "
                 f"memory; fastest first{', within the deadline first' if deadline else ''}. Times: the time "
                 "model's (analyze --mode training).")  # fmt: skip
     w = s["workload"]
@@ -177,8 +181,8 @@ def plan_table(result: PlanResult, top: int = 20) -> Group:
     )
     table = FitTable(
         title=f"plan — {result.target}, {result.mode}", title_justify="left", caption=caption,
-        drop=("dtype", "KV/seq", "$/hour", "device-hours", "step", "KV/device", "weights/device", "max seqs",
-              "in flight", "recompute", "ZeRO", "memory/device", "devices", "TPOT", "TTFT"),
+        drop=("dtype", "KV/seq", "$/hour", "device-hours", "tokens/step", "step", "KV/device", "weights/device",
+              "max seqs", "in flight", "recompute", "ZeRO", "memory/device", "devices", "TPOT", "TTFT"),
     )  # fmt: skip
     for header, _, _, right in columns:
         table.add_column(

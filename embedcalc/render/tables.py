@@ -181,19 +181,25 @@ def _serving_rows(table: FitTable, s: ServingMemory) -> None:
     ]  # fmt: skip
     if s.recurrent_state_bytes:
         rows.append((f"recurrent state ({s.concurrency:,} sequences)", s.recurrent_state_bytes))
-    if s.device_bytes is not None and s.utilization is not None:
-        rows.append((f"runtime reserve ({1 - s.utilization:.0%} of {units.binary_bytes(s.device_bytes)})",
-                     s.reserve_bytes))  # fmt: skip
     for label, value in rows:
         table.add_row(f"  {label}", units.count(value), units.binary_bytes(value))
-    table.add_row("[bold]  serving total[/]", f"[bold]{units.count(s.total_bytes)}[/]",
-                  f"[bold]{units.binary_bytes(s.total_bytes)}[/]")  # fmt: skip
-    if s.fits is not None:
-        verdict = "[green]fits[/]" if s.fits else "[red]does not fit[/]"
-        most = "" if s.max_concurrency is None else f"; at most {s.max_concurrency:,} sequences fit"
-        usable = s.usable_bytes or 0
-        table.add_row(f"  {verdict} in {units.binary_bytes(usable)} usable{most}", units.count(usable),
-                      units.binary_bytes(usable))  # fmt: skip
+    table.add_row("[bold]  serving total[/]", f"[bold]{units.count(s.used_bytes)}[/]",
+                  f"[bold]{units.binary_bytes(s.used_bytes)}[/]")  # fmt: skip
+    usable = s.usable_bytes
+    if usable is None or s.device_bytes is None:
+        return
+    # the total above is what the server holds; the reserve is outside it, left to the rest of the process
+    share = (
+        f"{s.utilization:.0%} of {units.binary_bytes(s.device_bytes)}" if s.utilization is not None else "all"
+    )
+    table.add_row(
+        f"  usable: {share}, the rest a runtime reserve", units.count(usable), units.binary_bytes(usable)
+    )
+    most = "" if s.max_concurrency is None else f"; at most {s.max_concurrency:,} sequences fit"
+    margin = usable - s.used_bytes
+    verdict = (f"[green]fits[/], {units.binary_bytes(margin)} to spare{most}" if margin >= 0 else
+               f"[red]does not fit[/], {units.binary_bytes(-margin)} short{most}")  # fmt: skip
+    table.add_row(f"  {verdict}", "", "")
 
 
 def _memory_caption(a: Analysis) -> str:
@@ -309,6 +315,22 @@ def reconcile_table(title: str, reconciliation: Reconciliation) -> Table:
         f"{c - a:+,}" if c != a else "0",
     )
     return table
+
+
+def verify_verdict(
+    target: str, params: Reconciliation, flops: Reconciliation, also: Sequence[str] = ()
+) -> str:
+    """The one line under verify's tables: agreed or not, over how many components, at what totals; ``also``: the
+    other reconciliations that agreed (every shard, a fine-tune's counts)."""
+    if params.agree and flops.agree:
+        shards = f"; {' and '.join(also)} too" if also else ""
+        return (
+            f"verify {target}: exact — {units.count(params.analytic_total)} parameters over "
+            f"{len(params.rows)} components and {units.count(flops.analytic_total)} forward FLOPs over "
+            f"{len(flops.rows)} components, analytic = torch{shards}"
+        )
+    off = [r.component for r in (*params.rows, *flops.rows) if r.difference]
+    return f"verify {target}: DIFFER on {len(off)} component(s): {', '.join(off[:6])}{' ...' if len(off) > 6 else ''}"
 
 
 def measure_table(target: str, measured: AttentionSplit) -> Table:
