@@ -38,14 +38,22 @@ def local_launches(config: Any, w: Any, device: Device | None) -> Any:
     if device is None or device.name != LOCAL or w.mode != "inference" or par.tp * par.pp * par.dp > 1:
         return None
     from embedcalc.analysis.time.model import Launches
+    from embedcalc.devices.launch_memo import memo_key, recall, remember
 
+    key = memo_key(config.model_dump(mode="json"), w.batch_size, w.seq_len, w.attention)
+    counted = recall(key)  # counting imports torch and builds the model: seconds; remembered, a file read
+    if counted is not None:
+        return Launches(*counted)
     try:
         from embedcalc.modeling.launches import eager_launches
 
         counted = eager_launches(config, w.batch_size, w.seq_len, w.attention)
     except (ImportError, ValueError, TypeError, NotImplementedError, RuntimeError):
         return None  # no torch here, or a model the torch reference cannot run on meta: bench cannot run it either
-    return None if counted is None else Launches(*counted)
+    if counted is None:
+        return None
+    remember(key, counted)
+    return Launches(*counted)
 
 
 @dataclass(frozen=True)
