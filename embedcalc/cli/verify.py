@@ -88,11 +88,13 @@ def verify_command(
             output.stdout.print(finetune_verify_table(target, report.finetune))
             for note in report.finetune.notes:
                 output.stdout.print(f"not run: {note}", markup=False, highlight=False)
-        also = [what for what, ok in (("every shard", sharded is not None and sharded.agree),
-                                      ("the fine-tune's counts", report.finetune is not None and report.finetune.agree))
-                if ok]  # fmt: skip
+        others = [
+            (what, part.agree)
+            for what, part in (("every shard", sharded), ("the fine-tune's counts", report.finetune))
+            if part is not None
+        ]
         output.stdout.print(
-            verify_verdict(target, result.params, result.flops, also), markup=False, highlight=False
+            verify_verdict(target, result.params, result.flops, others), markup=False, highlight=False
         )
     if not report.agree:
         for line in [*(sharded.mismatches() if sharded is not None else []),

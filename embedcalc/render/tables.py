@@ -318,19 +318,25 @@ def reconcile_table(title: str, reconciliation: Reconciliation) -> Table:
 
 
 def verify_verdict(
-    target: str, params: Reconciliation, flops: Reconciliation, also: Sequence[str] = ()
+    target: str, params: Reconciliation, flops: Reconciliation, others: Sequence[tuple[str, bool]] = ()
 ) -> str:
-    """The one line under verify's tables: agreed or not, over how many components, at what totals; ``also``: the
-    other reconciliations that agreed (every shard, a fine-tune's counts)."""
-    if params.agree and flops.agree:
-        shards = f"; {' and '.join(also)} too" if also else ""
-        return (
-            f"verify {target}: exact — {units.count(params.analytic_total)} parameters over "
-            f"{len(params.rows)} components and {units.count(flops.analytic_total)} forward FLOPs over "
-            f"{len(flops.rows)} components, analytic = torch{shards}"
-        )
+    """The one line under verify's tables: agreed or not, over how many components, at what totals; ``others``: the
+    other reconciliations run (every shard, a fine-tune's counts) and whether each agreed."""
     off = [r.component for r in (*params.rows, *flops.rows) if r.difference]
-    return f"verify {target}: DIFFER on {len(off)} component(s): {', '.join(off[:6])}{' ...' if len(off) > 6 else ''}"
+    if off:
+        more = " ..." if len(off) > 6 else ""
+        return f"verify {target}: DIFFER on {len(off)} component(s): {', '.join(off[:6])}{more}"
+    agreed = [what for what, ok in others if ok]
+    differ = [what for what, ok in others if not ok]
+    def over(n: int) -> str:
+        return f"{n} component{'s' if n != 1 else ''}"
+
+    counts = (f"{units.count(params.analytic_total)} parameters over {over(len(params.rows))} and "
+              f"{units.count(flops.analytic_total)} forward FLOPs over {over(len(flops.rows))}")  # fmt: skip
+    if differ:
+        return f"verify {target}: {counts} exact, but {' and '.join(differ)} DIFFER"
+    too = f"; {' and '.join(agreed)} too" if agreed else ""
+    return f"verify {target}: exact — {counts}, analytic = torch{too}"
 
 
 def measure_table(target: str, measured: AttentionSplit) -> Table:

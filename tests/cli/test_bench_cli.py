@@ -148,7 +148,9 @@ def test_verify_mismatch_exits_1(cli: Any, torch: Any, monkeypatch: pytest.Monke
     assert table.exit_code == 1
     assert "differ" in table.stderr
     [row] = [line for line in table.stdout.splitlines() if "embedding/token" in line and "│" in line]
-    assert table.stdout.strip().splitlines()[-1] == "verify bert-base: DIFFER on 1 component(s): embedding/token"
+    assert (
+        table.stdout.strip().splitlines()[-1] == "verify bert-base: DIFFER on 1 component(s): embedding/token"
+    )
     assert "23,440,896" in row and "23,440,897" in row  # 30522 x 768, and the tampered count
     assert row.split("│")[-2].strip() == "+1"  # the difference column
 

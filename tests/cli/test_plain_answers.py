@@ -81,3 +81,20 @@ def test_bench_names_the_noise_its_error_may_be() -> None:
     assert busy is not None and busy.startswith("the machine is busy (load 12.2 on 2 CPUs)")
     spread = _measurement(p10_s=1.0, p90_s=NOISY_SPREAD * 1.4).noise
     assert spread is not None and "step times spread 2.1x (p90 / p10)" in spread
+
+
+def test_the_verdict_never_calls_a_run_exact_that_differs_somewhere() -> None:
+    from embedcalc.reconcile.verify import ReconcileRow, Reconciliation
+    from embedcalc.render.tables import verify_verdict
+
+    params = Reconciliation((ReconcileRow("embedding/token", 10, 10), ReconcileRow("head/lm", 5, 5)))
+    flops = Reconciliation((ReconcileRow("head/lm", 7, 7),))
+    assert verify_verdict("m", params, flops, [("every shard", True)]) == (
+        "verify m: exact — 15 parameters over 2 components and 7 forward FLOPs over 1 component, analytic = torch; "
+        "every shard too"
+    )
+    assert verify_verdict("m", params, flops, [("every shard", False)]).endswith(
+        "exact, but every shard DIFFER"
+    )
+    off = Reconciliation((ReconcileRow("head/lm", 7, 8),))
+    assert verify_verdict("m", params, off) == "verify m: DIFFER on 1 component(s): head/lm"
