@@ -328,6 +328,7 @@ def verify_verdict(
         return f"verify {target}: DIFFER on {len(off)} component(s): {', '.join(off[:6])}{more}"
     agreed = [what for what, ok in others if ok]
     differ = [what for what, ok in others if not ok]
+
     def over(n: int) -> str:
         return f"{n} component{'s' if n != 1 else ''}"
 

@@ -631,4 +631,6 @@ def test_bracketed_names_are_shown_verbatim(cli: Any, write_config: Any) -> None
     result = cli("sweep", str(path), "--seq-len", "32,128")
     assert result.exit_code == 0, result.stderr
     assert "[draft].yaml" in result.stdout  # not swallowed as rich markup
-    assert "exceeds max_seq_len 64" in " ".join(result.stdout.split())  # under the table, wrapped to the width
+    assert "exceeds max_seq_len 64" in " ".join(
+        result.stdout.split()
+    )  # under the table, wrapped to the width
