@@ -28,12 +28,13 @@ Conventions (stated, since peers differ here):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from math import prod
+from math import gcd, prod
 
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, Num, StackDims, maximum, stacks
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Parallelism
+from embedcalc.config.divisors import divisors_text
 from embedcalc.config.layer_plan import Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
@@ -69,7 +70,7 @@ def _moe_problems(config: ResolvedShape, par: Parallelism) -> list[Problem]:
                         f"but {config.label} has none; use --ep 1", "ep_without_moe")]  # fmt: skip
     errors = [
         Problem("--ep", f"--ep {par.ep} must divide num_experts ({e}) so each rank holds whole experts; "
-                f"expert-parallel degrees that do: {', '.join(str(k) for k in range(1, e + 1) if e % k == 0)}",
+                f"expert-parallel degrees that do: {divisors_text(e)}",
                 "ep_experts")
         for e in experts if e % par.ep
     ]  # fmt: skip
@@ -101,7 +102,7 @@ def _kv_problems(config: ResolvedShape, tp: int, heads: int, kv: int) -> tuple[l
             )
         )
     elif kv < tp and _full_qk_norm(config):
-        fits = ", ".join(str(t) for t in range(1, kv + 1) if kv % t == 0 and heads % t == 0)
+        fits = divisors_text(gcd(kv, heads))  # the degrees dividing both
         errors.append(
             Problem(
                 "--tp",
@@ -129,13 +130,14 @@ def parallel_problems(config: ResolvedShape, par: Parallelism) -> tuple[list[Pro
     tp, heads = par.tp, config.num_heads
     widths = _ffn_widths(config)
     if heads % tp:
-        ok = [t for t in range(1, heads + 1) if heads % t == 0 and all(w % t == 0 for _, w in widths)]
+        ok = divisors_text(
+            gcd(heads, *(w for _, w in widths))
+        )  # the degrees dividing the heads and every width
         errors.append(
             Problem(
                 "--tp",
                 f"--tp {tp} must divide num_heads ({heads}) so each rank holds whole "
-                f"heads; tensor-parallel degrees that divide num_heads and the FFN widths: "
-                f"{', '.join(map(str, ok))}",
+                f"heads; tensor-parallel degrees that divide num_heads and the FFN widths: {ok}",
                 "tp_heads",
             )
         )

@@ -214,6 +214,18 @@ def divisors(n: int) -> list[int]:
     return list(list_divisors(n).values)
 
 
+def divisors_text(n: int, shown: int = 32) -> str:
+    """The divisors of ``n`` for a message, smallest first: all of them when there are at most ``shown``, else the
+    first ``shown`` and how many there are (bounded work: :func:`list_divisors`, never a loop up to ``n``; issue
+    33: a 30-digit count of heads or experts in a refusal tried every integer up to it)."""
+    listing = list_divisors(n, shown + 1)
+    text = ", ".join(map(str, listing.values[:shown]))
+    if len(listing.values) > shown:
+        count = listing.factorisation.divisor_count
+        text += f", ... ({count:,} in all)" if count is not None else ", ..."
+    return text
+
+
 def nearest_divisors(n: int, target: int, count: int = 2, max_steps: int = NEAREST_SEARCH_STEPS) -> list[int]:
     """The ``count`` divisors of ``n`` closest to ``target`` (excluding it), searching outward from ``target``.
 

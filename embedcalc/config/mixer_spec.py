@@ -292,5 +292,9 @@ class MixerSpec(MixerFields, BaseModel):
 
 
 def _divisor_near(n: int, k: int) -> int:
-    """The divisor of ``n`` nearest ``k`` (the smaller on a tie)."""
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - k), d))
+    """The divisor of ``n`` nearest ``k`` (the smaller on a tie), found by a bounded search outward from ``k``
+    (issue 33: every divisor up to ``n`` was tried, and a Hugging Face config's mamba_num_heads of 30 digits never
+    answered)."""
+    from embedcalc.config.divisors import nearest_divisors  # on a refusal only (start-up)
+
+    return nearest_divisors(n, k, 1)[0]

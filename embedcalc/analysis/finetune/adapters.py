@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.finetune.modules import ExpertParameter, LinearModule, ModelModules, model_modules
+from embedcalc.analysis.finetune.modules import (
+    ExpertParameter,
+    LinearModule,
+    ModelModules,
+    check_layer_bound,
+    model_modules,
+)
 from embedcalc.analysis.finetune.naming import (
     DEFAULT_TARGETS,
     MOE_CONVERTED,
@@ -237,6 +243,7 @@ def _saved_modules(
 
 def count_finetune(config: ResolvedShape, spec: FinetuneSpec) -> AdapterCounts:
     """Trainable and total parameters of ``config`` fine-tuned per ``spec`` (module docstring)."""
+    check_layer_bound(config)  # the fine-tune's memory walks the layers too, adapters or --freeze
     base = count_params(config)
     if not spec.adapters:
         frozen = frozen_params(config, spec.freeze)

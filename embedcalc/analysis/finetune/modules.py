@@ -182,8 +182,28 @@ def _check_block(block: Block, config: ResolvedShape) -> None:
         )
 
 
+# A fine-tune is counted module by module, as PEFT matches its target modules by name, so its work and memory grow
+# with the layers (issue 33's bound: a 30-digit num_layers grew `analyze --peft lora` past 3.5 GB). The deepest
+# published models have ~130 layers; at 10,000 the worst preset (mixtral-8x7b) counts in ~1 s and ~75 MB, at
+# 100,000 in ~5 s and ~420 MB.
+MAX_FINETUNE_LAYERS = 10_000
+
+
+def check_layer_bound(config: ResolvedShape) -> None:
+    """WorkloadError (exit 3) when ``config`` has more layers than a fine-tune is counted for."""
+    layers = sum(1 if config.shared_layers else config.stack_plan(s.name).num_layers for s in stacks(config))
+    if layers > MAX_FINETUNE_LAYERS:
+        raise _refuse(
+            "num_layers",
+            f"a fine-tune is counted module by module (as PEFT matches its target modules by name) for at most "
+            f"{MAX_FINETUNE_LAYERS:,} layers; this config has {layers:,}. Analyze full training, or fewer layers",
+            "finetune_too_many_layers",
+        )
+
+
 def model_modules(config: ResolvedShape) -> ModelModules:
     """Every linear module and expert parameter of ``config``, named as transformers names them."""
+    check_layer_bound(config)
     family = config.family
     naming = naming_for(family)
     if naming is None:

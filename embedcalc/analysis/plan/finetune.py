@@ -118,7 +118,7 @@ class FinetuneRow:
             "device_hours": self.device_hours,
             "cost": self.cost,
             "price_per_device_hour": None if self.price is None else self.price.per_device_hour,
-            "reasons": list(self.reasons),
+            "reasons": [str(r) for r in self.reasons],  # plain str, not Reason
             "memory": self.memory,
         }
 

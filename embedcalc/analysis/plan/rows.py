@@ -282,7 +282,8 @@ class ServingRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
+            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok,
+            "reasons": [str(r) for r in self.reasons],  # plain str in JSON, not Reason
             "max_concurrency": self.max_concurrency,
             "memory": None if self.memory is None else self.memory.to_json(),
             "times": None if self.times is None else self.times.to_json(),
@@ -333,7 +334,8 @@ class TrainingRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok, "reasons": list(self.reasons),
+            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok,
+            "reasons": [str(r) for r in self.reasons],  # plain str in JSON, not Reason
             "fits": self.fits, "meets_deadline": self.meets_deadline, "memory_choice": self.memory_choice,
             "memory_bytes": self.memory_bytes, "memory_limit_bytes": self.memory_limit_bytes, "step_s": self.step_s,
             "wall_s": self.wall_s, "device_hours": self.device_hours,

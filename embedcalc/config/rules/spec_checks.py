@@ -149,8 +149,9 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
     if kv is None and spec.num_heads is not None:  # the block's own heads, the flat KV heads
         kv = info.data.get("num_kv_heads") or info.data.get("num_heads")
     if kv is not None and isinstance(heads, int) and heads % kv:
-        fits = [k for k in range(1, heads + 1) if heads % k == 0]
-        near = sorted(fits, key=lambda k: (abs(k - kv), k))[:2]
+        from embedcalc.config.divisors import nearest_divisors  # on a refusal only (start-up)
+
+        near = nearest_divisors(heads, kv, 2)  # bounded: a 30-digit num_heads tried every integer up to it
         raise PydanticCustomError(
             "kv_heads_not_divisor",
             "{where}.num_kv_heads ({kv}) must divide {heads_key} ({heads}): each KV head serves {heads_key} / "

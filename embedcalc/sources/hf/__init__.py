@@ -145,10 +145,7 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         reader.put("name", name, "_name_or_path" if "_name_or_path" in raw else "(file name)", "file")
     reader.classify_rest()
     if reader.problems:
-        lines = "\n".join(f"  {p.path}: {p.message}" for p in reader.problems)
-        noun = "problem" if len(reader.problems) == 1 else "problems"
-        raise ConfigError(f"{origin}: {len(reader.problems)} {noun} in this {family.model_type} config\n{lines}",
-                          reader.problems)  # fmt: skip
+        raise _refusal(origin, family.model_type, reader.problems)
     head = ""
     if reader.data.get("lm_head"):
         head = ", LM head tied" if reader.data.get("tie_embeddings", True) else ", LM head untied"
@@ -180,12 +177,19 @@ def _refuse_deep_stacks(raw: Mapping[str, Any], family: Family, origin: str) -> 
                        f"{MAX_HF_LAYERS:,} layers (its layer patterns are expanded layer by layer); for a deeper "
                        "stack write the model in embedcalc's own YAML, where layers are runs")  # fmt: skip
             problems.append(Problem(key, message, "hf_too_many_layers"))
-    if len(problems) == 1:  # one line, naming the key (its message starts with it)
-        raise ConfigError(f"{origin}: {problems[0].message}", problems, "hf_too_many_layers")
     if problems:
-        lines = "\n".join(f"  {p.path}: {p.message}" for p in problems)
-        raise ConfigError(f"{origin}: {len(problems)} problems in this {family.model_type} config\n{lines}",
-                          problems, "hf_too_many_layers")  # fmt: skip
+        raise _refusal(origin, family.model_type, problems, "hf_too_many_layers")
+
+
+def _refusal(
+    origin: str, model_type: str, problems: list[Problem], code: str = "invalid_config"
+) -> ConfigError:
+    """One problem: one line naming the key; several: one line each under the file's name."""
+    lines = [p.message if p.message.startswith(p.path) else f"{p.path}: {p.message}" for p in problems]
+    if len(lines) == 1:
+        return ConfigError(f"{origin}: {lines[0]}", problems, code)
+    listed = "".join(f"\n  {line}" for line in lines)
+    return ConfigError(f"{origin}: {len(lines)} problems in this {model_type} config{listed}", problems, code)
 
 
 def _read_dtype(reader: KeyReader, raw: Mapping[str, Any]) -> None:

@@ -76,15 +76,18 @@ def _read_gpt_neo(r: KeyReader) -> None:
     window_key, window, _ = r.value("window_size")
     if spec is MISSING or spec is None:
         spec = [[["global", "local"], (layers or 0) // 2]]
-    try:
-        kinds = [kind for pattern, repeat in spec for _ in range(repeat) for kind in pattern]
+    from embedcalc.sources.hf import MAX_HF_LAYERS  # (the package's bound; imported here: no cycle at import)
+
+    try:  # counted before it is expanded (issue 33: a repeat of 10^29 grew `check` past 3.7 GB)
+        total = sum(len(pattern) * repeat for pattern, repeat in spec)
     except (TypeError, ValueError):
-        r.problem(types_key, f"{types_key} = {spec!r}: expected [[[kinds...], repeat], ...]")
+        r.problem(types_key, f"{types_key} = {str(spec)[:200]}: expected [[[kinds...], repeat], ...]")
         return
+    if (isinstance(layers, int) and total != layers) or not 0 <= total <= MAX_HF_LAYERS:
+        r.problem(types_key, f"{types_key} lays out {total:,} layers, num_layers is {layers}")
+        return
+    kinds = [kind for pattern, repeat in spec for _ in range(repeat) for kind in pattern]
     types = ["sliding_attention" if k == "local" else "full_attention" if k == "global" else k for k in kinds]
-    if isinstance(layers, int) and len(types) != layers:
-        r.problem(types_key, f"{types_key} lays out {len(types)} layers, num_layers is {layers}")
-        return
     r.ignore("attention_layers", "the expansion of attention_types, derived by GPTNeoConfig")
     for key in ("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                 "summary_first_dropout"):  # fmt: skip

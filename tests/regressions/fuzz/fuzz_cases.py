@@ -510,13 +510,18 @@ class Summary:
         )
         for (category, kind), count in kinds.most_common():
             lines.append(f"  violations [{category}] {kind}: {count}")
-        for category, args, problems in self.failures[:20]:
-            lines.append(f"  FAIL [{category}] {_shown(args)}: {'; '.join(problems)}")
+        shown: Counter[tuple[str, str]] = Counter()
+        for category, args, problems in self.failures:  # up to 3 of each kind
+            kind = (category, problems[0].split(":")[0][:60])
+            shown[kind] += 1
+            if shown[kind] <= 3:
+                lines.append(f"  FAIL [{category}] {_shown(args)}: {'; '.join(problems)}")
         return "\n".join(lines)
 
 
 def _shown(args: list[str]) -> str:
-    return " ".join(a if len(a) <= 40 else f"{a[:30]}...({len(a)} chars)" for a in args)
+    # a long argument's end too: a generated file's name says what the case changed
+    return " ".join(a if len(a) <= 80 else f"{a[:20]}...{a[-50:]} ({len(a)} chars)" for a in args)
 
 
 _APP = None

@@ -38,8 +38,9 @@ from paths import HF_FIXTURES
 from embedcalc.devices.resolve import hardware_dir
 
 CANARY = "CANARYTENSOR"
-# a number, not a word: "ZeRO-Infinity" (a help text's name of a method) is no inf
-NON_FINITE = re.compile(r"(?<![A-Za-z_-])(-?inf|nan|Infinity|NaN)(?![A-Za-z_])")
+# a number, not a word or a quoted string: "ZeRO-Infinity" (a help text's name of a method) is no inf, and neither
+# is an input's own value echoed as text (check lists nemotron-h's time_step_limit [0.0, 'Infinity'] as ignored)
+NON_FINITE = re.compile(r"(?<![A-Za-z_'\"-])(-?inf|nan|Infinity|NaN)(?![A-Za-z_'\"])")
 
 
 # --- the judge ----------------------------------------------------------------------------------------------------
