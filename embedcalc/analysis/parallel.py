@@ -34,7 +34,6 @@ from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.structure import Dims, Num, StackDims, maximum, stacks
 from embedcalc.analysis.tensor import ParamTensor
 from embedcalc.analysis.workload import Parallelism
-from embedcalc.config.divisors import divisors_text
 from embedcalc.config.layer_plan import Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import Problem
@@ -68,6 +67,8 @@ def _moe_problems(config: ResolvedShape, par: Parallelism) -> list[Problem]:
     if not experts:
         return [Problem("--ep", f"--ep {par.ep} spreads the routed experts of mixture-of-experts layers over ranks, "
                         f"but {config.label} has none; use --ep 1", "ep_without_moe")]  # fmt: skip
+    from embedcalc.config.divisors import divisors_text  # on a refusal only (start-up)
+
     errors = [
         Problem("--ep", f"--ep {par.ep} must divide num_experts ({e}) so each rank holds whole experts; "
                 f"expert-parallel degrees that do: {divisors_text(e)}",
@@ -102,6 +103,8 @@ def _kv_problems(config: ResolvedShape, tp: int, heads: int, kv: int) -> tuple[l
             )
         )
     elif kv < tp and _full_qk_norm(config):
+        from embedcalc.config.divisors import divisors_text  # on a refusal only
+
         fits = divisors_text(gcd(kv, heads))  # the degrees dividing both
         errors.append(
             Problem(
@@ -130,9 +133,9 @@ def parallel_problems(config: ResolvedShape, par: Parallelism) -> tuple[list[Pro
     tp, heads = par.tp, config.num_heads
     widths = _ffn_widths(config)
     if heads % tp:
-        ok = divisors_text(
-            gcd(heads, *(w for _, w in widths))
-        )  # the degrees dividing the heads and every width
+        from embedcalc.config.divisors import divisors_text  # on a refusal only
+
+        ok = divisors_text(gcd(heads, *(w for _, w in widths)))  # degrees dividing the heads and every width
         errors.append(
             Problem(
                 "--tp",

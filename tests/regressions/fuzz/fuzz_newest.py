@@ -17,6 +17,7 @@ the package's own error.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import yaml
+from finite_output import non_finite
 from fuzz_cases import IN_PROCESS_TIMEOUT_S, CaseTimeout, Outcome, time_bound, violations
 from hypothesis import strategies as st
 from paths import HF_FIXTURES
@@ -38,9 +40,6 @@ from paths import HF_FIXTURES
 from embedcalc.devices.resolve import hardware_dir
 
 CANARY = "CANARYTENSOR"
-# a number, not a word or a quoted string: "ZeRO-Infinity" (a help text's name of a method) is no inf, and neither
-# is an input's own value echoed as text (check lists nemotron-h's time_step_limit [0.0, 'Infinity'] as ignored)
-NON_FINITE = re.compile(r"(?<![A-Za-z_'\"-])(-?inf|nan|Infinity|NaN)(?![A-Za-z_'\"])")
 
 
 # --- the judge ----------------------------------------------------------------------------------------------------
@@ -54,9 +53,13 @@ def strict_violations(outcome: Outcome, allowed: frozenset[int]) -> list[str]:
             f"exit code {outcome.exit_code}, documented {sorted(allowed)}: {outcome.stderr[-300:]}"
         )
     is_help = "--help" in outcome.args or "-h" in outcome.args  # prose, not results
-    if outcome.exit_code == 0 and not is_help and (match := NON_FINITE.search(outcome.stdout)) is not None:
-        context = outcome.stdout[max(0, match.start() - 80) : match.end() + 40]
-        problems.append(f"non-finite number in a successful output: {context!r}")
+    wants_json = any(a in ("--format", "-f") and b == "json" for a, b in itertools.pairwise(outcome.args))
+    if (
+        outcome.exit_code == 0
+        and not is_help
+        and (found := non_finite(outcome.stdout, wants_json)) is not None
+    ):
+        problems.append(f"non-finite number in a successful output: {found}")
     if CANARY in outcome.stdout + outcome.stderr or "root:x:0" in outcome.stdout + outcome.stderr:
         problems.append("a byte of a file outside the directory reached the output")
     return problems
