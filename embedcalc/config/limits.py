@@ -21,6 +21,14 @@ FLASH_ATTENTION_MAX_HEAD_DIM = 256
 MAX_COLUMNS = 10_000
 
 MAX_INT_DIGITS = 30
+
+# The layer counts a config.json may give (issue 33). Families whose layers follow a pattern (sliding-window
+# layers, MoE placement, hybrid attention/recurrent layers) expand it layer by layer, as transformers' config classes
+# do (``layer_types``), so the count bounds their work and memory: 10^29 layers grew `check` to MemoryError. The
+# deepest published models have ~100-130 layers (Llama 3.1 405B: 126); 100,000 leaves room for any experiment and
+# reads in well under a second. embedcalc's own configs, counted in closed form over runs, keep the 30-digit bound.
+# (Here, a leaf module: the family readers check it too, and they are imported by the sources.hf package.)
+MAX_HF_LAYERS = 100_000
 INT_BOUND = 10**MAX_INT_DIGITS  # integers must satisfy abs(value) < INT_BOUND
 
 # The time model's non-integer inputs (issue 24: `--price-per-hour inf`, `--efficiency 1e-320` printed inf and wrote

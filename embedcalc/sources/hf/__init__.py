@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from embedcalc.config.dtypes import ALIASES
+from embedcalc.config.limits import MAX_HF_LAYERS
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.sources.hf.quantization import read_quantization
 from embedcalc.sources.hf.reader import Family, HFReport, IgnoredKey, KeyReader, MappedKey
@@ -155,12 +156,6 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
     return HFMapping(reader.data, reader.user_keys, report)
 
 
-# The layer counts a config.json may give (issue 33). Families whose layers follow a pattern (sliding-window
-# layers, MoE placement, hybrid attention/recurrent layers) expand it layer by layer, as transformers' config classes
-# do (``layer_types``), so the count bounds their work and memory: 10^29 layers grew `check` to MemoryError. The
-# deepest published models have ~100-130 layers (Llama 3.1 405B: 126); 100,000 leaves room for any experiment and
-# reads in well under a second. embedcalc's own configs, counted in closed form over runs, keep the 30-digit bound.
-MAX_HF_LAYERS = 100_000
 _LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "decoder_layers",
                "encoder_layers", "num_encoder_layers")  # fmt: skip
 

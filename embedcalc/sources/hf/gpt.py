@@ -76,7 +76,7 @@ def _read_gpt_neo(r: KeyReader) -> None:
     window_key, window, _ = r.value("window_size")
     if spec is MISSING or spec is None:
         spec = [[["global", "local"], (layers or 0) // 2]]
-    from embedcalc.sources.hf import MAX_HF_LAYERS  # (the package's bound; imported here: no cycle at import)
+    from embedcalc.config.limits import MAX_HF_LAYERS
 
     try:  # counted before it is expanded (issue 33: a repeat of 10^29 grew `check` past 3.7 GB)
         total = sum(len(pattern) * repeat for pattern, repeat in spec)
