@@ -200,10 +200,15 @@ class TensorRole:
     module: str
 
 
+_BUFFER_SUFFIXES = tuple(
+    f".{b}" for b in BUFFERS
+)  # one C-level endswith per name (a header may hold 200,000)
+
+
 def _split(name: str) -> tuple[str, str, Kind]:
     """(module path, parameter name, kind) of a tensor name."""
     module, _, param = name.rpartition(".")
-    if any(name == b or name.endswith(f".{b}") for b in BUFFERS) and not module.endswith(_PARAM_STATICS):
+    if (name in BUFFERS or name.endswith(_BUFFER_SUFFIXES)) and not module.endswith(_PARAM_STATICS):
         return module, param, "buffer"
     if param in PACKED:
         return module, param, "packed"

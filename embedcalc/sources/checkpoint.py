@@ -83,13 +83,12 @@ def _bad(path: Path, why: str) -> ConfigError:
 
 def _sizes(value: Any, most: int) -> list[int] | None:
     """``value`` when it is a list of at most ``most`` integers in [0, 2^63), else None."""
-    if (
-        isinstance(value, list)
-        and len(value) <= most
-        and all(type(x) is int and 0 <= x < MAX_DIM for x in value)
-    ):
-        return value
-    return None
+    if not isinstance(value, list) or len(value) > most:
+        return None
+    for x in value:  # a plain loop: called twice for each of up to 200,000 tensors
+        if type(x) is not int or not 0 <= x < MAX_DIM:
+            return None
+    return value
 
 
 def _printable(name: str) -> bool:
@@ -101,7 +100,7 @@ def _printable(name: str) -> bool:
     return True
 
 
-def _entry(path: Path, name: str, value: Any) -> StoredTensor:
+def _entry(path: Path, file_name: str, name: str, value: Any) -> StoredTensor:
     if len(name) > MAX_NAME_CHARS or not _printable(name):
         shown = name[:60].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
         raise _bad(path, f"tensor name {shown!r}... is over {MAX_NAME_CHARS} characters or not UTF-8 text")
@@ -118,7 +117,7 @@ def _entry(path: Path, name: str, value: Any) -> StoredTensor:
                    "non-negative integers below 2^63; two offsets)")  # fmt: skip
     if offsets[1] < offsets[0]:
         raise _bad(path, f"tensor {name!r} ends before it begins ({offsets})")
-    return StoredTensor(name, tuple(shape), dtype, offsets[1] - offsets[0], path.name)
+    return StoredTensor(name, tuple(shape), dtype, offsets[1] - offsets[0], file_name)
 
 
 def _parse_json(text: bytes, path: Path, what: str) -> Any:
@@ -163,7 +162,8 @@ def read_header(path: Path, shown: Path | None = None) -> list[StoredTensor]:
         raise _bad(shown, "has a header that is not a JSON object")
     if len(header) > MAX_TENSORS:
         raise _bad(shown, f"lists {len(header):,} tensors (at most {MAX_TENSORS:,})")
-    return [_entry(shown, name, value) for name, value in header.items() if name != "__metadata__"]
+    file_name = shown.name
+    return [_entry(shown, file_name, name, value) for name, value in header.items() if name != "__metadata__"]
 
 
 def _index_error(index: Path, why: str) -> ConfigError:

@@ -25,6 +25,7 @@ from typing import Any
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import mamba2_spec
 from embedcalc.sources.hf.layered import int_list, put_layout
+from embedcalc.sources.hf.mappings import default_head_dim
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 
 _MAMBA_KEYS = ("mamba_n_heads", "mamba_d_state", "mamba_d_head", "mamba_n_groups", "mamba_d_conv", "mamba_chunk_size",
@@ -45,10 +46,7 @@ def _read_bamba(r: KeyReader) -> None:
     read_core(r, qkv="attention_bias", out="attention_bias", ffn="mlp_bias")
     for key, reason in _IGNORED.items():
         r.ignore(key, reason)
-    heads, d = r.data.get("num_heads"), r.data.get("embed_dim")
-    head_dim = r.data.get("head_dim") or (
-        d // heads if isinstance(d, int) and isinstance(heads, int) else None
-    )
+    head_dim = default_head_dim(r)
     r.ignore("partial_rotary_factor", "BambaConfig sets 0.5 whatever the file says (mapped as rotary_dim)")
     if isinstance(head_dim, int):
         r.fixed(

@@ -27,7 +27,7 @@ from typing import Any
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 
 def _moe_layout(
@@ -79,7 +79,7 @@ def _mlp_layer_types(r: KeyReader, layers: int, first_key: str) -> list[bool] | 
     key, value = r.lookup("mlp_layer_types")
     if value is MISSING or value is None:
         return None
-    if not isinstance(value, list) or len(value) != layers or not set(value) <= {"dense", "sparse"}:
+    if not isinstance(value, list) or len(value) != layers or not all_of(value, {"dense", "sparse"}):
         r.problem(key, f"mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} layers; got "
                        f"{value!r}")  # fmt: skip
         return None
@@ -208,10 +208,10 @@ def _indexer_types(r: KeyReader, layers: int) -> tuple[str, list[bool]] | None:
     for other in (p_key, f_key, o_key):
         if other != key and other in r.raw:
             r.ignore(other, f"{key} decides which layers run their own indexer")
-    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"full", "shared"}:
+    if not isinstance(types, list) or len(types) != layers or not all_of(types, {"full", "shared"}):
         r.problem(key, f"{key} must give 'full' or 'shared' for each of the {layers} layers; got {types!r}")
         return None
-    if types[0] != "full":
+    if types and types[0] != "full":  # no layers: the schema refuses num_hidden_layers
         r.problem(key, f"{key}: layer 0 is 'shared', but a shared layer reuses an earlier layer's selection")
         return None
     if "shared" not in types:

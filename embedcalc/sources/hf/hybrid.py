@@ -37,7 +37,7 @@ from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.layered import checked_layer_types, ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.sources.hf.mappings import map_partial_rotary
 from embedcalc.sources.hf.qwen3 import moe_flags
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, Origin
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, Origin, all_of
 
 _MAMBA = frozenset({"mamba", "linear_attention"})
 _ATTENTION = frozenset({"attention", "full_attention"})
@@ -130,7 +130,7 @@ def _layout(r: KeyReader) -> None:
     types_key, types = r.lookup("layer_types")
     if types is MISSING or types is None:
         types = ["linear_attention"] * layers  # GraniteMoeHybridConfig's default
-    if not isinstance(types, list) or len(types) != layers or not set(types) <= _MAMBA | _ATTENTION:
+    if not isinstance(types, list) or len(types) != layers or not all_of(types, _MAMBA | _ATTENTION):
         r.problem(types_key, f"layer_types must list mamba / linear_attention or attention / full_attention for "
                              f"each of the {layers} layers; got {types!r}")  # fmt: skip
         return

@@ -24,7 +24,7 @@ from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.deepseek import map_mla
 from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
 from embedcalc.sources.hf.layered import checked_layer_types, ignore_moe_keys, put_layout, read_moe
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 _LINEAR = {"head_dim": "linear_head_dim", "num_heads": "linear_num_heads",
            "short_conv_kernel_size": "linear_conv_kernel_dim"}  # fmt: skip
@@ -95,7 +95,7 @@ def _sparse(r: KeyReader, layers: int) -> tuple[str, list[bool]] | None:
     if types is not MISSING and types is not None:
         if first is not MISSING:
             r.ignore(first_key, "mlp_layer_types decides which layers are MoE")
-        if not isinstance(types, list) or len(types) != layers or not set(types) <= {"dense", "sparse"}:
+        if not isinstance(types, list) or len(types) != layers or not all_of(types, {"dense", "sparse"}):
             r.problem(key, f"mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} layers; got "
                       f"{types!r}")  # fmt: skip
             return None

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from embedcalc.config.spec_shapes import DEFAULT_BLOCK
-from embedcalc.sources.hf.reader import MISSING, KeyReader, Origin, yaml_hint
+from embedcalc.sources.hf.reader import MISSING, KeyReader, Origin, all_of, yaml_hint
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 MOE_KEYS_IGNORED = {
@@ -60,7 +60,7 @@ def checked_layer_types(
 ) -> list[str] | None:
     """``value`` (the file's ``layer_types``) as a list of one of ``kinds`` per layer; None when it is not (a
     problem naming ``key`` is recorded)."""
-    if not isinstance(value, list) or len(value) != num_layers or not set(value) <= set(kinds):
+    if not isinstance(value, list) or len(value) != num_layers or not all(k in kinds for k in value):
         allowed = " or ".join(repr(k) for k in kinds)
         r.problem(key, f"layer_types must list {allowed} for each of the {num_layers} layers; got {value!r}")
         return None
@@ -156,7 +156,7 @@ def put_windows(
     block's). No window, or no sliding layer, sets none; with ``cap_at_context``, neither does a window of at least
     the context (the family's config then limits nothing); ``full_cache``: the family's cache keeps every token of
     a sliding layer (GPT-Neo)."""
-    if not isinstance(types, list) or not set(types) <= {SLIDING, FULL}:
+    if not isinstance(types, list) or not all_of(types, {SLIDING, FULL}):
         r.problem(types_key, f"{types_key} = {types!r}: expected a list of {SLIDING} / {FULL}")
         return
     keys = list(dict.fromkeys((types_key, window_key)))

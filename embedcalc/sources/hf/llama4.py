@@ -24,7 +24,7 @@ from typing import Any
 
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.layered import ignore_moe_keys, int_list, put_layout, read_moe
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 CHUNKED, FULL = "chunked_attention", "full_attention"
 _SCALE = "attention temperature tuning on NoPE layers: scales the queries element-wise; no parameters"
@@ -51,7 +51,7 @@ def _rope_flags(r: KeyReader, layers: int) -> list[bool] | None:
     interval_key, interval, _ = r.value("no_rope_layer_interval")
     if value:
         r.ignore(interval_key, "no_rope_layers decides which layers are NoPE")
-        if not isinstance(value, list) or len(value) < layers or not set(value) <= {0, 1}:
+        if not isinstance(value, list) or len(value) < layers or not all_of(value, {0, 1}):
             r.problem(
                 key, f"{key} must list 1 (RoPE) or 0 (NoPE) for each of the {layers} layers; got {value!r}"
             )
@@ -70,7 +70,7 @@ def _chunked(r: KeyReader, layers: int, chunk: Any) -> list[bool] | None:
     key, value = r.lookup("layer_types")
     if value is MISSING or value is None:
         return None if rope is None else [flag and chunk is not None for flag in rope]
-    if not isinstance(value, list) or len(value) != layers or not set(value) <= {CHUNKED, FULL}:
+    if not isinstance(value, list) or len(value) != layers or not all_of(value, {CHUNKED, FULL}):
         r.problem(key, f"layer_types must list {CHUNKED!r} or {FULL!r} for each of the {layers} layers; got "
                        f"{value!r}")  # fmt: skip
         return None

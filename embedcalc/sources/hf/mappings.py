@@ -62,6 +62,23 @@ def map_activation(
     reader.put("activation", table[value], written, "file" if from_file else "default", note)
 
 
+def floor_head_dim(reader: KeyReader) -> int | None:
+    """``embed_dim // num_heads`` as transformers floors it, when both are mapped positive integers; None while
+    either is missing or refused (a zero or negative count is the schema's problem to name, not a division here)."""
+    heads, d = reader.data.get("num_heads"), reader.data.get("embed_dim")
+    if type(heads) is int and type(d) is int and heads > 0 and d > 0:
+        return d // heads
+    return None
+
+
+def default_head_dim(reader: KeyReader) -> int | None:
+    """The head width mapped so far: ``head_dim`` when read, else :func:`floor_head_dim`."""
+    head_dim = reader.data.get("head_dim")
+    if head_dim:
+        return head_dim if isinstance(head_dim, int) else None
+    return floor_head_dim(reader)
+
+
 def map_partial_rotary(reader: KeyReader, default: float, legacy: str | None = None) -> None:
     """Partial rotary: ``rotary_dim = int(head_dim * factor)`` as transformers' rotary embeddings compute it, with
     the factor at top level (files before transformers 5, under ``legacy`` in some) or inside ``rope_parameters``
@@ -78,10 +95,7 @@ def map_partial_rotary(reader: KeyReader, default: float, legacy: str | None = N
         written, factor = key, default
     if params is not MISSING:
         reader.ignored.append(IgnoredKey(params_key, params, keys.ROPE + f" ({key} mapped as rotary_dim)"))
-    heads, d = reader.data.get("num_heads"), reader.data.get("embed_dim")
-    head_dim = reader.data.get("head_dim") or (
-        d // heads if isinstance(d, int) and isinstance(heads, int) else None
-    )
+    head_dim = default_head_dim(reader)
     if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
         reader.problem(written, f"{written} = {factor!r} must be a number in (0, 1]")
         return

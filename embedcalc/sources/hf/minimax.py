@@ -22,8 +22,9 @@ from typing import Any
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import positive
 from embedcalc.sources.hf.layered import put_layout
+from embedcalc.sources.hf.mappings import default_head_dim
 from embedcalc.sources.hf.moe import every_layer_experts
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 _TYPES = {"linear_attention", "full_attention"}
 _FACTORS = tuple(
@@ -45,7 +46,9 @@ def _read_minimax(r: KeyReader) -> None:
     block = positive(r, "block_size")
     if types is None or block is None or not isinstance(layers, int) or not isinstance(heads, int):
         return
-    head_dim = r.data.get("head_dim") or r.data["embed_dim"] // heads
+    head_dim = default_head_dim(r)
+    if head_dim is None:
+        return
     mixer = {"kind": "lightning", "num_heads": heads, "head_dim": head_dim, "chunk_size": block}
     names = ["lightning" if t == "linear_attention" else "default" for t in types]
     note = (
@@ -73,7 +76,7 @@ def _layer_types(r: KeyReader, layers: Any) -> list[str] | None:
         types = ["full_attention" if (i + 1) % 2 else "linear_attention" for i in range(layers)]
     elif remote is not MISSING:
         r.ignore(list_key, "MiniMax's remote-code layout key; transformers reads layer_types")
-    if not isinstance(types, list) or len(types) != layers or not set(types) <= _TYPES:
+    if not isinstance(types, list) or len(types) != layers or not all_of(types, _TYPES):
         r.problem(types_key, f"layer_types must list linear_attention or full_attention for each of the {layers} "
                              f"layers; got {types!r}")  # fmt: skip
         return None

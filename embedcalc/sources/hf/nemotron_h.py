@@ -24,7 +24,7 @@ from embedcalc.config.dtypes import ALIASES
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import positive, replace_mapped
 from embedcalc.sources.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
-from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
+from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 _PATTERN = {"M": "linear_attention", "E": "moe", "*": "full_attention", "-": "mlp"}
 _MAMBA_KEYS = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "n_groups", "conv_kernel", "chunk_size",
@@ -74,7 +74,7 @@ def _block_types(r: KeyReader) -> tuple[str, list[str]] | None:
         if (
             not isinstance(types, list)
             or not types
-            or not set(types) <= set(_PATTERN.values()) | set(_LEGACY)
+            or not all_of(types, set(_PATTERN.values()) | set(_LEGACY))
         ):
             r.problem(key, f"{key} must be a non-empty list of {', '.join(_PATTERN.values())}; got {types!r}")
             return None

@@ -36,6 +36,7 @@ from typing import Any
 from embedcalc.sources.hf.core import read_core
 from embedcalc.sources.hf.hybrid import replace_mapped
 from embedcalc.sources.hf.layered import put_layout
+from embedcalc.sources.hf.mappings import floor_head_dim
 from embedcalc.sources.hf.reader import Family, IgnoredKey, KeyReader, yaml_hint
 
 SPARSIFY = (
@@ -195,7 +196,7 @@ def _read_nemotron_nas(r: KeyReader) -> None:
         r.ignored = [row for row in r.ignored if row.key != written]  # read_core's "null: the default" row
         r.ignore(key, reason)
     heads, hidden = r.data.get("num_heads"), r.data.get("embed_dim")
-    r.derived("head_dim", hidden // heads if isinstance(hidden, int) and isinstance(heads, int) else None,
+    r.derived("head_dim", floor_head_dim(r),
               "hidden_size / num_attention_heads (DeciLMAttention's head width)")  # fmt: skip
     key, configs = r.lookup("block_configs")
     layers = r.data.get("num_layers")

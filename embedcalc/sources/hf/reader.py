@@ -247,6 +247,12 @@ class KeyReader:
         return f"; {hint.strip(' ()')}" if hint else ""
 
 
+def all_of(items: list[Any], allowed: Any) -> bool:
+    """Whether every item of a file's list is one of ``allowed`` (strings or integers): a list holding a list or
+    an object (unhashable, where ``set(items)`` would raise) is simply not one of them."""
+    return all(isinstance(x, str | int) and x in allowed for x in items)
+
+
 def yaml_hint(family: Family, lower: bool = False) -> str:
     text = (
         "Describe the model in embedcalc's own YAML instead (`embedcalc presets show "

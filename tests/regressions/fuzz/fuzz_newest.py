@@ -332,14 +332,37 @@ BOUND_VALUES = (
 )
 
 
+# any value at any depth of a config (a layer list's entry, a rope_parameters field) set to one of these
+NESTED_VALUES = (0, -1, 10**30, 1.5, float("nan"), None, "12", [], {})
+
+
+def _leaf_paths(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Where a value sits in a config: every key at every depth, a list's first and last entries."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in [(*path, k), *_leaf_paths(v, (*path, k))]]
+    if isinstance(value, list) and value:
+        return [p for i in {0, len(value) - 1} for p in [(*path, i), *_leaf_paths(value[i], (*path, i))]]
+    return []
+
+
 @st.composite
 def hf_bounds_case(draw: st.DrawFn, workdir: Path) -> list[str]:
+    """A shipped HF config with one count set at or past a bound, or one value at any depth set to a hostile one
+    (a zero, a list where a name is, NaN)."""
     fixture = draw(st.sampled_from(HF_FILES))
     raw = json.loads(fixture.read_text())
     target = raw["text_config"] if isinstance(raw.get("text_config"), dict) and draw(st.booleans()) else raw
     ints = sorted(k for k, v in target.items() if type(v) is int)
     change = ""
-    if ints:
+    if draw(st.integers(0, 3)) == 0:
+        where = draw(st.sampled_from(_leaf_paths(raw)))
+        value = draw(st.sampled_from(NESTED_VALUES))
+        parent: Any = raw
+        for step in where[:-1]:
+            parent = parent[step]
+        parent[where[-1]] = value
+        change = re.sub(r"[^A-Za-z0-9_.-]", "_", f"-{'.'.join(map(str, where))}-{value!r}")[:80]
+    elif ints:
         key, value = draw(st.sampled_from(ints)), draw(st.sampled_from(BOUND_VALUES))
         target[key] = value
         change = re.sub(r"[^A-Za-z0-9_.-]", "_", f"-{key}-{value!r}")[:80]
