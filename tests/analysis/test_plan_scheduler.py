@@ -40,6 +40,16 @@ def test_ttft_rises_with_the_load() -> None:
     assert ttft == sorted(ttft) and ttft[3] >= 1.5 * ttft[0]
 
 
+def test_closed_loop_clients_start_together_and_stay_in_cohorts() -> None:
+    """As AIPerf, genai-perf and benchmark_serving start them: five clients of equal lengths are admitted in one
+    step, finish in one step and are replaced together, so every measured request waits for the prefill of all
+    five (5000 tokens in one step: 5 × 0.05 s), not for its own alone (0.05 s)."""
+    cost = StepCost.build(lambda n: 0.015 + 1e-4 * n, 0.05, 1000, 1024)
+    load = simulate(cost, Engine(1024, 8192), 1000, 100, float("inf"), concurrency=5)
+    assert load.ttft.p50 == pytest.approx(0.25) and load.ttft.p99 == pytest.approx(0.25)
+    assert load.tpot.p50 == pytest.approx(0.015 + 5e-4)  # the cohort decodes together, nothing else runs
+
+
 def test_past_the_kv_capacity_requests_queue_for_kv_slots() -> None:
     cap = 20 * 5504  # 20 sequences of 5000 + 500 tokens
     under = simulate(_cost(), Engine(1024, 8192), 5000, 500, cap, concurrency=10)
