@@ -21,20 +21,20 @@ more token per generated token, plus half a block of rounding on average ((block
 request only when its whole prompt and output fit, and never preempts (TensorRT-LLM's default
 GUARANTEED_NO_EVICT capacity scheduler; SGLang reserves the same way).
 
-**Loads.** Closed loop (``concurrency`` C, as benchmark clients such as vLLM's ``benchmark_serving``, genai-perf
-and AIPerf run it): each finished request is replaced by a new one at once. The clients start together, as those
-clients do (AIPerf's concurrency mode issues its first C requests at once, ``aiperf/timing/request_rate_strategy.py``
-CONCURRENCY_BURST; ``benchmark_serving --max-concurrency`` sends every request through a semaphore of C), and the
-first C requests (that burst) are not measured, the next max(C, 200) are. The burst is not a transient that
-passes: the benchmarks fix every request's input and output lengths (``ignore_eos``), so the requests admitted in
-one step run the same steps, finish in the same step and are replaced together, and their successors again share
-their prefill step. The clients stay in such cohorts (split only where the token budget splits an admission), and
-a request's first token waits for the prefill of its whole cohort: at 25 users of 1000 in / 1000 out on
-Llama-3.1-8B fp8 (H100, NIM), TTFT is 268 ms published for a 19 ms solo prefill. A closed loop of more than
-twice what can run at once (max_num_seqs, or the full sequences the KV blocks hold) is saturated: it is simulated
-at twice that, and its requests wait in the FIFO queue longer by what Little's law adds (latency = C / requests
-per second), each the same. Open loop (``rate``): Poisson arrivals from a seeded generator (the same numbers on
-every run); the first tenth is not measured.
+**Loads.** Closed loop (``concurrency`` C, as benchmark clients such as vLLM's ``benchmark_serving``, genai-perf and
+AIPerf run it): each finished request is replaced by a new one at once. The clients start together, as those clients
+do (AIPerf given only ``--concurrency`` runs CONCURRENCY_BURST, ``aiperf/common/config/user_config.py``, which
+issues the first C requests at once, ``aiperf/timing/request_rate_strategy.py``; ``benchmark_serving
+--max-concurrency`` sends every request through a semaphore of C), and the first C requests (that burst) are not
+measured, the next max(C, 200) are. The burst is not a transient that passes: the benchmarks fix every request's
+input and output lengths (``ignore_eos``), so the requests admitted in one step run the same steps, finish in the
+same step and are replaced together, and their successors again share their prefill step. The clients stay in such
+cohorts (split only where the token budget splits an admission), and a request's first token waits for the prefill
+of its whole cohort: at 25 users of 1000 in / 1000 out on Llama-3.1-8B fp8 (H100, NIM), TTFT is 268 ms published for
+a 19 ms solo prefill. A closed loop of more than twice what can run at once (max_num_seqs, or the full sequences the
+KV blocks hold) is saturated: it is simulated at twice that, and its requests wait in the FIFO queue longer by what
+Little's law adds (latency = C / requests per second), each the same. Open loop (``rate``): Poisson arrivals from a
+seeded generator (the same numbers on every run); the first tenth is not measured.
 
 **Figures** over the measured requests: TTFT (arrival to first token), TPOT ((last token − first token) /
 (G − 1), as vLLM's benchmark defines it), end-to-end latency — each as the mean and p50/p90/p99 (linear
