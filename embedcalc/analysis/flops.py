@@ -43,6 +43,7 @@ the query-key pairs per head:
   out on the t text tokens, K and V on the b m external tokens, ``scores`` and ``context`` 2 b h n m head_dim each
   (O(n m d): linear in the text length), the same in full and causally (no query is masked). Its K and V are
   computed once per sequence, so a decode step (forward(n) - forward(n - 1)) has none and its cores read m keys.
+- hyper-connections (DeepSeek-V4): ``hyper/<sublayer>`` and ``hyper_head`` (:mod:`embedcalc.analysis.hyper`).
 - ``pooler`` 2 b d d (first token only, BERT); ``head/lm`` 2 b n d_tok vocab on every position of the last stack;
   with token_embed_dim != embed_dim ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
   ``head/project_out`` 2 b n d d_tok.
@@ -62,6 +63,7 @@ from dataclasses import dataclass
 from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laurel_flops
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.elementwise import elementwise_flops
+from embedcalc.analysis.hyper import hyper_head_flops, hyper_layer_flops
 from embedcalc.analysis.mixers import mixer_flops
 from embedcalc.analysis.structure import (
     Dims,
@@ -182,6 +184,8 @@ def attention_flops(
     scores = (f"{prefix}/scores", score_tokens * (layers * 2 * h * qk))
     context = (f"{prefix}/context", score_tokens * (layers * 2 * h * v))
     out = (f"{prefix}/out", t * (layers * 2 * h * v * d))
+    if a.out_groups:  # grouped low-rank (DeepSeek-V4): each group h v / g -> r, then g r -> d
+        out = (f"{prefix}/out", t * (layers * 2 * a.out_rank * (h * v + a.out_groups * d)))
     if a.kind == "standard":
         hd = head_width(a, x)
         if not cross:  # K and V as many as the layer projects itself (values from keys, shared K and V)
@@ -309,6 +313,8 @@ def layer_flops(
         terms += altup_layer_flops(config.altup_inputs, x.d, layers, t)
     if config.laurel_rank and has_laurel(config.laurel_rank, block):
         terms += laurel_flops(config.laurel_rank, x.d, layers, t)
+    if config.hyper_connections:  # DeepSeek-V4 (analysis/hyper.py)
+        terms += hyper_layer_flops(config.hyper_connections, x.d, block, layers, t)
     return terms
 
 
@@ -338,6 +344,8 @@ def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num
                 add(f"{sd.name}/{key}", value)
         if config.altup_inputs:  # Gemma 3n: AltUp's copies folded back before the final norm
             add(f"{sd.name}/altup_unembed", altup_model_flops(config.altup_inputs, d, b * n))
+        if config.hyper_connections:  # DeepSeek-V4: the streams collapsed before the final norm
+            add(f"{sd.name}/hyper_head", hyper_head_flops(config.hyper_connections, d, b * n))
     if config.resolved_pooler:
         add("pooler", b * (2 * d * d))
     if config.resolved_lm_head:

@@ -39,6 +39,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   ``factorized_embeddings``, ALBERT, whose position and type tables and embedding norm are token_embed_dim wide)
   and embed_dim -> token_embed_dim before the LM head; ``lm_head_bias`` adds a vocab_size bias (phi-2), even
   when the head is tied.
+- hyper-connections (DeepSeek-V4, ``hyper_connections``): per residual sublayer and layer ``hyper/<sublayer>``,
+  and the final collapse ``<stack>/hyper_head`` (:mod:`embedcalc.analysis.hyper`).
 - encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4).
 
 **Active parameters** (Fedus et al. 2021; DeepSeek-V3 report, Table 1): the total minus the (num_experts - top_k)
@@ -54,6 +56,7 @@ from math import prod
 
 from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.hyper import hyper_head_tensors, hyper_layer_tensors
 from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
     Dims,
@@ -128,7 +131,11 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
         out += _linear(f"{prefix}/head_gate", d, h, False, "column")
     if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
         out += _linear(f"{prefix}/gate", d, h * head_width(a, x), a.qkv_bias, "column")
-    out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
+    if a.out_groups:  # DeepSeek-V4: per group of heads value / g -> r (split with the heads), then g r -> d
+        out += _linear(f"{prefix}/out", value // a.out_groups, a.out_groups * a.out_rank, False, "column")
+        out += _linear(f"{prefix}/out", a.out_groups * a.out_rank, d, a.out_bias, "row")
+    else:
+        out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
     if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
         out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
     return out
@@ -247,6 +254,8 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
         out += altup_layer_tensors(config.altup_inputs, x.d, norm)
     if config.laurel_rank and has_laurel(config.laurel_rank, block):
         out += laurel_tensors(config.laurel_rank, x.d, norm)
+    if config.hyper_connections:  # DeepSeek-V4 (analysis/hyper.py)
+        out += hyper_layer_tensors(config.hyper_connections, x.d, block)
     return out
 
 
@@ -314,6 +323,8 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
                                    per_layer=True, block=block.name, per_layer_copies=t.copies))  # fmt: skip
         if config.rope_scale:  # Mistral Large 4's LeRoPE: a log-scale per rotary frequency (decoders only)
             out.append(ParamTensor(f"{name}/rope_scale", (rotary_width(config) // 2,), stack=name))
+        if config.hyper_connections:  # DeepSeek-V4: the streams collapsed before the final norm
+            out += hyper_head_tensors(config.hyper_connections, x.d, name)
         if config.altup_inputs:  # folded back before the final norm
             out.append(altup_model_tensor(f"{name}/altup_unembed", config.altup_inputs, x.d, stack=name))
         if config.resolved_final_norm:

@@ -228,6 +228,20 @@ class AttentionSpec(AttentionFields, BaseModel):
             "whatever the text length. The block has no self-attention. Standard attention only."
         ),
     )
+    out_groups: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "standard: a grouped low-rank output projection (DeepSeek-V4's o_groups): the heads' context is split "
+            "into out_groups groups of whole heads, each projected on its own to out_rank values "
+            "(num_heads x value width / out_groups -> out_rank), then one linear mixes the out_groups x out_rank "
+            "values to embed_dim, in place of one output projection from every head. Needs out_rank; must divide "
+            "the heads."
+        ),
+    )
+    out_rank: PositiveInt | None = Field(
+        default=None,
+        description="standard, with out_groups: each group's output width (DeepSeek-V4's o_lora_rank).",
+    )
     tanh_gates: bool = Field(
         default=False,
         description=(

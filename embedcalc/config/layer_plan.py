@@ -55,6 +55,8 @@ class Attention:
     full_cache: bool = False  # the KV cache keeps every token whatever the window (GPT-Neo's local layers)
     context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
     tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)
+    out_groups: int = 0  # a grouped low-rank output projection: groups of heads (0: one output projection)
+    out_rank: int = 0  # and each group's output width (DeepSeek-V4's o_groups, o_lora_rank)
 
     @property
     def external(self) -> bool:

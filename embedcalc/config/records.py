@@ -88,6 +88,8 @@ class AttentionRecord(AttentionFields, Record):
         "sliding_window": RecordField(None),
         "chunk_size": RecordField(None),
         "cross": RecordField(False),
+        "out_groups": RecordField(None),
+        "out_rank": RecordField(None),
         "tanh_gates": RecordField(False),
     }
 
@@ -203,6 +205,7 @@ class ConfigRecord(ResolvedShape, Record):
         "extra_token_rows": RecordField(0),
         "altup_inputs": RecordField(None),
         "laurel_rank": RecordField(None),
+        "hyper_connections": RecordField(None),
         "dropout": RecordField(0.1),
     }
     nested: ClassVar[dict[str, tuple[str, type[Record]]]] = {
@@ -277,6 +280,7 @@ FIELD_NAMES: tuple[str, ...] = (
     "extra_token_rows",
     "altup_inputs",
     "laurel_rank",
+    "hyper_connections",
     "dropout",
 )
 

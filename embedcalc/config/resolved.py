@@ -167,6 +167,7 @@ class ResolvedShape(ConfigFields):
             own_heads=spec.num_heads is not None,
             values_from_keys=spec.values_from_keys, kv_shared=spec.kv_shared, full_cache=spec.full_cache,
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
+            out_groups=spec.out_groups or 0, out_rank=spec.out_rank or 0,
         )  # fmt: skip
         if spec.kind == "standard":
             if spec.index_block_size is None:

@@ -394,4 +394,15 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             "attention residual (laurel/left, laurel/right, laurel/norm). Default none."
         ),
     )
+    hyper_connections: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "Manifold-constrained hyper-connections (DeepSeek-V4's hc_mult, decoders, pre-norm): the residual "
+            "stream is kept as this many streams of embed_dim; around each sublayer a projection of the n "
+            "normalised streams (n embed_dim -> (2 + n) n, a bias and 3 scales: <stack>/hyper/attention, "
+            "<stack>/hyper/ffn) gives the weights that collapse them into the sublayer's input, spread its output "
+            "back and mix them (n x n); before the final norm one more (n embed_dim -> n, n + 1) collapses them "
+            "(<stack>/hyper_head). Default none: one stream."
+        ),
+    )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")

@@ -34,6 +34,7 @@ from embedcalc.modeling.attention_parts import (
     Sinks,
     embedding_table,
     expand_kv,
+    output_projection,
     split_heads,
 )
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
@@ -225,7 +226,9 @@ class Attention(AttentionBase):
         self.gate = nn.Linear(config.embed_dim, spec.q_dim, bias=spec.qkv_bias) if spec.output_gate else None
         # Laguna's per-head gate: softplus(g(x)) scales each head's context
         self.head_gate = nn.Linear(config.embed_dim, spec.num_heads, bias=False) if spec.head_gate else None
-        self.out = nn.Linear(spec.value_dim, config.embed_dim, bias=spec.out_bias)
+        self.out = output_projection(
+            spec.value_dim, config.embed_dim, spec.out_groups, spec.out_rank, spec.out_bias
+        )
 
     def _project(
         self, x: Tensor, memory: Tensor | None, rotary: Rotary | None

@@ -132,3 +132,30 @@ def expand_kv(x: Tensor, heads: int) -> Tensor:
         return x
     expanded = x[:, :, None].expand(batch, heads_kv, groups, length, dim)  # (B, h_kv, g, S, d_head)
     return expanded.reshape(batch, heads_kv * groups, length, dim)  # (B, h, S, d_head)
+
+
+class GroupedOutput(nn.Module):
+    """A grouped low-rank output projection (DeepSeek-V4 report §2.3.1, "Grouped Output Projection"; transformers'
+    ``DeepseekV4GroupedLinear`` ``o_a_proj`` and ``o_b_proj``): the (.., value) context split into ``groups`` groups
+    of whole heads, each projected on its own to ``rank`` values by ``a`` (one (groups x rank, value / groups)
+    weight, a batched matmul), then ``b`` mixes the groups x rank values to ``d``."""
+
+    def __init__(self, value: int, d: int, groups: int, rank: int, bias: bool) -> None:
+        super().__init__()
+        self.groups = groups
+        self.a = nn.Parameter(torch.randn(groups * rank, value // groups) * 0.02)
+        self.b = nn.Linear(groups * rank, d, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, value) -> (B, T, d)."""
+        lead, g = x.shape[:-1], self.groups
+        grouped = x.reshape(-1, g, x.shape[-1] // g).transpose(0, 1)  # (g, B T, value / g)
+        weight = self.a.view(g, -1, self.a.shape[-1]).transpose(1, 2)  # (g, value / g, rank)
+        mixed = torch.bmm(grouped, weight).transpose(0, 1).reshape(*lead, -1)  # (B, T, g rank)
+        out: Tensor = self.b(mixed)
+        return out
+
+
+def output_projection(value: int, d: int, groups: int, rank: int, bias: bool) -> nn.Module:
+    """The attention's output projection: one Linear(value, d), or grouped low-rank with ``groups``."""
+    return GroupedOutput(value, d, groups, rank, bias) if groups else nn.Linear(value, d, bias=bias)

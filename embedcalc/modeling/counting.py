@@ -64,6 +64,7 @@ def component_key(module_path: str) -> str | None:
         ["final_norm"],
         ["altup_unembed"],
         ["rope_scale"],
+        ["hyper_head"],
     ):
         depth = 2
     if len(segments) < depth:

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.altup import altup_projections, expand_streams
+from embedcalc.modeling.hyper import expand_streams as hyper_streams
 from embedcalc.modeling.layers import embedding_table, make_norm
 from embedcalc.modeling.per_layer import per_layer_inputs, per_layer_modules
 from embedcalc.modeling.positions import SinusoidalPositions
@@ -70,6 +71,7 @@ class Embeddings(nn.Module):
             self.per_layer, self.per_layer_project, self.per_layer_norm = per_layer_modules(config)
         # Gemma 3n's AltUp: the extra copies of the stream (modeling/altup.py)
         self.altup_project = altup_projections(config) if config.altup_inputs else None
+        self.hyper_streams = config.hyper_connections or 0  # DeepSeek-V4 (modeling/hyper.py)
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
         """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
@@ -98,7 +100,10 @@ class Embeddings(nn.Module):
         return x
 
     def streams(self, embedded: Tensor) -> Tensor:
-        """The decoder's input: ``embedded`` (B, T, d), or its n AltUp copies (n, B, T, d) (Gemma 3n)."""
+        """The decoder's input: ``embedded`` (B, T, d), or its n AltUp copies (n, B, T, d) (Gemma 3n), or its n
+        hyper-connection streams (B, T, n, d) (DeepSeek-V4)."""
+        if self.hyper_streams:
+            return hyper_streams(embedded, self.hyper_streams)
         return embedded if self.altup_project is None else expand_streams(self.altup_project, embedded)
 
     def layer_inputs(self, ids: Tensor, embedded: Tensor) -> Tensor | None:

@@ -21,11 +21,13 @@ gates each sublayer's output is scaled by tanh(g) before its residual add (``att
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from embedcalc.config.altup import has_laurel
+from embedcalc.config.hyper import hyper_sublayers
 from embedcalc.config.layer_plan import FFN as ResolvedFFN
 from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.layer_plan import Block as ResolvedBlock
@@ -38,6 +40,7 @@ from embedcalc.modeling.block_sparse_attention import BlockSparseAttention
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
+from embedcalc.modeling.hyper import HyperConnection
 from embedcalc.modeling.kda import KimiDeltaMixer
 from embedcalc.modeling.kv_cache import BlockCache
 from embedcalc.modeling.latent_attention import LatentAttention
@@ -238,6 +241,14 @@ class Block(nn.Module):
         self.altup = AltUp(config, config.altup_inputs) if config.altup_inputs else None
         rank = config.laurel_rank
         self.laurel = Laurel(config, rank) if rank and has_laurel(rank, spec) else None
+        n = (
+            config.hyper_connections
+        )  # DeepSeek-V4: one hyper-connection around each sublayer (modeling/hyper.py)
+        self.hyper = (
+            nn.ModuleDict({where: HyperConnection(n, config.embed_dim) for where in hyper_sublayers(spec)})
+            if n
+            else None
+        )
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
@@ -257,6 +268,8 @@ class Block(nn.Module):
                 raise ValueError("a layer with per-layer embeddings needs its per-layer input")
             added = self.per_layer.delta(first, per_layer_input)  # (B, T, d), into copies 1 .. n-1
             return torch.cat([corrected[:1], corrected[1:] + added])  # (n, B, T, d)
+        if self.hyper is not None:  # (B, T, n, d) streams in and out
+            return self._hyper_sublayers(x, bias, rotary, cache, position)
         x = self._sublayers(x, memory, bias, rotary, cache, position)  # (B, T, d)
         if self.per_layer is not None:
             if per_layer_input is None:
@@ -306,3 +319,38 @@ class Block(nn.Module):
             x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)
         out: Tensor = self.ffn(x)  # (B, T, d)
         return out
+
+    def _hyper_sublayers(
+        self, x: Tensor, bias: Tensor | None, rotary: Rotary | None, cache: BlockCache | None, position: int
+    ) -> Tensor:
+        """DeepSeek-V4's block: each sublayer's norm and transform on the collapse of the (B, T, n, d) streams,
+        its output mixed back by the sublayer's hyper-connection (no residual add of its own)."""
+        if self.hyper is None:
+            raise RuntimeError("a block without hyper-connections has no streams to mix")
+        own = cache.self_attention if cache is not None else None
+        state = cache.state if cache is not None else None
+        steps: list[Callable[[Tensor], Tensor]] = []
+        attention, mixer, ffn = self.attention, self.mixer, self.ffn
+        if attention is not None:
+            steps.append(lambda h: attention.attend(_normed(attention, h), None, bias, rotary, own, position))
+        elif isinstance(mixer, MixerSublayer):
+            steps.append(lambda h: mixer.transform(_normed(mixer, h), state))
+        elif isinstance(mixer, Projection):
+            steps.append(lambda h: mixer.transform(_normed(mixer, h)))
+        if ffn is not None:
+            steps.append(lambda h: ffn.transform(_normed(ffn, h)))
+        wrappers = [cast(HyperConnection, m) for m in self.hyper.values()]
+        if len(steps) != len(wrappers):
+            raise ValueError("hyper-connections wrap pre-norm sublayers only (an attention or mixer, an FFN)")
+        for hyper, step in zip(wrappers, steps, strict=True):
+            x = hyper.around(x, step)
+        return x
+
+
+def _normed(sublayer: nn.Module, h: Tensor) -> Tensor:
+    """``h`` through ``sublayer``'s own pre-norm (a hyper-connected block has one per sublayer)."""
+    norm = getattr(sublayer, "norm", None)
+    if not isinstance(norm, nn.Module):
+        raise ValueError("hyper-connections wrap pre-norm sublayers only: this one has no norm of its own")
+    out: Tensor = norm(h)
+    return out

@@ -31,6 +31,7 @@ from embedcalc.modeling.altup import altup_projections, fold_streams
 from embedcalc.modeling.attention import Rotary, rotary_widths
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.embeddings import Embeddings, Head, Pooler
+from embedcalc.modeling.hyper import HyperHead
 from embedcalc.modeling.kv_cache import KVCache
 from embedcalc.modeling.layers import AttentionImpl, Block, make_norm
 from embedcalc.modeling.moe import Routing
@@ -101,6 +102,9 @@ class Stack(nn.Module):
         )
         # Gemma 3n: AltUp's copies folded back into one stream before the final norm (modeling/altup.py)
         self.altup_unembed = altup_projections(config) if config.altup_inputs else None
+        # DeepSeek-V4: the hyper-connections' streams collapsed before the final norm (modeling/hyper.py)
+        n = config.hyper_connections
+        self.hyper_head = HyperHead(n, config.embed_dim) if n else None
         self.final_norm = make_norm(config) if config.resolved_final_norm else None
 
     def _bias(self, length: int, device: torch.device, position: int = 0) -> Tensor | None:
@@ -129,7 +133,8 @@ class Stack(nn.Module):
         """(B, T, d) -> (B, T, d). With ``cache`` (generation, decoder only) the T tokens start at
         ``cache.position``, and each layer writes its keys and values to ``cache.layers[i]``; the caller advances
         the position. ``per_layer`` (B, T, L, p) holds every layer's per-layer input (Gemma 3n/4)."""
-        length = x.shape[-2]  # (B, T, d), or AltUp's (n, B, T, d)
+        # (B, T, d), AltUp's (n, B, T, d), or the hyper-connections' (B, T, n, d)
+        length = x.shape[1] if self.hyper_head is not None else x.shape[-2]
         position = cache.position if cache is not None else 0
         bias = self._bias(length, x.device, position)
         rotary: Rotary | None = (
@@ -153,6 +158,8 @@ class Stack(nn.Module):
             )
         if self.altup_unembed is not None:
             x = fold_streams(self.altup_unembed, x)  # (n, B, T, d) -> (B, T, d)
+        if self.hyper_head is not None:
+            x = self.hyper_head(x)  # (B, T, n, d) -> (B, T, d)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x

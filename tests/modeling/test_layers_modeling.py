@@ -156,6 +156,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, int], dict[str, int]]] = {
     "shared_layers": ({"shared_layers": True},
                       {"decoder/attention/qkv": D * (H + 2 * G) * HD, "decoder/ffn/in": D * 2 * F},
                       {"decoder/attention/qkv": L * 2 * T * D * (H + 2 * G) * HD, "decoder/attention/scores": SCORES}),
+    # DeepSeek-V4's grouped low-rank output: 2 groups of 2 heads, 8 -> 3 each (a 6 x 8 weight), then 6 -> D
+    "grouped_output": ({"attention": {"out_groups": 2, "out_rank": 3}}, {"decoder/attention/out": L * (6 * 8 + D * 6)},
+                       {"decoder/attention/out": L * 2 * T * 3 * (H * HD + 2 * D)}),
+    # DeepSeek-V4's hyper-connections, n = 3 streams: (2 + n) n = 15 weights from n d = 48 inputs, a bias, 3 scales
+    "hyper_connections": ({"hyper_connections": 3},
+                          {"decoder/hyper/attention": L * (15 * 48 + 15 + 3), "decoder/hyper/ffn": L * (15 * 48 + 18),
+                           "decoder/hyper_head": 3 * 48 + 3 + 1},
+                          {"decoder/hyper/attention": L * (2 * T * 48 * 15 + 2 * T * 9 * D),
+                           "decoder/hyper/ffn": L * (2 * T * 48 * 15 + 2 * T * 9 * D),
+                           "decoder/hyper_head": 2 * T * 48 * 3, "decoder/attention/scores": SCORES}),
     "factorized_albert": (
         {"architecture": "encoder", "position": "learned", "type_vocab_size": 2, "norm": "layernorm", "bias": True,
          "activation": "gelu", "token_embed_dim": 8, "factorized_embeddings": True, "embedding_projection_bias": True,

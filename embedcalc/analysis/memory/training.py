@@ -71,6 +71,7 @@ from embedcalc.analysis.parallel import Stage, stage_dims
 from embedcalc.analysis.structure import Dims, Num, StackDims, cross_attention, maximum, sublayer_norms
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.altup import has_laurel
+from embedcalc.config.hyper import hyper_sublayers
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 
@@ -190,8 +191,8 @@ def layer_saved(
     """Saved bytes of one layer of ``block`` on one TP rank, by component (keys relative to the stack)."""
     n, n_mem = x.tokens(config, sd.stack)
     e, t = workload.activation_bytes, x.b * n
-    if recompute == "full":  # AltUp (Gemma 3n): the layer's input is its n copies of the stream
-        return [("layer_input", t * (e * x.d * (config.altup_inputs or 1)))]
+    if recompute == "full":  # AltUp (Gemma 3n), hyper-connections (DeepSeek-V4): the input is its n streams
+        return [("layer_input", t * (e * x.d * (config.altup_inputs or config.hyper_connections or 1)))]
     r = rank_widths(block, x, tp)
     terms: list[tuple[str, Num]] = []
     a_own = block.attention
@@ -218,6 +219,8 @@ def layer_saved(
     rank = config.laurel_rank if has_laurel(config.laurel_rank, block) else None
     if config.altup_inputs or rank:  # Gemma 3n's AltUp copies and Laurel branch (analysis/altup.py)
         terms.append(("altup", altup_saved_bytes(config.altup_inputs or 0, rank, x.d, t, e)))
+    if config.hyper_connections:  # DeepSeek-V4: each sublayer's mix reads the n streams (analysis/hyper.py)
+        terms.append(("hyper", t * (e * x.d * config.hyper_connections * len(hyper_sublayers(block)))))
     return [*terms, ("norms", t * (norms * e * x.d))]
 
 

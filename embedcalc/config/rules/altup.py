@@ -17,13 +17,9 @@ class AltUpRules:
     @field_validator("altup_inputs", check_fields=False)
     @classmethod
     def _altup_needs_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
-        arch = info.data.get("architecture")
-        if value is not None and arch is not None and arch != "decoder":
-            raise PydanticCustomError(
-                "altup_needs_decoder",
-                "altup_inputs ({value}) keeps a decoder's residual stream as parallel copies (Gemma 3n); "
-                "architecture {arch} has none. Remove altup_inputs or use architecture decoder",
-                {"value": value, "arch": arch},
+        if value is not None:
+            _needs_decoder(
+                info, "altup_inputs", value, "keeps a decoder's residual stream as parallel copies (Gemma 3n)"
             )
         return value
 
@@ -32,14 +28,9 @@ class AltUpRules:
     def _laurel_needs_pre_norm_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is None:
             return value
-        arch = info.data.get("architecture")
-        if arch is not None and arch != "decoder":
-            raise PydanticCustomError(
-                "laurel_needs_decoder",
-                "laurel_rank ({value}) adds a low-rank residual beside a decoder's attention (Gemma 3n); "
-                "architecture {arch} has none. Remove laurel_rank or use architecture decoder",
-                {"value": value, "arch": arch},
-            )
+        _needs_decoder(
+            info, "laurel_rank", value, "adds a low-rank residual beside a decoder's attention (Gemma 3n)"
+        )
         placement = info.data.get("norm_placement")
         if placement in ("post", "parallel"):
             raise PydanticCustomError(
@@ -49,3 +40,40 @@ class AltUpRules:
                 {"value": value, "placement": placement},
             )
         return value
+
+    @field_validator("hyper_connections", check_fields=False)
+    @classmethod
+    def _hyper_needs_pre_norm_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
+        """DeepSeek-V4's hyper-connections replace a pre-norm decoder's residual adds (``DeepseekV4DecoderLayer``);
+        AltUp keeps copies of the stream its own way, so the two are not combined."""
+        if value is None:
+            return value
+        _needs_decoder(info, "hyper_connections", value, "keeps a decoder's residual stream as parallel streams "
+                                                         "(DeepSeek-V4)")  # fmt: skip
+        placement = info.data.get("norm_placement")
+        if placement is not None and placement != "pre":
+            raise PydanticCustomError(
+                "hyper_needs_pre_norm",
+                "hyper_connections ({value}) feeds each sublayer's norm the collapsed streams, as a pre-norm block "
+                "does; norm_placement {placement} does not. Use norm_placement pre or remove hyper_connections",
+                {"value": value, "placement": placement},
+            )
+        if info.data.get("altup_inputs") is not None:
+            raise PydanticCustomError(
+                "hyper_with_altup",
+                "hyper_connections ({value}) and altup_inputs both keep copies of the residual stream; a model has "
+                "one or the other. Remove one of them",
+                {"value": value},
+            )
+        return value
+
+
+def _needs_decoder(info: ValidationInfo, field: str, value: int, what: str) -> None:
+    """Refuse ``field`` (a part of a decoder's residual stream, doing ``what``) on an encoder or encoder-decoder."""
+    arch = info.data.get("architecture")
+    if arch is not None and arch != "decoder":
+        raise PydanticCustomError(
+            f"{field.split('_')[0]}_needs_decoder",
+            "{field} ({value}) {what}; architecture {arch} has none. Remove {field} or use architecture decoder",
+            {"field": field, "value": value, "what": what, "arch": arch},
+        )

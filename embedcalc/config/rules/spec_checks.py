@@ -162,6 +162,8 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
         )  # fmt: skip
     if spec.cross:
         check_cross(spec, where)
+    if spec.out_groups is not None or spec.out_rank is not None:
+        check_grouped_output(spec, heads, where)
     if spec.cross and info.data.get("architecture") != "decoder":
         raise PydanticCustomError(
             "cross_needs_decoder",
@@ -196,3 +198,23 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
                 "nothing; use at most {context} or remove {name}",
                 {"where": where, "name": name, "size": size, "context": context},
             )
+
+
+def check_grouped_output(spec: AttentionSpec, heads: object, where: str) -> None:
+    """A grouped low-rank output projection (DeepSeek-V4's o_groups, o_lora_rank): both fields, whole heads per
+    group."""
+    if spec.out_groups is None or spec.out_rank is None:
+        given, missing = ("out_groups", "out_rank") if spec.out_rank is None else ("out_rank", "out_groups")
+        raise PydanticCustomError(
+            "grouped_output_incomplete",
+            "{where}.{given} sets a grouped low-rank output projection, which also needs {missing} "
+            "(DeepSeek-V4-Flash: out_groups 8, out_rank 1024); set both or neither",
+            {"where": where, "given": given, "missing": missing},
+        )
+    if isinstance(heads, int) and heads % spec.out_groups:
+        raise PydanticCustomError(
+            "grouped_output_heads",
+            "{where}.out_groups ({groups}) must divide the heads ({heads}): each group projects whole heads; use a "
+            "divisor of {heads}",
+            {"where": where, "groups": spec.out_groups, "heads": heads},
+        )
