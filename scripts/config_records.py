@@ -36,13 +36,14 @@ from embedcalc.config.disentangled_spec import DisentangledSpec  # noqa: E402
 from embedcalc.config.ffn_spec import FFNSpec  # noqa: E402
 from embedcalc.config.mixer_spec import MixerSpec  # noqa: E402
 from embedcalc.config.schema import ModelConfig  # noqa: E402
+from embedcalc.config.shared_spec import SharedSpec  # noqa: E402
 
 FIELDS_FILE = ROOT / "embedcalc" / "config" / "fields.py"
 CONFIG_FIELDS_FILE = ROOT / "embedcalc" / "config" / "config_fields.py"
 RECORDS_FILE = ROOT / "embedcalc" / "config" / "records.py"
 # nested models first: a record class names the record classes of its nested fields
-MODELS: tuple[type[BaseModel], ...] = (DisentangledSpec, MixerSpec, AttentionSpec, FFNSpec, BlockSpec, LayerRun,
-                                       ModelConfig)  # fmt: skip
+MODELS: tuple[type[BaseModel], ...] = (DisentangledSpec, MixerSpec, AttentionSpec, FFNSpec, SharedSpec, BlockSpec,
+                                       LayerRun, ModelConfig)  # fmt: skip
 # the Literal aliases a field may be typed with, by value tuple -> (module, name)
 ALIAS_MODULES = (dtypes, kinds)
 HEADER = (

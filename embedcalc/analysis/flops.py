@@ -30,6 +30,9 @@ the query-key pairs per head:
   ``pos_proj`` 2 R d h hd P (the table is projected once per layer, not per sequence) and ``pos_scores``
   2 b n h R hd per term (c2p: Q against the R position keys, p2c: K against the R position queries; a gather then
   picks each pair's entry, no FLOPs). Both grow linearly in n: they are not score terms.
+- a shared block (Zamba2, config/shared_spec.py) at every use: attention with ``qkv`` 2 t w (h + 2 g) hd, w = 2 d (the
+  input concatenated with the embeddings) or d, the FFN, ``shared/attention_adapters``, ``shared/ffn_adapters`` and
+  ``shared/projection`` (:func:`shared_flops`).
 - a sublayer replaced by a linear (``replace_with_linear``): ``mixer/projection`` or ``ffn/projection`` 2 t d d.
 - dense FFN: ``ffn/in`` 2 t d f (gated: 2 t d 2f), ``ffn/out`` 2 t f d.
 - mixture of experts, the active path only: ``moe/router`` 2 t d E, ``moe/experts`` 2 t k (d fe_in + fe d) (every
@@ -64,12 +67,14 @@ from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laure
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.elementwise import elementwise_flops
 from embedcalc.analysis.hyper import hyper_head_flops, hyper_layer_flops
+from embedcalc.analysis.indexers import block_indexer_flops, indexer_flops
 from embedcalc.analysis.mixers import mixer_flops
 from embedcalc.analysis.structure import (
     Dims,
     Num,
     cross_attention,
     head_width,
+    kv_width,
     minimum,
     per_layer_width,
     projected_kv_width,
@@ -175,10 +180,12 @@ def score_pairs(
 
 
 def attention_flops(
-    a: Attention, x: Dims, layers: Num, t: Num, t_kv: Num, score_tokens: Num, prefix: str, cross: bool = False
-) -> list[tuple[str, Num]]:
+    a: Attention, x: Dims, layers: Num, t: Num, t_kv: Num, score_tokens: Num, prefix: str, cross: bool = False,
+    d_in: Num | None = None,
+) -> list[tuple[str, Num]]:  # fmt: skip
     """Forward FLOPs of ``layers`` layers of one attention sublayer: queries on ``t`` tokens, keys and values on
-    ``t_kv``, ``score_tokens`` = b x pairs per head. Written as (tokens) x (per-token coefficient)."""
+    ``t_kv``, ``score_tokens`` = b x pairs per head. Written as (tokens) x (per-token coefficient). ``d_in``: the
+    width Q/K/V read when it is not embed_dim (a shared block's concatenated input, Zamba2)."""
     d, h = x.d, q_heads(a, x)
     qk, v = qk_width(a, x), v_width(a, x)
     scores = (f"{prefix}/scores", score_tokens * (layers * 2 * h * qk))
@@ -189,7 +196,7 @@ def attention_flops(
     if a.kind == "standard":
         hd = head_width(a, x)
         if not cross:  # K and V as many as the layer projects itself (values from keys, shared K and V)
-            qkv = t * (layers * 2 * d * (h * hd + projected_kv_width(a, x)))
+            qkv = t * (layers * 2 * (d if d_in is None else d_in) * (h * hd + projected_kv_width(a, x)))
         else:  # K and V of the encoder output
             qkv = t * (layers * 2 * d * h * hd) + t_kv * (layers * 2 * d * projected_kv_width(a, x))
         gate = [(f"{prefix}/gate", t * (layers * 2 * d * h * hd))] if a.output_gate else []
@@ -206,35 +213,6 @@ def attention_flops(
         (f"{prefix}/kv_b", t_kv * (layers * 2 * a.kv_lora_rank * h * (a.qk_nope_head_dim + a.v_head_dim)))
     )
     return [*terms, scores, context, out]
-
-
-def indexer_flops(
-    a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str
-) -> list[tuple[str, Num]]:
-    """Forward FLOPs of ``layers`` lightning indexers (DeepSeek-V3.2-Exp report §2.1, eq. 1: I(t, s) = sum over
-    the H_I heads of w(t, j) ReLU(q(t, j) . k(s))) on ``t`` tokens, ``index_tokens`` = b x the query-key pairs it
-    scores: its three projections, and per pair H_I D_I for the dot products plus H_I for the weighted sum."""
-    heads, width = a.index_heads, a.index_head_dim
-    return [
-        (f"{prefix}/index_q", t * (layers * 2 * (a.q_lora_rank or x.d) * heads * width)),
-        (f"{prefix}/index_k", t * (layers * 2 * x.d * width)),
-        (f"{prefix}/index_weights", t * (layers * 2 * x.d * heads)),
-        (f"{prefix}/index_scores", index_tokens * (layers * 2 * heads * (width + 1))),
-    ]
-
-
-def block_indexer_flops(
-    a: Attention, x: Dims, layers: Num, t: Num, index_tokens: Num, prefix: str
-) -> list[tuple[str, Num]]:
-    """Forward FLOPs of ``layers`` block indexers (transformers' ``MiniMaxM3VLIndexer``) on ``t`` tokens,
-    ``index_tokens`` = b x the query-key pairs it scores: its two projections and H_I D_I per pair (the block
-    max-pool and the top-k are not matmuls)."""
-    heads, width = a.index_heads, a.index_head_dim
-    return [
-        (f"{prefix}/index_q", t * (layers * 2 * x.d * heads * width)),
-        (f"{prefix}/index_k", t * (layers * 2 * x.d * width)),
-        (f"{prefix}/index_scores", index_tokens * (layers * 2 * heads * width)),
-    ]
 
 
 def disentangled_flops(spec: DisentangledShape, x: Dims, layers: Num, t: Num) -> list[tuple[str, Num]]:
@@ -266,6 +244,26 @@ def ffn_flops(ffn: FFN, block: Block, x: Dims, layers: Num, t: Num) -> list[tupl
     return out
 
 
+def shared_flops(block: Block, x: Dims, layers: Num, n: Num, causal: bool) -> list[tuple[str, Num]]:
+    """Forward FLOPs of ``layers`` uses of a shared block (config/shared_spec.py, Zamba2) on b sequences of n tokens:
+    attention whose Q/K/V read w = 2 d (the input and the embeddings) or d, the FFN, the per-use adapters
+    (``shared/attention_adapters`` 2 t (w r + r q) for q and 2 t (w r + r kv) each for k and v;
+    ``shared/ffn_adapters`` 2 t (d r + r f_in)) and ``shared/projection`` 2 t d d."""
+    use, a, ffn = block.shared, block.attention, block.ffn
+    assert use is not None and a is not None and ffn is not None  # the schema's rule (check_shared)
+    t, wide, r = x.b * n, 2 * x.d if use.embeddings else x.d, use.adapter_rank
+    pairs = score_pairs(n, causal, a.window, a.chunk)
+    terms = attention_flops(a, x, layers, t, t, x.b * pairs, "attention", d_in=wide)
+    terms += ffn_flops(ffn, block, x, layers, t)
+    if use.attention_adapters:
+        widths = q_heads(a, x) * head_width(a, x) + 2 * kv_width(a, x)
+        terms.append(("shared/attention_adapters", t * (layers * 2 * (3 * wide * r + r * widths))))
+    if use.ffn_adapters:
+        f = x.widths(block).f
+        terms.append(("shared/ffn_adapters", t * (layers * 2 * r * (x.d + (2 * f if ffn.gated else f)))))
+    return [*terms, ("shared/projection", t * (layers * 2 * x.d * x.d))]
+
+
 def layer_flops(
     config: ResolvedShape,
     x: Dims,
@@ -283,6 +281,12 @@ def layer_flops(
     t = b * n
     a = block.attention
     terms: list[tuple[str, Num]] = []
+    if (
+        block.shared is not None and block.mixer is not None
+    ):  # Zamba2: the shared block, then the layer's mixer
+        return shared_flops(block, x, layers, n, causal) + mixer_flops(
+            block.mixer, x, layers, n, pad=pad_chunks
+        )
     if a is not None and a.external:  # K and V of the external tokens; every query sees all of them
         terms += attention_flops(a, x, layers, t, b * a.context, b * (n * a.context), "attention", cross=True)
     elif a is not None:

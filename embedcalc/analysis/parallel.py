@@ -299,6 +299,8 @@ def _on_stage(tensor: ParamTensor, stage: Stage, config: ResolvedShape) -> int:
         if config.shared_layers:
             return int(tensor.copies) if stage.layers.get(tensor.stack or "") else 0
         here = sum(n for block, n in stage.blocks.get(tensor.stack or "", ()) if block.name == tensor.block)
+        if tensor.shared_sets:  # a shared block's weights: once per set the stage's layers use (Zamba2)
+            here = min(here, tensor.shared_sets)
         return here * tensor.per_layer_copies
     if (
         tensor.stack is not None

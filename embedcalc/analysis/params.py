@@ -42,6 +42,10 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 - hyper-connections (DeepSeek-V4, ``hyper_connections``): per residual sublayer and layer ``hyper/<sublayer>``,
   and the final collapse ``<stack>/hyper_head`` (:mod:`embedcalc.analysis.hyper`).
 - encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4).
+- a shared block (``blocks.NAME.shared``, Zamba2; config/shared_spec.py): its attention (Q/K/V reading the 2 d wide
+  concatenation of the input and the embeddings), FFN and their norms once per weight set its layers use
+  (``shared_sets``), the per-use adapters (``shared/attention_adapters``, ``shared/ffn_adapters``) and projection
+  (``shared/projection``) in every layer.
 
 **Active parameters** (Fedus et al. 2021; DeepSeek-V3 report, Table 1): the total minus the (num_experts - top_k)
 routed experts a token does not use, in every MoE layer; equal to the total for dense models.
@@ -57,6 +61,7 @@ from math import prod
 from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.hyper import hyper_head_tensors, hyper_layer_tensors
+from embedcalc.analysis.indexers import block_indexer_tensors, indexer_tensors
 from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
     Dims,
@@ -87,13 +92,18 @@ def _norm(config: ResolvedShape, key: str, width: Num, count: int = 1) -> list[P
     return [ParamTensor(key, (width,), count) for _ in range(parts)]
 
 
-def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
-    """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md."""
+def attention_tensors(
+    config: ResolvedShape, a: Attention, x: Dims, prefix: str, d_in: Num | None = None
+) -> list[ParamTensor]:
+    """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md; ``d_in``: the width Q/K/V read
+    when it is not embed_dim (a shared block's concatenated input, Zamba2)."""
     d, h = x.d, q_heads(a, x)
     if a.kind == "standard":
         hd = head_width(a, x)
         q, kv = h * hd, kv_width(a, x)
-        out = _linear(f"{prefix}/qkv", d, q + projected_kv_width(a, x), a.qkv_bias, "qkv")
+        out = _linear(
+            f"{prefix}/qkv", d if d_in is None else d_in, q + projected_kv_width(a, x), a.qkv_bias, "qkv"
+        )
         keys = 0 if a.kv_shared else 1  # a layer reusing another's keys has no key norm
         if a.qk_norm == "head":
             out += _norm(config, f"{prefix}/qk_norm", hd, 1 + keys)
@@ -139,35 +149,6 @@ def attention_tensors(config: ResolvedShape, a: Attention, x: Dims, prefix: str)
     if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
         out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
     return out
-
-
-def indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
-    """The lightning indexer of a sparse layer (DeepSeek-V3.2-Exp report §2.1; transformers' ``DeepseekV32Indexer``):
-    queries from the query latent, one key per token with its LayerNorm (weight and bias, whatever the model's
-    norm), the per-head weights; replicated under tensor parallelism, as transformers' plan leaves it."""
-    heads, width = a.index_heads, a.index_head_dim
-    out = _linear(f"{prefix}/index_q", a.q_lora_rank or x.d, heads * width, False, "none")
-    if a.q_lora_rank is None:  # Mistral Large 4: queries from the input through a LayerNorm (weight and bias)
-        out += [ParamTensor(f"{prefix}/index_input_norm", (x.d,)) for _ in range(2)]
-    if a.query_scale:  # and a scale and a bias per indexer head
-        out += [ParamTensor(f"{prefix}/index_query_scale", (heads,)) for _ in range(2)]
-    out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
-    out += [ParamTensor(f"{prefix}/index_k_norm", (width,)) for _ in range(2)]
-    return out + _linear(f"{prefix}/index_weights", x.d, heads, False, "none")
-
-
-def block_indexer_tensors(a: Attention, x: Dims, prefix: str) -> list[ParamTensor]:
-    """The block indexer of a block-sparse layer (transformers' ``MiniMaxM3VLIndexer``): queries and one key per
-    token from embed_dim, each with an RMSNorm over index_head_dim (a weight, whatever the model's norm); no head
-    weights. Replicated under tensor parallelism, as the lightning indexer."""
-    heads, width = a.index_heads, a.index_head_dim
-    out = _linear(f"{prefix}/index_q", x.d, heads * width, False, "none")
-    out += _linear(f"{prefix}/index_k", x.d, width, False, "none")
-    return [
-        *out,
-        ParamTensor(f"{prefix}/index_q_norm", (width,)),
-        ParamTensor(f"{prefix}/index_k_norm", (width,)),
-    ]
 
 
 def activation_tensors(config: ResolvedShape) -> list[ParamTensor]:
@@ -218,10 +199,37 @@ def projection_tensors(config: ResolvedShape, where: str, x: Dims, norms: int) -
     )
 
 
+def shared_tensors(config: ResolvedShape, block: Block, x: Dims) -> list[ParamTensor]:
+    """A layer's shared block (config/shared_spec.py; Zamba2's ``Zamba2AttentionDecoderLayer``): its input norm over
+    the concatenated width, attention reading it, the FFN's norm and the FFN, each marked with the number of weight
+    sets (``shared_sets``); then the layer's own adapters and projection (Zamba2's ``linear_q/k/v_adapter_list``,
+    ``gate_up_proj_adapter_list`` and ``Zamba2HybridLayer.linear``)."""
+    use, a, ffn = block.shared, block.attention, block.ffn
+    assert use is not None and a is not None and ffn is not None  # the schema's rule (check_shared)
+    wide = 2 * x.d if use.embeddings else x.d
+    out = attention_tensors(config, a, x, "attention", d_in=wide) + _norm(config, "attention/norm", wide)
+    out += ffn_tensors(config, ffn, block, x) + _norm(config, "ffn/norm", x.d)
+    out = [replace(t, shared_sets=use.copies) for t in out]
+    rank = use.adapter_rank
+    if use.attention_adapters:  # q, k, v: input -> rank -> the projection's output, bias-free
+        for width in (q_heads(a, x) * head_width(a, x), kv_width(a, x), kv_width(a, x)):
+            out += _linear("shared/attention_adapters", wide, rank, False, "none")
+            out += _linear("shared/attention_adapters", rank, width, False, "none")
+    if use.ffn_adapters:  # the FFN's input projection (gate and up together when gated)
+        w = x.widths(block).f
+        out += _linear("shared/ffn_adapters", x.d, rank, False, "none")
+        out += _linear("shared/ffn_adapters", rank, 2 * w if ffn.gated else w, False, "none")
+    return out + _linear("shared/projection", x.d, x.d, False, "none")
+
+
 def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> list[ParamTensor]:
     """The tensors of one layer of ``block``; keys relative to the stack, in model order."""
     attention_norms, cross_norms, ffn_norms = sublayer_norms(config)
     out: list[ParamTensor] = []
+    if block.shared is not None:  # Zamba2: the shared block, then the recurrent mixer and its norm
+        assert block.mixer is not None
+        out = shared_tensors(config, block, x) + mixer_tensors(block.mixer, x)
+        return out + _norm(config, "mixer/norm", x.d, attention_norms)
     if "mixer" in block.projections:
         out += projection_tensors(config, "mixer", x, attention_norms)
     if block.attention is not None:
@@ -319,7 +327,10 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
         for block, count in sd.blocks:
             layers = 1 if config.shared_layers else count
             for t in block_tensors(config, block, x, sd.stack.cross_attention):
-                out.append(replace(t, key=f"{name}/{t.key}", copies=layers * t.copies, stack=name,
+                uses = (
+                    min(layers, t.shared_sets) if t.shared_sets else layers
+                )  # a shared block's sets (Zamba2)
+                out.append(replace(t, key=f"{name}/{t.key}", copies=uses * t.copies, stack=name,
                                    per_layer=True, block=block.name, per_layer_copies=t.copies))  # fmt: skip
         if config.rope_scale:  # Mistral Large 4's LeRoPE: a log-scale per rotary frequency (decoders only)
             out.append(ParamTensor(f"{name}/rope_scale", (rotary_width(config) // 2,), stack=name))

@@ -24,7 +24,8 @@ class ParamTensor:
 
     A per-layer tensor has ``per_layer_copies`` in each layer of its ``block`` (two norms of a sandwich, the
     ``num_experts`` experts of an MoE layer, which expert parallelism spreads over ``--ep`` ranks) and ``copies`` =
-    layers x ``per_layer_copies`` in the model (once per stack with ``shared_layers``).
+    layers x ``per_layer_copies`` in the model (once per stack with ``shared_layers``). A tensor of a shared block
+    (``shared_sets``, config/shared_spec.py) exists once per weight set the layers of its block use.
     """
 
     key: str
@@ -36,6 +37,9 @@ class ParamTensor:
     block: str | None = None
     per_layer_copies: int = 1
     expert: bool = False
+    shared_sets: int = (
+        0  # a shared block's tensor (Zamba2): at most this many sets, whatever the layers; 0: not
+    )
 
     @property
     def numel(self) -> Num:

@@ -30,6 +30,7 @@ from embedcalc.config.fields import AttentionFields, BlockFields
 from embedcalc.config.kinds import AttentionKind, QKNorm
 from embedcalc.config.layer_plan import LATENT_KINDS
 from embedcalc.config.mixer_spec import MixerSpec
+from embedcalc.config.shared_spec import SharedSpec
 from embedcalc.config.spec_base import FROZEN, refuse_other_kind
 from embedcalc.config.spec_shapes import (
     MLA_ONLY_FIELDS,
@@ -339,6 +340,15 @@ class BlockSpec(BlockFields, BaseModel):
     )
     ffn: FFNSpec | None = Field(
         default=None, description="The FFN fields that differ from the default block's (only those set)."
+    )
+    shared: SharedSpec | None = Field(
+        default=None,
+        description=(
+            "The layer runs a shared block (its attention and FFN, whose weights several layers share) before its "
+            "recurrent mixer and adds the block's projected output to the mixer's input (Zamba2's hybrid layers, "
+            "docs/concepts/layer-model.md); the per-use adapters and projection are the layer's own. Needs a "
+            "recurrent mixer, standard attention and a dense FFN."
+        ),
     )
 
 

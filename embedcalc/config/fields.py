@@ -247,6 +247,27 @@ class FFNFields(SpecFields):
         def latent_dim(self) -> int | None: ...
 
 
+class SharedFields(SpecFields):
+    """The fields of :class:`embedcalc.config.shared_spec.SharedSpec` (typing only)."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def copies(self) -> int: ...
+
+        @property
+        def embeddings(self) -> bool: ...
+
+        @property
+        def adapter_rank(self) -> int: ...
+
+        @property
+        def attention_adapters(self) -> bool: ...
+
+        @property
+        def ffn_adapters(self) -> bool: ...
+
+
 class BlockFields(SpecFields):
     """The fields of :class:`embedcalc.config.block_spec.BlockSpec` (typing only)."""
 
@@ -260,6 +281,9 @@ class BlockFields(SpecFields):
 
         @property
         def ffn(self) -> FFNFields | None: ...
+
+        @property
+        def shared(self) -> SharedFields | None: ...
 
 
 class LayerRunFields(SpecFields):

@@ -161,9 +161,31 @@ class FFN:
 
 
 @dataclass(frozen=True)
+class Shared:
+    """A layer's use of a shared block (Zamba2's shared transformer; :mod:`embedcalc.config.shared_spec`): the
+    block's attention and FFN are the layer's own ``attention`` and ``ffn``, run on its input (concatenated with the
+    token embeddings when ``embeddings``) before the recurrent mixer; their weights exist ``copies`` times."""
+
+    copies: int
+    embeddings: bool
+    adapter_rank: int
+    attention_adapters: bool
+    ffn_adapters: bool
+
+    def input_width(self, embed_dim: int) -> int:
+        """Width of what the shared block reads: embed_dim, doubled by the concatenated embeddings."""
+        return 2 * embed_dim if self.embeddings else embed_dim
+
+    def sets(self, layers: int) -> int:
+        """The weight sets ``layers`` uses of this block hold (the j-th use runs set j mod copies)."""
+        return min(self.copies, layers)
+
+
+@dataclass(frozen=True)
 class Block:
     """One layer: its token mixer (attention, a recurrent ``mixer``, both in parallel, a projection, or neither) and
-    its FFN (or a projection, or none).
+    its FFN (or a projection, or none); with ``shared``, a recurrent mixer after a shared block whose attention and FFN
+    are ``attention`` and ``ffn``.
 
     ``projections`` names the sublayers replaced by one bias-free embed_dim x embed_dim linear behind their own
     norm (DeciLM's ``replace_with_linear``, NVIDIA's Nemotron NAS models): ``mixer`` in place of the token mixer
@@ -174,15 +196,18 @@ class Block:
     ffn: FFN | None
     mixer: Mixer | None = None
     projections: tuple[Projected, ...] = ()
+    shared: Shared | None = None  # attention and FFN are a shared block run before the mixer (Zamba2)
 
     @property
     def parallel_mixers(self) -> bool:
         """Whether attention and a recurrent mixer run side by side on one normalised input (Falcon-H1)."""
-        return self.attention is not None and self.mixer is not None
+        return self.attention is not None and self.mixer is not None and self.shared is None
 
     @property
     def mixer_kind(self) -> str:
         """attention, the recurrent mixer's kind, attention+KIND for the two in parallel, or none."""
+        if self.shared is not None and self.mixer is not None:
+            return f"shared+{self.mixer.kind}"
         if self.parallel_mixers:
             assert self.mixer is not None
             return f"attention+{self.mixer.kind}"

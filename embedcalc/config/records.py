@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from embedcalc.config.fields import AttentionFields, BlockFields, FFNFields, MixerFields
+from embedcalc.config.fields import AttentionFields, BlockFields, FFNFields, MixerFields, SharedFields
 from embedcalc.config.record_base import Record, RecordField
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.spec_shapes import DisentangledShape, LayerRunShape
@@ -116,6 +116,19 @@ class FFNRecord(FFNFields, Record):
     }
 
 
+class SharedRecord(SharedFields, Record):
+    """A shipped preset's :class:`embedcalc.config.shared_spec.SharedSpec`, as a plain record."""
+
+    schema_model = "embedcalc.config.shared_spec.SharedSpec"
+    model_fields: ClassVar[dict[str, RecordField]] = {
+        "copies": RecordField(1),
+        "embeddings": RecordField(True),
+        "adapter_rank": RecordField(0),
+        "attention_adapters": RecordField(False),
+        "ffn_adapters": RecordField(False),
+    }
+
+
 class BlockRecord(BlockFields, Record):
     """A shipped preset's :class:`embedcalc.config.block_spec.BlockSpec`, as a plain record."""
 
@@ -124,11 +137,13 @@ class BlockRecord(BlockFields, Record):
         "mixer": RecordField(None),
         "attention": RecordField(None),
         "ffn": RecordField(None),
+        "shared": RecordField(None),
     }
     nested: ClassVar[dict[str, tuple[str, type[Record]]]] = {
         "mixer": ("one", MixerRecord),
         "attention": ("one", AttentionRecord),
         "ffn": ("one", FFNRecord),
+        "shared": ("one", SharedRecord),
     }
 
 

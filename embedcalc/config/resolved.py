@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from embedcalc.config.config_fields import ConfigFields
 from embedcalc.config.kinds import NormPlacement, Projected
 from embedcalc.config.layer_plan import FFN as ResolvedFFN
-from embedcalc.config.layer_plan import Attention, Block, StackPlan
+from embedcalc.config.layer_plan import Attention, Block, Shared, StackPlan
 from embedcalc.config.mixer_plan import resolve_mixer
 from embedcalc.config.spec_shapes import DEFAULT_BLOCK, base_attention_spec, merge_spec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from embedcalc.config.fields import AttentionFields, FFNFields, MixerFields
+    from embedcalc.config.fields import AttentionFields, FFNFields, MixerFields, SharedFields
 
 
 GATED_ACTIVATIONS = frozenset({"swiglu", "geglu"})
@@ -205,10 +205,12 @@ class ResolvedShape(ConfigFields):
         """The cross-attention of an encoder-decoder's decoder: standard attention from the flat fields."""
         return self.resolve_attention(self.spec_types[0]())
 
-    def _block(self, name: str, mixer: MixerFields, attention: AttentionFields, ffn: FFNFields) -> Block:
-        attends = (
-            mixer.kind == "attention" or mixer.parallel_attention
-        )  # Falcon-H1: attention beside the mixer
+    def _block(
+        self, name: str, mixer: MixerFields, attention: AttentionFields, ffn: FFNFields,
+        shared: SharedFields | None = None,
+    ) -> Block:  # fmt: skip
+        # attention beside the mixer (Falcon-H1) or in the shared block before it (Zamba2)
+        attends = mixer.kind == "attention" or mixer.parallel_attention or shared is not None
         resolved = self.resolve_attention(attention) if attends else None
         projected: list[
             Projected
@@ -217,7 +219,13 @@ class ResolvedShape(ConfigFields):
             projected.append("mixer")
         if ffn.kind == "projection":
             projected.append("ffn")
-        return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer), tuple(projected))
+        use = (
+            Shared(shared.copies, shared.embeddings, shared.adapter_rank, shared.attention_adapters,
+                   shared.ffn_adapters)
+            if shared is not None
+            else None
+        )  # fmt: skip
+        return Block(name, resolved, self.resolve_ffn(ffn), resolve_mixer(mixer), tuple(projected), use)
 
     @cached_property
     def named_blocks(self) -> dict[str, Block]:
@@ -233,6 +241,7 @@ class ResolvedShape(ConfigFields):
                 merge_spec(mixer, spec.mixer),
                 merge_spec(attention, spec.attention),
                 merge_spec(ffn, spec.ffn),
+                spec.shared,
             )
         return out
 

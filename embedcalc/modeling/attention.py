@@ -235,7 +235,7 @@ class Attention(AttentionBase):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values with q/k norms and rotary positions applied: q (B, h, T, d_head) from ``x``;
         k, v (B, h_kv, S, d_head) from ``memory`` (cross-attention) or ``x``."""
-        q, k, v = self.qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
+        q, k, v = self._qkv(x, memory if self.cross else None)  # (B, T, q_dim), (B, S, kv_dim) x2
         if self.qk_norm is not None and self.qk_norm.full:
             q, k = self.qk_norm.q(q), self.qk_norm.k(k)  # over all heads: (B, T, q_dim), (B, S, kv_dim)
         q, k, v = (
@@ -249,6 +249,11 @@ class Attention(AttentionBase):
         if rotary is not None and not self.cross:
             cos, sin = rotary[self.rotary_width]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        return q, k, v
+
+    def _qkv(self, x: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """The Q, K and V projections (a shared block's use adds its adapters: modeling/shared_block.py)."""
+        q, k, v = self.qkv(x, memory)  # (B, T, q_dim), (B, S, kv_dim) x2
         return q, k, v
 
     def _cross_queries(self, x: Tensor) -> Tensor:

@@ -49,6 +49,7 @@ from embedcalc.modeling.mamba1 import Mamba1Mixer
 from embedcalc.modeling.moe import BranchNorms, MoE, Routing
 from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.per_layer import PerLayerSublayer
+from embedcalc.modeling.shared_block import SharedAttention, SharedFeedForward, SharedUse, run_shared
 from embedcalc.modeling.shared_kv import SharedKVAttention
 from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
@@ -225,10 +226,16 @@ class Block(nn.Module):
             else None
         )
         ffn_norm = not self.parallel or config.parallel_norms == 2
-        self.ffn: FeedForward | MoEFeedForward | Projection | None = None
+        self.ffn: FeedForward | MoEFeedForward | Projection | SharedFeedForward | None = None
         if "ffn" in spec.projections:
             self.ffn = Projection(config, ffn_norm)
-        if spec.ffn is not None:
+        self.shared: SharedUse | None = None
+        self.shared_spec = spec.shared
+        if spec.shared is not None and spec.ffn is not None:  # Zamba2: a shared block before the mixer
+            self.attention = SharedAttention(config, spec, impl=impl, causal=causal)
+            self.ffn = SharedFeedForward(config, spec.ffn.ffn_dim, spec.ffn.bias, spec.ffn.down_bias)
+            self.shared = SharedUse(config, spec)
+        elif spec.ffn is not None:
             gate = spec.attention is not None and spec.attention.tanh_gates
             self.ffn = (
                 MoEFeedForward(config, spec.ffn, ffn_norm, routing, gate)
@@ -253,8 +260,10 @@ class Block(nn.Module):
     def forward(
         self, x: Tensor, memory: Tensor | None = None, bias: Tensor | None = None, rotary: Rotary | None = None,
         cache: BlockCache | None = None, position: int = 0, per_layer_input: Tensor | None = None,
+        embeddings: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """(B, T, d) -> (B, T, d); with ``cache`` (generation) the T new tokens start at ``position``;
+        ``embeddings`` (B, T, d) are the stack's token embeddings, which a shared block reads (Zamba2);
         ``per_layer_input`` (B, T, p) is this layer's per-layer input (Gemma 3n/4), added after the FFN. With
         AltUp (Gemma 3n) ``x`` is the (n, B, T, d) copies of the stream, and so is the result."""
         if self.altup is not None:
@@ -270,7 +279,7 @@ class Block(nn.Module):
             return torch.cat([corrected[:1], corrected[1:] + added])  # (n, B, T, d)
         if self.hyper is not None:  # (B, T, n, d) streams in and out
             return self._hyper_sublayers(x, bias, rotary, cache, position)
-        x = self._sublayers(x, memory, bias, rotary, cache, position)  # (B, T, d)
+        x = self._sublayers(x, memory, bias, rotary, cache, position, embeddings)  # (B, T, d)
         if self.per_layer is not None:
             if per_layer_input is None:
                 raise ValueError("a layer with per-layer embeddings needs its per-layer input")
@@ -279,12 +288,19 @@ class Block(nn.Module):
 
     def _sublayers(
         self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
-        cache: BlockCache | None, position: int,
+        cache: BlockCache | None, position: int, embeddings: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """The mixer(s) and the FFN with their norms and residuals: (B, T, d) -> (B, T, d)."""
         own = cache.self_attention if cache is not None else None
         cross = cache.cross_attention if cache is not None else None
         state = cache.state if cache is not None else None
+        if self.shared is not None and self.shared_spec is not None:  # Zamba2 (modeling/shared_block.py)
+            mixer = self.mixer
+            assert isinstance(self.attention, SharedAttention) and isinstance(self.ffn, SharedFeedForward)
+            assert isinstance(mixer, MixerSublayer) and mixer.norm is not None
+            norm = mixer.norm
+            return run_shared(self.attention, self.ffn, self.shared, self.shared_spec, x, embeddings,
+                              lambda h: mixer.transform(norm(h), state), bias, rotary, own, position)  # fmt: skip
         if self.parallel_mixers and self.attention is not None and isinstance(self.mixer, MixerSublayer):
             # Falcon-H1: attention and the mixer on one normalised input, x + attn(n(x)) + mixer(n(x))
             normed = self.attention.norm(x)  # (B, T, d)
@@ -300,6 +316,7 @@ class Block(nn.Module):
                 x = self.mixer(x, state)  # (B, T, d)
             return self.ffn(x) if self.ffn is not None else x
         if self.parallel:
+            assert not isinstance(self.ffn, SharedFeedForward)  # a shared block is pre-norm (check_shared)
             if self.cross_attention is not None:
                 x = self.cross_attention(x, memory=memory, cache=cross)  # (B, T, d)
             normed = self.attention.norm(x)  # (B, T, d)
@@ -337,7 +354,9 @@ class Block(nn.Module):
             steps.append(lambda h: mixer.transform(_normed(mixer, h), state))
         elif isinstance(mixer, Projection):
             steps.append(lambda h: mixer.transform(_normed(mixer, h)))
-        if ffn is not None:
+        if ffn is not None and not isinstance(
+            ffn, SharedFeedForward
+        ):  # a shared block has no streams (schema)
             steps.append(lambda h: ffn.transform(_normed(ffn, h)))
         wrappers = [cast(HyperConnection, m) for m in self.hyper.values()]
         if len(steps) != len(wrappers):

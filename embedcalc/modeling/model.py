@@ -85,6 +85,13 @@ class Stack(nn.Module):
             from embedcalc.modeling.sparse_attention import link_shared_selections
 
             link_shared_selections([cast(Block, layer).attention for layer in self.layers])
+        self.shared_blocks = any(
+            b.shared is not None for b in plan.blocks
+        )  # Zamba2: they read the embeddings
+        if self.shared_blocks and not config.shared_layers:
+            from embedcalc.modeling.shared_block import tie_shared_blocks
+
+            tie_shared_blocks(list(self.layers), [plan.block_at(i) for i in range(built)])
         if any(b.attention is not None and b.attention.kv_shared for b in plan.blocks):  # Gemma 3n/4
             from embedcalc.modeling.shared_kv import link_shared_kv
 
@@ -146,6 +153,7 @@ class Stack(nn.Module):
             dtype = rotary[self.rope_scale.width][0].dtype
             cos, sin = self.rope_scale(position, length, x.device)
             rotary[self.rope_scale.width] = (cos.to(dtype), sin.to(dtype))
+        embeddings = x if self.shared_blocks else None  # (B, T, d): what a shared block concatenates (Zamba2)
         for i in range(self.num_layers):
             layer = self.layers[i if len(self.layers) > 1 else 0]
             step = cache.layers[i] if cache is not None else None
@@ -153,9 +161,8 @@ class Stack(nn.Module):
             own_table = cast(Block, layer).attention if self.bias_per_layer and i else None
             if own_table is not None:  # UMT5: layer i's own table, (1, h, T, S)
                 bias = own_table.position_bias(length, position + length, position)
-            x = layer(
-                x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position, per_layer_input=own
-            )
+            x = layer(x, memory=memory, bias=bias, rotary=rotary, cache=step, position=position,
+                      per_layer_input=own, embeddings=embeddings)  # fmt: skip
         if self.altup_unembed is not None:
             x = fold_streams(self.altup_unembed, x)  # (n, B, T, d) -> (B, T, d)
         if self.hyper_head is not None:

@@ -65,6 +65,14 @@ class AltUpRules:
                 "one or the other. Remove one of them",
                 {"value": value},
             )
+        shared = [name for name, block in (info.data.get("blocks") or {}).items() if block.shared is not None]
+        if shared:  # a shared block's output joins its mixer's input, not a residual that streams could carry
+            raise PydanticCustomError(
+                "hyper_with_shared",
+                "hyper_connections ({value}) wraps each sublayer's residual, but blocks.{name}.shared feeds a "
+                "shared block into its mixer's input (Zamba2), which no model combines with them; remove one of them",
+                {"value": value, "name": shared[0]},
+            )
         return value
 
 

@@ -20,7 +20,12 @@ from embedcalc.config.block_spec import AttentionSpec, BlockSpec, LayerRun
 from embedcalc.config.ffn_spec import FFNSpec, moe_missing
 from embedcalc.config.mixer_spec import MixerSpec
 from embedcalc.config.rules.shape import written_key
-from embedcalc.config.rules.spec_checks import check_attention, check_ffn_activation, check_mixer
+from embedcalc.config.rules.spec_checks import (
+    check_attention,
+    check_ffn_activation,
+    check_mixer,
+    check_shared,
+)
 from embedcalc.config.spec_shapes import DEFAULT_BLOCK, base_attention_spec, merge_spec
 
 
@@ -87,6 +92,8 @@ class LayerRules:
             check_attention(attention, info, f"blocks.{name}.attention")
             check_mixer(mixer, info, f"blocks.{name}.mixer")
             check_ffn_activation(ffn, info, f"blocks.{name}.ffn")
+            if block.shared is not None:
+                check_shared(attention, ffn, mixer, info, f"blocks.{name}")
             missing = moe_missing(ffn)
             if missing:
                 raise PydanticCustomError(

@@ -218,3 +218,28 @@ def check_grouped_output(spec: AttentionSpec, heads: object, where: str) -> None
             "divisor of {heads}",
             {"where": where, "groups": spec.out_groups, "heads": heads},
         )
+
+
+def check_shared(
+    attention: AttentionSpec, ffn: FFNSpec, mixer: MixerSpec, info: ValidationInfo, where: str
+) -> None:
+    """A block variant with ``shared`` (Zamba2's hybrid layer): a recurrent mixer after a shared block of standard
+    self-attention and a dense FFN, pre-normalised (config/shared_spec.py); anything else has no model here."""
+    problem = None
+    if mixer.kind in ("attention", "projection", "none") or mixer.parallel_attention:
+        problem = (f"mixer kind {mixer.kind}" + (" with parallel_attention" if mixer.parallel_attention else ""),
+                   "a recurrent mixer (mixer: {kind: mamba2, ...})")  # fmt: skip
+    elif attention.kind != "standard" or attention.cross or attention.kv_shared or attention.index_block_size:
+        problem = (f"attention kind {attention.kind}" + (" (cross, shared K/V or a block indexer)"
+                   if attention.kind == "standard" else ""), "standard self-attention")  # fmt: skip
+    elif ffn.kind != "dense":
+        problem = (f"ffn kind {ffn.kind}", "a dense FFN (ffn: {kind: dense})")
+    elif info.data.get("norm_placement") not in (None, "pre"):
+        problem = (f"norm_placement {info.data.get('norm_placement')}", "norm_placement pre")
+    if problem is not None:
+        raise PydanticCustomError(
+            "shared_block_shape",
+            "{where}.shared runs a shared block of attention and FFN before a recurrent mixer (Zamba2), but the "
+            "block has {found}; it needs {needed}",
+            {"where": where, "found": problem[0], "needed": problem[1]},
+        )
