@@ -237,3 +237,33 @@ def shared_kv_cache(cfg: Any, tokens: int, dtype_bytes: int) -> int:
         kept = min(tokens, cfg.sliding_window) if kind == "sliding_attention" else tokens
         total += 2 * layer.num_key_value_heads * layer.head_dim * kept * dtype_bytes
     return total
+
+
+def cache_bytes(cache: Any) -> tuple[int, int, set[Any]]:
+    """(KV bytes, recurrent bytes, the scan states' dtypes) of a transformers cache: every layer's keys and values,
+    conv windows and recurrent states."""
+    kv = recurrent = 0
+    dtypes: set[Any] = set()
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            kv += t.numel() * t.element_size() if hasattr(t, "numel") else 0
+        for name in ("conv_states", "recurrent_states"):
+            for t in (getattr(layer, name, None) or {}).values():
+                recurrent += t.numel() * t.element_size()
+                dtypes |= {t.dtype} if name == "recurrent_states" else set()
+    return kv, recurrent, dtypes
+
+
+def bf16_decode_cache(transformers: Any, raw: dict[str, Any]) -> Any:
+    """The cache transformers' causal LM of ``raw`` holds in bf16 after a prefill of 2 sequences of 6 tokens and one
+    decode step (seed 0)."""
+    import torch
+
+    torch.manual_seed(0)
+    config = transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    ids = torch.randint(0, 200, (2, 6))
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).past_key_values
+        return model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values

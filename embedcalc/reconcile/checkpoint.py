@@ -167,8 +167,9 @@ def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
 
 class LayerKinds(Mapping[int, Sublayer]):
     """The sublayer each layer's pre-norm serves: its recurrent mixer, else attention, else its FFN alone
-    (``parallel``: a recurrent mixer beside attention). Computed per layer a tensor names, on demand: the work
-    follows the checkpoint's tensors, never the config's layer count (which may be 10^29, issue 33)."""
+    (``parallel``: a recurrent mixer beside attention; ``shared``: a shared block before the mixer, Zamba2).
+    Computed per layer a tensor names, on demand: the work follows the checkpoint's tensors, never the config's layer
+    count (which may be 10^29, issue 33)."""
 
     def __init__(self, config: ResolvedShape, stack: str) -> None:
         self._plan = config.stack_plan(stack)
@@ -178,6 +179,8 @@ class LayerKinds(Mapping[int, Sublayer]):
         if not 0 <= layer < self._layers:
             raise KeyError(layer)
         block = self._plan.block_at(layer)
+        if block.shared is not None:  # Zamba2's hybrid layer: a shared block before its mixer
+            return "shared"
         if block.mixer is not None:
             return "mixer" if block.attention is None else "parallel"
         if "mixer" in block.projections:  # its input_layernorm is the projection's norm

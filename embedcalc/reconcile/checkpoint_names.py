@@ -20,7 +20,11 @@ layer's pre-norm (``input_layernorm``, lfm2's ``operator_norm``, nemotron_h's ``
 nemotron_h MLP or MoE block that one ``norm`` is ``ffn/norm``. Falcon-H1's ``mamba`` beside its attention in one
 layer is mapped the same way, its one pre-norm attention's. Llama-3.2-Vision's cross-attention layers are
 ``cross_attn.*`` (q/k/v/o projections and q/k norms as above) and the layer's own ``cross_attn_attn_gate`` /
-``cross_attn_mlp_gate`` (``attention/tanh_gate``, ``ffn/tanh_gate``); a multimodal checkpoint's vision tower and
+``cross_attn_mlp_gate`` (``attention/tanh_gate``, ``ffn/tanh_gate``); Zamba2's hybrid layers hold
+``shared_transformer`` (its attention and MLP as any layer's, ``input_layernorm`` the attention's norm,
+``pre_ff_layernorm`` the MLP's; the uses' adapter lists ``shared/attention_adapters`` / ``shared/ffn_adapters``),
+``linear`` (``shared/projection``) and ``mamba_decoder`` (the Mamba-2 layer and its ``input_layernorm``,
+``mixer/...``); a multimodal checkpoint's vision tower and
 projector (``vision_model``, ``multi_modal_projector``, ...) belong to no component of the text model. The Nemotron
 NAS models' linear sublayers are ``self_attn.linear_attn`` (``mixer/projection``, the layer's ``input_layernorm``
 then ``mixer/norm``) and ``mlp.linear_mlp`` (``ffn/projection``).
@@ -50,8 +54,8 @@ Kind = Literal["weight", "packed", "scale", "buffer"]
 # ModernBERT/MPT's Wqkv (shapes: checkpoint_shapes)
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv")
 # what a layer's pre-norm serves; "parallel": attention and a recurrent mixer side by side (Falcon-H1), the pre-norm
-# attention's as analysis/params.py counts it
-Sublayer = Literal["attention", "mixer", "ffn", "parallel"]
+# attention's as analysis/params.py counts it; "shared": a shared block before the mixer (Zamba2, :func:`_shared_key`)
+Sublayer = Literal["attention", "mixer", "ffn", "parallel", "shared"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
 # ERNIE 4.5's moe_statics.e_score_correction_bias is an nn.Parameter (Ernie4_5_MoeStatics), DeepSeek's a buffer
@@ -257,6 +261,8 @@ def tensor_role(
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     if tuple(inside) in _REPLACED:
         return TensorRole(f"{stack}/{_REPLACED[tuple(inside)]}", layer, kind, module)
+    if sublayer == "shared":
+        return TensorRole(_shared_key(inside, param, stack, sandwich), layer, kind, module)
     key = _mixer_key(inside, param, sublayer == "parallel") if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
@@ -310,6 +316,33 @@ def _mixer_key(inside: list[str], param: str, parallel: bool = False) -> str | N
         return "mixer/ssm" if param in _MIXER_PARAMS else None
     part = _MIXER_PARTS.get(inside[1]) or (None if parallel else _KDA_PARTS.get(inside[1]))
     return f"mixer/{part}" if part is not None and len(inside) == 2 else None
+
+
+# Zamba2's hybrid layer (Zamba2HybridLayer): shared_transformer (Zamba2AttentionDecoderLayer: self_attn, feed_forward,
+# input_layernorm, pre_ff_layernorm; the use's adapter lists), linear (the use's projection), mamba_decoder (the
+# layer's own Mamba-2 layer and its input_layernorm)
+_SHARED_ADAPTERS = {
+    "linear_q_adapter_list": "shared/attention_adapters",
+    "linear_k_adapter_list": "shared/attention_adapters",
+    "linear_v_adapter_list": "shared/attention_adapters",
+    "gate_up_proj_adapter_list": "shared/ffn_adapters",
+}
+
+
+def _shared_key(inside: list[str], param: str, stack: str, sandwich: bool) -> str | None:
+    """A tensor of a layer with a shared block (Zamba2, names above): the block's attention and FFN as any layer's,
+    its adapters and projection ``shared/...``, the Mamba-2 layer ``mixer/...``."""
+    if inside == ["linear"]:
+        return f"{stack}/shared/projection"
+    if inside[:1] == ["mamba_decoder"]:
+        if inside[1:] == ["input_layernorm"]:
+            return f"{stack}/mixer/norm"
+        key = _mixer_key(inside[1:], param)
+        return f"{stack}/{key}" if key else None
+    adapter = next((_SHARED_ADAPTERS[s] for s in inside if s in _SHARED_ADAPTERS), None)
+    if adapter is not None:
+        return f"{stack}/{adapter}"
+    return _layer_key(inside[1:] if inside[:1] == ["shared_transformer"] else inside, stack, sandwich)
 
 
 def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:

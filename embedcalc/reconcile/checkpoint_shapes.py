@@ -56,6 +56,7 @@ from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
 from embedcalc.reconcile.checkpoint_names import QKV, TensorRole, within_layer
+from embedcalc.reconcile.checkpoint_shared import shared_tensor_shape
 
 # (shape, why); a shape of None: the block builds no such tensor, and why
 Expected = tuple[tuple[int, ...] | None, str]
@@ -349,6 +350,10 @@ def _in_layer(
     last = inside[-1] if inside else ""
     if component.endswith("/projection"):  # a sublayer replaced by a d x d linear (DeciLM)
         return ((x.d, x.d), "hidden, hidden") if param == "weight" else None
+    if block.shared is not None:  # Zamba2's shared block: what reads its 2 d wide input, the use's adapters
+        found = shared_tensor_shape(block, x, component, inside, param)
+        if found is not None:
+            return found
     if component in ("attention/norm", "ffn/norm", "mixer/norm", "per_layer/norm", "cross_attention/norm"):
         return ((x.d,), "hidden") if param in ("weight", "bias") else None
     if component.startswith("mixer/") and block.mixer is not None:

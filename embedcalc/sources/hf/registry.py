@@ -56,6 +56,7 @@ from embedcalc.sources.hf import (
     step3,
     t5,
     vl_text,
+    zamba2,
 )
 from embedcalc.sources.hf.core import row
 from embedcalc.sources.hf.reader import Family
@@ -81,7 +82,7 @@ MODULES += (
     minimax,
     falcon_h1,
 )  # token mixers beyond attention (issue 23, DESIGN §16)
-MODULES += (ssm, bamba, kimi_linear)  # state-space and delta-rule models (issue 31)
+MODULES += (ssm, bamba, kimi_linear, zamba2)  # state-space and delta-rule models (issue 31)
 MODULES += (embedders,)  # encoders of embedding models: XLM-R-XL, Jina v3, EuroBERT (issue 31)
 MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vision's text model, issue 23)
 MODULES += (

@@ -192,12 +192,12 @@ def test_a_refused_file_is_told_the_supported_class_it_names() -> None:
 
 def test_a_hybrid_file_with_an_infinite_limit_is_told_its_family_first(cli: Any, write_config: Any) -> None:
     """Nemotron-H-like files hold ``time_step_limit: [0.0, Infinity]``: the family is the reason, so it comes first."""
-    text = json.dumps({"model_type": "zamba2", "hidden_size": 64, "time_step_limit": [0.0, float("inf")]})
+    text = json.dumps({"model_type": "zamba", "hidden_size": 64, "time_step_limit": [0.0, float("inf")]})
     path = write_config(text, "config.json")
     result = cli("check", str(path))
     assert result.exit_code == 3
     first = result.stderr.strip().splitlines()[0]
-    assert "model_type 'zamba2' is not a family embedcalc reads" in first
+    assert "model_type 'zamba' is not a family embedcalc reads" in first
     assert "time_step_limit" in result.stderr
 
 

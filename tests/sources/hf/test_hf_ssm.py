@@ -17,8 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_model, mapped_config, numel, raw_fixture
+from hf_reference import (
+    bf16_decode_cache,
+    cache_bytes,
+    forward_flops,
+    hf_model,
+    mapped_config,
+    numel,
+    raw_fixture,
+)
 from hf_reference import unaccounted_keys as unaccounted
+from sources.hf.test_mixers_hf import torch_path_extra
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import estimate_memory
@@ -89,21 +98,6 @@ def test_the_published_falcon_mamba_file_is_read_with_its_intermediate_size() ->
     assert unaccounted(raw) == set()
 
 
-def _cache_bytes(cache: Any) -> tuple[int, int, set[Any]]:
-    """(KV bytes, recurrent bytes, the scan states' dtypes) of a transformers cache."""
-    kv = recurrent = 0
-    dtypes: set[Any] = set()
-    for layer in cache.layers:
-        for name in ("keys", "values"):
-            t = getattr(layer, name, None)
-            kv += t.numel() * t.element_size() if hasattr(t, "numel") else 0
-        for name in ("conv_states", "recurrent_states"):
-            for t in (getattr(layer, name, None) or {}).values():
-                recurrent += t.numel() * t.element_size()
-                dtypes |= {t.dtype} if name == "recurrent_states" else set()
-    return kv, recurrent, dtypes
-
-
 @pytest.mark.torch
 @pytest.mark.parametrize("name", ["mamba", "falcon-mamba", "mamba2", "bamba", "bamba-biased"])
 def test_the_state_and_kv_cache_are_what_transformers_cache_holds_at_bf16(
@@ -113,18 +107,21 @@ def test_the_state_and_kv_cache_are_what_transformers_cache_holds_at_bf16(
     hold exactly embedcalc's recurrent_state_bytes, and Bamba's attention layers the KV cache of 7 tokens."""
     import torch
 
-    raw = _variant(transformers, name)
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(
-        raw)).to(torch.bfloat16).eval()  # fmt: skip
-    ids = torch.randint(0, 200, (2, 6))
-    with torch.no_grad():
-        cache = model(ids, use_cache=True).past_key_values
-        cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
-    kv, recurrent, dtypes = _cache_bytes(cache)
-    memory = estimate_memory(mapped_config(raw), Workload(batch_size=2, seq_len=7, dtype="bf16"))
+    kv, recurrent, dtypes, memory = bf16_cache_and_estimate(transformers, _variant(transformers, name))
     assert (kv, recurrent) == (memory.kv_cache_bytes, memory.recurrent_state_bytes)
     assert dtypes == {torch.float32}
+
+
+def bf16_cache_and_estimate(transformers: Any, raw: dict[str, Any]) -> tuple[int, int, set[Any], Any]:
+    """(KV bytes, recurrent bytes, the scan states' dtypes) transformers' cache holds after a bf16 prefill of 6
+    tokens and a decode step (2 sequences), and embedcalc's memory estimate of the same 7 tokens."""
+    kv, recurrent, dtypes = cache_bytes(bf16_decode_cache(transformers, raw))
+    return (
+        kv,
+        recurrent,
+        dtypes,
+        estimate_memory(mapped_config(raw), Workload(batch_size=2, seq_len=7, dtype="bf16")),
+    )
 
 
 @pytest.mark.torch
@@ -143,15 +140,7 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
     b = 2
     config = mapped_config(raw)
     ours = analytic_flops(config, Workload(batch_size=b, seq_len=seq_len)).forward
-    mixers = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
-    extra = sum(
-        2 * b * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mixers
-    )  # the conv's padded tail
-    for m in mixers:
-        if m.kind == "mamba2":  # the inter-chunk state passing, a matrix product on transformers' torch path
-            c = -(-seq_len // m.chunk_size)
-            extra += 2 * b * m.num_heads * (c + 1) ** 2 * m.head_dim * m.state_size
-    assert forward_flops(model, batch=b, seq_len=seq_len) == ours + extra
+    assert forward_flops(model, batch=b, seq_len=seq_len) == ours + torch_path_extra(config, b, seq_len)
 
 
 def test_an_attention_free_model_has_no_head_size_warnings(cli: Any, write_config: Any) -> None:

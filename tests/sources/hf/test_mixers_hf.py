@@ -146,14 +146,20 @@ def test_forward_flops_equal_transformers_torch_path(transformers: Any, name: st
     b, measured = 2, forward_flops(model.to("cpu"), batch=2, seq_len=seq_len)
     config = mapped_config(small)
     ours = analytic_flops(config, Workload(batch_size=b, seq_len=seq_len)).forward
-    mamba = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
-    chunks = [-(-seq_len // m.chunk_size) for m in mamba]
-    state_passing = sum(
-        2 * b * m.num_heads * (c + 1) ** 2 * m.head_dim * m.state_size
-        for m, c in zip(mamba, chunks, strict=True)
-    )
-    conv_tail = sum(2 * b * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mamba)
-    assert measured == ours + state_passing + conv_tail
+    assert measured == ours + torch_path_extra(config, b, seq_len)
+
+
+def torch_path_extra(config: Any, batch: int, seq_len: int) -> int:
+    """What transformers' CPU path counts beyond embedcalc's matmuls in a stack of Mamba-1/2 layers (analysis/
+    mixers.py): each convolution's padded tail, 2 b conv_dim K (K - 1), and each Mamba-2 layer's inter-chunk state
+    passing as a matrix product, 2 b H (c + 1)² P N for c chunks."""
+    mixers = [blk.mixer for blk, n in config.stack_plan("decoder").counts() for _ in range(n) if blk.mixer]
+    extra = sum(2 * batch * m.conv_dim * m.conv_kernel * (m.conv_kernel - 1) for m in mixers)
+    for m in mixers:
+        if m.kind == "mamba2":
+            chunks = -(-seq_len // m.chunk_size)
+            extra += 2 * batch * m.num_heads * (chunks + 1) ** 2 * m.head_dim * m.state_size
+    return int(extra)
 
 
 # Small eager variants whose transformers CPU path counts exactly our matmuls plus the convolution's padded tail:
