@@ -214,11 +214,13 @@ def shared_tensors(config: ResolvedShape, block: Block, x: Dims) -> list[ParamTe
     if use.attention_adapters:  # q, k, v: input -> rank -> the projection's output, bias-free
         for width in (q_heads(a, x) * head_width(a, x), kv_width(a, x), kv_width(a, x)):
             out += _linear("shared/attention_adapters", wide, rank, False, "none")
-            out += _linear("shared/attention_adapters", rank, width, False, "none")
+            out += _linear(
+                "shared/attention_adapters", rank, width, False, "column"
+            )  # as the q, k, v it adds to
     if use.ffn_adapters:  # the FFN's input projection (gate and up together when gated)
         w = x.widths(block).f
         out += _linear("shared/ffn_adapters", x.d, rank, False, "none")
-        out += _linear("shared/ffn_adapters", rank, 2 * w if ffn.gated else w, False, "none")
+        out += _linear("shared/ffn_adapters", rank, 2 * w if ffn.gated else w, False, "column")
     return out + _linear("shared/projection", x.d, x.d, False, "none")
 
 

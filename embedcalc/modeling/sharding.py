@@ -36,7 +36,10 @@ from embedcalc.config.schema import ModelConfig
 # gated attention) and the FFN's and shared experts' projections; a mixer's ``in_`` / ``out`` (Mamba, DeltaNet)
 # is not among them and stays replicated, as analysis.parallel counts it
 _COLUMN = ("qkv.q", "qkv.k", "qkv.v", "attention.q_b", "attention.kv_b", "attention.q", "attention.gate",
-           "ffn.in_", "ffn.in_.gate", "ffn.in_.up", "shared.in_", "shared.in_.gate", "shared.in_.up")  # fmt: skip
+           "ffn.in_", "ffn.in_.gate", "ffn.in_.up", "shared.in_", "shared.in_.gate", "shared.in_.up",
+           # a shared block's per-use adapters (Zamba2): their outputs add to the column-parallel q, k, v, gate, up
+           "attention_adapters.q.up", "attention_adapters.k.up", "attention_adapters.v.up", "ffn_adapters.gate",
+           "ffn_adapters.up")  # fmt: skip
 _ROW = ("attention.out", "ffn.out", "shared.out")
 
 
@@ -210,15 +213,24 @@ def stage_module_params(model: nn.Module, config: ResolvedShape, pp: int) -> lis
     def stages_running(lo: int, hi: int) -> list[int]:  # the stages that run global layers lo .. hi - 1
         return [i for i, (a, b) in enumerate(bounds) if a < hi and lo < b]
 
+    # a parameter several layers hold (a shared block's weight set, Zamba2): every layer that names it
+    users: dict[int, list[int]] = {}
+    for pname, param in model.named_parameters(remove_duplicate=False):
+        parts = pname.split(".")
+        if parts[0] in spans and len(parts) > 2 and parts[1] == "layers":
+            users.setdefault(id(param), []).append(spans[parts[0]][0] + int(parts[2]))
     stages: list[dict[str, int]] = [{} for _ in range(pp)]
     for pname, param in model.named_parameters():
         parts = pname.split(".")
         if parts[0] in spans and len(parts) > 2 and parts[1] == "layers":
             lo, hi, built = spans[parts[0]]
-            index = lo + int(parts[2])
             # a stack's one bias table: first stage
             shared = built < hi - lo and ".relative_bias." not in pname
-            holders = stages_running(lo, hi) if shared else stages_running(index, index + 1)
+            holders = (
+                stages_running(lo, hi)
+                if shared
+                else sorted({s for i in users[id(param)] for s in stages_running(i, i + 1)})
+            )
         elif parts[0] in spans:  # final norm
             holders = stages_running(spans[parts[0]][1] - 1, spans[parts[0]][1])
         elif parts[0] == "embedding":

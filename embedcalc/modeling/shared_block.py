@@ -4,7 +4,7 @@ transformers' ``Zamba2HybridLayer``, ``Zamba2AttentionDecoderLayer``, ``Zamba2At
 A layer with ``shared`` is a :class:`embedcalc.modeling.layers.Block` whose ``attention`` is a
 :class:`SharedAttention` (its norm and Q/K/V over the input concatenated with the token embeddings, 2 d wide), whose
 ``ffn`` is a :class:`SharedFeedForward` and whose ``shared`` (:class:`SharedUse`) holds what each use owns: the
-low-rank adapters (``attention_adapters``: q, k, v; ``ffn_adapters``: the FFN's input projection) and the
+low-rank adapters (``attention_adapters``: q, k, v; ``ffn_adapters``: the FFN's input projection, gate and up) and the
 bias-free d x d ``projection``. :func:`tie_shared_blocks` then makes the j-th such layer of a stack reuse the
 attention's and FFN's projections and norms of the (j mod copies)-th, as transformers ties
 ``layers.N.shared_transformer`` to the first ``num_mem_blocks`` hybrid layers' (``Zamba2Model.get_layers``), so a
@@ -50,6 +50,22 @@ class LowRank(nn.Module):
         return out
 
 
+class FFNAdapter(nn.Module):
+    """The adapter a use adds to the FFN's input projection: ``down`` (d -> rank) then, for a gated FFN, ``gate`` and
+    ``up`` (rank -> f each: Zamba2's one Linear(rank, 2 f), whose halves are added to gate and up, held as two so
+    that tensor parallelism splits each with the projection it adapts), else ``up`` (rank -> f)."""
+
+    def __init__(self, width: int, rank: int, ffn_dim: int, gated: bool) -> None:
+        super().__init__()
+        self.down = nn.Linear(width, rank, bias=False)
+        self.gate = nn.Linear(rank, ffn_dim, bias=False) if gated else None
+        self.up = nn.Linear(rank, ffn_dim, bias=False)
+
+    def forward(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
+        h = self.down(x)  # (B, T, rank)
+        return (self.gate(h) if self.gate is not None else None), self.up(h)  # (B, T, f) each
+
+
 class AttentionAdapters(nn.Module):
     """The adapters a use adds to Q, K and V: (B, T, w) -> q (B, T, q_dim), k, v (B, T, kv_dim)."""
 
@@ -77,8 +93,7 @@ class SharedUse(nn.Module):
         self.attention_adapters = (
             AttentionAdapters(wide, r, a.q_dim, a.kv_dim) if use.attention_adapters else None
         )
-        f_in = 2 * ffn.ffn_dim if ffn.gated else ffn.ffn_dim
-        self.ffn_adapters = LowRank(d, r, f_in) if use.ffn_adapters else None
+        self.ffn_adapters = FFNAdapter(d, r, ffn.ffn_dim, ffn.gated) if use.ffn_adapters else None
         self.projection = nn.Linear(d, d, bias=False)
 
 
@@ -127,19 +142,18 @@ class SharedFeedForward(nn.Module):
         self.in_, self.out, self.act = mlp.in_, mlp.out, mlp.act
         self.norm = make_norm(config)
 
-    def forward(self, x: Tensor, adapter: LowRank | None) -> Tensor:
+    def forward(self, x: Tensor, adapter: FFNAdapter | None) -> Tensor:
         """(B, T, d) -> (B, T, d): norm, the input projection (+ the adapter), activation, output projection."""
         h = self.norm(x)  # (B, T, d)
-        delta = adapter(h) if adapter is not None else None  # (B, T, f_in)
+        d_gate, d_up = adapter(h) if adapter is not None else (None, None)  # (B, T, f) each
         if isinstance(self.in_, GatedInput):
             gate, up = self.in_(h)  # (B, T, f) each
-            if delta is not None:
-                dg, du = delta.chunk(2, dim=-1)
-                gate, up = gate + dg, up + du
+            gate = gate + d_gate if d_gate is not None else gate
+            up = up + d_up if d_up is not None else up
             hidden = activate_gated(self.activation, gate, up)  # (B, T, f)
         else:
             pre = self.in_(h)  # (B, T, f)
-            pre = pre + delta if delta is not None else pre
+            pre = pre + d_up if d_up is not None else pre
             hidden = self.act(pre) if self.act is not None else activate(self.activation, pre)
         out: Tensor = self.out(hidden)  # (B, T, d)
         return out

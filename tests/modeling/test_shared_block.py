@@ -147,3 +147,20 @@ def test_a_shared_block_it_cannot_model_is_refused_naming_the_field(
         ModelConfig.model_validate({**BASE, **change})
     assert info.value.errors()[0]["type"] == code
     assert "shared" in str(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--tp", "--pp"])
+def test_verify_shards_the_shared_block_as_the_analytic_split(cli: Any, write_config: Any, flag: str) -> None:
+    """Over 2 tensor-parallel ranks the adapters' up projections split with the q, k, v, gate and up they add to
+    (their down projections and the use's projection replicated); over 2 pipeline stages each stage holds the
+    weight sets its layers use (a tied Parameter on every stage that runs a layer naming it)."""
+    import json
+
+    import yaml
+
+    path = write_config(yaml.safe_dump(_config().model_dump(exclude_unset=True)), "zamba.yaml")
+    result = cli("verify", str(path), "--seq-len", "12", flag, "2", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)["results"][0]
+    assert out["agree"] is True and out["sharded"]
