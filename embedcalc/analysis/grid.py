@@ -109,7 +109,9 @@ def _dims(config: ModelConfig, workload: Workload, size: dict[str, Num], head_di
     plans = []
     for stack in stacks(config):
         counts = tuple(config.stack_plan(stack.name).counts())
-        follows_layers = stack.name == stacks(config)[0].name or config.num_decoder_layers is None
+        follows_layers = stack.name == stacks(config)[0].name or (
+            config.num_decoder_layers is None and config.decoder_layout is None
+        )
         if follows_layers and len(counts) == 1:
             counts = ((counts[0][0], layers),)
         plans.append(StackDims(stack, counts))

@@ -307,10 +307,14 @@ def _on_stage(tensor: ParamTensor, stage: Stage, config: ResolvedShape) -> int:
     ):  # final norm / relative bias of a stack: the stage holding its last / first block
         lo, hi = next((lo, hi) for name, lo, hi in _spans(config) if name == tensor.stack)
         edge = hi - 1 if tensor.key.endswith(("final_norm", "altup_unembed")) else lo
-        return int(tensor.copies) if stage.start <= edge < stage.stop else 0
+        copies = int(tensor.copies) if stage.start <= edge < stage.stop else 0
+        if tensor.key == "embedding/decoder_token" and stage.last and not copies and _tied_head(config):
+            copies = 1  # the tied LM head's own copy of the decoder's table (T5Gemma)
+        return copies
     if tensor.key.startswith("embedding/"):
         copies = int(tensor.copies) if stage.first else 0
-        if tensor.key == "embedding/token" and stage.last and not stage.first and _tied_head(config):
+        tied = _tied_head(config) and not config.decoder_token_table  # else the head ties the decoder's table
+        if tensor.key == "embedding/token" and stage.last and not stage.first and tied:
             copies += 1  # the tied LM head's own copy on the last stage
         return copies
     return int(tensor.copies) if stage.last else 0  # pooler, untied LM head

@@ -41,7 +41,8 @@ model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
   when the head is tied.
 - hyper-connections (DeepSeek-V4, ``hyper_connections``): per residual sublayer and layer ``hyper/<sublayer>``,
   and the final collapse ``<stack>/hyper_head`` (:mod:`embedcalc.analysis.hyper`).
-- encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4).
+- encoder-decoder: one token table shared by encoder and decoder (Vaswani et al. 2017, §3.4); with
+  ``decoder_token_table`` (T5Gemma) the decoder has its own, ``embedding/decoder_token``, which a tied head reuses.
 - a shared block (``blocks.NAME.shared``, Zamba2; config/shared_spec.py): its attention (Q/K/V reading the 2 d wide
   concatenation of the input and the embeddings), FFN and their norms once per weight set its layers use
   (``shared_sets``), the per-use adapters (``shared/attention_adapters``, ``shared/ffn_adapters``) and projection
@@ -285,6 +286,12 @@ def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     d, d_tok, copies = x.d, x.d_tok, len(x.stacks)
     wide = d_tok if config.factorized_embeddings else d  # width of the position / type tables and the norm
     out = [ParamTensor("embedding/token", (config.token_rows, d_tok), split="vocab")]
+    if (
+        config.decoder_token_table
+    ):  # T5Gemma: the decoder's own table, with the decoder's first layer under PP
+        out.append(
+            ParamTensor("embedding/decoder_token", (config.token_rows, d_tok), split="vocab", stack="decoder")
+        )
     project = _linear("embedding/project_in", d_tok, d, config.embedding_projection_bias, "none")
     if config.embedding_projection and not config.factorized_embeddings:
         out += project  # OPT-350m: right after the token lookup

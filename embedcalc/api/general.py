@@ -321,7 +321,18 @@ def general_fallback(
         count = read_general(target, overrides, run)
     except ConfigError as exc:
         raise beyond_general(refusal, exc) from None
+    if refusal.code == "hf_refused_family" and refusal.problems:  # a family read natively, this file not: why
+        count = replace(count, notes=[*count.notes, native_refusal_note(refusal)])
     return GeneralReport(count, general_budget(budget, count))
+
+
+NOT_NATIVE = "not read natively: "
+"""How a general-reader note says why a family embedcalc maps natively was not (an unbalanced T5Gemma)."""
+
+
+def native_refusal_note(refusal: ConfigError) -> str:
+    """The note naming why the native reader handed a file of a family it maps to the general reader."""
+    return NOT_NATIVE + "; ".join(p.message for p in refusal.problems)
 
 
 def beyond_general(refusal: ConfigError, why: ConfigError) -> ConfigError:

@@ -69,10 +69,13 @@ def analyze_command(
             status = "error" if report.over_budget else "ok"
             output.emit_json("analyze", [report.to_json()], report.count.workload, report.over_budget, status)
         else:
+            from embedcalc.api.general import NOT_NATIVE
             from embedcalc.render.general import general_tables
 
-            output.stderr.print(f"embedcalc: {target}: {report.count.counted_by} (no native mapping of "
-                                f"{report.count.model_type!r})", markup=False)  # fmt: skip
+            why = next((n for n in report.count.notes if n.startswith(NOT_NATIVE)), None)
+            output.stderr.print(f"embedcalc: {target}: {report.count.counted_by} "
+                                f"({why or f'no native mapping of {report.count.model_type!r}'})",
+                                markup=False)  # fmt: skip
             for table in general_tables(report.count):
                 output.stdout.print(table)
         enforce_budget(report.over_budget, json_emitted=format is OutputFormat.json)

@@ -136,6 +136,9 @@ class ConfigFields(SpecFields):
         def tie_embeddings(self) -> bool: ...
 
         @property
+        def decoder_token_table(self) -> bool: ...
+
+        @property
         def pooler(self) -> bool | None: ...
 
         @property
@@ -179,6 +182,9 @@ class ConfigFields(SpecFields):
 
         @property
         def layers(self) -> Sequence[LayerRunShape] | None: ...
+
+        @property
+        def decoder_layout(self) -> Sequence[LayerRunShape] | None: ...
 
         @property
         def shared_layers(self) -> bool: ...

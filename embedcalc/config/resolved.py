@@ -246,11 +246,13 @@ class ResolvedShape(ConfigFields):
         return out
 
     def stack_plan(self, stack: str) -> StackPlan:
-        """The layers of ``stack`` ("encoder" or "decoder"): ``layers`` for the first stack, else all default."""
+        """The layers of ``stack`` ("encoder" or "decoder"): ``layers`` for the first stack, ``decoder_layout`` for
+        an encoder-decoder's decoder; else every layer the default block."""
         first = "encoder" if self.architecture != "decoder" else "decoder"
         named = self.named_blocks
-        if stack == first and self.layers is not None:
-            return StackPlan(tuple((tuple(named[n] for n in run.pattern), run.repeat) for run in self.layers))
+        runs = self.layers if stack == first else self.decoder_layout
+        if runs is not None:
+            return StackPlan(tuple((tuple(named[n] for n in run.pattern), run.repeat) for run in runs))
         count = self.resolved_decoder_layers if stack == "decoder" and first == "encoder" else self.num_layers
         return StackPlan((((named[DEFAULT_BLOCK],), count),))
 

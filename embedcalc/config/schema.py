@@ -243,8 +243,16 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
     tie_embeddings: bool = Field(
         default=True,
         description=(
-            "The LM head reuses the token embedding (no extra parameters). Encoder-decoders always share one "
-            "token table between encoder and decoder."
+            "The LM head reuses the token embedding (no extra parameters); with decoder_token_table, the "
+            "decoder's table."
+        ),
+    )
+    decoder_token_table: bool = Field(
+        default=False,
+        description=(
+            "An encoder-decoder's decoder has a token table of its own (T5Gemma: encoder.embed_tokens and "
+            "decoder.embed_tokens, embedding/decoder_token), which a tied LM head reuses. Default false: one table "
+            "shared by both stacks (T5, BART; Vaswani et al. 2017, §3.4)."
         ),
     )
     pooler: bool | None = Field(
@@ -340,6 +348,14 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             "The layers of the stack (the encoder of an encoder-decoder) as runs of block names, "
             "[{pattern: [local, global], repeat: 4}]; they must add up to num_layers. Default: every layer is "
             "the default block."
+        ),
+    )
+    decoder_layout: list[LayerRun] | None = Field(
+        default=None,
+        description=(
+            "An encoder-decoder's decoder layers as runs of block names, as layers is for the encoder (T5Gemma's "
+            "decoder: sliding and global layers); they must add up to num_decoder_layers. Default: every decoder "
+            "layer is the default block."
         ),
     )
     shared_layers: bool = Field(

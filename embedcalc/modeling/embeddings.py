@@ -25,7 +25,8 @@ from embedcalc.modeling.positions import SinusoidalPositions
 class Embeddings(nn.Module):
     """Token table (shared by every stack), per-stack learned positions and embedding norms, segment table.
 
-    Submodules: ``token`` (vocab x token_embed_dim); ``project_in`` (token_embed_dim -> embed_dim, a bias when
+    Submodules: ``token`` (vocab x token_embed_dim); ``decoder_token`` (the decoder's own table, with
+    ``decoder_token_table``: T5Gemma); ``project_in`` (token_embed_dim -> embed_dim, a bias when
     ``embedding_projection_bias``, only when the widths differ); ``position.<stack>`` (learned, max_seq_len +
     position_offset rows, position p at row p + position_offset as OPT and RoBERTa do) or ``sinusoidal`` (a
     buffer); ``type_`` (``type`` is a Module method); ``norm.<stack>``. The segment table is added to the first
@@ -46,6 +47,8 @@ class Embeddings(nn.Module):
         self.first_stack = stack_names[0]
         self.scale = math.sqrt(config.embed_dim) if config.scale_embeddings else None
         self.token = embedding_table(config.token_rows, e)  # vocab_size + extra_token_rows (Mllama: + 8)
+        # T5Gemma: the decoder's own table (encoder.embed_tokens, decoder.embed_tokens)
+        self.decoder_token = embedding_table(config.token_rows, e) if config.decoder_token_table else None
         self.project_in = (
             nn.Linear(e, config.embed_dim, bias=config.embedding_projection_bias)
             if config.embedding_projection
@@ -76,7 +79,8 @@ class Embeddings(nn.Module):
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
         """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
         length = ids.shape[1]
-        x: Tensor = self.token(ids)  # (B, T, d_tok)
+        table = self.decoder_token if self.decoder_token is not None and stack == "decoder" else self.token
+        x: Tensor = table(ids)  # (B, T, d_tok)
         if self.scale is not None:
             x = x * self.scale
         if self.project_in is not None and not self.factorized:

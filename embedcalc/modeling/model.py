@@ -224,7 +224,8 @@ class TransformerModel(nn.Module):
             else None
         )  # fmt: skip
         self.pooler = Pooler(config) if config.resolved_pooler else None
-        self.head = Head(config, self.embedding.token) if config.resolved_lm_head else None
+        table = self.embedding.decoder_token or self.embedding.token  # a tied head reuses the decoder's table
+        self.head = Head(config, table) if config.resolved_lm_head else None
 
     def context_states(self, batch_size: int) -> Tensor | None:
         """The external sequence the decoder's cross-attention layers attend to (Llama-3.2-Vision's projected

@@ -135,6 +135,10 @@ def apply_tensor_parallel(model: nn.Module, mesh: Any, plan_override: dict[str, 
     tp = mesh.size()
     plan = tp_plan(model)
     plan["embedding.token"] = RowwiseParallel(input_layouts=Replicate())
+    if (
+        getattr(model.embedding, "decoder_token", None) is not None
+    ):  # T5Gemma's decoder table, vocab-parallel too
+        plan["embedding.decoder_token"] = RowwiseParallel(input_layouts=Replicate())
     if getattr(model, "head", None) is not None:
         plan["head.lm"] = _vocab_parallel_style()
         if getattr(model.head, "lm_bias", None) is not None:
@@ -233,10 +237,14 @@ def stage_module_params(model: nn.Module, config: ResolvedShape, pp: int) -> lis
             )
         elif parts[0] in spans:  # final norm
             holders = stages_running(spans[parts[0]][1] - 1, spans[parts[0]][1])
+        elif pname == "embedding.decoder_token.weight":  # T5Gemma: with the decoder's first layer
+            holders = stages_running(spans["decoder"][0], spans["decoder"][0] + 1)
+            if getattr(model, "head", None) is not None and config.tie_embeddings and pp - 1 not in holders:
+                stages[-1]["head.lm.weight (tied copy)"] = int(param.numel())
         elif parts[0] == "embedding":
             holders = [0]
             tied = getattr(model, "head", None) is not None and config.tie_embeddings
-            if pname == "embedding.token.weight" and tied and pp > 1:
+            if pname == "embedding.token.weight" and tied and not config.decoder_token_table and pp > 1:
                 stages[-1]["head.lm.weight (tied copy)"] = int(param.numel())
         else:  # pooler, head
             holders = [pp - 1]

@@ -225,10 +225,12 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     extra: list[TensorNote] = []
     notes: list[str] = []
     tied = config.tie_embeddings and "head/lm" not in analytic
-    num_layers = config.num_layers  # computed once, not per tensor
+    # computed once, not per tensor: each stack's depth (an encoder-decoder's decoder may be deeper, T5Gemma)
+    depth = {s: config.resolved_decoder_layers if s == "decoder" and len(stacks) == 2 else config.num_layers
+             for s in stacks}  # fmt: skip
     for tensor in checkpoint.tensors:
         stack = tensor_stack(tensor.name, config.architecture)
-        role = tensor_role(tensor.name, stack, sandwich, kinds[stack])
+        role = tensor_role(tensor.name, stack, sandwich, kinds[stack], config.decoder_token_table)
         if role.key == "embedding/norm" and "embedding/norm" not in analytic and stack == "encoder":
             # ModernBERT: layer 0's attn_norm is an Identity; the embeddings' norm is counted as its pre-norm
             role = replace(role, key=f"{stack}/attention/norm", layer=0)
@@ -242,7 +244,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.kind == "buffer":
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))
             continue
-        if role.layer is not None and role.layer >= num_layers:
+        if role.layer is not None and role.layer >= (num_layers := depth[stack]):
             extra.append(
                 TensorNote(
                     tensor.name,

@@ -110,7 +110,7 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     # Marian's self_attn_layer_norm / final_layer_norm, ModernBERT's attn_norm / mlp_norm
     # GTE's (mGTE's checkpoint names) attn_ln / mlp_ln and Jina-v3's norm1 / norm2
     (("input_layernorm", "ln_1", "attention_norm", "attention_layernorm", "ln_attn", "self_attn_layer_norm",
-      "attn_norm", "attn_ln", "norm1"), "attention/norm"),
+      "attn_norm", "attn_ln", "norm1", "pre_self_attn_layernorm", "post_self_attn_layernorm"), "attention/norm"),
     (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm",
       "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm", "mlp_ln", "norm2"), "ffn/norm"),
 )  # fmt: skip
@@ -126,6 +126,9 @@ _ROUTERS = ("gate", "router")
 # EncDecAttention.{q,k,v,o} (T5LayerCrossAttention)
 _CROSS = "encoder_attn"
 _T5_CROSS = "EncDecAttention"
+# T5Gemma's decoder layer: cross_attn.{q,k,v,o}_proj between pre_cross_attn_layernorm and post_cross_attn_layernorm
+_T5GEMMA_CROSS = "cross_attn"
+_CROSS_NORMS = ("pre_cross_attn_layernorm", "post_cross_attn_layernorm")
 # DeepSeek-V3.2's lightning indexer, self_attn.indexer (DeepseekV32Indexer): its parts -> analysis/params.py's keys
 _INDEXER = "indexer"
 _INDEXER_PARTS = {
@@ -222,13 +225,16 @@ def _split(name: str) -> tuple[str, str, Kind]:
 
 
 def tensor_role(
-    name: str, stack: str, sandwich: bool, layer_kinds: Mapping[int, Sublayer] | None = None
-) -> TensorRole:
+    name: str, stack: str, sandwich: bool, layer_kinds: Mapping[int, Sublayer] | None = None,
+    decoder_table: bool = False,
+) -> TensorRole:  # fmt: skip
     """The component of checkpoint tensor ``name`` in a model whose layers are ``stack`` (``decoder`` /
     ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
     FFN's pre-norm (LLaMA); ``layer_kinds``: the sublayer a layer's pre-norm serves (``mixer`` where its block has
     a recurrent mixer, ``parallel`` beside attention, ``ffn`` where it has an FFN only; ``attention`` where
-    absent)."""
+    absent); ``decoder_table``: an encoder-decoder whose decoder has its own token table (T5Gemma's
+    ``model.decoder.embed_tokens``) and whose ``cross_attn`` is the decoder's cross-attention (Mllama's
+    ``cross_attn`` is a decoder layer's own attention)."""
     module, param, kind = _split(name)
     segments = module.split(".")
     match = _LAYER.search(name)
@@ -241,6 +247,8 @@ def tensor_role(
             return TensorRole("head/lm_bias" if param == "bias" else "head/lm", None, kind, module)
         if last == "relative_attention_bias":  # MPNet's, shared by the layers
             return TensorRole(f"{stack}/attention/relative_bias", None, kind, module)
+        if decoder_table and stack == "decoder" and last == "embed_tokens":
+            return TensorRole("embedding/decoder_token", None, kind, module)
         for segment in segments:
             if segment in _EMBEDDINGS:
                 return TensorRole(_EMBEDDINGS[segment], None, kind, module)
@@ -266,6 +274,8 @@ def tensor_role(
     key = _mixer_key(inside, param, sublayer == "parallel") if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
+    if decoder_table and stack == "decoder" and inside[:1] == [_T5GEMMA_CROSS]:  # T5GemmaCrossAttention
+        key = f"cross_attention/{'out' if inside[-1] == 'o_proj' else 'qkv'}"
     return TensorRole(f"{stack}/{key}" if key else _layer_key(inside, stack, sandwich), layer, kind, module)
 
 
@@ -346,7 +356,7 @@ def _shared_key(inside: list[str], param: str, stack: str, sandwich: bool) -> st
 
 
 def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
-    if f"{_CROSS}_layer_norm" in inside:
+    if f"{_CROSS}_layer_norm" in inside or any(s in _CROSS_NORMS for s in inside):
         return f"{stack}/cross_attention/norm"
     if _CROSS in inside or _T5_CROSS in inside:
         return f"{stack}/cross_attention/{'out' if inside[-1] in ('out_proj', 'o') else 'qkv'}"

@@ -86,7 +86,7 @@ def place_params(
     for name, shape in parameters:
         numel = math.prod(shape)
         stack = tensor_stack(name, architecture)
-        role = tensor_role(name, stack, sandwich, kinds)
+        role = tensor_role(name, stack, sandwich, kinds, architecture == "encoder-decoder")
         out.add(role.key if role.key is not None else _other(name, stack, role.layer), numel)
     return out
 
@@ -101,7 +101,7 @@ def place_flops(flops: dict[str, int], architecture: str, children: dict[int, tu
             continue
         name = f"{path}.weight"
         stack = tensor_stack(name, architecture)
-        role = tensor_role(name, stack, sandwich, kinds)
+        role = tensor_role(name, stack, sandwich, kinds, architecture == "encoder-decoder")
         last = path.rsplit(".", 1)[-1]
         if last in _CROSS:
             key = f"{stack}/cross_attention/core"

@@ -221,8 +221,9 @@ def _saved_modules(
     naming = naming_for(mods.family)
     table = count_params(config).as_dict()
     known: dict[str, tuple[str, int]] = {m.name: (m.key, m.params) for m in mods.linears if m.layer is None}
-    if naming is not None and "embedding/token" in naming.model:
-        known[naming.model["embedding/token"]] = ("embedding/token", table.get("embedding/token", 0))
+    for table_key in ("embedding/token", "embedding/decoder_token"):  # T5Gemma: a table per stack
+        if naming is not None and table_key in naming.model:
+            known[naming.model[table_key]] = (table_key, table.get(table_key, 0))
     out: dict[str, tuple[str, int]] = {}
     for name in names:
         hits = [n for n in known if _matches(n, (name,))]
@@ -235,8 +236,8 @@ def _saved_modules(
             )
         for hit in hits:
             key, params = known[hit]
-            if key == "head/lm" and not params:  # a tied head: its weight is the token table
-                params = table.get("embedding/token", 0)
+            if key == "head/lm" and not params:  # a tied head: its weight is the (decoder's) token table
+                params = table.get("embedding/decoder_token") or table.get("embedding/token", 0)
             out[hit] = (key, params)
     return out
 

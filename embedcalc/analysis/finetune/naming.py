@@ -221,6 +221,21 @@ _T5 = Naming(
 )
 
 
+# T5Gemma (modeling_t5gemma.py): Gemma 2's layer names in model.encoder / model.decoder, the decoder's
+# cross_attn.{q,k,v,o}_proj, the head T5GemmaLMHead.out_proj, a token table per stack
+_T5GEMMA = Naming(
+    {"encoder": "model.encoder.layers.{i}", "decoder": "model.decoder.layers.{i}"},
+    {
+        "encoder": _LLAMA_ROLES,
+        "decoder": _LLAMA_ROLES
+        | {f"cross_attention/{r}": f"cross_attn.{n}_proj" for r, n in (("q", "q"), ("k", "k"), ("v", "v"),
+                                                                          ("out", "o"))},
+    },
+    model={"head/lm": "lm_head.out_proj", "embedding/token": "model.encoder.embed_tokens",
+           "embedding/decoder_token": "model.decoder.embed_tokens"},
+)  # fmt: skip
+
+
 def _bart_roles(cross: bool) -> dict[Role, str]:
     names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "out": "out_proj"}
     roles = {f"attention/{r}": f"self_attn.{n}" for r, n in names.items()}
@@ -273,6 +288,7 @@ NAMINGS: dict[str, Naming] = {
     "modernbert": _MODERNBERT,
     "t5": _T5,
     "mt5": _T5,
+    "t5gemma": _T5GEMMA,
     "bart": _seq2seq("model.", True),
     "marian": _seq2seq("model.", False),  # counted as MarianModel (no LM head), the presets' convention
 }

@@ -22,7 +22,7 @@ from embedcalc.config.resolved import ResolvedShape
 
 _CORE = ("scores", "context")
 _STATEFUL = ("/mixer/ssm", "/mixer/conv")  # the recurrent mixers' parts that read and write a state
-_LOOKUPS = ("embedding/token", "embedding/position", "embedding/type")
+_LOOKUPS = ("embedding/token", "embedding/decoder_token", "embedding/position", "embedding/type")
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def phase_traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], 
         if key.endswith(_STATEFUL):
             out[key] = _state_traffic(config, w, key, f, lengths, decode, kv_bytes, weights, caches)
             continue
-        wkey = "embedding/token" if key == "head/lm" and tied else key
+        wkey = _head_table(config) if key == "head/lm" and tied else key
         out_f, in_f = weights.shape.get(wkey, (1, 1))
         tokens = f / (2 * out_f * in_f)  # token-layers through this matmul
         numel = weights.numel.get(wkey, 0)
@@ -278,7 +278,7 @@ def phase_traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], 
             continue  # the encoder does not run while decoding
         if key in _LOOKUPS:
             width = weights.shape.get(key, (1, numel))[1]
-            rows = b * lengths.lookups if key == "embedding/token" else lengths.lookups
+            rows = b * lengths.lookups if key.endswith("token") else lengths.lookups
             read = min(numel, rows * width)
             looked_up = 0 if decode else b * lengths.lookups * width * e
             out[key] = Traffic(weight_bytes=weights.bytes_read(key, read), activation_bytes=looked_up)
@@ -333,6 +333,11 @@ def _add_kv_writes(config: ResolvedShape, w: Workload, kv_bytes: int, out: dict[
         out["decoder/cross_attention/qkv"] += Traffic(kv_write_bytes=cross_bytes)
 
 
+def _head_table(config: ResolvedShape) -> str:
+    """The table a tied LM head reads: the decoder's own (T5Gemma's decoder_token_table), else the shared one."""
+    return "embedding/decoder_token" if config.decoder_token_table else "embedding/token"
+
+
 def per_device(config: ResolvedShape, w: Workload, traffic: dict[str, Traffic], weights: Weights,
                 divisor: int) -> dict[str, Traffic]:  # fmt: skip
     """Per device: split by ``divisor`` (tp, or tp × pp), weights of replicated tensors whole."""
@@ -340,7 +345,7 @@ def per_device(config: ResolvedShape, w: Workload, traffic: dict[str, Traffic], 
         return traffic
     out = {}
     for key, t in traffic.items():
-        wkey = "embedding/token" if key == "head/lm" and config.tie_embeddings else key
+        wkey = _head_table(config) if key == "head/lm" and config.tie_embeddings else key
         share = weights.split.get(wkey, 0) / weights.numel[wkey] if weights.numel.get(wkey) else 1.0
         out[key] = t.divided(divisor, round(t.weight_bytes * share))
     return out

@@ -179,10 +179,11 @@ def sweep_target(
     """Evaluate the loaded target ``base`` at every point of the cartesian product of ``axes`` (module docstring)."""
     target = base.target
     workload = with_model_dtype(workload, base.data.get("dtype"), base.dtype_source)
-    if "num_layers" in axes and base.data.get("layers") is not None:
+    runs = next((f for f in ("layers", "decoder_layout") if base.data.get(f) is not None), None)
+    if "num_layers" in axes and runs is not None:
         raise SweepError(
-            f"{base.origin}: --num-layers cannot be swept for a config with an explicit layers pattern (which runs "
-            "would grow is not defined); write one config per depth, or remove layers to sweep a stack of "
+            f"{base.origin}: --num-layers cannot be swept for a config with an explicit {runs} pattern (which runs "
+            f"would grow is not defined); write one config per depth, or remove {runs} to sweep a stack of "
             "default blocks",
             "num_layers_with_layers",
         )

@@ -108,35 +108,38 @@ class LayerRules:
     def _layers_cover_stack(cls, value: list[LayerRun] | None, info: ValidationInfo) -> list[LayerRun] | None:
         if value is None or "blocks" not in info.data or info.data.get("num_layers") is None:
             return value
-        known = [DEFAULT_BLOCK, *info.data["blocks"]]
-        for run in value:
-            for name in run.pattern:
-                if name not in known:
-                    close = difflib.get_close_matches(name, known, n=1)
-                    hint = f" (did you mean {close[0]!r}?)" if close else ""
-                    raise PydanticCustomError(
-                        "unknown_block",
-                        "layers names block '{name}'{hint}, which blocks does not define; known: {known}",
-                        {"name": name, "hint": hint, "known": ", ".join(known)},
-                    )
-        total, expected = sum(run.num_layers for run in value), info.data["num_layers"]
-        if total != expected:
-            layers_key = written_key(info, "num_layers")
+        _runs_cover(value, info, "layers", info.data["num_layers"], written_key(info, "num_layers"))
+        return value
+
+    @field_validator("decoder_layout", check_fields=False)
+    @classmethod
+    def _decoder_layout_covers_decoder(
+        cls, value: list[LayerRun] | None, info: ValidationInfo
+    ) -> list[LayerRun] | None:
+        """An encoder-decoder's decoder runs: known blocks adding up to num_decoder_layers (default num_layers),
+        with the same KV- and index-sharing rules as ``layers``."""
+        if (
+            value is None
+            or not {"blocks", "num_layers", "attention", "mixer", "sliding_window"} <= info.data.keys()
+        ):
+            return value
+        if info.data.get("architecture") != "encoder-decoder":
             raise PydanticCustomError(
-                "layers_mismatch",
-                "layers add up to {total} layers but {layers_key} is {expected}; {fix}",
-                {
-                    "total": total,
-                    "expected": expected,
-                    "layers_key": layers_key,
-                    "fix": (
-                        f"add a run of {expected - total} more layers"
-                        if total < expected
-                        else f"remove {total - expected} layers from the runs"
-                    )
-                    + f" or set {layers_key}: {total}",
-                },
+                "decoder_layout_needs_decoder_stack",
+                "decoder_layout lays out an encoder-decoder's decoder layers, but architecture is {arch}; use "
+                "layers for the stack or set architecture: encoder-decoder",
+                {"arch": info.data.get("architecture")},
             )
+        count = info.data.get("num_decoder_layers")
+        key = (
+            written_key(info, "num_decoder_layers") if count is not None else written_key(info, "num_layers")
+        )
+        _runs_cover(
+            value, info, "decoder_layout", count if count is not None else info.data["num_layers"], key
+        )
+        names = [name for run in value for name in run.pattern]
+        _check_index_sharing(names, info)
+        _check_kv_sharing(names, info)
         return value
 
     @field_validator("layers", check_fields=False)
@@ -154,7 +157,7 @@ class LayerRules:
         stacks = [names]
         if (
             info.data.get("architecture") == "encoder-decoder"
-        ):  # the decoder's layers are all the default block
+        ):  # decoder_layout's runs are checked by its own rule
             stacks.append([DEFAULT_BLOCK])
         for stack in stacks:
             _check_index_sharing(stack, info)
@@ -198,6 +201,18 @@ class LayerRules:
                 "tie_embeddings is true, so the head would be that table; set tie_embeddings: false or "
                 "extra_token_rows: 0",
                 {"value": value},
+            )
+        return value
+
+    @field_validator("decoder_token_table", check_fields=False)
+    @classmethod
+    def _decoder_table_needs_decoder_stack(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("architecture") != "encoder-decoder":
+            raise PydanticCustomError(
+                "decoder_table_needs_decoder_stack",
+                "decoder_token_table gives an encoder-decoder's decoder its own token table, but architecture is "
+                "{arch}; set decoder_token_table: false",
+                {"arch": info.data.get("architecture")},
             )
         return value
 
@@ -276,3 +291,38 @@ def _check_kv_sharing(names: list[str], info: ValidationInfo) -> None:
                 "there, or put a block of that shape without kv_shared before it in layers",
                 {"where": where, "index": index, "name": name},
             )
+
+
+def _runs_cover(
+    value: list[LayerRun], info: ValidationInfo, field: str, expected: int, layers_key: str
+) -> None:
+    """``field``'s runs name known blocks and add up to ``expected`` layers (``layers_key``'s value)."""
+    known = [DEFAULT_BLOCK, *info.data["blocks"]]
+    for run in value:
+        for name in run.pattern:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise PydanticCustomError(
+                    "unknown_block",
+                    "{field} names block '{name}'{hint}, which blocks does not define; known: {known}",
+                    {"field": field, "name": name, "hint": hint, "known": ", ".join(known)},
+                )
+    total = sum(run.num_layers for run in value)
+    if total != expected:
+        raise PydanticCustomError(
+            "layers_mismatch",
+            "{field} add up to {total} layers but {layers_key} is {expected}; {fix}",
+            {
+                "field": field,
+                "total": total,
+                "expected": expected,
+                "layers_key": layers_key,
+                "fix": (
+                    f"add a run of {expected - total} more layers"
+                    if total < expected
+                    else f"remove {total - expected} layers from the runs"
+                )
+                + f" or set {layers_key}: {total}",
+            },
+        )

@@ -145,8 +145,11 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         reader.consumed.add("_name_or_path")
         reader.put("name", name, "_name_or_path" if "_name_or_path" in raw else "(file name)", "file")
     reader.classify_rest()
-    if reader.problems:
-        raise _refusal(origin, family.model_type, reader.problems)
+    if reader.problems:  # only problems the general reader takes over (an unbalanced T5Gemma): its code
+        handed = all(p.code == "hf_refused_family" for p in reader.problems)
+        raise _refusal(
+            origin, family.model_type, reader.problems, "hf_refused_family" if handed else "invalid_config"
+        )
     head = ""
     if reader.data.get("lm_head"):
         head = ", LM head tied" if reader.data.get("tie_embeddings", True) else ", LM head untied"

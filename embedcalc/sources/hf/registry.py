@@ -55,6 +55,7 @@ from embedcalc.sources.hf import (
     ssm,
     step3,
     t5,
+    t5gemma,
     vl_text,
     zamba2,
 )
@@ -88,6 +89,7 @@ MODULES += (mllama,)  # cross-attention over an external sequence (Llama-3.2-Vis
 MODULES += (
     nemotron_nas,
 )  # heterogeneous blocks (issue 23): per-layer KV heads and widths, no-op and linear layers
+MODULES += (t5gemma,)  # issue 31: Gemma 2 layers in an encoder-decoder, a token table per stack
 MODULES += (vl_text, moe_windowed, laguna)  # issue 31: vision-language text models, MoE decoders with windows
 MODULES += (
     minimax_m3,

@@ -48,6 +48,7 @@ FAMILIES = {
     "albert-base-v2": "AutoModel",
     "t5-small": "AutoModelForSeq2SeqLM",
     "t5-v1_1-small": "AutoModelForSeq2SeqLM",
+    "t5gemma-2b-2b.v5": "AutoModelForSeq2SeqLM",
     "bart-large": "AutoModelForSeq2SeqLM",
 }
 
@@ -212,6 +213,7 @@ DEFAULTS = [
         "mpnet-base",
         "modernbert-base",
         "albert-base-v2",
+        "t5gemma-2b-2b.v5",
     )
 ]
 
