@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laurel_flops
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.compressed import compressed_flops
 from embedcalc.analysis.elementwise import elementwise_flops
 from embedcalc.analysis.hyper import hyper_head_flops, hyper_layer_flops
 from embedcalc.analysis.indexers import block_indexer_flops, indexer_flops
@@ -289,6 +290,13 @@ def layer_flops(
         )
     if a is not None and a.external:  # K and V of the external tokens; every query sees all of them
         terms += attention_flops(a, x, layers, t, b * a.context, b * (n * a.context), "attention", cross=True)
+    elif a is not None and a.compressed:  # DeepSeek-V4 (analysis/compressed.py), then its output projection
+        h, hd = q_heads(a, x), head_width(a, x)
+        local = score_pairs(n, causal, a.window)
+        terms += compressed_flops(a, x, layers, t, b, n, h, hd, causal, local, "attention")
+        terms += [
+            term for term in attention_flops(a, x, layers, t, t, 0, "attention") if term[0] == "attention/out"
+        ]
     elif a is not None:
         topk = a.index_topk if a.kind == "sparse" else None
         blocks = (a.index_topk, a.index_block_size) if a.block_indexer else None

@@ -61,6 +61,7 @@ from math import prod
 
 from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.compressed import compressed_tensors
 from embedcalc.analysis.hyper import hyper_head_tensors, hyper_layer_tensors
 from embedcalc.analysis.indexers import block_indexer_tensors, indexer_tensors
 from embedcalc.analysis.mixers import mixer_tensors
@@ -99,7 +100,11 @@ def attention_tensors(
     """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md; ``d_in``: the width Q/K/V read
     when it is not embed_dim (a shared block's concatenated input, Zamba2)."""
     d, h = x.d, q_heads(a, x)
-    if a.kind == "standard":
+    if a.compressed:  # DeepSeek-V4 (analysis/compressed.py)
+        hd = head_width(a, x)
+        out = compressed_tensors(a, x, h, hd, prefix, lambda key, width: _norm(config, key, width))
+        value = h * hd
+    elif a.kind == "standard":
         hd = head_width(a, x)
         q, kv = h * hd, kv_width(a, x)
         out = _linear(

@@ -205,7 +205,7 @@ def qk_width(attention: Attention, x: Dims) -> Num:
     """Per-head query/key width: head_dim (standard, may be swept) or qk_nope + qk_rope (MLA, fixed)."""
     return (
         head_width(attention, x)
-        if attention.kind == "standard"
+        if not attention.latent
         else attention.qk_nope_head_dim + attention.qk_rope_head_dim
     )
 
@@ -224,6 +224,8 @@ def q_heads(attention: Attention, x: Dims) -> Num:
 def kv_heads(attention: Attention, x: Dims) -> Num:
     """Key/value heads of one attention layer: every head for latent attention, the block's own
     (``attention.num_kv_heads``, fixed under a sweep) when it sets them, else the flat ``g``."""
+    if attention.compressed:  # DeepSeek-V4: one key/value head shared by every query head
+        return 1
     if attention.kind != "standard":
         return x.h
     return attention.num_kv_heads if attention.own_kv_heads else x.g
@@ -241,7 +243,11 @@ def projected_kv_width(attention: Attention, x: Dims) -> Num:
     if attention.kv_shared:
         return 0
     keys = kv_width(attention, x)
-    return keys if attention.values_from_keys else keys + kv_heads(attention, x) * v_width(attention, x)
+    return (
+        keys
+        if attention.values_from_keys or attention.compressed
+        else keys + kv_heads(attention, x) * v_width(attention, x)
+    )
 
 
 def projected_kv(attention: Attention) -> int:
@@ -249,7 +255,7 @@ def projected_kv(attention: Attention) -> int:
     attention_k_eq_v), 0 when the layer reuses an earlier layer's keys and values (KV sharing)."""
     if attention.kv_shared:
         return 0
-    return 1 if attention.values_from_keys else 2
+    return 1 if attention.values_from_keys or attention.compressed else 2
 
 
 def per_layer_width(config: ResolvedShape, x: Dims) -> Num:

@@ -51,7 +51,10 @@ class AttentionSpec(AttentionFields, BaseModel):
             "standard: Q/K/V projections with num_heads / num_kv_heads / head_dim (MHA, GQA, MQA). mla: DeepSeek's "
             "multi-head latent attention (low-rank Q and KV projections, decoupled RoPE dims, compressed KV cache). "
             "sparse: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): mla whose every query attends only to the "
-            "index_topk keys a lightning indexer selects."
+            "index_topk keys a lightning indexer selects. compressed: DeepSeek-V4's attention: queries from a "
+            "query latent (q_lora_rank), one key per token that is also the value (kv: embed_dim -> head_dim, "
+            "its norm), a sliding window over the local keys plus the entries a compressor pools every "
+            "compress_rate tokens (with compress_overlap and an indexer: the index_topk best of them)."
         ),
     )
     num_kv_heads: PositiveInt | None = Field(
@@ -229,6 +232,26 @@ class AttentionSpec(AttentionFields, BaseModel):
             "whatever the text length. The block has no self-attention. Standard attention only."
         ),
     )
+    compress_rate: NonNegativeInt = Field(
+        default=0,
+        description=(
+            "compressed: every compress_rate tokens a compressor pools one entry (head_dim wide: a softmax-gated "
+            "sum of the tokens' projections, kv and gate: embed_dim -> head_dim each, a bias per position of the "
+            "window, its norm) that every later query also attends to and the cache keeps (DeepSeek-V4's "
+            "compress_rates: 4 for compressed sparse attention, 128 for heavily compressed). 0: the sliding "
+            "window alone."
+        ),
+    )
+    compress_overlap: bool = Field(
+        default=False,
+        description=(
+            "compressed, with compress_rate: overlapping windows (DeepSeek-V4's compressed sparse attention): "
+            "each token projects two series (kv and gate embed_dim -> 2 head_dim), an entry pools one window's "
+            "second with the previous window's first; with index_heads, index_head_dim, index_topk a lightning "
+            "indexer (its own overlapping compressor at index_head_dim, queries from the query latent, head "
+            "weights from embed_dim) keeps the index_topk best entries per query."
+        ),
+    )
     out_groups: PositiveInt | None = Field(
         default=None,
         description=(
@@ -278,12 +301,24 @@ class AttentionSpec(AttentionFields, BaseModel):
 
     @model_validator(mode="after")
     def _mla_fields_need_mla(self) -> AttentionSpec:
-        if self.kind not in LATENT_KINDS:
-            refuse_other_kind(self, MLA_ONLY_FIELDS, "attention", "mla")
+        compressed = self.kind == "compressed"
+        if self.kind not in LATENT_KINDS:  # compressed attention has MLA's query latent
+            mla_only = tuple(f for f in MLA_ONLY_FIELDS if not (compressed and f == "q_lora_rank"))
+            refuse_other_kind(self, mla_only, "attention", "mla")
+        if not compressed:
+            refuse_other_kind(self, ("compress_rate", "compress_overlap"), "attention", "compressed")
         if self.kind == "standard" and self.index_block_size is not None:
             check_block_indexer(self)
         elif self.kind != "sparse":
-            refuse_other_kind(self, SPARSE_ONLY_FIELDS, "attention", "sparse")
+            # compressed sparse attention's indexer (DeepSeek-V4): its heads, width and top-k
+            kept = (
+                ("index_heads", "index_head_dim", "index_topk")
+                if compressed and self.compress_overlap
+                else ()
+            )
+            refuse_other_kind(
+                self, tuple(f for f in SPARSE_ONLY_FIELDS if f not in kept), "attention", "sparse"
+            )
         if self.kind in LATENT_KINDS and self.num_kv_heads is not None:
             raise PydanticCustomError(
                 "field_of_other_kind",
@@ -292,7 +327,9 @@ class AttentionSpec(AttentionFields, BaseModel):
                 {"value": self.num_kv_heads, "kind": self.kind},
             )
         if self.kind != "standard":
-            refuse_other_kind(self, STANDARD_ONLY_FIELDS, "attention", "standard")
+            grouped = ("out_groups", "out_rank") if compressed else ()  # DeepSeek-V4's grouped output
+            refuse_other_kind(self, tuple(f for f in STANDARD_ONLY_FIELDS if f not in grouped), "attention",
+                              "standard")  # fmt: skip
         return self
 
     @field_validator("qk_norm")

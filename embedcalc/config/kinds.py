@@ -19,7 +19,7 @@ Position = Literal["learned", "sinusoidal", "rope", "relative", "alibi", "none"]
 Quantized = Literal["layers", "experts"]
 
 # one block (the layer model)
-AttentionKind = Literal["standard", "mla", "sparse"]
+AttentionKind = Literal["standard", "mla", "sparse", "compressed"]
 QKNorm = Literal["none", "head", "full"]
 FFNKind = Literal["dense", "moe", "none", "projection"]
 # the sublayers a block may replace by one bias-free embed_dim x embed_dim linear (DeciLM's replace_with_linear)

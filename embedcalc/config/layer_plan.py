@@ -55,6 +55,12 @@ class Attention:
     full_cache: bool = False  # the KV cache keeps every token whatever the window (GPT-Neo's local layers)
     context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
     tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)
+    compress_rate: int = (
+        0  # compressed (DeepSeek-V4): one pooled entry every this many tokens (0: window only)
+    )
+    compress_overlap: bool = (
+        False  # compressed: overlapping windows (two series per token), the indexer's kind
+    )
     out_groups: int = 0  # a grouped low-rank output projection: groups of heads (0: one output projection)
     out_rank: int = 0  # and each group's output width (DeepSeek-V4's o_groups, o_lora_rank)
 
@@ -68,6 +74,23 @@ class Attention:
     def latent(self) -> bool:
         """Multi-head latent attention, dense (mla) or over the indexer's top-k keys (sparse)."""
         return self.kind in LATENT_KINDS
+
+    @property
+    def compressed(self) -> bool:
+        """DeepSeek-V4's attention: shared-KV MQA (the key is the value) over a window, plus pooled entries."""
+        return self.kind == "compressed"
+
+    @property
+    def compressed_kv_copies(self) -> int:
+        """Copies of a compressed layer's one key/value per token in its cache: transformers' DeepSeek-V4 cache
+        layers with a compressor keep the tensor once (``DeepseekV4HCACache.update``: values = keys), a
+        sliding-window-only layer's ``DynamicSlidingWindowLayer`` keeps keys and values apart (two copies)."""
+        return 1 if self.compress_rate else 2
+
+    @property
+    def compressed_indexer(self) -> bool:
+        """Whether this compressed layer's lightning indexer keeps the index_topk best pooled entries per query."""
+        return self.compressed and self.compress_overlap and self.index_heads > 0
 
     @property
     def indexer(self) -> bool:
@@ -117,6 +140,8 @@ class Attention:
         a sparse layer's indexer key)."""
         if self.latent:
             return self.kv_lora_rank + self.qk_rope_head_dim + self.index_cache_width
+        if self.compressed:  # one key per token that is also its value (the pooled entries are apart)
+            return self.head_dim * self.compressed_kv_copies
         return 0 if self.kv_shared else self.kv_dim + self.v_kv_dim + self.index_cache_width
 
     @property

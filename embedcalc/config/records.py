@@ -88,6 +88,8 @@ class AttentionRecord(AttentionFields, Record):
         "sliding_window": RecordField(None),
         "chunk_size": RecordField(None),
         "cross": RecordField(False),
+        "compress_rate": RecordField(0),
+        "compress_overlap": RecordField(False),
         "out_groups": RecordField(None),
         "out_rank": RecordField(None),
         "tanh_gates": RecordField(False),

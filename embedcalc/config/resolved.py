@@ -169,6 +169,11 @@ class ResolvedShape(ConfigFields):
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
             out_groups=spec.out_groups or 0, out_rank=spec.out_rank or 0,
         )  # fmt: skip
+        if spec.kind == "compressed":  # DeepSeek-V4: one shared key/value head, a query latent, a compressor
+            return replace(standard, kind="compressed", num_kv_heads=1, q_lora_rank=spec.q_lora_rank,
+                           compress_rate=spec.compress_rate, compress_overlap=spec.compress_overlap,
+                           index_heads=spec.index_heads or 0, index_head_dim=spec.index_head_dim or 0,
+                           index_topk=spec.index_topk or 0)  # fmt: skip
         if spec.kind == "standard":
             if spec.index_block_size is None:
                 return standard

@@ -37,6 +37,7 @@ from embedcalc.modeling.altup import AltUp, Laurel
 from embedcalc.modeling.attention import Attention, AttentionBase, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import embedding_table
 from embedcalc.modeling.block_sparse_attention import BlockSparseAttention
+from embedcalc.modeling.compressed_attention import CompressedAttention
 from embedcalc.modeling.deltanet import GatedDeltaNetMixer
 from embedcalc.modeling.disentangled import DisentangledAttention
 from embedcalc.modeling.ffn import MLP
@@ -79,6 +80,8 @@ def make_attention(
     standard one with a block indexer, DeBERTa's disentangled
     attention for a config with ``disentangled``, latent attention for kind mla, else :class:`Attention`. It lives
     here, beside its only caller, so that attention.py (the base the other kinds build on) imports none of them."""
+    if spec.compressed:  # DeepSeek-V4
+        return CompressedAttention(config, spec, impl=impl, causal=causal)
     if spec.kind == "sparse":
         return SparseAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
     if config.disentangled is not None and not cross:  # DeBERTa: relative_bias marks the table's owner

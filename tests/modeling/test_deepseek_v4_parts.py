@@ -124,3 +124,33 @@ def test_hyper_connections_need_a_pre_norm_decoder_without_altup(extra: dict[str
     with pytest.raises(ConfigError) as info:
         validate_config({**_OURS, **extra}, {}, [], "test")
     assert "hyper_connections" in str(info.value)
+
+
+def test_compressed_attention_torch_model_equals_the_analysis() -> None:
+    """DeepSeek-V4's whole layer (compressed attention: sliding, heavily compressed, compressed sparse with its
+    indexer; the grouped output, the hyper-connections, the MoE) as embedcalc's torch model builds it from the mapped
+    small file: every parameter and FLOP key equals the analysis (which test_hf_deepseek_v4 holds to transformers), at
+    lengths that fill whole windows, leave a remainder and close none; and it runs on the CPU."""
+    from embedcalc.sources.hf import map_hf_config
+
+    schedule = ["sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"]
+    raw = {
+        "model_type": "deepseek_v4",
+        **_V4,
+        "sliding_window": 32,
+        "num_hidden_layers": 3,
+        "layer_types": schedule,
+    }
+    mapping = map_hf_config(raw, "test")
+    config = validate_config(dict(mapping.data), dict(mapping.user_keys), [], "test")
+    model = build_model(config)
+    assert component_params(model) == {k: v for k, v in count_params(config).items() if v}
+    for length in (16, 14, 3):
+        analytic = forward_flops(config, Workload(batch_size=B, seq_len=length)).breakdown
+        assert component_flops(config, model, batch_size=B, seq_len=length) == {
+            k: v for k, v in analytic.items() if v
+        }
+    cpu = build_model(config, device="cpu", seed=2)
+    with torch.no_grad():
+        out = cpu(torch.randint(0, 256, (B, T))).main
+    assert bool(torch.isfinite(out).all())

@@ -59,6 +59,7 @@ from dataclasses import dataclass, replace
 from math import prod
 
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.compressed import compressed_cache_values
 from embedcalc.analysis.memory.disentangled import eager_core
 from embedcalc.analysis.mixers import mixer_live_bytes
 from embedcalc.analysis.parallel import Stage, stage_dims
@@ -171,6 +172,8 @@ def kv_cache_values(a: Attention, x: Dims, tp: int = 1) -> Num:
         return a.kv_cache_width
     if a.kv_shared:  # its keys and values are an earlier layer's, cached there
         return 0
+    if a.compressed:  # DeepSeek-V4: one key per token that is also its value, replicated
+        return head_width(a, x) * a.compressed_kv_copies
     g = kv_heads(a, x)
     heads = g if tp == 1 else maximum(1, g // tp)
     # keys of head_dim, values of v_head_dim (or head_dim); a block indexer's key, replicated
@@ -191,6 +194,8 @@ def kv_cache_terms(config: ResolvedShape, workload: Workload, x: Dims, tp: int =
         if block.attention.external:  # cross-attention caches the external tokens, not the text
             tokens = block.attention.context
         values = values + layers * tokens * kv_cache_values(block.attention, x, tp)
+        if block.attention.compressed:  # DeepSeek-V4's pooled entries and compressor state (replicated)
+            values = values + layers * compressed_cache_values(block.attention, cached)
         if sd.stack.cross_attention:  # the cross-attention K and V of the source
             values = values + layers * x.n * kv_cache_values(cross_attention(config), x, tp)
     return x.b * values * workload.activation_bytes

@@ -143,6 +143,8 @@ def check_attention(spec: AttentionSpec, info: ValidationInfo, where: str) -> No
             )
     if spec.kind == "sparse":
         check_sparse(spec, where)
+    if spec.kind == "compressed":
+        check_compressed(spec, where)
     if spec.index_block_size is not None:
         check_block_sparse(spec, info, where)
     heads, kv = spec.num_heads or info.data.get("num_heads"), spec.num_kv_heads
@@ -242,4 +244,31 @@ def check_shared(
             "{where}.shared runs a shared block of attention and FFN before a recurrent mixer (Zamba2), but the "
             "block has {found}; it needs {needed}",
             {"where": where, "found": problem[0], "needed": problem[1]},
+        )
+
+
+def check_compressed(spec: AttentionSpec, where: str) -> None:
+    """DeepSeek-V4's attention: a query latent; overlapping windows only with a compressor; an indexer (all three of
+    its fields, or none) only over overlapping windows."""
+    if spec.q_lora_rank is None:
+        raise PydanticCustomError(
+            "compressed_incomplete",
+            "{where}: kind compressed needs q_lora_rank, the rank of its query latent (DeepSeek-V4-Flash: 1024)",
+            {"where": where},
+        )
+    if spec.compress_overlap and not spec.compress_rate:
+        raise PydanticCustomError(
+            "compressed_overlap_without_rate",
+            "{where}.compress_overlap pools overlapping windows of compress_rate tokens, but compress_rate is 0 "
+            "(no compressor); set compress_rate (DeepSeek-V4: 4) or remove compress_overlap",
+            {"where": where},
+        )
+    fields = ("index_heads", "index_head_dim", "index_topk")
+    missing = [name for name in fields if getattr(spec, name) is None]
+    if spec.compress_overlap and 0 < len(missing) < len(fields):
+        raise PydanticCustomError(
+            "compressed_indexer_incomplete",
+            "{where}: kind compressed with an indexer needs index_heads, index_head_dim and index_topk; missing "
+            "{fields} (DeepSeek-V4-Flash: 64, 128, 512)",
+            {"where": where, "fields": ", ".join(missing)},
         )

@@ -21,6 +21,7 @@ from embedcalc.sources.hf import (
     dbrx,
     deberta,
     deepseek,
+    deepseek_v4,
     embedders,
     encoders,
     exaone4,
@@ -97,6 +98,7 @@ MODULES += (
     longcat,
     mistral_large4,
 )  # issue 31: block-sparse attention, Step-3.7, LongCat-Flash's zero experts, Mistral Large 4
+MODULES += (deepseek_v4,)  # issue 31: compressed attention, hyper-connections, a grouped low-rank output
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
