@@ -248,7 +248,10 @@ def count_general(raw: Mapping[str, Any], origin: str, target: str, workload: Wo
     notes = [
         f"counted by transformers {meta.version}'s {meta.class_name} ({meta.auto_class}) on the meta device"
     ]
-    if meta.text_only is not None:
+    if meta.text_only is not None and meta.architecture == "encoder-decoder":  # T5Gemma 2
+        notes.append(f"multimodal: only the encoder's text model ({meta.text_only}), the decoder and the LM head are "
+                     "counted")  # fmt: skip
+    elif meta.text_only is not None:
         notes.append(f"multimodal: only the language model ({meta.text_only}) and the LM head are counted")
     experts = tuple(ExpertGroup(e.path, e.params, e.num_experts, e.top_k) for e in meta.experts)
     if any(e.top_k is None for e in experts):

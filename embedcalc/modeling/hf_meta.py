@@ -18,7 +18,8 @@ No weights are allocated (``torch.device("meta")``): every parameter is a shape.
 Which model class (the counting rule of the native readers, :mod:`embedcalc.sources.hf`): an encoder-decoder
 (``is_encoder_decoder``) is ``AutoModelForSeq2SeqLM``; a multimodal config is its text model (the text config's
 ``AutoModelForCausalLM`` class when it has one, else the outer ``AutoModelForImageTextToText`` class of which only the
-language model and the LM head are counted); a family with a masked-LM class (an encoder: BERT-like) or without a
+language model and the LM head are counted; T5Gemma 2, an encoder-decoder with a vision tower in its encoder: the
+encoder's text tower, the decoder and the head); a family with a masked-LM class (an encoder: BERT-like) or without a
 causal-LM class is ``AutoModel`` (the backbone); every other family is ``AutoModelForCausalLM``.
 An encoder-decoder of two sub-configs (T5Gemma: ``get_text_config()`` is its decoder half) is the whole seq2seq
 model too. A forward that asks a meta tensor for a value (a padding mask's ``.all()``) runs again on FakeTensors,
@@ -166,6 +167,10 @@ def choose_class(config: Any) -> tuple[str, str, str, Any, Part]:
         if own is not None:
             return own
         outer = image_text.get(model_type)
+        if outer and getattr(config, "is_encoder_decoder", False):
+            # T5Gemma 2: a vision tower inside an encoder-decoder; the text model is the encoder's text tower, the
+            # decoder and the head, and its forward takes decoder tokens too
+            return outer, "AutoModelForImageTextToText", "encoder-decoder", config, "seq2seq_text"
         if outer:
             return outer, "AutoModelForImageTextToText", "decoder", config, "language"
         if model_type in base:
@@ -236,6 +241,16 @@ def _counted_part(model: nn.Module, part: Part, config: Any) -> tuple[str, set[s
     """The counted module's path and the paths counted: a multimodal model's language model and its LM head
     (``language``), or the module built from the text config (``text_model``: CLIP's ``text_model``)."""
     found: Any = model  # transformers' PreTrainedModel methods, not nn.Module's
+    towers = ("text_model", "text_encoder", "text_backbone", "language_model")
+    if (
+        part == "seq2seq_text"
+    ):  # the encoder's text tower (not its vision tower and projector), decoder and head
+        encoder, decoder = found.get_encoder(), found.get_decoder()
+        head = found.get_output_embeddings()
+        name = next((n for n, m in model.named_modules() if m is encoder), "")
+        text_tower = next((f"{name}.{n}" for n, _ in encoder.named_children() if n in towers), None)
+        paths = {n for n, m in model.named_modules() if m is decoder or m is head}
+        return text_tower or "", paths | ({text_tower} if text_tower and name else set())
     if part == "language":
         decoder = found.get_decoder() if hasattr(found, "get_decoder") else None
         head = found.get_output_embeddings() if hasattr(found, "get_output_embeddings") else None
@@ -244,7 +259,6 @@ def _counted_part(model: nn.Module, part: Part, config: Any) -> tuple[str, set[s
     text = config.get_text_config()
     name = next((n for n, m in model.named_modules() if n and getattr(m, "config", None) is text), None)
     if name is None:
-        towers = ("text_model", "text_encoder", "text_backbone", "language_model")
         name = next((n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in towers), "")
     return name, {name} if name else set()
 
@@ -394,7 +408,7 @@ def build_meta_model(
     model.eval()
     text_only = part != "all"
     language, kept = _counted_part(model, part, build_from) if text_only else ("", set())
-    if text_only and not kept:
+    if text_only and (not kept or (part == "seq2seq_text" and len(kept) < 3)):  # its three parts, all found
         raise NoAutoClassError(f"{class_name} has no text model embedcalc can find")
 
     def counted(name: str) -> bool:
@@ -416,7 +430,7 @@ def build_meta_model(
         # a dual encoder's text tower runs alone (the outer model's forward wants images too)
         runner = model.get_submodule(language) if part == "text_model" else model
         flops, flops_error, cache_obj = _forward(runner, architecture, batch, seq_len, tgt_len or seq_len)
-        if flops is not None and part == "language":
+        if flops is not None and part in ("language", "seq2seq_text"):
             flops = {k: v for k, v in flops.items() if counted(k) or not k}
         if architecture == "encoder":
             cache = ()

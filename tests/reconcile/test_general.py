@@ -334,6 +334,41 @@ def test_t5gemma_is_counted_whole_with_its_forward_and_caches() -> None:
     ]  # fmt: skip
 
 
+def test_t5gemma2_counts_its_text_encoder_decoder_and_head() -> None:
+    """T5Gemma 2 (T5Gemma2ForConditionalGeneration, an image-text-to-text class): a SigLIP vision tower and its
+    projector inside the encoder of an encoder-decoder. The text model is the encoder's text tower, the decoder and
+    the head (the whole encoder-decoder, which the language-model rule of the decoder-only multimodal classes would
+    leave out), and its forward takes decoder tokens. From modeling_t5gemma2.py's shapes: one token table for both
+    stacks and the tied head, with its end-of-image row eoi_embedding (d); Gemma 3's layers (q/k RMSNorms of
+    head_dim, sandwich norms); the decoder's merged attention projects its own tokens and the encoder's outputs with
+    one q/k/v and attends over both."""
+    from embedcalc.api.general import read_general
+
+    d, f, h, kv, hd, v = 64, 96, 4, 2, 16, 128
+    text = dict(hidden_size=d, intermediate_size=f, num_hidden_layers=2, num_attention_heads=h,
+                num_key_value_heads=kv, head_dim=hd, vocab_size=v, sliding_window=8)  # fmt: skip
+    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)  # fmt: skip
+    raw = {"model_type": "t5gemma2", "decoder": text | {"num_hidden_layers": 3},
+           "encoder": {"text_config": text, "vision_config": vision, "mm_tokens_per_image": 4}}  # fmt: skip
+    general = read_general(raw, run=RUN)
+    assert general.architecture == "encoder-decoder"
+    attention = d * (h + 2 * kv) * hd + h * hd * d
+    layer = attention + 2 * hd + 3 * d * f + 4 * d
+    assert general.params.total == v * d + d + (2 + 3) * layer + 2 * d
+    assert general.outside_params > 0  # the vision tower and projector, apart
+    n, b = RUN.batch_size * RUN.seq_len, RUN.batch_size
+    s = m = RUN.seq_len  # source and target tokens of the forward
+    encoder = 2 * n * attention + 2 * 2 * b * h * s * s * hd + 2 * n * 3 * d * f
+    # merged: q/k/v on the target, k/v on the source, scores and context over source + target keys
+    decoder = (
+        2 * n * attention + 2 * n * d * 2 * kv * hd + 2 * 2 * b * h * m * (m + s) * hd + 2 * n * 3 * d * f
+    )
+    assert general.flops is not None, general.flops_error
+    assert general.flops.total == 2 * encoder + 3 * decoder + 2 * n * d * v
+    assert general.cache is not None and {c.stack for c in general.cache} == {"self", "cross"}
+
+
 def test_zamba2_shared_blocks_count_once_and_run_at_every_use() -> None:
     """Zamba2 (Zamba2ForCausalLM) through the general reader (also read natively since: sources/hf/zamba2.py,
     tests/sources/hf/test_hf_zamba2.py): Mamba-2 layers, and at the ``hybrid`` layers a transformer block
