@@ -234,12 +234,16 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.key == "embedding/norm" and "embedding/norm" not in analytic and stack == "encoder":
             # ModernBERT: layer 0's attn_norm is an Identity; the embeddings' norm is counted as its pre-norm
             role = replace(role, key=f"{stack}/attention/norm", layer=0)
-        role = refile(role, rules[stack].block(role.layer))
         param = tensor.name.rsplit(".", 1)[-1]
+        role = refile(role, rules[stack].block(role.layer), param)
         if (
             tower := outside_text_model(tensor.name) or task_head(tensor.name, config.architecture)
         ) is not None:
             extra.append(TensorNote(tensor.name, tensor.shape, tower))
+            continue
+        if tensor.name.split(".")[0] == "mtp":  # DeepSeek-V3/V4's multi-token-prediction layer
+            extra.append(TensorNote(tensor.name, tensor.shape, "a multi-token prediction layer: not built by "
+                                    "transformers"))  # fmt: skip
             continue
         if role.kind == "buffer":
             extra.append(TensorNote(tensor.name, tensor.shape, "a buffer, not a parameter"))

@@ -78,6 +78,7 @@ BUFFERS = (
     "act_fn.beta",
     "act_fn.eps",
     "final_logits_bias",
+    "tid2eid",
 )  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights; XIELUActivation's beta and
 # eps (transformers/activations.py) and BartForConditionalGeneration's final_logits_bias are nn.Buffers too)
 
@@ -89,6 +90,7 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"),
       "moe/branch_norms"),
     (("experts",), "moe/experts"), (("fc1_latent_proj", "fc2_latent_proj"), "moe/latent"),
+    (("attn_hc",), "hyper/attention"), (("ffn_hc",), "hyper/ffn"),  # DeepSeek-V4 (DeepseekV4HyperConnection)
     # Apertus' xIELU (XIELUActivation: alpha_p, alpha_n learned), T5/MPNet's relative position buckets
     (("act_fn",), "ffn/act"), (("relative_attention_bias",), "attention/relative_bias"),
     (("shared_expert_gate",), "moe/shared_gate"),
@@ -176,7 +178,10 @@ _KDA_PARTS = {"q_proj": "in", "k_proj": "in", "v_proj": "in", "b_proj": "in", "q
 _MIXER_PARAMS = ("A_log", "D", "dt_bias")
 _PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
 # Mllama's tanh gates, parameters of the cross-attention layer itself (MllamaCrossAttentionDecoderLayer)
-_LAYER_PARAMS = {"cross_attn_attn_gate": "attention/tanh_gate", "cross_attn_mlp_gate": "ffn/tanh_gate"}
+_LAYER_PARAMS = {"cross_attn_attn_gate": "attention/tanh_gate", "cross_attn_mlp_gate": "ffn/tanh_gate",
+                 # DeepSeek-V4's hyper-connections, parameters of the layer in its checkpoints (hc_attn_fn, ...)
+                 **{f"hc_{p}_{t}": f"hyper/{'attention' if p == 'attn' else 'ffn'}"
+                    for p in ("attn", "ffn") for t in ("fn", "base", "scale")}}  # fmt: skip
 # DeciLM's replace_with_linear sublayers (the Nemotron NAS models' DeciLMLinearAttention / DeciLMLinearMLP, in
 # modeling_decilm.py), by their path inside the layer
 _REPLACED: dict[tuple[str, ...], str] = {
@@ -245,6 +250,10 @@ def tensor_role(
     if match is None:
         if "lm_head" in segments or last in ("embed_out", "output"):  # GPT-J's and Phi-2's lm_head has a bias
             return TensorRole("head/lm_bias" if param == "bias" else "head/lm", None, kind, module)
+        if last == "hc_head" or param.startswith("hc_head_"):  # DeepSeek-V4's final collapse of its streams
+            return TensorRole(f"{stack}/hyper_head", None, kind, module)
+        if last == "head" or last == "embed":  # DeepSeek's own checkpoint names (DeepSeek-V4)
+            return TensorRole("head/lm" if last == "head" else "embedding/token", None, kind, module)
         if last == "relative_attention_bias":  # MPNet's, shared by the layers
             return TensorRole(f"{stack}/attention/relative_bias", None, kind, module)
         if decoder_table and stack == "decoder" and last == "embed_tokens":

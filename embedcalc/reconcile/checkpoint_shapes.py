@@ -54,6 +54,7 @@ from dataclasses import replace
 from embedcalc.analysis.structure import Dims, head_width, kv_width, per_layer_width
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
+from embedcalc.reconcile.checkpoint_compressed import compressed_role
 from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
 from embedcalc.reconcile.checkpoint_names import QKV, TensorRole, within_layer
 from embedcalc.reconcile.checkpoint_shared import shared_tensor_shape
@@ -245,10 +246,17 @@ def _embedding(config: ResolvedShape, x: Dims, component: str, param: str) -> Ex
     return None
 
 
-def refile(role: TensorRole, block: Block | None) -> TensorRole:
+INDEXED = ("attention/index_q", "attention/index_weights")
+
+
+def refile(role: TensorRole, block: Block | None, param: str = "") -> TensorRole:
     """The role as the layer's block places it: in a MoE block a dense FFN beside the routed experts (Gemma 4's
     ``mlp`` next to ``experts``) is its shared branch, ``moe/shared``; latent attention without a query latent
-    (DeepSeek-V2-Lite's ``q_lora_rank`` null) has one full-rank ``q_proj``, ``attention/q``."""
+    (DeepSeek-V2-Lite's ``q_lora_rank`` null) has one full-rank ``q_proj``, ``attention/q``; DeepSeek-V4's
+    compressed attention by its own names (:mod:`embedcalc.reconcile.checkpoint_compressed`, ``param`` the
+    tensor's parameter name)."""
+    if block is not None and block.attention is not None and block.attention.compressed:
+        role = compressed_role(role, param)
     key = role.key
     if block is None or key is None:
         return role
@@ -365,6 +373,10 @@ def _in_layer(
     ):  # T5Attention's, layer 0 of each stack: nn.Embedding(buckets, H)
         buckets = config.relative_attention_num_buckets
         return ((buckets, x.h), "relative_attention_num_buckets, num_heads") if param == "weight" else None
+    if block.attention is not None and block.attention.compressed and component.startswith("attention/"):
+        # DeepSeek-V4's attention: the indexer's query and head weights have DeepSeek-V3.2's shapes; the rest of
+        # its tensors are counted, not shape-checked
+        return _indexer(block.attention, x, last, param) if component in INDEXED else None
     if component.startswith("attention/index_") and block.attention is not None:
         return _indexer(block.attention, x, last, param)
     if conv1d and param == "weight" and last in ("c_fc", "c_proj"):

@@ -176,3 +176,56 @@ def test_malformed_schedules_are_named(change: dict[str, Any], key: str) -> None
     with pytest.raises(ConfigError) as info:
         mapped_config(raw)
     assert key in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_verify_checkpoint_places_every_tensor_of_a_saved_model(
+    transformers: Any, cli: Any, tmp_path: Any, name: str
+) -> None:
+    """save_pretrained writes DeepSeek's own names (attn.wq_a, attn.compressor.wkv, attn.indexer.wq_b,
+    hc_attn_fn, ffn.experts.N.w1, ...): every tensor is placed (the router's correction bias and the hash layers'
+    tid2eid as buffers), each component's stored count is the analytic one and analyze's, and the whole is
+    transformers' numel."""
+    import json
+
+    import torch
+
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**VARIANTS[name]))
+    model.save_pretrained(tmp_path)
+    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
+    assert {e["reason"] for e in check["extra"]} <= {"a buffer, not a parameter"}
+    assert check["stored_params"] == check["analytic_params"] == sum(p.numel() for p in model.parameters())
+    components = {c["key"]: c["stored_params"] for c in check["components"]}
+    analyze = cli("analyze", str(tmp_path / "config.json"), "--format", "json")
+    assert components == json.loads(analyze.stdout)["results"][0]["params"]["breakdown"]
+
+
+def test_verify_checkpoint_reads_deepseeks_published_layout(
+    transformers: Any, cli: Any, tmp_path: Any
+) -> None:
+    """deepseek-ai's checkpoints name the tensors without transformers' ``model.`` prefix (``embed``, ``head``,
+    ``hc_head_fn``, ``layers.N.attn.wq_a``), carry FP8 block scales (``wq_a.scale``) and the multi-token-prediction
+    layer (``mtp.0.*``), which transformers does not build: placed, the scales as scales, the MTP layer apart."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**_SMALL))
+    model.save_pretrained(tmp_path)
+    tensors = {k.removeprefix("model."): v for k, v in load_file(tmp_path / "model.safetensors").items()}
+    tensors = {("head.weight" if k == "lm_head.weight" else k): v for k, v in tensors.items()}
+    tensors["layers.0.attn.wq_a.scale"] = torch.ones(2, 1)
+    tensors["mtp.0.attn.wq_a.weight"] = torch.zeros(16, 64)
+    save_file(tensors, tmp_path / "model.safetensors")
+    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
+    assert check["stored_params"] == sum(p.numel() for p in model.parameters())
+    assert {e["tensor"] for e in check["extra"] if "multi-token" in e["reason"]} == {"mtp.0.attn.wq_a.weight"}
