@@ -114,6 +114,11 @@ def _read_zamba2(r: KeyReader) -> None:
     read_core(r, qkv=False, out=False, ffn="add_bias_linear")
     for key, reason in _IGNORED.items():
         r.ignore(key, reason)
+    if (
+        r.raw.get("use_shared_mlp_adapter") is True
+    ):  # what published files write; false is warned about as undeclared
+        r.ignore("use_shared_mlp_adapter", "Zamba2Config no longer declares it: Zamba2MLP builds its gate_up adapters "
+                                           "whenever adapter_rank is positive, as this says")  # fmt: skip
     rope_key, rope, _ = r.value("use_mem_rope")
     replace_mapped(r, "position", "rope" if rope else "none", rope_key, origin(r, rope_key),
                    "Zamba2Attention: RoPE only with use_mem_rope")  # fmt: skip

@@ -195,5 +195,11 @@ def test_keys_the_class_computes_are_checked_and_the_dead_ones_ignored() -> None
     reasons = {i.key: i.reason for i in report.ignored}
     assert "2 x hidden_size // num_attention_heads" in reasons["attention_head_dim"]
     assert "conv1d with a bias" in reasons["use_conv_bias"]
+    # the published files' use_shared_mlp_adapter (no longer declared): true is what transformers builds, false warned
+    quiet = map_hf_config({**raw, "use_shared_mlp_adapter": True}, "test").report
+    assert "adapter_rank is positive" in {i.key: i.reason for i in quiet.ignored}["use_shared_mlp_adapter"]
+    assert quiet.ignored_keys == []
+    warned = map_hf_config({**raw, "use_shared_mlp_adapter": False}, "test").report.ignored_keys
+    assert [i.key for i in warned] == ["use_shared_mlp_adapter"]
     with pytest.raises(ConfigError, match="hybrid_layer_ids"):
         map_hf_config({**raw, "hybrid_layer_ids": [1]}, "test")
