@@ -335,6 +335,15 @@ class ResolvedShape(ConfigFields):
         limited = sum(n for b, n in counts if b.attention is not None and b.attention.cache_limit is not None)
         if limited:
             out["windowed_layers"] = limited
+        if (
+            self.decoder_layout is not None
+        ):  # an encoder-decoder's decoder laid out apart (T5Gemma): its windows
+            decoder = self.stack_plan("decoder").counts()
+            limited = sum(
+                n for b, n in decoder if b.attention is not None and b.attention.cache_limit is not None
+            )
+            if limited:
+                out["decoder_windowed_layers"] = limited
         moe = [(block.ffn, n) for block, n in counts if block.ffn is not None and block.ffn.moe]
         if moe:
             ffn = moe[0][0]

@@ -108,6 +108,8 @@ def test_the_published_shape_is_read_natively() -> None:
     windowed = [config.stack_plan(s).counts() for s in ("encoder", "decoder")]
     for counts in windowed:
         assert sum(n for b, n in counts if b.attention is not None and b.attention.window == 4096) == 13
+    derived = config.derived()
+    assert derived["windowed_layers"] == derived["decoder_windowed_layers"] == 13
 
 
 @pytest.mark.torch
