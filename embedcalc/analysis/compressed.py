@@ -25,6 +25,11 @@ windows (else 1), and an indexer of H_I heads of D_I keeping k entries:
   s // m pooled entries (hd, and D_I for the indexer's), the s mod m tokens waiting for a full window (their kv and
   gate, 2 c hd and 4 D_I each), and with overlapping windows, once one closed, the last window's first series (kv
   and gate: 2 m hd, 2 m D_I).
+- saved activations (training, :func:`compressed_saved`): per token the input (d), the query latent before and after
+  its norm (2 r), the queries before and after their norm (2 h hd), the key before and after its norm (2 hd), the
+  compressor's kv and gate (2 c hd), the context (h hd) and the grouped output's intermediate (G r_o); per sequence
+  the T pooled entries (hd); the indexer selects without a gradient (integer indices), so nothing of it is saved.
+  The core's scores cover the n local keys and the T entries.
 """
 
 from __future__ import annotations
@@ -132,3 +137,14 @@ def compressed_cache_values(a: Attention, s: Num) -> Num:
     if a.compress_overlap:  # kept once a window has closed
         out = out + minimum(entries, 1) * 2 * m * width
     return out
+
+
+def compressed_saved(a: Attention, q: Num, d: Num, e: int, b: Num, n: Num) -> tuple[Num, Num]:
+    """(saved bytes of a compressed layer's projections on b sequences of n tokens, the pooled entries per sequence
+    its core also scores); ``q`` = h hd on this rank, ``e`` bytes per activation (module docstring)."""
+    hd, m = a.head_dim, a.compress_rate
+    per_token = d + 2 * (a.q_lora_rank or 0) + 3 * q + 2 * hd + a.out_groups * a.out_rank
+    if m:
+        per_token = per_token + 2 * _series(a) * hd
+    entries = n // m if m else 0
+    return b * n * (e * per_token) + b * entries * (e * hd), entries

@@ -59,6 +59,7 @@ from math import prod
 
 from embedcalc.analysis.altup import altup_saved_bytes
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.compressed import compressed_saved
 from embedcalc.analysis.memory.disentangled import eager_core, position_terms_saved, table_saved
 from embedcalc.analysis.memory.inference import (
     RankWidths,
@@ -144,7 +145,10 @@ def _attention_saved(
     """Saved bytes of one attention sublayer on one TP rank (queries on n tokens, keys/values on n_kv)."""
     e, b, d, dropout = workload.activation_bytes, x.b, x.d, config.dropout > 0
     t, t_kv = b * n, b * n_kv
-    if a.latent:  # input, q_a out + normed, kv_a out + normed latent, Q, K, V, the context
+    entries: Num = 0
+    if a.compressed:  # DeepSeek-V4 (analysis/compressed.py): its own projections, the pooled entries
+        linear, entries = compressed_saved(a, r.q, d, e, b, n)
+    elif a.latent:  # input, q_a out + normed, kv_a out + normed latent, Q, K, V, the context
         per_q = e * d + e * r.q + e * r.v + (2 * e * a.q_lora_rank if a.q_lora_rank is not None else 0)
         per_kv = e * (a.kv_lora_rank + a.qk_rope_head_dim) + e * a.kv_lora_rank + e * r.q + e * r.v
         linear = t * per_q + t_kv * per_kv
@@ -163,8 +167,8 @@ def _attention_saved(
         scores = sparse_core_saved(a, b, n, n_kv, r.heads, r.q, r.v, e, eager)
     elif not eager:
         scores = t * (FP32_BYTES * r.heads)  # log-sum-exp statistics
-    else:
-        scores = (b * n * n_kv) * ((e + ((MASK_BYTES + e) if dropout else 0)) * r.heads)
+    else:  # a compressed layer's core also scores its pooled entries
+        scores = (b * n * (n_kv + entries)) * ((e + ((MASK_BYTES + e) if dropout else 0)) * r.heads)
     out = [(f"{prefix}/linear", linear), (f"{prefix}/scores", scores)]
     if config.disentangled is not None and not cross:  # DeBERTa's c2p / p2c terms (memory/disentangled.py)
         positions = position_terms_saved(config.disentangled, b, n, r.heads, r.q, r.kv, d, e, dropout)
