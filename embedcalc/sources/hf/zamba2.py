@@ -60,7 +60,7 @@ def _mamba(r: KeyReader, hidden: int, bias: bool) -> dict[str, Any] | None:
     expand_key, expand, _ = r.value("mamba_expand")
     if any(v is None for v in sizes.values()):
         return None
-    if not isinstance(expand, int | float) or isinstance(expand, bool) or int(expand * hidden) < 1:
+    if not isinstance(expand, int | float) or isinstance(expand, bool) or not 1 <= expand * hidden < 2**63:
         r.problem(expand_key, f"mamba_expand = {expand!r} must be a positive number")
         return None
     heads, inner = sizes.pop("num_heads"), int(expand * hidden)

@@ -180,6 +180,7 @@ def test_embedcalcs_torch_model_agrees_component_by_component(cli: Any, write_co
         ),
         (dict(num_mem_blocks=0), "num_mem_blocks"),
         (dict(mamba_headdim=9), "mamba_headdim"),
+        (dict(mamba_expand=float("nan")), "mamba_expand"),
     ],
 )
 def test_a_file_it_cannot_map_is_refused_naming_the_key(change: dict[str, Any], key: str) -> None:
