@@ -79,6 +79,16 @@ settings.load_profile(
 )
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """pyproject's ``-n auto`` spreads the default run over the machine's CPUs (pytest-xdist); a run that selects
+    the slow tests or shows the tests' own output (``-s``: the fuzz profiles' summaries, issue 33's table of costs)
+    stays in one process: those tests bound their CPU, memory and wall time per case, and a worker would swallow
+    what they print. None: xdist's own count."""
+    if config.getoption("capture") == "no" or "not slow" not in (config.getoption("markexpr") or ""):
+        return 0
+    return None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-goldens",
