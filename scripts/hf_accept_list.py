@@ -74,6 +74,9 @@ def generate(reads: dict[str, Any] | None = None) -> dict[str, Any]:
         "base": {"class": transformers.PretrainedConfig.__name__, "params": sorted(base_params),
                  "written": sorted(base_written)},
         "families": families,
+        # older names of layer types every configuration class renames on load (configuration_utils'
+        # remap_legacy_layer_types: "deepseek_sparse_attention" is "indexed_attention")
+        "layer_type_renames": dict(getattr(transformers.configuration_utils, "_LEGACY_LAYER_TYPE_REMAP", {})),
     }  # fmt: skip
 
 

@@ -48,9 +48,14 @@ class Reads:
     fallbacks: dict[str, tuple[Any, ...]]
 
     @property
+    def shared(self) -> bool:
+        """Whether these are transformers' shared modules (outside ``models/``), not a family's."""
+        return not all(s.startswith("models/") for s in self.sources)
+
+    @property
     def label(self) -> str:
         """The modules, as a message names them: a family's by file name, the shared ones in a word."""
-        if all(s.startswith("models/") for s in self.sources):
+        if not self.shared:
             return ", ".join(s.rsplit("/", 1)[-1] for s in self.sources)
         return "its shared modules (caches, masks, generation, integrations)"
 
@@ -103,6 +108,12 @@ def _reads_data() -> dict[str, Any]:
 def transformers_version() -> str:
     """The transformers version the shipped data was generated from."""
     return str(_data()["transformers_version"])
+
+
+def layer_type_renames() -> dict[str, str]:
+    """Older layer-type names transformers renames on load, for every family (``"attention"`` is
+    ``"full_attention"``, ``"deepseek_sparse_attention"`` is ``"indexed_attention"``)."""
+    return dict(_data().get("layer_type_renames", {}))
 
 
 def base_keys() -> frozenset[str]:
@@ -182,6 +193,10 @@ def _reader_of(keys: ClassKeys, key: str, value: Any) -> tuple[str, str] | None:
     nothing reads it, or every read falls back to ``value`` itself."""
     for reads in keys.reads:
         how = reads.how(key)
+        if how == "plain" and value is None and reads.shared and reads.fallbacks.get(key, ()) == (None,):
+            # transformers' shared modules read it with getattr(config, KEY, None) and reach a plain read only
+            # past a test for None (masks and caches: sliding_window, attention_chunk_size): null is absent
+            continue
         if how == "plain":
             return reads.label, f"config.{key}"
         if how == "fallback" and not all(same_value(value, f) for f in reads.fallbacks[key]):

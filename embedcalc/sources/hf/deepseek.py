@@ -281,15 +281,18 @@ _GLM_LITE: dict[str, Any] = dict(
     hidden_act="silu", max_position_embeddings=202752, tie_word_embeddings=False, attention_bias=False,
     attention_dropout=0.0,
 )  # fmt: skip
+# num_experts: DeepseekV32Config, GlmMoeDsaConfig and MistralLarge4TextConfig take it from the file's leftover keys
+# and set n_routed_experts to it in __post_init__ ("BC: re-route"; derive finds the kwargs read)
+V32_ALIASES = {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts"}
 FAMILIES = (
     Family("deepseek_v2", "DeepseekV2Config", "DeepseekV2ForCausalLM (AutoModelForCausalLM)", "deepseek-v3", _V2,
            _read_deepseek, {"num_experts": "n_routed_experts"}),
     Family("deepseek_v3", "DeepseekV3Config", "DeepseekV3ForCausalLM (AutoModelForCausalLM)", "deepseek-v3", _V3,
            _read_deepseek, {"num_local_experts": "n_routed_experts"}),
     Family("deepseek_v32", "DeepseekV32Config", "DeepseekV32ForCausalLM (AutoModelForCausalLM)", "deepseek-v3.2",
-           _V32, _read_deepseek_v32, {"num_local_experts": "n_routed_experts"}),
+           _V32, _read_deepseek_v32, V32_ALIASES),
     Family("glm_moe_dsa", "GlmMoeDsaConfig", "GlmMoeDsaForCausalLM (AutoModelForCausalLM)", "deepseek-v3.2", _GLM5,
-           _read_deepseek_v32, {"num_local_experts": "n_routed_experts"}),
+           _read_deepseek_v32, V32_ALIASES),
     Family("minicpm3", "MiniCPM3Config", "MiniCPM3ForCausalLM (AutoModelForCausalLM)", "deepseek-v3",
            _MINICPM3, _read_minicpm3),
     Family("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM (AutoModelForCausalLM)", "deepseek-v3", GLM_MOE,

@@ -16,8 +16,10 @@ Two derivations:
   builds). Per family: its ``modeling_<family>.py`` and the modeling modules of other families it imports
   (``from ..llama.modeling_llama import ...``), transitively, and its ``configuration_<family>.py``, where
   ``self.KEY`` reads count too (a parameter the class turns into another attribute, as Qwen2's
-  ``max_window_layers`` becomes ``layer_types``, is read there); shared: transformers' modules outside ``models/``
-  (masks, caches, RoPE, the base model class, generation, integrations).
+  ``max_window_layers`` becomes ``layer_types``, is read there), and so do ``kwargs.get("KEY")`` /
+  ``kwargs.pop`` / ``kwargs["KEY"]`` (a leftover key the class turns into an attribute: GlmMoeDsaConfig's
+  ``num_experts``); shared: transformers' modules outside ``models/`` (masks, caches, RoPE, the base model class,
+  generation, integrations).
 
 Importing transformers (and with it torch) happens inside these functions only.
 """
@@ -150,6 +152,8 @@ def _is_config(node: ast.expr, self_is_config: bool) -> bool:
     """``config``, ``self.config``, ``text_config``, ``self.model.config``: an expression naming a config object
     (and ``self`` in a configuration module)."""
     name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    if name.lower().endswith("generation_config"):  # decoding settings (a GenerationConfig), not the model's
+        return False
     return name.lower().endswith("config") or (
         self_is_config and isinstance(node, ast.Name) and name == "self"
     )
@@ -182,7 +186,40 @@ def scan(source: str, self_is_config: bool = False) -> tuple[set[str], dict[str,
                 plain.add(key)
             else:
                 fallbacks.setdefault(key, []).append(fallback[0])
+        elif self_is_config and (found := _kwargs_read(node)) is not None:
+            key, fallback = found
+            if fallback is None:
+                plain.add(key)
+            else:
+                fallbacks.setdefault(key, []).append(fallback[0])
     return plain, fallbacks
+
+
+def _kwargs_read(node: ast.AST) -> tuple[str, tuple[Any] | None] | None:
+    """(key, its literal fallback or None) of ``kwargs.get("KEY"[, fallback])``, ``kwargs.pop(...)`` or
+    ``kwargs["KEY"]`` in a configuration module: a key the class takes from the file's leftovers and turns into
+    an attribute (GlmMoeDsaConfig's ``num_experts`` sets ``n_routed_experts``)."""
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "kwargs"
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+    ):
+        return node.slice.value, None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("get", "pop")
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "kwargs"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        fallback = _literal(node.args[1]) if len(node.args) == 2 else (None,)
+        return node.args[0].value, fallback
+    return None
 
 
 def _literal(node: ast.expr) -> tuple[Any] | None:
@@ -199,14 +236,17 @@ def _merge(paths: list[Path], root: Path) -> dict[str, Any]:
     plain: set[str] = set()
     fallbacks: dict[str, list[Any]] = {}
     for path in paths:
-        p, f = scan(path.read_text(encoding="utf-8"), path.name.startswith("configuration_"))
+        # ``self`` is the model's config in a configuration module, but a GenerationConfig in generation's
+        self_is_config = path.name.startswith("configuration_") and path.parent.name != "generation"
+        p, f = scan(path.read_text(encoding="utf-8"), self_is_config)
         plain |= p
         for key, values in f.items():
             fallbacks.setdefault(key, []).extend(v for v in values if v not in fallbacks.get(key, []))
     return {
         "sources": [str(p.relative_to(root)) for p in paths],
         "plain": sorted(plain),
-        "fallbacks": {k: v for k, v in sorted(fallbacks.items()) if k not in plain},
+        # a key read plainly somewhere keeps its fallbacks too (a null value is absent where every fallback is null)
+        "fallbacks": dict(sorted(fallbacks.items())),
     }
 
 

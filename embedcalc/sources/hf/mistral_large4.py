@@ -21,7 +21,7 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.deepseek import _INDEXER, _indexer_types, _mlp_layer_types, map_mla
+from embedcalc.sources.hf.deepseek import _INDEXER, V32_ALIASES, _indexer_types, _mlp_layer_types, map_mla
 from embedcalc.sources.hf.layered import ignore_moe_keys, put_layout, read_moe
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 
@@ -100,5 +100,5 @@ _ML4: dict[str, Any] = dict(
 FAMILIES = (
     Family("mistral_large4_text", "MistralLarge4TextConfig",
            "MistralLarge4ForConditionalGeneration's language model and LM head (MistralLarge4TextModel)",
-           "deepseek-v3.2", _ML4, _read_mistral_large4, {"num_local_experts": "n_routed_experts"}),
+           "deepseek-v3.2", _ML4, _read_mistral_large4, V32_ALIASES),
 )  # fmt: skip

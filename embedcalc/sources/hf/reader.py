@@ -106,9 +106,17 @@ class KeyReader:
         names = [key] + [alias for alias, target in self.family.attribute_map.items() if target == key]
         found = [n for n in names if n in self.raw]
         self.consumed.update(found)
-        if len(found) > 1:
+        if len(found) > 1 and any(not accept.same_value(self.raw[n], self.raw[found[0]]) for n in found[1:]):
             self.problem(found[1], f"{found[1]!r} and {found[0]!r} both set {key}; keep one")
-        return (found[0], self.raw[found[0]]) if found else (key, MISSING)
+        if not found:
+            return key, MISSING
+        value = self.raw[found[0]]
+        if key in _LAYER_TYPE_KEYS and isinstance(
+            value, list
+        ):  # the names transformers' classes load them as
+            renames = accept.layer_type_renames()
+            value = [renames.get(t, t) if isinstance(t, str) else t for t in value]
+        return found[0], value
 
     def has(self, key: str) -> bool:
         return self.lookup(key)[1] is not MISSING
@@ -245,6 +253,10 @@ class KeyReader:
         known = sorted(keys.params | keys.written) if keys is not None else []
         hint = did_you_mean(key, known)
         return f"; {hint.strip(' ()')}" if hint else ""
+
+
+# the keys whose values transformers renames from older layer-type names on load (remap_legacy_layer_types)
+_LAYER_TYPE_KEYS = frozenset({"layer_types", "mtp_layer_types"})
 
 
 def all_of(items: list[Any], allowed: Any) -> bool:
