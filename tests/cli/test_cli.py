@@ -508,6 +508,7 @@ def test_help_imports_no_torch_importtime() -> None:
 ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc", "embedcalc.analysis", "embedcalc.analysis.altup", "embedcalc.analysis.breakdown",
     "embedcalc.analysis.budget", "embedcalc.analysis.buffers", "embedcalc.analysis.checked",
+    "embedcalc.analysis.compressed", "embedcalc.analysis.hyper", "embedcalc.analysis.indexers",
     "embedcalc.analysis.comm", "embedcalc.analysis.comm.volumes", "embedcalc.analysis.crossover",
     "embedcalc.analysis.elementwise", "embedcalc.analysis.flops", "embedcalc.analysis.memory",
     "embedcalc.analysis.memory.disentangled", "embedcalc.analysis.memory.estimate",
@@ -519,7 +520,8 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.cli.hardware_options", "embedcalc.cli.options", "embedcalc.cli.output",
     "embedcalc.cli.serving_options", "embedcalc.cli.finetune_options", "embedcalc.cli.startup", "embedcalc.config",
     "embedcalc.config.advisories",
-    "embedcalc.config.altup", "embedcalc.config.config_fields", "embedcalc.config.dtypes", "embedcalc.config.fields",
+    "embedcalc.config.altup", "embedcalc.config.hyper",
+    "embedcalc.config.config_fields", "embedcalc.config.dtypes", "embedcalc.config.fields",
     "embedcalc.config.kinds", "embedcalc.config.layer_plan", "embedcalc.config.limits", "embedcalc.config.mixer_plan",
     "embedcalc.config.problems", "embedcalc.config.record_base", "embedcalc.config.records",
     "embedcalc.config.resolved", "embedcalc.config.spec_shapes", "embedcalc.errors", "embedcalc.sources",
