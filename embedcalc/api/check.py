@@ -55,7 +55,8 @@ class TargetCheck:
         if self.general is not None:
             g = self.general
             return {"target": self.target, "valid": True, "reader": g.to_json()["reader"], "counted_by": g.counted_by,
-                    "params": {"total": g.params.total, "active": g.active_params}, "warnings": []}  # fmt: skip
+                    "params": {"total": g.params.total, "active": g.active_params}, "notes": list(g.notes),
+                    "warnings": []}  # fmt: skip
         if self.error is not None or self.loaded is None or self.analysis is None:
             problems = self.error.problems if self.error is not None else []
             entry: dict[str, Any] = {
@@ -152,12 +153,18 @@ def _general_check(
 ) -> TargetCheck:
     """A family without a native mapping: valid when transformers builds it (its count through the general reader),
     else the refusal, told how to get the general reader when torch or transformers is missing."""
-    from embedcalc.api.general import beyond_general, general_available, general_hint, read_general
+    from embedcalc.api.general import (
+        beyond_general,
+        general_available,
+        general_hint,
+        read_general,
+        with_refusal_note,
+    )
 
     if not general_available():
         return TargetCheck(target, error=general_hint(refusal))
     try:
-        return TargetCheck(target, general=read_general(target, overrides, run))
+        return TargetCheck(target, general=with_refusal_note(read_general(target, overrides, run), refusal))
     except ConfigError as exc:
         return TargetCheck(target, error=beyond_general(refusal, exc))
 

@@ -206,6 +206,10 @@ def derived_load(
 
     if not general_available():
         raise general_hint(refusal)
+    if any(p.code == "hf_shared_read_key" for p in refusal.problems):
+        # a key only transformers' caches and masks read (a window on every layer) shows at lengths past it, not in
+        # the short forward that checks a derived layer model: transformers' own count alone
+        raise refusal
     data = dict(raw)
     for text in overrides or []:
         key, value = parse_override(text)
@@ -324,8 +328,7 @@ def general_fallback(
         count = read_general(target, overrides, run)
     except ConfigError as exc:
         raise beyond_general(refusal, exc) from None
-    if refusal.code == "hf_refused_family" and refusal.problems:  # a family read natively, this file not: why
-        count = replace(count, notes=[*count.notes, native_refusal_note(refusal)])
+    count = with_refusal_note(count, refusal)
     return GeneralReport(count, general_budget(budget, count))
 
 
@@ -336,6 +339,14 @@ NOT_NATIVE = "not read natively: "
 def native_refusal_note(refusal: ConfigError) -> str:
     """The note naming why the native reader handed a file of a family it maps to the general reader."""
     return NOT_NATIVE + "; ".join(p.message for p in refusal.problems)
+
+
+def with_refusal_note(count: GeneralCount, refusal: ConfigError) -> GeneralCount:
+    """``count`` with the note saying why the native reader handed it over, for a family it maps (an unbalanced
+    T5Gemma, a key only transformers' shared modules read); unchanged for a family it does not map."""
+    if refusal.code == "hf_refused_family" and refusal.problems:
+        return replace(count, notes=[*count.notes, native_refusal_note(refusal)])
+    return count
 
 
 def beyond_general(refusal: ConfigError, why: ConfigError) -> ConfigError:

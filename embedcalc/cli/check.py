@@ -74,6 +74,7 @@ def _render(result: TargetCheck, format: OutputFormat) -> None:
         return
     output.warn(result.warnings, result.target)
     if format is OutputFormat.table and result.general is not None:
+        from embedcalc.api.general import NOT_NATIVE
         from embedcalc.render.config_tables import check_table
 
         g = result.general
@@ -81,6 +82,9 @@ def _render(result: TargetCheck, format: OutputFormat) -> None:
             "reader": "transformers-meta",
             "counted by": f"{g.class_name} ({g.auto_class}), meta device",
         }
+        why = next((n for n in g.notes if n.startswith(NOT_NATIVE)), None)
+        if why is not None:  # a family read natively, this file not: the line analyze prints too
+            output.stderr.print(f"embedcalc: {result.target}: {g.counted_by} ({why})", markup=False)
         if g.active_params is not None and g.experts:
             derived["active params"] = f"{g.active_params:,}"
         output.stdout.print(check_table(result.target, derived, g.params.total))

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from embedcalc.errors import ConfigError, Problem
 
-MAX_CONFIG_BYTES = 1 << 20  # a model config is a few hundred bytes; a HF config.json a few KiB
+# a model config is a few hundred bytes and a HF config.json a few KiB, but a quantized checkpoint's may list every
+# quantized layer: NVIDIA's MiniMax-M3-NVFP4 config.json is 3.1 MB (2.4 MB of quantization_config.quantized_layers)
+MAX_CONFIG_BYTES = 8 << 20
 
 
 def file_error(path: Path, message: str, code: str) -> ConfigError:

@@ -21,6 +21,7 @@ from embedcalc.config.divisors import TRIAL_DIVISION_LIMIT, factorise, list_divi
 from embedcalc.config.limits import MAX_INT_DIGITS
 from embedcalc.sources.loading import load_target
 from embedcalc.sources.parsing import MAX_YAML_CHARS
+from embedcalc.sources.reading import MAX_CONFIG_BYTES
 
 GUARD_S = 30.0
 HF = HF_FIXTURES
@@ -344,7 +345,7 @@ def test_worst_case_yaml_is_bounded(cli: Any, tmp_path: Path) -> None:
 
 def test_worst_case_json_is_bounded(cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "worst.json"
-    path.write_text("[" + "[1]," * ((1 << 20) // 4 - 2) + "1]")
+    path.write_text("[" + "[1]," * (MAX_CONFIG_BYTES // 4 - 2) + "1]")  # the most lists the bound admits
     assert_refused(run(cli, "analyze", str(path)), 3, "holds a list")
 
 

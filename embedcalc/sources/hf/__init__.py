@@ -145,8 +145,9 @@ def map_hf_config(raw: Mapping[str, Any], origin: str, path: Path | None = None)
         reader.consumed.add("_name_or_path")
         reader.put("name", name, "_name_or_path" if "_name_or_path" in raw else "(file name)", "file")
     reader.classify_rest()
-    if reader.problems:  # only problems the general reader takes over (an unbalanced T5Gemma): its code
-        handed = all(p.code == "hf_refused_family" for p in reader.problems)
+    if reader.problems:  # only problems the general reader takes over (an unbalanced T5Gemma, a key only
+        # transformers' shared modules read: MiMo-V2-Flash's attention_chunk_size): its code
+        handed = all(p.code in ("hf_refused_family", "hf_shared_read_key") for p in reader.problems)
         raise _refusal(
             origin, family.model_type, reader.problems, "hf_refused_family" if handed else "invalid_config"
         )

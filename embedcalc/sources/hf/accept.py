@@ -39,6 +39,9 @@ READS_PATH = Path(__file__).with_name("modeling_reads.json")
 Fate = Literal["ignored", "warn", "problem"]
 
 
+SHARED_LABEL = "its shared modules (caches, masks, generation, integrations)"
+
+
 @dataclass(frozen=True)
 class Reads:
     """What modeling code reads off a config: keys read plainly, and keys read only with literal fallbacks."""
@@ -57,7 +60,7 @@ class Reads:
         """The modules, as a message names them: a family's by file name, the shared ones in a word."""
         if not self.shared:
             return ", ".join(s.rsplit("/", 1)[-1] for s in self.sources)
-        return "its shared modules (caches, masks, generation, integrations)"
+        return SHARED_LABEL
 
     def how(self, key: str) -> Literal["plain", "fallback", "no"]:
         return "plain" if key in self.plain else "fallback" if key in self.fallbacks else "no"
@@ -87,6 +90,9 @@ class Verdict:
 
     fate: Fate
     text: str
+    # a problem whose only reader is transformers' shared modules (caches, masks): whether it changes this family's
+    # model depends on paths the family may never take, so the general reader, which runs them, can count the file
+    shared: bool = False
 
     @property
     def ignored(self) -> bool:
@@ -236,7 +242,8 @@ def classify(keys: ClassKeys, key: str, value: Any) -> Verdict:
     if reader is not None:
         return Verdict("problem", f"{key} = {value!r} is {what}, and transformers {version} reads it ({reader[1]} "
                                   f"in {reader[0]}); embedcalc does not map it for this family: it may change the "
-                                  "model's size or cost, so the file is refused rather than miscounted")  # fmt: skip
+                                  "model's size or cost, so the file is refused rather than miscounted",
+                       shared=reader[0] == SHARED_LABEL)  # fmt: skip
     if any(reads.how(key) == "fallback" for reads in keys.reads):
         return Verdict("ignored", f"{key} = {value!r}: the value transformers {version} falls back to without the "
                                   f"key (getattr(config, {key!r}, {value!r})): the same model")  # fmt: skip

@@ -239,7 +239,8 @@ class KeyReader:
                               f"If it is a typo, fix it; otherwise {yaml_hint(family, lower=True)}",
                          "hf_unknown_key")  # fmt: skip
         elif verdict.fate == "problem":
-            self.problem(key, f"{verdict.text}. {yaml_hint(family)}", "hf_unmapped_key")
+            code = "hf_shared_read_key" if verdict.shared else "hf_unmapped_key"
+            self.problem(key, f"{verdict.text}. {yaml_hint(family)}", code)
         else:
             text = verdict.text
             if verdict.fate == "warn":

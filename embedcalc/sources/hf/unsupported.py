@@ -48,14 +48,16 @@ def _named_classes(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def supported_class(name: str) -> str | None:
     """The model_type whose transformers class ``name`` is (``DeepseekV3Config``, ``DeepseekV3ForCausalLM``): the
-    family with the longest config-class prefix of it, followed by a capital or the end; None when none is."""
+    family with the longest config-class prefix of it, followed by the end or one of transformers' class suffixes
+    (``For...``, ``Model``, ``PreTrainedModel``, ``Config``: ``MiniMaxM3ForCausalLM`` is no class of ``MiniMax``);
+    None when none is."""
     best: tuple[int, str] | None = None
     for model_type, family in FAMILIES.items():
         prefix = family.config_class.removesuffix("Config")
         rest = name[len(prefix) :]
         if (
             name.startswith(prefix)
-            and (rest == "" or rest[0].isupper())
+            and (rest in ("", "Model", "PreTrainedModel", "Config") or rest.startswith("For"))
             and (best is None or len(prefix) > best[0])
         ):
             best = (len(prefix), model_type)

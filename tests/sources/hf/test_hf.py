@@ -295,11 +295,6 @@ def test_unknown_model_type_is_exit_3_with_the_families_and_the_yaml_way(cli: An
 @pytest.mark.parametrize(
     ("extra", "key", "code"),
     [
-        (
-            {"sliding_window": 4096},
-            "sliding_window",
-            "hf_unmapped_key",
-        ),  # read by transformers' caches and masks
         ({"pruned_heads": {"0": [1]}}, "pruned_heads", "hf_unsupported"),
         ({"add_cross_attention": True}, "add_cross_attention", "hf_unsupported"),
         ({"tie_encoder_decoder": True}, "tie_encoder_decoder", "hf_unsupported"),
@@ -314,6 +309,19 @@ def test_keys_that_could_change_the_cost_are_errors(
     assert result.exit_code == 3
     problems = json.loads(result.stdout)["results"][0]["problems"]
     assert [(p["path"], p["code"]) for p in problems] == [(key, code)]
+
+
+def test_a_key_only_transformers_shared_modules_read_is_counted_by_the_general_reader(
+    cli: Any, write_config: Any
+) -> None:
+    """``sliding_window`` on a LLaMA file: no LLaMA module reads it, transformers' caches and masks do (a window
+    on every layer), so the file is counted by transformers' own class, the note saying why."""
+    path = write_config(_raw(FIXTURES / "llama-2-7b.json") | {"sliding_window": 4096}, "config.json")
+    result = cli("check", str(path), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    found = json.loads(result.stdout)["results"][0]
+    assert found["reader"] == "transformers-meta"
+    assert any("not read natively" in note and "sliding_window" in note for note in found["notes"])
 
 
 def test_a_key_transformers_ignores_is_a_warning_and_listed(cli: Any, write_config: Any) -> None:

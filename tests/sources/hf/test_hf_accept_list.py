@@ -246,14 +246,25 @@ def test_keys_transformers_ignores_do_not_refuse_a_file(fixture: str, extra: dic
     assert count_params(_config(raw | extra)).total == count_params(_config(raw)).total
 
 
-def test_a_key_the_shared_modules_read_is_refused() -> None:
+def test_a_key_the_shared_modules_read_is_refused_natively() -> None:
     """``sliding_window`` on a LLaMA file: transformers' caches and masks read it (``getattr(config,
-    "sliding_window", None)``), so a window the family does not map is refused."""
+    "sliding_window", None)``; a cache built from the config keeps a window), so the native reader refuses it, with
+    the code that hands the file to the general reader (which runs those caches); a null window is absent."""
     raw = json.loads((FIXTURES / "llama-2-7b.json").read_text(encoding="utf-8"))
     with pytest.raises(ConfigError) as info:
         map_hf_config(raw | {"sliding_window": 4096}, "test")
     (problem,) = info.value.problems
-    assert problem.code == "hf_unmapped_key" and "reads it" in problem.message
+    assert problem.code == "hf_shared_read_key" and "reads it" in problem.message
+    assert info.value.code == "hf_refused_family"
+    map_hf_config(raw | {"sliding_window": None}, "test")
+
+
+def test_a_generation_setting_is_no_model_key() -> None:
+    """``use_mtp`` (MiniMax-M2.5's config.json): read by transformers' generation off a GenerationConfig, never by
+    the model, so listed and ignored, not refused."""
+    raw = json.loads((FIXTURES / "llama-2-7b.json").read_text(encoding="utf-8"))
+    report = map_hf_config(raw | {"use_mtp": True}, "test").report
+    assert any(row.key == "use_mtp" for row in report.ignored)
 
 
 def test_a_falcon_file_saved_by_transformers_5_25_is_read() -> None:

@@ -38,9 +38,9 @@ class _Hub(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         if repo != "org/nocommit":
             self.send_header("X-Repo-Commit", COMMIT)
-        if repo == "org/huge":  # 5 MB with no length: the bound must hold while streaming
+        if repo == "org/huge":  # 10 MB with no length: the bound must hold while streaming
             self.end_headers()
-            for _ in range(80):
+            for _ in range(160):
                 self.wfile.write(b" " * 65536)
             return
         self.send_header("Content-Length", str(len(CONFIG)))
@@ -81,7 +81,7 @@ def test_one_config_is_fetched_into_the_cache_and_read_offline_after(server: Pat
 
 @pytest.mark.parametrize(
     ("repo", "why"),
-    [("org/silent", "no complete answer within 2 s"), ("org/huge", "over 1,048,576 bytes"),
+    [("org/silent", "no complete answer within 2 s"), ("org/huge", "over 8,388,608 bytes"),
      ("org/nocommit", "which commit"), ("org/missing", "HTTP 404")],
 )  # fmt: skip
 def test_a_bad_answer_is_exit_4_and_leaves_nothing_in_the_cache(server: Path, repo: str, why: str) -> None:
