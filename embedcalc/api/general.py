@@ -184,6 +184,7 @@ def _meta(raw: Mapping[str, Any], origin: str, workload: Workload) -> MetaModel:
     shape = (workload.batch_size, workload.seq_len, workload.tgt_len, workload.seq_len + workload.gen_tokens)
     key = json.dumps([raw, shape], sort_keys=True, default=str)
     if key not in _BUILT:
+        _refuse_misplaced(raw, origin)
         try:
             _BUILT.clear()  # the last one only: a meta model's description is small, but a sweep has many
             _BUILT[key] = build_meta_model(raw, *shape)
@@ -191,6 +192,32 @@ def _meta(raw: Mapping[str, Any], origin: str, workload: Workload) -> MetaModel:
             raise _refused(origin, str(raw["model_type"]), exc, raw) from None
     meta: MetaModel = _BUILT[key]
     return meta
+
+
+def _refuse_misplaced(raw: Mapping[str, Any], origin: str) -> None:
+    """A multimodal file whose text model's keys sit at the top level, where transformers' class ignores them and
+    builds its default text model: refused (exit 3), not counted as that default."""
+    from embedcalc.modeling.hf_meta import misplaced_text_keys
+
+    try:
+        found = misplaced_text_keys(raw)
+    except Exception:  # a config transformers refuses: the build below names why
+        return
+    if not found:
+        return
+
+    def short(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    shown = ", ".join(f"{k} = {short(v)} (built: {short(b)})" for k, v, b in found[:6])
+    more = f" and {len(found) - 6} more" if len(found) > 6 else ""
+    message = (f"{origin}: the text model's keys are at the top level of this {raw['model_type']!r} file, where "
+               f"transformers' class does not read them and builds its default text model instead: {shown}{more}. "
+               "Move them under \"text_config\" (as the model's published config.json has them)")  # fmt: skip
+    raise ConfigError(
+        message, [Problem("text_config", message, "hf_misplaced_text_keys")], "hf_misplaced_text_keys"
+    )
 
 
 def derived_load(

@@ -112,6 +112,36 @@ def hf_config(raw: Mapping[str, Any]) -> Any:
     return AutoConfig.for_model(str(raw["model_type"]), **data)
 
 
+def misplaced_text_keys(raw: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, the file's value, the value transformers' text model gets) for each top-level key of a multimodal
+    file without ``text_config`` that its outer class does not declare but its text sub-config does, at another
+    value than the text model is built with: transformers keeps such a key as a plain attribute of the outer
+    config and builds its default text model (a flat Step-3.7 file's ``num_hidden_layers``)."""
+    from embedcalc.sources.hf.derive import params
+
+    if "text_config" in raw:
+        return []
+    with quiet():
+        config = hf_config(raw)
+    if "text_config" not in (getattr(type(config), "sub_configs", {}) or {}):
+        return []
+    text = getattr(config, "text_config", None)
+    if text is None:
+        return []
+    outer, inner = (
+        set(params(type(config))),
+        set(params(type(text))),
+    )  # the text class built (AutoConfig's pick)
+    found = []
+    for key, value in raw.items():
+        if key in outer or key not in inner or key in ("model_type", "architectures"):
+            continue
+        built = getattr(text, key, None)
+        if built != value:
+            found.append((key, value, built))
+    return found
+
+
 def _names(mapping: str) -> Mapping[str, str]:
     from transformers.models.auto import modeling_auto
 

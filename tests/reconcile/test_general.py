@@ -452,3 +452,17 @@ def test_a_config_with_per_layer_attributes_is_counted() -> None:
         model = AutoModel.from_config(AutoConfig.for_model("embedding_gemma2_text", **keys))
     assert general.params.total == sum(p.numel() for p in model.parameters())
     assert general.flops is not None, general.flops_error
+
+
+def test_a_flat_multimodal_file_is_refused_not_counted_as_the_default_text_model(
+    cli: Any, tmp_path: Path
+) -> None:
+    """A LLaVA file with its text model's keys at the top level (as a trimmed Step-3.7-Flash config.json has them):
+    LlavaConfig keeps them as plain attributes and builds its default LLaMA, 32 layers; counting that would be a
+    miscount of the file, so it is refused naming the keys and the fix."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llava", "num_hidden_layers": 3}), encoding="utf-8")
+    result = cli("check", str(path))
+    assert result.exit_code == 3
+    message = " ".join(result.stderr.split())
+    assert "num_hidden_layers = 3 (built: 32)" in message and 'Move them under "text_config"' in message
