@@ -6,6 +6,7 @@
     python scripts/hf_coverage.py --only llama,mamba
     python scripts/hf_coverage.py --shard 1/2 --json a.json & python scripts/hf_coverage.py --shard 2/2 --json b.json
     python scripts/hf_coverage.py --rows a.json b.json   # the summary of rows written before
+    python scripts/hf_coverage.py --files DIR --cross-check   # config.json files of your own (published ones)
 
 The files are transformers' own default configs: for every ``model_type`` of ``CONFIG_MAPPING``, the ``to_dict()``
 of its config class (what ``save_pretrained`` writes). In scope are the text models and text backbones:
@@ -20,6 +21,10 @@ Each file is read natively (``embedcalc.load``: a native family) or else by the 
 class on the meta device, a forward of batch 1 x ``--seq-len`` tokens); a file neither reads is refused, with the
 reason. ``--cross-check`` builds every natively read file with transformers too and compares the total parameters
 (text model only, as the counting rule says): a difference is a miscount of one of the two paths.
+
+``--files`` reads given ``config.json`` files (or every ``*.json`` of a folder) instead of transformers' defaults:
+published files a reader was never shown (docs/concepts/huggingface.md: aiconfigurator's model list). A native read
+is the API's (``embedcalc.load``); where it refuses, the general reader's count is what ``analyze`` would give.
 """
 
 from __future__ import annotations
@@ -61,6 +66,16 @@ def _scope() -> list[tuple[str, str, str]]:
                 vocab = None
             if isinstance(vocab, int) and vocab > 0:
                 out.append((model_type, "text", "default"))
+    return out
+
+
+def _given(paths: list[Path]) -> list[tuple[str, str, str]]:
+    """(model_type, ``given``, path) for each config.json named, a folder standing for its ``*.json`` files."""
+    files = sorted(f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p]))
+    out = []
+    for f in files:
+        raw = json.loads(f.read_text(encoding="utf-8"))
+        out.append((str(raw.get("model_type")) if isinstance(raw, dict) else "?", "given", str(f)))
     return out
 
 
@@ -132,7 +147,7 @@ def _summary(rows: list[dict[str, Any]], version: str, cross_check: bool) -> Non
         f"  read: {read} ({read / max(1, len(rows)):.1%}): native {paths['native']}, general reader "
         f"{paths['general']} (FLOPs and cache too: {full}); refused {paths['refused']}"
     )
-    for kind in ("text", "multimodal"):
+    for kind in ("text", "multimodal", "given"):
         print(f"  {kind}: " + ", ".join(f"{p} {kinds[(kind, p)]}" for p in ("native", "general", "refused")))
     # a model_type is read when each of its files is (its default config and, multimodal, its text_config);
     # complete when each is native or the general reader counted FLOPs and cache too
@@ -169,6 +184,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", help="comma-separated model_types")
     parser.add_argument("--shard", help="K/N: every N-th file from the K-th (parallel runs)")
     parser.add_argument("--rows", type=Path, nargs="+", help="summarise rows written by --json instead")
+    parser.add_argument(
+        "--files", type=Path, nargs="+", help="config.json files or folders of them, not defaults"
+    )
     parser.add_argument("--seq-len", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per file")
     args = parser.parse_args(argv)
@@ -178,7 +196,7 @@ def main(argv: list[str]) -> int:
         rows = [row for path in args.rows for row in json.loads(path.read_text(encoding="utf-8"))]
         _summary(rows, transformers.__version__, any("agree" in r for r in rows))
         return 0
-    scope = _scope()
+    scope = _scope() if not args.files else _given(args.files)
     if args.only:
         wanted = set(args.only.split(","))
         scope = [s for s in scope if s[0] in wanted]
@@ -192,7 +210,7 @@ def main(argv: list[str]) -> int:
         row: dict[str, Any] = {"model_type": model_type, "kind": kind, "file": which}
         signal.alarm(args.timeout)
         try:
-            raw = _file(model_type, which)
+            raw = _file(model_type, which) if kind != "given" else json.loads(Path(which).read_text("utf-8"))
             if raw is None:
                 continue
             row |= _read(raw, args.seq_len, args.cross_check)
