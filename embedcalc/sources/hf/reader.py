@@ -111,9 +111,8 @@ class KeyReader:
         if not found:
             return key, MISSING
         value = self.raw[found[0]]
-        if key in _LAYER_TYPE_KEYS and isinstance(
-            value, list
-        ):  # the names transformers' classes load them as
+        # layer types by the names transformers' classes load them as
+        if key in _LAYER_TYPE_KEYS and isinstance(value, list):
             renames = accept.layer_type_renames()
             value = [renames.get(t, t) if isinstance(t, str) else t for t in value]
         return found[0], value
