@@ -159,9 +159,12 @@ def _is_config(node: ast.expr, self_is_config: bool) -> bool:
     )
 
 
-def scan(source: str, self_is_config: bool = False) -> tuple[set[str], dict[str, list[Any]]]:
+def scan(
+    source: str, self_is_config: bool = False, kwargs_reads: bool = False
+) -> tuple[set[str], dict[str, list[Any]]]:
     """(keys read plainly, keys read only through ``getattr(config, KEY, fallback)`` -> their fallbacks) of one
-    module's source (module docstring)."""
+    module's source (module docstring); ``kwargs_reads``: a family's configuration module, whose ``kwargs.get``
+    reads count."""
     plain: set[str] = set()
     fallbacks: dict[str, list[Any]] = {}
     for node in ast.walk(ast.parse(source)):
@@ -186,7 +189,7 @@ def scan(source: str, self_is_config: bool = False) -> tuple[set[str], dict[str,
                 plain.add(key)
             else:
                 fallbacks.setdefault(key, []).append(fallback[0])
-        elif self_is_config and (found := _kwargs_read(node)) is not None:
+        elif kwargs_reads and (found := _kwargs_read(node)) is not None:
             key, fallback = found
             if fallback is None:
                 plain.add(key)
@@ -238,7 +241,10 @@ def _merge(paths: list[Path], root: Path) -> dict[str, Any]:
     for path in paths:
         # ``self`` is the model's config in a configuration module, but a GenerationConfig in generation's
         self_is_config = path.name.startswith("configuration_") and path.parent.name != "generation"
-        p, f = scan(path.read_text(encoding="utf-8"), self_is_config)
+        # a family's configuration class takes leftover keys from kwargs (GlmMoeDsaConfig's num_experts); the base
+        # class's kwargs are from_pretrained's arguments (revision, cache_dir), no keys of a config.json
+        kwargs_reads = self_is_config and "models" in path.relative_to(root).parts
+        p, f = scan(path.read_text(encoding="utf-8"), self_is_config, kwargs_reads)
         plain |= p
         for key, values in f.items():
             fallbacks.setdefault(key, []).extend(v for v in values if v not in fallbacks.get(key, []))
