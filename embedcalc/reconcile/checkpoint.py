@@ -12,7 +12,7 @@ count, and the analytic weight memory at the config's dtype. Conventions:
   ``tie_word_embeddings`` is listed as stored twice;
 - an encoder-decoder's ``model.encoder.*`` tensors are the encoder stack's, the rest the decoder's (BART, Marian);
   an embeddings' norm where the config counts none is layer 0's attention pre-norm (ModernBERT, whose layer 0
-  ``attn_norm`` is an Identity: embedcalc.sources.hf.encoders);
+  ``attn_norm`` is an Identity: embedcalc.sources.hf.families.encoders);
 - a recurrent mixer layer's tensors are its ``mixer/...`` keys (the layer's kind from the config's layer plan);
 - Qwen3-Next's ``q_proj`` holds the query and the output gate (``attention/gate``), Linear(d, 2 H hd): its
   parameters and bytes are split in half between ``attention/qkv`` and ``attention/gate``; it is one of the

@@ -370,7 +370,7 @@ def test_t5gemma2_counts_its_text_encoder_decoder_and_head() -> None:
 
 
 def test_zamba2_shared_blocks_count_once_and_run_at_every_use() -> None:
-    """Zamba2 (Zamba2ForCausalLM) through the general reader (also read natively since: sources/hf/zamba2.py,
+    """Zamba2 (Zamba2ForCausalLM) through the general reader (also read natively since: sources/hf/families/zamba2.py,
     tests/sources/hf/test_hf_zamba2.py): Mamba-2 layers, and at the ``hybrid`` layers a transformer block
     shared by every use (``num_mem_blocks`` 1: tied) that reads the layer's input beside the original embeddings
     (2 x hidden_size wide), with LoRA adapters of ``adapter_rank`` per use on q, k, v and the MLP's gate_up, then

@@ -13,7 +13,8 @@ from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
-from embedcalc.sources.hf import (
+from embedcalc.sources.hf.core import row
+from embedcalc.sources.hf.families import (
     bamba,
     bart,
     bert,
@@ -60,7 +61,6 @@ from embedcalc.sources.hf import (
     vl_text,
     zamba2,
 )
-from embedcalc.sources.hf.core import row
 from embedcalc.sources.hf.reader import Family
 
 MODULES: tuple[ModuleType, ...] = (bert, encoders, deberta, gpt2, gpt, opt, t5, bart, llama, llama_like)
@@ -212,7 +212,7 @@ tests/sources/hf/test_hf_vl_text.py derives the set from transformers' modeling 
 
 FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
-``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/mllama.py)."""
+``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/families/mllama.py)."""
 
 REFUSED: dict[str, str] = {
     # Gemma4AssistantConfig.__post_init__ makes every layer of its text model share keys and values

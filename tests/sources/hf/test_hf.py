@@ -10,7 +10,8 @@ The counting rule: encoders as ``AutoModel``, decoders as ``AutoModelForCausalLM
 ``AutoModelForSeq2SeqLM``. Two transformers conventions are normalised in the shape comparison and said so where
 they are: GPT-2's ``Conv1D`` stores weights as (in, out) and fuses Q, K, V into ``c_attn``; and transformers >= 5
 ties T5's head in a model built from a config alone, while ``from_pretrained`` keeps the separate ``lm_head`` of the
-v1.1 checkpoints (see ``embedcalc.sources.hf.t5._t5_head``), so for an untied T5 the head is untied here the same way.
+v1.1 checkpoints (see ``embedcalc.sources.hf.families.t5._t5_head``), so for an untied T5 the head is untied here
+the same way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DeepSeek-V4 (``sources/hf/deepseek_v4.py``: ``deepseek_v4``) against the model transformers builds: small files
+"""DeepSeek-V4 (``families/deepseek_v4.py``: ``deepseek_v4``) against the model transformers builds: small files
 written by ``DeepseekV4Config`` (its default layer schedule, explicit ``layer_types`` with sliding-window layers,
 the legacy ``compress_ratios`` / ``num_hash_layers`` / ``qk_rope_head_dim`` keys of the published checkpoints) and
 the published DeepSeek-V4-Flash config.json (tests/fixtures/hf/deepseek-v4-flash.json, deepseek-ai's file).

@@ -1,4 +1,4 @@
-"""Laguna (``sources/hf/laguna.py``) against the model transformers builds: small files written by ``LagunaConfig``
+"""Laguna (``families/laguna.py``) against the model transformers builds: small files written by ``LagunaConfig``
 (per-head and per-channel output gates, sliding layers, dense and MoE layers), and the same keys without the lists
 the class derives. The parameter total equals transformers' numel on the meta device (the router's frozen
 ``e_score_correction_bias`` Parameter included), the active count the total less the routed experts a token skips,

@@ -1,4 +1,4 @@
-"""LongCat-Flash (``sources/hf/longcat.py``: two MLA sublayers, two dense MLPs and a shortcut MoE with zero experts
+"""LongCat-Flash (``families/longcat.py``: two MLA sublayers, two dense MLPs and a shortcut MoE with zero experts
 per decoder layer) against the model transformers builds: small files written by ``LongcatFlashConfig`` and the
 same keys as written by hand, with and without a router bias.
 
@@ -100,7 +100,7 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
 def test_the_default_config_is_the_published_size() -> None:
     """LongcatFlashConfig's defaults are LongCat-Flash's shape: 560.7B parameters, the "560B" of its report
     (transformers' numel is 741.1B with the zero experts' unused gate_up_proj rows)."""
-    from embedcalc.sources.hf.longcat import FAMILIES
+    from embedcalc.sources.hf.families.longcat import FAMILIES
 
     raw = {"model_type": "longcat_flash"} | {
         k: v for k, v in FAMILIES[0].defaults.items() if k not in ("num_hidden_layers", "intermediate_size")

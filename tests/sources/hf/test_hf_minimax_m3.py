@@ -1,4 +1,4 @@
-"""MiniMax-M3's text model (``sources/hf/minimax_m3.py``: block-sparse attention, dense and MoE layers) against
+"""MiniMax-M3's text model (``sources/hf/families/minimax_m3.py``: block-sparse attention, dense and MoE layers) against
 the model transformers builds: small files written by ``MiniMaxM3VLTextConfig``, the same keys without the lists
 the class derives, an old hub file (``sparse_attention_config``, ``moe_layer_freq``, ``hidden_act: swigluoai``) and
 the multimodal wrapper's ``text_config``. The parameter total equals transformers' numel on the meta device, the

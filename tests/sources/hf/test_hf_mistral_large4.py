@@ -1,4 +1,4 @@
-"""Mistral Large 4's text model (``sources/hf/mistral_large4.py``: ``mistral_large4_text``, and ``mistral_large4``
+"""Mistral Large 4's text model (``families/mistral_large4.py``: ``mistral_large4_text``, and ``mistral_large4``
 files' ``text_config``) against the model transformers builds: small files written by ``MistralLarge4TextConfig``
 (NoPE layers, the indexer's shared selections, dense and MoE layers), the same keys as written by hand and the
 multimodal wrapper's. transformers has no causal-LM class for the text config: the reference is

@@ -1,4 +1,4 @@
-"""EXAONE-MoE, Cohere2-MoE and MiMo-V2-Flash (``sources/hf/moe_windowed.py``) against the models transformers
+"""EXAONE-MoE, Cohere2-MoE and MiMo-V2-Flash (``sources/hf/families/moe_windowed.py``) against the models transformers
 builds.
 
 Each variant is a file written by transformers' own config class (small dimensions, ``to_dict()``), and also the

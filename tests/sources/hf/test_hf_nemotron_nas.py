@@ -1,4 +1,4 @@
-"""The Nemotron NAS family (``model_type: nemotron-nas``, DeciLMForCausalLM; embedcalc/sources/hf/nemotron_nas.py).
+"""The Nemotron NAS family (``model_type: nemotron-nas``, DeciLMForCausalLM; sources/hf/families/nemotron_nas.py).
 
 transformers has no class for it, so the reference is an independent re-implementation of the DeciLM decoder
 written here from NVIDIA's ``modeling_decilm.py`` (the hub remote code; read in the public copy
@@ -27,7 +27,7 @@ from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
-from embedcalc.sources.hf.nemotron_nas import ffn_mult_to_intermediate_size
+from embedcalc.sources.hf.families.nemotron_nas import ffn_mult_to_intermediate_size
 from embedcalc.sources.loading import load_target
 
 SUPER, ULTRA = "llama-3.3-nemotron-super-49b-v1", "llama-3.1-nemotron-ultra-253b-v1"

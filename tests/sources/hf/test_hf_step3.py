@@ -1,4 +1,4 @@
-"""Step-3.7-Flash's text model (``sources/hf/step3.py``: ``step3p5``, and ``step3p7`` files' ``text_config``)
+"""Step-3.7-Flash's text model (``sources/hf/families/step3.py``: ``step3p5``, and ``step3p7`` files' ``text_config``)
 against the model transformers builds: small files written by ``Step3p7TextConfig`` (sliding layers with their own
 query heads, dense and MoE layers, MLP and attention biases), the same keys without the lists the class derives, an
 old hub file (``moe_layers_enum``, ``attention_other_setting``, lists padded with the MTP layers) and the ``step3p7``

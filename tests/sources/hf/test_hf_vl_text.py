@@ -1,6 +1,6 @@
 """Issue 31's families that are (near-)aliases of decoders embedcalc reads, against the models transformers builds:
 Ministral 3 (Mistral's layers), GLM-4.7-Flash (``glm4_moe_lite``: MLA and GLM-4.5's MoE) and the text models of
-Qwen2-VL, Qwen3-VL-MoE, GLM-4.1V and GLM-4.5V (``sources/hf/vl_text.py``).
+Qwen2-VL, Qwen3-VL-MoE, GLM-4.1V and GLM-4.5V (``sources/hf/families/vl_text.py``).
 
 Each file is written here by transformers' own config class (small dimensions, then ``to_dict()``), and the model is
 built from it on the meta device: the parameter total equals transformers' numel (vision tower excluded), the active

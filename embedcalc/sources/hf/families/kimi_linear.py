@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.deepseek import map_mla
-from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
+from embedcalc.sources.hf.families.deepseek import map_mla
+from embedcalc.sources.hf.families.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
 from embedcalc.sources.hf.layered import checked_layer_types, ignore_moe_keys, put_layout, read_moe
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 

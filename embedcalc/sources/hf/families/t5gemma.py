@@ -30,7 +30,7 @@ from typing import Any
 from embedcalc.errors import Problem
 from embedcalc.sources.hf import accept
 from embedcalc.sources.hf import keys as hf_keys
-from embedcalc.sources.hf.gemma import read_common
+from embedcalc.sources.hf.families.gemma import read_common
 from embedcalc.sources.hf.layered import FULL, SLIDING, layer_types, runs
 from embedcalc.sources.hf.reader import MISSING, Family, IgnoredKey, KeyReader, MappedKey, Origin, yaml_hint
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core, read_shape
+from embedcalc.sources.hf.families.llama_like import refuse
 from embedcalc.sources.hf.layered import put_windows
-from embedcalc.sources.hf.llama_like import refuse
 from embedcalc.sources.hf.mappings import map_activation, map_biases, map_dropout, map_partial_rotary
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
+from embedcalc.sources.hf.families.moe import every_layer_experts
 from embedcalc.sources.hf.layered import (
     FULL,
     SLIDING,
@@ -34,7 +35,6 @@ from embedcalc.sources.hf.layered import (
     put_layout,
     read_moe,
 )
-from embedcalc.sources.hf.moe import every_layer_experts
 from embedcalc.sources.hf.reader import MISSING, Family, IgnoredKey, KeyReader
 
 

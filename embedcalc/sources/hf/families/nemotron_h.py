@@ -22,7 +22,7 @@ from typing import Any
 
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import positive, replace_mapped
+from embedcalc.sources.hf.families.hybrid import positive, replace_mapped
 from embedcalc.sources.hf.layered import ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 

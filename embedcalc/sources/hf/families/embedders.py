@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
-from embedcalc.sources.hf.bert import read_bert_like, read_roberta
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import replace_mapped
+from embedcalc.sources.hf.families.bert import read_bert_like, read_roberta
+from embedcalc.sources.hf.families.hybrid import replace_mapped
 from embedcalc.sources.hf.mappings import map_activation
 from embedcalc.sources.hf.reader import Family, KeyReader
 

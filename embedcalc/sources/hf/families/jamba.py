@@ -12,7 +12,7 @@ inner = ``mamba_expand`` x hidden and dt_rank = ``mamba_dt_rank`` (``auto``: cei
 ``intermediate_size``, a bias-free router, top ``num_experts_per_tok``) when
 ``i % expert_layer_period == expert_layer_offset``, else the gated ``JambaMLP`` of ``intermediate_size``. The
 scan's state is kept in float32 (``JambaMambaMixer.forward`` takes A = -exp(A_log.float()), so
-``mamba_selective_scan`` returns a float32 state, which the cache keeps; :data:`~embedcalc.sources.hf.hybrid.
+``mamba_selective_scan`` returns a float32 state, which the cache keeps; :data:`~embedcalc.sources.hf.families.hybrid.
 TORCH_STATE_DTYPE`).
 """
 
@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
+from embedcalc.sources.hf.families.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
 from embedcalc.sources.hf.layered import ignore_moe_keys, put_layout, read_moe
 from embedcalc.sources.hf.reader import Family, KeyReader
 

@@ -11,7 +11,7 @@ indices of ``attn_layer_indices`` (null: none). The attention: q/k/v/o of ``num_
 hidden_size // num_attention_heads)``), bias ``attention_bias``, RoPE over half of each head
 (``BambaConfig.__post_init__`` hard-codes ``partial_rotary_factor`` 0.5, whatever the file says; no parameters).
 ``BambaMixer`` is Granite 4.0-H's Mamba-2 layer on the same ``mamba_*`` keys
-(:func:`~embedcalc.sources.hf.hybrid.mamba2_spec`): in_proj d -> 2 inner + 2 groups state + heads (bias
+(:func:`~embedcalc.sources.hf.families.hybrid.mamba2_spec`): in_proj d -> 2 inner + 2 groups state + heads (bias
 ``mamba_proj_bias``), a depthwise conv (bias ``mamba_conv_bias``), A_log / D / dt_bias per head, a gated RMSNorm over
 inner in ``mamba_n_groups`` groups, out_proj; inner = ``mamba_expand`` x hidden_size = ``mamba_n_heads`` x
 ``mamba_d_head``. Its scan state is kept in float32 by transformers' torch path (tests/sources/hf/test_hf_ssm.py
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import mamba2_spec
+from embedcalc.sources.hf.families.hybrid import mamba2_spec
 from embedcalc.sources.hf.layered import int_list, put_layout
 from embedcalc.sources.hf.mappings import default_head_dim
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader

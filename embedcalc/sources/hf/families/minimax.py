@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import positive
+from embedcalc.sources.hf.families.hybrid import positive
+from embedcalc.sources.hf.families.moe import every_layer_experts
 from embedcalc.sources.hf.layered import put_layout
 from embedcalc.sources.hf.mappings import default_head_dim
-from embedcalc.sources.hf.moe import every_layer_experts
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, all_of
 
 _TYPES = {"linear_attention", "full_attention"}

@@ -5,7 +5,7 @@ NomicBERT (post-norm, RoPE, SwiGLU, no biases) and MPNet (learned positions plus
 from __future__ import annotations
 
 from embedcalc.sources.hf import keys as hf_keys
-from embedcalc.sources.hf.llama_like import refuse
+from embedcalc.sources.hf.families.llama_like import refuse
 from embedcalc.sources.hf.mappings import (
     expect_absolute_positions,
     map_activation,

@@ -34,7 +34,7 @@ from collections import Counter
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import replace_mapped
+from embedcalc.sources.hf.families.hybrid import replace_mapped
 from embedcalc.sources.hf.layered import put_layout
 from embedcalc.sources.hf.mappings import floor_head_dim
 from embedcalc.sources.hf.reader import Family, IgnoredKey, KeyReader, yaml_hint

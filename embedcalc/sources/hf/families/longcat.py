@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.deepseek import map_mla
+from embedcalc.sources.hf.families.deepseek import map_mla
 from embedcalc.sources.hf.layered import ignore_moe_keys, put_layout, read_moe
 from embedcalc.sources.hf.reader import Family, KeyReader
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.laguna import put_layer_layout, read_gate
+from embedcalc.sources.hf.families.laguna import put_layer_layout, read_gate
+from embedcalc.sources.hf.families.minimax_m3 import read_oai_activation
 from embedcalc.sources.hf.layered import FULL, SLIDING, checked_layer_types, ignore_moe_keys, read_moe
-from embedcalc.sources.hf.minimax_m3 import read_oai_activation
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 
 _SPARSE = "minimax_m3_sparse"

@@ -34,7 +34,7 @@ from typing import Any
 
 from embedcalc.config.spec_shapes import DEFAULT_BLOCK
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.exaone4 import derive_window_types
+from embedcalc.sources.hf.families.exaone4 import derive_window_types
 from embedcalc.sources.hf.layered import (
     FULL,
     SLIDING,

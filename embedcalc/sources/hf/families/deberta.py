@@ -13,8 +13,8 @@ convolution layer (``conv_kernel_size`` > 0) is refused.
 from __future__ import annotations
 
 from embedcalc.sources.hf import keys as hf_keys
-from embedcalc.sources.hf.encoders import bert_shape
-from embedcalc.sources.hf.llama_like import refuse
+from embedcalc.sources.hf.families.encoders import bert_shape
+from embedcalc.sources.hf.families.llama_like import refuse
 from embedcalc.sources.hf.mappings import map_activation, map_dropout
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, Origin, yaml_hint
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
+from embedcalc.sources.hf.families.hybrid import TORCH_STATE_DTYPE, positive, replace_mapped
 from embedcalc.sources.hf.layered import checked_layer_types, origin, put_layout
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 

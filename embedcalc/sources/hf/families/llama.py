@@ -5,7 +5,7 @@ gated MLP, on :func:`embedcalc.sources.hf.core.read_core`.
 from __future__ import annotations
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.qwen3 import put_qwen_layout, qwen3_rule
+from embedcalc.sources.hf.families.qwen3 import put_qwen_layout, qwen3_rule
 from embedcalc.sources.hf.reader import Family, KeyReader
 
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
+from embedcalc.sources.hf.families.qwen3 import moe_flags
 from embedcalc.sources.hf.layered import checked_layer_types, ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.sources.hf.mappings import map_partial_rotary
-from embedcalc.sources.hf.qwen3 import moe_flags
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader, Origin, all_of
 
 _MAMBA = frozenset({"mamba", "linear_attention"})

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, TypeGuard
 
-from embedcalc.sources.hf.gemma import read_common
+from embedcalc.sources.hf.families.gemma import read_common
 from embedcalc.sources.hf.layered import FULL, SLIDING, checked_layer_types, pattern_types, put_layout
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 

@@ -21,7 +21,13 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.deepseek import _INDEXER, V32_ALIASES, _indexer_types, _mlp_layer_types, map_mla
+from embedcalc.sources.hf.families.deepseek import (
+    _INDEXER,
+    V32_ALIASES,
+    _indexer_types,
+    _mlp_layer_types,
+    map_mla,
+)
 from embedcalc.sources.hf.layered import ignore_moe_keys, put_layout, read_moe
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 

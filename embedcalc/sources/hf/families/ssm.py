@@ -23,8 +23,8 @@ the LM head, tied as ``tie_word_embeddings`` says. No positional encoding.
   otherwise). Its ``time_step_rank`` sizes nothing (Mamba2Mixer has no dt projection).
 
 The scan's state is kept in float32 by transformers' torch paths (A = -exp(A_log.float()) makes the scan float32,
-and the cache keeps what it returns; :data:`~embedcalc.sources.hf.hybrid.TORCH_STATE_DTYPE`), the convolution window
-in the model's dtype: measured on transformers' cache in tests/sources/hf/test_hf_ssm.py.
+and the cache keeps what it returns; :data:`~embedcalc.sources.hf.families.hybrid.TORCH_STATE_DTYPE`), the
+convolution window in the model's dtype: measured on transformers' cache in tests/sources/hf/test_hf_ssm.py.
 
 No attention: the layer model still wants a head count; the reader sets ``num_heads`` to 1 (the family's value,
 noted), which no layer reads, and the head-size advisories stay silent for a model without attention. Nor does any
@@ -39,7 +39,7 @@ import math
 from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
-from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive
+from embedcalc.sources.hf.families.hybrid import TORCH_STATE_DTYPE, positive
 from embedcalc.sources.hf.layered import origin
 from embedcalc.sources.hf.reader import Family, KeyReader
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.deepseek import GLM_MOE, read_glm4_moe
-from embedcalc.sources.hf.llama import read_qwen2
-from embedcalc.sources.hf.qwen3 import read_qwen3_moe
+from embedcalc.sources.hf.families.deepseek import GLM_MOE, read_glm4_moe
+from embedcalc.sources.hf.families.llama import read_qwen2
+from embedcalc.sources.hf.families.qwen3 import read_qwen3_moe
 from embedcalc.sources.hf.reader import Family, IgnoredKey, KeyReader
 
 _GLM4V_QKV = "Glm4vTextAttention builds q/k/v with biases and o_proj without, whatever attention_bias says"

@@ -27,7 +27,7 @@ from typing import Any
 
 from embedcalc.sources.hf import keys as hf_keys
 from embedcalc.sources.hf.core import read_shape
-from embedcalc.sources.hf.hybrid import positive, replace_mapped
+from embedcalc.sources.hf.families.hybrid import positive, replace_mapped
 from embedcalc.sources.hf.layered import checked_layer_types, ignore_moe_keys, origin, put_layout, read_moe
 from embedcalc.sources.hf.reader import MISSING, Family, KeyReader
 

@@ -19,7 +19,8 @@ gated by silu(z) alone, no weights); out_proj inner -> hidden with bias ``projec
 The µP multipliers (``embedding_multiplier``, ``lm_head_multiplier``, ``mlp_multipliers``, ``key_multiplier``,
 ``attention_in/out_multiplier``, ``ssm_multipliers`` (the non-persistent ``mup_vector`` buffer), ``ssm_in/out_
 multiplier``) own no parameters and scale activations element-wise: no effect on sizes or matmul FLOPs. The scan's
-state is kept in float32, as transformers' torch path keeps it (:data:`~embedcalc.sources.hf.hybrid.TORCH_STATE_DTYPE`).
+state is kept in float32, as transformers' torch path keeps it
+(:data:`~embedcalc.sources.hf.families.hybrid.TORCH_STATE_DTYPE`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from embedcalc.sources.hf.core import read_core
-from embedcalc.sources.hf.hybrid import TORCH_STATE_DTYPE, positive
+from embedcalc.sources.hf.families.hybrid import TORCH_STATE_DTYPE, positive
 from embedcalc.sources.hf.layered import origin
 from embedcalc.sources.hf.reader import Family, KeyReader
 
