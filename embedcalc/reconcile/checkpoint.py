@@ -5,9 +5,10 @@ Per breakdown key: the tensors stored, their dtypes and bytes on disk, the param
 count, and the analytic weight memory at the config's dtype. Conventions:
 
 - a tensor's component comes from its module name (:mod:`embedcalc.reconcile.checkpoint_names`);
-- a packed quantized weight (GPTQ/AWQ ``qweight``, compressed-tensors ``weight_packed``, int32) holds 32 / bits
-  parameters per element (``bits`` from the config's ``quantization_config``, default 4); an FP8 weight holds one
-  per element; their scales, zeros and group indices are no parameters: their bytes are reported as ``scale_bytes``;
+- a packed quantized weight holds several parameters per element and is shape-checked unpacked
+  (:mod:`checkpoint_packed`: GPTQ/AWQ ``qweight`` and compressed-tensors ``weight_packed`` at the config's bits,
+  MXFP4 ``*_blocks``, NVFP4 weights, DeepSeek-V4's FP4 experts); an FP8 weight holds one per element; their scales,
+  zeros and group indices are no parameters: their bytes are reported as ``scale_bytes``;
 - a tied head is stored once (transformers saves ``lm_head.weight`` only when untied); a stored one beside
   ``tie_word_embeddings`` is listed as stored twice;
 - an encoder-decoder's ``model.encoder.*`` tensors are the encoder stack's, the rest the decoder's (BART, Marian);
@@ -49,6 +50,7 @@ from embedcalc.reconcile.checkpoint_names import (
     tensor_role,
     tensor_stack,
 )
+from embedcalc.reconcile.checkpoint_packed import ELEMENT_BITS, checked_param, packing
 from embedcalc.reconcile.checkpoint_shapes import ShapeRules, refile
 from embedcalc.sources.checkpoint import Checkpoint, StoredTensor
 
@@ -139,24 +141,6 @@ class CheckpointCheck:
                 "extra": [n.to_json() for n in self.extra], "notes": list(self.notes)}  # fmt: skip
 
 
-def _bits(raw: dict[str, Any]) -> int:
-    """Bits per packed weight: ``quantization_config.bits`` (GPTQ/AWQ) or compressed-tensors' ``num_bits``."""
-    quant = raw.get("quantization_config") or raw.get("compression_config") or {}
-    if isinstance(quant, dict):
-        if type(quant.get("bits")) is int and 0 < quant["bits"] <= 32:
-            return int(quant["bits"])
-        groups = quant.get("config_groups")
-        for group in groups.values() if isinstance(groups, dict) else ():
-            weights = group.get("weights") if isinstance(group, dict) else None
-            if (
-                isinstance(weights, dict)
-                and type(weights.get("num_bits")) is int
-                and 0 < weights["num_bits"] <= 32
-            ):
-                return int(weights["num_bits"])
-    return 4
-
-
 def _dtype(raw: dict[str, Any], tensors: tuple[StoredTensor, ...]) -> str:
     for key in ("dtype", "torch_dtype"):
         if isinstance(raw.get(key), str) and raw[key] in _HF_DTYPES:
@@ -205,7 +189,7 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
     placement = config.resolved_norm_placement
     analytic = count_params(config).as_dict()
     dtype = _dtype(checkpoint.raw_config, checkpoint.tensors)
-    bits = _bits(checkpoint.raw_config)
+    packed = packing(checkpoint.raw_config)
     kinds = {stack: LayerKinds(config, stack) for stack in stacks}
     # post_attention_layernorm is attention's own norm where the FFN has one after it too (Gemma 2/3 sandwich;
     # OLMo-2's post-sublayer norms, counted as pre-norms), the FFN's pre-norm otherwise (LLaMA)
@@ -270,7 +254,8 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         if role.key is None:
             extra.append(TensorNote(tensor.name, tensor.shape, "no component of the config holds it"))
             continue
-        expected = rules[stack].tensor_shape(role, param) if role.kind == "weight" else None
+        checked = checked_param(param, role.kind)
+        expected = rules[stack].tensor_shape(role, checked) if checked is not None else None
         if expected is not None and expected[0] is None:
             extra.append(TensorNote(tensor.name, tensor.shape, expected[1]))
             continue
@@ -278,18 +263,18 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
             scales[role.key] += tensor.nbytes
             stored[role.key].append((tensor, 0, tensor.nbytes))
             continue
-        params = (
-            tensor.numel * (32 // bits) if role.kind == "packed" and tensor.dtype == "I32" else tensor.numel
-        )
+        params = packed.params(tensor, role.kind, role.key)
         gate = f"{stack}/attention/gate"
         if gate in gates and role.key == f"{stack}/attention/qkv" and role.module.endswith("q_proj"):
             stored[gate].append((tensor, params // 2, tensor.nbytes // 2))
             stored[role.key].append((tensor, params - params // 2, tensor.nbytes - tensor.nbytes // 2))
         else:
             stored[role.key].append((tensor, params, tensor.nbytes))
-        if expected is not None and expected[0] is not None and tensor.shape != expected[0]:
+        shape = packed.logical_shape(tensor, role.kind, role.key, param, rules[stack].input_major)
+        if expected is not None and expected[0] is not None and shape != expected[0]:
+            unpacked = f" (unpacked {list(shape)})" if shape != tensor.shape else ""
             shape_errors.append(TensorNote(tensor.name, tensor.shape, f"the config gives {list(expected[0])} "
-                                           f"({expected[1]})"))  # fmt: skip
+                                           f"({expected[1]}){unpacked}"))  # fmt: skip
     if gates:
         notes.append(
             "q_proj holds the query and the output gate: split in half, attention/qkv and attention/gate "
@@ -304,14 +289,13 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
         components.append(ComponentCheck(
             key, analytic.get(key, 0), sum(p for _, p, _ in rows), len(rows),
             tuple(sorted({t.dtype for t, _, _ in rows})), sum(b for _, _, b in rows), scales.get(key, 0),
-            sum(1 for t in weights if t.dtype.startswith("F8") or t.dtype == "I32"),
+            sum(1 for t in weights if t.dtype.startswith("F8") or t.dtype in ELEMENT_BITS),
             int(analytic.get(key, 0) * DTYPE_BYTES[dtype])))  # fmt: skip
     missing = [key for key, count in analytic.items() if count and not stored.get(key)]
     filed = len({t.name for rows in stored.values() for t, _, _ in rows})
     quantized = sum(c.quantized_tensors for c in components)
     if quantized:
-        notes.append(
-            f"{quantized} quantized weight tensors (packed int32 at {bits} bits, or FP8), their scales apart"
-        )
+        how = packed.why or f"packed integers at {packed.bits} bits, or FP8"
+        notes.append(f"{quantized} quantized weight tensors ({how}), counted unpacked; their scales apart")
     return CheckpointCheck(target, str(checkpoint.directory), checkpoint.files, checkpoint.sharded, dtype,
                            components, shape_errors, extra, missing, filed, notes)  # fmt: skip

@@ -61,8 +61,15 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
 # ERNIE 4.5's moe_statics.e_score_correction_bias is an nn.Parameter (Ernie4_5_MoeStatics), DeepSeek's a buffer
 _PARAM_STATICS = "moe_statics"
 PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
+# NVFP4 (ModelOpt): weight_scale_2 and input_scale, FP32 scalars beside the FP8 weight_scale; compressed-tensors'
+# NVFP4: weight_global_scale, input_global_scale; ModelOpt's FP8 KV cache: self_attn.k_scale / v_scale
 SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
-          "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map")  # fmt: skip
+          "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map", "weight_scale_2", "weight_global_scale",
+          "input_global_scale", "k_scale", "v_scale")  # fmt: skip
+# a fused expert tensor's quantization side tensors, named after its projection: MXFP4's gate_up_proj_blocks (packed
+# values) and gate_up_proj_scales (gpt-oss), FP8Experts' gate_up_proj_scale_inv (transformers' finegrained_fp8.py)
+PACKED_SUFFIXES = ("_blocks",)
+SCALE_SUFFIXES = ("_scales", "_scale_inv")
 BUFFERS = (
     "inv_freq",
     "e_score_correction_bias",
@@ -222,9 +229,9 @@ def _split(name: str) -> tuple[str, str, Kind]:
     module, _, param = name.rpartition(".")
     if (name in BUFFERS or name.endswith(_BUFFER_SUFFIXES)) and not module.endswith(_PARAM_STATICS):
         return module, param, "buffer"
-    if param in PACKED:
+    if param in PACKED or param.endswith(PACKED_SUFFIXES):
         return module, param, "packed"
-    if param in SCALES:
+    if param in SCALES or param.endswith(SCALE_SUFFIXES):
         return module, param, "scale"
     return module, param, "weight"
 
