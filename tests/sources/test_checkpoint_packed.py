@@ -57,7 +57,8 @@ def test_gpt_oss_mxfp4_blocks_are_counted_unpacked(transformers: Any, cli: Any, 
 
     config = transformers.GptOssConfig(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                       num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False)  # fmt: skip
+                                       num_local_experts=4, num_experts_per_tok=2,
+                                       tie_word_embeddings=False)  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(config)
     tensors: dict[str, Any] = {}
     for name, param in model.state_dict().items():
