@@ -80,7 +80,9 @@ def test_gpt_oss_mxfp4_blocks_are_counted_unpacked(transformers: Any, cli: Any, 
     assert experts["quantized_tensors"] == 2 * 2 and experts["dtypes"] == ["BF16", "U8"]
 
 
-def test_gpt_oss_mxfp4_blocks_of_the_wrong_width_are_named(transformers: Any, cli: Any, tmp_path: Path) -> None:
+def test_gpt_oss_mxfp4_blocks_of_the_wrong_width_are_named(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
     """A block tensor whose unpacked width disagrees with the config is a shape error naming both shapes."""
     import torch
 
@@ -88,7 +90,9 @@ def test_gpt_oss_mxfp4_blocks_of_the_wrong_width_are_named(transformers: Any, cl
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                        num_local_experts=4, num_experts_per_tok=2)  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(config)
-    tensors = {k: v.contiguous() for k, v in model.state_dict().items() if not k.endswith("experts.down_proj")}
+    tensors = {
+        k: v.contiguous() for k, v in model.state_dict().items() if not k.endswith("experts.down_proj")
+    }
     tensors["model.layers.0.mlp.experts.down_proj_blocks"] = torch.zeros(4, 64, 1, 16, dtype=torch.uint8)
     tensors["model.layers.0.mlp.experts.down_proj_scales"] = torch.zeros(4, 64, 1, dtype=torch.uint8)
     _save(tmp_path / "wrong", model, tensors, {"quant_method": "mxfp4"})
@@ -96,8 +100,10 @@ def test_gpt_oss_mxfp4_blocks_of_the_wrong_width_are_named(transformers: Any, cl
     check = json.loads(result.stdout)["results"][0]
     assert result.exit_code == 3
     [error] = check["shape_errors"]
-    assert error["tensor"] == "model.layers.0.mlp.experts.down_proj_blocks" and error["shape"] == [4, 64, 1, 16]
-    assert error["reason"].startswith("the config gives [4, 64, 64]") and "unpacked [4, 32, 64]" in error["reason"]
+    assert error["tensor"] == "model.layers.0.mlp.experts.down_proj_blocks"
+    assert error["shape"] == [4, 64, 1, 16]
+    assert error["reason"].startswith("the config gives [4, 64, 64]")
+    assert "unpacked [4, 32, 64]" in error["reason"]
 
 
 def test_an_nvfp4_moe_counts_two_values_per_byte(transformers: Any, cli: Any, tmp_path: Path) -> None:
@@ -135,7 +141,9 @@ def test_an_nvfp4_moe_counts_two_values_per_byte(transformers: Any, cli: Any, tm
     assert any("quant_algo NVFP4" in note for note in check["notes"])
 
 
-def test_deepseek_v4_fp4_experts_count_two_values_per_int8(transformers: Any, cli: Any, tmp_path: Path) -> None:
+def test_deepseek_v4_fp4_experts_count_two_values_per_int8(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
     """deepseek-ai's layout (``layers.N.ffn.experts.E.w1.weight``) with the experts in FP4: int8 (out, in / 2) and
     a UE8M0 scale per 32 values; the FP8 attention weights one parameter per byte."""
     import torch
@@ -169,6 +177,8 @@ def test_deepseek_v4_fp4_experts_count_two_values_per_int8(transformers: Any, cl
     assert experts["quantized_tensors"] == 2 * 4 * 3 and experts["scale_bytes"] == 2 * 4 * 3 * 32 * 64 // 32
     # without expert_dtype the same int8 tensors hold one value each: half the experts, exit 3
     raw = json.loads((tmp_path / "fp4" / "config.json").read_text())
-    (tmp_path / "fp4" / "config.json").write_text(json.dumps({k: v for k, v in raw.items() if k != "expert_dtype"}))
+    (tmp_path / "fp4" / "config.json").write_text(
+        json.dumps({k: v for k, v in raw.items() if k != "expert_dtype"})
+    )
     result = cli("verify", str(tmp_path / "fp4"), "--checkpoint", "--format", "json")
     assert result.exit_code == 3
