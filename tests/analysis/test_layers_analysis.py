@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from embedcalc.analysis.flops import forward_flops, score_pairs
+from embedcalc.analysis.attention import score_pairs
+from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import estimate_memory, kv_cache_bytes
 from embedcalc.analysis.parallel import parallel_problems, stage_layout, stage_params
 from embedcalc.analysis.params import active_params, count_params

@@ -506,10 +506,11 @@ def test_help_imports_no_torch_importtime() -> None:
 # device catalogue, the roofline, plotting, explain, render (rich) and numpy stay off it, and so does the config
 # schema (pydantic's model machinery): a shipped preset is built as its record (config/record_base.py).
 ANALYZE_PRESET_MODULES = frozenset({
-    "embedcalc", "embedcalc.analysis", "embedcalc.analysis.altup", "embedcalc.analysis.breakdown",
-    "embedcalc.analysis.budget", "embedcalc.analysis.buffers", "embedcalc.analysis.checked",
-    "embedcalc.analysis.compressed", "embedcalc.analysis.hyper", "embedcalc.analysis.indexers",
-    "embedcalc.analysis.comm", "embedcalc.analysis.comm.volumes", "embedcalc.analysis.crossover",
+    "embedcalc", "embedcalc.analysis", "embedcalc.analysis.altup", "embedcalc.analysis.attention",
+    "embedcalc.analysis.breakdown", "embedcalc.analysis.budget", "embedcalc.analysis.buffers",
+    "embedcalc.analysis.checked", "embedcalc.analysis.compressed", "embedcalc.analysis.hyper",
+    "embedcalc.analysis.indexers", "embedcalc.analysis.comm", "embedcalc.analysis.comm.volumes",
+    "embedcalc.analysis.crossover",
     "embedcalc.analysis.elementwise", "embedcalc.analysis.flops", "embedcalc.analysis.memory",
     "embedcalc.analysis.memory.disentangled", "embedcalc.analysis.memory.estimate",
     "embedcalc.analysis.memory.inference", "embedcalc.analysis.memory.training", "embedcalc.analysis.mixers",

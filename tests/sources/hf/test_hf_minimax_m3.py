@@ -120,7 +120,7 @@ def test_forward_flops_equal_flop_counter(transformers: Any, name: str) -> None:
 def test_causal_pairs_are_the_kept_blocks_keys() -> None:
     """Causally a query at position i sees min(i + 1, (k - 1) B + i mod B + 1) keys: its own block and k - 1 full
     ones (4 blocks of 4 kept, 40 tokens)."""
-    from embedcalc.analysis.flops import score_pairs
+    from embedcalc.analysis.attention import score_pairs
 
     n, k, b = 40, 2, 4
     assert score_pairs(n, True, blocks=(k, b)) == sum(min(i + 1, (k - 1) * b + i % b + 1) for i in range(n))
