@@ -33,6 +33,16 @@ def test_a_whole_prompt_in_one_step_when_the_budget_holds_it() -> None:
     assert load.ttft.p99 == pytest.approx(0.4) and load.e2e.mean == pytest.approx(0.4 + 499 * (0.015 + 1e-4))
 
 
+def test_the_engines_host_work_is_added_to_every_step() -> None:
+    """The per-step host time (scheduling, output processing) is paid by every step: alone, a request's TTFT is its
+    prefill step plus that time and its TPOT the decode step plus it; plan's engines carry vLLM's measured 0.2 ms."""
+    host = StepCost.build(lambda n: 0.015 + 1e-4 * n, 0.4, 5000, 1024, None, 0.002)
+    load = simulate(host, Engine(1024, 8192), 5000, 500, float("inf"), concurrency=1)
+    assert load.ttft.p50 == pytest.approx(0.4 + 0.002) and load.tpot.p50 == pytest.approx(0.015 + 1e-4 + 0.002)
+    assert host.step(0, 5000) == pytest.approx(_cost().step(0, 5000) + 0.002)
+    assert default_engine(80 * 2**30, "h100-sxm").host_step_s == pytest.approx(2e-4)
+
+
 def test_ttft_rises_with_the_load() -> None:
     """The NIM case's shape: others' prefills and the step in flight are waited for (issue 35)."""
     ttft = [simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), concurrency=c).ttft.mean

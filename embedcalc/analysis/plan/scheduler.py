@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from embedcalc.analysis.plan.steps import KvAdmission, StepCost
+from embedcalc.analysis.plan.steps import HOST_STEP_S, KvAdmission, StepCost
 
 # vLLM's defaults for the OpenAI server (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults, vLLM 0.10):
 # devices of >= 70 GiB other than the A100 get the larger budget (PR #17885), the others the smaller one
@@ -72,10 +72,12 @@ class Engine:
     max_num_batched_tokens: int = SMALL_MAX_BATCHED_TOKENS
     block_tokens: int = 16
     kv_admission: KvAdmission = "on-demand"
+    host_step_s: float = HOST_STEP_S  # the engine's host work per step (steps module docstring)
 
     def to_json(self) -> dict[str, Any]:
         return {"max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": self.max_num_batched_tokens,
-                "block_tokens": self.block_tokens, "kv_admission": self.kv_admission}  # fmt: skip
+                "block_tokens": self.block_tokens, "kv_admission": self.kv_admission,
+                "host_step_s": self.host_step_s}  # fmt: skip
 
 
 def default_engine(device_bytes: int, device_name: str) -> Engine:

@@ -187,7 +187,7 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
 
         prefill = estimate(replace(timed, batch_size=1, gen_tokens=0)).prefill_s or 0.0
     cap = engine.max_num_seqs if most is None else min(most, engine.max_num_seqs)
-    cost = StepCost.build(decode, prefill, prompt, max(cap, 1), request.speculation)
+    cost = StepCost.build(decode, prefill, prompt, max(cap, 1), request.speculation, engine.host_step_s)
     probe = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
     return Unit(config, device, layout, w, layout.dp if layout.ep > 1 else 1, most, cost, engine, decode,
                 max(probe.paged_tokens_per_sequence, 1))  # fmt: skip

@@ -22,6 +22,15 @@ Conventions, stated once:
   prompt tokens that ride with the decodes, as above: they attend to the cache like a chunk does) and runs the
   draft k times at ``draft_cost`` × T_d(n) each (default one layer of the target's: an MTP module or an EAGLE
   head is one decoder layer).
+- **The engine's host work per step** (``host_s``, added to every step): between two forwards the engine's CPU
+  gathers the sampled tokens, turns them into the requests' outputs (detokenization, the streamed responses) and
+  schedules the next step, while the GPU waits. The time model's T_d is a bare generation loop's (calibrated on
+  gpt-fast, which has no scheduler and no output processing); a serving engine adds this. Default
+  :data:`HOST_STEP_S` = 0.2 ms, vLLM's measurement of that output processing at batch 1 (Llama-3-70B fp8, 4 × H100:
+  ``_process_model_outputs`` 0.2 ms per step; github.com/vllm-project/vllm issue #6913, the RFC of the asynchronous
+  output processor). Its per-sequence growth (3.4 ms at batch 32 in the same table) is not charged: engines now
+  overlap it with the next forward (vLLM's asynchronous output processor since v0.6, TensorRT-LLM's executor), and
+  charging it, even overlapped, made NIM's 8B throughput at 100–250 users 1.3–1.5× too low.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any, Literal
 # how an engine admits a request against its KV blocks (plan's --kv-admission; the scheduler reads it): a leaf
 # here, so that the CLI's options need not import the scheduler (and numpy) to build --help
 KvAdmission = Literal["on-demand", "reserve"]
+HOST_STEP_S = 2e-4  # the engine's host work per step (module docstring; vLLM issue #6913, batch 1)
 
 
 @dataclass(frozen=True)
@@ -75,14 +85,15 @@ class StepCost:
     prefill_s: float  # T_p of the computed prompt tokens (after the prefix cache)
     prompt_tokens: int  # P_c: the prompt tokens computed
     speculation: Speculation | None = None
+    host_s: float = 0.0  # the engine's host work per step (module docstring)
     cache: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(
         cls, decode: Callable[[int], float], prefill_s: float, prompt_tokens: int, most: int,
-        speculation: Speculation | None = None,
+        speculation: Speculation | None = None, host_s: float = 0.0,
     ) -> StepCost:  # fmt: skip
-        return cls(decode, max(most, 1), prefill_s, max(prompt_tokens, 1), speculation)
+        return cls(decode, max(most, 1), prefill_s, max(prompt_tokens, 1), speculation, host_s)
 
     def exact(self, n: int) -> float:
         """T_d(n) from the time model (computed once)."""
@@ -106,7 +117,8 @@ class StepCost:
         return self.prefill_s * tokens / self.prompt_tokens
 
     def step(self, decodes: int, prompt_tokens: int) -> float:
-        """Seconds of one engine step running ``decodes`` sequences and ``prompt_tokens`` tokens of prefill."""
+        """Seconds of one engine step running ``decodes`` sequences and ``prompt_tokens`` tokens of prefill, the
+        engine's host work included."""
         spec = self.speculation
         extra = 0.0
         if spec is not None and decodes:  # verify n·k drafts beside the decodes; the draft runs k times
@@ -114,8 +126,8 @@ class StepCost:
             extra = spec.draft_tokens * spec.draft_cost * self.decode(decodes)
         one = self.exact(1)
         if decodes == 0:
-            return max(self.share(prompt_tokens), one)
-        return self.decode(decodes) + max(0.0, self.share(prompt_tokens) - one) + extra
+            return max(self.share(prompt_tokens), one) + self.host_s
+        return self.decode(decodes) + max(0.0, self.share(prompt_tokens) - one) + extra + self.host_s
 
     @property
     def tokens_per_step(self) -> float:
