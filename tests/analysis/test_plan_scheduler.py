@@ -38,7 +38,9 @@ def test_the_engines_host_work_is_added_to_every_step() -> None:
     prefill step plus that time and its TPOT the decode step plus it; plan's engines carry vLLM's measured 0.2 ms."""
     host = StepCost.build(lambda n: 0.015 + 1e-4 * n, 0.4, 5000, 1024, None, 0.002)
     load = simulate(host, Engine(1024, 8192), 5000, 500, float("inf"), concurrency=1)
-    assert load.ttft.p50 == pytest.approx(0.4 + 0.002) and load.tpot.p50 == pytest.approx(0.015 + 1e-4 + 0.002)
+    assert load.ttft.p50 == pytest.approx(0.4 + 0.002) and load.tpot.p50 == pytest.approx(
+        0.015 + 1e-4 + 0.002
+    )
     assert host.step(0, 5000) == pytest.approx(_cost().step(0, 5000) + 0.002)
     assert default_engine(80 * 2**30, "h100-sxm").host_step_s == pytest.approx(2e-4)
 
