@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from embedcalc.analysis.workload import Workload, with_model_dtype
 from embedcalc.config.dtypes import ALIASES, DTYPE_BYTES
 from embedcalc.errors import ConfigError, Problem, UnsupportedEnvironmentError
-from embedcalc.sources.loading import LoadedConfig, parse_override, resolve_target, target_origin
+from embedcalc.sources.loading import parse_override, resolve_target, target_origin
 
 if TYPE_CHECKING:
     from embedcalc.analysis.budget import Budget
@@ -34,7 +34,6 @@ __all__ = [
     "EXTRA",
     "GENERAL_CODES",
     "count_general",
-    "derived_load",
     "general_available",
     "general_fallback",
     "general_hint",
@@ -218,55 +217,6 @@ def _refuse_misplaced(raw: Mapping[str, Any], origin: str) -> None:
     raise ConfigError(
         message, [Problem("text_config", message, "hf_misplaced_text_keys")], "hf_misplaced_text_keys"
     )
-
-
-def derived_load(
-    refusal: ConfigError, target: str, origin: str, raw: Mapping[str, Any], overrides: Sequence[str] | None
-) -> LoadedConfig:
-    """A family no native reader maps, loaded as embedcalc's layer model derived from transformers' module tree
-    (:mod:`embedcalc.reconcile.general_layers`) when that model's parameters (per component), forward FLOPs and KV
-    cache equal transformers' count of the file exactly; else ``refusal``, told how to get the general reader when
-    it is missing (analyze and check then count the file through transformers alone)."""
-    from embedcalc.analysis.checked import analyze_loaded
-    from embedcalc.reconcile.general_layers import derive_layer_model
-    from embedcalc.sources.loading import load_parsed
-
-    if not general_available():
-        raise general_hint(refusal)
-    if any(p.code == "hf_shared_read_key" for p in refusal.problems):
-        # a key only transformers' caches and masks read (a window on every layer) shows at lengths past it, not in
-        # the short forward that checks a derived layer model: transformers' own count alone
-        raise refusal
-    data = dict(raw)
-    for text in overrides or []:
-        key, value = parse_override(text)
-        data[key] = value
-    check = Workload(seq_len=8, gen_tokens=8)
-    try:
-        count = count_general(data, origin, target, check)
-    except ConfigError:
-        raise refusal from None
-    meta = _meta(data, origin, check)
-    proposal = derive_layer_model(meta.parameters, meta.text_attrs, str(data.get("_name_or_path") or target))
-    if proposal is None or meta.text_only is not None or count.flops is None:
-        raise refusal
-    dtype = next((data[k] for k in ("dtype", "torch_dtype") if isinstance(data.get(k), str)), None)
-    if dtype in ALIASES:
-        proposal["dtype"] = ALIASES[dtype]
-    try:
-        loaded = load_parsed(proposal, "file", origin, target=target)
-        analysis = analyze_loaded(loaded, check, model_dtype=False)
-    except ConfigError:
-        raise refusal from None
-    same = (analysis.params.as_dict() == count.params.as_dict() and analysis.flops.forward == count.flops.total
-            and analysis.memory.kv_cache_bytes == count.kv_cache_bytes)  # fmt: skip
-    if not same:
-        raise refusal
-    note = (
-        f"no native mapping of {meta.class_name}'s family: embedcalc's layer model derived from transformers' "
-        f"module tree ({count.counted_by}; params per component, FLOPs and KV cache agree exactly)"
-    )
-    return LoadedConfig(target, loaded.config, "transformers", loaded.user_keys, [*loaded.notes, note])
 
 
 def count_general(raw: Mapping[str, Any], origin: str, target: str, workload: Workload) -> GeneralCount:

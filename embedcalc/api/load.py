@@ -87,8 +87,9 @@ def _derived(
     refusal: ConfigError, target: str, origin: str, raw: dict[str, Any], overrides: Overrides
 ) -> LoadedConfig:
     """A Hugging Face family without a native mapping: its layer model derived through transformers (DESIGN §19,
-    :func:`embedcalc.api.general.derived_load`), or the refusal."""
-    from embedcalc.api.general import GENERAL_CODES, derived_load
+    :func:`embedcalc.api.derived.derived_load`), or the refusal."""
+    from embedcalc.api.derived import derived_load
+    from embedcalc.api.general import GENERAL_CODES
 
     if refusal.code not in GENERAL_CODES or not isinstance(overrides, list | tuple | type(None)):
         raise refusal

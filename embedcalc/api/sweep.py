@@ -105,7 +105,8 @@ def sweep_base(target: str, overrides: Sequence[str] = ()) -> SweepBase:
     try:
         data, user_keys, problems, _ = canonical_mapping(raw, origin, path)
     except ConfigError as exc:  # a family without a native mapping: its derived layer model (DESIGN §19)
-        from embedcalc.api.general import GENERAL_CODES, derived_load
+        from embedcalc.api.derived import derived_load
+        from embedcalc.api.general import GENERAL_CODES
 
         if exc.code not in GENERAL_CODES:
             raise

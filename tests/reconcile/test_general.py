@@ -13,6 +13,7 @@ import pytest
 
 import embedcalc
 from embedcalc.analysis.workload import Workload
+from embedcalc.errors import ConfigError
 
 pytestmark = [pytest.mark.torch]
 pytest.importorskip("torch")
@@ -466,3 +467,33 @@ def test_a_flat_multimodal_file_is_refused_not_counted_as_the_default_text_model
     assert result.exit_code == 3
     message = " ".join(result.stderr.split())
     assert "num_hidden_layers = 3 (built: 32)" in message and 'Move them under "text_config"' in message
+
+
+def test_a_derived_layer_model_is_checked_past_a_window_the_short_forward_cannot_see(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A window of 64 tokens on every layer (Qwen2 without its native reader): an 8-token forward caches the same
+    8 tokens either way, so the windowless derived layer model agreed there and was kept — and at 256 tokens
+    reported 135,168 B of KV cache against transformers' 32,256. The second check at the config's maximum length
+    refuses the derivation; the file is counted by transformers alone, its KV cache as transformers keeps it."""
+    from typer.testing import CliRunner
+
+    from embedcalc.cli.app import app
+    from embedcalc.sources.hf.registry import FAMILIES
+
+    monkeypatch.delitem(FAMILIES, "qwen2")
+    raw = {"model_type": "qwen2", **_SMALL, "num_key_value_heads": 2, "max_position_embeddings": 256,
+           "sliding_window": 64, "use_sliding_window": True, "max_window_layers": 0}  # fmt: skip
+    with pytest.raises(ConfigError):
+        embedcalc.analyze(dict(raw), seq_len=256)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    result = CliRunner().invoke(app, ["analyze", str(path), "--seq-len", "256", "--gen-tokens", "1", "--format",
+                                      "json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    entry = json.loads(result.stdout)["results"][0]
+    assert entry["reader"] == "transformers-meta" and "layer_model" not in entry
+    assert entry["memory"]["kv_cache_bytes"] == 32_256
+    raw.pop("sliding_window"), raw.pop("use_sliding_window"), raw.pop("max_window_layers")
+    kept = embedcalc.analyze(dict(raw), seq_len=256)
+    assert "at 8 tokens and at 256" in kept.to_json()["layer_model"]
