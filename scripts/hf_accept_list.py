@@ -77,6 +77,9 @@ def generate(reads: dict[str, Any] | None = None) -> dict[str, Any]:
         # older names of layer types every configuration class renames on load (configuration_utils'
         # remap_legacy_layer_types: "deepseek_sparse_attention" is "indexed_attention")
         "layer_type_renames": dict(getattr(transformers.configuration_utils, "_LEGACY_LAYER_TYPE_REMAP", {})),
+        # the model types and classes whose checkpoints transformers renames or converts on load
+        # (conversion_mapping.py; every model also gets the "legacy" renamings): verify --checkpoint applies them
+        "weight_conversions": derive.weight_conversions(),
     }  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from embedcalc.api.load import load_target
 from embedcalc.errors import ConfigError, Problem
 from embedcalc.reconcile.checkpoint import CheckpointCheck, reconcile_checkpoint
+from embedcalc.reconcile.checkpoint_loaded import place_as_loaded
 from embedcalc.sources.checkpoint import read_checkpoint
 from embedcalc.sources.confine import checkpoint_root, inside
 from embedcalc.sources.hub import resolve_hub_id
@@ -53,4 +54,7 @@ def verify_checkpoint(target: str, overrides: Sequence[str] | None = None) -> Ch
             message, [Problem("config.json", message, "checkpoint_no_config")], "checkpoint_no_config"
         )
     loaded = load_target(str(config), overrides)
-    return reconcile_checkpoint(target, loaded.config, read_checkpoint(directory))
+    checkpoint = read_checkpoint(directory)
+    check = reconcile_checkpoint(target, loaded.config, checkpoint)
+    # a checkpoint in its family's original format: placed again under the names transformers loads it by
+    return place_as_loaded(target, loaded.config, checkpoint, check)

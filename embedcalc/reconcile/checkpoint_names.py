@@ -112,6 +112,8 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     ((*QKV, "q_proj", "k_proj", "v_proj", "query", "key", "value", "q", "k", "v"), "attention/qkv"),
     (("o_proj", "out_proj", "dense_out", "o"), "attention/out"),
     (("sinks",), "attention/sinks"),
+    (("softmax_scaling",), "attention/query_scale"),  # Mistral Large 4's per-head scale and bias
+    (("g_proj",), "attention/head_gate"),  # Laguna's and Step-3.7's per-head gate, Linear(d, heads)
     (("gate_proj", "up_proj", "gate_up_proj", "up_gate_proj", "fc1", "c_fc", "w1", "w3", "fc_in", "dense_h_to_4h",
       "Wi", "wi", "wi_0", "wi_1"), "ffn/in"),
     (("down_proj", "fc2", "w2", "fc_out", "dense_4h_to_h", "wo"), "ffn/out"),
@@ -149,6 +151,9 @@ _INDEXER_PARTS = {
     "q_proj": "index_q",
     "k_proj": "index_k",
     "q_norm": "index_q_norm",
+    # Mistral Large 4's (MistralLarge4Indexer): the LayerNorm before wq_b and the per-head softmax scaling
+    "q_input_norm": "index_input_norm",
+    "softmax_scaling": "index_query_scale",
 }
 _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "word_embeddings": "embedding/token",
                "tok_embeddings": "embedding/token", "wpe": "embedding/position",
@@ -261,6 +266,8 @@ def tensor_role(
             return TensorRole(f"{stack}/hyper_head", None, kind, module)
         if last == "head" or last == "embed":  # DeepSeek's own checkpoint names (DeepSeek-V4)
             return TensorRole("head/lm" if last == "head" else "embedding/token", None, kind, module)
+        if last == "rotary_emb" and param == "alpha":  # Mistral Large 4's learned LeRoPE scales (a parameter)
+            return TensorRole(f"{stack}/rope_scale", None, kind, module)
         if last == "relative_attention_bias":  # MPNet's, shared by the layers
             return TensorRole(f"{stack}/attention/relative_bias", None, kind, module)
         if decoder_table and stack == "decoder" and last == "embed_tokens":

@@ -51,10 +51,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from embedcalc.analysis.structure import Dims, head_width, kv_width, per_layer_width
+from embedcalc.analysis.structure import Dims, head_width, kv_width, per_layer_width, q_heads
 from embedcalc.config.layer_plan import FFN, Attention, Block
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.reconcile.checkpoint_compressed import compressed_role
+from embedcalc.reconcile.checkpoint_indexer import indexer_shape
 from embedcalc.reconcile.checkpoint_mixers import mixer_tensor_shape
 from embedcalc.reconcile.checkpoint_names import QKV, TensorRole, within_layer
 from embedcalc.reconcile.checkpoint_shared import shared_tensor_shape
@@ -82,7 +83,10 @@ def _linear(rows: int, cols: int, why_rows: str, why_cols: str, param: str) -> E
 
 def _standard(a: Attention, x: Dims, part: str, param: str, conv1d: bool = False) -> Expected | None:
     part = _ALIASES.get(part, part)
-    hd, h = int(head_width(a, x)), int(x.h)
+    # the block's own heads where it sets them (Laguna, Step-3.7), else the config's
+    hd, h = int(head_width(a, x)), int(q_heads(a, x))
+    if part == "g_proj":  # the per-head gate (Laguna, Step-3.7)
+        return _linear(h, x.d, "num_heads", "hidden", param) if a.head_gate else None
     q, kv = h * hd, int(kv_width(a, x))
     vd = a.v_head_dim or hd  # the value heads' own width (MiMo-V2-Flash), else head_dim
     if part in QKV:
@@ -142,7 +146,7 @@ def _latent(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
 
 def _attention(a: Attention, x: Dims, part: str, param: str, conv1d: bool) -> Expected | None:
     if part == "sinks" or param == "sinks":
-        return (x.h,), "num_heads"
+        return (int(q_heads(a, x)),), "num_heads"
     if a.latent:
         return _latent(a, x, part, param)
     return _standard(a, x, part, param, conv1d)
@@ -300,35 +304,6 @@ class ShapeRules:
                          (self.input_major, self.conv1d))  # fmt: skip
 
 
-def _indexer(a: Attention, x: Dims, part: str, param: str) -> Expected | None:
-    """DeepSeek-V3.2's lightning indexer (``DeepseekV32Indexer``): ``wq_b`` (index_n_heads x index_head_dim,
-    q_lora_rank), ``wk`` (index_head_dim, d), ``k_norm`` a LayerNorm (index_head_dim,) with its bias,
-    ``weights_proj`` (index_n_heads, d); MiniMax-M3's block indexer: ``q_proj`` (index_n_heads x index_head_dim,
-    d), ``k_proj`` (index_head_dim, d), ``q_norm`` and ``k_norm`` RMSNorms (index_head_dim,)."""
-    heads, width = a.index_heads, a.index_head_dim
-    if (
-        a.block_indexer
-    ):  # MiniMax-M3's (MiniMaxM3VLIndexer): q_proj, k_proj from hidden, RMSNorms (weight only)
-        if part in ("q_norm", "k_norm"):
-            return ((width,), "index_head_dim") if param == "weight" else None
-        block = {
-            "q_proj": (heads * width, "index_n_heads x index_head_dim"),
-            "k_proj": (width, "index_head_dim"),
-        }
-        if part not in block or param != "weight":
-            return None
-        return (block[part][0], x.d), f"{block[part][1]}, hidden"
-    if part == "k_norm":
-        return ((width,), "index_head_dim") if param in ("weight", "bias") else None
-    linears = {"wq_b": (heads * width, a.q_lora_rank or 0, "index_n_heads x index_head_dim", "q_lora_rank"),
-               "wk": (width, x.d, "index_head_dim", "hidden"),
-               "weights_proj": (heads, x.d, "index_n_heads", "hidden")}  # fmt: skip
-    if part not in linears or param != "weight":
-        return None
-    rows, cols, why_rows, why_cols = linears[part]
-    return (rows, cols), f"{why_rows}, {why_cols}"
-
-
 def _conv1d(x: Dims, block: Block, component: str) -> Expected | None:
     """GPT-2's other Conv1D weights, stored (in, out) (transformers' pytorch_utils.Conv1D): ``mlp.c_fc`` (d, F),
     ``mlp.c_proj`` (F, d), ``attn.c_proj`` (H hd, d); their biases (out,) are the nn.Linear rule's."""
@@ -376,9 +351,9 @@ def _in_layer(
     if block.attention is not None and block.attention.compressed and component.startswith("attention/"):
         # DeepSeek-V4's attention: the indexer's query and head weights have DeepSeek-V3.2's shapes; the rest of
         # its tensors are counted, not shape-checked
-        return _indexer(block.attention, x, last, param) if component in INDEXED else None
+        return indexer_shape(block.attention, x, last, param) if component in INDEXED else None
     if component.startswith("attention/index_") and block.attention is not None:
-        return _indexer(block.attention, x, last, param)
+        return indexer_shape(block.attention, x, last, param)
     if conv1d and param == "weight" and last in ("c_fc", "c_proj"):
         return _conv1d(x, block, component)
     p = config.per_layer_input_dim

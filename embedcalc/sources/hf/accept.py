@@ -122,6 +122,13 @@ def layer_type_renames() -> dict[str, str]:
     return dict(_data().get("layer_type_renames", {}))
 
 
+def weight_conversions() -> frozenset[str]:
+    """The model types and class names transformers has a checkpoint conversion mapping for (its
+    ``conversion_mapping.py``, beyond the legacy renamings every model gets): a checkpoint of one of them may be
+    stored in the family's original format, renamed and converted on load."""
+    return frozenset(_data().get("weight_conversions", ()))
+
+
 def base_keys() -> frozenset[str]:
     """The keys every ``PreTrainedConfig`` declares or writes."""
     base = _data()["base"]

@@ -50,6 +50,16 @@ def quiet_import() -> Any:
     return transformers
 
 
+def weight_conversions() -> list[str]:
+    """The model types and class names the installed transformers has a checkpoint conversion mapping for
+    (``conversion_mapping.py``'s table, each alias included; not the ``legacy`` renamings every model gets)."""
+    quiet_import()
+    from transformers import conversion_mapping
+
+    table = conversion_mapping._build_checkpoint_conversion_mapping()  # type: ignore[no-untyped-call]
+    return sorted(name for name, transforms in table.items() if transforms and name != "legacy")
+
+
 def _json_value(value: Any) -> tuple[bool, Any]:
     """(whether ``value`` is a plain JSON value, the value)."""
     try:
