@@ -79,7 +79,7 @@ def _saved(transformers: Any, family: str, directory: Path) -> int:
     model = build(transformers)
     model.save_pretrained(directory)
     with safe_open(str(directory / "model.safetensors"), framework="numpy") as handle:
-        stored = set(handle.keys())  # noqa: SIM118 (safe_open has no __iter__)
+        stored = set(handle.keys())
     assert set(names) <= stored, "save_pretrained no longer writes the original format"
     text = ("language_model", "lm_head")
     return sum(p.numel() for n, p in model.named_parameters() if any(t in n for t in text))
@@ -146,7 +146,9 @@ def test_a_model_transformers_cannot_build_keeps_the_first_placement(
     result = cli("verify", str(tmp_path / "step"), "--checkpoint", "--format", "json")
     assert result.exit_code == 3 and "Traceback" not in result.stderr
     notes = json.loads(result.stdout)["results"][0]["notes"]
-    assert any("could not build the model" in n and "a value its configuration class refuses" in n for n in notes)
+    assert any(
+        "could not build the model" in n and "a value its configuration class refuses" in n for n in notes
+    )
 
 
 def test_a_family_transformers_converts_nothing_of_never_imports_it(
