@@ -1,8 +1,30 @@
-"""The attention sublayer's FLOPs (DESIGN.md §4, §9; docs/layers.md): the projections, the two cores over the
-query-key pairs each head computes (``scores`` Q·Kᵀ and ``context`` A·V, the terms that grow as n²), and the pairs
-themselves, full, causal, windowed, chunked, top-k and block-sparse (:func:`score_pairs`).
+"""The attention sublayer's terms (DESIGN.md §4, §9; docs/layers.md): its parameter tensors
+(:func:`attention_tensors`) and its FLOPs, the projections and the two cores over the query-key pairs each head
+computes (``scores`` Q·Kᵀ and ``context`` A·V, the terms that grow as n²), and the pairs themselves, full, causal,
+windowed, chunked, top-k and block-sparse (:func:`score_pairs`).
 
-Conventions of :mod:`embedcalc.analysis.flops` (2 FLOPs per multiply-accumulate, matmuls only, what
+Parameters, with the conventions of :mod:`embedcalc.analysis.params` (the model ``embedcalc.modeling`` builds and
+Hugging Face's models for the presets):
+
+- standard attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor
+  here, the layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per
+  projection (``qkv_bias``, ``out_bias``; Qwen2 has Q/K/V biases and no output bias); q/k norms per head_dim
+  (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss). Cross-attention over an
+  external sequence (``attention.cross``, Llama-3.2-Vision) has the same tensors (its K/V input is embed_dim wide).
+- multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
+  rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
+  index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
+  index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none; without
+  a query rank (Mistral Large 4) index_q reads the input through a LayerNorm index_input_norm. query_scale adds a
+  scale and a bias per head (query_scale, and index_query_scale on the indexer).
+  Block-sparse standard attention (MiniMax-M3) adds its block indexer: index_q (embed_dim -> index_heads x
+  index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_q_norm,
+  index_k_norm). The indexers' tensors are :mod:`embedcalc.analysis.indexers`'.
+- on any kind: DeBERTa's position projections (``pos_proj``, one per term unless share_att_key), Qwen3-Next's
+  output gate (``gate``), Laguna's per-head gate (``head_gate``), DeepSeek-V4's grouped low-rank output (``out``
+  in two parts; its compressed attention in :mod:`embedcalc.analysis.compressed`) and Mllama's ``tanh_gate``.
+
+FLOPs, with the conventions of :mod:`embedcalc.analysis.flops` (2 FLOPs per multiply-accumulate, matmuls only, what
 ``FlopCounterMode`` counts on the model ``embedcalc.modeling`` builds), per layer of a stack run on ``b`` sequences
 of ``n`` tokens (t = b * n), d = embed_dim, h = num_heads, ``pairs`` the query-key pairs per head:
 
@@ -44,17 +66,23 @@ numpy arrays.
 
 from __future__ import annotations
 
+from embedcalc.analysis.compressed import compressed_tensors
+from embedcalc.analysis.indexers import block_indexer_tensors, indexer_tensors
 from embedcalc.analysis.structure import (
     Dims,
     Num,
     head_width,
+    kv_width,
     minimum,
     projected_kv_width,
     q_heads,
     qk_width,
     v_width,
 )
+from embedcalc.analysis.tensor import ParamTensor, norm_tensors
+from embedcalc.analysis.tensor import linear as _linear
 from embedcalc.config.layer_plan import Attention
+from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.spec_shapes import DisentangledShape
 
 
@@ -141,3 +169,66 @@ def disentangled_flops(spec: DisentangledShape, x: Dims, layers: Num, t: Num) ->
     rows, width = spec.rows, x.h * x.hd
     return [("attention/pos_proj", layers * (2 * rows * x.d * width * spec.projections)),
             ("attention/pos_scores", t * (layers * 2 * rows * width * spec.terms))]  # fmt: skip
+
+
+def attention_tensors(
+    config: ResolvedShape, a: Attention, x: Dims, prefix: str, d_in: Num | None = None
+) -> list[ParamTensor]:
+    """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md; ``d_in``: the width Q/K/V read
+    when it is not embed_dim (a shared block's concatenated input, Zamba2)."""
+    d, h = x.d, q_heads(a, x)
+    if a.compressed:  # DeepSeek-V4 (analysis/compressed.py)
+        hd = head_width(a, x)
+        out = compressed_tensors(a, x, h, hd, prefix, lambda key, width: norm_tensors(config, key, width))
+        value = h * hd
+    elif a.kind == "standard":
+        hd = head_width(a, x)
+        q, kv = h * hd, kv_width(a, x)
+        out = _linear(
+            f"{prefix}/qkv", d if d_in is None else d_in, q + projected_kv_width(a, x), a.qkv_bias, "qkv"
+        )
+        keys = 0 if a.kv_shared else 1  # a layer reusing another's keys has no key norm
+        if a.qk_norm == "head":
+            out += norm_tensors(config, f"{prefix}/qk_norm", hd, 1 + keys)
+        elif a.qk_norm == "full":
+            # replicated under TP: q and k are gathered around it
+            out += norm_tensors(config, f"{prefix}/qk_norm", q)
+            out += norm_tensors(config, f"{prefix}/qk_norm", kv, keys)
+        value = h * v_width(a, x)
+        if a.block_indexer:
+            out += block_indexer_tensors(a, x, prefix)
+    else:  # mla, DeepSeek-V2 §2.1
+        qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
+        if a.q_lora_rank is not None:
+            out = _linear(f"{prefix}/q_a", d, a.q_lora_rank, a.qkv_bias, "none")
+            out += norm_tensors(config, f"{prefix}/q_a_norm", a.q_lora_rank)
+            out += _linear(f"{prefix}/q_b", a.q_lora_rank, h * qk, False, "column")
+        else:
+            out = _linear(f"{prefix}/q", d, h * qk, False, "column")
+        out += _linear(f"{prefix}/kv_a", d, a.kv_lora_rank + rope, a.qkv_bias, "none")
+        out += norm_tensors(config, f"{prefix}/kv_a_norm", a.kv_lora_rank)
+        out += _linear(
+            f"{prefix}/kv_b", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), False, "column"
+        )
+        value = h * a.v_head_dim
+        if a.query_scale:  # Mistral Large 4's softmax scaling: a scale and a bias per head
+            out += [ParamTensor(f"{prefix}/query_scale", (h,)) for _ in range(2)]
+        if a.indexer:
+            out += indexer_tensors(a, x, prefix)
+    if config.disentangled is not None and prefix == "attention" and not config.disentangled.share_keys:
+        for _ in range(config.disentangled.terms):  # DeBERTa's pos_key_proj (c2p), pos_query_proj (p2c)
+            out += _linear(f"{prefix}/pos_proj", d, h * head_width(a, x), True, "none")
+    if a.sinks:
+        out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
+    if a.head_gate:  # Laguna: softplus(g_proj(x)) scales each head's context before out
+        out += _linear(f"{prefix}/head_gate", d, h, False, "column")
+    if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
+        out += _linear(f"{prefix}/gate", d, h * head_width(a, x), a.qkv_bias, "column")
+    if a.out_groups:  # DeepSeek-V4: per group of heads value / g -> r (split with the heads), then g r -> d
+        out += _linear(f"{prefix}/out", value // a.out_groups, a.out_groups * a.out_rank, False, "column")
+        out += _linear(f"{prefix}/out", a.out_groups * a.out_rank, d, a.out_bias, "row")
+    else:
+        out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
+    if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
+        out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
+    return out

@@ -4,22 +4,10 @@ Every count is a sum over the model's tensors, and the tensors of a stack are th
 (``config.stack_plan``) times its number of layers (once with ``shared_layers``, ALBERT). Conventions, matching the
 model ``embedcalc.modeling`` builds and Hugging Face's models for the presets:
 
-- standard attention: Q/K/V projections embed_dim -> (num_heads + 2 * num_kv_heads) * head_dim (one fused tensor
-  here, the layout Megatron-LM shards) and an output projection (num_heads * head_dim) -> embed_dim; biases per
-  projection (``qkv_bias``, ``out_bias``; Qwen2 has Q/K/V biases and no output bias); q/k norms per head_dim
-  (Qwen3, Gemma 3) or over all heads (OLMo 2); a sink logit per head (gpt-oss). Cross-attention over an
-  external sequence (``attention.cross``, Llama-3.2-Vision) has the same tensors (its K/V input is embed_dim wide);
-  tanh gates add one scalar each to the attention and the FFN (``attention/tanh_gate``, ``ffn/tanh_gate``).
-- multi-head latent attention (DeepSeek-V2 §2.1): q_a / q_a_norm / q_b (or one full-rank q), kv_a (with the shared
-  rope key) / kv_a_norm / kv_b, out; sparse attention adds its lightning indexer (DeepSeek-V3.2-Exp §2.1):
-  index_q (q_lora_rank -> index_heads x index_head_dim), index_k (embed_dim -> index_head_dim) and its LayerNorm
-  index_k_norm, index_weights (embed_dim -> index_heads); a layer sharing the previous selection has none; without
-  a query rank (Mistral Large 4) index_q reads the input through a LayerNorm index_input_norm. query_scale adds a
-  scale and a bias per head (query_scale, and index_query_scale on the indexer); rope_scale one log-scale per rotary
-  frequency for the decoder (decoder/rope_scale).
-  Block-sparse standard attention (MiniMax-M3) adds its block indexer: index_q (embed_dim -> index_heads x
-  index_head_dim), index_k (embed_dim -> index_head_dim) and their RMSNorms over index_head_dim (index_q_norm,
-  index_k_norm).
+- attention (standard, multi-head latent, sparse with its indexer, block-sparse, cross-attention over an external
+  sequence): :mod:`embedcalc.analysis.attention`; tanh gates add one scalar each to the attention and the FFN
+  (``attention/tanh_gate``, ``ffn/tanh_gate``); rope_scale one log-scale per rotary frequency for the decoder
+  (``decoder/rope_scale``).
 - a sublayer replaced by a linear (the Nemotron NAS models' ``replace_with_linear``): one bias-free
   embed_dim x embed_dim weight and the sublayer's norm (``mixer/projection``, ``ffn/projection``).
 - FFN: embed_dim -> ffn_dim -> embed_dim; gated activations (swiglu, geglu) have gate and up projections, so three
@@ -60,10 +48,9 @@ from dataclasses import replace
 from math import prod
 
 from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
+from embedcalc.analysis.attention import attention_tensors
 from embedcalc.analysis.breakdown import Breakdown
-from embedcalc.analysis.compressed import compressed_tensors
 from embedcalc.analysis.hyper import hyper_head_tensors, hyper_layer_tensors
-from embedcalc.analysis.indexers import block_indexer_tensors, indexer_tensors
 from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
     Dims,
@@ -71,90 +58,16 @@ from embedcalc.analysis.structure import (
     cross_attention,
     head_width,
     kv_width,
-    norm_has_bias,
     per_layer_width,
-    projected_kv_width,
     q_heads,
     stacks,
     sublayer_norms,
-    v_width,
 )
-from embedcalc.analysis.tensor import ParamTensor
+from embedcalc.analysis.tensor import ParamTensor, norm_tensors
 from embedcalc.analysis.tensor import linear as _linear
 from embedcalc.config.altup import has_laurel
-from embedcalc.config.layer_plan import FFN, Attention, Block
+from embedcalc.config.layer_plan import FFN, Block
 from embedcalc.config.resolved import ResolvedShape
-
-
-def _norm(config: ResolvedShape, key: str, width: Num, count: int = 1) -> list[ParamTensor]:
-    """``count`` norms of ``width`` (none when the norms are parameter-free); replicated under TP."""
-    if not config.norm_affine or not count:
-        return []
-    parts = 2 if norm_has_bias(config) else 1
-    return [ParamTensor(key, (width,), count) for _ in range(parts)]
-
-
-def attention_tensors(
-    config: ResolvedShape, a: Attention, x: Dims, prefix: str, d_in: Num | None = None
-) -> list[ParamTensor]:
-    """The tensors of one attention sublayer (keys ``prefix/...``), docs/layers.md; ``d_in``: the width Q/K/V read
-    when it is not embed_dim (a shared block's concatenated input, Zamba2)."""
-    d, h = x.d, q_heads(a, x)
-    if a.compressed:  # DeepSeek-V4 (analysis/compressed.py)
-        hd = head_width(a, x)
-        out = compressed_tensors(a, x, h, hd, prefix, lambda key, width: _norm(config, key, width))
-        value = h * hd
-    elif a.kind == "standard":
-        hd = head_width(a, x)
-        q, kv = h * hd, kv_width(a, x)
-        out = _linear(
-            f"{prefix}/qkv", d if d_in is None else d_in, q + projected_kv_width(a, x), a.qkv_bias, "qkv"
-        )
-        keys = 0 if a.kv_shared else 1  # a layer reusing another's keys has no key norm
-        if a.qk_norm == "head":
-            out += _norm(config, f"{prefix}/qk_norm", hd, 1 + keys)
-        elif a.qk_norm == "full":
-            # replicated under TP: q and k are gathered around it
-            out += _norm(config, f"{prefix}/qk_norm", q)
-            out += _norm(config, f"{prefix}/qk_norm", kv, keys)
-        value = h * v_width(a, x)
-        if a.block_indexer:
-            out += block_indexer_tensors(a, x, prefix)
-    else:  # mla, DeepSeek-V2 §2.1
-        qk, rope = a.qk_nope_head_dim + a.qk_rope_head_dim, a.qk_rope_head_dim
-        if a.q_lora_rank is not None:
-            out = _linear(f"{prefix}/q_a", d, a.q_lora_rank, a.qkv_bias, "none")
-            out += _norm(config, f"{prefix}/q_a_norm", a.q_lora_rank)
-            out += _linear(f"{prefix}/q_b", a.q_lora_rank, h * qk, False, "column")
-        else:
-            out = _linear(f"{prefix}/q", d, h * qk, False, "column")
-        out += _linear(f"{prefix}/kv_a", d, a.kv_lora_rank + rope, a.qkv_bias, "none")
-        out += _norm(config, f"{prefix}/kv_a_norm", a.kv_lora_rank)
-        out += _linear(
-            f"{prefix}/kv_b", a.kv_lora_rank, h * (a.qk_nope_head_dim + a.v_head_dim), False, "column"
-        )
-        value = h * a.v_head_dim
-        if a.query_scale:  # Mistral Large 4's softmax scaling: a scale and a bias per head
-            out += [ParamTensor(f"{prefix}/query_scale", (h,)) for _ in range(2)]
-        if a.indexer:
-            out += indexer_tensors(a, x, prefix)
-    if config.disentangled is not None and prefix == "attention" and not config.disentangled.share_keys:
-        for _ in range(config.disentangled.terms):  # DeBERTa's pos_key_proj (c2p), pos_query_proj (p2c)
-            out += _linear(f"{prefix}/pos_proj", d, h * head_width(a, x), True, "none")
-    if a.sinks:
-        out.append(ParamTensor(f"{prefix}/sinks", (h,), split="column"))
-    if a.head_gate:  # Laguna: softplus(g_proj(x)) scales each head's context before out
-        out += _linear(f"{prefix}/head_gate", d, h, False, "column")
-    if a.output_gate:  # Qwen3-Next: sigmoid(gate(x)) scales the context before out
-        out += _linear(f"{prefix}/gate", d, h * head_width(a, x), a.qkv_bias, "column")
-    if a.out_groups:  # DeepSeek-V4: per group of heads value / g -> r (split with the heads), then g r -> d
-        out += _linear(f"{prefix}/out", value // a.out_groups, a.out_groups * a.out_rank, False, "column")
-        out += _linear(f"{prefix}/out", a.out_groups * a.out_rank, d, a.out_bias, "row")
-    else:
-        out += _linear(f"{prefix}/out", value, d, a.out_bias, "row")
-    if a.tanh_gates:  # Mllama's cross_attn_attn_gate: tanh(g) scales the sublayer's output
-        out.append(ParamTensor(f"{prefix}/tanh_gate", (1,)))
-    return out
 
 
 def activation_tensors(config: ResolvedShape) -> list[ParamTensor]:
@@ -191,7 +104,7 @@ def ffn_tensors(config: ResolvedShape, ffn: FFN, block: Block, x: Dims) -> list[
     if ffn.router_scale:  # Gemma 4: Gemma4TextRouter.scale (d) and .per_expert_scale (E)
         out += [ParamTensor("moe/router_scale", (d,)), ParamTensor("moe/router_scale", (e,))]
     if ffn.branch_norms:  # Gemma 4: post_feedforward_layernorm_1, pre_ / post_feedforward_layernorm_2
-        out += _norm(config, "moe/branch_norms", d, 3)
+        out += norm_tensors(config, "moe/branch_norms", d, 3)
     return out
 
 
@@ -200,7 +113,7 @@ def projection_tensors(config: ResolvedShape, where: str, x: Dims, norms: int) -
     ``{where}/projection`` and the sublayer's own norm(s), as DeciLM builds ``DeciLMLinearAttention`` /
     ``DeciLMLinearMLP`` (``nn.Linear(hidden, hidden, bias=False)``) behind ``input_layernorm`` /
     ``post_attention_layernorm`` (NVIDIA's ``modeling_decilm.py``). Replicated under TP: no collective."""
-    return _linear(f"{where}/projection", x.d, x.d, False, "none") + _norm(
+    return _linear(f"{where}/projection", x.d, x.d, False, "none") + norm_tensors(
         config, f"{where}/norm", x.d, norms
     )
 
@@ -213,8 +126,10 @@ def shared_tensors(config: ResolvedShape, block: Block, x: Dims) -> list[ParamTe
     use, a, ffn = block.shared, block.attention, block.ffn
     assert use is not None and a is not None and ffn is not None  # the schema's rule (check_shared)
     wide = 2 * x.d if use.embeddings else x.d
-    out = attention_tensors(config, a, x, "attention", d_in=wide) + _norm(config, "attention/norm", wide)
-    out += ffn_tensors(config, ffn, block, x) + _norm(config, "ffn/norm", x.d)
+    out = attention_tensors(config, a, x, "attention", d_in=wide) + norm_tensors(
+        config, "attention/norm", wide
+    )
+    out += ffn_tensors(config, ffn, block, x) + norm_tensors(config, "ffn/norm", x.d)
     out = [replace(t, shared_sets=use.copies) for t in out]
     rank = use.adapter_rank
     if use.attention_adapters:  # q, k, v: input -> rank -> the projection's output, bias-free
@@ -237,26 +152,26 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
     if block.shared is not None:  # Zamba2: the shared block, then the recurrent mixer and its norm
         assert block.mixer is not None
         out = shared_tensors(config, block, x) + mixer_tensors(block.mixer, x)
-        return out + _norm(config, "mixer/norm", x.d, attention_norms)
+        return out + norm_tensors(config, "mixer/norm", x.d, attention_norms)
     if "mixer" in block.projections:
         out += projection_tensors(config, "mixer", x, attention_norms)
     if block.attention is not None:
         out += attention_tensors(config, block.attention, x, "attention")
         if config.relative_bias_per_layer:  # UMT5: each layer's self-attention holds its own table
             out.append(ParamTensor("attention/relative_bias", (config.relative_attention_num_buckets, x.h)))
-        out += _norm(config, "attention/norm", x.d, attention_norms)
+        out += norm_tensors(config, "attention/norm", x.d, attention_norms)
     if block.mixer is not None:
         out += mixer_tensors(block.mixer, x)
         if not block.parallel_mixers:  # beside attention (Falcon-H1) it reads attention/norm's output
-            out += _norm(config, "mixer/norm", x.d, attention_norms)
+            out += norm_tensors(config, "mixer/norm", x.d, attention_norms)
     if cross:
         out += attention_tensors(config, cross_attention(config), x, "cross_attention")
-        out += _norm(config, "cross_attention/norm", x.d, cross_norms)
+        out += norm_tensors(config, "cross_attention/norm", x.d, cross_norms)
     if block.ffn is not None:
         out += ffn_tensors(config, block.ffn, block, x)
         if block.attention is not None and block.attention.tanh_gates:  # Mllama's cross_attn_mlp_gate
             out.append(ParamTensor("ffn/tanh_gate", (1,)))
-        out += _norm(config, "ffn/norm", x.d, ffn_norms)
+        out += norm_tensors(config, "ffn/norm", x.d, ffn_norms)
     if "ffn" in block.projections:
         out += projection_tensors(config, "ffn", x, ffn_norms)
     p = config.per_layer_input_dim
@@ -264,8 +179,8 @@ def block_tensors(config: ResolvedShape, block: Block, x: Dims, cross: bool) -> 
         out += _linear("per_layer/gate", x.d, p, False, "none") + _linear(
             "per_layer/out", p, x.d, False, "none"
         )
-        out += _norm(config, "per_layer/norm", x.d)
-    norm = lambda key, width: _norm(config, key, width)  # noqa: E731
+        out += norm_tensors(config, "per_layer/norm", x.d)
+    norm = lambda key, width: norm_tensors(config, key, width)  # noqa: E731
     if config.altup_inputs:  # Gemma 3n (analysis/altup.py)
         out += altup_layer_tensors(config.altup_inputs, x.d, norm)
     if config.laurel_rank and has_laurel(config.laurel_rank, block):
@@ -305,7 +220,7 @@ def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     if config.type_vocab_size:
         out.append(ParamTensor("embedding/type", (config.type_vocab_size, wide)))
     if config.resolved_embedding_norm:
-        out += [replace(t, copies=copies) for t in _norm(config, "embedding/norm", wide)]
+        out += [replace(t, copies=copies) for t in norm_tensors(config, "embedding/norm", wide)]
     if config.embedding_projection and config.factorized_embeddings:
         out += project  # ALBERT: after the embedding norm
     if (
@@ -316,7 +231,7 @@ def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
             ParamTensor("embedding/per_layer", (config.per_layer_vocab_size or config.vocab_size, width))
         )
         out += _linear("embedding/per_layer_project", d, width, False, "none")
-        out += _norm(config, "embedding/per_layer_norm", config.per_layer_input_dim)
+        out += norm_tensors(config, "embedding/per_layer_norm", config.per_layer_input_dim)
     if config.altup_inputs:  # Gemma 3n's AltUp copies of the stream
         out.append(altup_model_tensor("embedding/altup_project", config.altup_inputs, d))
     return out
@@ -336,7 +251,8 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
             )
             if config.disentangled.norm:
                 out += [
-                    replace(t, stack=name) for t in _norm(config, f"{name}/attention/rel_embeddings", x.d)
+                    replace(t, stack=name)
+                    for t in norm_tensors(config, f"{name}/attention/rel_embeddings", x.d)
                 ]
         for block, count in sd.blocks:
             layers = 1 if config.shared_layers else count
@@ -354,7 +270,8 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
             out.append(altup_model_tensor(f"{name}/altup_unembed", config.altup_inputs, x.d, stack=name))
         if config.resolved_final_norm:
             out += [
-                replace(t, key=f"{name}/final_norm", stack=name) for t in _norm(config, "final_norm", x.d)
+                replace(t, key=f"{name}/final_norm", stack=name)
+                for t in norm_tensors(config, "final_norm", x.d)
             ]
     d, d_tok = x.d, x.d_tok
     if config.resolved_pooler:

@@ -173,13 +173,6 @@ def norm_has_bias(config: ResolvedShape) -> bool:
     return config.norm == "layernorm" and config.norm_bias
 
 
-def norm_params(config: ResolvedShape, width: Num) -> Num:
-    """Parameters of one norm of ``width``: LayerNorm 2w (w without bias), RMSNorm w, 0 when not affine."""
-    if not config.norm_affine:
-        return 0
-    return 2 * width if norm_has_bias(config) else width
-
-
 def sublayer_norms(config: ResolvedShape) -> tuple[int, int, int]:
     """Norms per layer in (attention, cross-attention, FFN) by ``norm_placement`` (docs/layers.md, Norms)."""
     placement = config.resolved_norm_placement

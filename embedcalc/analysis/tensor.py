@@ -1,6 +1,6 @@
-"""One kind of parameter tensor (:class:`ParamTensor`: breakdown key, shape, copies, tensor-parallel split) and the
-Linear layer's tensors, shared by the term functions of ``params.py`` (attention, FFN, embeddings) and
-``mixers.py`` (the recurrent token mixers).
+"""One kind of parameter tensor (:class:`ParamTensor`: breakdown key, shape, copies, tensor-parallel split), the
+Linear layer's tensors and a norm's, shared by the term functions of ``params.py`` (FFN, embeddings, the model),
+``attention.py`` and ``mixers.py`` (the recurrent token mixers).
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from math import prod
 from typing import Literal
 
-from embedcalc.analysis.structure import Num
+from embedcalc.analysis.structure import Num, norm_has_bias
+from embedcalc.config.resolved import ResolvedShape
 
 # How Megatron-style tensor parallelism shards a tensor (Shoeybi et al. 2019, §3): column-parallel layers split
 # their output features (weight and bias), row-parallel layers split their input features (the bias is
@@ -54,3 +55,11 @@ def linear(
         return [weight]
     bias_split: Split = split if split in ("column", "qkv") else "none"
     return [weight, ParamTensor(key, (out_f,), instances, bias_split, expert=expert)]
+
+
+def norm_tensors(config: ResolvedShape, key: str, width: Num, count: int = 1) -> list[ParamTensor]:
+    """``count`` norms of ``width`` (none when the norms are parameter-free); replicated under TP."""
+    if not config.norm_affine or not count:
+        return []
+    parts = 2 if norm_has_bias(config) else 1
+    return [ParamTensor(key, (width,), count) for _ in range(parts)]
