@@ -32,21 +32,23 @@ _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat
 
 @dataclass(frozen=True)
 class Loaded:
-    """One tensor as transformers loads it: its name, shape, the stored dtype and bytes of its sources, and the
-    checkpoint names it comes from (one for a renaming, several for a merge; a split's parts share theirs)."""
+    """One tensor as transformers loads it: its name, shape, the stored dtype and bytes of its sources, the
+    checkpoint names it comes from (one for a renaming, several for a merge; a split's parts share theirs), and
+    whether the model holds it as a parameter (not a buffer, not unexpected)."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
     sources: tuple[str, ...]
+    parameter: bool = False
 
 
 @dataclass(frozen=True)
 class Conversion:
     """The header's tensors as ``model_class`` loads them, and what changed: tensors renamed, tensors converted
-    (merged, split, transposed) and the tensors they became, and the converters that failed on meta tensors
-    (their tensors kept as stored)."""
+    (merged, split, transposed) and the tensors they became, and the converters that failed on meta tensors or
+    the tensors no meta tensor can stand for (kept as stored)."""
 
     model_class: str
     tensors: tuple[Loaded, ...]
@@ -112,6 +114,7 @@ def load_names(raw: Mapping[str, Any], stored: Sequence[tuple[str, tuple[int, ..
         model: Any = build_meta_class(model_class, config)  # a PreTrainedModel
         mapping = get_model_conversion_mapping(model)
     meta = model.state_dict()
+    parameters = {name for name, _ in model.named_parameters()}
     prefix = str(model.base_model_prefix)
     renamings = [t for t in mapping if isinstance(t, WeightRenaming)]
     converters = [t for t in mapping if isinstance(t, WeightConverter)]
@@ -119,21 +122,25 @@ def load_names(raw: Mapping[str, Any], stored: Sequence[tuple[str, tuple[int, ..
     info = {name: (shape, dtype, nbytes) for name, shape, dtype, nbytes in stored}
     out: list[Loaded] = []
     pending: dict[str, Any] = {}  # first target key -> its converter, collecting meta tensors
-    renamed = 0
+    renamed, failed = 0, []
     for name in sorted(info, key=dot_natural_key):
         shape, dtype, nbytes = info[name]
         target, pattern = rename_source_key(name, renamings, converters, prefix, meta)
         if target not in meta and name in meta:  # loaded under its own name (transformers' same fallback)
             target, pattern = rename_source_key(name, [], [], prefix, meta)
         if target in meta and pattern is not None:
+            try:  # a shape no tensor can have (numel past 2^63) stays as stored
+                tensor = torch.empty(shape, dtype=_torch_dtype(dtype), device="meta")
+            except (RuntimeError, ValueError, OverflowError):
+                failed.append(f"{name}: shape {list(shape)}")
+                out.append(Loaded(name, shape, dtype, nbytes, (name,)))
+                continue
             converter = pending.setdefault(target, deepcopy(by_pattern[pattern]))
-            converter.add_tensor(
-                target, name, pattern, torch.empty(shape, dtype=_torch_dtype(dtype), device="meta")
-            )
+            converter.add_tensor(target, name, pattern, tensor)
             continue
         renamed += target != name
-        out.append(Loaded(target, shape, dtype, nbytes, (name,)))
-    converted, produced, failed = 0, 0, []
+        out.append(Loaded(target, shape, dtype, nbytes, (name,), target in parameters))
+    converted, produced = 0, 0
     for first, converter in pending.items():
         sources = sorted(
             {s for names in converter.layer_targets.values() for s in names}, key=dot_natural_key
@@ -149,9 +156,8 @@ def load_names(raw: Mapping[str, Any], stored: Sequence[tuple[str, tuple[int, ..
         shapes = [tuple(int(d) for d in t.shape) for t in tensors.values()]
         parts = _split_bytes(sum(info[s][2] for s in sources), shapes)
         dtype = info[sources[0]][1]
-        out += [
-            Loaded(k, s, dtype, b, tuple(sources)) for k, s, b in zip(tensors, shapes, parts, strict=True)
-        ]
+        out += [Loaded(k, s, dtype, b, tuple(sources), k in parameters)
+                for k, s, b in zip(tensors, shapes, parts, strict=True)]  # fmt: skip
         converted += len(sources)
         produced += len(tensors)
     return Conversion(model_class, tuple(out), renamed, converted, produced, tuple(failed))

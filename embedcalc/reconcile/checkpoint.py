@@ -178,8 +178,11 @@ class LayerKinds(Mapping[int, Sublayer]):
         return min(self._layers, sys.maxsize)
 
 
-def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpoint) -> CheckpointCheck:
-    """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring)."""
+def reconcile_checkpoint(
+    target: str, config: ResolvedShape, checkpoint: Checkpoint, parameters: frozenset[str] = frozenset()
+) -> CheckpointCheck:
+    """Every tensor of ``checkpoint`` placed on a component of ``config`` and checked (module docstring);
+    ``parameters``: names the model is known to hold as parameters (a name that is a buffer in other families)."""
     # an encoder-decoder's tensors are each of one stack (tensor_stack), every other model's of its one stack
     stacks = (
         ("encoder", "decoder")
@@ -214,7 +217,8 @@ def reconcile_checkpoint(target: str, config: ResolvedShape, checkpoint: Checkpo
              for s in stacks}  # fmt: skip
     for tensor in checkpoint.tensors:
         stack = tensor_stack(tensor.name, config.architecture)
-        role = tensor_role(tensor.name, stack, sandwich, kinds[stack], config.decoder_token_table)
+        role = tensor_role(tensor.name, stack, sandwich, kinds[stack], config.decoder_token_table,
+                           tensor.name in parameters)  # fmt: skip
         if role.key == "embedding/norm" and "embedding/norm" not in analytic and stack == "encoder":
             # ModernBERT: layer 0's attn_norm is an Identity; the embeddings' norm is counted as its pre-norm
             role = replace(role, key=f"{stack}/attention/norm", layer=0)

@@ -113,14 +113,15 @@ def place_as_loaded(
     tensors = tuple(
         StoredTensor(t.name, t.shape, t.dtype, t.nbytes, files[t.sources[0]]) for t in loaded.tensors
     )
-    again = reconcile_checkpoint(target, config, replace(checkpoint, tensors=tensors))
+    parameters = frozenset(t.name for t in loaded.tensors if t.parameter)
+    again = reconcile_checkpoint(target, config, replace(checkpoint, tensors=tensors), parameters)
     sources = {t.name: t.sources for t in loaded.tensors}
     notes = [f"placed under the names transformers {version} loads them by: {loaded.model_class}'s conversion "
              f"mapping renamed {loaded.renamed} tensors and converted {loaded.converted} (merged, split or "
              f"transposed) into {loaded.produced}"]  # fmt: skip
     if loaded.failed:
-        notes.append(f"transformers' converters failed on meta tensors, their tensors kept as stored: "
-                     f"{', '.join(loaded.failed[:3])}")  # fmt: skip
+        notes.append(f"{len(loaded.failed)} conversions could not run on the stored shapes, their tensors kept as "
+                     f"stored: {', '.join(loaded.failed[:3])}")  # fmt: skip
     return replace(
         again,
         shape_errors=[_stored_as(n, sources) for n in again.shape_errors],

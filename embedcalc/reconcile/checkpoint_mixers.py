@@ -12,7 +12,9 @@ part and the parameter, or the parameter alone. The widths are the mixer's own (
   ``conv1d`` (conv_dim, 1, K), ``A_log`` / ``D`` / ``dt_bias`` (H,), ``norm`` (inner,);
 - mamba (``JambaMambaMixer``): ``in_proj`` (2 I, d), ``conv1d`` (I, 1, K), ``x_proj`` (R + 2 N, I), ``dt_proj``
   (I, R) and its bias (I,), ``A_log`` (I, N), ``D`` (I,), ``dt/b/c_layernorm`` (R,), (N,), (N,);
-- gated_deltanet (``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` (2 key_dim + 2 inner, d), ``in_proj_ba`` (2 H, d),
+- gated_deltanet (``Qwen3NextGatedDeltaNet``): ``in_proj_qkvz`` (2 key_dim + 2 inner, d), ``in_proj_ba`` (2 H, d)
+  (``Qwen3_5GatedDeltaNet``: unfused, ``in_proj_qkv`` (2 key_dim + inner, d), ``in_proj_z`` (inner, d),
+  ``in_proj_b`` and ``in_proj_a`` (H, d)),
   ``conv1d`` (conv_dim, 1, K), ``A_log`` / ``dt_bias`` (H,), ``norm`` (head_dim,);
 - short_conv (``Lfm2ShortConv``): ``in_proj`` (3 I, d), ``conv`` (I, 1, K);
 - lightning (``MiniMaxLightningAttention``): ``qkv_proj`` (3 inner, d), ``output_gate`` (inner, d), ``norm``
@@ -51,7 +53,13 @@ def _projections(m: Mixer, d: int) -> dict[str, Shape]:
     if m.deltanet:
         out |= {"in_proj_qkvz": ((2 * m.key_dim + 2 * m.inner, d),
                                  "2 x num_k_heads x head_k_dim + 2 x num_heads x head_dim, hidden"),
-                "in_proj_ba": ((2 * m.num_heads, d), "2 x num_heads, hidden")}  # fmt: skip
+                "in_proj_ba": ((2 * m.num_heads, d), "2 x num_heads, hidden"),
+                # Qwen3.5's (Qwen3_5GatedDeltaNet) the same projections unfused: q, k, v; z; b; a
+                "in_proj_qkv": ((2 * m.key_dim + m.inner, d),
+                                "2 x num_k_heads x head_k_dim + num_heads x head_dim, hidden"),
+                "in_proj_z": ((m.inner, d), "num_heads x head_dim, hidden"),
+                "in_proj_b": ((m.num_heads, d), "num_heads, hidden"),
+                "in_proj_a": ((m.num_heads, d), "num_heads, hidden")}  # fmt: skip
     elif m.short_conv:
         out["in_proj"] = ((m.in_width, d), "3 x inner_dim, hidden")
     elif m.mamba1:

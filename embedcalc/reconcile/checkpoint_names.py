@@ -49,6 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from embedcalc.reconcile.checkpoint_mixer_names import mixer_key
+
 Kind = Literal["weight", "packed", "scale", "buffer"]
 # fused Q/K/V projections: Phi-3's qkv_proj, GPT-NeoX/Falcon/BLOOM's query_key_value, GPT-2/GPTBigCode's c_attn,
 # ModernBERT/MPT's Wqkv (shapes: checkpoint_shapes)
@@ -91,6 +93,11 @@ BUFFERS = (
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
+    # Gemma 3n's AltUp (Gemma3nTextAltUp: modality_router, router_norm, prediction_coefs, correction_coefs) and
+    # LAuReL (Gemma3nTextLaurelBlock: linear_left, linear_right, post_laurel_norm)
+    (("modality_router",), "altup/router"), (("router_norm",), "altup/router_norm"),
+    (("prediction_coefs",), "altup/predict"), (("correction_coefs",), "altup/correct"),
+    (("linear_left",), "laurel/left"), (("linear_right",), "laurel/right"), (("post_laurel_norm",), "laurel/norm"),
     # Gemma 3n/4's per-layer inputs (Gemma4TextDecoderLayer) and the MoE block's norms on its two branches
     (("per_layer_input_gate",), "per_layer/gate"), (("per_layer_projection",), "per_layer/out"),
     (("post_per_layer_input_norm",), "per_layer/norm"),
@@ -123,7 +130,8 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("input_layernorm", "ln_1", "attention_norm", "attention_layernorm", "ln_attn", "self_attn_layer_norm",
       "attn_norm", "attn_ln", "norm1", "pre_self_attn_layernorm", "post_self_attn_layernorm"), "attention/norm"),
     (("pre_feedforward_layernorm", "post_feedforward_layernorm", "ln_2", "ffn_norm", "pre_ff_layernorm",
-      "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm", "mlp_ln", "norm2"), "ffn/norm"),
+      "feedforward_layernorm", "ln_mlp", "final_layer_norm", "mlp_norm", "mlp_ln", "norm2",
+      "post_mlp_layernorm"), "ffn/norm"),  # NomicBertBlock's post-norm after its MLP
 )  # fmt: skip
 # parameters of a layer's modules that are their own component: Gemma4TextRouter's scale and per_expert_scale,
 # GPT-OSS's attention sinks (self_attn.sinks)
@@ -131,6 +139,7 @@ _OWN_PARAMS = {
     "scale": "moe/router_scale",
     "per_expert_scale": "moe/router_scale",
     "sinks": "attention/sinks",
+    "correct_output_scale": "altup/output_scale",  # Gemma3nTextAltUp's
 }
 _ROUTERS = ("gate", "router")
 # BART's and Marian's decoder cross-attention: encoder_attn.{q,k,v,out}_proj and encoder_attn_layer_norm; T5's
@@ -165,7 +174,9 @@ _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "wor
                # Gemma 3n/4's per-layer inputs (Gemma4TextModel): the packed table, its projection and norm
                "embed_tokens_per_layer": "embedding/per_layer",
                "per_layer_model_projection": "embedding/per_layer_project",
-               "per_layer_projection_norm": "embedding/per_layer_norm"}  # fmt: skip
+               "per_layer_projection_norm": "embedding/per_layer_norm",
+               # Gemma 3n's AltUp projections of the embeddings into the extra streams (Gemma3nTextModel)
+               "altup_projections": "embedding/altup_project"}  # fmt: skip
 # lfm2's final norm is ``embedding_norm`` (applied after the last layer)
 _FINAL_NORMS = (
     "norm",
@@ -178,16 +189,6 @@ _FINAL_NORMS = (
     "layer_norm",
     "LayerNorm",  # XLM-RoBERTa-XL's encoder.LayerNorm (an embeddings' LayerNorm is placed before this is read)
 )
-_MIXER_MODULES = ("mamba", "mixer", "linear_attn", "conv", "self_attn")
-_MIXER_PARTS = {"in_proj": "in", "in_proj_qkvz": "in", "in_proj_ba": "in", "qkv_proj": "in", "output_gate": "in",
-                "conv1d": "conv", "conv": "conv", "x_proj": "x_proj", "dt_proj": "dt_proj", "dt_layernorm": "bc_norm",
-                "b_layernorm": "bc_norm", "c_layernorm": "bc_norm", "norm": "gate_norm", "out_proj": "out"}  # fmt: skip
-# Kimi Linear's KDA layer (its checkpoint's names, under self_attn): a mixer alone in its layer, never beside
-# attention (where self_attn's q_proj / o_proj are the attention's: Falcon-H1)
-_KDA_PARTS = {"q_proj": "in", "k_proj": "in", "v_proj": "in", "b_proj": "in", "q_conv1d": "conv", "k_conv1d": "conv",
-              "v_conv1d": "conv", "f_a_proj": "gate", "f_b_proj": "gate", "g_a_proj": "gate", "g_b_proj": "gate",
-              "o_norm": "gate_norm", "o_proj": "out"}  # fmt: skip
-_MIXER_PARAMS = ("A_log", "D", "dt_bias")
 _PRE_NORMS = ("input_layernorm", "operator_norm", "norm")  # a layer's one pre-norm
 # Mllama's tanh gates, parameters of the cross-attention layer itself (MllamaCrossAttentionDecoderLayer)
 _LAYER_PARAMS = {"cross_attn_attn_gate": "attention/tanh_gate", "cross_attn_mlp_gate": "ffn/tanh_gate",
@@ -243,16 +244,20 @@ def _split(name: str) -> tuple[str, str, Kind]:
 
 def tensor_role(
     name: str, stack: str, sandwich: bool, layer_kinds: Mapping[int, Sublayer] | None = None,
-    decoder_table: bool = False,
+    decoder_table: bool = False, parameter: bool = False,
 ) -> TensorRole:  # fmt: skip
     """The component of checkpoint tensor ``name`` in a model whose layers are ``stack`` (``decoder`` /
-    ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
-    FFN's pre-norm (LLaMA); ``layer_kinds``: the sublayer a layer's pre-norm serves (``mixer`` where its block has
-    a recurrent mixer, ``parallel`` beside attention, ``ffn`` where it has an FFN only; ``attention`` where
-    absent); ``decoder_table``: an encoder-decoder whose decoder has its own token table (T5Gemma's
-    ``model.decoder.embed_tokens``) and whose ``cross_attn`` is the decoder's cross-attention (Mllama's
-    ``cross_attn`` is a decoder layer's own attention)."""
+        ``encoder``); ``sandwich``: ``post_attention_layernorm`` is attention's after-norm (Gemma 2/3), not the
+        FFN's pre-norm (LLaMA); ``layer_kinds``: the sublayer a layer's pre-norm serves (``mixer`` where its block has
+        a recurrent mixer, ``parallel`` beside attention, ``ffn`` where it has an FFN only; ``attention`` where
+        absent); ``decoder_table``: an encoder-decoder whose decoder has its own token table (T5Gemma's
+        ``model.decoder.embed_tokens``) and whose ``cross_attn`` is the decoder's cross-attention (Mllama's
+        ``cross_attn`` is a decoder layer's own attention); ``parameter``: the model holds ``name`` as a parameter
+    (transformers' own model says so: Laguna's router ``e_score_correction_bias``, a buffer in DeepSeek-V3), whatever
+    the name says of buffers elsewhere."""
     module, param, kind = _split(name)
+    if parameter and kind == "buffer":  # a name buffers carry elsewhere, a parameter of this model (Laguna's)
+        kind = "weight"
     segments = module.split(".")
     match = _LAYER.search(name)
     layer = int(match.group(1)) if match is not None else None
@@ -266,6 +271,10 @@ def tensor_role(
             return TensorRole(f"{stack}/hyper_head", None, kind, module)
         if last == "head" or last == "embed":  # DeepSeek's own checkpoint names (DeepSeek-V4)
             return TensorRole("head/lm" if last == "head" else "embedding/token", None, kind, module)
+        if (
+            "altup_unembed_projections" in segments
+        ):  # Gemma 3n's projections of the streams back, after the stack
+            return TensorRole(f"{stack}/altup_unembed", None, kind, module)
         if last == "rotary_emb" and param == "alpha":  # Mistral Large 4's learned LeRoPE scales (a parameter)
             return TensorRole(f"{stack}/rope_scale", None, kind, module)
         if last == "relative_attention_bias":  # MPNet's, shared by the layers
@@ -287,14 +296,14 @@ def tensor_role(
     inside = within_layer(module, layer)
     if not inside and param in _LAYER_PARAMS:
         return TensorRole(f"{stack}/{_LAYER_PARAMS[param]}", layer, kind, module)
-    if inside and inside[-1] in ("router", "self_attn") and param in _OWN_PARAMS:
+    if inside and inside[-1] in ("router", "self_attn", "altup") and param in _OWN_PARAMS:
         return TensorRole(f"{stack}/{_OWN_PARAMS[param]}", layer, kind, module)
     sublayer = (layer_kinds or {}).get(layer, "attention") if layer is not None else "attention"
     if tuple(inside) in _REPLACED:
         return TensorRole(f"{stack}/{_REPLACED[tuple(inside)]}", layer, kind, module)
     if sublayer == "shared":
         return TensorRole(_shared_key(inside, param, stack, sandwich), layer, kind, module)
-    key = _mixer_key(inside, param, sublayer == "parallel") if sublayer in ("mixer", "parallel") else None
+    key = mixer_key(inside, param, sublayer == "parallel") if sublayer in ("mixer", "parallel") else None
     if key is None and len(inside) == 1 and inside[0] in _PRE_NORMS:
         key = f"{'attention' if sublayer == 'parallel' else sublayer}/norm"
     if decoder_table and stack == "decoder" and inside[:1] == [_T5GEMMA_CROSS]:  # T5GemmaCrossAttention
@@ -340,17 +349,6 @@ def within_layer(module: str, layer: int | None) -> list[str]:
     return segments[segments.index(str(layer)) + 1 :] if str(layer) in segments else segments
 
 
-def _mixer_key(inside: list[str], param: str, parallel: bool = False) -> str | None:
-    """A recurrent mixer layer's tensor: ``mixer/<part>`` (module docstring), None for its FFN's (and, beside the
-    block's attention, for the attention's)."""
-    if not inside or inside[0] not in _MIXER_MODULES:
-        return None
-    if len(inside) == 1:
-        return "mixer/ssm" if param in _MIXER_PARAMS else None
-    part = _MIXER_PARTS.get(inside[1]) or (None if parallel else _KDA_PARTS.get(inside[1]))
-    return f"mixer/{part}" if part is not None and len(inside) == 2 else None
-
-
 # Zamba2's hybrid layer (Zamba2HybridLayer): shared_transformer (Zamba2AttentionDecoderLayer: self_attn, feed_forward,
 # input_layernorm, pre_ff_layernorm; the use's adapter lists), linear (the use's projection), mamba_decoder (the
 # layer's own Mamba-2 layer and its input_layernorm)
@@ -370,7 +368,7 @@ def _shared_key(inside: list[str], param: str, stack: str, sandwich: bool) -> st
     if inside[:1] == ["mamba_decoder"]:
         if inside[1:] == ["input_layernorm"]:
             return f"{stack}/mixer/norm"
-        key = _mixer_key(inside[1:], param)
+        key = mixer_key(inside[1:], param)
         return f"{stack}/{key}" if key else None
     adapter = next((_SHARED_ADAPTERS[s] for s in inside if s in _SHARED_ADAPTERS), None)
     if adapter is not None:

@@ -193,8 +193,12 @@ def _moe(
 ) -> Expected | None:
     e, d, last = ffn.num_experts, x.d, inside[-1] if inside else ""
     if component == "moe/router":
-        if param == "e_score_correction_bias":  # Ernie4_5_MoeStatics: (num_experts_groups = 1, E)
+        if (
+            param == "e_score_correction_bias" and "moe_statics" in inside
+        ):  # Ernie4_5_MoeStatics: (1 group, E)
             return (1, e), "1 group, num_experts"
+        if param == "e_score_correction_bias":  # Laguna's, a Parameter of the router
+            return (e,), "num_experts"
         if ffn.zero_experts:  # LongCat-Flash's router scores its zero experts too
             return _linear(e + ffn.zero_experts, d, "num_experts + zero_experts", "hidden", param)
         return _linear(e, d, "num_experts", "hidden", param)

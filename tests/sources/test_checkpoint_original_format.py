@@ -171,3 +171,50 @@ def test_a_family_transformers_converts_nothing_of_never_imports_it(
                           check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "1"
+
+
+def test_an_original_format_checkpoint_opens_nothing_outside_its_directory(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
+    """Applying the mapping builds the model from the config alone: every file opened is the checkpoint's or the
+    interpreter's own (issue 33's guarantee, tests/opened_files.py)."""
+    from opened_files import opened_files
+
+    _saved(transformers, "step3p7", tmp_path / "step")
+    recorder = opened_files()
+    with recorder.record():
+        result = cli("verify", str(tmp_path / "step"), "--checkpoint", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert recorder.outside(tmp_path / "step") == []
+
+
+def _rewrite_header(path: Path, change: Any) -> None:
+    """The safetensors file at ``path`` replaced by its header alone, ``change``d (verify reads headers only)."""
+    import struct
+
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    change(header)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+
+
+@pytest.mark.parametrize("shape", [[16, 64], [2**40, 2**40]])
+def test_experts_the_converter_cannot_merge_are_kept_as_stored(
+    transformers: Any, cli: Any, tmp_path: Path, shape: list[int]
+) -> None:
+    """One expert of another shape (the merge's stack fails) or of a shape no tensor can have (2^80 elements): those
+    tensors stay under their stored names, the rest is converted, and the result is a disagreement (exit 3) naming
+    them, never a traceback."""
+    _saved(transformers, "mistral_large4", tmp_path / "ml4")
+
+    def change(header: dict[str, Any]) -> None:
+        header["layers.1.experts.2.w1.weight"]["shape"] = shape
+
+    _rewrite_header(tmp_path / "ml4" / "model.safetensors", change)
+    result = cli("verify", str(tmp_path / "ml4"), "--checkpoint", "--format", "json")
+    assert result.exit_code == 3 and "Traceback" not in result.stderr
+    check = json.loads(result.stdout)["results"][0]
+    assert any("could not run on the stored shapes" in n for n in check["notes"])
+    assert any("conversion mapping renamed" in n for n in check["notes"])
