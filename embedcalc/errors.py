@@ -27,11 +27,14 @@ class ExitCode(IntEnum):
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with an input: where (``path``), what and how to fix it (``message``), a stable ``code``."""
+    """One thing wrong with an input: where (``path``), what and how to fix it (``message``), a stable ``code``, and
+    for a refusal another reader may take over, what is wrong without the advice (``reason``): what that reader's
+    note quotes when it counts the input after all."""
 
     path: str
     message: str
     code: str
+    reason: str = ""  # empty: ``message`` says it without advice
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "message": self.message, "code": self.code}

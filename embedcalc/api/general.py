@@ -310,19 +310,29 @@ def general_fallback(
 
 
 NOT_NATIVE = "not read natively: "
-"""How a general-reader note says why a family embedcalc maps natively was not (an unbalanced T5Gemma)."""
+"""How a general-reader note says why the native reader handed the file over (an unbalanced T5Gemma)."""
 
 
-def native_refusal_note(refusal: ConfigError) -> str:
-    """The note naming why the native reader handed a file of a family it maps to the general reader."""
-    return NOT_NATIVE + "; ".join(p.message for p in refusal.problems)
+def native_refusal_note(refusal: ConfigError, count: GeneralCount) -> str:
+    """The note saying why the native reader handed the file to the general reader: each key with why the native
+    reader did not read it (the problem's ``reason``: the refusal's advice, to describe the model in YAML, was for a
+    file nothing counts), and the reader that counted it."""
+    why = "; ".join(_keyed(p.path, p.reason or p.message) for p in refusal.problems)
+    return (f"{NOT_NATIVE}{why}; counted instead by the general reader: transformers "
+            f"{count.transformers_version}'s {count.class_name} ({count.auto_class}) on the meta device")  # fmt: skip
+
+
+def _keyed(path: str, text: str) -> str:
+    """``text`` led by the key it is about (a reason that does not name it first gets ``path: `` in front)."""
+    return text if text.startswith(path) else f"{path}: {text}"
 
 
 def with_refusal_note(count: GeneralCount, refusal: ConfigError) -> GeneralCount:
-    """``count`` with the note saying why the native reader handed it over, for a family it maps (an unbalanced
-    T5Gemma, a key only transformers' shared modules read); unchanged for a family it does not map."""
+    """``count`` with the note saying why the native reader handed it over (``hf_refused_family``: an unbalanced
+    T5Gemma, a key only transformers' shared modules read, a family embedcalc's layer model cannot describe);
+    unchanged for a family no native reader has."""
     if refusal.code == "hf_refused_family" and refusal.problems:
-        return replace(count, notes=[*count.notes, native_refusal_note(refusal)])
+        return replace(count, notes=[*count.notes, native_refusal_note(refusal, count)])
     return count
 
 

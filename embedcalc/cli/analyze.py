@@ -73,9 +73,8 @@ def analyze_command(
             from embedcalc.render.general import general_tables
 
             why = next((n for n in report.count.notes if n.startswith(NOT_NATIVE)), None)
-            output.stderr.print(f"embedcalc: {target}: {report.count.counted_by} "
-                                f"({why or f'no native mapping of {report.count.model_type!r}'})",
-                                markup=False)  # fmt: skip
+            said = why or f"{report.count.counted_by} (no native mapping of {report.count.model_type!r})"
+            output.stderr.print(f"embedcalc: {target}: {said}", markup=False)
             for table in general_tables(report.count):
                 output.stdout.print(table)
         enforce_budget(report.over_budget, json_emitted=format is OutputFormat.json)

@@ -83,8 +83,8 @@ def _render(result: TargetCheck, format: OutputFormat) -> None:
             "counted by": f"{g.class_name} ({g.auto_class}), meta device",
         }
         why = next((n for n in g.notes if n.startswith(NOT_NATIVE)), None)
-        if why is not None:  # a family read natively, this file not: the line analyze prints too
-            output.stderr.print(f"embedcalc: {result.target}: {g.counted_by} ({why})", markup=False)
+        if why is not None:  # handed over by the native reader: the line analyze prints too
+            output.stderr.print(f"embedcalc: {result.target}: {why}", markup=False)
         if g.active_params is not None and g.experts:
             derived["active params"] = f"{g.active_params:,}"
         output.stdout.print(check_table(result.target, derived, g.params.total))

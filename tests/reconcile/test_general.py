@@ -415,7 +415,7 @@ def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -
     masked head. The native readers refuse it (its text_config alone would count another model); the general
     reader builds the outer class, every count from modeling_gemma4_assistant.py's shapes. Its forward needs the
     target's hidden states and keys and values, which a token-id forward does not have: no FLOPs, said why."""
-    from embedcalc.api.general import read_general
+    from embedcalc.api.general import read_general, with_refusal_note
 
     d, f, v, h, hd, full_hd, backbone, centroids = 64, 128, 128, 4, 16, 32, 96, 8
     text = dict(model_type="gemma4_text", hidden_size=d, intermediate_size=f, num_hidden_layers=4,
@@ -427,6 +427,13 @@ def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -
         embedcalc.load(dict(raw))
     assert refused.value.code == "hf_refused_family" and "Gemma4AssistantForCausalLM" in refused.value.message
     general = read_general(raw, run=RUN)
+    # the note names why (what the layer model lacks), not the refusal's advice to describe the nearest model in YAML
+    note = with_refusal_note(general, refused.value).notes[-1]
+    assert note.startswith(
+        "not read natively: model_type 'gemma4_assistant' needs what embedcalc cannot describe"
+    )
+    assert "refused" not in note and "YAML" not in note
+    assert note.endswith("Gemma4AssistantForCausalLM (AutoModelForCausalLM) on the meta device")
     assert general.class_name == "Gemma4AssistantForCausalLM"
     sliding, full = 3, 1  # Gemma4TextConfig: five sliding to one full, the last layer full
     queries = sliding * (d * h * hd + h * hd * d + hd) + full * (d * h * full_hd + h * full_hd * d + full_hd)

@@ -93,6 +93,8 @@ class Verdict:
     # a problem whose only reader is transformers' shared modules (caches, masks): whether it changes this family's
     # model depends on paths the family may never take, so the general reader, which runs them, can count the file
     shared: bool = False
+    # a problem's reason without the refusal's advice (errors.Problem.reason): what the general reader's note quotes
+    reason: str = ""
 
     @property
     def ignored(self) -> bool:
@@ -247,10 +249,13 @@ def classify(keys: ClassKeys, key: str, value: Any) -> Verdict:
     )
     reader = _reader_of(keys, key, value)
     if reader is not None:
-        return Verdict("problem", f"{key} = {value!r} is {what}, and transformers {version} reads it ({reader[1]} "
-                                  f"in {reader[0]}); embedcalc does not map it for this family: it may change the "
-                                  "model's size or cost, so the file is refused rather than miscounted",
-                       shared=reader[0] == SHARED_LABEL)  # fmt: skip
+        read = (
+            f"{key} = {value!r} is {what}, and transformers {version} reads it ({reader[1]} in {reader[0]})"
+        )
+        return Verdict("problem", f"{read}; embedcalc does not map it for this family: it may change the model's "
+                                  "size or cost, so the file is refused rather than miscounted",
+                       shared=reader[0] == SHARED_LABEL,
+                       reason=f"{read}, which embedcalc's reader of this family does not map")  # fmt: skip
     if any(reads.how(key) == "fallback" for reads in keys.reads):
         return Verdict("ignored", f"{key} = {value!r}: the value transformers {version} falls back to without the "
                                   f"key (getattr(config, {key!r}, {value!r})): the same model")  # fmt: skip

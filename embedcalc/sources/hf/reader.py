@@ -166,8 +166,8 @@ class KeyReader:
         if value is not MISSING:
             self.ignored.append(IgnoredKey(written, value, reason))
 
-    def problem(self, key: str, message: str, code: str = "hf_unsupported") -> None:
-        self.problems.append(Problem(key, message, code))
+    def problem(self, key: str, message: str, code: str = "hf_unsupported", reason: str = "") -> None:
+        self.problems.append(Problem(key, message, code, reason))
 
     def expect(self, key: str, harmless: tuple[Any, ...], change: str) -> None:
         """A key that is harmless only with one of ``harmless`` values; anything else is refused."""
@@ -239,7 +239,7 @@ class KeyReader:
                          "hf_unknown_key")  # fmt: skip
         elif verdict.fate == "problem":
             code = "hf_shared_read_key" if verdict.shared else "hf_unmapped_key"
-            self.problem(key, f"{verdict.text}. {yaml_hint(family)}", code)
+            self.problem(key, f"{verdict.text}. {yaml_hint(family)}", code, verdict.reason)
         else:
             text = verdict.text
             if verdict.fate == "warn":

@@ -100,12 +100,13 @@ def unsupported_family(model_type: Any, origin: str, raw: Mapping[str, Any]) -> 
         subject += (f" (the text_config of this {wrapper!r} multimodal file: embedcalc reads a {wrapper!r} file as "
                     "its text model, and lacks this one)")  # fmt: skip
     if isinstance(model_type, str) and model_type in REFUSED:
+        reason = f"{subject} needs what embedcalc cannot describe yet: {REFUSED[model_type]}"
         message = (
-            f"{origin}: {subject} needs what embedcalc cannot describe yet: "
-            f"{REFUSED[model_type]}, so it is refused rather than miscounted{hint}. Describe the nearest model in "
+            f"{origin}: {reason}, so it is refused rather than miscounted{hint}. Describe the nearest model in "
             "embedcalc's own YAML (`embedcalc schema`; docs/concepts/huggingface.md) if an estimate will do"
         )
-        return ConfigError(message, [Problem(path, message, "hf_refused_family")], "hf_refused_family")
+        problem = Problem(path, message, "hf_refused_family", reason)
+        return ConfigError(message, [problem], "hf_refused_family")
     families = ", ".join(FAMILIES)
     message = (
         f"{origin}: {subject} is not a family embedcalc reads from a Hugging Face config.json{hint}. Describe the "

@@ -312,17 +312,32 @@ def test_keys_that_could_change_the_cost_are_errors(
     assert [(p["path"], p["code"]) for p in problems] == [(key, code)]
 
 
+@pytest.mark.parametrize("command", ["check", "analyze"])
 def test_a_key_only_transformers_shared_modules_read_is_counted_by_the_general_reader(
-    cli: Any, write_config: Any
+    cli: Any, write_config: Any, command: str
 ) -> None:
     """``sliding_window`` on a LLaMA file: no LLaMA module reads it, transformers' caches and masks do (a window
-    on every layer), so the file is counted by transformers' own class, the note saying why."""
+    on every layer), so the file is counted by transformers' own class. The note (JSON ``notes``, and the line on
+    stderr of the table output) names the key, why the native reader did not read it and the reader that counted
+    it, and not the native refusal's advice, which is for a file nothing counts."""
     path = write_config(_raw(FIXTURES / "llama-2-7b.json") | {"sliding_window": 4096}, "config.json")
-    result = cli("check", str(path), "--format", "json")
+    result = cli(command, str(path), "--format", "json")
     assert result.exit_code == 0, result.stderr
     found = json.loads(result.stdout)["results"][0]
     assert found["reader"] == "transformers-meta"
-    assert any("not read natively" in note and "sliding_window" in note for note in found["notes"])
+    notes = [note for note in found["notes"] if note.startswith("not read natively: ")]
+    table = cli(command, str(path))
+    assert table.exit_code == 0, table.stderr
+    said = " ".join(table.stderr.split())
+    assert said.count("not read natively: ") == 1
+    for text in (notes[0], said):
+        assert "sliding_window = 4096 is not a parameter of transformers' LlamaConfig" in text
+        assert "config.sliding_window in its shared modules" in text
+        assert "which embedcalc's reader of this family does not map" in text
+        assert "counted instead by the general reader: transformers" in text
+        assert "LlamaForCausalLM (AutoModelForCausalLM) on the meta device" in text
+        assert "refused" not in text and "YAML" not in text
+    assert len(notes) == 1
 
 
 def test_a_key_transformers_ignores_is_a_warning_and_listed(cli: Any, write_config: Any) -> None:

@@ -193,7 +193,9 @@ def test_an_unbalanced_file_goes_to_the_general_reader(cli: Any, transformers: A
     assert (
         "not read natively" in why
         and "decoder.hidden_size (2304) differs from encoder.hidden_size (3584)" in why
+        and "counted instead by the general reader: transformers" in why
     )
+    assert why.count("general reader") == 1 and "refused" not in why
     text = cli("analyze", str(path))
     assert "unbalanced T5Gemma" in " ".join(text.stderr.split())
 

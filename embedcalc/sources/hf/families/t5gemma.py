@@ -141,12 +141,12 @@ def _unbalanced(r: KeyReader, encoder: KeyReader, decoder: KeyReader) -> bool:
         return False
     said = [f"decoder.{key} ({decoder.data.get(field)!r}) differs from encoder.{key} ({encoder.data.get(field)!r})"
             for field, key in differ]  # fmt: skip
-    message = (
+    reason = (
         f"{', '.join(said)}: an unbalanced T5Gemma (its stacks of different shapes, as the 9B-2B checkpoints) is "
-        "beyond embedcalc's encoder-decoder, which has one width, head layout, FFN and vocabulary for both stacks, "
-        "so it is counted by the general reader (transformers' own class on the meta device) instead"
+        "beyond embedcalc's encoder-decoder, which has one width, head layout, FFN and vocabulary for both stacks"
     )
-    r.problems.append(Problem(f"decoder.{differ[0][1]}", message, "hf_refused_family"))
+    message = f"{reason}, so it is counted by the general reader (transformers' own class on the meta device) instead"
+    r.problems.append(Problem(f"decoder.{differ[0][1]}", message, "hf_refused_family", reason))
     return True
 
 
