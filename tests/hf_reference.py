@@ -20,6 +20,8 @@ from typing import Any
 import yaml
 from paths import HF_FIXTURES, PUBLISHED_SIZES
 
+from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.workload import Workload
 from embedcalc.config.schema import ModelConfig
 from embedcalc.sources.hf import map_hf_config
 from embedcalc.sources.loading import validate_config
@@ -261,9 +263,21 @@ def bf16_decode_cache(transformers: Any, raw: dict[str, Any]) -> Any:
     import torch
 
     torch.manual_seed(0)
-    config = transformers.CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(torch.bfloat16).eval()
+    model = (
+        transformers.AutoModelForCausalLM.from_config(hf_config(transformers, raw)).to(torch.bfloat16).eval()
+    )
     ids = torch.randint(0, 200, (2, 6))
     with torch.no_grad():
         cache = model(ids, use_cache=True).past_key_values
         return model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
+
+
+def bf16_cache_and_estimate(
+    transformers: Any, raw: dict[str, Any]
+) -> tuple[int, int, set[Any], MemoryEstimate]:
+    """(KV bytes, recurrent bytes, the scan states' dtypes) transformers' cache holds after a bf16 prefill of 6
+    tokens and a decode step (2 sequences, :func:`bf16_decode_cache`), and embedcalc's memory estimate of the same
+    7 tokens."""
+    kv, recurrent, dtypes = cache_bytes(bf16_decode_cache(transformers, raw))
+    memory = estimate_memory(mapped_config(raw), Workload(batch_size=2, seq_len=7, dtype="bf16"))
+    return kv, recurrent, dtypes, memory

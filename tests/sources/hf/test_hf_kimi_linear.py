@@ -16,10 +16,17 @@ import json
 from typing import Any
 
 import pytest
-from hf_reference import forward_flops, hf_config, hf_model, mapped_config, numel, unaccounted_keys
+from hf_reference import (
+    bf16_cache_and_estimate,
+    forward_flops,
+    hf_config,
+    hf_model,
+    mapped_config,
+    numel,
+    unaccounted_keys,
+)
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
-from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import active_params, count_params
 from embedcalc.analysis.workload import Workload
 
@@ -91,22 +98,7 @@ def test_state_and_latent_cache_are_what_transformers_cache_holds_at_bf16(transf
     """A bf16 prefill of 6 tokens and a decode step: the 4 KDA layers' conv windows (bf16) and float32 states."""
     import torch
 
-    raw = _written(transformers, **SMALL)
-    torch.manual_seed(0)
-    model = (
-        transformers.AutoModelForCausalLM.from_config(hf_config(transformers, raw)).to(torch.bfloat16).eval()
-    )
-    ids = torch.randint(0, 200, (2, 6))
-    with torch.no_grad():
-        cache = model(ids, use_cache=True).past_key_values
-        cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
-    recurrent, dtypes = 0, set()
-    for layer in cache.layers:
-        for name in ("conv_states", "recurrent_states"):
-            for t in (getattr(layer, name, None) or {}).values():
-                recurrent += t.numel() * t.element_size()
-                dtypes |= {t.dtype} if name == "recurrent_states" else set()
-    memory = estimate_memory(mapped_config(raw), Workload(batch_size=2, seq_len=7, dtype="bf16"))
+    _, recurrent, dtypes, memory = bf16_cache_and_estimate(transformers, _written(transformers, **SMALL))
     assert recurrent == memory.recurrent_state_bytes and dtypes == {torch.float32}
     assert recurrent == 4 * 2 * (3 * 64 * 4 * 2 + 4 * 16 * 16 * 4)
 

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 from hf_reference import (
-    bf16_decode_cache,
-    cache_bytes,
+    bf16_cache_and_estimate,
     forward_flops,
     hf_model,
     mapped_config,
@@ -30,7 +29,6 @@ from hf_reference import unaccounted_keys as unaccounted
 from sources.hf.test_mixers_hf import torch_path_extra
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
-from embedcalc.analysis.memory import estimate_memory
 from embedcalc.analysis.params import count_params
 from embedcalc.analysis.workload import Workload
 from embedcalc.errors import ConfigError
@@ -110,18 +108,6 @@ def test_the_state_and_kv_cache_are_what_transformers_cache_holds_at_bf16(
     kv, recurrent, dtypes, memory = bf16_cache_and_estimate(transformers, _variant(transformers, name))
     assert (kv, recurrent) == (memory.kv_cache_bytes, memory.recurrent_state_bytes)
     assert dtypes == {torch.float32}
-
-
-def bf16_cache_and_estimate(transformers: Any, raw: dict[str, Any]) -> tuple[int, int, set[Any], Any]:
-    """(KV bytes, recurrent bytes, the scan states' dtypes) transformers' cache holds after a bf16 prefill of 6
-    tokens and a decode step (2 sequences), and embedcalc's memory estimate of the same 7 tokens."""
-    kv, recurrent, dtypes = cache_bytes(bf16_decode_cache(transformers, raw))
-    return (
-        kv,
-        recurrent,
-        dtypes,
-        estimate_memory(mapped_config(raw), Workload(batch_size=2, seq_len=7, dtype="bf16")),
-    )
 
 
 @pytest.mark.torch

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from hf_reference import (
+    bf16_cache_and_estimate,
     forward_flops,
     hf_model,
     mapped_config,
@@ -25,7 +26,6 @@ from hf_reference import (
     raw_fixture,
 )
 from hf_reference import unaccounted_keys as unaccounted
-from sources.hf.test_hf_ssm import bf16_cache_and_estimate
 from sources.hf.test_mixers_hf import torch_path_extra
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops

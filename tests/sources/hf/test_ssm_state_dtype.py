@@ -13,7 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hf_reference import hf_model, mapped_config, quiet_transformers, raw_fixture
+from hf_reference import (
+    bf16_cache_and_estimate,
+    bf16_decode_cache,
+    mapped_config,
+    quiet_transformers,
+    raw_fixture,
+)
 from sources.hf.test_mixers_hf import CONV_TAIL_ONLY, FP32_SCAN_STATE, STATE_PASSING
 
 from embedcalc.analysis.memory import estimate_memory
@@ -61,21 +67,8 @@ def test_bf16_state_bytes_equal_transformers_cache() -> None:
     """A bf16 prefill of 6 tokens and one decode step on transformers' NemotronHForCausalLM: its cache's conv and
     recurrent states (2 Mamba-2 layers, 2 sequences) hold exactly embedcalc's recurrent_state_bytes at bf16."""
     torch = pytest.importorskip("torch")
-    transformers = quiet_transformers()
-    raw = _raw()
-    model = hf_model(transformers, raw).to(torch.bfloat16).eval()
-    ids = torch.randint(0, 256, (2, 6))
-    with torch.no_grad():
-        cache = model(ids, use_cache=True).past_key_values
-        cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
-    held = 0
-    for layer in cache.layers:
-        for name in ("conv_states", "recurrent_states"):
-            states = getattr(layer, name, None) or {}
-            held += sum(t.numel() * t.element_size() for t in states.values() if hasattr(t, "numel"))
-    config = mapped_config(raw)
-    w = Workload(batch_size=2, seq_len=6, dtype="bf16")
-    assert held == estimate_memory(config, w).recurrent_state_bytes
+    _, held, dtypes, memory = bf16_cache_and_estimate(quiet_transformers(), _raw())
+    assert held == memory.recurrent_state_bytes and dtypes == {torch.float32}
     conv, ssm = 2 * 2 * (64 + 2 * 2 * 8) * 4, 2 * 2 * 4 * 16 * 8  # conv window at 2 bytes, SSM state at 4
     assert held == conv * 2 + ssm * 4
 
@@ -140,15 +133,8 @@ def test_the_state_is_what_transformers_cache_holds_at_bf16(name: str) -> None:
     the cache's convolution windows and scan states hold exactly embedcalc's recurrent_state_bytes, the scan in
     float32 where the family's torch path keeps it so."""
     torch = pytest.importorskip("torch")
-    transformers = quiet_transformers()
     raw = raw_fixture(name) | VARIANTS[name]
-    torch.manual_seed(0)
-    model = hf_model(transformers, raw).to(torch.bfloat16).eval()
-    ids = torch.randint(0, 200, (2, 6))
-    with torch.no_grad():
-        cache = model(ids, use_cache=True).past_key_values
-        cache = model(ids[:, :1], past_key_values=cache, use_cache=True).past_key_values
-    held = _held(cache)
+    held = _held(bf16_decode_cache(quiet_transformers(), raw))
     config = mapped_config(raw)
     assert (
         held["conv"][0] + held["scan"][0]
