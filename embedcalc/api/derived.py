@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from embedcalc.analysis.workload import Workload
-from embedcalc.api.general import _meta, count_general, general_available, general_hint
+from embedcalc.api.general import _meta, count_general, general_available, general_hint, handover_reason
 from embedcalc.config.dtypes import ALIASES
 from embedcalc.errors import ConfigError
 from embedcalc.sources.loading import LoadedConfig, parse_override
@@ -61,8 +61,10 @@ def derived_load(
     longest = _longest(meta.text_attrs)
     if not same or not _same_at_length(data, origin, target, loaded, longest):
         raise refusal
+    handed = refusal.code == "hf_refused_family" and refusal.problems
+    lead = handover_reason(refusal) if handed else f"no native mapping of {meta.class_name}'s family"
     note = (
-        f"no native mapping of {meta.class_name}'s family: embedcalc's layer model derived from transformers' "
+        f"{lead}: embedcalc's layer model derived from transformers' "
         f"module tree ({count.counted_by}; params per component, FLOPs and KV cache agree exactly, at 8 tokens and "
         f"at {longest:,})"
     )

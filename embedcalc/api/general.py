@@ -317,9 +317,13 @@ def native_refusal_note(refusal: ConfigError, count: GeneralCount) -> str:
     """The note saying why the native reader handed the file to the general reader: each key with why the native
     reader did not read it (the problem's ``reason``: the refusal's advice, to describe the model in YAML, was for a
     file nothing counts), and the reader that counted it."""
-    why = "; ".join(_keyed(p.path, p.reason or p.message) for p in refusal.problems)
-    return (f"{NOT_NATIVE}{why}; counted instead by the general reader: transformers "
+    return (f"{handover_reason(refusal)}; counted instead by the general reader: transformers "
             f"{count.transformers_version}'s {count.class_name} ({count.auto_class}) on the meta device")  # fmt: skip
+
+
+def handover_reason(refusal: ConfigError) -> str:
+    """Why the native reader handed a file over, key by key, without the refusal's advice."""
+    return NOT_NATIVE + "; ".join(_keyed(p.path, p.reason or p.message) for p in refusal.problems)
 
 
 def _keyed(path: str, text: str) -> str:

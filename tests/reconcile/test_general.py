@@ -504,3 +504,18 @@ def test_a_derived_layer_model_is_checked_past_a_window_the_short_forward_cannot
     raw.pop("sliding_window"), raw.pop("use_sliding_window"), raw.pop("max_window_layers")
     kept = embedcalc.analyze(dict(raw), seq_len=256)
     assert "at 8 tokens and at 256" in kept.to_json()["layer_model"]
+
+
+def test_a_derived_layer_model_of_a_handed_over_file_says_why_not_no_native_mapping() -> None:
+    """A file a native reader hands over (``hf_refused_family``) and whose layer model is then derived: the note
+    gives the key and why the native reader did not read it, not "no native mapping" (its family has one)."""
+    from embedcalc.api.derived import derived_load
+    from embedcalc.errors import Problem
+
+    raw = {"model_type": "qwen2", **_SMALL, "num_key_value_heads": 2}
+    advice = "model_type 'qwen2': refused rather than miscounted. Describe the model in embedcalc's own YAML"
+    refusal = ConfigError(advice, [Problem("odd_key", advice, "hf_refused_family", reason="odd_key = 3 is unmapped")],
+                          "hf_refused_family")  # fmt: skip
+    note = derived_load(refusal, "config.json", "config.json", raw, None).notes[-1]
+    assert note.startswith("not read natively: odd_key = 3 is unmapped: embedcalc's layer model derived")
+    assert "no native mapping" not in note and "YAML" not in note
