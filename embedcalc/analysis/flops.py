@@ -22,7 +22,8 @@ Per layer of a stack run on ``b`` sequences of ``n`` tokens (t = b * n), d = emb
 - hyper-connections (DeepSeek-V4): ``hyper/<sublayer>`` and ``hyper_head`` (:mod:`embedcalc.analysis.hyper`).
 - ``pooler`` 2 b d d (first token only, BERT); ``head/lm`` 2 b n d_tok vocab on every position of the last stack;
   with token_embed_dim != embed_dim ``embedding/project_in`` 2 t d_tok d on every stack's tokens and
-  ``head/project_out`` 2 b n d d_tok.
+  ``head/project_out`` 2 b n d d_tok; a drafter's input and output projections and centroid-masked head as
+  :mod:`embedcalc.analysis.drafter` counts them.
 
 The full n x n score matrix is counted, and the causal count beside it (:mod:`embedcalc.analysis.attention`). A
 training step is forward + backward with backward = 2 x forward for matmuls (Kaplan et al. 2020, §2.1). Every term
@@ -37,6 +38,7 @@ from embedcalc.analysis.altup import altup_layer_flops, altup_model_flops, laure
 from embedcalc.analysis.attention import attention_flops, disentangled_flops, score_pairs
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.compressed import compressed_flops
+from embedcalc.analysis.drafter import head_flops, input_flops
 from embedcalc.analysis.elementwise import elementwise_flops
 from embedcalc.analysis.hyper import hyper_head_flops, hyper_layer_flops
 from embedcalc.analysis.indexers import block_indexer_flops, indexer_flops
@@ -224,6 +226,8 @@ def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num
         for sd in x.stacks:
             tokens = tokens + b * x.tokens(config, sd.stack)[0]
         add("embedding/project_in", tokens * (2 * d_tok * d))
+    for key, value in input_flops(config, b * x.n, d):  # a drafter's input from its target
+        add(key, value)
     if config.per_layer_input_dim:  # per_layer_model_projection: d -> L x p on every token
         add("embedding/per_layer_project", b * x.n * (2 * d * per_layer_width(config, x)))
     if config.altup_inputs:  # Gemma 3n: AltUp's copies of the embedded tokens (a decoder's single stack)
@@ -241,11 +245,9 @@ def forward_terms(config: ResolvedShape, x: Dims, causal: bool) -> dict[str, Num
             add(f"{sd.name}/hyper_head", hyper_head_flops(config.hyper_connections, d, b * n))
     if config.resolved_pooler:
         add("pooler", b * (2 * d * d))
-    if config.resolved_lm_head:
-        n_last, _ = x.tokens(config, x.stacks[-1].stack)
-        if config.embedding_projection:
-            add("head/project_out", (b * n_last) * (2 * d * d_tok))
-        add("head/lm", (b * n_last) * (2 * d_tok * config.vocab_size))
+    n_last, _ = x.tokens(config, x.stacks[-1].stack)
+    for key, value in head_flops(config, b * n_last, d, d_tok):  # analysis/drafter.py
+        add(key, value)
     return out
 
 

@@ -50,6 +50,7 @@ from math import prod
 from embedcalc.analysis.altup import altup_layer_tensors, altup_model_tensor, laurel_tensors
 from embedcalc.analysis.attention import attention_tensors
 from embedcalc.analysis.breakdown import Breakdown
+from embedcalc.analysis.drafter import head_tensors, input_tensors
 from embedcalc.analysis.hyper import hyper_head_tensors, hyper_layer_tensors
 from embedcalc.analysis.mixers import mixer_tensors
 from embedcalc.analysis.structure import (
@@ -234,7 +235,7 @@ def _embedding_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
         out += norm_tensors(config, "embedding/per_layer_norm", config.per_layer_input_dim)
     if config.altup_inputs:  # Gemma 3n's AltUp copies of the stream
         out.append(altup_model_tensor("embedding/altup_project", config.altup_inputs, d))
-    return out
+    return out + input_tensors(config, d)  # a drafter's input from its target (analysis/drafter.py)
 
 
 def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
@@ -276,6 +277,7 @@ def model_tensors(config: ResolvedShape, x: Dims) -> list[ParamTensor]:
     d, d_tok = x.d, x.d_tok
     if config.resolved_pooler:
         out += _linear("pooler", d, d, config.bias, "none")
+    out += head_tensors(config, d)  # a drafter's output projection, a masked head's centroids
     if config.resolved_lm_head and config.embedding_projection:
         out.append(ParamTensor("head/project_out", (d_tok, d)))
     if config.resolved_lm_head and not config.tie_embeddings:

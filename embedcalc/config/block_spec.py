@@ -174,6 +174,14 @@ class AttentionSpec(AttentionFields, BaseModel):
             "norm, no KV cache of its own; its queries, scores and output are as usual."
         ),
     )
+    kv_external: bool = Field(
+        default=False,
+        description=(
+            "standard: the keys and values come from another model (a drafter reading its target's cache: Gemma "
+            "4's assistant, shared_kv_states), one for each of the same positions: no key/value projections or key "
+            "norm and no KV cache of its own; its queries, scores and output are as usual."
+        ),
+    )
     full_cache: bool = Field(
         default=False,
         description=(
@@ -307,6 +315,7 @@ class AttentionSpec(AttentionFields, BaseModel):
             refuse_other_kind(self, mla_only, "attention", "mla")
         if not compressed:
             refuse_other_kind(self, ("compress_rate", "compress_overlap"), "attention", "compressed")
+        check_external_kv(self)
         if self.kind == "standard" and self.index_block_size is not None:
             check_block_indexer(self)
         elif self.kind != "sparse":
@@ -343,6 +352,18 @@ class AttentionSpec(AttentionFields, BaseModel):
                 {"value": value, "kind": info.data.get("kind")},
             )
         return value
+
+
+def check_external_kv(spec: AttentionSpec) -> None:
+    """Keys and values from another model (kv_external) are neither an earlier layer's (kv_shared) nor projected
+    from an external sequence (cross)."""
+    if spec.kv_external and (spec.kv_shared or spec.cross):
+        raise PydanticCustomError(
+            "kv_external_with_other_source",
+            "attention.kv_external takes the keys and values from another model, but {other} gives them another "
+            "source; keep one of the two",
+            {"other": "kv_shared" if spec.kv_shared else "cross"},
+        )
 
 
 _BLOCK_INDEXER = ("index_heads", "index_head_dim", "index_topk", "index_block_size")

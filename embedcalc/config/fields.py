@@ -166,6 +166,9 @@ class AttentionFields(SpecFields):
         def kv_shared(self) -> bool: ...
 
         @property
+        def kv_external(self) -> bool: ...
+
+        @property
         def full_cache(self) -> bool: ...
 
         @property

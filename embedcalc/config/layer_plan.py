@@ -51,7 +51,12 @@ class Attention:
     values_from_keys: bool = (
         False  # standard: no value projection, V is K's projection (Gemma 4 attention_k_eq_v)
     )
-    kv_shared: bool = False  # standard: reuses an earlier layer's K and V: no K/V projections, no KV cache
+    # standard: K and V are not its own (an earlier layer's, or with kv_external another model's): no K/V
+    # projections or key norm, no KV cache; every count reads this flag
+    kv_shared: bool = False
+    kv_external: bool = (
+        False  # the K and V come from another model (a drafter's target): no earlier layer to link
+    )
     full_cache: bool = False  # the KV cache keeps every token whatever the window (GPT-Neo's local layers)
     context: int = 0  # cross-attention over an external sequence of this many tokens (0: self-attention)
     tanh_gates: bool = False  # tanh-gated attention and FFN outputs, one learned scalar each (Mllama)

@@ -80,6 +80,7 @@ class AttentionRecord(AttentionFields, Record):
         "head_dim": RecordField(None),
         "values_from_keys": RecordField(False),
         "kv_shared": RecordField(False),
+        "kv_external": RecordField(False),
         "full_cache": RecordField(False),
         "qk_norm": RecordField("none"),
         "output_gate": RecordField(False),
@@ -225,6 +226,10 @@ class ConfigRecord(ResolvedShape, Record):
         "altup_inputs": RecordField(None),
         "laurel_rank": RecordField(None),
         "hyper_connections": RecordField(None),
+        "input_projection_dim": RecordField(None),
+        "output_projection_dim": RecordField(None),
+        "head_centroids": RecordField(None),
+        "head_centroid_top_k": RecordField(None),
         "dropout": RecordField(0.1),
     }
     nested: ClassVar[dict[str, tuple[str, type[Record]]]] = {
@@ -303,6 +308,10 @@ FIELD_NAMES: tuple[str, ...] = (
     "altup_inputs",
     "laurel_rank",
     "hyper_connections",
+    "input_projection_dim",
+    "output_projection_dim",
+    "head_centroids",
+    "head_centroid_top_k",
     "dropout",
 )
 

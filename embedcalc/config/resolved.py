@@ -165,7 +165,8 @@ class ResolvedShape(ConfigFields):
             head_gate=spec.head_gate,
             own_head_dim=spec.head_dim is not None, own_kv_heads=spec.num_kv_heads is not None,
             own_heads=spec.num_heads is not None,
-            values_from_keys=spec.values_from_keys, kv_shared=spec.kv_shared, full_cache=spec.full_cache,
+            values_from_keys=spec.values_from_keys, kv_shared=spec.kv_shared or spec.kv_external,
+            kv_external=spec.kv_external, full_cache=spec.full_cache,
             context=(self.context_tokens or 0) if spec.cross else 0, tanh_gates=spec.tanh_gates,
             out_groups=spec.out_groups or 0, out_rank=spec.out_rank or 0,
         )  # fmt: skip

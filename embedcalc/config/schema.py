@@ -24,13 +24,14 @@ from embedcalc.config.kinds import Activation, Architecture, Norm, NormPlacement
 from embedcalc.config.mixer_spec import MixerSpec
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.config.rules.altup import AltUpRules
+from embedcalc.config.rules.drafter import DrafterRules
 from embedcalc.config.rules.layers import LayerRules
 from embedcalc.config.rules.shape import ShapeRules
 
 
 # ResolvedShape declares (for mypy) the part of model_dump / model_copy that the records implement too; pydantic's
 # own signatures are wider, which mypy reports as incompatible definitions in the bases
-class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):  # type: ignore[misc]
+class ModelConfig(ShapeRules, LayerRules, AltUpRules, DrafterRules, ResolvedShape, BaseModel):  # type: ignore[misc]
     """A Transformer's shape: everything that decides its parameters, FLOPs and memory."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -420,5 +421,36 @@ class ModelConfig(ShapeRules, LayerRules, AltUpRules, ResolvedShape, BaseModel):
             "back and mix them (n x n); before the final norm one more (n embed_dim -> n, n + 1) collapses them "
             "(<stack>/hyper_head). Default none: one stream."
         ),
+    )
+    input_projection_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "A drafter's input (decoders): every position reads a vector of this width from the model it drafts "
+            "for instead of a token id (Gemma 4's assistant: the target's token embedding and last hidden state, "
+            "2 x backbone_hidden_size), projected to embed_dim without bias (embedding/input_projection); the "
+            "token table is then only the tied LM head's. Default none: token ids."
+        ),
+    )
+    output_projection_dim: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "A bias-free projection embed_dim -> this width of every position after the final norm, the state a "
+            "drafter hands back to its target beside the logits (Gemma 4's assistant's post_projection, "
+            "head/output_projection). Decoders. Default none."
+        ),
+    )
+    head_centroids: PositiveInt | None = Field(
+        default=None,
+        description=(
+            "A centroid-masked LM head (Gemma 4's assistant with use_ordered_embeddings): head/centroids scores "
+            "this many clusters of vocab_size / head_centroids tokens (embed_dim -> head_centroids, no bias) and "
+            "head/lm computes the logits of the tokens of the head_centroid_top_k best clusters only, the rest "
+            "masked. Must divide vocab_size; needs an LM head. Default none: every token's logit."
+        ),
+    )
+    head_centroid_top_k: PositiveInt | None = Field(
+        default=None,
+        validate_default=True,
+        description="With head_centroids: the clusters whose tokens each position scores (at most head_centroids).",
     )
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="Dropout probability; no effect on cost.")

@@ -20,8 +20,8 @@ MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_di
 # (v_head_dim is MLA's and standard attention's own value width: MiMo-V2-Flash)
 MLA_ONLY_FIELDS = (*(f for f in MLA_FIELDS if f != "v_head_dim"), "q_lora_rank", "qk_head_dim", "query_scale")
 # what only standard attention has (its own head shape, values from keys, shared keys and values, a block indexer)
-STANDARD_ONLY_FIELDS = ("num_heads", "head_dim", "values_from_keys", "kv_shared", "index_block_size", "out_groups",
-                        "out_rank")  # fmt: skip
+STANDARD_ONLY_FIELDS = ("num_heads", "head_dim", "values_from_keys", "kv_shared", "kv_external", "index_block_size",
+                        "out_groups", "out_rank")  # fmt: skip
 # what kind sparse needs beyond mla
 SPARSE_FIELDS = (
     "index_heads",

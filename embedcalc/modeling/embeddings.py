@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.altup import altup_projections, expand_streams
+from embedcalc.modeling.drafter import MaskedVocabProjection, stand_in
 from embedcalc.modeling.hyper import expand_streams as hyper_streams
 from embedcalc.modeling.layers import embedding_table, make_norm
 from embedcalc.modeling.per_layer import per_layer_inputs, per_layer_modules
@@ -75,10 +76,21 @@ class Embeddings(nn.Module):
         # Gemma 3n's AltUp: the extra copies of the stream (modeling/altup.py)
         self.altup_project = altup_projections(config) if config.altup_inputs else None
         self.hyper_streams = config.hyper_connections or 0  # DeepSeek-V4 (modeling/hyper.py)
+        # a drafter's input (modeling/drafter.py): another model's vectors, projected to embed_dim
+        self.input_projection = (
+            nn.Linear(config.input_projection_dim, config.embed_dim, bias=False)
+            if config.input_projection_dim
+            else None
+        )
 
     def forward(self, ids: Tensor, stack: str, type_ids: Tensor | None = None, position: int = 0) -> Tensor:
         """(B, T) ids -> (B, T, d); ``position`` is the first token's position (cached decode)."""
         length = ids.shape[1]
+        if self.input_projection is not None:  # a drafter reads its target's vectors (stand-ins), not the ids
+            states = stand_in(self.input_projection.weight, ids.shape[0], position, length,
+                              self.input_projection.in_features)  # fmt: skip
+            projected: Tensor = self.input_projection(states)  # (B, T, d)
+            return projected
         table = self.decoder_token if self.decoder_token is not None and stack == "decoder" else self.token
         x: Tensor = table(ids)  # (B, T, d_tok)
         if self.scale is not None:
@@ -174,13 +186,32 @@ class Head(nn.Module):
             if config.embedding_projection
             else None
         )
-        self.lm = VocabProjection(config, token if config.tie_embeddings else None)
+        self.lm: nn.Module = VocabProjection(config, token if config.tie_embeddings else None)
         self.lm_bias = Bias(config.vocab_size) if config.lm_head_bias else None
+        # a drafter's parts (modeling/drafter.py): the state handed back, a centroid-masked head over the tied table
+        self.output_projection = (
+            nn.Linear(config.embed_dim, config.output_projection_dim, bias=False)
+            if config.output_projection_dim
+            else None
+        )
+        self.centroids = None
+        self.top_k = config.head_centroid_top_k or 0
+        if config.head_centroids:
+            self.centroids = nn.Linear(config.embed_dim, config.head_centroids, bias=False)
+            self.lm = MaskedVocabProjection(config, token)
+
+    def handback(self, hidden: Tensor) -> Tensor | None:
+        """A drafter's state for its target (B, T, output_projection_dim), None without an output projection."""
+        return None if self.output_projection is None else self.output_projection(hidden)
 
     def forward(self, hidden: Tensor) -> Tensor:
         if self.project_out is not None:
             hidden = self.project_out(hidden)  # (B, T, d_tok)
-        out: Tensor = self.lm(hidden)  # (B, T, vocab)
+        if self.centroids is not None:  # the top_k clusters of every position: (B, T, k)
+            clusters = torch.topk(self.centroids(hidden), self.top_k, dim=-1).indices
+            out: Tensor = self.lm(hidden, clusters)  # (B, T, vocab), masked
+        else:
+            out = self.lm(hidden)  # (B, T, vocab)
         if self.lm_bias is not None:
             out = self.lm_bias(out)  # (B, T, vocab)
         return out

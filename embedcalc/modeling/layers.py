@@ -51,7 +51,7 @@ from embedcalc.modeling.moe import BranchNorms, MoE, Routing
 from embedcalc.modeling.norms import TanhGate, gated, make_norm, residual, sublayer_norm
 from embedcalc.modeling.per_layer import PerLayerSublayer
 from embedcalc.modeling.shared_block import SharedAttention, SharedFeedForward, SharedUse, run_shared
-from embedcalc.modeling.shared_kv import SharedKVAttention
+from embedcalc.modeling.shared_kv import ExternalKVAttention, SharedKVAttention
 from embedcalc.modeling.short_conv import ShortConvMixer
 from embedcalc.modeling.sparse_attention import SparseAttention
 from embedcalc.modeling.ssm import Mamba2Mixer, MixerSublayer
@@ -88,6 +88,8 @@ def make_attention(
         return DisentangledAttention(config, spec, impl=impl, owns_table=relative_bias)
     if spec.kind == "mla":
         return LatentAttention(config, spec, impl=impl, causal=causal, relative_bias=relative_bias)
+    if spec.kv_external:  # a drafter's: the target's keys and values
+        return ExternalKVAttention(config, spec, impl=impl, causal=causal)
     if spec.kv_shared:
         return SharedKVAttention(config, spec, impl=impl, causal=causal)
     if spec.block_indexer and not cross:

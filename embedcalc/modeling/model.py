@@ -44,6 +44,7 @@ class TransformerOutput(NamedTuple):
     hidden: Tensor  # (B, T, d), after the final norm of a pre-norm stack
     pooled: Tensor | None  # (B, d): tanh(dense(hidden[:, 0])), encoders with a pooler
     logits: Tensor | None  # (B, T, vocab): LM head on every position
+    handback: Tensor | None = None  # (B, T, output_projection_dim): a drafter's state for its target
 
     @property
     def main(self) -> Tensor:
@@ -267,7 +268,8 @@ class TransformerModel(nn.Module):
             raise RuntimeError("model has no stack")
         pooled = self.pooler(hidden) if self.pooler is not None else None
         logits = self.head(hidden) if self.head is not None else None
-        return TransformerOutput(hidden, pooled, logits)
+        handback = self.head.handback(hidden) if self.head is not None else None
+        return TransformerOutput(hidden, pooled, logits, handback)
 
     def encode(self, src_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         """An encoder-decoder's encoder output (the memory its decoder attends to): (B, S) -> (B, S, d)."""

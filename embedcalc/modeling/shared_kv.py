@@ -10,12 +10,14 @@ what it attended with (:meth:`Attention._keep`) only when a layer links to it, s
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from embedcalc.config.layer_plan import Attention as ResolvedAttention
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.modeling.attention import Attention, AttentionImpl, Rotary
 from embedcalc.modeling.attention_parts import expand_kv, split_heads
+from embedcalc.modeling.drafter import stand_in
 from embedcalc.modeling.kv_cache import CrossCache, LayerCache
 from embedcalc.modeling.positions import apply_rotary
 
@@ -72,6 +74,30 @@ class SharedKVAttention(Attention):
         return self._output(x, context)
 
 
+class ExternalKVAttention(SharedKVAttention):
+    """Standard attention whose keys and values are another model's, of the same positions (``kv_external``):
+    its queries (and their norm and rotary positions), the scores and context over those keys, the output
+    projection; no key/value projections, no key norm, no KV cache."""
+
+    def attend(
+        self, x: Tensor, memory: Tensor | None, bias: Tensor | None, rotary: Rotary | None,
+        cache: LayerCache | CrossCache | None = None, position: int = 0,
+    ) -> Tensor:  # fmt: skip
+        batch, length = x.shape[:2]
+        q = self._queries(x, rotary)  # (B, h, T, d_head)
+        inner = (self.num_kv_heads, self.head_dim)
+        keys = stand_in(x, batch, 0, position + length, *inner).transpose(1, 2)  # (B, h_kv, S, d_head)
+        values = stand_in(x, batch, 0, position + length, *inner).transpose(1, 2)
+        if cache is None or position == 0:
+            k, v = expand_kv(keys, self.num_heads), expand_kv(values, self.num_heads)  # (B, h, S, d_head)
+            context = self._core(q, k, v, bias)  # (B, h, T, d_head)
+        else:
+            query = torch.arange(position, position + length, device=x.device)[:, None]  # (T, 1)
+            key = torch.arange(position + length, device=x.device)[None, :]  # (1, S)
+            context = self._cached_core(q, keys, values, bias, self._blocked_at(query, key))
+        return self._output(x, context)
+
+
 def _shape(spec: Attention) -> tuple[int | None, int | None, int, int]:
     return spec.window, spec.chunk, spec.head_dim, spec.num_kv_heads
 
@@ -80,6 +106,8 @@ def link_shared_kv(attentions: list[object]) -> None:
     """Point every :class:`SharedKVAttention` of a stack (in layer order) at its source (module docstring)."""
     latest: dict[tuple[int | None, int | None, int, int], Attention] = {}
     for attention in attentions:
+        if isinstance(attention, ExternalKVAttention):  # another model's keys and values: nothing to link
+            continue
         if isinstance(attention, SharedKVAttention):
             source = latest.get(_shape(attention))
             if source is None:

@@ -88,8 +88,10 @@ BUFFERS = (
     "act_fn.eps",
     "final_logits_bias",
     "tid2eid",
+    "token_ordering",
 )  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights; XIELUActivation's beta and
-# eps (transformers/activations.py) and BartForConditionalGeneration's final_logits_bias are nn.Buffers too)
+# eps (transformers/activations.py), BartForConditionalGeneration's final_logits_bias and Gemma 4's assistant's
+# masked_embedding.token_ordering are nn.Buffers too)
 
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -176,7 +178,11 @@ _EMBEDDINGS = {"embed_tokens": "embedding/token", "wte": "embedding/token", "wor
                "per_layer_model_projection": "embedding/per_layer_project",
                "per_layer_projection_norm": "embedding/per_layer_norm",
                # Gemma 3n's AltUp projections of the embeddings into the extra streams (Gemma3nTextModel)
-               "altup_projections": "embedding/altup_project"}  # fmt: skip
+               "altup_projections": "embedding/altup_project",
+               # Gemma 4's assistant (Gemma4AssistantForCausalLM): the target's vectors projected in
+               "pre_projection": "embedding/input_projection"}  # fmt: skip
+# Gemma 4's assistant's other parts outside the stack: the state handed back, the masked head's centroids
+_HEAD_PARTS = {"post_projection": "head/output_projection", "centroids": "head/centroids"}
 # lfm2's final norm is ``embedding_norm`` (applied after the last layer)
 _FINAL_NORMS = (
     "norm",
@@ -267,6 +273,8 @@ def tensor_role(
     if match is None:
         if "lm_head" in segments or last in ("embed_out", "output"):  # GPT-J's and Phi-2's lm_head has a bias
             return TensorRole("head/lm_bias" if param == "bias" else "head/lm", None, kind, module)
+        if last in _HEAD_PARTS:
+            return TensorRole(_HEAD_PARTS[last], None, kind, module)
         if last == "hc_head" or param.startswith("hc_head_"):  # DeepSeek-V4's final collapse of its streams
             return TensorRole(f"{stack}/hyper_head", None, kind, module)
         if last == "head" or last == "embed":  # DeepSeek's own checkpoint names (DeepSeek-V4)

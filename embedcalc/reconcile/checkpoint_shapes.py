@@ -234,6 +234,18 @@ def _embedding(config: ResolvedShape, x: Dims, component: str, param: str) -> Ex
         return (d,), "hidden"
     if component == "head/lm":
         return (vocab, d), "vocab_size, hidden"
+    drafter = {  # Gemma 4's assistant: pre_projection, post_projection, masked_embedding.centroids
+        "embedding/input_projection": (config.input_projection_dim, "2 x backbone_hidden_size"),
+        "head/output_projection": (config.output_projection_dim, "backbone_hidden_size"),
+        "head/centroids": (config.head_centroids, "num_centroids"),
+    }
+    if component in drafter:
+        width, why = drafter[component]
+        if not width:
+            return None
+        if component == "embedding/input_projection":
+            return (d, width), f"hidden, {why}"
+        return (width, d), f"{why}, hidden"
     if component == "embedding/token":
         width = config.token_embed_dim or d
         if config.extra_token_rows:  # Mllama: vocab_size + 8 rows

@@ -510,7 +510,7 @@ ANALYZE_PRESET_MODULES = frozenset({
     "embedcalc.analysis.breakdown", "embedcalc.analysis.budget", "embedcalc.analysis.buffers",
     "embedcalc.analysis.checked", "embedcalc.analysis.compressed", "embedcalc.analysis.hyper",
     "embedcalc.analysis.indexers", "embedcalc.analysis.comm", "embedcalc.analysis.comm.volumes",
-    "embedcalc.analysis.crossover",
+    "embedcalc.analysis.crossover", "embedcalc.analysis.drafter",
     "embedcalc.analysis.elementwise", "embedcalc.analysis.flops", "embedcalc.analysis.memory",
     "embedcalc.analysis.memory.disentangled", "embedcalc.analysis.memory.estimate",
     "embedcalc.analysis.memory.inference", "embedcalc.analysis.memory.training", "embedcalc.analysis.mixers",

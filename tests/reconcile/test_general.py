@@ -408,14 +408,16 @@ def test_zamba2_shared_blocks_count_once_and_run_at_every_use() -> None:
 
 
 @pytest.mark.parametrize("ordered", [False, True], ids=["lm head", "centroid-masked head"])
-def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -> None:
+def test_gemma4_assistant_is_counted_whole_by_both_readers(ordered: bool) -> None:
     """Gemma 4's assistant (Gemma4AssistantForCausalLM): its config makes every text layer share keys and values
     (the target model's: no k/v projections, no key norm) and its class adds pre_projection (2 x
     backbone_hidden_size -> hidden_size), post_projection and, with use_ordered_embeddings, the centroids of its
-    masked head. The native readers refuse it (its text_config alone would count another model); the general
-    reader builds the outer class, every count from modeling_gemma4_assistant.py's shapes. Its forward needs the
-    target's hidden states and keys and values, which a token-id forward does not have: no FLOPs, said why."""
-    from embedcalc.api.general import read_general, with_refusal_note
+    masked head. The native reader (sources/hf/families/gemma4_assistant.py) and the general reader, which builds
+    the outer class, count the same, every count from modeling_gemma4_assistant.py's shapes. The general reader's
+    forward needs the target's hidden states and keys and values, which a token-id forward does not have: no FLOPs
+    there, said why (the native count's FLOPs: tests/sources/hf/test_hf_gemma4_assistant.py)."""
+    from embedcalc.analysis.params import count_params
+    from embedcalc.api.general import read_general
 
     d, f, v, h, hd, full_hd, backbone, centroids = 64, 128, 128, 4, 16, 32, 96, 8
     text = dict(model_type="gemma4_text", hidden_size=d, intermediate_size=f, num_hidden_layers=4,
@@ -423,23 +425,15 @@ def test_gemma4_assistant_is_refused_natively_and_counted_whole(ordered: bool) -
                 hidden_size_per_layer_input=0, vocab_size_per_layer_input=0, sliding_window=8)  # fmt: skip
     raw = dict(model_type="gemma4_assistant", text_config=text, backbone_hidden_size=backbone,
                use_ordered_embeddings=ordered, num_centroids=centroids, centroid_intermediate_top_k=2)  # fmt: skip
-    with pytest.raises(embedcalc.ConfigError) as refused:
-        embedcalc.load(dict(raw))
-    assert refused.value.code == "hf_refused_family" and "Gemma4AssistantForCausalLM" in refused.value.message
+    native = embedcalc.load(dict(raw)).config
     general = read_general(raw, run=RUN)
-    # the note names why (what the layer model lacks), not the refusal's advice to describe the nearest model in YAML
-    note = with_refusal_note(general, refused.value).notes[-1]
-    assert note.startswith(
-        "not read natively: model_type 'gemma4_assistant' needs what embedcalc cannot describe"
-    )
-    assert "refused" not in note and "YAML" not in note
-    assert note.endswith("Gemma4AssistantForCausalLM (AutoModelForCausalLM) on the meta device")
     assert general.class_name == "Gemma4AssistantForCausalLM"
     sliding, full = 3, 1  # Gemma4TextConfig: five sliding to one full, the last layer full
     queries = sliding * (d * h * hd + h * hd * d + hd) + full * (d * h * full_hd + h * full_hd * d + full_hd)
     layers = queries + 4 * (3 * d * f + 4 * d)  # q, o, q_norm; the MLP; four norms per layer
     projections = 2 * backbone * d + d * backbone + (d * centroids if ordered else 0)
     assert general.params.total == v * d + layers + d + projections  # the head tied to the token table
+    assert count_params(native).total == general.params.total
     assert general.flops is None and "shared_kv_states" in (general.flops_error or "")
 
 
@@ -519,3 +513,22 @@ def test_a_derived_layer_model_of_a_handed_over_file_says_why_not_no_native_mapp
     note = derived_load(refusal, "config.json", "config.json", raw, None).notes[-1]
     assert note.startswith("not read natively: odd_key = 3 is unmapped: embedcalc's layer model derived")
     assert "no native mapping" not in note and "YAML" not in note
+
+
+def test_a_handed_over_file_is_noted_with_why_not_the_refusals_advice() -> None:
+    """The general reader's note for a file a native reader handed over (``hf_refused_family``) names the key and why
+    (the problem's reason), not the refusal's advice to describe the model in YAML, and the class that counted it.
+    (Gemma 4's assistant, which checked this before, is now read natively.)"""
+    from embedcalc.api.general import read_general, with_refusal_note
+    from embedcalc.errors import Problem
+
+    raw = {"model_type": "qwen2", **_SMALL, "num_key_value_heads": 2}
+    advice = "model_type 'qwen2': refused rather than miscounted. Describe the model in embedcalc's own YAML"
+    refusal = ConfigError(advice, [Problem("odd_key", advice, "hf_refused_family", reason="odd_key = 3 is unmapped")],
+                          "hf_refused_family")  # fmt: skip
+    note = with_refusal_note(read_general(raw, run=RUN), refusal).notes[-1]
+    assert note.startswith(
+        "not read natively: odd_key = 3 is unmapped; counted instead by the general reader"
+    )
+    assert "refused" not in note and "YAML" not in note
+    assert note.endswith("Qwen2ForCausalLM (AutoModelForCausalLM) on the meta device")

@@ -60,6 +60,7 @@ from math import prod
 from embedcalc.analysis.altup import altup_saved_bytes
 from embedcalc.analysis.breakdown import Breakdown
 from embedcalc.analysis.compressed import compressed_saved
+from embedcalc.analysis.drafter import drafter_saved
 from embedcalc.analysis.memory.disentangled import eager_core, position_terms_saved, table_saved
 from embedcalc.analysis.memory.inference import (
     RankWidths,
@@ -248,6 +249,8 @@ def saved_terms(
         if x.first:
             projected = e * x.d_tok if config.embedding_projection else 0
             _add(out, f"{sd.name}/embedding", t * (e * d + projected + mask))
+            if config.input_projection_dim:  # a drafter's input vectors, for its projection's weight gradient
+                _add(out, f"{sd.name}/embedding", drafter_saved(config, t, d, e)[0])
         if config.disentangled is not None and sd.blocks:  # the normed position table the layers share
             shared = table_saved(config.disentangled, d, e, config.dropout > 0, workload.recompute)
             _add(out, f"{sd.name}/attention/positions", shared)
@@ -279,6 +282,11 @@ def saved_terms(
         vocab_rank = -(-config.vocab_size // tp)
         head_inputs = d + (x.d_tok if config.embedding_projection else 0)
         _add(out, "head/lm", (b * n_last) * (e * head_inputs + FP32_BYTES * vocab_rank))
+        masked = drafter_saved(config, b * n_last, d, e)[
+            1
+        ]  # a centroid-masked head's gathered rows, centroids
+        if config.head_centroids:
+            _add(out, "head/centroids", masked)
     if config.resolved_pooler and x.last:
         _add(out, "pooler", b * (e * d))
     return out, working

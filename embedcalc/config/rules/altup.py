@@ -18,7 +18,7 @@ class AltUpRules:
     @classmethod
     def _altup_needs_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None:
-            _needs_decoder(
+            needs_decoder(
                 info, "altup_inputs", value, "keeps a decoder's residual stream as parallel copies (Gemma 3n)"
             )
         return value
@@ -28,7 +28,7 @@ class AltUpRules:
     def _laurel_needs_pre_norm_decoder(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is None:
             return value
-        _needs_decoder(
+        needs_decoder(
             info, "laurel_rank", value, "adds a low-rank residual beside a decoder's attention (Gemma 3n)"
         )
         placement = info.data.get("norm_placement")
@@ -48,7 +48,7 @@ class AltUpRules:
         AltUp keeps copies of the stream its own way, so the two are not combined."""
         if value is None:
             return value
-        _needs_decoder(info, "hyper_connections", value, "keeps a decoder's residual stream as parallel streams "
+        needs_decoder(info, "hyper_connections", value, "keeps a decoder's residual stream as parallel streams "
                                                          "(DeepSeek-V4)")  # fmt: skip
         placement = info.data.get("norm_placement")
         if placement is not None and placement != "pre":
@@ -76,7 +76,7 @@ class AltUpRules:
         return value
 
 
-def _needs_decoder(info: ValidationInfo, field: str, value: int, what: str) -> None:
+def needs_decoder(info: ValidationInfo, field: str, value: int, what: str) -> None:
     """Refuse ``field`` (a part of a decoder's residual stream, doing ``what``) on an encoder or encoder-decoder."""
     arch = info.data.get("architecture")
     if arch is not None and arch != "decoder":

@@ -280,6 +280,8 @@ def _check_kv_sharing(names: list[str], info: ValidationInfo) -> None:
         if mixer.kind != "attention" and not mixer.parallel_attention:
             continue
         shape = (attention.sliding_window, attention.chunk_size, attention.head_dim, attention.num_kv_heads)
+        if attention.kv_external:  # another model's keys: neither a producer nor a reuser here
+            continue
         if not attention.kv_shared:
             producers.add(shape)
         elif shape not in producers:

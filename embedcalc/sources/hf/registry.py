@@ -30,6 +30,7 @@ from embedcalc.sources.hf.families import (
     gemma,
     gemma3n,
     gemma4,
+    gemma4_assistant,
     gpt,
     gpt2,
     gpt_oss,
@@ -99,6 +100,9 @@ MODULES += (
     mistral_large4,
 )  # issue 31: block-sparse attention, Step-3.7, LongCat-Flash's zero experts, Mistral Large 4
 MODULES += (deepseek_v4,)  # issue 31: compressed attention, hyper-connections, a grouped low-rank output
+MODULES += (
+    gemma4_assistant,
+)  # issue 31: a drafter (the target's keys and values, projections, a masked head)
 
 _LLAMA_BIASES = dict(qkv="attention_bias", out="attention_bias", ffn="mlp_bias")  # LlamaAttention, LlamaMLP
 # LLaMA-shaped families that are only the core's arguments and ignored keys: rows of data, no reader of their own
@@ -214,15 +218,5 @@ FORWARDED: dict[str, tuple[str, ...]] = {"mllama": ("vision_config",)}
 """Multimodal model types -> keys of the outer file their text model reads beside ``text_config``: Mllama's
 ``vision_config`` sets how many vision tokens its cross-attention layers attend to (sources/hf/families/mllama.py)."""
 
-REFUSED: dict[str, str] = {
-    # Gemma4AssistantConfig.__post_init__ makes every layer of its text model share keys and values
-    # (num_kv_shared_layers = num_hidden_layers), and Gemma4AssistantForCausalLM adds pre_projection (2 x
-    # backbone_hidden_size -> hidden_size) and post_projection (hidden_size -> backbone_hidden_size) and, with
-    # use_ordered_embeddings, a centroid-masked head: its text_config alone is not the model
-    "gemma4_assistant": "Gemma 4's assistant (Gemma4AssistantForCausalLM, a multi-token-prediction drafter) attends "
-    "in every layer to the keys and values of the target model it drafts for (no key/value projections or cache of "
-    "its own) and projects the target's embeddings and hidden state (2 x backbone_hidden_size) in and its output back "
-    "(post_projection), which embedcalc's layer model does not describe; its text_config read alone would count "
-    "another model",
-}
+REFUSED: dict[str, str] = {}
 """Families embedcalc refuses, with the layer feature it would need to count them exactly."""

@@ -145,6 +145,8 @@ UNRUNNABLE_DEFAULTS = {
     "dots1": "n_routed_experts",
     "lfm2_moe": "layer_types",
     "nemotron-nas": "block_configs",  # DeciLMConfig's default None, which DeciLMDecoderLayer indexes
+    # Gemma4AssistantConfig's default text config has per-layer embeddings, which its validate_architecture refuses
+    "gemma4_assistant": "hidden_size_per_layer_input",
 }
 
 
@@ -190,10 +192,14 @@ def test_family_defaults_are_transformers_defaults() -> None:
             continue
         cls = getattr(transformers, family.config_class)
         fields = {f.name: f.default for f in dataclasses.fields(cls)}
-        instance = cls()
+        instance = (
+            None  # built only for a key the class computes (Gemma4AssistantConfig() fails its own validation)
+        )
         for key, value in family.defaults.items():
             if (family.model_type, key) in own and key not in fields:
                 continue
+            if key not in fields and instance is None:
+                instance = cls()
             expected = fields[key] if key in fields else getattr(instance, key)
             if value != expected and older and _newest_default(family.model_type, key, value):
                 continue  # an older transformers of the supported range: the readers follow the newest's defaults

@@ -86,7 +86,18 @@ def test_derived_keys_are_classified_by_what_transformers_does_with_them() -> No
 
 
 def _defaults(transformers: Any, model_type: str) -> dict[str, Any]:
-    data: dict[str, Any] = transformers.CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)]().to_dict()
+    cls = transformers.CONFIG_MAPPING[CONFIG_TYPE.get(model_type, model_type)]
+    if (
+        model_type == "gemma4_assistant"
+    ):  # its default text config's per-layer embeddings fail validate_architecture
+        text = {
+            "model_type": "gemma4_text",
+            "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0,
+        }
+        assistant: dict[str, Any] = cls(text_config=text).to_dict()
+        return assistant
+    data: dict[str, Any] = cls().to_dict()
     data["model_type"] = model_type  # kimi_k2's file names its own type beside DeepseekV3Config
     if model_type == "deepseek_v2":
         data["num_experts_per_tok"] = 6  # DeepseekV2Config's default is None, which no MoE model can use

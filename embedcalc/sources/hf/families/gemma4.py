@@ -136,6 +136,12 @@ def first_shared_layer(r: KeyReader, layers: int, types: list[str]) -> int | Non
 
 
 def _read_gemma4_text(r: KeyReader) -> None:
+    read_gemma4_text(r)
+
+
+def read_gemma4_text(r: KeyReader, drafter: bool = False) -> None:
+    """A Gemma 4 text model; ``drafter``: Gemma 4's assistant's (families/gemma4_assistant.py), whose every layer
+    attends to the target model's keys and values (``kv_external``) instead of sharing an earlier layer's."""
     if r.lookup("use_bidirectional_attention")[1] == "all":
         r.problem("use_bidirectional_attention", "use_bidirectional_attention 'all' makes every layer "
                   "bidirectional with a halved window (an encoder), which the Gemma 4 reader does not map")  # fmt: skip
@@ -151,7 +157,7 @@ def _read_gemma4_text(r: KeyReader) -> None:
     if types is None:
         return
     found = _full_overrides(r, types)
-    first_shared = first_shared_layer(r, layers, types)
+    first_shared = 0 if drafter else first_shared_layer(r, layers, types)  # the assistant's checks its own
     if found is None or first_shared is None:
         return
     full, full_keys = found
@@ -161,11 +167,14 @@ def _read_gemma4_text(r: KeyReader) -> None:
     names, variants = [], {}
     for index, kind in enumerate(types):
         shared = index >= first_shared
-        name = ("local" if kind == SLIDING else "global") + ("_shared" if shared else "")
+        name = ("local" if kind == SLIDING else "global") + (
+            "_target" if drafter else "_shared" if shared else ""
+        )
         attention: dict[str, Any] = (
             {"sliding_window": window} if kind == SLIDING else {"sliding_window": None, **full}
         )
-        spec: dict[str, Any] = {"attention": attention | ({"kv_shared": True} if shared else {})}
+        borrowed = {"kv_external": True} if drafter else {"kv_shared": True} if shared else {}
+        spec: dict[str, Any] = {"attention": attention | borrowed}
         if (
             shared and wide is True and _int(ffn)
         ):  # Gemma4TextMLP: intermediate_size x 2 in the sharing layers
@@ -175,8 +184,9 @@ def _read_gemma4_text(r: KeyReader) -> None:
         variants[name] = spec
     keys = ", ".join(k for k in ("layer_types", window_key, "num_kv_shared_layers", wide_key) if k in r.raw)
     keys = ", ".join(k for k in (keys, full_keys) if k)
+    whose = "the target model's" if drafter else "an earlier layer's"
     note = (f"{types.count(SLIDING)} sliding ({window}) and {types.count(FULL)} full layers; "
-            f"{layers - first_shared} reuse an earlier layer's keys and values")  # fmt: skip
+            f"{layers - first_shared} reuse {whose} keys and values")  # fmt: skip
     put_layout(r, names, variants, keys or "layer_types", note)
     if wide is not True:
         r.ignore(wide_key, "false: every MLP is intermediate_size wide")
