@@ -274,12 +274,13 @@ def measure_local(
     progress: Progress = no_progress,
     loopback: LoopbackLink | None = None,
 ) -> LocalMeasurement:
-    """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead and (a CPU) the GEMM rows at
-    half rate, merge the matmul ``peak`` just measured, and cache it all as the ``local`` device; returns what
-    ``bench --peak`` reports beside the peak."""
+    """Measure this device's memory bandwidth (STREAM copy/triad), per-kernel overhead, the GEMV rate of ``dtype``
+    and (a CPU) the GEMM rows at half rate, merge the matmul ``peak`` just measured, and cache it all as the
+    ``local`` device; returns what ``bench --peak`` reports beside the peak."""
+    from embedcalc.devices.calibration import load_calibration
     from embedcalc.devices.catalogue import LOCAL, peak_dtype
     from embedcalc.devices.local import local_device, previous_local, save_local
-    from embedcalc.modeling.bandwidth import measure_memory_bandwidth
+    from embedcalc.modeling.bandwidth import measure_gemv_rate, measure_memory_bandwidth
     from embedcalc.modeling.device import total_memory_bytes
     from embedcalc.modeling.timing import measure_gemm_rows, measure_kernel_overhead
     from embedcalc.reconcile.peak import LocalMeasurement
@@ -288,10 +289,16 @@ def measure_local(
         bandwidth = measure_memory_bandwidth(dev, on_step=on_step)
     with progress("kernel overhead") as on_step:
         overhead = measure_kernel_overhead(dev, on_step=on_step)
+    with progress("GEMV rate") as on_step:
+        gemv = measure_gemv_rate(dev, dtype, overhead.seconds_per_kernel, on_step=on_step)
     rows = None  # a GPU's small GEMMs are launch- and memory-bound: their rate says nothing of its tiles and waves
     if dev.type == "cpu":
+        # the tile law is fitted above the GEMV rows: those run the GEMV kernel, priced by the bytes it reads
+        gemv_max = load_calibration().constants.gemv_max_rows
+        fitted = tuple(r for r in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if r > gemv_max)
         with progress("GEMM rows") as on_step:
-            rows = measure_gemm_rows(dev, dtype, overhead_s=overhead.seconds_per_kernel, on_step=on_step)
+            rows = measure_gemm_rows(dev, dtype, rows=fitted, overhead_s=overhead.seconds_per_kernel,
+                                     on_step=on_step)  # fmt: skip
     how = f"best of {peak.repeat} {peak.size}x{peak.size} {peak.dtype} matmuls"
     device = local_device(
         name, "gpu" if dev.type == "cuda" else "cpu", {peak_dtype(dtype): (peak.flops_per_s, how)},
@@ -300,6 +307,7 @@ def measure_local(
         None if rows is None or rows.half_rows is None else (rows.half_rows, rows.method),
         None if loopback is None or loopback.per_direction_bytes_per_s is None or loopback.latency_s is None
         else (loopback.per_direction_bytes_per_s, loopback.latency_s, loopback.method),
+        {peak_dtype(dtype): (gemv.bytes_per_s, gemv.method)},
     )  # fmt: skip
     path = save_local(device)
     measured = device.measured
@@ -308,6 +316,7 @@ def measure_local(
         triad_bytes_per_s=bandwidth.triad_bytes_per_s, bandwidth_method=bandwidth.method,
         kernel_overhead_s=overhead.seconds_per_kernel, kernel_overhead_method=overhead.method,
         gemm_half_rows=None if rows is None else rows.half_rows, gemm_rows_method=None if rows is None else rows.method,
+        gemv_bytes_per_s=gemv.bytes_per_s, gemv_method=gemv.method,
         memory_bytes=device.memory,
         catalogue_match=measured.matches if measured else None, efficiency=measured.efficiency if measured else {},
         cached_as=LOCAL, cache_path=str(path),

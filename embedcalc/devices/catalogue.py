@@ -201,6 +201,12 @@ class Device(BaseModel):
         description="GEMM rows (tokens through the matmul) at which a GEMM reaches half its large-matrix rate on "
         "this device, measured (`bench --peak` on a CPU); none: the calibration's gemm_half_rows.",
     )
+    gemv_bytes_per_s: dict[PeakDtype, RateFigure] = Field(
+        default_factory=dict,
+        description="Bytes per second a one-row matmul (a batch-1 decode's GEMV) reaches reading its weights from "
+        "memory, by dtype, measured on this device (`bench --peak` for local); the expected time of a GEMV of that "
+        "dtype reads its bytes at this rate. None for a dtype: the calibration's memory_fraction of the bandwidth.",
+    )
     matrix_clock_fraction: FractionFigure | None = Field(
         default=None,
         description="The clock the matrix units hold under sustained dense GEMM load as a fraction of the clock "
@@ -283,6 +289,7 @@ class Device(BaseModel):
             )
             if figure is not None
         ]
+        out += [(f"gemv_bytes_per_s.{d}", f) for d, f in self.gemv_bytes_per_s.items()]
         for label, link in (("interconnect", self.interconnect), ("network", self.network),
                             ("host_link", self.host_link)):  # fmt: skip
             if link is not None:
@@ -299,6 +306,11 @@ class Device(BaseModel):
 
     def peak(self, dtype: PeakDtype) -> float | None:
         figure = self.peak_flops_per_s.get(dtype)
+        return None if figure is None else figure.value
+
+    def gemv_rate(self, dtype: PeakDtype) -> float | None:
+        """The measured GEMV bytes per second for ``dtype`` (``gemv_bytes_per_s``), None where not measured."""
+        figure = self.gemv_bytes_per_s.get(dtype)
         return None if figure is None else figure.value
 
     @property

@@ -82,18 +82,24 @@ def local_device(
     kernel_overhead: tuple[float, str] | None = None,
     gemm_half_rows: tuple[float, str] | None = None,
     link: tuple[float, float, str] | None = None,
+    gemv: dict[PeakDtype, tuple[float, str]] | None = None,
 ) -> Device:
     """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how); the per-kernel overhead: (seconds,
     how); the GEMM rows at half rate: (rows, how); the loopback link between processes: (bytes/s per direction,
-    hop latency, how)), merged with ``previous`` peaks of other dtypes and its link when ``previous`` measured the
-    same device; efficiencies against the matched catalogue entry."""
+    hop latency, how); the GEMV rate: dtype -> (bytes/s, how)), merged with ``previous`` peaks and GEMV rates of
+    other dtypes and its link when ``previous`` measured the same device; efficiencies against the matched
+    catalogue entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     stamp = f"measured by `embedcalc bench --peak` on {now}, torch {torch_version}"
     figures: dict[PeakDtype, Figure] = {}
     interconnect = None
+    gemv_rates: dict[PeakDtype, RateFigure] = {}
     if previous is not None and previous.measured is not None and previous.measured.device == device_name:
         figures.update(previous.peak_flops_per_s)
+        gemv_rates.update(previous.gemv_bytes_per_s)
         interconnect = previous.interconnect
+    for dtype, (value, how) in (gemv or {}).items():
+        gemv_rates[dtype] = RateFigure(value=value, source=stamp, note=how)
     if link is not None:
         interconnect = Link(
             kind="loopback",
@@ -119,6 +125,7 @@ def local_device(
             value=kernel_overhead[0], source=stamp, note=kernel_overhead[1]),
         gemm_half_rows=None if gemm_half_rows is None else Figure(
             value=gemm_half_rows[0], source=stamp, note=gemm_half_rows[1]),
+        gemv_bytes_per_s=gemv_rates,
         interconnect=interconnect,
         measured=Measurement(measured_at=now, torch_version=torch_version, device=device_name,
                              matches=match.name if match else None, efficiency=efficiency),

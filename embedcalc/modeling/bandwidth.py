@@ -1,24 +1,64 @@
-"""Measured device-memory bandwidth: STREAM-style copy and triad kernels in torch (McCalpin 1995, "STREAM").
+"""Measured device-memory bandwidth: STREAM-style copy and triad kernels in torch (McCalpin 1995, "STREAM"), and
+the bytes per second a one-row matmul (a decode step's GEMV) reaches reading weights from that memory.
 
 ``copy``  c = a           reads n, writes n elements: 2 n × 4 bytes moved
 ``triad`` a = b + s · c   reads 2 n, writes n elements: 3 n × 4 bytes moved (torch.add(b, c, alpha=s, out=a))
 
-Arrays are float32 and large enough to defeat the caches (by default 2**26 elements = 256 MiB each on a GPU, 2**25
-= 128 MiB on the CPU, far beyond any last-level cache). Like STREAM, the best of ``repeat`` timed runs is
-reported, and bytes count what the kernel must read and write (write-allocate traffic on CPUs is not added, as
-STREAM does not). The bandwidth reported for the roofline is the larger of the two kernels.
+Arrays are float32 and large enough to defeat the caches: STREAM's rule, each array at least four times the
+last-level cache (:func:`last_level_cache_bytes`), and at least 2**26 elements = 256 MiB on a GPU, 2**25 = 128 MiB
+on the CPU. (A server CPU's last-level cache is hundreds of MiB: this machine's Xeon reports 300 MiB, which held
+the old fixed 128 MiB arrays, so the "memory" bandwidth was partly the cache's.) Like STREAM, the best of
+``repeat`` timed runs is reported, and bytes count what the kernel must read and write (write-allocate traffic on
+CPUs is not added, as STREAM does not). The bandwidth reported for the roofline is the larger of the two kernels.
+
+The GEMV rate (:func:`measure_gemv_rate`) is what the kernel a batch-1 decode runs reaches: ``F.linear`` of one
+row through a sweep of distinct weight matrices whose total is at least twice the last-level cache, so every
+weight comes from memory as a decode step's do. On a CPU it is far below STREAM: a GEMV reads its matrix once in
+the kernel's own blocking, with the threads splitting the rows and meeting at a barrier per call, where STREAM
+streams one contiguous array (measured here, 2 threads, fp32: see docs/concepts/time.md).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
+from embedcalc.modeling.device import DTYPES, free_memory_bytes
 from embedcalc.modeling.timing import StepCallback, time_steps
 
 _ELEMENT_BYTES = 4
+_CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+def _sysfs_size(text: str) -> int:
+    """A sysfs cache size (``307200K``, ``32M``, ``512``) in bytes."""
+    text = text.strip()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(text.rstrip("KMGkmg")) * scale
+
+
+def last_level_cache_bytes(device: torch.device, cache_dir: Path = _CPU_CACHE_DIR) -> int | None:
+    """The device's last-level cache in bytes: a GPU's L2 (torch's device properties); a CPU's highest-level cache
+    as Linux lists it under ``cache_dir`` (sysfs); None where neither says."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or None
+    best: tuple[int, int] | None = None
+    try:
+        for index in cache_dir.glob("index*"):
+            kind = (index / "type").read_text().strip()
+            if kind in ("Data", "Unified"):
+                level = int((index / "level").read_text())
+                size = _sysfs_size((index / "size").read_text())
+                best = max(best or (level, size), (level, size))
+    except (OSError, ValueError):
+        return None
+    return None if best is None else best[1]
 
 
 @dataclass(frozen=True)
@@ -43,6 +83,15 @@ class BandwidthMeasurement:
         return f"STREAM-style copy {copy:,.1f} GB/s, triad {triad:,.1f} GB/s; best of {self.repeat} on {mib} MiB arrays"
 
 
+def stream_elements(cuda: bool, cache_bytes: int | None, free_bytes: int | None = None) -> int:
+    """float32 elements per STREAM array (module docstring): four times the last-level cache, but the three arrays
+    in at most half of ``free_bytes``; at least 2**26 on a GPU and 2**25 on a CPU."""
+    want = 4 * (cache_bytes or 0) // _ELEMENT_BYTES
+    if free_bytes is not None:
+        want = min(want, free_bytes // (2 * 3 * _ELEMENT_BYTES))
+    return max(1 << 26 if cuda else 1 << 25, want)
+
+
 def measure_memory_bandwidth(
     device: torch.device,
     elements: int | None = None,
@@ -50,7 +99,9 @@ def measure_memory_bandwidth(
     on_step: StepCallback | None = None,
 ) -> BandwidthMeasurement:
     """Time STREAM copy and triad on ``device`` (module docstring) and return bytes per second of each."""
-    n = elements or (1 << 26 if device.type == "cuda" else 1 << 25)
+    n = elements or stream_elements(
+        device.type == "cuda", last_level_cache_bytes(device), free_memory_bytes(device)
+    )
     a = torch.empty(n, device=device, dtype=torch.float32)
     b = torch.ones(n, device=device, dtype=torch.float32)
     c = torch.full((n,), 2.0, device=device, dtype=torch.float32)
@@ -70,3 +121,59 @@ def measure_memory_bandwidth(
         copy_bw = best(copy, 2 * n * _ELEMENT_BYTES)
         triad_bw = best(triad, 3 * n * _ELEMENT_BYTES)
     return BandwidthMeasurement(copy_bw, triad_bw, n, repeat)
+
+
+@dataclass(frozen=True)
+class GemvMeasurement:
+    """Bytes per second of one-row matmuls reading weights from memory: the median sweep over ``matrices`` distinct
+    ``rows`` x ``cols`` weights of ``dtype``, less the per-kernel overhead."""
+
+    bytes_per_s: float
+    dtype: str
+    rows: int
+    cols: int
+    matrices: int
+    repeat: int
+    cache_bytes: int | None
+
+    @property
+    def method(self) -> str:
+        total = (
+            self.matrices * self.rows * self.cols * torch.empty(0, dtype=DTYPES[self.dtype]).element_size()
+        )
+        cache = "unknown" if self.cache_bytes is None else f"{self.cache_bytes / (1 << 20):,.0f} MiB"
+        return (f"F.linear of one {self.dtype} row through {self.matrices} distinct {self.rows}x{self.cols} weights "
+                f"({total / (1 << 20):,.0f} MiB, last-level cache {cache}), median of {self.repeat} sweeps, less "
+                f"the per-kernel overhead: {self.bytes_per_s / 1e9:,.2f} GB/s")  # fmt: skip
+
+
+def measure_gemv_rate(
+    device: torch.device, dtype: str, overhead_s: float = 0.0, shape: tuple[int, int] = (4096, 1024),
+    repeat: int = 7, total_bytes: int | None = None, on_step: StepCallback | None = None,
+) -> GemvMeasurement:  # fmt: skip
+    """Time ``F.linear(x, W)`` of one row ``x`` through distinct ``shape`` (out x in, an FFN up-projection's
+    layout as nn.Linear stores it) weights totalling ``total_bytes`` (default: twice the last-level cache, within
+    a quarter of the free memory, at least 256 MiB), once each per sweep; bytes per second of the weights, input
+    and output rows read and written, with ``overhead_s`` per kernel taken off (the time model counts it apart)
+    but never more than half the sweep."""
+    torch_dtype = DTYPES[dtype]
+    rows, cols = shape
+    size = torch.empty(0, dtype=torch_dtype).element_size()
+    cache = last_level_cache_bytes(device)
+    if total_bytes is None:  # twice the cache, in at most a quarter of the free memory
+        total_bytes = max(min(2 * (cache or 0), free_memory_bytes(device) // 4), 256 << 20)
+    total = total_bytes
+    matrices = max(1, math.ceil(total / (rows * cols * size)))
+    weights = [torch.randn(rows, cols, device=device).to(torch_dtype) for _ in range(matrices)]
+    x = torch.randn(1, cols, device=device).to(torch_dtype)
+
+    def sweep() -> None:
+        for w in weights:
+            F.linear(x, w)
+
+    with torch.inference_mode():
+        timings = time_steps(sweep, device, warmup=1, repeat=repeat, on_step=on_step)
+    seconds = statistics.median(timings.seconds)
+    seconds = max(seconds - matrices * overhead_s, seconds / 2)
+    moved = matrices * (rows * cols + rows + cols) * size
+    return GemvMeasurement(moved / seconds, dtype, rows, cols, matrices, repeat, cache)

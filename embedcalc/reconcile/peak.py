@@ -1,14 +1,15 @@
 """``bench --peak``: the device's measured matmul peak beside its datasheet peak, and the memory bandwidth and
 per-kernel overhead measured and cached with it as the ``local`` device (``--hardware local``).
 
-The matmul peak is the best of a few large square GEMMs (:func:`embedcalc.modeling.timing.measure_matmul_peak`);
-the datasheet peak is looked up only for a CUDA device (never another device's number for a CPU). Bandwidth is
-STREAM copy and triad (:mod:`embedcalc.modeling.bandwidth`); the overhead a chain of tiny kernels
-(:func:`embedcalc.modeling.timing.measure_kernel_overhead`), which the expected time of ``local`` uses in place of
-the calibration's constant. With ``--nproc N`` the all-reduce between N processes of this machine, timed at a small
-and a large message (:mod:`embedcalc.modeling.loopback`), becomes local's ``loopback`` link: the per-direction
-bandwidth and per-hop latency with which the α–β model of :mod:`embedcalc.analysis.time.comm` gives back both
-measured times (:func:`loopback_link`), which ``analyze --hardware local --tp N`` then reads.
+The matmul peak is the best of a few large square GEMMs (:func:`embedcalc.modeling.timing.measure_matmul_peak`); the
+datasheet peak is looked up only for a CUDA device (never another device's number for a CPU). Bandwidth is STREAM
+copy and triad (:mod:`embedcalc.modeling.bandwidth`), beside the bytes per second a one-row matmul reaches reading
+weights from memory (the GEMV rate, which the expected time of ``local``'s decode GEMVs uses); the overhead a chain
+of tiny kernels (:func:`embedcalc.modeling.timing.measure_kernel_overhead`), which the expected time of ``local``
+uses in place of the calibration's constant. With ``--nproc N`` the all-reduce between N processes of this machine,
+timed at a small and a large message (:mod:`embedcalc.modeling.loopback`), becomes local's ``loopback`` link: the
+per-direction bandwidth and per-hop latency with which the α–β model of :mod:`embedcalc.analysis.time.comm` gives
+back both measured times (:func:`loopback_link`), which ``analyze --hardware local --tp N`` then reads.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ if TYPE_CHECKING:  # torch loads with the measurement, not with the analyzer
 
 @dataclass(frozen=True)
 class LocalMeasurement:
-    """This machine's memory bandwidth, per-kernel overhead and size as cached for ``local``, and how it compares
-    with the catalogue."""
+    """This machine's memory bandwidth, per-kernel overhead, GEMV rate and size as cached for ``local``, and how it
+    compares with the catalogue."""
 
     memory_bandwidth_bytes_per_s: float
     copy_bytes_per_s: float
@@ -39,6 +40,8 @@ class LocalMeasurement:
     kernel_overhead_method: str
     gemm_half_rows: float | None
     gemm_rows_method: str | None
+    gemv_bytes_per_s: float
+    gemv_method: str
     memory_bytes: int
     catalogue_match: str | None
     efficiency: dict[str, float]

@@ -78,6 +78,8 @@ def device_table(device: Device) -> Table:
     _figure_row(
         table, device, "memory bandwidth", _rate(device.bandwidth), device.memory_bandwidth_bytes_per_s
     )
+    for dtype, rate in device.gemv_bytes_per_s.items():
+        _figure_row(table, device, f"GEMV {dtype} (one row, weights from memory)", _rate(rate.value), rate)
     clock = device.matrix_clock_fraction
     if clock is not None:
         _figure_row(table, device, "matrix clock under dense load (of the peak's)", units.percent(clock.value),
@@ -116,7 +118,7 @@ def local_summary(result: PeakResult) -> Table:
         title=escape(f"Memory bandwidth and kernel overhead — {result.device}"),
         title_justify="left",
         caption=escape(
-            f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}."
+            f"{local.bandwidth_method}. Kernel overhead: {local.kernel_overhead_method}. GEMV: {local.gemv_method}."
             + (f" GEMM rows: {local.gemm_rows_method}." if local.gemm_rows_method else "")
         ),
     )
@@ -125,6 +127,7 @@ def local_summary(result: PeakResult) -> Table:
     table.add_row("copy", _rate(local.copy_bytes_per_s))
     table.add_row("triad", _rate(local.triad_bytes_per_s))
     table.add_row("kernel overhead", f"{local.kernel_overhead_s * 1e6:.2f} µs per kernel")
+    table.add_row(f"GEMV ({result.dtype}, one row, weights from memory)", _rate(local.gemv_bytes_per_s))
     if local.gemm_rows_method is not None:
         half = local.gemm_half_rows
         table.add_row("GEMM rows at half rate", "not fitted" if half is None else f"{half:.3g}")

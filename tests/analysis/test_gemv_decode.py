@@ -73,3 +73,76 @@ def test_dequantization_covers_only_the_quantized_matrices() -> None:
     layers = _time("gpt-oss-20b", "--hardware", "h100-sxm", "--seq-len", "5", "--gen-tokens", "8", "--set",
                    "quantized=layers")  # fmt: skip
     assert layers["terms"]["decode"][DEQUANT] > experts["terms"]["decode"][DEQUANT]
+
+
+# --- a measured GEMV rate (issue 35 item 7): local's decode GEMVs read their bytes at what bench --peak measured ---
+
+STREAM = 4e10  # the local device's STREAM bandwidth in these tests, bytes/s
+
+
+def _local(gemv: dict[str, float] | None) -> Any:
+    from embedcalc.devices.local import local_device
+
+    rates = None if gemv is None else {d: (v, "F.linear of one row") for d, v in gemv.items()}
+    return local_device("cpu (2 threads, 2 cores)", "cpu", {"fp32": (7e10, "matmul"), "bf16": (1.4e11, "matmul")},
+                        1 << 34, (STREAM, "stream"), "2.x", gemv=rates)  # fmt: skip
+
+
+def _estimate(device: Any, batch: int = 1, dtype: str = "fp32", efficiency: Any = None) -> Any:
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
+    from embedcalc.analysis.workload import Workload
+    from embedcalc.sources.loading import load_target
+
+    w = Workload(batch_size=batch, seq_len=64, gen_tokens=4, dtype=dtype, dtype_source="flag")
+    return estimate_time(load_target("gpt2").config, w, TimeRequest(device=device, efficiency=efficiency))
+
+
+def _memory_s(estimate: Any, phase: str) -> dict[str, tuple[float, int]]:
+    return {c.key: (c.memory_s, c.traffic.bytes) for c in estimate.phases[phase].components}
+
+
+GEMVS = ("decoder/attention/qkv", "decoder/attention/out", "decoder/ffn/in", "decoder/ffn/out", "head/lm")
+
+
+def test_a_measured_gemv_rate_prices_the_decode_gemvs_bytes() -> None:
+    c = load_calibration().constants
+    rate = 1e10
+    with_rate, without = _estimate(_local({"fp32": rate})), _estimate(_local(None))
+    measured, calibrated = _memory_s(with_rate, "decode"), _memory_s(without, "decode")
+    for (
+        key
+    ) in GEMVS:  # each GEMV's bytes at the measured rate, in place of the calibration's fraction of STREAM
+        seconds, num_bytes = measured[key]
+        assert seconds == pytest.approx(num_bytes / rate, rel=1e-12)
+        assert calibrated[key][0] == pytest.approx(num_bytes / (STREAM * c.memory_fraction), rel=1e-12)
+    for key in ("decoder/attention/scores", "decoder/attention/context"):  # KV reads stream as before
+        assert measured[key] == calibrated[key]
+    assert _memory_s(with_rate, "prefill") == _memory_s(without, "prefill")  # a tiled GEMM: not a GEMV
+    assert with_rate.decode_s_per_token > without.decode_s_per_token  # 1e10 B/s is below 0.8 x 4e10
+    assert with_rate.lower_bound.to_json() == without.lower_bound.to_json()  # the roofline keeps the peak
+
+
+def test_the_gemv_rate_applies_where_it_was_measured_only() -> None:
+    device, plain = _local({"fp32": 1e10}), _local(None)
+    rows = int(load_calibration().constants.gemv_max_rows)
+    # a batch beyond the GEMV rows runs a tiled GEMM; bf16 was not measured; --efficiency replaces every fraction
+    for kwargs in ({"batch": rows + 1}, {"dtype": "bf16"}, {"efficiency": _efficiency()}):
+        assert _estimate(device, **kwargs).to_json() == _estimate(plain, **kwargs).to_json()
+    assert _estimate(device, batch=rows).to_json() != _estimate(plain, batch=rows).to_json()
+    # a GEMV is never faster than memory: a rate above STREAM (a cache-resident sweep) reads at the bandwidth
+    fast = _memory_s(_estimate(_local({"fp32": 10 * STREAM})), "decode")
+    seconds, num_bytes = fast["head/lm"]
+    assert seconds == pytest.approx(num_bytes / STREAM, rel=1e-12)
+
+
+def _efficiency() -> Any:
+    from embedcalc.analysis.roofline.estimate import Efficiency
+
+    return Efficiency(0.5, 0.5, "test")
+
+
+def test_catalogue_devices_have_no_gemv_rate() -> None:
+    from embedcalc.devices.catalogue import hardware_names
+    from embedcalc.devices.resolve import load_device
+
+    assert all(not load_device(name).gemv_bytes_per_s for name in hardware_names())

@@ -46,7 +46,7 @@ def torch() -> Any:
 @pytest.fixture
 def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Measure the matmul peak on 256 x 256 matrices instead of 2048, the bandwidth on 1 Mi elements, the
-    kernel overhead on 100 kernels and the GEMM rows on 128 x 128 (the --peak test runs the real sizes): the
+    kernel overhead on 100 kernels, the GEMM rows on 128 x 128 and the GEMV rate on 64 KiB of 64 x 64 matrices: the
     bench tests check how the measurements are used, not their values, and the real sizes cost seconds on 2
     cores."""
     import embedcalc.modeling.bandwidth as bandwidth
@@ -65,8 +65,12 @@ def small_peak(torch: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         "measure_kernel_overhead",
         functools.partial(timing.measure_kernel_overhead, kernels=100, repeat=2),
     )
-    monkeypatch.setattr(timing, "measure_gemm_rows",
-                        functools.partial(timing.measure_gemm_rows, size=128, rows=(1, 8, 64), repeat=2))  # fmt: skip
+    monkeypatch.setattr(
+        timing, "measure_gemm_rows", functools.partial(timing.measure_gemm_rows, size=128, repeat=2)
+    )
+    monkeypatch.setattr(bandwidth, "measure_gemv_rate",
+                        functools.partial(bandwidth.measure_gemv_rate, shape=(64, 64), repeat=2,
+                                          total_bytes=1 << 16))  # fmt: skip
 
 
 @pytest.fixture
@@ -250,7 +254,7 @@ def test_bench_table(cli: Any, tiny: str, small_peak: None) -> None:
 
 
 @pytest.mark.torch
-def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
+def test_bench_peak_cpu(cli: Any, torch: Any, small_peak: None) -> None:
     data = run_json(cli, "bench", "--peak", "--device", "cpu", "--format", "json")
     [entry] = data["results"]
     result = entry["measurement"]  # DESIGN §5: bench results carry a measurement object
@@ -267,6 +271,13 @@ def test_bench_peak_cpu(cli: Any, torch: Any) -> None:
     if result["gemm_half_rows"] is not None:  # a CPU: the rows at half rate, when the law could be fitted
         assert local.gemm_half_rows is not None and local.gemm_half_rows.value == result["gemm_half_rows"]
     assert "least squares" in result["gemm_rows_method"]
+    assert (
+        "r = 8, 16," in result["gemm_rows_method"]
+    )  # fitted above the GEMV rows, which the GEMV rate prices
+    # the GEMV rate of the dtype measured, cached with how it was measured, read back as the time model reads it
+    assert result["gemv_bytes_per_s"] > 0 and "F.linear of one fp32 row" in result["gemv_method"]
+    assert local.gemv_rate("fp32") == result["gemv_bytes_per_s"] and local.gemv_rate("bf16") is None
+    assert local.gemv_bytes_per_s["fp32"].note == result["gemv_method"]
 
 
 # --- bench: refusals -----------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from embedcalc.render.tables import measure_table, reconcile_table
 LOCAL = LocalMeasurement(
     memory_bandwidth_bytes_per_s=2.0e12, copy_bytes_per_s=2.0e12, triad_bytes_per_s=1.9e12,
     bandwidth_method="STREAM-style copy", kernel_overhead_s=4.5e-6, kernel_overhead_method="chain of tiny kernels",
-    gemm_half_rows=None, gemm_rows_method=None,
+    gemm_half_rows=None, gemm_rows_method=None, gemv_bytes_per_s=1.5e12, gemv_method="F.linear of one row",
     memory_bytes=80 * 2**30, catalogue_match="h100-sxm",
     efficiency={"memory": 0.6}, cached_as="local", cache_path="/cache/embedcalc/local.json",
 )  # fmt: skip
@@ -56,11 +56,13 @@ def test_peak_json_keys_in_order() -> None:
     assert list(entry["measurement"]) == [
         "device", "dtype", "size", "peak_flops_per_s", "spec_peak_flops_per_s", "spec_peak_source",
         "memory_bandwidth_bytes_per_s", "copy_bytes_per_s", "triad_bytes_per_s", "bandwidth_method",
-        "kernel_overhead_s", "kernel_overhead_method", "gemm_half_rows", "gemm_rows_method", "memory_bytes",
+        "kernel_overhead_s", "kernel_overhead_method", "gemm_half_rows", "gemm_rows_method", "gemv_bytes_per_s",
+        "gemv_method", "memory_bytes",
         "catalogue_match", "efficiency", "cached_as", "cache_path",
     ]  # fmt: skip
     json.dumps(entry)  # plain JSON values only
     shown = text(peak_table(PEAK)) + text(local_summary(PEAK))
+    assert "GEMV (bfloat16, one row, weights from memory)" in shown
     assert "8192×8192" in shown and "datasheet" in shown and "of h100-sxm datasheet (memory)" in shown
 
 

@@ -19,9 +19,10 @@ from embedcalc.analysis.time.model import (
     kernels_per_forward,
 )  # fmt: skip
 from embedcalc.analysis.workload import Workload
+from embedcalc.config.dtypes import canonical_dtype
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.calibration import TimeConstants
-from embedcalc.devices.catalogue import Device
+from embedcalc.devices.catalogue import Device, peak_dtype
 
 Terms = tuple[tuple[str, float], ...]
 
@@ -39,7 +40,21 @@ class ExpectedModel:
         return self.override.memory if self.override is not None else self.constants.memory_fraction
 
     def fractions(self, config: ResolvedShape, w: Workload, weights: Weights, decode: bool) -> Fractions:
-        return component_fractions(config, w, weights, decode, self.constants, self.override)
+        return component_fractions(
+            config, w, weights, decode, self.constants, self.override, self.gemv_memory(w)
+        )
+
+    def gemv_memory(self, w: Workload) -> float | None:
+        """The fraction of the bandwidth the device's measured GEMV rate for the workload's dtype is (at most 1:
+        a GEMV is never faster than memory), None where it was not measured for that dtype."""
+        if canonical_dtype(w.dtype) not in (
+            "fp32",
+            "bf16",
+            "fp16",
+        ):  # quantized or fp8: not the kernel measured
+            return None
+        rate = self.device.gemv_rate(peak_dtype(w.dtype))
+        return None if rate is None else min(1.0, rate / self.device.bandwidth)
 
     def stream_s(self, num_bytes: float) -> float:
         """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""

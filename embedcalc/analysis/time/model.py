@@ -12,7 +12,10 @@ bytes (the same traffic, from the same layer model) and adds, each in its own fu
   each dimension until it saturates). A GEMM through at most ``gemv_max_rows`` rows (batch-1 to batch-4 decode)
   is not a tiled GEMM: engines run a GEMV kernel there (TensorRT-LLM's weight-only plugin takes its CUDA GEMV
   for m < 5, ``SMALL_M_FAST_PATH``; cuBLAS's gemv), which has no tile to fill and is bound by the bytes it reads:
-  its FLOPs run at ``gemm_fraction``, so halving the weight bytes (int8 -> int4) halves its time. The fused
+  its FLOPs run at ``gemm_fraction``, so halving the weight bytes (int8 -> int4) halves its time. Where the
+  device's GEMV rate was measured (``gemv_bytes_per_s``: ``bench --peak`` on ``local``), a GEMV reads its bytes at
+  that rate instead of ``memory_fraction`` of the bandwidth (never faster than the bandwidth): on a CPU a
+  batch-1 matmul reaches a fraction of what STREAM does (docs/concepts/time.md). The fused
   attention cores reach ``attention_fraction`` (FlashAttention-2, Dao 2023, §4.1: 50-73% of the A100's peak in
   the forward); a decode step's cores read the KV cache at the
   memory fraction; every stream of bytes (weights, KV cache, element-wise traffic) moves at ``memory_fraction``
@@ -113,15 +116,21 @@ def component_fractions(
     decode: bool,
     c: TimeConstants,
     override: Override | None,
+    gemv_memory: float | None = None,
 ) -> Fractions:
-    """The (compute, memory) fractions of peak each component of a phase reaches (module docstring)."""
+    """The (compute, memory) fractions of peak each component of a phase reaches (module docstring);
+    ``gemv_memory``: the fraction of the bandwidth a GEMV reads its bytes at on this device, measured (local's
+    GEMV rate), in place of ``memory_fraction`` for a GEMM through at most ``gemv_max_rows`` rows."""
 
     def fractions(key: str) -> tuple[float, float]:
         if override is not None:
             return override.compute, override.memory
         if key.rsplit("/", 1)[-1] in ("scores", "context", "index_scores"):  # attention-shaped cores
             return c.attention_fraction, c.memory_fraction
-        return gemm_fraction(component_rows(config, w, key, weights, decode), c), c.memory_fraction
+        rows = component_rows(config, w, key, weights, decode)
+        if gemv_memory is not None and max(rows, 1.0) <= c.gemv_max_rows:
+            return gemm_fraction(rows, c), gemv_memory
+        return gemm_fraction(rows, c), c.memory_fraction
 
     return fractions
 
