@@ -135,8 +135,9 @@ def load_names(raw: Mapping[str, Any], stored: Sequence[tuple[str, tuple[int, ..
                 failed.append(f"{name}: shape {list(shape)}")
                 out.append(Loaded(name, shape, dtype, nbytes, (name,)))
                 continue
-            converter = pending.setdefault(target, deepcopy(by_pattern[pattern]))
-            converter.add_tensor(target, name, pattern, tensor)
+            if target not in pending:  # each target key gets its own converter (transformers' deepcopy)
+                pending[target] = deepcopy(by_pattern[pattern])
+            pending[target].add_tensor(target, name, pattern, tensor)
             continue
         renamed += target != name
         out.append(Loaded(target, shape, dtype, nbytes, (name,), target in parameters))
