@@ -438,7 +438,12 @@ def build_meta_model(
     model.eval()
     text_only = part != "all"
     language, kept = _counted_part(model, part, build_from) if text_only else ("", set())
-    if text_only and (not kept or (part == "seq2seq_text" and len(kept) < 3)):  # its three parts, all found
+    if part == "seq2seq_text" and len(kept) < 3:
+        # an image-to-text encoder-decoder whose encoder is a vision tower alone, no text tower (Pix2Struct,
+        # PP-FormulaNet): its text model is the decoder and the head, as a decoder-only multimodal class's is
+        part, architecture = "language", "decoder"
+        language, kept = _counted_part(model, part, build_from)
+    if text_only and not kept:
         raise NoAutoClassError(f"{class_name} has no text model embedcalc can find")
 
     def counted(name: str) -> bool:

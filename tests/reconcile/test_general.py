@@ -532,3 +532,25 @@ def test_a_handed_over_file_is_noted_with_why_not_the_refusals_advice() -> None:
     )
     assert "refused" not in note and "YAML" not in note
     assert note.endswith("Qwen2ForCausalLM (AutoModelForCausalLM) on the meta device")
+
+
+def test_an_image_to_text_encoder_decoder_without_a_text_encoder_counts_its_decoder() -> None:
+    """Pix2Struct: an encoder-decoder whose encoder is a vision tower alone. Its text model is the decoder with
+    its head (inside ``decoder``), as a decoder-only multimodal class's is — not a refusal for want of the text
+    encoder T5Gemma 2 has. The forward needs image patches, so FLOPs and cache are not counted."""
+    import torch
+    import transformers
+
+    from embedcalc.api.general import read_general
+
+    config = transformers.Pix2StructConfig(
+        text_config=dict(vocab_size=100, hidden_size=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4),
+        vision_config=dict(hidden_size=32, patch_embed_hidden_size=48, d_ff=64, d_kv=8, num_hidden_layers=2,
+                           num_attention_heads=4),
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.Pix2StructForConditionalGeneration(config)
+    decoder = sum(p.numel() for n, p in model.named_parameters() if n.startswith("decoder."))
+    count = read_general(json.loads(config.to_json_string()), run=RUN)
+    assert count.params.total == decoder
+    assert count.architecture == "decoder" and count.flops is None
