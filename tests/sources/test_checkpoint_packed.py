@@ -182,3 +182,36 @@ def test_deepseek_v4_fp4_experts_count_two_values_per_int8(
     )
     result = cli("verify", str(tmp_path / "fp4"), "--checkpoint", "--format", "json")
     assert result.exit_code == 3
+
+
+def test_a_compressed_tensors_nvfp4_checkpoint_counts_two_values_per_byte(
+    transformers: Any, cli: Any, tmp_path: Path
+) -> None:
+    """compressed-tensors' NVFP4 (``format: nvfp4-pack-quantized``, 4-bit float weights in groups of 16: the layout
+    llm-compressor writes): ``weight_packed`` uint8 (out, in / 2), ``weight_scale`` FP8 (out, in / 16),
+    ``weight_global_scale`` and ``input_global_scale`` FP32 (1,)."""
+    import torch
+
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    tensors: dict[str, Any] = {}
+    for name, weight in model.state_dict().items():
+        module = name.removesuffix(".weight")
+        if ".layers." in name and name.endswith("proj.weight"):
+            out, inp = weight.shape
+            tensors[f"{module}.weight_packed"] = torch.zeros(out, inp // 2, dtype=torch.uint8)
+            tensors[f"{module}.weight_scale"] = torch.zeros(out, inp // 16, dtype=torch.float8_e4m3fn)
+            tensors[f"{module}.weight_global_scale"] = torch.ones(1, dtype=torch.float32)
+            tensors[f"{module}.input_global_scale"] = torch.ones(1, dtype=torch.float32)
+        else:
+            tensors[name] = weight.contiguous()
+    group = {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group",
+                                                "group_size": 16}}  # fmt: skip
+    quant = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+             "config_groups": {"group_0": group}, "ignore": ["lm_head"]}  # fmt: skip
+    numel = _save(tmp_path / "ct", model, tensors, quant)
+    check = _verify(cli, tmp_path / "ct")
+    assert check["stored_params"] == check["analytic_params"] == numel
+    qkv = next(c for c in check["components"] if c["key"] == "decoder/attention/qkv")
+    assert qkv["quantized_tensors"] == 2 * 3 and qkv["dtypes"] == ["F32", "F8_E4M3", "U8"]
