@@ -3,7 +3,8 @@ packed shape stands for (``verify --checkpoint``).
 
 A format of fewer than 8 bits per value stores several values per integer element; the count and the shape checked
 are the unpacked ones. Which tensors are packed, and at how many bits, comes from the config's
-``quantization_config`` (:mod:`embedcalc.sources.hf.quantization` reads the same keys for the dtype):
+``quantization_config``, its format recognised as :func:`embedcalc.sources.hf.quantization.quantized_dtype`
+recognises it for the analysis' dtype:
 
 - GPTQ / AWQ (``bits``) and compressed-tensors (``config_groups.*.weights.num_bits``): ``qweight`` /
   ``weight_packed`` int32 (or uint8) tensors hold ``element bits / bits`` values per element;
@@ -29,11 +30,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from embedcalc.sources.checkpoint import StoredTensor
+from embedcalc.sources.hf.quantization import quantized_dtype
 
 # bits of one stored element of the integer dtypes a packed tensor uses (safetensors' names)
 ELEMENT_BITS = {"I32": 32, "U32": 32, "I16": 16, "U16": 16, "I8": 8, "U8": 8}
 BLOCKS = "_blocks"  # MXFP4's packed values (gpt-oss); their exponents are "<projection>_scales"
-_FP4_ALGOS = ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4", "W4A8_NVFP4_FP8")  # modelopt's quant_algo names of NVFP4
+_FP4 = (
+    "mxfp4",
+    "nvfp4",
+)  # the dtypes of sources/hf/quantization.py whose weights are two E2M1 values per byte
 
 
 @dataclass(frozen=True)
@@ -114,13 +119,11 @@ def packing(raw: Mapping[str, Any]) -> Packing:
     quant = raw.get("quantization_config") or raw.get("compression_config") or {}
     if not isinstance(quant, Mapping):
         quant = {}
-    method, algo = quant.get("quant_method"), quant.get("quant_algo")
+    found = quantized_dtype(quant)  # the format the analysis reads the model's dtype from
+    if found is not None and found[0] in _FP4:
+        return Packing(4, "all", f"{found[1]}; two E2M1 values per byte")
     expert_dtype = quant.get("expert_dtype", raw.get("expert_dtype"))
-    if method == "mxfp4":
-        return Packing(4, "all", "quant_method mxfp4: two E2M1 values per byte, blocks of 32")
-    if method == "modelopt" and isinstance(algo, str) and algo.upper() in _FP4_ALGOS:
-        return Packing(4, "all", f"quant_method modelopt, quant_algo {algo}: two E2M1 values per byte")
-    if method == "fp8" and expert_dtype == "fp4":
+    if quant.get("quant_method") == "fp8" and expert_dtype == "fp4":
         return Packing(
             4, "experts", "expert_dtype fp4: the routed experts' int8 weights hold two E2M1 values each"
         )
