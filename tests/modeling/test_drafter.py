@@ -170,3 +170,20 @@ def test_encoder_refuses_the_drafter_parts() -> None:
     with pytest.raises(embedcalc.ConfigError):
         embedcalc.load({**BASE, "architecture": "encoder", "sliding_window": None, "blocks": {}, "layers": None,
                         "attention": None, "head_centroids": None, "head_centroid_top_k": None})  # fmt: skip
+
+
+def test_a_decode_step_reads_the_other_models_keys_and_values() -> None:
+    """A drafter caches no keys or values, yet each decode step's attention reads the target's at the context length
+    (a sliding layer at most its window): the roofline's bytes read are those of the same layers with a cache of
+    their own, and the KV cache it holds is 0."""
+    from embedcalc.analysis.roofline import decode_lengths
+
+    drafter = _config()
+    own = _config(attention={"kv_external": False, "qk_norm": "head"})
+    workload = Workload(batch_size=B, seq_len=40)
+    for context in (4, 40):
+        read = decode_lengths(drafter, workload, context).self_cache_bytes
+        assert read == decode_lengths(own, workload, context).self_cache_bytes
+        sliding = 3 * min(context, 8) * G * 2 * HD
+        assert read == B * 4 * (sliding + context * G * 2 * FULL_HD)
+    assert kv_cache_bytes(drafter, workload) == 0 < kv_cache_bytes(own, workload)

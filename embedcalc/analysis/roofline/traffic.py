@@ -145,8 +145,26 @@ def decode_lengths(config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: in
     cached keys and its core only the index_topk latent entries selected (DeepSeek-V3.2-Exp §2.2: the core's cost
     no longer grows with the context)."""
     self_bytes, _ = cache_bytes(config, w, kv_len, kv_bytes)
-    unread, index = _sparse_reads(config, w, kv_len, w.activation_bytes if kv_bytes is None else kv_bytes)
-    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, self_bytes - unread - index, index)
+    element = w.activation_bytes if kv_bytes is None else kv_bytes
+    unread, index = _sparse_reads(config, w, kv_len, element)
+    read = self_bytes - unread - index + _external_reads(config, w, kv_len, element)
+    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, read, index)
+
+
+def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int) -> int:
+    """Bytes of another model's keys and values the ``kv_external`` layers (a drafter's: Gemma 4's assistant) read
+    in one decode step, every sequence of the batch: the cache they attend to is the target's, none of their own, but
+    its ``kv_len`` tokens (at most a layer's window) are read all the same. (A ``kv_shared`` layer's reads of its
+    producer's cache are not added here.)"""
+    total = 0
+    for block, layers in config.stack_plan("decoder").counts() if config.architecture != "encoder" else ():
+        a = block.attention
+        if a is None or not a.kv_external:
+            continue
+        limit = a.cache_limit
+        tokens = kv_len if limit is None else min(kv_len, limit)
+        total += layers * tokens * a.num_kv_heads * (a.head_dim + a.value_head_dim)
+    return w.batch_size * total * element_bytes
 
 
 def _sparse_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int) -> tuple[int, int]:

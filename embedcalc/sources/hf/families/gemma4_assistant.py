@@ -40,7 +40,7 @@ _CLASS = "Gemma4AssistantConfig.validate_architecture"
 # the text config's values transformers' validate_architecture requires: key -> (required, what it would add)
 _REQUIRED: dict[str, tuple[Any, str]] = {
     "hidden_size_per_layer_input": (0, "per-layer embeddings"),
-    "vocab_size_per_layer_input": (0, "a per-layer token table"),
+    "vocab_size_per_layer_input": (0, "per-layer token table"),
     "enable_moe_block": (False, "the MoE block"),
     "use_double_wide_mlp": (False, "double-wide MLPs"),
 }
@@ -86,7 +86,7 @@ def _text_reader(r: KeyReader) -> KeyReader | None:
             origin = "" if from_file else " (Gemma4TextConfig's default)"
             sub.problem(key_written, f"{key_written} = {value!r}{origin}: {_CLASS} raises '{key} must be "
                                      f"{required}' (a Gemma 4 assistant has no {what}), so transformers builds no "
-                                     f"model from this file; set {key}: {str(required).lower()}")  # fmt: skip
+                                     f"model from this file; set {written}.{key}: {str(required).lower()}")  # fmt: skip
     read_gemma4_text(sub, drafter=True)
     sub.consumed.add("num_kv_shared_layers")
     sub.classify_rest()
