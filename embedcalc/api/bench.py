@@ -289,12 +289,12 @@ def measure_local(
         bandwidth = measure_memory_bandwidth(dev, on_step=on_step)
     with progress("kernel overhead") as on_step:
         overhead = measure_kernel_overhead(dev, on_step=on_step)
+    gemv_max = load_calibration().constants.gemv_max_rows  # the rows the time model prices as a GEMV
     with progress("GEMV rate") as on_step:
-        gemv = measure_gemv_rate(dev, dtype, overhead.seconds_per_kernel, on_step=on_step)
+        gemv = measure_gemv_rate(dev, dtype, overhead.seconds_per_kernel, int(gemv_max), on_step=on_step)
     rows = None  # a GPU's small GEMMs are launch- and memory-bound: their rate says nothing of its tiles and waves
     if dev.type == "cpu":
-        # the tile law is fitted above the GEMV rows: those run the GEMV kernel, priced by the bytes it reads
-        gemv_max = load_calibration().constants.gemv_max_rows
+        # the tile law is fitted above the GEMV rows: those are priced by the bytes they read at the GEMV rate
         fitted = tuple(r for r in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if r > gemv_max)
         with progress("GEMM rows") as on_step:
             rows = measure_gemm_rows(dev, dtype, rows=fitted, overhead_s=overhead.seconds_per_kernel,
@@ -307,7 +307,7 @@ def measure_local(
         None if rows is None or rows.half_rows is None else (rows.half_rows, rows.method),
         None if loopback is None or loopback.per_direction_bytes_per_s is None or loopback.latency_s is None
         else (loopback.per_direction_bytes_per_s, loopback.latency_s, loopback.method),
-        {peak_dtype(dtype): (gemv.bytes_per_s, gemv.method)},
+        {peak_dtype(dtype): (list(gemv.by_rows), gemv.method)},
     )  # fmt: skip
     path = save_local(device)
     measured = device.measured

@@ -99,6 +99,28 @@ class RateFigure(Figure):
     )
 
 
+class GemvFigure(RateFigure):
+    """A measured GEMV rate: bytes per second a matmul through one row reaches reading its weights from memory
+    (``value``), and through 1, 2, ... rows (``by_rows``), where the kernel may change with the rows."""
+
+    by_rows: list[Annotated[float, Field(ge=_MIN_BANDWIDTH, le=_MAX_BANDWIDTH, allow_inf_nan=False)]] = Field(
+        default_factory=list,
+        description="Bytes per second through 1, 2, ... rows (the first is `value`); empty: `value` at every row.",
+    )
+
+    def at(self, rows: float) -> float:
+        """The rate through ``rows`` rows (at least 1): seconds per byte interpolated linearly between the rows
+        measured on either side, the last measured beyond them."""
+        rates = self.by_rows or [self.value]
+        r = min(max(rows, 1.0), float(len(rates)))
+        lo = int(r)
+        hi = min(lo + 1, len(rates))
+        part = r - lo
+        if part == 0:  # measured rows: the rate as measured
+            return rates[lo - 1]
+        return 1.0 / ((1 - part) / rates[lo - 1] + part / rates[hi - 1])
+
+
 class PriceFigure(Figure):
     """A default price per device-hour (USD, on-demand) from a public price list, with the date it was read."""
 
@@ -201,11 +223,12 @@ class Device(BaseModel):
         description="GEMM rows (tokens through the matmul) at which a GEMM reaches half its large-matrix rate on "
         "this device, measured (`bench --peak` on a CPU); none: the calibration's gemm_half_rows.",
     )
-    gemv_bytes_per_s: dict[PeakDtype, RateFigure] = Field(
+    gemv_bytes_per_s: dict[PeakDtype, GemvFigure] = Field(
         default_factory=dict,
-        description="Bytes per second a one-row matmul (a batch-1 decode's GEMV) reaches reading its weights from "
-        "memory, by dtype, measured on this device (`bench --peak` for local); the expected time of a GEMV of that "
-        "dtype reads its bytes at this rate. None for a dtype: the calibration's memory_fraction of the bandwidth.",
+        description="Bytes per second a matmul through one row (a batch-1 decode's GEMV) and through up to "
+        "gemv_max_rows rows reaches reading its weights from memory, by dtype, measured on this device (`bench "
+        "--peak` for local); the expected time of a GEMV of that dtype reads its bytes at this rate. None for a "
+        "dtype: the calibration's memory_fraction of the bandwidth.",
     )
     matrix_clock_fraction: FractionFigure | None = Field(
         default=None,
@@ -308,10 +331,11 @@ class Device(BaseModel):
         figure = self.peak_flops_per_s.get(dtype)
         return None if figure is None else figure.value
 
-    def gemv_rate(self, dtype: PeakDtype) -> float | None:
-        """The measured GEMV bytes per second for ``dtype`` (``gemv_bytes_per_s``), None where not measured."""
+    def gemv_rate(self, dtype: PeakDtype, rows: float = 1.0) -> float | None:
+        """The measured GEMV bytes per second for ``dtype`` through ``rows`` rows (``gemv_bytes_per_s``), None
+        where not measured."""
         figure = self.gemv_bytes_per_s.get(dtype)
-        return None if figure is None else figure.value
+        return None if figure is None else figure.at(rows)
 
     @property
     def memory(self) -> int:

@@ -20,6 +20,7 @@ from embedcalc.devices.catalogue import (
     ByteFigure,
     Device,
     Figure,
+    GemvFigure,
     LatencyFigure,
     Link,
     Measurement,
@@ -82,24 +83,24 @@ def local_device(
     kernel_overhead: tuple[float, str] | None = None,
     gemm_half_rows: tuple[float, str] | None = None,
     link: tuple[float, float, str] | None = None,
-    gemv: dict[PeakDtype, tuple[float, str]] | None = None,
+    gemv: dict[PeakDtype, tuple[list[float], str]] | None = None,
 ) -> Device:
     """The ``local`` device from a measurement (peaks: dtype -> (FLOP/s, how); the per-kernel overhead: (seconds,
     how); the GEMM rows at half rate: (rows, how); the loopback link between processes: (bytes/s per direction,
-    hop latency, how); the GEMV rate: dtype -> (bytes/s, how)), merged with ``previous`` peaks and GEMV rates of
-    other dtypes and its link when ``previous`` measured the same device; efficiencies against the matched
-    catalogue entry."""
+    hop latency, how); the GEMV rate: dtype -> (bytes/s through 1, 2, ... rows, how)), merged with ``previous``
+    peaks and GEMV rates of other dtypes and its link when ``previous`` measured the same device; efficiencies
+    against the matched catalogue entry."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     stamp = f"measured by `embedcalc bench --peak` on {now}, torch {torch_version}"
     figures: dict[PeakDtype, Figure] = {}
     interconnect = None
-    gemv_rates: dict[PeakDtype, RateFigure] = {}
+    gemv_rates: dict[PeakDtype, GemvFigure] = {}
     if previous is not None and previous.measured is not None and previous.measured.device == device_name:
         figures.update(previous.peak_flops_per_s)
         gemv_rates.update(previous.gemv_bytes_per_s)
         interconnect = previous.interconnect
-    for dtype, (value, how) in (gemv or {}).items():
-        gemv_rates[dtype] = RateFigure(value=value, source=stamp, note=how)
+    for dtype, (by_rows, how) in (gemv or {}).items():
+        gemv_rates[dtype] = GemvFigure(value=by_rows[0], by_rows=by_rows, source=stamp, note=how)
     if link is not None:
         interconnect = Link(
             kind="loopback",

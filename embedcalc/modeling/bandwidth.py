@@ -125,55 +125,67 @@ def measure_memory_bandwidth(
 
 @dataclass(frozen=True)
 class GemvMeasurement:
-    """Bytes per second of one-row matmuls reading weights from memory: the median sweep over ``matrices`` distinct
-    ``rows`` x ``cols`` weights of ``dtype``, less the per-kernel overhead."""
+    """Bytes per second of matmuls through 1, 2, ... ``len(by_rows)`` rows reading weights from memory: the median
+    sweep over ``matrices`` distinct ``out_features`` x ``in_features`` weights of ``dtype``, less the per-kernel
+    overhead."""
 
-    bytes_per_s: float
+    by_rows: tuple[float, ...]
     dtype: str
-    rows: int
-    cols: int
+    out_features: int
+    in_features: int
     matrices: int
     repeat: int
     cache_bytes: int | None
 
     @property
+    def bytes_per_s(self) -> float:
+        """The rate through one row (a batch-1 decode's GEMV)."""
+        return self.by_rows[0]
+
+    @property
     def method(self) -> str:
-        total = (
-            self.matrices * self.rows * self.cols * torch.empty(0, dtype=DTYPES[self.dtype]).element_size()
-        )
+        size = torch.empty(0, dtype=DTYPES[self.dtype]).element_size()
+        total = self.matrices * self.out_features * self.in_features * size
         cache = "unknown" if self.cache_bytes is None else f"{self.cache_bytes / (1 << 20):,.0f} MiB"
-        return (f"F.linear of one {self.dtype} row through {self.matrices} distinct {self.rows}x{self.cols} weights "
-                f"({total / (1 << 20):,.0f} MiB, last-level cache {cache}), median of {self.repeat} sweeps, less "
-                f"the per-kernel overhead: {self.bytes_per_s / 1e9:,.2f} GB/s")  # fmt: skip
+        rates = ", ".join(f"{r / 1e9:,.2f}" for r in self.by_rows)
+        return (f"F.linear of 1 to {len(self.by_rows)} {self.dtype} rows through {self.matrices} distinct "
+                f"{self.out_features}x{self.in_features} weights ({total / (1 << 20):,.0f} MiB, last-level cache "
+                f"{cache}), median of {self.repeat} sweeps, less the per-kernel overhead: {rates} GB/s")  # fmt: skip
 
 
 def measure_gemv_rate(
-    device: torch.device, dtype: str, overhead_s: float = 0.0, shape: tuple[int, int] = (4096, 1024),
-    repeat: int = 7, total_bytes: int | None = None, on_step: StepCallback | None = None,
+    device: torch.device, dtype: str, overhead_s: float = 0.0, max_rows: int = 1,
+    shape: tuple[int, int] = (4096, 1024), repeat: int = 7, total_bytes: int | None = None,
+    on_step: StepCallback | None = None,
 ) -> GemvMeasurement:  # fmt: skip
-    """Time ``F.linear(x, W)`` of one row ``x`` through distinct ``shape`` (out x in, an FFN up-projection's
-    layout as nn.Linear stores it) weights totalling ``total_bytes`` (default: twice the last-level cache, within
-    a quarter of the free memory, at least 256 MiB), once each per sweep; bytes per second of the weights, input
-    and output rows read and written, with ``overhead_s`` per kernel taken off (the time model counts it apart)
-    but never more than half the sweep."""
+    """Time ``F.linear(x, W)`` of ``r`` rows ``x`` (r = 1 ... ``max_rows``) through distinct ``shape`` (out x in,
+    an FFN up-projection's layout as nn.Linear stores it) weights totalling ``total_bytes`` (default: twice the
+    last-level cache, within a quarter of the free memory, at least 256 MiB), once each per sweep; bytes per second
+    of the weights, input and output rows read and written, with ``overhead_s`` per kernel taken off (the time
+    model counts it apart) but never more than half the sweep. The rows matter on a CPU: a BLAS runs one row as a
+    GEMV and a few as a GEMM that first packs the weights (measured on this VM, one thread: 11-14 GB/s through 1 to
+    3 rows, 6-7 GB/s through 4)."""
     torch_dtype = DTYPES[dtype]
-    rows, cols = shape
+    out_features, in_features = shape
     size = torch.empty(0, dtype=torch_dtype).element_size()
     cache = last_level_cache_bytes(device)
     if total_bytes is None:  # twice the cache, in at most a quarter of the free memory
         total_bytes = max(min(2 * (cache or 0), free_memory_bytes(device) // 4), 256 << 20)
-    total = total_bytes
-    matrices = max(1, math.ceil(total / (rows * cols * size)))
-    weights = [torch.randn(rows, cols, device=device).to(torch_dtype) for _ in range(matrices)]
-    x = torch.randn(1, cols, device=device).to(torch_dtype)
+    matrices = max(1, math.ceil(total_bytes / (out_features * in_features * size)))
+    weights = [torch.randn(out_features, in_features, device=device).to(torch_dtype) for _ in range(matrices)]
+    rates = []
+    for r in range(1, max(max_rows, 1) + 1):
+        x = torch.randn(r, in_features, device=device).to(torch_dtype)
 
-    def sweep() -> None:
-        for w in weights:
-            F.linear(x, w)
+        def sweep(x: torch.Tensor = x) -> None:
+            for w in weights:
+                F.linear(x, w)
 
-    with torch.inference_mode():
-        timings = time_steps(sweep, device, warmup=1, repeat=repeat, on_step=on_step)
-    seconds = statistics.median(timings.seconds)
-    seconds = max(seconds - matrices * overhead_s, seconds / 2)
-    moved = matrices * (rows * cols + rows + cols) * size
-    return GemvMeasurement(moved / seconds, dtype, rows, cols, matrices, repeat, cache)
+        with torch.inference_mode():
+            timings = time_steps(sweep, device, warmup=1, repeat=repeat, on_step=on_step)
+        seconds = statistics.median(timings.seconds)
+        seconds = max(seconds - matrices * overhead_s, seconds / 2)
+        rates.append(
+            matrices * (out_features * in_features + r * (in_features + out_features)) * size / seconds
+        )
+    return GemvMeasurement(tuple(rates), dtype, out_features, in_features, matrices, repeat, cache)

@@ -80,10 +80,14 @@ def test_dequantization_covers_only_the_quantized_matrices() -> None:
 STREAM = 4e10  # the local device's STREAM bandwidth in these tests, bytes/s
 
 
-def _local(gemv: dict[str, float] | None) -> Any:
+def _local(gemv: dict[str, float | list[float]] | None) -> Any:
     from embedcalc.devices.local import local_device
 
-    rates = None if gemv is None else {d: (v, "F.linear of one row") for d, v in gemv.items()}
+    rates = (
+        None
+        if gemv is None
+        else {d: (v if isinstance(v, list) else [v], "F.linear") for d, v in gemv.items()}
+    )
     return local_device("cpu (2 threads, 2 cores)", "cpu", {"fp32": (7e10, "matmul"), "bf16": (1.4e11, "matmul")},
                         1 << 34, (STREAM, "stream"), "2.x", gemv=rates)  # fmt: skip
 
@@ -146,3 +150,17 @@ def test_catalogue_devices_have_no_gemv_rate() -> None:
     from embedcalc.devices.resolve import load_device
 
     assert all(not load_device(name).gemv_bytes_per_s for name in hardware_names())
+
+
+def test_the_gemv_rate_of_a_batch_is_the_rate_measured_through_its_rows() -> None:
+    by_rows = [1e10, 1e10, 9e9, 5e9]  # a BLAS packing the weights from 4 rows: fewer bytes per second
+    device = _local({"fp32": by_rows})
+    for batch in (1, 3, 4):
+        seconds, num_bytes = _memory_s(_estimate(device, batch=batch), "decode")["decoder/ffn/in"]
+        assert seconds == pytest.approx(num_bytes / by_rows[batch - 1], rel=1e-12)
+    figure = device.gemv_bytes_per_s["fp32"]
+    assert figure.at(2.5) == pytest.approx(
+        1 / (0.5 / 1e10 + 0.5 / 9e9), rel=1e-12
+    )  # seconds per byte between
+    assert figure.at(0.2) == figure.at(1) == 1e10 and figure.at(7) == 5e9  # clamped to the rows measured
+    assert _local({"fp32": 8e9}).gemv_bytes_per_s["fp32"].at(3) == 8e9

@@ -271,11 +271,13 @@ def test_bench_peak_cpu(cli: Any, torch: Any, small_peak: None) -> None:
     if result["gemm_half_rows"] is not None:  # a CPU: the rows at half rate, when the law could be fitted
         assert local.gemm_half_rows is not None and local.gemm_half_rows.value == result["gemm_half_rows"]
     assert "least squares" in result["gemm_rows_method"]
-    assert (
-        "r = 8, 16," in result["gemm_rows_method"]
-    )  # fitted above the GEMV rows, which the GEMV rate prices
+    # fitted above the GEMV rows, which the GEMV rate prices
+    assert "r = 8, 16," in result["gemm_rows_method"]
     # the GEMV rate of the dtype measured, cached with how it was measured, read back as the time model reads it
-    assert result["gemv_bytes_per_s"] > 0 and "F.linear of one fp32 row" in result["gemv_method"]
+    assert result["gemv_bytes_per_s"] > 0 and "F.linear of 1 to 4 fp32 rows" in result["gemv_method"]
+    from embedcalc.devices.calibration import load_calibration
+
+    assert len(local.gemv_bytes_per_s["fp32"].by_rows) == int(load_calibration().constants.gemv_max_rows)
     assert local.gemv_rate("fp32") == result["gemv_bytes_per_s"] and local.gemv_rate("bf16") is None
     assert local.gemv_bytes_per_s["fp32"].note == result["gemv_method"]
 

@@ -183,12 +183,12 @@ def test_local_gemv_rates_are_kept_per_dtype(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     name = "cpu (2 threads, 2 cores)"
     save_local(local_device(name, "cpu", {"fp32": (7e10, "matmul")}, 1 << 34, (2e10, "stream"), "2.x",
-                            gemv={"fp32": (9e9, "F.linear fp32")}))  # fmt: skip
+                            gemv={"fp32": ([9e9, 8e9], "F.linear fp32")}))  # fmt: skip
     save_local(local_device(name, "cpu", {"bf16": (1e11, "matmul")}, 1 << 34, (2e10, "stream"), "2.x",
-                            previous=load_device("local"), gemv={"bf16": (6e9, "F.linear bf16")}))  # fmt: skip
+                            previous=load_device("local"), gemv={"bf16": ([6e9], "F.linear bf16")}))  # fmt: skip
     local = load_device("local")
     assert (local.gemv_rate("fp32"), local.gemv_rate("bf16"), local.gemv_rate("fp16")) == (9e9, 6e9, None)
-    assert local.gemv_bytes_per_s["bf16"].note == "F.linear bf16"
+    assert local.gemv_bytes_per_s["bf16"].note == "F.linear bf16" and local.gemv_rate("fp32", 2) == 8e9
     assert ("gemv_bytes_per_s.fp32", local.gemv_bytes_per_s["fp32"]) in local.figures()
     other = local_device("cpu (1 threads, 2 cores)", "cpu", {"fp32": (4e10, "matmul")}, 1 << 34, (2e10, "stream"),
                          "2.x", previous=local)  # fmt: skip

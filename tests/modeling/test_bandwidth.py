@@ -49,8 +49,11 @@ def test_stream_arrays_are_four_times_the_last_level_cache() -> None:
 
 
 def test_gemv_rate_counts_the_bytes_its_sweep_moves() -> None:
-    m = measure_gemv_rate(torch.device("cpu"), "bf16", shape=(64, 32), repeat=2, total_bytes=40_000)
+    m = measure_gemv_rate(
+        torch.device("cpu"), "bf16", max_rows=3, shape=(64, 32), repeat=2, total_bytes=40_000
+    )
     assert m.matrices == math.ceil(40_000 / (64 * 32 * 2)) == 10  # whole bf16 matrices covering the total
-    assert m.bytes_per_s > 0 and m.dtype == "bf16" and (m.rows, m.cols, m.repeat) == (64, 32, 2)
-    assert "F.linear of one bf16 row through 10 distinct 64x32 weights" in m.method
+    assert len(m.by_rows) == 3 and all(r > 0 for r in m.by_rows) and m.bytes_per_s == m.by_rows[0]
+    assert m.dtype == "bf16" and (m.out_features, m.in_features, m.repeat) == (64, 32, 2)
+    assert "F.linear of 1 to 3 bf16 rows through 10 distinct 64x32 weights" in m.method
     assert "median of 2 sweeps" in m.method

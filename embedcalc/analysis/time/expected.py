@@ -5,6 +5,7 @@ EP communication on the critical path, and pipeline sends (:mod:`embedcalc.analy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from embedcalc.analysis.comm.volumes import Collective, communication
@@ -44,17 +45,17 @@ class ExpectedModel:
             config, w, weights, decode, self.constants, self.override, self.gemv_memory(w)
         )
 
-    def gemv_memory(self, w: Workload) -> float | None:
-        """The fraction of the bandwidth the device's measured GEMV rate for the workload's dtype is (at most 1:
-        a GEMV is never faster than memory), None where it was not measured for that dtype."""
-        if canonical_dtype(w.dtype) not in (
-            "fp32",
-            "bf16",
-            "fp16",
-        ):  # quantized or fp8: not the kernel measured
+    def gemv_memory(self, w: Workload) -> Callable[[float], float] | None:
+        """rows -> the fraction of the bandwidth the device's measured GEMV rate through that many rows is for the
+        workload's dtype (at most 1: a GEMV is never faster than memory), None where it was not measured for that
+        dtype (a quantized or fp8 GEMV runs another kernel than the one measured)."""
+        if canonical_dtype(w.dtype) not in ("fp32", "bf16", "fp16"):
             return None
-        rate = self.device.gemv_rate(peak_dtype(w.dtype))
-        return None if rate is None else min(1.0, rate / self.device.bandwidth)
+        figure = self.device.gemv_bytes_per_s.get(peak_dtype(w.dtype))
+        if figure is None:
+            return None
+        bandwidth = self.device.bandwidth
+        return lambda rows: min(1.0, figure.at(rows) / bandwidth)
 
     def stream_s(self, num_bytes: float) -> float:
         """Seconds to stream ``num_bytes`` through device memory at the achieved fraction."""

@@ -13,9 +13,10 @@ bytes (the same traffic, from the same layer model) and adds, each in its own fu
   is not a tiled GEMM: engines run a GEMV kernel there (TensorRT-LLM's weight-only plugin takes its CUDA GEMV
   for m < 5, ``SMALL_M_FAST_PATH``; cuBLAS's gemv), which has no tile to fill and is bound by the bytes it reads:
   its FLOPs run at ``gemm_fraction``, so halving the weight bytes (int8 -> int4) halves its time. Where the
-  device's GEMV rate was measured (``gemv_bytes_per_s``: ``bench --peak`` on ``local``), a GEMV reads its bytes at
-  that rate instead of ``memory_fraction`` of the bandwidth (never faster than the bandwidth): on a CPU a
-  batch-1 matmul reaches a fraction of what STREAM does (docs/concepts/time.md). The fused
+  device's GEMV rate was measured (``gemv_bytes_per_s``: ``bench --peak`` on ``local``, through 1 to
+  ``gemv_max_rows`` rows), a GEMV reads its bytes at the rate of its rows instead of ``memory_fraction`` of the
+  bandwidth (never faster than the bandwidth): on a CPU a multi-threaded batch-1 matmul may reach a fraction of
+  what STREAM does, and a few rows may run another kernel than one (docs/concepts/time.md). The fused
   attention cores reach ``attention_fraction`` (FlashAttention-2, Dao 2023, §4.1: 50-73% of the A100's peak in
   the forward); a decode step's cores read the KV cache at the
   memory fraction; every stream of bytes (weights, KV cache, element-wise traffic) moves at ``memory_fraction``
@@ -116,11 +117,12 @@ def component_fractions(
     decode: bool,
     c: TimeConstants,
     override: Override | None,
-    gemv_memory: float | None = None,
+    gemv_memory: Callable[[float], float] | None = None,
 ) -> Fractions:
     """The (compute, memory) fractions of peak each component of a phase reaches (module docstring);
-    ``gemv_memory``: the fraction of the bandwidth a GEMV reads its bytes at on this device, measured (local's
-    GEMV rate), in place of ``memory_fraction`` for a GEMM through at most ``gemv_max_rows`` rows."""
+    ``gemv_memory``: rows -> the fraction of the bandwidth a GEMV through that many rows reads its bytes at on this
+    device, measured (local's GEMV rate), in place of ``memory_fraction`` for a GEMM through at most
+    ``gemv_max_rows`` rows."""
 
     def fractions(key: str) -> tuple[float, float]:
         if override is not None:
@@ -129,7 +131,7 @@ def component_fractions(
             return c.attention_fraction, c.memory_fraction
         rows = component_rows(config, w, key, weights, decode)
         if gemv_memory is not None and max(rows, 1.0) <= c.gemv_max_rows:
-            return gemm_fraction(rows, c), gemv_memory
+            return gemm_fraction(rows, c), gemv_memory(rows)
         return gemm_fraction(rows, c), c.memory_fraction
 
     return fractions
