@@ -39,6 +39,12 @@ def _unplaced(check: CheckpointCheck) -> bool:
     )
 
 
+def _left_out(check: CheckpointCheck) -> int:
+    """How much a placement leaves out: missing and unplaced tensors, wrong shapes, components that disagree."""
+    return (len(check.missing) + sum(e.reason == UNPLACED for e in check.extra) + len(check.shape_errors)
+            + sum(not c.agree for c in check.components))  # fmt: skip
+
+
 def _without_transformers(check: CheckpointCheck) -> CheckpointCheck:
     """Each unplaced tensor's reason says what would place it: transformers' conversion mapping, not installed."""
     hint = (f"{UNPLACED}; a checkpoint in its family's original format is renamed on load by transformers' "
@@ -115,6 +121,12 @@ def place_as_loaded(
     )
     parameters = frozenset(t.name for t in loaded.tensors if t.parameter)
     again = reconcile_checkpoint(target, config, replace(checkpoint, tensors=tensors), parameters)
+    if _left_out(again) >= _left_out(check):
+        # the stored names are not the family's original format after all (a checkpoint transformers 5.24 saved
+        # with LongCat-Flash's unused zero-expert rows): the conversion places no more, the first placement stands
+        note = (f"transformers {version}'s conversion mapping for {loaded.model_class} was tried and placed no more "
+                "of the checkpoint than its stored names do; placed as stored")  # fmt: skip
+        return replace(check, notes=[*check.notes, note])
     sources = {t.name: t.sources for t in loaded.tensors}
     notes = [f"placed under the names transformers {version} loads them by: {loaded.model_class}'s conversion "
              f"mapping renamed {loaded.renamed} tensors and converted {loaded.converted} (merged, split or "
