@@ -49,9 +49,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from embedcalc.reconcile.checkpoint_kinds import PARAM_STATICS, Kind, split_kind
 from embedcalc.reconcile.checkpoint_mixer_names import mixer_key
 
-Kind = Literal["weight", "packed", "scale", "buffer"]
 # fused Q/K/V projections: Phi-3's qkv_proj, GPT-NeoX/Falcon/BLOOM's query_key_value, GPT-2/GPTBigCode's c_attn,
 # ModernBERT/MPT's Wqkv (shapes: checkpoint_shapes)
 QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv")
@@ -60,39 +60,6 @@ QKV = ("qkv_proj", "query_key_value", "c_attn", "Wqkv", "qkv")
 Sublayer = Literal["attention", "mixer", "ffn", "parallel", "shared"]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|layer|blocks|block)\.(\d+)\.")
-# ERNIE 4.5's moe_statics.e_score_correction_bias is an nn.Parameter (Ernie4_5_MoeStatics), DeepSeek's a buffer
-_PARAM_STATICS = "moe_statics"
-PACKED = ("qweight", "weight_packed")  # packed integer weights: several parameters per stored element
-# NVFP4 (ModelOpt): weight_scale_2 and input_scale, FP32 scalars beside the FP8 weight_scale; compressed-tensors'
-# NVFP4: weight_global_scale, input_global_scale; ModelOpt's FP8 KV cache: self_attn.k_scale / v_scale
-SCALES = ("qzeros", "scales", "g_idx", "weight_scale_inv", "weight_scale", "input_scale", "weight_zero_point",
-          "weight_g_idx", "weight_shape", "zeros", "absmax", "quant_map", "weight_scale_2", "weight_global_scale",
-          "input_global_scale", "k_scale", "v_scale")  # fmt: skip
-# a fused expert tensor's quantization side tensors, named after its projection: MXFP4's gate_up_proj_blocks (packed
-# values) and gate_up_proj_scales (gpt-oss), FP8Experts' gate_up_proj_scale_inv (transformers' finegrained_fp8.py)
-PACKED_SUFFIXES = ("_blocks",)
-SCALE_SUFFIXES = ("_scales", "_scale_inv")
-BUFFERS = (
-    "inv_freq",
-    "e_score_correction_bias",
-    "masked_bias",
-    "attn.bias",
-    "position_ids",
-    "slope_rate",
-    "query_decay",
-    "key_decay",
-    "diagonal_decay",
-    "feed_forward.expert_bias",
-    "layer_scalar",
-    "act_fn.beta",
-    "act_fn.eps",
-    "final_logits_bias",
-    "tid2eid",
-    "token_ordering",
-)  # fmt: skip (Gemma 4's layer_scalar: nn.Buffer(torch.ones(1)), saved with the weights; XIELUActivation's beta and
-# eps (transformers/activations.py), BartForConditionalGeneration's final_logits_bias and Gemma 4's assistant's
-# masked_embedding.token_ordering are nn.Buffers too)
-
 # (module segment, component below the stack) for modules inside a layer, first match wins
 _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     # Gemma 3n's AltUp (Gemma3nTextAltUp: modality_router, router_norm, prediction_coefs, correction_coefs) and
@@ -112,7 +79,7 @@ _IN_LAYER: tuple[tuple[tuple[str, ...], str], ...] = (
     (("shared_expert_gate",), "moe/shared_gate"),
     (("shared_expert", "shared_experts", "shared_mlp"), "moe/shared"),
     # granitemoehybrid: block_sparse_moe.input_linear / output_linear (the experts), router.layer
-    (("input_linear", "output_linear"), "moe/experts"), (("router", _PARAM_STATICS), "moe/router"),
+    (("input_linear", "output_linear"), "moe/experts"), (("router", PARAM_STATICS), "moe/router"),
     (("q_a_proj",), "attention/q_a"), (("q_a_layernorm",), "attention/q_a_norm"), (("q_b_proj",), "attention/q_b"),
     (("kv_a_proj_with_mqa",), "attention/kv_a"), (("kv_a_layernorm",), "attention/kv_a_norm"),
     (("kv_b_proj",), "attention/kv_b"),
@@ -231,23 +198,6 @@ class TensorRole:
     module: str
 
 
-_BUFFER_SUFFIXES = tuple(
-    f".{b}" for b in BUFFERS
-)  # one C-level endswith per name (a header may hold 200,000)
-
-
-def _split(name: str) -> tuple[str, str, Kind]:
-    """(module path, parameter name, kind) of a tensor name."""
-    module, _, param = name.rpartition(".")
-    if (name in BUFFERS or name.endswith(_BUFFER_SUFFIXES)) and not module.endswith(_PARAM_STATICS):
-        return module, param, "buffer"
-    if param in PACKED or param.endswith(PACKED_SUFFIXES):
-        return module, param, "packed"
-    if param in SCALES or param.endswith(SCALE_SUFFIXES):
-        return module, param, "scale"
-    return module, param, "weight"
-
-
 def tensor_role(
     name: str, stack: str, sandwich: bool, layer_kinds: Mapping[int, Sublayer] | None = None,
     decoder_table: bool = False, parameter: bool = False,
@@ -261,7 +211,7 @@ def tensor_role(
         ``cross_attn`` is a decoder layer's own attention); ``parameter``: the model holds ``name`` as a parameter
     (transformers' own model says so: Laguna's router ``e_score_correction_bias``, a buffer in DeepSeek-V3), whatever
     the name says of buffers elsewhere."""
-    module, param, kind = _split(name)
+    module, param, kind = split_kind(name)
     if parameter and kind == "buffer":  # a name buffers carry elsewhere, a parameter of this model (Laguna's)
         kind = "weight"
     segments = module.split(".")
