@@ -125,7 +125,7 @@ def _note(figure: Any) -> str:
 
 def _links(device: Any) -> str:
     """The device's links by kind, with the plain (unsourced) fields a link has beside its figures."""
-    from embedcalc.devices.catalogue import Figure
+    from embedcalc.devices.figures import Figure
 
     shown = []
     for label in ("interconnect", "network", "host_link"):

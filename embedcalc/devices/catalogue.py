@@ -7,8 +7,8 @@ it, cached in ``$XDG_CACHE_HOME/embedcalc/local.json``), or the path of a device
 
 Conventions, stated once:
 
-- every figure is a :class:`Figure`: a value and its ``source`` (a key of the device's ``sources`` or the
-  citation written out) and an optional note on how it was read off the datasheet;
+- every figure is a :class:`~embedcalc.devices.figures.Figure`: a value and its ``source`` (a key of the device's
+  ``sources`` or the citation written out) and an optional note on how it was read off the datasheet;
 - peaks are **dense** (no 2:4 structured sparsity; datasheets often print the sparse rate, twice these), per dtype
   ``fp32`` (the non-tensor-core rate on NVIDIA; PyTorch uses TF32 for float32 matmuls only when asked), ``tf32``,
   ``bf16``, ``fp16``, ``fp8``, ``fp4`` and ``int8`` where the device has them (absent, never zero, where it has
@@ -29,12 +29,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from embedcalc.config.dtypes import canonical_dtype
 from embedcalc.config.problems import problems_from_validation
+from embedcalc.devices.figures import (
+    BASE,
+    ByteFigure,
+    Figure,
+    FractionFigure,
+    GemvFigure,
+    LatencyFigure,
+    PriceFigure,
+    RateFigure,
+)
 from embedcalc.errors import ConfigError
 from embedcalc.sources.parsing import load_mapping
 from embedcalc.sources.presets import shipped_dir, shipped_names
@@ -54,102 +64,13 @@ _MAX_FLOPS = (
     1e19  # 10 EFLOP/s per device: far above any chip; a bound that catches unit slips (PFLOP vs FLOP)
 )
 _MIN_FLOPS = 1e6  # 1 MFLOP/s: below any device; catches TFLOP/s written as FLOP/s (312 for 312e12)
-_MAX_BYTES = 1 << 50  # 1 PiB of memory per device
-_MIN_BANDWIDTH = 1e6  # 1 MB/s: catches GB/s written as B/s; with _MIN_FLOPS keeps every roofline time finite
-_MAX_BANDWIDTH = 1e15  # 1 PB/s
-_MAX_PRICE = 1e4  # USD per device-hour: far above any rental (a bound that catches a slipped unit)
-
-_BASE = ConfigDict(extra="forbid", frozen=True)
-
-
-class Figure(BaseModel):
-    """One published (or measured) number and where it comes from."""
-
-    model_config = _BASE
-
-    value: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(description="The number, in SI units.")
-    source: str = Field(
-        min_length=1,
-        description="Where the number comes from: a key of the device's `sources`, or the citation itself.",
-    )
-    note: str | None = Field(
-        default=None,
-        description="How the number was read (e.g. 'datasheet: 1,979 TFLOPS with sparsity / 2').",
-    )
-
-
-class ByteFigure(Figure):
-    """A figure that counts bytes: a whole number."""
-
-    value: Annotated[float, Field(gt=0, le=_MAX_BYTES)] = Field(description="Bytes.")
-
-    @field_validator("value")
-    @classmethod
-    def _whole(cls, value: float) -> float:
-        if value != int(value):
-            raise ValueError(f"a byte count is a whole number, got {value}")
-        return value
-
-
-class RateFigure(Figure):
-    """A bandwidth: bytes per second, from 1 MB/s to 1 PB/s (bounds that catch GB/s or TB/s written for B/s)."""
-
-    value: Annotated[float, Field(ge=_MIN_BANDWIDTH, le=_MAX_BANDWIDTH, allow_inf_nan=False)] = Field(
-        description="Bytes per second."
-    )
-
-
-class GemvFigure(RateFigure):
-    """A measured GEMV rate: bytes per second a matmul through one row reaches reading its weights from memory
-    (``value``), and through 1, 2, ... rows (``by_rows``), where the kernel may change with the rows."""
-
-    by_rows: list[Annotated[float, Field(ge=_MIN_BANDWIDTH, le=_MAX_BANDWIDTH, allow_inf_nan=False)]] = Field(
-        default_factory=list,
-        description="Bytes per second through 1, 2, ... rows (the first is `value`); empty: `value` at every row.",
-    )
-
-    def at(self, rows: float) -> float:
-        """The rate through ``rows`` rows (at least 1): seconds per byte interpolated linearly between the rows
-        measured on either side, the last measured beyond them."""
-        rates = self.by_rows or [self.value]
-        r = min(max(rows, 1.0), float(len(rates)))
-        lo = int(r)
-        hi = min(lo + 1, len(rates))
-        part = r - lo
-        if part == 0:  # measured rows: the rate as measured
-            return rates[lo - 1]
-        return 1.0 / ((1 - part) / rates[lo - 1] + part / rates[hi - 1])
-
-
-class PriceFigure(Figure):
-    """A default price per device-hour (USD, on-demand) from a public price list, with the date it was read."""
-
-    value: Annotated[float, Field(gt=0, le=_MAX_PRICE, allow_inf_nan=False)] = Field(
-        description="US dollars per device-hour, on demand (a default: `--price-per-hour` overrides it)."
-    )
-    date: str = Field(
-        pattern=r"^\d{4}-\d{2}-\d{2}$", description="The day the price was read off its list (YYYY-MM-DD)."
-    )
-
-
-class LatencyFigure(Figure):
-    """A latency in seconds, at most 100 ms (a bound that catches microseconds written as seconds' count; a
-    measured loopback hop of processes that share a busy CPU takes milliseconds)."""
-
-    value: Annotated[float, Field(gt=0, le=0.1, allow_inf_nan=False)] = Field(description="Seconds.")
-
-
-class FractionFigure(Figure):
-    """A fraction: above 0, at most 1."""
-
-    value: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(description="A fraction (0, 1].")
 
 
 class Link(BaseModel):
     """A link to other devices or to the host: its bandwidth in one direction, its per-hop latency, and how many
     devices it joins directly."""
 
-    model_config = _BASE
+    model_config = BASE
 
     kind: LinkKind = Field(
         description="nvlink, xgmi (AMD Infinity Fabric), ici (TPU), pcie-genN, nvlink-c2c, a network: "
@@ -173,7 +94,7 @@ class Link(BaseModel):
 class Measurement(BaseModel):
     """How and when a ``local`` device was measured (``embedcalc bench --peak``)."""
 
-    model_config = _BASE
+    model_config = BASE
 
     measured_at: str = Field(description="ISO 8601 time of the measurement (UTC).")
     torch_version: str = Field(description="torch.__version__ at the measurement.")
@@ -190,7 +111,7 @@ class Measurement(BaseModel):
 class Device(BaseModel):
     """One accelerator (or this machine): dense peaks per dtype, memory, bandwidths and links, each with a source."""
 
-    model_config = _BASE
+    model_config = BASE
 
     name: str = Field(pattern=_NAME, max_length=64, description="The catalogue name (`--hardware NAME`).")
     title: str = Field(min_length=1, description="The product as its vendor names it.")

@@ -17,18 +17,14 @@ from typing import Literal
 
 from embedcalc.devices.catalogue import (
     LOCAL,
-    ByteFigure,
     Device,
-    Figure,
-    GemvFigure,
-    LatencyFigure,
     Link,
     Measurement,
     PeakDtype,
-    RateFigure,
     match_cuda_name,
     parse_device,
 )
+from embedcalc.devices.figures import ByteFigure, Figure, GemvFigure, LatencyFigure, RateFigure
 from embedcalc.errors import ConfigError, UnsupportedEnvironmentError
 from embedcalc.sources.parsing import load_mapping
 

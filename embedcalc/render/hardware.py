@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 from rich.table import Table
 
-from embedcalc.devices.catalogue import PEAK_DTYPES, Device, Figure
+from embedcalc.devices.catalogue import PEAK_DTYPES, Device
+from embedcalc.devices.figures import Figure
 from embedcalc.render import units
 from embedcalc.render.fit import FitTable
 

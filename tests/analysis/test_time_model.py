@@ -156,7 +156,7 @@ def _overhead_terms(device: Any, overhead_s: float) -> dict[str, float]:
 
 
 def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
-    from embedcalc.devices.catalogue import LatencyFigure
+    from embedcalc.devices.figures import LatencyFigure
 
     config, w = load_target("gpt2").config, Workload(seq_len=64, gen_tokens=4)
     kernels = {
@@ -182,7 +182,7 @@ def test_a_measured_kernel_overhead_replaces_the_calibrations() -> None:
 def test_a_measured_devices_own_constants_replace_the_calibrations() -> None:
     from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
     from embedcalc.analysis.time.expected import device_constants
-    from embedcalc.devices.catalogue import Figure, LatencyFigure
+    from embedcalc.devices.figures import Figure, LatencyFigure
 
     cal = load_calibration()
     catalogue = load_device("a100-80gb")

@@ -17,7 +17,7 @@ from embedcalc.analysis.time.estimate import TimeRequest, estimate_time  # noqa:
 from embedcalc.analysis.time.model import Launches, kernels_per_forward  # noqa: E402
 from embedcalc.analysis.workload import Parallelism, Workload  # noqa: E402
 from embedcalc.api.timing import local_launches  # noqa: E402
-from embedcalc.devices.catalogue import LatencyFigure  # noqa: E402
+from embedcalc.devices.figures import LatencyFigure  # noqa: E402
 from embedcalc.devices.resolve import load_device  # noqa: E402
 from embedcalc.modeling.benchmark import miniature  # noqa: E402
 from embedcalc.modeling.fusion import fuse_projections  # noqa: E402
