@@ -243,8 +243,21 @@ class KeyReader:
         else:
             text = verdict.text
             if verdict.fate == "warn":
-                text += self._did_you_mean(key)
+                text += self._remote_code_note() + self._did_you_mean(key)
             self.ignored.append(IgnoredKey(key, value, text, warn=verdict.fate == "warn"))
+
+    def _remote_code_note(self) -> str:
+        """For a file that names its own modeling code (``auto_map``): a key transformers' class ignores may be one
+        that code reads (Kimi-K3's ``attn_res_block_size`` on a ``kimi_linear`` text config). embedcalc counts
+        transformers' own class (keys.py, ``auto_map``), so the warning says which model the count is of."""
+        auto = self.raw.get("auto_map")
+        models = sorted({str(v).rsplit(".", 1)[-1] for k, v in auto.items() if str(k).startswith("AutoModel")}
+                        if isinstance(auto, dict) else [])  # fmt: skip
+        if not models:
+            return ""
+        return (f" (the model transformers' own class builds, which embedcalc counts: this file also names its own "
+                f"modeling code, {', '.join(models)} in auto_map, which transformers runs only with trust_remote_code "
+                "and which may read it)")  # fmt: skip
 
     def _did_you_mean(self, key: str) -> str:
         from embedcalc.config.problems import did_you_mean

@@ -236,6 +236,24 @@ def test_a_key_the_class_does_not_declare_is_ignored_and_reported() -> None:
     assert warning.path == "num_hiden_layers" and warning.code == "hf_ignored_key"
 
 
+def test_an_ignored_key_of_a_file_with_its_own_modeling_code_says_which_model_is_counted() -> None:
+    """A file that names its own modeling code (auto_map, trust_remote_code): a key transformers' class ignores may
+    be one that code reads (Kimi-K3's ``attn_res_block_size`` on its ``kimi_linear`` text config), so the warning
+    says the count is of transformers' own class and names the file's code; without auto_map it does not."""
+    raw = json.loads((FIXTURES / "llama-2-7b.json").read_text(encoding="utf-8")) | {"block_res_size": 12}
+    remote = raw | {
+        "auto_map": {
+            "AutoConfig": "configuration_x.XConfig",
+            "AutoModelForCausalLM": "modeling_x.XForCausalLM",
+        }
+    }
+    (ignored,) = map_hf_config(remote, "test").report.ignored_keys
+    assert "transformers' own class builds, which embedcalc counts" in ignored.reason
+    assert "XForCausalLM in auto_map" in ignored.reason and "XConfig" not in ignored.reason
+    (plain,) = map_hf_config(raw, "test").report.ignored_keys
+    assert "auto_map" not in plain.reason
+
+
 def _config(raw: dict[str, Any]) -> Any:
     return load_parsed(raw, "file", "test", target="test").config
 
