@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from hf_reference import mapped_config, published, raw_fixture, unaccounted_keys
+from saved_checkpoint import verify_saved
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
 from embedcalc.analysis.memory import kv_cache_bytes
@@ -186,22 +187,12 @@ def test_verify_checkpoint_places_every_tensor_of_a_saved_model(
     hc_attn_fn, ffn.experts.N.w1, ...): every tensor is placed (the router's correction bias and the hash layers'
     tid2eid as buffers), each component's stored count is the analytic one and analyze's, and the whole is
     transformers' numel."""
-    import json
 
     import torch
 
     torch.manual_seed(0)
     model = transformers.DeepseekV4ForCausalLM(transformers.DeepseekV4Config(**VARIANTS[name]))
-    model.save_pretrained(tmp_path)
-    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    check = json.loads(result.stdout)["results"][0]
-    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
-    assert {e["reason"] for e in check["extra"]} <= {"a buffer, not a parameter"}
-    assert check["stored_params"] == check["analytic_params"] == sum(p.numel() for p in model.parameters())
-    components = {c["key"]: c["stored_params"] for c in check["components"]}
-    analyze = cli("analyze", str(tmp_path / "config.json"), "--format", "json")
-    assert components == json.loads(analyze.stdout)["results"][0]["params"]["breakdown"]
+    verify_saved(cli, model, tmp_path)
 
 
 def test_verify_checkpoint_reads_deepseeks_published_layout(

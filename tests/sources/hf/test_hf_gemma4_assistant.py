@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from hf_reference import fixture_path, mapped_config, raw_fixture, unaccounted_keys
+from saved_checkpoint import verify_saved
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes
@@ -146,18 +147,7 @@ def test_verify_checkpoint_places_every_tensor_of_a_saved_model(
 
     torch.manual_seed(0)
     model = transformers.Gemma4AssistantForCausalLM(_hf_config(transformers, _SMALL))
-    model.save_pretrained(tmp_path)
-    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    check = json.loads(result.stdout)["results"][0]
-    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == []
-    assert {e["reason"] for e in check["extra"]} <= {"a buffer, not a parameter"}
-    assert check["stored_params"] == check["analytic_params"] == sum(p.numel() for p in model.parameters())
-    components = {c["key"]: c["stored_params"] for c in check["components"]}
-    analyze = cli("analyze", str(tmp_path / "config.json"), "--format", "json")
-    result_json = json.loads(analyze.stdout)["results"][0]
-    assert result_json["reader"] == "native"
-    assert components == result_json["params"]["breakdown"]
+    verify_saved(cli, model, tmp_path)
 
 
 def _refused(raw: dict[str, Any]) -> ConfigError:

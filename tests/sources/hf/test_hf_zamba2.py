@@ -26,6 +26,7 @@ from hf_reference import (
     raw_fixture,
 )
 from hf_reference import unaccounted_keys as unaccounted
+from saved_checkpoint import verify_saved
 from sources.hf.test_mixers_hf import torch_path_extra
 
 from embedcalc.analysis.flops import forward_flops as analytic_flops
@@ -139,15 +140,7 @@ def test_verify_checkpoint_places_every_tensor_of_a_saved_model(
     model = transformers.AutoModelForCausalLM.from_config(
         transformers.CONFIG_MAPPING["zamba2"].from_dict(raw)
     )
-    model.save_pretrained(tmp_path)
-    result = cli("verify", str(tmp_path), "--checkpoint", "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    check = json.loads(result.stdout)["results"][0]
-    assert check["agree"] and check["missing"] == [] and check["shape_errors"] == [] and check["extra"] == []
-    assert check["stored_params"] == check["analytic_params"] == numel(model)
-    components = {c["key"]: c["stored_params"] for c in check["components"]}
-    analyze = cli("analyze", str(tmp_path / "config.json"), "--format", "json")
-    assert components == json.loads(analyze.stdout)["results"][0]["params"]["breakdown"]
+    components = verify_saved(cli, model, tmp_path, buffers=False)
     # the adapters and projections are transformers' adapter lists and linear layers, use by use
     adapters = sum(p.numel() for n, p in model.named_parameters() if "_adapter_list" in n)
     assert (
