@@ -31,6 +31,10 @@ def derived_load(
 
     if not general_available():
         raise general_hint(refusal)
+    if raw.get("is_encoder_decoder") is True:
+        # the derivation reads decoders of identical layers only (reconcile/general_layers.py): an encoder-decoder
+        # (an unbalanced T5Gemma) would be built on the meta device for nothing, a second time beside the count
+        raise refusal
     if any(p.code == "hf_shared_read_key" for p in refusal.problems):
         # a key only transformers' caches and masks read (a window on every layer) shows at lengths past it, not in
         # the short forward that checks a derived layer model: transformers' own count alone
