@@ -95,6 +95,12 @@ class _Strict:
         text = str(self.construct_scalar(node))
         if len(text.strip().lstrip("+-").replace("_", "")) > MAX_INT_DIGITS:
             return RefusedNumber(text, too_many_digits(len(text.strip().lstrip("+-"))), "number_too_long")
+        if (
+            not text.strip().lstrip("+-").replace("_", "")
+        ):  # `!!int` with no digits: PyYAML indexes the empty text
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an int with no digits ({text!r})", node.start_mark
+            )
         return int(self.construct_yaml_int(node))
 
     def construct_finite_float(self: Any, node: Any) -> float | RefusedNumber:

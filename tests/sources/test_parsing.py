@@ -67,3 +67,11 @@ def test_both_loaders_refuse_a_duplicate_key_and_numbers_out_of_bounds(shipped: 
 def test_a_users_file_still_refuses_anchors() -> None:
     with pytest.raises(ConfigError, match="anchors"):
         parsing.parse_mapping("a: &x 1\nb: *x\n", Path("x.yaml"))
+
+
+@pytest.mark.parametrize("text", ["embed_dim: !!int\n", 'embed_dim: !!int ""\n', 'embed_dim: !!int "-"\n'])
+def test_an_int_tag_with_no_digits_is_malformed_yaml_not_a_crash(text: str, tmp_path: Path) -> None:
+    """PyYAML's int constructor indexes the text's first character: an `!!int` with nothing (or a sign) after it
+    raised IndexError through `sweep` (the long fuzz profile found it); it is malformed YAML, exit 3."""
+    with pytest.raises(ConfigError, match="an int with no digits"):
+        parsing.parse_mapping(text, tmp_path / "model.txt")
