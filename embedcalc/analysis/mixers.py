@@ -84,6 +84,8 @@ dtype; vLLM allocates the SSM state, not the convolution window, in it).
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from embedcalc.analysis.structure import Dims, Num
 from embedcalc.analysis.tensor import ParamTensor, linear
 from embedcalc.config.dtypes import DTYPE_BYTES
@@ -260,7 +262,7 @@ def state_values(block: Block) -> int:
     return block.mixer.state_values if block.mixer is not None else 0
 
 
-def ssm_state_bytes(m: Mixer, element_bytes: int) -> int:
+def ssm_state_bytes(m: Mixer, element_bytes: int | Fraction) -> int | Fraction:
     """Bytes per value of the SSM state: its own dtype where the mixer sets one (Nemotron-H's
     mamba_ssm_cache_dtype), else ``element_bytes`` (the activation or KV dtype)."""
     return int(DTYPE_BYTES[m.ssm_state_dtype]) if m.ssm_state_dtype is not None else element_bytes

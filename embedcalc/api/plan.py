@@ -109,6 +109,24 @@ def _dtype(name: str, value: str | None, choices: tuple[str, ...]) -> str | None
         raise usage(f"{name}: {exc}", name) from None
 
 
+def _kv_dtypes(value: str | Sequence[str] | None) -> list[str | None]:
+    """The KV dtypes asked for, canonical and once each, in order ([None]: the activations')."""
+    if value is None:
+        return [None]
+    if isinstance(value, str):
+        names: list[Any] = value.split(",")
+    elif isinstance(value, Sequence) and value:
+        names = list(value)
+    else:
+        raise usage(f"kv_dtype must be a dtype or a non-empty list of them, got {value!r:.60}", "kv_dtype")
+    out: list[str | None] = []
+    for name in names:
+        kv = _dtype("kv_dtype", name, KV_DTYPES)
+        if kv not in out:
+            out.append(kv)
+    return out
+
+
 def _check_choice(name: str, value: Any, allowed: Any) -> None:
     choices = get_args(allowed)
     if value is not None and value not in choices:
@@ -124,7 +142,7 @@ def plan(
     concurrency: int | None = None,
     rate: float | None = None,
     dtype: str | None = None,
-    kv_dtype: str | None = None,
+    kv_dtype: str | Sequence[str] | None = None,
     hardware: str | Sequence[str] | None = None,
     max_devices: int | None = None,
     price_per_hour: Mapping[str, float] | None = None,
@@ -161,7 +179,9 @@ def plan(
     tokens per step accepted at ``spec_acceptance`` each, the draft costing ``spec_draft_cost`` × a decode step per
     token (default one layer's share); ``prefix_hit``: the fraction of each prompt a prefix cache holds; ``seed``:
     the open loop's Poisson arrivals; ``kv_admission``: ``on-demand`` (vLLM: KV blocks as tokens come, preemption)
-    or ``reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT: a request's whole KV reserved at admission).
+    or ``reserve`` (TensorRT-LLM's GUARANTEED_NO_EVICT: a request's whole KV reserved at admission). ``kv_dtype``:
+    the KV cache's dtype (default the activations'), or several (``["bf16", "fp8", "nvfp4"]``): each layout is then
+    planned once per KV dtype and every row says its own (nvfp4 only on devices with FP4 tensor cores).
 
     >>> import embedcalc
     >>> p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], concurrency=8)
@@ -198,7 +218,8 @@ def plan(
     )
     _check_choice("mode", mode, Literal["inference", "training"])
     dtype = cast("Dtype | None", _dtype("dtype", dtype, DTYPES))
-    kv_dtype = _dtype("kv_dtype", kv_dtype, KV_DTYPES)
+    kv_dtypes = _kv_dtypes(kv_dtype)
+    kv_dtype = kv_dtypes[0]
     _check_choice("optimizer", optimizer, Optimizer)
     for name, value in (
         ("seq_len", seq_len),
@@ -276,8 +297,9 @@ def plan(
                      dtype_source="flag" if dtype else "default")  # fmt: skip
         analysis = analyze_loaded(loaded, w)
         w = _serving_dtype(analysis.workload)
-        from embedcalc.analysis.plan.search import plan_serving
+        from embedcalc.analysis.plan.search import plan_serving_kv
         from embedcalc.analysis.plan.serving import ServingRequest
+        from embedcalc.analysis.time.estimate import kv_refusal
 
         _check_choice("kv_admission", kv_admission, Literal["on-demand", "reserve"])
         engine = _engine_options(loaded.config, max_num_seqs, max_num_batched_tokens, spec_tokens,
@@ -288,8 +310,12 @@ def plan(
             Objectives(max_ttft, max_tpot, min_tokens_per_s), max_devices or DEFAULT_MAX_DEVICES,
             dtype_fallback=fallback, **engine,
         )  # fmt: skip
-        rows = tuple(plan_serving(loaded.config, devices, serve))
-        settings = {"workload": w.as_dict(), "concurrency": concurrency, "rate": rate, "kv_dtype": kv_dtype,
+        for kv in kv_dtypes:
+            if (refused := kv_refusal(loaded.config, None, kv)) is not None:
+                raise refused
+        rows = tuple(plan_serving_kv(loaded.config, devices, serve, kv_dtypes))
+        shown: str | list[str | None] | None = kv_dtype if len(kv_dtypes) == 1 else kv_dtypes
+        settings = {"workload": w.as_dict(), "concurrency": concurrency, "rate": rate, "kv_dtype": shown,
                     "memory_utilization": serve.utilization, "objectives": serve.objectives.to_json(),
                     "max_devices": serve.max_devices, "max_devices_given": max_devices is not None,
                     "max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,

@@ -208,9 +208,11 @@ def apply_time(
         return analysis, None
     from embedcalc.analysis.memory.capacity_search import capacity, with_kv_dtype
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, small_step_warning
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, kv_refusal, small_step_warning
     from embedcalc.devices.resolve import load_device
 
+    if (refused := kv_refusal(analysis.config, None, kv)) is not None:
+        raise refused  # before any count: the cache's widths cannot hold the format
     analysis = replace(analysis, memory=with_kv_dtype(analysis.memory, w, kv))
     if not wanted:
         return analysis, None

@@ -98,6 +98,25 @@ KvDtypeOption = Annotated[
         help=f"KV cache dtype, apart from the weights ({dtype_choices(KV_DTYPES, ' | ')}; default: the activations').",
     ),
 ]
+
+
+def _kv_dtype_list(value: str) -> str:
+    """``fp8,nvfp4`` -> each a KV dtype by its short name (exit 2 otherwise), joined by commas again."""
+    parse = dtype_parser(KV_DTYPES)
+    return ",".join(parse(part) for part in value.split(","))
+
+
+KvDtypesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-dtype",
+        parser=_kv_dtype_list,
+        metavar=dtype_metavar(KV_DTYPES) + "[,...]",
+        help=f"KV cache dtype, apart from the weights ({dtype_choices(KV_DTYPES, ' | ')}; default: the "
+        "activations'); several, comma-separated (fp8,nvfp4), plan every layout once per KV dtype, each row with its "
+        "own (nvfp4: devices with FP4 tensor cores only).",
+    ),
+]
 TrainTokensOption = Annotated[
     int | None,
     typer.Option(

@@ -14,7 +14,7 @@ from embedcalc.analysis.workload import Mode, Optimizer
 from embedcalc.cli import output
 from embedcalc.cli.common import CompareFormat, SetOption, handle_errors
 from embedcalc.cli.finetune_options import FinetuneFlags
-from embedcalc.cli.hardware_options import KvDtypeOption
+from embedcalc.cli.hardware_options import KvDtypesOption
 from embedcalc.cli.options import bounded_int, dtype_option, flags, length_parser, size_parser
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
@@ -129,7 +129,7 @@ def plan_command(
             "Default: the model's own (bf16 when it records none); fp16 on devices without bf16 (T4, V100)."
         ),
     ] = None,
-    kv_dtype: KvDtypeOption = None,
+    kv_dtype: KvDtypesOption = None,
     max_ttft: Annotated[
         float | None,
         typer.Option(

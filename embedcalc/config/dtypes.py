@@ -35,6 +35,11 @@ What each name means for the cost (stated once; memory and the roofline read it 
   to bf16 and multiplied at the bf16 peak (vLLM's Marlin and Triton MXFP4 kernels on Hopper and Ampere), and an
   FP4 ``--dtype`` asked for explicitly is refused naming the device (exit 3). Inference only.
 
+The KV cache (``--kv-dtype``, apart from the weights; default the activations' dtype) takes ``fp32``, ``bf16``,
+``fp16``, ``fp8``, ``int8`` (a byte a value) and ``nvfp4`` (:data:`KV_ELEMENT_BYTES`: 9 bytes per 16 values, only on a
+device with FP4 tensor cores and for a model whose cached vectors are whole 16-value blocks; the attention math is
+costed as with the other KV dtypes, only the bytes change).
+
 Where a workload's dtype came from (``dtype_source``): ``flag`` (``--dtype``, or ``dtype=`` in the Python API),
 ``preset`` (the published dtype a shipped preset records), ``config`` (a config file's ``dtype``, or a Hugging
 Face ``config.json``'s ``torch_dtype`` / ``dtype``), ``default`` (none of these: fp32).
@@ -43,11 +48,14 @@ Face ``config.json``'s ``torch_dtype`` / ``dtype``), ``default`` (none of these:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Literal, get_args
 
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "mxfp4", "nvfp4", "int8", "int4"]
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
-KvDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8"]  # a KV cache stored apart from the activations
+KvDtype = Literal[
+    "fp32", "bf16", "fp16", "fp8", "nvfp4", "int8"
+]  # a KV cache stored apart from the activations
 KV_DTYPES: tuple[KvDtype, ...] = get_args(KvDtype)
 DtypeSource = Literal["flag", "preset", "config", "default"]
 DEFAULT_DTYPE: Dtype = "fp32"
@@ -59,6 +67,18 @@ ALIASES: dict[str, Dtype] = {"float32": "fp32", "bfloat16": "bf16", "float16": "
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp4": 17 / 32, "nvfp4": 9 / 16, "int8": 1, "int4": 0.5,
 }  # fmt: skip
+# Bytes per cached value of each --kv-dtype: exact, as a fraction where a value takes less than a byte. nvfp4 (NVIDIA's
+# NVFP4 KV cache: TensorRT-LLM's "NVFP4 KV Cache" recipe, ModelOpt-calibrated; vLLM on Blackwell): 16 consecutive
+# values of a cached K or V vector (along the head dimension) in E2M1 with one E4M3 scale, 9 bytes per 16 values, as
+# the nvfp4 weights store them; the per-layer fp32 K and V scales are the checkpoint's, not the cache's. A model
+# whose cached vectors are not whole blocks (a head width not a multiple of 16) is refused nvfp4 KV
+# (analysis.memory.capacity_search.kv_dtype_problem), so the count is exact wherever it is given.
+KV_ELEMENT_BYTES: dict[str, int | Fraction] = {
+    "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": Fraction(9, 16), "int8": 1,
+}  # fmt: skip
+# KV dtypes engines store only on a device with an FP4 peak (Blackwell): TensorRT-LLM's NVFP4 KV cache kernels
+# (XQA/FMHA read it dequantized to FP8) and vLLM's are built for SM100 and later
+FP4_KV_DTYPES = frozenset({"nvfp4"})
 WEIGHT_ONLY_DTYPES = frozenset({"int8", "int4"})
 FP4_DTYPES = frozenset({"mxfp4", "nvfp4"})
 INFERENCE_ONLY_DTYPES = WEIGHT_ONLY_DTYPES | FP4_DTYPES  # no training in these formats here

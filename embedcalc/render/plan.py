@@ -107,7 +107,16 @@ TRAINING: list[Column] = [
 
 
 def _columns(result: PlanResult) -> list[Column]:
-    return TRAINING if result.mode == "training" else SERVING
+    if result.mode == "training":
+        return TRAINING
+    if isinstance(result.settings.get("kv_dtype"), list):  # several KV dtypes planned: each row says its own
+        at = next(i for i, (header, *_) in enumerate(SERVING) if header == "dtype") + 1
+        return [
+            *SERVING[:at],
+            ("KV dtype", lambda r: r.kv_dtype or "as activations", str, False),
+            *SERVING[at:],
+        ]
+    return SERVING
 
 
 def _default_load(settings: dict[str, Any]) -> str:

@@ -123,8 +123,8 @@ def test_help_builds_every_command_without_the_config_models() -> None:
 
 def test_literal_choices_are_the_tables_keys() -> None:
     """The dtype choices and the byte tables they index are the same sets (one list of names)."""
-    from embedcalc.analysis.memory.capacity_search import KV_DTYPE_BYTES
     from embedcalc.analysis.workload import DTYPE_BYTES, KvDtype
+    from embedcalc.config.dtypes import KV_ELEMENT_BYTES
 
     assert set(typing.get_args(Dtype)) == set(DTYPE_BYTES)
-    assert set(typing.get_args(KvDtype)) == set(KV_DTYPE_BYTES)
+    assert set(typing.get_args(KvDtype)) == set(KV_ELEMENT_BYTES)

@@ -18,6 +18,12 @@ def _where(layout: Layout, dtype: str) -> str:
     return f"{layout.devices} × {layout.device} ({layout.label}, {dtype})"
 
 
+def _dtypes(row: ServingRow, settings: dict[str, Any]) -> str:
+    """The row's dtype, and its KV cache's where several KV dtypes were planned (each row has its own)."""
+    several = isinstance(settings.get("kv_dtype"), list)
+    return f"{row.dtype}, KV {row.kv_dtype or 'as activations'}" if several else row.dtype
+
+
 def _serving_fixes(settings: dict[str, Any], load: bool) -> str:
     """What to change, naming only flags that would change something (never one already at that value)."""
     fixes = []
@@ -29,7 +35,8 @@ def _serving_fixes(settings: dict[str, Any], load: bool) -> str:
     w = settings.get("workload") or {}
     if w.get("dtype") in ("fp32", "bf16", "fp16"):
         fixes.append("hold less (--dtype fp8 or int8)")
-    if settings.get("kv_dtype") not in ("fp8", "int8"):
+    kv = settings.get("kv_dtype")
+    if not {"fp8", "int8", "nvfp4"} & set(kv if isinstance(kv, list) else [kv]):
         fixes.append("a smaller KV cache (--kv-dtype fp8)")
     utilization = settings.get("memory_utilization")
     if isinstance(utilization, float) and utilization < 0.95:
@@ -54,13 +61,14 @@ def _serving_line(rows: tuple[ServingRow, ...], settings: dict[str, Any]) -> str
             if cost is not None
             else f"no price for {best.layout.device} (--price-per-hour {best.layout.device}=P for the cost)"
         )
-        return (f"Serve on {_where(best.layout, best.dtype)}: {price}, {amount(t.tokens_per_s)} tokens/s "
+        return (f"Serve on {_where(best.layout, _dtypes(best, settings))}: {price}, {amount(t.tokens_per_s)} tokens/s "
                 f"({amount(t.tokens_per_s / best.layout.devices)} per device), TTFT {seconds(t.ttft_s)}, TPOT "
                 f"{seconds(t.tpot_s)} at {t.concurrency:,.4g} in flight")  # fmt: skip
     served = [r for r in rows if r.times is not None]
     if served:
         near = served[0]
-        return (f"No layout meets every objective; the cheapest that fits, {_where(near.layout, near.dtype)}, "
+        where = _where(near.layout, _dtypes(near, settings))
+        return (f"No layout meets every objective; the cheapest that fits, {where}, "
                 f"misses: {'; '.join(near.reasons)}. Relax the objective, or "
                 f"{_serving_fixes(settings, True)}")  # fmt: skip
     if rows and all(r.memory is None for r in rows):  # no device planned runs the dtype

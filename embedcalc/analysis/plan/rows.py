@@ -253,6 +253,7 @@ class ServingRow:
     max_concurrency: int | None = None
     times: ServingTimes | None = None
     reasons: tuple[str, ...] = ()
+    kv_dtype: str | None = None  # the KV cache's dtype on this layout (None: the activations')
 
     @property
     def ok(self) -> bool:
@@ -282,7 +283,7 @@ class ServingRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "layout": self.layout.to_json(), "dtype": self.dtype, "ok": self.ok,
+            "layout": self.layout.to_json(), "dtype": self.dtype, "kv_dtype": self.kv_dtype, "ok": self.ok,
             "reasons": [str(r) for r in self.reasons],  # plain str in JSON, not Reason
             "max_concurrency": self.max_concurrency,
             "memory": None if self.memory is None else self.memory.to_json(),

@@ -7,9 +7,10 @@ latency objectives are set — disaggregated (:mod:`.disaggregated`). Each layou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from embedcalc.analysis.plan.disaggregated import disaggregated
-from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Price, ServingRow
+from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Price, Reason, ServingRow
 from embedcalc.analysis.plan.serving import (
     ServingRequest,
     Unit,
@@ -21,6 +22,7 @@ from embedcalc.analysis.plan.serving import (
     tp_degrees,
 )
 from embedcalc.analysis.structure import stacks
+from embedcalc.analysis.time.estimate import kv_device_problem
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
 
@@ -41,6 +43,8 @@ def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, 
     to ``request.max_devices``."""
     w = device_dtype(device, request.workload, request.dtype_fallback)
     missing = no_peak(device, w)
+    if missing is None and (why := kv_device_problem(device, request.kv_dtype)) is not None:
+        missing = Reason("dtype", why, f"no {request.kv_dtype} KV cache (no FP4 tensor cores)")
     if missing:  # one row says it for the device
         return [ServingRow(Layout(device.name), price, w.dtype, reasons=(missing,))]
     layouts = [Layout(device.name, tp) for tp in degrees] + [Layout(device.name, dp=n, ep=n) for n in ep]
@@ -85,6 +89,20 @@ def plan_serving(
     most = min(NODE_DEVICES, request.max_devices)
     degrees, ep = tp_degrees(config, most), ep_degrees(config, most)
     rows = [
-        row for device, price in devices for row in plan_device(config, device, request, price, degrees, ep)
+        replace(row, kv_dtype=request.kv_dtype)
+        for device, price in devices
+        for row in plan_device(config, device, request, price, degrees, ep)
     ]
+    return sorted(rows, key=ServingRow.sort_key)
+
+
+def plan_serving_kv(
+    config: ResolvedShape,
+    devices: Sequence[tuple[Device, Price | None]],
+    request: ServingRequest,
+    kv_dtypes: Sequence[str | None],
+) -> list[ServingRow]:
+    """:func:`plan_serving` once per KV cache dtype asked for, the rows together, best first: the KV dtype is a
+    choice per layout (each row says its own), compared side by side (fp8 against bf16, nvfp4 on Blackwell)."""
+    rows = [row for kv in kv_dtypes for row in plan_serving(config, devices, replace(request, kv_dtype=kv))]
     return sorted(rows, key=ServingRow.sort_key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from embedcalc.analysis.flops import forward_flops
 from embedcalc.analysis.memory import kv_cache_bytes, stored_bytes
@@ -138,7 +139,9 @@ def prefill_lengths(config: ResolvedShape, w: Workload) -> Lengths:
     return Lengths({stack: w.seq_len}, {stack: w.seq_len}, 0, w.seq_len)
 
 
-def decode_lengths(config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | None = None) -> Lengths:
+def decode_lengths(
+    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | Fraction | None = None
+) -> Lengths:
     """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
     that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
     encoder-decoder's cross-attention part, which the cross cores read. A sparse layer's indexer reads all its
@@ -151,7 +154,7 @@ def decode_lengths(config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: in
     return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, read, index)
 
 
-def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int) -> int:
+def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction) -> int:
     """Bytes of another model's keys and values the ``kv_external`` layers (a drafter's: Gemma 4's assistant) read
     in one decode step, every sequence of the batch: the cache they attend to is the target's, none of their own, but
     its ``kv_len`` tokens (at most a layer's window) are read all the same. (A ``kv_shared`` layer's reads of its
@@ -164,10 +167,12 @@ def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_byt
         limit = a.cache_limit
         tokens = kv_len if limit is None else min(kv_len, limit)
         total += layers * tokens * a.num_kv_heads * (a.head_dim + a.value_head_dim)
-    return w.batch_size * total * element_bytes
+    return int(w.batch_size * total * element_bytes)
 
 
-def _sparse_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int) -> tuple[int, int]:
+def _sparse_reads(
+    config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction
+) -> tuple[int, int]:
     """(cached latent bytes the sparse layers' cores do not read, indexer key bytes their indexers read) in one
     decode step at ``kv_len`` cached tokens, every sequence of the batch."""
     unread = index = 0
@@ -177,11 +182,11 @@ def _sparse_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes
             continue
         unread += layers * max(kv_len - a.index_topk, 0) * (a.kv_lora_rank + a.qk_rope_head_dim)
         index += layers * kv_len * a.index_cache_width
-    return w.batch_size * unread * element_bytes, w.batch_size * index * element_bytes
+    return int(w.batch_size * unread * element_bytes), int(w.batch_size * index * element_bytes)
 
 
 def cache_bytes(
-    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | None = None
+    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | Fraction | None = None
 ) -> tuple[int, int]:
     """(self-attention, cross-attention) KV cache bytes of the whole model (every TP rank's share together) with
     ``kv_len`` tokens cached per sequence: the memory model's :func:`kv_cache_bytes`, in the KV dtype."""
@@ -199,7 +204,7 @@ def cache_bytes(
             * at.activation_bytes
         )
     scale = at.activation_bytes if kv_bytes is None else kv_bytes
-    return (total - cross) * scale // at.activation_bytes, cross * scale // at.activation_bytes
+    return int((total - cross) * scale // at.activation_bytes), int(cross * scale // at.activation_bytes)
 
 
 def _attention_layers(config: ResolvedShape, stack: str, cross: bool) -> list[tuple[Attention, int]]:
@@ -212,7 +217,7 @@ def _attention_layers(config: ResolvedShape, stack: str, cross: bool) -> list[tu
 
 
 def _core_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Lengths, decode: bool,
-                  kv_bytes: int) -> Traffic:  # fmt: skip
+                  kv_bytes: int | Fraction) -> Traffic:  # fmt: skip
     """Bytes of one attention core (Q·Kᵀ or A·V) of one stack, summed over its layers (module docstring): Q and K
     (scores) or the probabilities' V and the output (context), in each layer's own widths (MLA: the decompressed
     per-head K and V the cores multiply)."""
@@ -235,7 +240,7 @@ def _core_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Lengths
             keys_seen = min(n_a, a.index_topk) if a.kind == "sparse" else n_a
             activation += b * a.num_heads * m * keys_seen * layers * e
     if decode:  # one query per sequence: its vectors stay on chip; the cache is what is read
-        return Traffic(kv_read_bytes=keys * kv_bytes)
+        return Traffic(kv_read_bytes=int(keys * kv_bytes))
     return Traffic(activation_bytes=activation + keys * e)
 
 
@@ -257,7 +262,7 @@ def _index_traffic(key: str, config: ResolvedShape, w: Workload, lengths: Length
 
 
 def phase_traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
-                   kv_bytes: int, weights: Weights) -> dict[str, Traffic]:  # fmt: skip
+                   kv_bytes: int | Fraction, weights: Weights) -> dict[str, Traffic]:  # fmt: skip
     """Per component, the whole model's traffic for one phase (before the TP split)."""
     out: dict[str, Traffic] = {}
     e, b = w.activation_bytes, w.batch_size
@@ -306,21 +311,24 @@ def phase_traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], 
 
 
 def _state_traffic(config: ResolvedShape, w: Workload, key: str, f: int, lengths: Lengths, decode: bool,
-                   kv_bytes: int, weights: Weights, caches: bool) -> Traffic:  # fmt: skip
+                   kv_bytes: int | Fraction, weights: Weights, caches: bool) -> Traffic:  # fmt: skip
     """A recurrent mixer's scan or convolution, all its layers (analysis/mixers.py): a decode step reads and writes
     the state (the SSM state, or the convolution's window); a prefill reads the inputs and writes the outputs, and
     writes the final state once."""
     stack, _, part = key.split("/")
     mixers = [(b.mixer, n) for b, n in config.stack_plan(stack).counts() if b.mixer is not None]
     b, e = w.batch_size, w.activation_bytes
-    state = b * sum(
-        n
-        * (
-            m.ssm_state_values * ssm_state_bytes(m, kv_bytes)
-            if part == "ssm"
-            else m.conv_state_values * kv_bytes
+    state = int(
+        b
+        * sum(
+            n
+            * (
+                m.ssm_state_values * ssm_state_bytes(m, kv_bytes)
+                if part == "ssm"
+                else m.conv_state_values * kv_bytes
+            )
+            for m, n in mixers
         )
-        for m, n in mixers
     )
     weight = weights.bytes_read(key, weights.numel.get(key, 0))
     if decode:
@@ -339,7 +347,9 @@ def _experts_numel(numel: int, experts: int, top_k: int, tokens: int) -> int:
     return round(numel * experts_reached(experts, top_k, tokens) / experts)
 
 
-def _add_kv_writes(config: ResolvedShape, w: Workload, kv_bytes: int, out: dict[str, Traffic]) -> None:
+def _add_kv_writes(
+    config: ResolvedShape, w: Workload, kv_bytes: int | Fraction, out: dict[str, Traffic]
+) -> None:
     """Prefill: the prompt's K and V written to the cache (the memory model's KV cache at the prompt length, per
     layer windows and MLA's compressed latent), on the projection that makes them (qkv, or MLA's kv_a); an
     encoder-decoder's cross-attention K and V of the source on its cross qkv, once."""

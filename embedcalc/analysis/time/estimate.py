@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any
 
 from embedcalc.analysis.memory import low_precision
-from embedcalc.analysis.memory.capacity_search import kv_element_bytes
+from embedcalc.analysis.memory.capacity_search import kv_dtype_problem, kv_element_bytes
 from embedcalc.analysis.roofline.estimate import (
     ComponentTime,
     Efficiency,
@@ -39,7 +40,7 @@ from embedcalc.analysis.time.expected import ExpectedModel, device_constants, in
 from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.dtypes import ACTIVATION_DTYPE, FP4_DTYPES, WEIGHT_ONLY_DTYPES
+from embedcalc.config.dtypes import ACTIVATION_DTYPE, FP4_DTYPES, FP4_KV_DTYPES, WEIGHT_ONLY_DTYPES
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.calibration import Calibration, load_calibration
@@ -86,6 +87,28 @@ def _lacks(device: Device, dtype: str, what: str, code: str) -> WorkloadError:
         f"catalogue peaks: {have}); use --dtype bf16 or fp16 on it, or a device with {what} ({with_it})"
     )
     return WorkloadError(message, [Problem("--dtype", message, code)], code)  # fmt: skip
+
+
+def kv_device_problem(device: Device, kv_dtype: str | None) -> str | None:
+    """Why ``device`` cannot hold a KV cache in ``kv_dtype`` (None: it can): an FP4 cache needs a device with an FP4
+    peak (config.dtypes.FP4_KV_DTYPES: the engines' NVFP4 KV kernels are Blackwell's)."""
+    if kv_dtype in FP4_KV_DTYPES and device.peak("fp4") is None:
+        return (f"--kv-dtype {kv_dtype} --hardware {device.name}: engines keep an NVFP4 KV cache only on devices with "
+                f"FP4 tensor cores (Blackwell: B200, GB200), and the {device.title} has none; use --kv-dtype fp8 on "
+                "it")  # fmt: skip
+    return None
+
+
+def kv_refusal(config: ResolvedShape, device: Device | None, kv_dtype: str | None) -> WorkloadError | None:
+    """The error (exit 3) of a KV dtype the model's cached widths or the device cannot hold, naming --kv-dtype."""
+    message = kv_dtype_problem(config, kv_dtype) or (
+        None if device is None else kv_device_problem(device, kv_dtype)
+    )
+    if message is None:
+        return None
+    return WorkloadError(
+        message, [Problem("--kv-dtype", message, "kv_dtype_unsupported")], "kv_dtype_unsupported"
+    )
 
 
 def gemm_peak_dtype(device: Device, w: Workload) -> PeakDtype:
@@ -159,7 +182,7 @@ class TimeRequest:
 
 
 def _traffic(config: ResolvedShape, w: Workload, flops: Mapping[str, int], lengths: Lengths, decode: bool,
-             kv_bytes: int, weights: Weights, divisor: int) -> dict[str, Traffic]:  # fmt: skip
+             kv_bytes: int | Fraction, weights: Weights, divisor: int) -> dict[str, Traffic]:  # fmt: skip
     raw = phase_traffic(config, w, flops, lengths, decode, kv_bytes, weights)
     return per_device(config, w, raw, weights, divisor)
 
@@ -207,6 +230,9 @@ def estimate_time(
     (``lower_bound``); ``optimizer_bytes`` is the per-device weights + gradients + optimizer state a training step
     reads and writes once."""
     device = request.device
+    refused = kv_refusal(config, device, request.kv_dtype)
+    if refused is not None:
+        raise refused
     if device is None:
         return RooflineEstimate(
             None, None, request.kv_dtype, None, None, Efficiency(), batch_size=w.batch_size
