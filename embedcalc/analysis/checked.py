@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.report import Analysis, analyze
-from embedcalc.analysis.workload import DtypeSource, Workload, with_model_dtype
+from embedcalc.analysis.workload import DtypeSource, Workload, context_problems, with_model_dtype
 from embedcalc.config.advisories import config_warnings, workload_problems
 from embedcalc.errors import ConfigError, Problem
 
@@ -27,7 +27,7 @@ def fit_problems(
     the parallel layout's errors, warnings and notes)."""
     workload_errors, warnings = workload_problems(config, workload)
     parallel_errors, notes = parallel_problems(config, workload.parallel)
-    return workload_errors, parallel_errors, warnings + notes
+    return workload_errors, context_problems(workload) + parallel_errors, warnings + notes
 
 
 def does_not_fit(target: str, errors: list[Problem]) -> ConfigError:

@@ -82,6 +82,33 @@ def _moe_problems(config: ResolvedShape, par: Parallelism) -> list[Problem]:
     return errors
 
 
+def _cp_problems(config: ResolvedShape, par: Parallelism) -> list[Problem]:
+    """Context parallelism (Parallelism's ``cp``) as modelled here: a decoder whose every layer is full causal
+    self-attention (standard, GQA or MQA heads) passed around the ring; anything else is refused naming why."""
+    if par.cp == 1:
+        return []
+    why = None
+    if config.architecture != "decoder":
+        why = f"{config.label} is an {config.architecture}: context parallelism splits a decoder's causal sequence"
+    elif config.has_recurrent_state:
+        why = f"{config.label} has recurrent mixers, whose scan runs over the whole sequence on one rank"
+    else:
+        for block in config.stack_plan("decoder").blocks:
+            a = block.attention
+            if a is None:
+                continue
+            if a.kind != "standard" or a.external or a.kv_shared or a.kv_external:
+                why = (f"block {block.name!r} has {a.kind} attention; the ring exchange modelled here is of "
+                       "standard attention's keys and values")  # fmt: skip
+            elif a.window is not None or a.chunk is not None:
+                why = f"block {block.name!r} attends within a window or chunk, which the ring layout does not balance"
+            if why is not None:
+                break
+    if why is None:
+        return []
+    return [Problem("--cp", f"--cp {par.cp}: {why}; use --cp 1", "cp_model")]
+
+
 def _kv_heads(config: ResolvedShape) -> list[int]:
     """The KV head counts of the stacks' standard attention layers (the flat one, and every block's own)."""
     counts = {b.attention.num_kv_heads for s in stacks(config) for b in config.stack_plan(s.name).blocks
@@ -159,7 +186,7 @@ def parallel_problems(config: ResolvedShape, par: Parallelism) -> tuple[list[Pro
                     "tp_ffn_dim",
                 )
             )
-    errors += _moe_problems(config, par)
+    errors += _moe_problems(config, par) + _cp_problems(config, par)
     if config.vocab_size % tp:
         padded = -(-config.vocab_size // tp) * tp
         notes.append(

@@ -143,7 +143,12 @@ class Parallelism:
     experts' state over the dp / ep ranks that hold the same experts. ``pp_virtual``: model chunks per pipeline
     rank, Megatron-LM's interleaved 1F1B schedule (Narayanan et al. 2021, §2.2.2; ``--num-layers-per-virtual-
     pipeline-stage``): the bubble shrinks v-fold and each micro-batch crosses v times as many stage boundaries
-    (training only: :mod:`embedcalc.analysis.time.schedule`).
+    (training only: :mod:`embedcalc.analysis.time.schedule`). ``cp``: context parallelism (Megatron-core's
+    ``--context-parallel-size``, TransformerEngine's ring attention with KV exchanged point to point): each
+    sequence is split over ``cp`` ranks, each holding seq_len / cp tokens (in 2·cp chunks, ranks i and 2·cp − 1 − i
+    together, so causal attention work is balanced) and every weight; the gradients are reduced, and ZeRO shards,
+    over dp × cp ranks; devices = tp × cp × pp × dp (Megatron's rank order: tp, cp, dp, then pp). Training only
+    (:func:`context_local` says what one rank computes).
     """
 
     tp: int = bounded(1, 1)
@@ -152,13 +157,19 @@ class Parallelism:
     zero: int = bounded(0, 0, 3)
     ep: int = bounded(1, 1)
     pp_virtual: int = bounded(1, 1)
+    cp: int = bounded(1, 1)
 
     def __post_init__(self) -> None:
         check_bounds(self)
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def gradient_ranks(self) -> int:
+        """Ranks holding the same weights, over which gradients are reduced and ZeRO shards: dp × cp."""
+        return self.dp * self.cp
 
     @property
     def splits_model(self) -> bool:
@@ -267,3 +278,43 @@ def with_model_dtype(workload: Workload, model_dtype: str | None, source: DtypeS
         # activation dtype: OpenAI's gpt-oss fine-tuning recipe loads them with Mxfp4Config(dequantize=True)
         model_dtype = ACTIVATION_DTYPE[model_dtype]
     return replace(workload, dtype=model_dtype, dtype_source=source)  # type: ignore[arg-type]
+
+
+def context_local(w: Workload) -> Workload:
+    """What one context-parallel rank computes (Parallelism's ``cp``): ``w`` with seq_len / cp tokens per sequence,
+    the layout unchanged. Every per-token count (linear layers, activations saved, element-wise traffic, TP and PP
+    volumes) is this workload's; only the attention cores see every key (a rank's queries against the whole causal
+    sequence: 1 / cp of the full sequence's core work, balanced by the chunk layout)."""
+    cp = w.parallel.cp
+    return w if cp == 1 else replace(w, seq_len=w.seq_len // cp)
+
+
+def context_problems(w: Workload) -> list[Problem]:
+    """What context parallelism (Parallelism's ``cp``) needs of the workload: training, a sequence of whole
+    2·cp chunks, fused attention (the config's side is :func:`embedcalc.analysis.parallel.parallel_problems`)."""
+    cp = w.parallel.cp
+    why = None
+    if cp == 1:
+        return []
+    if w.mode != "training":
+        why = (
+            "splits a training sequence over ranks (Megatron-core's context parallelism); an inference request's "
+            "context parallelism is not modelled: drop it or add --mode training",
+            "cp_inference",
+        )
+    elif w.seq_len % (2 * cp):
+        lo = max(2 * cp, w.seq_len - w.seq_len % (2 * cp))
+        why = (
+            f"splits each sequence into 2 × {cp} equal chunks (TransformerEngine's load-balanced causal layout), "
+            f"so --seq-len {w.seq_len} must be a multiple of {2 * cp}; use --seq-len {lo}",
+            "cp_seq_len",
+        )
+    elif w.attention == "eager":
+        why = (
+            "runs fused (flash) attention chunk by chunk round the ring; the eager score matrix is not split: use "
+            "--attention sdpa",
+            "cp_eager",
+        )
+    if why is None:
+        return []
+    return [Problem("--cp", f"--cp {cp} {why[0]}", why[1])]

@@ -242,7 +242,7 @@ class WorkloadFlags:
 
 @dataclass(frozen=True)
 class ParallelFlags:
-    """--tp, --ep, --pp, --pp-virtual, --dp, --zero (Megatron-LM / ZeRO conventions; see Parallelism)."""
+    """--tp, --ep, --pp, --pp-virtual, --dp, --cp, --zero (Megatron-LM / ZeRO conventions; see Parallelism)."""
 
     tp: Annotated[
         int, _int_option(Parallelism, "tp", "--tp", help="Tensor-parallel degree (Megatron-LM).")
@@ -272,6 +272,14 @@ class ParallelFlags:
         int,
         _int_option(Parallelism, "dp", "--dp", help="Data-parallel replicas (ZeRO shards over them)."),
     ] = _P.dp
+    cp: Annotated[
+        int,
+        _int_option(
+            Parallelism, "cp", "--cp",
+            help="Training: context-parallel degree (Megatron-core): each sequence split over this many ranks, "
+            "keys and values passed round a ring; --seq-len a multiple of 2·cp, a decoder of full causal attention.",
+        ),
+    ] = _P.cp  # fmt: skip
     zero: Annotated[
         int,
         _int_option(

@@ -40,7 +40,9 @@ def workload_header(a: Analysis, defaulted: Sequence[str] = ()) -> Text:
     w = a.workload
     tokens = f"seq_len {w.seq_len}" + (f", tgt_len {w.tgt_len}" if w.tgt_len is not None else "")
     par = w.parallel
-    layout = ", ".join(f"{k} {getattr(par, k)}" for k in ("tp", "pp", "dp", "ep") if getattr(par, k) > 1)
+    layout = ", ".join(
+        f"{k} {getattr(par, k)}" for k in ("tp", "cp", "pp", "dp", "ep") if getattr(par, k) > 1
+    )
     parts = [w.mode, f"batch {w.batch_size} × {tokens}", f"{w.dtype} ({w.dtype_source})", layout]
     line = f"Workload — {a.target}: " + ", ".join(p for p in parts if p)
     sizes = {"batch_size": f"--batch-size {w.batch_size}", "seq_len": f"--seq-len {w.seq_len}"}
@@ -210,6 +212,10 @@ def _memory_caption(a: Analysis) -> str:
         where = (
             f" Per device: tp {par.tp}, pp {par.pp}, dp {par.dp}, ZeRO {par.zero}; heaviest pipeline stage."
         )
+        if par.cp > 1:
+            where += (
+                f" Context-parallel over {par.cp} ranks: each holds seq_len / {par.cp} tokens' activations."
+            )
     if w.mode == "training":
         recipe = "fp32 weights and gradients" if w.dtype == "fp32" else "mixed precision, fp32 master copy"
         return (

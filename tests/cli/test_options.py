@@ -89,7 +89,7 @@ def test_check_judges_memory_per_device_with_the_parallel_flags(cli: Any) -> Non
     alone, sharded = cli("check", *args), cli("check", *args, "--tp", "8", "--dp", "8", "--zero", "3")
     assert alone.exit_code == 5 and sharded.exit_code == 0, (alone.stderr, sharded.stderr)
     workload = json.loads(sharded.stdout)["workload"]
-    assert workload["parallel"] == {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "ep": 1, "pp_virtual": 1}
+    assert workload["parallel"] == {"tp": 8, "pp": 1, "dp": 8, "zero": 3, "ep": 1, "pp_virtual": 1, "cp": 1}
     analyzed = cli("analyze", *args, "--tp", "8", "--dp", "8", "--zero", "3")
     assert analyzed.exit_code == 0
 

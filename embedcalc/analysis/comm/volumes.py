@@ -33,6 +33,13 @@ Conventions, stated because peers differ:
 - **EP** (expert parallelism; Lepikhin et al. 2021, GShard): every MoE layer dispatches its tokens' top_k copies to
   the experts' devices and combines them back, an all-to-all of t x top_k x d each way, forward and backward.
 
+- **CP** (context parallelism, Megatron-core with TransformerEngine's ``AttnFuncWithCPAndKVP2P``): each rank holds
+  seq_len / cp tokens of every sequence; in every attention layer the key/value chunks travel round the ring of cp
+  ranks point to point, cp − 1 sends of the rank's own chunk (b × seq_len / cp tokens × its K and V widths: the KV
+  heads its TP rank holds) in the forward, and in the backward the chunks again and their gradients (2 (cp − 1)
+  sends). Every other volume is that of the rank's seq_len / cp tokens, and the gradients are reduced over dp × cp
+  ranks (the CP ranks hold the same weights).
+
 With ``--ep`` the experts' gradients are in fact reduced over the dp / ep ranks that hold the same experts; they
 are counted here in the one dp all-reduce (an upper bound). The numbers are for the busiest device: the pipeline
 stage with the most layers and parameters.
@@ -46,11 +53,11 @@ from typing import Any, Literal
 from embedcalc.analysis.memory import mixed_precision
 from embedcalc.analysis.parallel import stage_layout, stage_params
 from embedcalc.analysis.structure import projected_kv, stacks
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import Workload, context_local
 from embedcalc.config.resolved import ResolvedShape
 
 Kind = Literal["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send"]
-Group = Literal["dp", "tp", "pp", "ep"]
+Group = Literal["dp", "tp", "pp", "ep", "cp"]
 
 FP32_BYTES = 4
 
@@ -205,7 +212,8 @@ def _tp(config: ResolvedShape, workload: Workload, sequence_parallel: bool) -> l
 
 def _dp(config: ResolvedShape, workload: Workload) -> list[Collective]:
     par = workload.parallel
-    if par.dp == 1:
+    n = par.gradient_ranks  # dp × cp: the ranks holding the same weights
+    if n == 1:
         return []
     from embedcalc.analysis.comm.gradient_buckets import (
         ddp_bucket_count,
@@ -217,22 +225,22 @@ def _dp(config: ResolvedShape, workload: Workload) -> list[Collective]:
     mixed = mixed_precision(workload.dtype)
     grads, weights = params * (2 if mixed else 4), params * (2 if mixed else 4)
     if workload.mode != "training":
-        return [Collective("all-gather", "dp", par.dp, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []
+        return [Collective("all-gather", "dp", n, "ZeRO-3 weights", 1, weights)] if par.zero == 3 else []
     if par.zero == 0:
         calls = ddp_bucket_count(gradient_tensor_runs(config, par, 2 if mixed else 4))
-        return [Collective("all-reduce", "dp", par.dp, "DDP gradient buckets", calls, grads, "backward")]
+        return [Collective("all-reduce", "dp", n, "DDP gradient buckets", calls, grads, "backward")]
     if par.zero == 3:  # FSDP2: per unit, gathered in the forward and again in the backward (not the root)
-        units = fsdp_unit_runs(config, par.tp, par.dp, 2 if mixed else 4)
+        units = fsdp_unit_runs(config, par.tp, n, 2 if mixed else 4)
         forward, count = sum(size * n for _, size, n in units), sum(n for _, _, n in units)
         backward = forward - units[-1][1]
         return [
-            Collective("all-gather", "dp", par.dp, "FSDP2 units' weights", count, forward, "forward"),
-            Collective("all-gather", "dp", par.dp, "FSDP2 blocks' weights", count - 1, backward, "backward"),
-            Collective("reduce-scatter", "dp", par.dp, "FSDP2 units' gradients", count, forward, "backward"),
+            Collective("all-gather", "dp", n, "FSDP2 units' weights", count, forward, "forward"),
+            Collective("all-gather", "dp", n, "FSDP2 blocks' weights", count - 1, backward, "backward"),
+            Collective("reduce-scatter", "dp", n, "FSDP2 units' gradients", count, forward, "backward"),
         ]
     return [
-        Collective("reduce-scatter", "dp", par.dp, "gradients", 1, grads),
-        Collective("all-gather", "dp", par.dp, "updated weights", 1, weights),
+        Collective("reduce-scatter", "dp", n, "gradients", 1, grads),
+        Collective("all-gather", "dp", n, "updated weights", 1, weights),
     ]
 
 
@@ -275,11 +283,39 @@ def _ep(config: ResolvedShape, workload: Workload) -> list[Collective]:
     return out
 
 
+def _cp(config: ResolvedShape, workload: Workload) -> list[Collective]:
+    """The ring exchange of one rank's key/value chunk in every attention layer of the busiest stage (``workload``
+    is the rank's own: seq_len / cp tokens)."""
+    par = workload.parallel
+    if par.cp == 1 or config.architecture != "decoder":
+        return []
+    busiest = max(stage_layout(config, par.pp), key=lambda s: s.num_layers)
+    e, tokens = workload.activation_bytes, workload.batch_size * workload.seq_len
+    forward = payload = 0
+    for block, count in busiest.blocks.get("decoder", []):
+        a = block.attention
+        if a is None:
+            continue
+        heads = max(1, a.num_kv_heads // par.tp)  # the KV heads one TP rank holds (replicated below tp)
+        forward += count * (par.cp - 1)
+        payload += count * (par.cp - 1) * tokens * heads * (a.head_dim + (a.v_head_dim or a.head_dim)) * e
+    if not forward:
+        return []
+    out = [Collective("send", "cp", par.cp, "key/value chunks round the ring (forward)", forward, payload,
+                      "forward")]  # fmt: skip
+    if workload.mode == "training":
+        out.append(Collective("send", "cp", par.cp, "key/value chunks and their gradients (backward)", 2 * forward,
+                              2 * payload, "backward"))  # fmt: skip
+    return out
+
+
 def communication(
     config: ResolvedShape, workload: Workload, sequence_parallel: bool = False
 ) -> CommunicationEstimate:
-    """The collectives of one device for ``workload`` under its parallel settings (module docstring)."""
+    """The collectives of one device for ``workload`` under its parallel settings (module docstring); with context
+    parallelism, those of one rank's seq_len / cp tokens."""
+    local = context_local(workload)
     return CommunicationEstimate(
-        [*_dp(config, workload), *_tp(config, workload, sequence_parallel), *_pp(config, workload),
-         *_ep(config, workload)]
+        [*_dp(config, local), *_tp(config, local, sequence_parallel), *_pp(config, local), *_ep(config, local),
+         *_cp(config, local)]
     )  # fmt: skip

@@ -96,7 +96,8 @@ def capacity(
     config: ResolvedShape, w: Workload, limit_bytes: int, source: str, kv_dtype: str | None
 ) -> Capacity:
     """The largest batch (at this context) and the largest context (at this batch) within ``limit_bytes`` per
-    device; the context is prompt + generated tokens, at most max_seq_len."""
+    device; the context is prompt + generated tokens, at most max_seq_len (with --cp, a whole number of 2·cp
+    chunks)."""
 
     def fits(trial: Workload) -> bool:
         return kv_adjusted_total(estimate_memory(config, trial), trial, kv_dtype) <= limit_bytes
@@ -108,13 +109,15 @@ def capacity(
             hi *= 2
         batch = largest(lambda b: fits(replace(w, batch_size=b)), hi, min(2 * hi, _MAX_BATCH))
     extra = w.gen_tokens if config.architecture == "decoder" else 0
-    cap = config.max_seq_len - extra
+    # context parallelism splits a sequence into 2·cp equal chunks: the contexts searched are whole chunks
+    unit = 2 * w.parallel.cp if w.parallel.cp > 1 else 1
+    cap = (config.max_seq_len - extra) // unit
     context: int | None = None
     limited: Literal["memory", "max_seq_len"] | None = None
-    if cap >= 1 and fits(replace(w, seq_len=1)):
-        if fits(replace(w, seq_len=cap)):
-            context, limited = cap + extra, "max_seq_len"
+    if cap >= 1 and fits(replace(w, seq_len=unit)):
+        if fits(replace(w, seq_len=cap * unit)):
+            context, limited = cap * unit + extra, "max_seq_len"
         else:
-            context = largest(lambda n: fits(replace(w, seq_len=n)), 1, cap) + extra
+            context = largest(lambda n: fits(replace(w, seq_len=n * unit)), 1, cap) * unit + extra
             limited = "memory"
     return Capacity(limit_bytes, source, batch, context, limited)

@@ -9,7 +9,10 @@ reported again beside them as ``buffers_bytes`` (a part of ``weights_bytes``, no
 All of it per device: with ``--tp/--pp/--dp/--zero`` (see ``analysis/parallel.py``) the numbers are those of the
 heaviest pipeline stage's device; every stage is listed beside it. ZeRO (Rajbhandari et al. 2020) shards the dense
 state over the dp ranks and the expert state over the dp / ep ranks that hold the same experts: stage 1 the
-optimizer state, 2 also the gradients, 3 also the weights.
+optimizer state, 2 also the gradients, 3 also the weights. With context parallelism (``--cp``) every rank holds all
+its stage's weights and the activations of its seq_len / cp tokens (fused attention saves only linear terms, so they
+are exactly those of a seq_len / cp workload); ZeRO shards over dp × cp ranks, as Megatron's distributed optimizer
+does over its data-parallel-with-context-parallel group.
 
 With pipeline parallelism and the 1F1B schedule, stage i holds the training activations of pp - i
 micro-batches in flight (Narayanan et al. 2021), so the first stage holds as many layers' worth as the whole
@@ -48,7 +51,7 @@ from embedcalc.analysis.mixers import state_terms
 from embedcalc.analysis.parallel import Stage, sharded_shape, stage_dims, stage_layout, stage_tensors
 from embedcalc.analysis.params import model_tensors
 from embedcalc.analysis.structure import Dims, Num, maximum
-from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Parallelism, Workload
+from embedcalc.analysis.workload import INFERENCE_ONLY_DTYPES, Parallelism, Workload, context_local
 from embedcalc.config.resolved import ResolvedShape
 
 MEMORY_KEYS = (
@@ -207,10 +210,11 @@ def _stage_memory(
     mixed = mixed_precision(workload.dtype)
     in_flight = par.pp - stage.index  # 1F1B: micro-batches whose activations stage i holds
     per_param = training_param_bytes(workload.dtype)
-    zero, dp = par.zero, par.dp
+    zero, dp = par.zero, par.gradient_ranks
 
     def sharded(total_dense: int, total_expert: int, level: int) -> int:
-        """ZeRO: dense state over dp ranks, expert state over the dp / ep ranks that hold the same experts."""
+        """ZeRO: dense state over the dp × cp ranks, expert state over the dp × cp / ep ranks that hold the same
+        experts."""
         if zero < level:
             return total_dense + total_expert
         return -(-total_dense // dp) + -(-total_expert // max(1, dp // par.ep))
@@ -231,7 +235,9 @@ def _stage_memory(
         weights_bytes=sharded(dense_params * per_param, expert_params * per_param, 3) + buffers,
         gradients_bytes=sharded(dense_params * per_param, expert_params * per_param, 2),
         optimizer_bytes=sharded(optimizer[0], optimizer[1], 1),
-        activations_bytes=held_activations(in_flight * saved_activations(config, workload, stage).total, par),
+        activations_bytes=held_activations(
+            in_flight * saved_activations(config, context_local(workload), stage).total, par
+        ),
         kv_cache_bytes=0,
         buffers_bytes=buffers,
     )  # fmt: skip
@@ -253,7 +259,7 @@ def estimate_memory(config: ResolvedShape, workload: Workload) -> MemoryEstimate
     else:
         activations = Breakdown()
         in_flight = workload.parallel.pp - stage.index
-        for key, value in saved_activations(config, workload, stage).items():
+        for key, value in saved_activations(config, context_local(workload), stage).items():
             activations.add(key, held_activations(in_flight * value, workload.parallel))
     return MemoryEstimate(
         weights_bytes=heaviest.weights_bytes,

@@ -134,11 +134,12 @@ class Layout:
     disaggregated: tuple[int, int] | None = (
         None  # serving: (prefill, decode) replicas of a disaggregated pool
     )
+    cp: int = 1  # training: context-parallel ranks each sequence is split over
 
     @property
     def replica_devices(self) -> int:
         """Devices of one replica."""
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def devices(self) -> int:
@@ -155,7 +156,8 @@ class Layout:
                 else f"TP {self.tp} · DP {self.dp} · EP {self.ep}"
             ]
         else:
-            parts = [f"TP {self.tp}"] + ([f"DP {self.dp}"] if self.dp > 1 else [])
+            parts = [f"TP {self.tp}"] + ([f"CP {self.cp}"] if self.cp > 1 else [])
+            parts += [f"DP {self.dp}"] if self.dp > 1 else []
         parts += [f"PP {self.pp}"] if self.pp > 1 else []
         text = " · ".join(parts)
         if self.disaggregated is not None:
@@ -164,7 +166,7 @@ class Layout:
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "devices": self.devices, "tp": self.tp, "pp": self.pp, "dp": self.dp,
-                "ep": self.ep, "replicas": self.replicas, "zero": self.zero, "recompute": self.recompute,
+                "ep": self.ep, "cp": self.cp, "replicas": self.replicas, "zero": self.zero, "recompute": self.recompute,
                 "disaggregated": None if self.disaggregated is None else
                 {"prefill_replicas": self.disaggregated[0], "decode_replicas": self.disaggregated[1]}}  # fmt: skip
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
+from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan.rows import (
     DEFAULT_MAX_TRAINING_DEVICES,
     NODE_DEVICES,
@@ -22,7 +23,7 @@ from embedcalc.analysis.plan.rows import (
 from embedcalc.analysis.plan.serving import device_dtype, no_peak, tp_degrees
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
-from embedcalc.analysis.workload import Parallelism, Recompute, Workload
+from embedcalc.analysis.workload import Parallelism, Recompute, Workload, context_problems
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
 from embedcalc.units import binary_bytes, seconds
@@ -82,9 +83,10 @@ def evaluate_training(
     request: TrainingRequest,
     price: Price | None,
     cache: MemoryCache | None = None,
+    cp: int = 1,
 ) -> TrainingRow:
-    base = replace(request.workload, parallel=Parallelism(tp=tp, pp=pp, dp=dp))
-    layout = Layout(device.name, tp, pp, dp)
+    base = replace(request.workload, parallel=Parallelism(tp=tp, pp=pp, dp=dp, cp=cp))
+    layout = Layout(device.name, tp, pp, dp, cp=cp)
     gb = request.global_batch
     if gb is not None and gb % (base.batch_size * dp):
         why = f"--global-batch {gb} is not a multiple of micro-batch {base.batch_size} × DP {dp}"
@@ -95,7 +97,7 @@ def evaluate_training(
         return TrainingRow(layout, price, base.dtype, memory.total_bytes, device.memory, reasons=(Reason(
             "memory", f"memory does not fit: {need} per device > {have} ({why})", f"memory {need} > {have}"),),
             memory_choice=why, memory=memory.as_dict())  # fmt: skip
-    layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute)
+    layout = Layout(device.name, tp, pp, dp, w.parallel.zero, w.recompute, cp=cp)
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
                                price_per_hour=price.per_device_hour if price else None,
                                global_batch=request.global_batch)  # fmt: skip
@@ -114,22 +116,46 @@ def evaluate_training(
 def _device_rows(
     config: ResolvedShape, device: Device, request: TrainingRequest, price: Price | None, cache: MemoryCache
 ) -> list[TrainingRow]:
-    """TP at every accepted degree within a node, DP in powers of two; with TP over the whole node, pipeline stages
-    (powers of two, across nodes) added one doubling at a time until the layout fits: PP only where it is needed."""
+    """TP at every accepted degree within a node, DP in powers of two; with TP over the whole node, the layout split
+    further one doubling at a time along what fills the memory: context-parallel ranks (each holding 1 / cp of every
+    sequence's activations) while the layout fits only by recomputing, or does not fit with the activations
+    outweighing the model state (and the model and sequence allow it), else pipeline stages until it fits (each
+    holding 1 / pp of the layers) — CP and PP only where they are needed, every layout tried listed."""
     most = request.max_devices
     degrees = tp_degrees(config, min(NODE_DEVICES, most))
     layers = sum(s.num_layers for s in stacks(config))
     rows = []
     for tp in degrees:
         for dp in _powers(most // tp):
-            pp = 1
+            pp = cp = 1
             while True:
-                row = evaluate_training(config, device, tp, pp, dp, request, price, cache)
+                row = evaluate_training(config, device, tp, pp, dp, request, price, cache, cp)
                 rows.append(row)
-                if row.fits or tp != degrees[-1] or 2 * pp > layers or tp * 2 * pp * dp > most:
+                if tp != degrees[-1]:
                     break
-                pp *= 2
+                state = sum(
+                    row.memory.get(k, 0) for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes")
+                )
+                # the sequence is what fills the memory: the layout fits only by recomputing, or not at all with
+                # the activations the larger part
+                heavy = row.memory.get("activations_bytes", 0) > state
+                sequence = row.layout.recompute != "none" if row.fits else heavy
+                if sequence and _splits(config, request, tp * 2 * cp * pp * dp, 2 * cp):
+                    cp *= 2
+                elif not row.fits and 2 * pp <= layers and tp * cp * 2 * pp * dp <= most:
+                    pp *= 2
+                else:
+                    break
     return rows
+
+
+def _splits(config: ResolvedShape, request: TrainingRequest, devices: int, cp: int) -> bool:
+    """Whether ``cp`` context-parallel ranks are allowed: within the device budget, a sequence of whole 2·cp chunks
+    and a model whose attention the ring layout handles (analyze's own checks)."""
+    if devices > request.max_devices:
+        return False
+    w = replace(request.workload, parallel=Parallelism(cp=cp))
+    return not context_problems(w) and not parallel_problems(config, w.parallel)[0]
 
 
 def plan_training(

@@ -9,7 +9,8 @@ The bytes are :mod:`embedcalc.analysis.comm.volumes`'s (ring volumes per collect
   (``src/graph/tuning.cc``: base latency + steps × hwLat + bytes / bus bandwidth).
 - **Which link** (Megatron-LM's rank order, tensor-parallel ranks innermost, then data-, then pipeline-parallel;
   expert-parallel ranks inside the data-parallel group): a group whose ranks span at most the interconnect's
-  ``domain_size`` devices (tp for TP; tp × dp for DP; tp × ep for EP; tp × dp × pp for PP) stays on the
+  ``domain_size`` devices (tp for TP; tp × cp for CP; tp × cp × dp for DP; tp × cp × ep for EP; tp × cp × dp × pp
+  for PP) stays on the
   interconnect (NVLink, xGMI, ICI), a larger one is limited by the device's ``network`` (InfiniBand/RoCE per GPU)
   and its latency; a device without an interconnect talks over its host link (PCIe).
 - **What is exposed** is decided by the schedule (:mod:`embedcalc.analysis.time.schedule`): TP all-reduces and EP
@@ -47,14 +48,17 @@ def ring_steps(c: Collective) -> int:
 
 
 def group_span(c: Collective, par: Parallelism) -> int:
-    """Consecutive device ranks one group of ``c.group`` spans (Megatron's order: tp innermost, then dp, then pp)."""
+    """Consecutive device ranks one group of ``c.group`` spans (Megatron's order: tp innermost, then cp, then dp
+    (the ep ranks inside it), then pp)."""
     if c.group == "tp":
         return par.tp
+    if c.group == "cp":
+        return par.tp * par.cp
     if c.group == "ep":
-        return par.tp * par.ep
+        return par.tp * par.cp * par.ep
     if c.group == "dp":
-        return par.tp * par.dp
-    return par.tp * par.dp * par.pp
+        return par.tp * par.cp * par.dp
+    return par.tp * par.cp * par.dp * par.pp
 
 
 def _path_of(link: Link, c: TimeConstants, name: str) -> Path:

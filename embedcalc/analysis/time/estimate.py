@@ -39,7 +39,7 @@ from embedcalc.analysis.roofline.traffic import (
 from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
 from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import Workload, context_local
 from embedcalc.config.dtypes import ACTIVATION_DTYPE, FP4_DTYPES, FP4_KV_DTYPES, WEIGHT_ONLY_DTYPES
 from embedcalc.config.limits import count_problem, efficiency_problem, price_problem
 from embedcalc.config.resolved import ResolvedShape
@@ -272,6 +272,8 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
                        weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
     if w.mode == "training":
+        if par.cp > 1:
+            prefill = _context_rank(config, w, prefill, kv_bytes, weights, causal)
         m = accumulation_steps(w, request.global_batch)
         step, schedule = training_step(config, w, (roof.peak, roof.bandwidth_bytes_per_s), prefill, weights, m,
                                        optimizer_bytes, model)  # fmt: skip
@@ -343,6 +345,21 @@ def small_step_warning(run: TrainingRun) -> Problem | None:
     return Problem("--global-batch", message, "small_training_step")
 
 
+def _context_rank(config: ResolvedShape, w: Workload, full: Mapping[str, Traffic], kv_bytes: int | Fraction,
+                  weights: Weights, causal: bool) -> dict[str, Traffic]:  # fmt: skip
+    """One context-parallel rank's forward traffic (Parallelism's ``cp``): every component's at seq_len / cp tokens
+    (:func:`context_local`), except the attention cores, whose queries meet every key of the causal sequence: 1 / cp
+    of the full sequence's (the 2·cp-chunk layout balances them)."""
+    local = context_local(w)
+    par = w.parallel
+    out = _traffic(config, local, matmul_flops(config, local, causal), prefill_lengths(config, local), False,
+                   kv_bytes, weights, par.tp * par.pp)  # fmt: skip
+    for key, t in full.items():
+        if key.rsplit("/", 1)[-1] in ("scores", "context"):
+            out[key] = t.divided(par.cp, 0)
+    return out
+
+
 def _training_run(
     config: ResolvedShape, w: Workload, request: TimeRequest, step: Phase, micro_batches: int
 ) -> TrainingRun | None:
@@ -352,7 +369,9 @@ def _training_run(
         return None
     par = w.parallel
     devices = request.devices or par.devices
-    replicas = max(1, devices // (par.tp * par.pp))
+    replicas = max(
+        1, devices // (par.tp * par.cp * par.pp)
+    )  # each replica: one sequence's tp × cp × pp ranks
     tokens_per_step = micro_batches * w.batch_size * _tokens_per_sequence(config, w) * replicas
     wall = request.train_tokens / tokens_per_step * step.time_s
     return TrainingRun(request.train_tokens, devices, tokens_per_step, wall, wall * devices / 3600,

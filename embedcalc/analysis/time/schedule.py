@@ -26,6 +26,10 @@ Conventions, stated because peers differ:
   is exposed; Li et al. 2020, PyTorch DDP §3.2.3), ZeRO-1/2's all-gather of the updated weights follows the
   optimizer (exposed), and FSDP / ZeRO-3 gathers and reduce-scatters every micro-batch, prefetched behind that
   micro-batch's compute (the excess exposed).
+- **Context parallelism** (``--cp``): a rank runs its seq_len / cp tokens (the attention cores 1 / cp of the whole
+  sequence's work); the ring's key/value sends (:mod:`embedcalc.analysis.comm.volumes`) overlap with the attention
+  cores (TransformerEngine's ``AttnFuncWithCPAndKVP2P`` sends the next chunk while attending to the current one),
+  only their excess exposed; the gradients are reduced over dp × cp ranks like the DP ones.
 - **Optimizer step**: memory-bound, reading and writing the weights, gradients and optimizer state the device
   holds once per step.
 """
@@ -39,7 +43,7 @@ from embedcalc.analysis.roofline import ComponentTime, Phase, Schedule
 from embedcalc.analysis.roofline.traffic import Traffic, Weights
 from embedcalc.analysis.time.expected import ExpectedModel
 from embedcalc.analysis.time.model import elementwise_bytes, kernels_per_forward
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import Workload, context_local
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
 
@@ -99,7 +103,10 @@ def training_step(
     and the optimizer), and with ``model`` the expected terms (module docstring). ``peak`` is (the FLOP/s of a
     component by key, B/s)."""
     flops_per_s, bytes_per_s = peak
-    fractions = model.fractions(config, w, weights, False) if model is not None else (lambda key: (1.0, 1.0))
+    local = context_local(w)  # one context-parallel rank's tokens (w itself without --cp)
+    fractions = (
+        model.fractions(config, local, weights, False) if model is not None else (lambda key: (1.0, 1.0))
+    )
     calibrated = model is not None and model.override is None  # --efficiency replaces every achieved fraction
     backward = 2 / model.constants.backward_fraction if model is not None and calibrated else 2.0
     components, forward_mb = [], 0.0
@@ -121,7 +128,8 @@ def training_step(
     if model is None:
         return Phase("training_step", tuple(components)), schedule
     compute_mb = sum(c.time_s for c in components[:-1]) / m
-    extra = _micro_batch_terms(config, w, model)
+    cores_mb = sum(c.time_s for c in components[:-1] if c.key.rsplit("/", 1)[-1] in _CORE) / m
+    extra = _micro_batch_terms(config, w, model, cores_mb)
     per_mb = compute_mb + sum(v for _, v in extra)
     terms = [(name, m * value) for name, value in extra]
     terms.append(("pipeline bubble", (pp - 1) / v * per_mb))
@@ -130,21 +138,28 @@ def training_step(
     return Phase("training_step", tuple(components), tuple(terms)), schedule
 
 
-def _micro_batch_terms(config: ResolvedShape, w: Workload, model: ExpectedModel) -> list[tuple[str, float]]:
+def _micro_batch_terms(
+    config: ResolvedShape, w: Workload, model: ExpectedModel, cores_s: float = 0.0
+) -> list[tuple[str, float]]:
     """Per micro-batch on one device: element-wise traffic and kernel overhead of every pass, TP/EP collectives
-    (the recomputed forward repeats the forward ones), and the stage boundary sends."""
+    (the recomputed forward repeats the forward ones), the stage boundary sends, and with context parallelism the
+    ring's key/value sends beyond the attention cores' ``cores_s`` they overlap with (TransformerEngine sends the
+    next chunk while the current one is attended to)."""
     par = w.parallel
+    local = context_local(w)
     full = 1 if w.recompute == "full" else 0
     passes = 1 + full + 2  # forward, recomputed forward, backward (about twice a forward's kernels and bytes)
-    tokens = w.batch_size * w.seq_len
-    elementwise = elementwise_bytes(config, w, tokens, par.tp) / par.pp
-    kernels = kernels_per_forward(config, w, False, 1 / par.pp)
+    tokens = local.batch_size * local.seq_len
+    elementwise = elementwise_bytes(config, local, tokens, par.tp) / par.pp
+    kernels = kernels_per_forward(config, local, False, 1 / par.pp)
     collectives = communication(config, w).collectives
     critical = [c for c in collectives if c.group in ("tp", "ep")]
     again = [c for c in critical if c.phase == "forward"] * full
+    ring = [c for c in collectives if c.group == "cp"]
+    ring += [c for c in ring if c.phase == "forward"] * full
     sends: list[Collective] = []
     if par.pp > 1:
-        payload = w.batch_size * w.seq_len * config.embed_dim * w.activation_bytes
+        payload = local.batch_size * local.seq_len * config.embed_dim * local.activation_bytes
         v = par.pp_virtual  # a boundary at each of the rank's chunks
         sends = [
             Collective("send", "pp", par.pp, "activations forward, gradients back", 2 * v, 2 * v * payload)
@@ -154,6 +169,7 @@ def _micro_batch_terms(config: ResolvedShape, w: Workload, model: ExpectedModel)
         ("kernel overhead", passes * model.kernels_s(kernels)),
         ("tensor/expert-parallel communication", model.comm_s(critical + again, w)),
         ("pipeline sends", model.comm_s(sends, w)),
+        *([("context-parallel ring (exposed)", max(0.0, model.comm_s(ring, w) - cores_s))] if ring else []),
     ]
 
 
