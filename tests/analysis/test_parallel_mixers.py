@@ -152,12 +152,8 @@ def test_bench_generate_measures_the_kv_cache_and_the_state(generate_state: Any)
 def test_a_decode_step_reads_the_kv_cache_and_the_state() -> None:
     """The roofline of one decode step: the attention cores read every layer's K and V at the length reached, the
     scan and the convolution read and write the parallel layers' state (analysis/roofline/traffic.py)."""
-    from embedcalc.analysis.roofline.traffic import (
-        decode_lengths,
-        decode_step_flops,
-        phase_traffic,
-        weights_of,
-    )
+    from embedcalc.analysis.roofline.lengths import decode_lengths
+    from embedcalc.analysis.roofline.traffic import decode_step_flops, phase_traffic, weights_of
 
     config, w, kv_len = _config(), Workload(batch_size=2, seq_len=16), 17
     flops = decode_step_flops(config, w, kv_len)

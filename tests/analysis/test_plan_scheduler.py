@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 import embedcalc
-from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.engine import Engine, default_engine
+from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import Speculation, StepCost, batch_grid, computed_prompt
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Parallelism, Workload

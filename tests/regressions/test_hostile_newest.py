@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from embedcalc.analysis.plan.scheduler import MAX_ITERATIONS, Engine, simulate
+from embedcalc.analysis.plan.engine import Engine
+from embedcalc.analysis.plan.scheduler import MAX_ITERATIONS, simulate
 from embedcalc.analysis.plan.steps import StepCost
 from embedcalc.analysis.roofline.traffic import experts_reached
 from embedcalc.devices.resolve import hardware_dir

@@ -28,8 +28,9 @@ import math
 from dataclasses import replace
 
 from embedcalc.analysis.memory.serving import serving_memory
+from embedcalc.analysis.plan.engine import Load
 from embedcalc.analysis.plan.rows import Objectives, Price, ServingRow, ServingTimes
-from embedcalc.analysis.plan.scheduler import Load, simulate
+from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.serving import ServingRequest, Unit
 from embedcalc.analysis.time.comm import link_path
 from embedcalc.analysis.time.expected import device_constants

@@ -19,6 +19,7 @@ from embedcalc.analysis.memory.serving import (
     serving_memory,
 )
 from embedcalc.analysis.parallel import parallel_problems
+from embedcalc.analysis.plan.engine import Engine, default_engine
 from embedcalc.analysis.plan.expert_parallel import has_routed_experts, num_experts, rank_times
 from embedcalc.analysis.plan.rows import (
     NODE_DEVICES,
@@ -31,7 +32,7 @@ from embedcalc.analysis.plan.rows import (
     reason_brief,
     reason_code,
 )
-from embedcalc.analysis.plan.scheduler import Engine, default_engine, simulate
+from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype

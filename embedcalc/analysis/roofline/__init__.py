@@ -13,14 +13,13 @@ from embedcalc.analysis.roofline.estimate import (
     Schedule,
     TimeModel,
 )
+from embedcalc.analysis.roofline.lengths import decode_lengths, prefill_lengths
 from embedcalc.analysis.roofline.traffic import (
     Traffic,
-    decode_lengths,
     decode_step_flops,
     experts_reached,
     matmul_flops,
     phase_traffic,
-    prefill_lengths,
     weights_of,
 )
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from embedcalc.analysis.flops import forward_flops
-from embedcalc.analysis.memory import kv_cache_bytes, stored_bytes
+from embedcalc.analysis.memory import stored_bytes
 from embedcalc.analysis.mixers import decode_step_terms, ssm_state_bytes
 from embedcalc.analysis.params import param_tensors
+from embedcalc.analysis.roofline.lengths import Lengths, at_kv_len, cache_bytes, prompt_len
 from embedcalc.analysis.structure import Dims, cross_attention, stacks
-from embedcalc.analysis.workload import Parallelism, Workload
+from embedcalc.analysis.workload import Workload
 from embedcalc.config.layer_plan import Attention
 from embedcalc.config.resolved import ResolvedShape
 
@@ -116,95 +117,6 @@ def experts_reached(num_experts: int, top_k: int, tokens: int) -> float:
     fraction = min(top_k / num_experts, 1.0)
     reached = num_experts if fraction >= 1.0 else -num_experts * math.expm1(tokens * math.log1p(-fraction))
     return float(min(max(reached, min(top_k, num_experts)), num_experts))
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """Per stack: query tokens per sequence m and key tokens n of self- and cross-attention, in one phase."""
-
-    self_m: dict[str, int]
-    self_n: dict[str, int]
-    cross_n: int
-    lookups: int  # tokens looked up in the token table per sequence
-    self_cache_bytes: int | None = None  # decode: the self-attention KV cache read per step (all layers)
-    index_cache_bytes: int = 0  # decode: the sparse layers' indexer keys read per step (all of them)
-
-
-def prefill_lengths(config: ResolvedShape, w: Workload) -> Lengths:
-    if config.architecture == "encoder-decoder":
-        tgt = w.tgt_len if w.tgt_len is not None else w.seq_len
-        m = {"encoder": w.seq_len, "decoder": tgt}
-        return Lengths(m, dict(m), w.seq_len, w.seq_len + tgt)
-    stack = "encoder" if config.architecture == "encoder" else "decoder"
-    return Lengths({stack: w.seq_len}, {stack: w.seq_len}, 0, w.seq_len)
-
-
-def decode_lengths(
-    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | Fraction | None = None
-) -> Lengths:
-    """One query per sequence against ``kv_len`` cached tokens. The bytes read are the memory model's KV cache at
-    that length (per-layer windows and chunks, latent attention's compressed cache) in the KV dtype, less an
-    encoder-decoder's cross-attention part, which the cross cores read. A sparse layer's indexer reads all its
-    cached keys and its core only the index_topk latent entries selected (DeepSeek-V3.2-Exp §2.2: the core's cost
-    no longer grows with the context)."""
-    self_bytes, _ = cache_bytes(config, w, kv_len, kv_bytes)
-    element = w.activation_bytes if kv_bytes is None else kv_bytes
-    unread, index = _sparse_reads(config, w, kv_len, element)
-    read = self_bytes - unread - index + _external_reads(config, w, kv_len, element)
-    return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, read, index)
-
-
-def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction) -> int:
-    """Bytes of another model's keys and values the ``kv_external`` layers (a drafter's: Gemma 4's assistant) read
-    in one decode step, every sequence of the batch: the cache they attend to is the target's, none of their own, but
-    its ``kv_len`` tokens (at most a layer's window) are read all the same. (A ``kv_shared`` layer's reads of its
-    producer's cache are not added here.)"""
-    total = 0
-    for block, layers in config.stack_plan("decoder").counts() if config.architecture != "encoder" else ():
-        a = block.attention
-        if a is None or not a.kv_external:
-            continue
-        limit = a.cache_limit
-        tokens = kv_len if limit is None else min(kv_len, limit)
-        total += layers * tokens * a.num_kv_heads * (a.head_dim + a.value_head_dim)
-    return int(w.batch_size * total * element_bytes)
-
-
-def _sparse_reads(
-    config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction
-) -> tuple[int, int]:
-    """(cached latent bytes the sparse layers' cores do not read, indexer key bytes their indexers read) in one
-    decode step at ``kv_len`` cached tokens, every sequence of the batch."""
-    unread = index = 0
-    for block, layers in config.stack_plan("decoder").counts() if config.architecture != "encoder" else ():
-        a = block.attention
-        if a is None or a.kind != "sparse":
-            continue
-        unread += layers * max(kv_len - a.index_topk, 0) * (a.kv_lora_rank + a.qk_rope_head_dim)
-        index += layers * kv_len * a.index_cache_width
-    return int(w.batch_size * unread * element_bytes), int(w.batch_size * index * element_bytes)
-
-
-def cache_bytes(
-    config: ResolvedShape, w: Workload, kv_len: int, kv_bytes: int | Fraction | None = None
-) -> tuple[int, int]:
-    """(self-attention, cross-attention) KV cache bytes of the whole model (every TP rank's share together) with
-    ``kv_len`` tokens cached per sequence: the memory model's :func:`kv_cache_bytes`, in the KV dtype."""
-    # the whole model; per_device splits it
-    at = replace(_at_kv_len(config, w, kv_len), parallel=Parallelism())
-    total = kv_cache_bytes(config, at)
-    cross = 0
-    if config.architecture == "encoder-decoder":
-        cross = (
-            2
-            * w.batch_size
-            * w.seq_len
-            * config.resolved_decoder_layers
-            * config.kv_dim
-            * at.activation_bytes
-        )
-    scale = at.activation_bytes if kv_bytes is None else kv_bytes
-    return int((total - cross) * scale // at.activation_bytes), int(cross * scale // at.activation_bytes)
 
 
 def _attention_layers(config: ResolvedShape, stack: str, cross: bool) -> list[tuple[Attention, int]]:
@@ -387,23 +299,10 @@ def matmul_flops(config: ResolvedShape, w: Workload, causal: bool) -> dict[str, 
     return chosen.as_dict()
 
 
-def _at_kv_len(config: ResolvedShape, w: Workload, n: int) -> Workload:
-    if config.architecture == "encoder-decoder":
-        return replace(w, tgt_len=n, gen_tokens=0)
-    return replace(w, seq_len=n, gen_tokens=0)
-
-
 def decode_step_flops(config: ResolvedShape, w: Workload, kv_len: int) -> dict[str, int]:
     """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key; a
     recurrent mixer's, one step of its recurrence (analysis/mixers.py)."""
-    now = matmul_flops(config, _at_kv_len(config, w, kv_len), True)
-    before = matmul_flops(config, _at_kv_len(config, w, kv_len - 1), True)
+    now = matmul_flops(config, at_kv_len(config, w, kv_len), True)
+    before = matmul_flops(config, at_kv_len(config, w, kv_len - 1), True)
     out = {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) and "/mixer/" not in k}
     return out | decode_step_terms(config, Dims.of(config, w.batch_size, 1))  # recurrent mixers: one step
-
-
-def prompt_len(config: ResolvedShape, w: Workload) -> int:
-    """Tokens in the decoder's cache after prefill (the target prompt of an encoder-decoder)."""
-    if config.architecture == "encoder-decoder":
-        return w.tgt_len if w.tgt_len is not None else w.seq_len
-    return w.seq_len

@@ -23,17 +23,14 @@ from embedcalc.analysis.roofline.estimate import (
     TimeModel,
     TrainingRun,
 )  # fmt: skip
+from embedcalc.analysis.roofline.lengths import Lengths, decode_lengths, prefill_lengths, prompt_len
 from embedcalc.analysis.roofline.traffic import (
-    Lengths,
     Traffic,
     Weights,
-    decode_lengths,
     decode_step_flops,
     matmul_flops,
     per_device,
     phase_traffic,
-    prefill_lengths,
-    prompt_len,
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
