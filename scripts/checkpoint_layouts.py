@@ -45,7 +45,7 @@ def write_original(model_type: str, directory: Path) -> tuple[str, int]:
     import transformers
     from transformers.core_model_loading import revert_weight_conversion
 
-    from embedcalc.modeling.hf_meta import build_meta_class, choose_class, quiet
+    from embedcalc.modeling.hf_classes import build_meta_class, choose_class, quiet
 
     with quiet():
         config = transformers.CONFIG_MAPPING[model_type]()

@@ -100,7 +100,7 @@ def _remote_code(raw: Mapping[str, Any]) -> list[str]:
 def _no_class(origin: str, model_type: str, raw: Mapping[str, Any], version: str | None) -> str:
     """Why transformers cannot build ``model_type``: the missing family, whether its remote code (and so
     ``trust_remote_code``) is what would build it, and the related types this transformers has."""
-    from embedcalc.modeling.hf_meta import related_model_types
+    from embedcalc.modeling.hf_classes import related_model_types
 
     remote = _remote_code(raw)
     if remote:
@@ -124,7 +124,7 @@ def _no_class(origin: str, model_type: str, raw: Mapping[str, Any], version: str
 
 
 def _refused(origin: str, model_type: str, exc: Exception, raw: Mapping[str, Any]) -> ConfigError:
-    from embedcalc.modeling.hf_meta import NoAutoClassError, transformers_version
+    from embedcalc.modeling.hf_classes import NoAutoClassError, transformers_version
 
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     version = transformers_version()
@@ -196,7 +196,7 @@ def _meta(raw: Mapping[str, Any], origin: str, workload: Workload) -> MetaModel:
 def _refuse_misplaced(raw: Mapping[str, Any], origin: str) -> None:
     """A multimodal file whose text model's keys sit at the top level, where transformers' class ignores them and
     builds its default text model: refused (exit 3), not counted as that default."""
-    from embedcalc.modeling.hf_meta import misplaced_text_keys
+    from embedcalc.modeling.hf_classes import misplaced_text_keys
 
     try:
         found = misplaced_text_keys(raw)

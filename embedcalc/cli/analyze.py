@@ -10,8 +10,9 @@ from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
 from embedcalc.cli.finetune_options import FinetuneFlags
 from embedcalc.cli.hardware_options import TimeFlags
-from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, defaulted, flags
+from embedcalc.cli.options import defaulted, flags
 from embedcalc.cli.serving_options import ServingFlags
+from embedcalc.cli.workload_options import BudgetFlags, ParallelFlags, WorkloadFlags
 
 # The command modules import only their options at the top: `embedcalc --help` builds every command's signature
 # without loading the config models or the analysis (tests/cli/test_cli.py checks it); the API loads in the command.

@@ -18,7 +18,8 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.finetune_options import FinetuneFlags
-from embedcalc.cli.options import WorkloadFlags, flags, only
+from embedcalc.cli.options import flags, only
+from embedcalc.cli.workload_options import WorkloadFlags
 from embedcalc.config.dtypes import BENCH_DTYPES, DTYPES, DtypeError, canonical_dtype, dtype_choices
 from embedcalc.config.limits import DEFAULT_RDZV_TIMEOUT_S
 from embedcalc.errors import Problem

@@ -8,7 +8,8 @@ import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, enforce_budget, handle_errors
-from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
+from embedcalc.cli.options import flags
+from embedcalc.cli.workload_options import BudgetFlags, ParallelFlags, WorkloadFlags
 from embedcalc.errors import ExitCode, outcome
 
 if TYPE_CHECKING:

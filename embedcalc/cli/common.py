@@ -1,5 +1,5 @@
 """The output-format and --set options, the budget's exit, and the error boundary that maps errors to exit codes
-(the workload, parallel and budget options are option groups in :mod:`embedcalc.cli.options`)."""
+(the workload, parallel and budget options are option groups in :mod:`embedcalc.cli.workload_options`)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ from embedcalc.cli.common import (
     plot_option,
 )
 from embedcalc.cli.hardware_options import TimeFlags
-from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags
+from embedcalc.cli.options import flags
+from embedcalc.cli.workload_options import BudgetFlags, ParallelFlags, WorkloadFlags
 
 if TYPE_CHECKING:
     from embedcalc.analysis.workload import Workload

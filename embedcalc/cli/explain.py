@@ -17,7 +17,8 @@ import typer
 
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
-from embedcalc.cli.options import WorkloadFlags, flags, only
+from embedcalc.cli.options import flags, only
+from embedcalc.cli.workload_options import WorkloadFlags
 
 
 class Topic(StrEnum):

@@ -14,7 +14,8 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.common import SetOption, check_plot_file, handle_errors, plot_option
 from embedcalc.cli.hardware_options import TimeFlags
-from embedcalc.cli.options import WorkloadFlags, bounded_int, flags, only
+from embedcalc.cli.options import bounded_int, flags, only
+from embedcalc.cli.workload_options import WorkloadFlags
 from embedcalc.config.limits import INT_BOUND, MAX_INT_DIGITS
 from embedcalc.errors import ConfigError, EmbedcalcError, ExitCode, Problem
 

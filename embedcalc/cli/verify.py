@@ -15,7 +15,8 @@ import typer
 from embedcalc.cli import output
 from embedcalc.cli.common import FormatOption, OutputFormat, SetOption, handle_errors
 from embedcalc.cli.finetune_options import FinetuneFlags
-from embedcalc.cli.options import ParallelFlags, WorkloadFlags, flags, only
+from embedcalc.cli.options import flags, only
+from embedcalc.cli.workload_options import ParallelFlags, WorkloadFlags
 from embedcalc.errors import ExitCode, outcome
 
 

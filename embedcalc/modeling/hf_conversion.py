@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from embedcalc.modeling.hf_meta import build_meta_class, choose_class, hf_config, quiet
+from embedcalc.modeling.hf_classes import build_meta_class, choose_class, hf_config, quiet
 
 # safetensors' dtype names -> torch's (a dtype torch lacks is carried as bytes: only shapes matter here)
 _DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",

@@ -2,7 +2,7 @@
 total parameters peft's ``get_nb_trainable_parameters`` reports for a LoRA / DoRA configuration, the independent
 count ``verify --peft`` puts beside embedcalc's analytic one.
 
-The model class is the general reader's (:func:`embedcalc.modeling.hf_meta.choose_class`: an encoder as
+The model class is the general reader's (:func:`embedcalc.modeling.hf_classes.choose_class`: an encoder as
 ``AutoModel``, a decoder as its causal LM, an encoder-decoder as its seq2seq LM). A file that unties its LM head
 (``tie_word_embeddings: false``, or T5 files written by transformers >= 5 with ``scale_decoder_outputs: false``)
 gets a head of its own, as ``from_pretrained`` keeps the checkpoint's: transformers >= 5 ties the head of a model
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from embedcalc.modeling.hf_meta import NoAutoClassError, build_meta_class, choose_class, hf_config, quiet
+from embedcalc.modeling.hf_classes import NoAutoClassError, build_meta_class, choose_class, hf_config, quiet
 
 __all__ = ["PeftCount", "peft_available", "peft_counts"]
 
@@ -44,7 +44,7 @@ def _untied(raw: Mapping[str, Any]) -> bool:
 def peft_counts(raw: Mapping[str, Any], lora: Mapping[str, Any]) -> PeftCount:
     """peft's ``get_nb_trainable_parameters`` of transformers' model of ``raw`` wrapped with ``LoraConfig(**lora)``.
 
-    Raises ``ImportError`` without peft or transformers, :class:`~embedcalc.modeling.hf_meta.NoAutoClassError`
+    Raises ``ImportError`` without peft or transformers, :class:`~embedcalc.modeling.hf_classes.NoAutoClassError`
     for a composite model whose text part alone is counted (peft would adapt the whole of it), and what
     transformers or peft raise for a configuration they refuse (the caller names it)."""
     import peft

@@ -89,8 +89,8 @@ def place_as_loaded(
     if not _unplaced(check) or not _converted_on_load(checkpoint.raw_config):
         return check
     try:
+        from embedcalc.modeling.hf_classes import transformers_version
         from embedcalc.modeling.hf_conversion import has_mapping, load_names
-        from embedcalc.modeling.hf_meta import transformers_version
     except ImportError:
         return _without_transformers(check)
     version = transformers_version()

@@ -13,7 +13,8 @@ import pytest
 import typer
 
 from embedcalc.analysis.workload import Dtype, Parallelism, Workload
-from embedcalc.cli.options import BudgetFlags, ParallelFlags, WorkloadFlags, flags, only
+from embedcalc.cli.options import flags, only
+from embedcalc.cli.workload_options import BudgetFlags, ParallelFlags, WorkloadFlags
 from embedcalc.errors import WorkloadError
 
 
