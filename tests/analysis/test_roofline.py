@@ -134,6 +134,24 @@ def test_kv_reads_equal_the_analytic_cache_for_every_architecture() -> None:
         assert read == kv_cache_bytes(config, workload), target
 
 
+@pytest.mark.parametrize("kv_len", [256, 1000])
+def test_kv_sharing_layers_read_the_cache_they_share(kv_len: int) -> None:
+    """Gemma 3n: the last num_kv_shared_layers hold no cache (memory) but attend to the last non-shared layer of their
+    type, so a decode step reads that layer's keys and values once more per shared layer (window-limited for the
+    sliding ones): counted from the config.json's own layer_types, not from embedcalc's layer model."""
+    path = Path(__file__).parents[1] / "fixtures" / "hf" / "gemma-3n-e2b.json"
+    text = json.loads(path.read_text())["text_config"]
+    workload = Workload(seq_len=kv_len - 1, gen_tokens=1, dtype="bf16")
+    config, est = _estimate(str(path), **workload.as_dict() | {"parallel": Parallelism()})
+    read = sum(c.traffic.kv_read_bytes for c in est.phases["decode"].components)
+    shared = text["layer_types"][-text["num_kv_shared_layers"] :]
+    tokens = sum(min(kv_len, text["sliding_window"]) if t == "sliding_attention" else kv_len for t in shared)
+    per_token = text["num_key_value_heads"] * 2 * text["head_dim"] * 2  # K and V, bf16
+    assert (
+        read == kv_cache_bytes(config, replace(workload, seq_len=kv_len, gen_tokens=0)) + tokens * per_token
+    )
+
+
 def test_kv_dtype_halves_the_cache_in_memory_and_in_decode_bytes() -> None:
     base = _json(
         "analyze", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bfloat16", "--gen-tokens", "128"

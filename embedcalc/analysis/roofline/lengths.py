@@ -45,19 +45,21 @@ def decode_lengths(
     self_bytes, _ = cache_bytes(config, w, kv_len, kv_bytes)
     element = w.activation_bytes if kv_bytes is None else kv_bytes
     unread, index = _sparse_reads(config, w, kv_len, element)
-    read = self_bytes - unread - index + _external_reads(config, w, kv_len, element)
+    read = self_bytes - unread - index + _borrowed_reads(config, w, kv_len, element)
     return Lengths({"decoder": 1}, {"decoder": kv_len}, w.seq_len, 1, read, index)
 
 
-def _external_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction) -> int:
-    """Bytes of another model's keys and values the ``kv_external`` layers (a drafter's: Gemma 4's assistant) read
-    in one decode step, every sequence of the batch: the cache they attend to is the target's, none of their own, but
-    its ``kv_len`` tokens (at most a layer's window) are read all the same. (A ``kv_shared`` layer's reads of its
-    producer's cache are not added here.)"""
+def _borrowed_reads(config: ResolvedShape, w: Workload, kv_len: int, element_bytes: int | Fraction) -> int:
+    """Bytes of keys and values held by another layer or model that layers without a cache of their own read in one
+    decode step, every sequence of the batch: a ``kv_shared`` layer attends to an earlier layer's cache (Gemma 3n's
+    and Gemma 4's last num_kv_shared_layers read the last non-shared layer of their type), a ``kv_external`` one to
+    the target model's (a drafter's: Gemma 4's assistant). Neither cache is the layer's own, so the memory model does
+    not count it, but its ``kv_len`` tokens (at most the layer's window) are read all the same, at the layer's own
+    KV heads and widths (those of the cache it reads)."""
     total = 0
     for block, layers in config.stack_plan("decoder").counts() if config.architecture != "encoder" else ():
         a = block.attention
-        if a is None or not a.kv_external:
+        if a is None or not (a.kv_external or a.kv_shared):
             continue
         limit = a.cache_limit
         tokens = kv_len if limit is None else min(kv_len, limit)
