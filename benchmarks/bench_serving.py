@@ -15,7 +15,9 @@ the page is silent: fp8 KV cache (ModelOpt FP8 checkpoints carry it), vLLM's def
 as TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT: ``kv_admission="reserve"``), NIM's engine.
 
 Where the optional ``aiconfigurator`` package (NVIDIA's, measured kernel databases) is importable, its prediction of
-the same run is printed beside embedcalc's as a peer; it is not a dependency.
+the same run is printed beside embedcalc's as a peer, and both median errors over the held-out figures it predicts; it
+is not a dependency. aiconfigurator 0.12.0 runs offline (its bundled model configs and H100 database; ``pip install
+aiconfigurator`` in a virtual environment without torch, then ``pip install -e .`` of this project there).
 
     python benchmarks/bench_serving.py            # the table and the median errors
     python benchmarks/bench_serving.py --quick    # only the fit rows and one held-out load per table
@@ -130,38 +132,67 @@ def predict(case: Case, budget: int | None = None) -> dict[str, float]:
     return {"ttft_s": t.ttft_s, "tpot_s": t.tpot_s, "tokens_per_s": t.tokens_per_s}
 
 
-HF_IDS = {
-    "llama-3.1-70b": "meta-llama/Llama-3.3-70B-Instruct",
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+# aiconfigurator's bundled model configs (aiconfigurator_core/model_configs) for the two shapes, so that it runs
+# without the hub: Llama-3.3-70B-Instruct has Llama-3.1-70B's shape, the 8B Instruct the 8B's
+PEER_MODELS = {
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
 }
 
 
-def _aiconfigurator() -> Callable[[Case], dict[str, float] | None] | None:
-    """aiconfigurator's prediction of a case (``aiconfigurator.cli.cli_estimate``, aggregated serving with the
-    TensorRT-LLM backend at a batch of the case's concurrency), when the package is importable: a peer, never a
-    dependency. Its throughput is the closed loop's C × G / (TTFT + (G − 1) × TPOT)."""
+def _peer_estimate() -> Callable[..., Any] | None:
+    """aiconfigurator's ``cli_estimate``: ``aiconfigurator.cli.api`` from 0.12 on, ``aiconfigurator.cli`` before."""
     try:
-        from aiconfigurator.cli import cli_estimate  # type: ignore[import-not-found]
+        from aiconfigurator.cli.api import cli_estimate  # type: ignore[import-not-found]
     except ImportError:
+        try:
+            from aiconfigurator.cli import cli_estimate  # type: ignore[import-not-found]
+        except ImportError:
+            return None
+    return cli_estimate  # type: ignore[no-any-return]
+
+
+def _aiconfigurator() -> Callable[[Case], dict[str, float] | None] | None:
+    """aiconfigurator's prediction of a case (``cli_estimate``: aggregated in-flight batching with the TensorRT-LLM
+    backend, a batch of the case's concurrency, fp8 GEMMs and KV cache, its measured H100 SXM database), when the
+    package is importable: a peer, never a dependency. TTFT and TPOT are its means; throughput its output tokens/s."""
+    estimate = _peer_estimate()
+    if estimate is None:
         return None
 
     def peer(case: Case) -> dict[str, float] | None:
         try:
-            got: Any = cli_estimate(HF_IDS[case.model], "h100_sxm", mode="agg", backend_name="trtllm",
-                                    isl=case.prompt, osl=case.output, batch_size=case.concurrency,
-                                    tp_size=case.devices, gemm_quant_mode="fp8", kvcache_quant_mode="fp8")  # fmt: skip
-            ttft, tpot = float(got.ttft) / 1e3, float(got.tpot) / 1e3
+            got: Any = estimate(PEER_MODELS[case.model], "h100_sxm", mode="agg", backend_name="trtllm",
+                                isl=case.prompt, osl=case.output, batch_size=case.concurrency,
+                                tp_size=case.devices, gemm_quant_mode="fp8", kvcache_quant_mode="fp8")  # fmt: skip
+            raw = got.raw
+            ttft, tpot = float(raw["ttft"]) / 1e3, float(raw["tpot"]) / 1e3
+            tokens = float(raw["tokens/s"])
         except (
             Exception
         ):  # the peer is optional: a release whose API differs, or a case it cannot run, is blank
             return None
-        latency = ttft + (case.output - 1) * tpot
-        return {"ttft_s": ttft, "tpot_s": tpot, "tokens_per_s": case.concurrency * case.output / latency}
+        return {"ttft_s": ttft, "tpot_s": tpot, "tokens_per_s": tokens}
 
     return peer
 
 
 METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tokens_per_s", "tokens/s"))
+
+
+def _median_error(ratios: list[float]) -> str:
+    return f"{100 * statistics.median(abs(r - 1) for r in ratios):.1f}%"
+
+
+def _peer_summary(paired: dict[str, list[tuple[float, float]]]) -> None:
+    """embedcalc beside aiconfigurator on the held-out figures both predicted: median |error| and within 1.5×."""
+    pairs = [p for v in paired.values() for p in v]
+    mine, theirs = [m for m, _ in pairs], [t for _, t in pairs]
+    parts = ", ".join(f"{name} {_median_error([m for m, _ in v])} vs {_median_error([t for _, t in v])}"
+                      for name, v in paired.items())  # fmt: skip
+    print(f"    peer: {len(pairs)} held-out figures both predict: median |error| embedcalc {_median_error(mine)} vs "
+          f"aiconfigurator {_median_error(theirs)} ({parts}); within 1.5x: "
+          f"{sum(1 / 1.5 <= r <= 1.5 for r in mine)} vs {sum(1 / 1.5 <= r <= 1.5 for r in theirs)}")  # fmt: skip
 
 
 def main() -> None:
@@ -178,6 +209,9 @@ def main() -> None:
     print(f"{'run':<24} {'role':<8} {'metric':<9} {'published':>11} {'predicted':>11} {'ratio':>7}"
           + (f" {'aiconfig':>11}" if peer else ""))  # fmt: skip
     errors: dict[tuple[str, str], list[float]] = {}
+    paired: dict[
+        str, list[tuple[float, float]]
+    ] = {}  # held-out figures both predicted: (embedcalc's, the peer's) ratio
     ratios: list[float] = []
     ratios_of: dict[str, list[float]] = {}
     started = time.perf_counter()
@@ -191,6 +225,8 @@ def main() -> None:
             ratios_of.setdefault(case.role, []).append(r)
             errors.setdefault((case.role, name), []).append(abs(r - 1))
             errors.setdefault((case.role, "all"), []).append(abs(r - 1))
+            if other is not None and case.role == "held-out":
+                paired.setdefault(name, []).append((r, other[key] / published))
             shown = f"{published:>11.4g} {got[key]:>11.4g} {r:>7.3f}"
             print(f"{case.label:<24} {case.role:<8} {name:<9} {shown}"
                   + (f" {other[key]:>11.4g}" if other else ("" if not peer else f" {'—':>11}")))  # fmt: skip
@@ -202,6 +238,8 @@ def main() -> None:
             worst = max(max(r, 1 / r) for r in ratios_of[role])
             print(f"{role:>8}: median |error| {100 * statistics.median(errors[(role, 'all')]):.1f}% "
                   f"({', '.join(parts)}); worst {worst:.2f}x; {len(errors[(role, 'all')])} figures")  # fmt: skip
+    if paired:
+        _peer_summary(paired)
     within = sum(1 / 1.5 <= r <= 1.5 for r in ratios)
     print(f"within 1.5x: {within} of {len(ratios)}; {len(selected)} runs planned in {elapsed:.1f} s")
 
