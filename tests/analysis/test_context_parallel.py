@@ -114,7 +114,9 @@ def test_plan_splits_a_long_sequence_and_its_rows_are_analyzes() -> None:
     assert result.exit_code == 0, result.output
     a = json.loads(result.stdout)["results"][0]
     assert row.memory_bytes == a["memory"]["total_bytes"] and row.step_s == a["time"]["step_s"]
-    # a short sequence is never split
-    short = embedcalc.plan(MODEL, mode="training", train_tokens=10**10, seq_len=4096, hardware=["h100-sxm"],
-                           max_devices=32)  # fmt: skip
-    assert all(r.layout.cp == 1 for r in short.rows)
+    # a short sequence is not split, even where the model state makes a layout recompute (the 70B at 4096 tokens)
+    for model in (MODEL, "llama-3.1-70b"):
+        short = embedcalc.plan(model, mode="training", train_tokens=10**10, seq_len=4096, hardware=["h100-sxm"],
+                               max_devices=64)  # fmt: skip
+        assert any(r.layout.recompute != "none" for r in short.rows if r.fits) or model == MODEL
+        assert all(r.layout.cp == 1 for r in short.rows), model

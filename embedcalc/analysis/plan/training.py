@@ -133,13 +133,13 @@ def _device_rows(
                 rows.append(row)
                 if tp != degrees[-1]:
                     break
-                state = sum(
-                    row.memory.get(k, 0) for k in ("weights_bytes", "gradients_bytes", "optimizer_bytes")
+                # the sequence is what fills the memory: without recomputation its activations outweigh the model
+                # state, and the layout fits only by recomputing or not at all
+                plain = _unrecomputed(config, request, row, cp, cache)
+                state = plain.weights_bytes + plain.gradients_bytes + plain.optimizer_bytes
+                sequence = plain.activations_bytes > state and (
+                    not row.fits or row.layout.recompute != "none"
                 )
-                # the sequence is what fills the memory: the layout fits only by recomputing, or not at all with
-                # the activations the larger part
-                heavy = row.memory.get("activations_bytes", 0) > state
-                sequence = row.layout.recompute != "none" if row.fits else heavy
                 if sequence and _splits(config, request, tp * 2 * cp * pp * dp, 2 * cp):
                     cp *= 2
                 elif not row.fits and 2 * pp <= layers and tp * cp * 2 * pp * dp <= most:
@@ -147,6 +147,19 @@ def _device_rows(
                 else:
                     break
     return rows
+
+
+def _unrecomputed(
+    config: ResolvedShape, request: TrainingRequest, row: TrainingRow, cp: int, cache: MemoryCache
+) -> MemoryEstimate:
+    """The memory of ``row``'s layout at its ZeRO stage without recomputation (from the cache when it was tried)."""
+    layout = row.layout
+    w = replace(request.workload, recompute="none",
+                parallel=Parallelism(tp=layout.tp, pp=layout.pp, dp=layout.dp, cp=cp, zero=layout.zero))  # fmt: skip
+    memory = cache.get(w)
+    if memory is None:
+        memory = cache[w] = estimate_memory(config, w)
+    return memory
 
 
 def _splits(config: ResolvedShape, request: TrainingRequest, devices: int, cp: int) -> bool:
