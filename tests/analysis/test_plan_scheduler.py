@@ -72,6 +72,16 @@ def test_past_the_kv_capacity_requests_queue_for_kv_slots() -> None:
     assert over.mean_running <= 21  # never more running than the blocks hold (with the rounding's slack)
 
 
+def test_a_cache_of_exactly_one_sequence_serves_one_at_a_time() -> None:
+    """A replica whose KV blocks hold one full sequence (8,192 + 1,024 tokens in 16-token blocks) is the memory
+    model's answer that one fits: the lone request decodes to its end rather than preempting itself over the
+    blocks' average rounding (it did, recomputing forever: 9,999 preemptions and no request completed)."""
+    cap = 9216
+    load = simulate(_cost(1.0, 8192), Engine(1024, 8192), 8192, 1024, cap, concurrency=2)
+    assert load.sustained and load.measured > 0 and load.preemptions == 0
+    assert load.mean_running <= 1.0 and load.ttft.mean > 1.0 + 1023 * 0.015  # waits for the one ahead of it
+
+
 def test_throughput_is_littles_law_of_the_closed_loop() -> None:
     load = simulate(_cost(), Engine(1024, 8192), 5000, 500, float("inf"), concurrency=25)
     assert load.requests_per_s * load.e2e.mean == pytest.approx(25, rel=0.1)

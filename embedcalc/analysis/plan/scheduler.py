@@ -146,7 +146,15 @@ class _State:
 
     def step(self) -> list[_Request]:
         """One engine step (module docstring); returns the requests that finished in it."""
-        while self.decoding and not self.reserve and not self.room(self.decoding * self.per):
+        # the KV blocks' rounding is counted as half a block per request on average, so a lone request may appear to
+        # outgrow a capacity of exactly one full sequence: the capacity is what holds it (the memory model sized it),
+        # so the last request admitted is never preempted (preempting it would recompute it forever)
+        while (
+            self.decoding
+            and not self.reserve
+            and not self.room(self.decoding * self.per)
+            and len(self.admitted) > 1
+        ):
             self.preempt()
         decodes = self.decoding
         spec = self.cost.speculation
