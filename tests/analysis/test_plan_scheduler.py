@@ -10,6 +10,7 @@ import pytest
 
 import embedcalc
 from embedcalc.analysis.plan.engine import Engine, default_engine
+from embedcalc.analysis.plan.rows import reason_code
 from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import Speculation, StepCost, batch_grid, computed_prompt
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
@@ -277,3 +278,13 @@ def test_a_saturated_closed_loop_queues_by_littles_law() -> None:
     assert deep.tokens_per_s == pytest.approx(direct.tokens_per_s, rel=0.05)  # the same running batch
     assert deep.e2e.mean == pytest.approx(4000 / deep.requests_per_s)  # latency = C / X
     assert deep.tpot.mean == pytest.approx(direct.tpot.mean, rel=0.05)
+
+
+def test_a_load_no_request_completes_is_out_not_zero() -> None:
+    """One prompt token per step: 64 prompts of 2,048 tokens take more engine steps than the scheduler's bound, so no
+    request completes in the simulation; the row says so and shows no times (it showed TTFT 0 s and status ok)."""
+    p = embedcalc.plan("llama-3.1-8b", hardware=["h100-sxm"], seq_len=2048, gen_tokens=16, concurrency=64,
+                       max_num_batched_tokens=1, max_devices=1)  # fmt: skip
+    [row] = [r for r in p.rows if r.layout.tp == 1 and r.layout.replicas == 1]
+    assert not row.ok and row.times is None
+    assert reason_code(row.reasons[-1]) == "load" and "no request completes" in row.reasons[-1]

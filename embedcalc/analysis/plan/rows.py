@@ -98,6 +98,7 @@ REASON_CODES: dict[str, str] = {
     "workspace": "the weights and one prompt's activation workspace exceed the usable memory",
     "KV": "the KV cache holds fewer sequences than are in flight (the rest wait for KV slots)",
     "rate": "the engines cannot sustain the request rate (the queue grows without bound)",
+    "load": "no request completes within the scheduler's bound (the engine preempts on every step)",
     "TTFT": "misses --max-ttft",
     "TPOT": "misses --max-tpot",
     "tok/s": "misses --min-tokens-per-s",

@@ -225,6 +225,11 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
     if c:
         load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, concurrency=c, seed=request.seed)
         scale = total / c  # the engines, the busiest holding c of the total
+        if not load.measured:  # no request completed within the simulation's bound: no figure to show
+            why = Reason("load", f"{c} in flight per engine of at most {u.cap} sequences: no request completes "
+                         f"within the scheduler's bound ({load.preemptions:,} preemptions in {load.steps:,} steps)",
+                         f"{c} in flight: no request completes")  # fmt: skip
+            return ServingRow(layout, price, w.dtype, memory, u.most, reasons=(*over, why))
     else:
         assert request.rate is not None
         load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, rate=request.rate / engines,
