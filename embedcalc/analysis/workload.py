@@ -284,9 +284,10 @@ def context_local(w: Workload) -> Workload:
     """What one context-parallel rank computes (Parallelism's ``cp``): ``w`` with seq_len / cp tokens per sequence,
     the layout unchanged. Every per-token count (linear layers, activations saved, element-wise traffic, TP and PP
     volumes) is this workload's; only the attention cores see every key (a rank's queries against the whole causal
-    sequence: 1 / cp of the full sequence's core work, balanced by the chunk layout)."""
+    sequence: 1 / cp of the full sequence's core work, balanced by the chunk layout). The sequence is whole 2·cp
+    chunks wherever a count is given (:func:`context_problems`); a shorter one (a probe) keeps at least one token."""
     cp = w.parallel.cp
-    return w if cp == 1 else replace(w, seq_len=w.seq_len // cp)
+    return w if cp == 1 else replace(w, seq_len=max(1, w.seq_len // cp))
 
 
 def context_problems(w: Workload) -> list[Problem]:
