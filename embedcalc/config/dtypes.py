@@ -74,7 +74,7 @@ DTYPE_BYTES: dict[str, float] = {
 # whose cached vectors are not whole blocks (a head width not a multiple of 16) is refused nvfp4 KV
 # (analysis.memory.capacity_search.kv_dtype_problem), so the count is exact wherever it is given.
 KV_ELEMENT_BYTES: dict[str, int | Fraction] = {
-    "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": Fraction(9, 16), "int8": 1,
+    "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1,
 }  # fmt: skip
 # KV dtypes engines store only on a device with an FP4 peak (Blackwell): TensorRT-LLM's NVFP4 KV cache kernels
 # (XQA/FMHA read it dequantized to FP8) and vLLM's are built for SM100 and later
@@ -100,6 +100,8 @@ BLOCK_FORMATS: dict[str, BlockFormat] = {
     "mxfp4": BlockFormat(32, 32 // 2 + 1, 0),
     "nvfp4": BlockFormat(16, 16 // 2 + 1, 2 * 4),
 }
+# the nvfp4 KV cache stores its blocks as the nvfp4 weights do (the per-matrix scales are the checkpoint's)
+KV_ELEMENT_BYTES["nvfp4"] = Fraction(BLOCK_FORMATS["nvfp4"].block_bytes, BLOCK_FORMATS["nvfp4"].block)
 BENCH_DTYPES: tuple[Dtype, ...] = ("fp32", "bf16", "fp16")  # what the torch model runs in (modeling.device)
 
 # The activation (and default KV cache) dtype of each weight dtype: fp8 keeps bf16 between layers, the weight-only

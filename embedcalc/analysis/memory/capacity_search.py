@@ -14,10 +14,8 @@ from typing import Any, Literal
 
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.workload import Workload
-from embedcalc.config.dtypes import FP4_KV_DTYPES, KV_ELEMENT_BYTES
+from embedcalc.config.dtypes import BLOCK_FORMATS, FP4_KV_DTYPES, KV_ELEMENT_BYTES
 from embedcalc.config.resolved import ResolvedShape
-
-NVFP4_BLOCK = 16  # values of a cached vector sharing one E4M3 scale (config.dtypes.KV_ELEMENT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,7 @@ def kv_dtype_problem(config: ResolvedShape, kv_dtype: str | None) -> str | None:
     (MLA: the latent and its RoPE key) in blocks of 16 values: every such width must be a multiple of 16."""
     if kv_dtype not in FP4_KV_DTYPES:
         return None
+    values = BLOCK_FORMATS[kv_dtype].block  # values of a cached vector sharing one scale
     for name, block in config.named_blocks.items():
         a = block.attention
         if a is None or a.kv_shared or a.kv_external:
@@ -57,9 +56,9 @@ def kv_dtype_problem(config: ResolvedShape, kv_dtype: str | None) -> str | None:
         if a.indexer:
             widths["index_head_dim"] = a.index_head_dim
         for field, width in widths.items():
-            if width % NVFP4_BLOCK:
-                return (f"--kv-dtype {kv_dtype} stores each cached vector in blocks of {NVFP4_BLOCK} values, but "
-                        f"block {name!r} caches {field} = {width} values (not a multiple of {NVFP4_BLOCK}); "
+            if width % values:
+                return (f"--kv-dtype {kv_dtype} stores each cached vector in blocks of {values} values, but "
+                        f"block {name!r} caches {field} = {width} values (not a multiple of {values}); "
                         "use --kv-dtype fp8")  # fmt: skip
     return None
 
