@@ -35,6 +35,7 @@ Two ways to run the CLI:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -108,21 +109,45 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return cache
 
 
+@contextlib.contextmanager
+def _held(lock: Path) -> Iterator[None]:
+    """An exclusive lock on ``lock`` across processes (``fcntl.flock``, released when the file closes); where
+    ``fcntl`` does not exist (Windows) each process goes on alone, which costs time, not correctness."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def _local_measurement(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``local.json`` as ``bench --peak --device cpu`` and ``bench --peak --device cpu --dtype bf16`` write it,
-    measured once per session (per xdist worker) in a cache of its own: the matmul peaks, memory bandwidth,
-    per-kernel overhead and GEMM rows of this CPU take seconds on 2 cores, and every bench of an unmeasured machine
-    would pay them again."""
+    measured once per test run in a cache of its own: the matmul peaks, memory bandwidth, per-kernel overhead and
+    GEMM rows of this CPU take 45-55 s on 2 cores, and every bench of an unmeasured machine would pay them again.
+    Under xdist the workers of one run share it (the first measures it under a lock, the others wait and read it),
+    in the run's own base directory, so no run reads another's."""
     pytest.importorskip("torch")
     from embedcalc.api.bench import RunOptions, measure_peak
 
-    cache = tmp_path_factory.mktemp("measured-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XDG_CACHE_HOME", str(cache))
-        for dtype in ("fp32", "bf16"):
-            measure_peak(dtype, RunOptions(device="cpu"))
-    return cache / "embedcalc" / "local.json"
+    base = tmp_path_factory.getbasetemp()
+    run_root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    cache = run_root / "measured-cache"
+    local = cache / "embedcalc" / "local.json"
+    done = cache / "complete"
+    with _held(run_root / "measured-cache.lock"):
+        if not done.exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("XDG_CACHE_HOME", str(cache))
+                for dtype in ("fp32", "bf16"):
+                    measure_peak(dtype, RunOptions(device="cpu"))
+            done.touch()
+    return local
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ and vLLM allocates the SSM state in: the reader maps it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -151,7 +152,7 @@ def test_the_state_is_what_transformers_cache_holds_at_bf16(name: str) -> None:
 @pytest.mark.torch
 @pytest.mark.parametrize("name", ["jamba-mini-1.7", "qwen3-next-80b-a3b"])
 def test_generation_keeps_a_float32_scan_state_beside_bf16_weights(
-    write_config: Any, cli: Any, name: str
+    write_config: Any, cli: Any, measured_local: Path, name: str
 ) -> None:
     """``bench --mode generate --dtype bf16`` on Mamba-1 and gated DeltaNet (Mamba-2: the Nemotron-H test above):
     the state embedcalc's model decodes with holds the analytic bytes, its scan part in float32."""
