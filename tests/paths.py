@@ -18,13 +18,14 @@ PUBLISHED_SIZES = FIXTURES / "published_sizes.yaml"
 GOLDEN = TESTS / "golden"
 GOLDEN_JSON = GOLDEN / "json"
 SCRIPTS = ROOT / "scripts"
+BENCHMARKS = ROOT / "benchmarks"
 DOCS = ROOT / "docs"
 
 
-def load_script(stem: str) -> ModuleType:
-    """``scripts/STEM.py`` imported as module ``STEM`` (the scripts are not a package; registered in
-    ``sys.modules`` so that its dataclasses and pickles resolve their module)."""
-    spec = importlib.util.spec_from_file_location(stem, SCRIPTS / f"{stem}.py")
+def load_script(stem: str, folder: Path = SCRIPTS) -> ModuleType:
+    """``scripts/STEM.py`` (or ``FOLDER/STEM.py``) imported as module ``STEM`` (the scripts are not a package;
+    registered in ``sys.modules`` so that its dataclasses and pickles resolve their module)."""
+    spec = importlib.util.spec_from_file_location(stem, folder / f"{stem}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(stem, module)
