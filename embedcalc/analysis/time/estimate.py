@@ -221,11 +221,12 @@ def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -
 
 
 def estimate_time(
-    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0
+    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0, *, lower_bound: bool = True
 ) -> RooflineEstimate:
     """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
-    (``lower_bound``); ``optimizer_bytes`` is the per-device weights + gradients + optimizer state a training step
-    reads and writes once."""
+    (``lower_bound``; ``lower_bound=False`` leaves it None for a caller that reads only the expected times, as
+    ``plan``'s search does: half the work); ``optimizer_bytes`` is the per-device weights + gradients + optimizer
+    state a training step reads and writes once."""
     device = request.device
     refused = kv_refusal(config, device, request.kv_dtype)
     if refused is not None:
@@ -244,7 +245,7 @@ def estimate_time(
     cal = request.calibration
     eff = request.efficiency
     override = None if eff is None else Override(eff.compute, eff.memory)
-    bound = _estimate(config, w, request, optimizer_bytes, None)
+    bound = _estimate(config, w, request, optimizer_bytes, None) if lower_bound else None
     model_on = ExpectedModel(device_constants(cal.constants, device), device, override)
     expected = _estimate(config, w, request, optimizer_bytes, model_on)
     model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
@@ -298,10 +299,14 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     prompt = prompt_len(config, w)
     steps = max(w.gen_tokens, 1)
 
+    steps_at: dict[int, Phase] = {}  # by KV length: the last step is both the decode phase and a segment's end
+
     def step_at(n: int) -> Phase:
-        traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
-                           True, kv_bytes, weights, par.tp)  # fmt: skip
-        return phase("decode", traffic, True)
+        if n not in steps_at:
+            traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
+                               True, kv_bytes, weights, par.tp)  # fmt: skip
+            steps_at[n] = phase("decode", traffic, True)
+        return steps_at[n]
 
     phases["decode"] = step_at(prompt + steps)
     total = None
