@@ -23,6 +23,7 @@ from embedcalc.analysis.plan.serving import (
 )
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.time.estimate import kv_device_problem
+from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
 
@@ -37,10 +38,10 @@ def _holds(row: ServingRow) -> bool:
 
 
 def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None,
-                degrees: list[int], ep: list[int]) -> list[ServingRow]:  # fmt: skip
+                degrees: list[int], ep: list[int], memo: TrafficMemo | None = None) -> list[ServingRow]:  # fmt: skip
     """Every TP degree within a node on ``device`` and, for MoE models, every attention-DP × EP degree; pipeline
     stages over more nodes (TP over the whole node) when no single-node layout holds the model and the load, up
-    to ``request.max_devices``."""
+    to ``request.max_devices``; ``memo``: the time model's traffic shared by the devices of one search."""
     w = device_dtype(device, request.workload, request.dtype_fallback)
     missing = no_peak(device, w)
     if missing is None and (why := kv_device_problem(device, request.kv_dtype)) is not None:
@@ -50,7 +51,7 @@ def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, 
     layouts = [Layout(device.name, tp) for tp in degrees] + [Layout(device.name, dp=n, ep=n) for n in ep]
     rows = []
     for layout in layouts:
-        unit = build_unit(config, device, layout, request, price)
+        unit = build_unit(config, device, layout, request, price, memo)
         if isinstance(unit, ServingRow):
             rows.append(unit)
             continue
@@ -62,7 +63,7 @@ def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, 
         return rows
     tp = degrees[-1]
     for pp in range(2, min(_layers(config), request.max_devices // tp) + 1):
-        unit = build_unit(config, device, Layout(device.name, tp, pp), request, price)
+        unit = build_unit(config, device, Layout(device.name, tp, pp), request, price, memo)
         row = unit if isinstance(unit, ServingRow) else evaluate(unit, request, price)
         rows.append(row)
         if _holds(row):
@@ -88,10 +89,11 @@ def plan_serving(
     output tokens first (device-seconds per token without a price), then the others."""
     most = min(NODE_DEVICES, request.max_devices)
     degrees, ep = tp_degrees(config, most), ep_degrees(config, most)
+    memo = TrafficMemo()  # this search's: every device times the same workloads (its bound: TrafficMemo's)
     rows = [
         replace(row, kv_dtype=request.kv_dtype)
         for device, price in devices
-        for row in plan_device(config, device, request, price, degrees, ep)
+        for row in plan_device(config, device, request, price, degrees, ep, memo)
     ]
     return sorted(rows, key=ServingRow.sort_key)
 

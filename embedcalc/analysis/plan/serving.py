@@ -36,6 +36,7 @@ from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype
+from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
@@ -149,19 +150,21 @@ class Unit:
 
 
 def _estimate(
-    config: ResolvedShape, device: Device, kv_dtype: str | None
+    config: ResolvedShape, device: Device, kv_dtype: str | None, memo: TrafficMemo | None
 ) -> Callable[[Workload], RooflineEstimate]:
     request = TimeRequest(device=device, kv_dtype=kv_dtype)
 
     def call(w: Workload) -> RooflineEstimate:  # analyze's call without --efficiency: the same numbers
-        return estimate_time(config, w, request, lower_bound=False)  # the search reads the expected times only
+        # the search reads the expected times only; the traffic is the same on every device (the memo's)
+        return estimate_time(config, w, request, lower_bound=False, memo=memo)
 
     return call
 
 
 def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
-               price: Price | None) -> Unit | ServingRow:  # fmt: skip
-    """The engine of ``layout`` on ``device``, or the row saying why it does not hold the model."""
+               price: Price | None, memo: TrafficMemo | None = None) -> Unit | ServingRow:  # fmt: skip
+    """The engine of ``layout`` on ``device``, or the row saying why it does not hold the model; ``memo`` keeps
+    the time model's device-independent traffic for the search's other devices."""
     w = replace(
         request.workload, parallel=Parallelism(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     )
@@ -180,7 +183,7 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
                     kv_admission=request.kv_admission)  # fmt: skip
     prompt = computed_prompt(w.seq_len, request.prefix_hit)
     timed = replace(w, seq_len=prompt) if prompt != w.seq_len else w
-    estimate = _estimate(config, device, request.kv_dtype)
+    estimate = _estimate(config, device, request.kv_dtype, memo)
     if layout.ep > 1:
         decode, prefill = rank_times(config, timed, device, layout.dp, estimate)
     else:

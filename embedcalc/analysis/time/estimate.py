@@ -8,7 +8,7 @@ The roofline's conventions are stated in :mod:`embedcalc.analysis.roofline`, the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -34,6 +34,7 @@ from embedcalc.analysis.roofline.traffic import (
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
+from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload, context_local
@@ -221,12 +222,14 @@ def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -
 
 
 def estimate_time(
-    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0, *, lower_bound: bool = True
-) -> RooflineEstimate:
+    config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0, *, lower_bound: bool = True,
+    memo: TrafficMemo | None = None,
+) -> RooflineEstimate:  # fmt: skip
     """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
     (``lower_bound``; ``lower_bound=False`` leaves it None for a caller that reads only the expected times, as
     ``plan``'s search does: half the work); ``optimizer_bytes`` is the per-device weights + gradients + optimizer
-    state a training step reads and writes once."""
+    state a training step reads and writes once. ``memo``: the device-independent traffic kept between calls
+    (:mod:`embedcalc.analysis.time.memo`; the same numbers)."""
     device = request.device
     refused = kv_refusal(config, device, request.kv_dtype)
     if refused is not None:
@@ -245,9 +248,9 @@ def estimate_time(
     cal = request.calibration
     eff = request.efficiency
     override = None if eff is None else Override(eff.compute, eff.memory)
-    bound = _estimate(config, w, request, optimizer_bytes, None) if lower_bound else None
+    bound = _estimate(config, w, request, optimizer_bytes, None, memo) if lower_bound else None
     model_on = ExpectedModel(device_constants(cal.constants, device), device, override)
-    expected = _estimate(config, w, request, optimizer_bytes, model_on)
+    expected = _estimate(config, w, request, optimizer_bytes, model_on, memo)
     model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
                       None if eff is None else eff.source)  # fmt: skip
     label = Efficiency(1.0, 1.0, f"calibration {cal.name}: achieved fractions by kind of work and shape")
@@ -255,20 +258,26 @@ def estimate_time(
 
 
 def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int,
-              model: ExpectedModel | None) -> RooflineEstimate:  # fmt: skip
+              model: ExpectedModel | None, memo: TrafficMemo | None) -> RooflineEstimate:  # fmt: skip
     """The roofline at peak (``model`` None) or the expected times (module docstring)."""
     device = request.device
     assert device is not None
     roof = device_roofline(device, w, Efficiency(), config.quantized)
-    weights = weights_of(config, w)
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
+
+    def kept(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """A device-independent value (traffic, weights): computed, or the memo's."""
+        return compute() if memo is None else memo.get(config, (w, kv_bytes, *key), compute)
+
+    weights: Weights = kept(("weights",), lambda: weights_of(config, w))
     par = w.parallel
     causal = w.attention == "sdpa"
     phases: dict[str, Phase] = {}
     base = RooflineEstimate(device.name, roof.peak_dtype, request.kv_dtype, roof.peak_flops_per_s,
                             roof.bandwidth_bytes_per_s, Efficiency(), batch_size=w.batch_size)  # fmt: skip
-    prefill = _traffic(config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes,
-                       weights, par.tp if w.mode == "inference" else par.tp * par.pp)  # fmt: skip
+    prefill: dict[str, Traffic] = kept(("prefill",), lambda: _traffic(
+        config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes, weights,
+        par.tp if w.mode == "inference" else par.tp * par.pp))  # fmt: skip
     if w.mode == "training":
         if par.cp > 1:
             prefill = _context_rank(config, w, prefill, kv_bytes, weights, causal)
@@ -299,12 +308,14 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     prompt = prompt_len(config, w)
     steps = max(w.gen_tokens, 1)
 
-    steps_at: dict[int, Phase] = {}  # by KV length: the last step is both the decode phase and a segment's end
+    # by KV length: the last step is both the decode phase and a segment's end
+    steps_at: dict[int, Phase] = {}
 
     def step_at(n: int) -> Phase:
         if n not in steps_at:
-            traffic = _traffic(config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes),
-                               True, kv_bytes, weights, par.tp)  # fmt: skip
+            traffic = kept(("decode", n), lambda: _traffic(
+                config, w, decode_step_flops(config, w, n), decode_lengths(config, w, n, kv_bytes), True, kv_bytes,
+                weights, par.tp))  # fmt: skip
             steps_at[n] = phase("decode", traffic, True)
         return steps_at[n]
 
