@@ -33,7 +33,12 @@ from embedcalc.analysis.roofline.traffic import (
     phase_traffic,
     weights_of,
 )  # fmt: skip
-from embedcalc.analysis.time.expected import ExpectedModel, device_constants, inference_terms
+from embedcalc.analysis.time.expected import (
+    ExpectedModel,
+    device_constants,
+    inference_terms,
+    inference_volumes,
+)
 from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
@@ -265,8 +270,7 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     roof = device_roofline(device, w, Efficiency(), config.quantized)
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
 
-    def kept(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-        """A device-independent value (traffic, weights): computed, or the memo's."""
+    def kept(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:  # device-independent: the memo's
         return compute() if memo is None else memo.get(config, (w, kv_bytes, *key), compute)
 
     weights: Weights = kept(("weights",), lambda: weights_of(config, w))
@@ -296,7 +300,9 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     def phase(name: str, traffic: Mapping[str, Traffic], decode: bool) -> Phase:
         if model is None:
             return roof.phase(name, traffic)
-        terms = inference_terms(config, w, model, decode, request.launches)
+        launches = request.launches
+        volumes = kept(("volumes", decode, launches), lambda: inference_volumes(config, w, decode, launches))
+        terms = inference_terms(config, w, model, decode, launches, volumes)
         if weight_only:
             terms += (("dequantization", model.dequant_s(dequant_elements(traffic, weights, quantized))),)
         return roof.phase(name, traffic, model.fractions(config, w, weights, decode), terms)
@@ -307,9 +313,7 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     phases["prefill"] = phase("prefill", prefill, False)
     prompt = prompt_len(config, w)
     steps = max(w.gen_tokens, 1)
-
-    # by KV length: the last step is both the decode phase and a segment's end
-    steps_at: dict[int, Phase] = {}
+    steps_at: dict[int, Phase] = {}  # by KV length: the last is both the decode phase and a segment's end
 
     def step_at(n: int) -> Phase:
         if n not in steps_at:

@@ -116,13 +116,23 @@ def pipeline_sends(config: ResolvedShape, w: Workload, tokens: int) -> list[Coll
     return [Collective("send", "pp", pp, "stage boundary activations", pp - 1, (pp - 1) * payload)]
 
 
-def inference_terms(
-    config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool, launches: Launches | None = None
-) -> Terms:
-    """The extra terms of one inference phase on one device: prefill / forward over the prompt, or one decode
-    step (module docstring); ``launches``: the kernels as the run launches them, in place of a fused stack's.
-    The TP share of the element-wise work is not divided (norms and residuals run replicated on every
-    tensor-parallel rank)."""
+@dataclass(frozen=True)
+class Volumes:
+    """What the extra terms of one inference phase time, the same on every device: element-wise bytes, kernels
+    launched, the TP/EP collectives on the critical path and the pipeline sends."""
+
+    elementwise_bytes: float
+    kernels: float
+    collectives: list[Collective]
+    sends: list[Collective]
+
+
+def inference_volumes(
+    config: ResolvedShape, w: Workload, decode: bool, launches: Launches | None = None
+) -> Volumes:
+    """The volumes of one inference phase: prefill / forward over the prompt, or one decode step (module
+    docstring); ``launches``: the kernels as the run launches them, in place of a fused stack's. The TP share of
+    the element-wise work is not divided (norms and residuals run replicated on every tensor-parallel rank)."""
     at = step_workload(config, w) if decode else w
     tokens = w.batch_size * (1 if decode else w.decoder_len if config.architecture == "encoder-decoder"
                              else w.seq_len)  # fmt: skip
@@ -133,9 +143,19 @@ def inference_terms(
         kernels = launches.decode if decode else launches.prefill
     collectives = critical_collectives(config, at, ("tp", "ep"))
     sends = pipeline_sends(config, at, 1 if decode else w.seq_len)
+    return Volumes(elementwise, kernels, collectives, sends)
+
+
+def inference_terms(
+    config: ResolvedShape, w: Workload, model: ExpectedModel, decode: bool, launches: Launches | None = None,
+    volumes: Volumes | None = None,
+) -> Terms:  # fmt: skip
+    """The extra terms of one inference phase on one device: its :func:`inference_volumes` (``volumes`` when the
+    caller has them already) timed on the model's device."""
+    v = volumes if volumes is not None else inference_volumes(config, w, decode, launches)
     return (
-        ("element-wise traffic", model.stream_s(elementwise)),
-        ("kernel overhead", model.kernels_s(kernels)),
-        ("tensor/expert-parallel communication", model.comm_s(collectives, w)),
-        ("pipeline sends", model.comm_s(sends, w)),
+        ("element-wise traffic", model.stream_s(v.elementwise_bytes)),
+        ("kernel overhead", model.kernels_s(v.kernels)),
+        ("tensor/expert-parallel communication", model.comm_s(v.collectives, w)),
+        ("pipeline sends", model.comm_s(v.sends, w)),
     )
