@@ -57,7 +57,7 @@ BURST_MEASURED = 200  # closed loop: at least this many requests measured after 
 OPEN_REQUESTS = 400  # open loop: Poisson arrivals simulated (the first tenth not measured)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Request:
     index: int
     arrival: float
@@ -89,18 +89,15 @@ class _State:
     prefilling: list[_Request] = field(default_factory=list)
     heap: list[tuple[int, int]] = field(default_factory=list)  # (finish clock, index)
     decoding: int = 0
+    # constants of the run, read on every step (attributes, not properties: the loop's cost is per step)
+    waste: float = field(init=False)  # the blocks' rounding per request
+    per: float = field(init=False)  # tokens a sequence advances per step
+    reserve: bool = field(init=False)  # kv_admission "reserve"
 
-    @property
-    def waste(self) -> float:
-        return (self.engine.block_tokens - 1) / 2
-
-    @property
-    def per(self) -> float:
-        return self.cost.tokens_per_step
-
-    @property
-    def reserve(self) -> bool:
-        return self.engine.kv_admission == "reserve"
+    def __post_init__(self) -> None:
+        self.waste = (self.engine.block_tokens - 1) / 2
+        self.per = self.cost.tokens_per_step
+        self.reserve = self.engine.kv_admission == "reserve"
 
     def holding(self, r: _Request) -> float:
         """KV tokens ``r`` holds now (reserve: its whole prompt and output from admission)."""
