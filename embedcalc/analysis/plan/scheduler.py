@@ -127,15 +127,17 @@ class _State:
 
     def admit(self, budget: int, chunks: list[tuple[_Request, int]]) -> None:
         """Waiting requests in order while the budget, the sequence limit and the KV blocks allow."""
-        while self.waiting and budget > 0 and len(self.admitted) < self.engine.max_num_seqs:
-            r = self.waiting[0]
+        waiting, admitted, most = self.waiting, self.admitted, self.engine.max_num_seqs  # locals: per step
+        while waiting and budget > 0 and len(admitted) < most:
+            r = waiting[0]
             need = self.prompt + (self.gen if self.reserve else r.done) + self.waste
-            if not self.room(need) and self.admitted:
+            if not self.room(need) and admitted:
                 break  # waits for KV blocks (an empty engine admits it anyway: it cannot wait for anyone)
-            self.waiting.popleft()
-            r.admitted = self.now if r.admitted < 0 else r.admitted
+            waiting.popleft()
+            if r.admitted < 0:
+                r.admitted = self.now
             self.used += need
-            self.admitted[r.index] = r
+            admitted[r.index] = r
             self.prefilling.append(r)
             take = min(r.left, budget)
             chunks.append((r, take))
@@ -186,6 +188,7 @@ class _State:
         return self._settle([])
 
     def _settle(self, chunks: list[tuple[_Request, int]]) -> list[_Request]:
+        clock, heap, admitted = self.clock, self.heap, self.admitted  # locals: read per request
         for r, take in chunks:
             r.left -= take
             if r.left > 0:
@@ -196,18 +199,17 @@ class _State:
                 r.done += 1
                 self.output += 1
                 self.used += 0 if self.reserve else 1
-            r.start = self.clock
-            r.finish = self.clock + max(0, math.ceil((self.gen - r.done) / self.per))
+            r.start = clock
+            r.finish = clock + max(0, math.ceil((self.gen - r.done) / self.per))
             self.decoding += 1
-            heapq.heappush(self.heap, (r.finish, r.index))
+            heapq.heappush(heap, (r.finish, r.index))
         out = []
-        while self.heap and self.heap[0][0] <= self.clock:
-            finish, index = heapq.heappop(self.heap)
-            held = self.admitted.get(index)
-            if held is None or held.finish != finish:
+        while heap and heap[0][0] <= clock:
+            finish, index = heapq.heappop(heap)
+            r = admitted.get(index)
+            if r is None or r.finish != finish:
                 continue  # preempted since
-            r = held
-            del self.admitted[index]
+            del admitted[index]
             self.decoding -= 1
             self.used -= self.holding(r)
             r.end, r.finish = self.now, -2
