@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from embedcalc.analysis.memo import Memo, kept
 from embedcalc.analysis.memory.capacity_search import largest, with_kv_dtype
 from embedcalc.analysis.memory.estimate import MemoryEstimate, estimate_memory
 from embedcalc.analysis.workload import Workload
@@ -146,17 +147,22 @@ def paged_tokens(tokens: int, block_tokens: int = BLOCK_TOKENS) -> int:
     return -(-tokens // block_tokens) * block_tokens
 
 
-def _memory(config: ResolvedShape, w: Workload, kv_dtype: str | None) -> MemoryEstimate:
-    return with_kv_dtype(estimate_memory(config, w), w, kv_dtype)
+def _memory(config: ResolvedShape, w: Workload, kv_dtype: str | None, memo: Memo | None) -> MemoryEstimate:
+    """The memory estimate of ``w`` with its KV cache in ``kv_dtype`` (``memo``'s, where it has it already)."""
+    return kept(
+        memo, config, ("memory", w, kv_dtype), lambda: with_kv_dtype(estimate_memory(config, w), w, kv_dtype)
+    )
 
 
-def _workspace(config: ResolvedShape, w: Workload, concurrency: int, kv_dtype: str | None) -> list[int]:
+def _workspace(
+    config: ResolvedShape, w: Workload, concurrency: int, kv_dtype: str | None, memo: Memo | None = None
+) -> list[int]:
     """Per stage: the activations of the largest forward (module docstring)."""
     if config.architecture == "decoder" and concurrency > w.seq_len:
         # one decode step of every sequence in flight: each samples its one new position
         w = replace(w, seq_len=concurrency, logits="all")
     one = replace(w, batch_size=1, gen_tokens=0)
-    return [s.activations_bytes for s in _memory(config, one, kv_dtype).stages]
+    return [s.activations_bytes for s in _memory(config, one, kv_dtype, memo).stages]
 
 
 def serving_stages(
@@ -165,16 +171,18 @@ def serving_stages(
     concurrency: int,
     kv_dtype: str | None,
     block_tokens: int = BLOCK_TOKENS,
+    memo: Memo | None = None,
 ) -> tuple[ServingStage, ...]:
-    """Every pipeline stage's serving terms for one sequence of ``w`` (its batch size is ignored)."""
+    """Every pipeline stage's serving terms for one sequence of ``w`` (its batch size is ignored); ``memo``: the
+    memory estimates kept by a caller that asks for the same workloads again (:mod:`embedcalc.analysis.memo`)."""
     one = replace(w, batch_size=1)
-    exact = _memory(config, one, kv_dtype).stages
+    exact = _memory(config, one, kv_dtype, memo).stages
     extra = paged_tokens(_cached_tokens(config, w), block_tokens) - _cached_tokens(config, w)
     if config.architecture != "encoder" and extra:
-        paged = _memory(config, replace(one, gen_tokens=w.gen_tokens + extra), kv_dtype).stages
+        paged = _memory(config, replace(one, gen_tokens=w.gen_tokens + extra), kv_dtype, memo).stages
     else:
         paged = exact
-    workspace = _workspace(config, w, concurrency, kv_dtype)
+    workspace = _workspace(config, w, concurrency, kv_dtype, memo)
     return tuple(
         ServingStage(
             e.index, e.weights_bytes, ws, e.kv_cache_bytes, p.kv_cache_bytes, e.recurrent_state_bytes
@@ -190,11 +198,12 @@ def max_concurrency(
     kv_dtype: str | None,
     block_tokens: int = BLOCK_TOKENS,
     base: tuple[ServingStage, ...] | None = None,
+    memo: Memo | None = None,
 ) -> int | None:
     """The most sequences of ``w`` in flight whose serving memory fits ``usable_bytes`` on every stage's device:
     0 when not even the weights and one prompt's workspace fit; None when nothing is cached per sequence.
     ``base``: :func:`serving_stages` of one sequence, when already computed."""
-    base = base or serving_stages(config, w, 1, kv_dtype, block_tokens)
+    base = base or serving_stages(config, w, 1, kv_dtype, block_tokens, memo)
     if any(s.total_bytes(0) > usable_bytes for s in base):
         return 0
     per = [s for s in base if s.per_sequence_bytes]
@@ -206,7 +215,7 @@ def max_concurrency(
         return max(hi, 0)
 
     def fits(c: int) -> bool:  # only the workspace changes with c
-        workspace = _workspace(config, w, c, kv_dtype)
+        workspace = _workspace(config, w, c, kv_dtype, memo)
         return all(s.weights_bytes + ws + c * s.per_sequence_bytes <= usable_bytes
                    for s, ws in zip(base, workspace, strict=True))  # fmt: skip
 
@@ -231,17 +240,20 @@ def serving_memory(
     kv_dtype: str | None = None,
     block_tokens: int = BLOCK_TOKENS,
     most: int | None = -1,
+    memo: Memo | None = None,
 ) -> ServingMemory:
     """Serving memory of ``concurrency`` sequences of ``w`` per device (module docstring), against
     ``utilization`` × ``device_bytes`` when ``device_bytes`` is given; ``most``: the :func:`max_concurrency`
     already computed for that limit (-1: compute it)."""
-    base = serving_stages(config, w, 1, kv_dtype, block_tokens)
+    base = serving_stages(config, w, 1, kv_dtype, block_tokens, memo)
     same = config.architecture != "decoder" or concurrency <= w.seq_len  # the workspace is one prompt's
-    stages = base if same else serving_stages(config, w, concurrency, kv_dtype, block_tokens)
+    stages = base if same else serving_stages(config, w, concurrency, kv_dtype, block_tokens, memo)
     heaviest = max(stages, key=lambda s: s.total_bytes(concurrency))
     usable = None if device_bytes is None else int(device_bytes * (utilization or 1.0))
     if most == -1:
-        most = None if usable is None else max_concurrency(config, w, usable, kv_dtype, block_tokens, base)
+        most = (
+            None if usable is None else max_concurrency(config, w, usable, kv_dtype, block_tokens, base, memo)
+        )
     tokens = _cached_tokens(config, w) if config.architecture != "encoder" else 0
     return ServingMemory(
         concurrency=concurrency, block_tokens=block_tokens, tokens_per_sequence=tokens,

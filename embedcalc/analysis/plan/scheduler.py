@@ -206,14 +206,14 @@ class _State:
         out = []
         while heap and heap[0][0] <= clock:
             finish, index = heapq.heappop(heap)
-            r = admitted.get(index)
-            if r is None or r.finish != finish:
+            held = admitted.get(index)
+            if held is None or held.finish != finish:
                 continue  # preempted since
             del admitted[index]
             self.decoding -= 1
-            self.used -= self.holding(r)
-            r.end, r.finish = self.now, -2
-            out.append(r)
+            self.used -= self.holding(held)
+            held.end, held.finish = self.now, -2
+            out.append(held)
         return out
 
     def decode_run(self, next_arrival: float) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from embedcalc.analysis.memo import Memo
 from embedcalc.analysis.plan.disaggregated import disaggregated
 from embedcalc.analysis.plan.rows import NODE_DEVICES, Layout, Price, Reason, ServingRow
 from embedcalc.analysis.plan.serving import (
@@ -23,7 +24,6 @@ from embedcalc.analysis.plan.serving import (
 )
 from embedcalc.analysis.structure import stacks
 from embedcalc.analysis.time.estimate import kv_device_problem
-from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
 
@@ -38,7 +38,7 @@ def _holds(row: ServingRow) -> bool:
 
 
 def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, price: Price | None,
-                degrees: list[int], ep: list[int], memo: TrafficMemo | None = None) -> list[ServingRow]:  # fmt: skip
+                degrees: list[int], ep: list[int], memo: Memo | None = None) -> list[ServingRow]:  # fmt: skip
     """Every TP degree within a node on ``device`` and, for MoE models, every attention-DP × EP degree; pipeline
     stages over more nodes (TP over the whole node) when no single-node layout holds the model and the load, up
     to ``request.max_devices``; ``memo``: the time model's traffic shared by the devices of one search."""
@@ -89,7 +89,7 @@ def plan_serving(
     output tokens first (device-seconds per token without a price), then the others."""
     most = min(NODE_DEVICES, request.max_devices)
     degrees, ep = tp_degrees(config, most), ep_degrees(config, most)
-    memo = TrafficMemo()  # this search's: every device times the same workloads (its bound: TrafficMemo's)
+    memo = Memo()  # this search's: every device times the same workloads (its bound: Memo's)
     rows = [
         replace(row, kv_dtype=request.kv_dtype)
         for device, price in devices

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from embedcalc.analysis.memo import Memo
 from embedcalc.analysis.memory.serving import (
     DEFAULT_UTILIZATION,
     ServingMemory,
@@ -36,7 +37,6 @@ from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
 from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype
-from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
@@ -137,6 +137,7 @@ class Unit:
     engine: Engine
     decode: Callable[[int], float]
     paged_tokens: int
+    memo: Memo | None = field(default=None, compare=False)  # the search's (build_unit's ``memo``)
 
     @property
     def kv_tokens(self) -> float:
@@ -150,7 +151,7 @@ class Unit:
 
 
 def _estimate(
-    config: ResolvedShape, device: Device, kv_dtype: str | None, memo: TrafficMemo | None
+    config: ResolvedShape, device: Device, kv_dtype: str | None, memo: Memo | None
 ) -> Callable[[Workload], RooflineEstimate]:
     request = TimeRequest(device=device, kv_dtype=kv_dtype)
 
@@ -162,7 +163,7 @@ def _estimate(
 
 
 def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
-               price: Price | None, memo: TrafficMemo | None = None) -> Unit | ServingRow:  # fmt: skip
+               price: Price | None, memo: Memo | None = None) -> Unit | ServingRow:  # fmt: skip
     """The engine of ``layout`` on ``device``, or the row saying why it does not hold the model; ``memo`` keeps
     the time model's device-independent traffic for the search's other devices."""
     w = replace(
@@ -170,9 +171,10 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
     )
     w = device_dtype(device, w, request.dtype_fallback)
     usable = int(device.memory * request.utilization)
-    most = max_concurrency(config, w, usable, request.kv_dtype)
+    most = max_concurrency(config, w, usable, request.kv_dtype, memo=memo)
     if most == 0:
-        memory = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
+        memory = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most,
+                                memo=memo)  # fmt: skip
         reason = _memory_reason(memory, 1) or Reason(
             "workspace", "the weights and one prompt's workspace do not fit"
         )
@@ -194,9 +196,11 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
         prefill = estimate(replace(timed, batch_size=1, gen_tokens=0)).prefill_s or 0.0
     cap = engine.max_num_seqs if most is None else min(most, engine.max_num_seqs)
     cost = StepCost.build(decode, prefill, prompt, max(cap, 1), request.speculation, engine.host_step_s)
-    probe = serving_memory(config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most)
+    probe = serving_memory(
+        config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most, memo=memo
+    )
     return Unit(config, device, layout, w, layout.dp if layout.ep > 1 else 1, most, cost, engine, decode,
-                max(probe.paged_tokens_per_sequence, 1))  # fmt: skip
+                max(probe.paged_tokens_per_sequence, 1), memo)  # fmt: skip
 
 
 def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, per_engine: int | None = None
@@ -213,7 +217,7 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
     else:
         c, total = 0, 0
     memory = serving_memory(u.config, w, max(c, 1), u.device.memory, request.utilization, request.kv_dtype,
-                            most=u.most)  # fmt: skip
+                            most=u.most, memo=u.memo)  # fmt: skip
     over: tuple[str, ...] = ()
     if c and u.most is not None and c > u.most:  # the scheduler queues the rest for KV slots: shown, not ok
         reason = _memory_reason(memory, c) or Reason(
@@ -225,7 +229,7 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
                      "request's once)")  # fmt: skip
         over = (Reason(reason_code(reason), text + "; the rest wait for KV slots", reason_brief(reason)),)
         memory = serving_memory(u.config, w, u.most, u.device.memory, request.utilization, request.kv_dtype,
-                                most=u.most)  # fmt: skip
+                                most=u.most, memo=u.memo)  # fmt: skip
     g = max(w.gen_tokens, 1)
     if c:
         load = simulate(u.cost, u.engine, w.seq_len, g, u.kv_tokens, concurrency=c, seed=request.seed)
@@ -252,7 +256,7 @@ def serve(u: Unit, request: ServingRequest, replicas: int, price: Price | None, 
                          load, u.engine)  # fmt: skip
     if batch != max(c, 1) and not over:
         memory = serving_memory(u.config, w, batch, u.device.memory, request.utilization, request.kv_dtype,
-                                most=u.most)  # fmt: skip
+                                most=u.most, memo=u.memo)  # fmt: skip
     return ServingRow(
         layout, price, w.dtype, memory, u.most, times, over + tuple(request.objectives.misses(times))
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from embedcalc.analysis.memo import Memo
 from embedcalc.analysis.memory import low_precision
 from embedcalc.analysis.memory.capacity_search import kv_dtype_problem, kv_element_bytes
 from embedcalc.analysis.roofline.estimate import (
@@ -39,7 +40,6 @@ from embedcalc.analysis.time.expected import (
     inference_terms,
     inference_volumes,
 )
-from embedcalc.analysis.time.memo import TrafficMemo
 from embedcalc.analysis.time.model import Fractions, Launches, Override, dequant_elements
 from embedcalc.analysis.time.schedule import accumulation_steps, training_step
 from embedcalc.analysis.workload import Workload, context_local
@@ -228,13 +228,13 @@ def _sum_max_affine(span: int, f: tuple[float, float], g: tuple[float, float]) -
 
 def estimate_time(
     config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int = 0, *, lower_bound: bool = True,
-    memo: TrafficMemo | None = None,
+    memo: Memo | None = None,
 ) -> RooflineEstimate:  # fmt: skip
     """The expected times of ``config`` on ``w`` for ``request.device``, with the roofline at peak beside them
     (``lower_bound``; ``lower_bound=False`` leaves it None for a caller that reads only the expected times, as
     ``plan``'s search does: half the work); ``optimizer_bytes`` is the per-device weights + gradients + optimizer
     state a training step reads and writes once. ``memo``: the device-independent traffic kept between calls
-    (:mod:`embedcalc.analysis.time.memo`; the same numbers)."""
+    (:mod:`embedcalc.analysis.memo`; the same numbers)."""
     device = request.device
     refused = kv_refusal(config, device, request.kv_dtype)
     if refused is not None:
@@ -263,7 +263,7 @@ def estimate_time(
 
 
 def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimizer_bytes: int,
-              model: ExpectedModel | None, memo: TrafficMemo | None) -> RooflineEstimate:  # fmt: skip
+              model: ExpectedModel | None, memo: Memo | None) -> RooflineEstimate:  # fmt: skip
     """The roofline at peak (``model`` None) or the expected times (module docstring)."""
     device = request.device
     assert device is not None
