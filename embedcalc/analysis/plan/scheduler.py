@@ -125,8 +125,9 @@ class _State:
         self.waiting.appendleft(r)
         self.preemptions += 1
 
-    def admit(self, budget: int, chunks: list[tuple[_Request, int]]) -> None:
-        """Waiting requests in order while the budget, the sequence limit and the KV blocks allow."""
+    def admit(self, budget: int, chunks: list[tuple[_Request, int]]) -> int:
+        """Waiting requests in order while the budget, the sequence limit and the KV blocks allow; returns the
+        budget left."""
         waiting, admitted, most = self.waiting, self.admitted, self.engine.max_num_seqs  # locals: per step
         while waiting and budget > 0 and len(admitted) < most:
             r = waiting[0]
@@ -142,6 +143,7 @@ class _State:
             take = min(r.left, budget)
             chunks.append((r, take))
             budget -= take
+        return budget
 
     def step(self) -> list[_Request]:
         """One engine step (module docstring); returns the requests that finished in it."""
@@ -157,7 +159,8 @@ class _State:
             self.preempt()
         decodes = self.decoding
         spec = self.cost.speculation
-        budget = self.engine.max_num_batched_tokens - decodes * (1 + (spec.draft_tokens if spec else 0))
+        per_decode = 1 + (spec.draft_tokens if spec else 0)  # a decode and its drafts to verify
+        budget = first = self.engine.max_num_batched_tokens - decodes * per_decode
         chunks: list[tuple[_Request, int]] = []
         for r in self.prefilling:
             if budget <= 0:
@@ -165,8 +168,8 @@ class _State:
             take = min(r.left, budget)
             chunks.append((r, take))
             budget -= take
-        self.admit(budget, chunks)
-        dt = self.cost.step(decodes, sum(c for _, c in chunks))
+        left = self.admit(budget, chunks)
+        dt = self.cost.step(decodes, first - left)  # the chunks' tokens: what they took of the budget
         self.now += dt
         self.steps += 1
         if decodes:
