@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from embedcalc.analysis.memo import Memo
 from embedcalc.analysis.memory import MemoryEstimate, estimate_memory
 from embedcalc.analysis.parallel import parallel_problems
 from embedcalc.analysis.plan.rows import (
@@ -84,6 +85,7 @@ def evaluate_training(
     price: Price | None,
     cache: MemoryCache | None = None,
     cp: int = 1,
+    memo: Memo | None = None,
 ) -> TrainingRow:
     base = replace(request.workload, parallel=Parallelism(tp=tp, pp=pp, dp=dp, cp=cp))
     layout = Layout(device.name, tp, pp, dp, cp=cp)
@@ -101,8 +103,9 @@ def evaluate_training(
     request_time = TimeRequest(device=device, train_tokens=request.train_tokens, devices=layout.devices,
                                price_per_hour=price.per_device_hour if price else None,
                                global_batch=request.global_batch)  # fmt: skip
-    estimate = estimate_time(config, w, request_time, memory.model_state_bytes)
-    run = estimate.to_json()
+    # the expected times only (no row shows the roofline at peak); ``memo``: the traffic the devices share
+    estimate = estimate_time(config, w, request_time, memory.model_state_bytes, lower_bound=False, memo=memo)
+    run = estimate.times_json()
     train = run["train"]
     reasons: tuple[str, ...] = ()
     if request.deadline_s is not None and train["wall_s"] > request.deadline_s:
@@ -113,9 +116,8 @@ def evaluate_training(
                        train["device_hours"], request.deadline_s, reasons, why, memory.as_dict(), train)  # fmt: skip
 
 
-def _device_rows(
-    config: ResolvedShape, device: Device, request: TrainingRequest, price: Price | None, cache: MemoryCache
-) -> list[TrainingRow]:
+def _device_rows(config: ResolvedShape, device: Device, request: TrainingRequest, price: Price | None,
+                 cache: MemoryCache, memo: Memo | None = None) -> list[TrainingRow]:  # fmt: skip
     """TP at every accepted degree within a node, DP in powers of two; with TP over the whole node, the layout split
     further one doubling at a time along what fills the memory: context-parallel ranks (each holding 1 / cp of every
     sequence's activations) while the layout fits only by recomputing, or does not fit with the activations
@@ -129,7 +131,7 @@ def _device_rows(
         for dp in _powers(most // tp):
             pp = cp = 1
             while True:
-                row = evaluate_training(config, device, tp, pp, dp, request, price, cache, cp)
+                row = evaluate_training(config, device, tp, pp, dp, request, price, cache, cp, memo)
                 rows.append(row)
                 if tp != degrees[-1]:
                     break
@@ -177,11 +179,12 @@ def plan_training(
     """Every training layout on every device: those that fit first, within the deadline first, fastest first."""
     rows: list[TrainingRow] = []
     cache: MemoryCache = {}
+    memo = Memo()  # this search's: the layouts' traffic, the same on every device (its bound: Memo's)
     for device, price in devices:
         w = device_dtype(device, request.workload, request.dtype_fallback)
         missing = no_peak(device, w)
         if missing:  # one row says it for the device
             rows.append(TrainingRow(Layout(device.name), price, w.dtype, reasons=(missing,)))
             continue
-        rows += _device_rows(config, device, replace(request, workload=w), price, cache)
+        rows += _device_rows(config, device, replace(request, workload=w), price, cache, memo)
     return sorted(rows, key=TrainingRow.sort_key)
