@@ -271,7 +271,7 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     kv_bytes = kv_element_bytes(w, request.kv_dtype)
 
     def kept(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:  # device-independent: the memo's
-        return compute() if memo is None else memo.get(config, (w, kv_bytes, *key), compute)
+        return compute() if memo is None else memo.get(config, (w, request.kv_dtype, *key), compute)
 
     weights: Weights = kept(("weights",), lambda: weights_of(config, w))
     par = w.parallel
