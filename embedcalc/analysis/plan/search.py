@@ -41,7 +41,8 @@ def plan_device(config: ResolvedShape, device: Device, request: ServingRequest, 
                 degrees: list[int], ep: list[int], memo: Memo | None = None) -> list[ServingRow]:  # fmt: skip
     """Every TP degree within a node on ``device`` and, for MoE models, every attention-DP × EP degree; pipeline
     stages over more nodes (TP over the whole node) when no single-node layout holds the model and the load, up
-    to ``request.max_devices``; ``memo``: the time model's traffic shared by the devices of one search."""
+    to ``request.max_devices``; ``memo``: the device-independent work (traffic, memory estimates) the devices of
+    one search share."""
     w = device_dtype(device, request.workload, request.dtype_fallback)
     missing = no_peak(device, w)
     if missing is None and (why := kv_device_problem(device, request.kv_dtype)) is not None:

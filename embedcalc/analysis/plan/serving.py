@@ -165,7 +165,7 @@ def _estimate(
 def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: ServingRequest,
                price: Price | None, memo: Memo | None = None) -> Unit | ServingRow:  # fmt: skip
     """The engine of ``layout`` on ``device``, or the row saying why it does not hold the model; ``memo`` keeps
-    the time model's device-independent traffic for the search's other devices."""
+    the device-independent work (the time model's traffic, the memory estimates) for the search's other devices."""
     w = replace(
         request.workload, parallel=Parallelism(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep)
     )
