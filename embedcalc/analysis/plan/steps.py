@@ -8,7 +8,8 @@ Conventions, stated once:
   evaluated exactly at batch 1 and at the powers of two up to the most sequences a replica runs (only those a
   simulation reaches, each once), and interpolated linearly between (each component's time is the max of two
   affine functions of n, and the routed experts a batch reaches grow concavely: the interpolation is within a few
-  per cent, tested; a grid of powers of four errs 11% on Mixtral). This grid is most of ``plan``'s cost.
+  per cent, tested; a grid of powers of four errs 11% on Mixtral). This grid is much of ``plan``'s cost (its
+  traffic, the same on every device, is computed once per search: :mod:`embedcalc.analysis.memo`).
 - **Prefill**: T_p = ``analyze``'s ``prefill_s`` of one prompt at batch 1, of the prompt tokens a prefix cache
   does not hold (``prefix_hit`` of them are held: ceil((1 − hit) · P) tokens are computed; vLLM's automatic
   prefix caching, SGLang's radix cache). A chunk of c of those tokens costs its share c / P_c of T_p.
