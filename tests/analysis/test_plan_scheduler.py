@@ -288,3 +288,42 @@ def test_a_load_no_request_completes_is_out_not_zero() -> None:
     [row] = [r for r in p.rows if r.layout.tp == 1 and r.layout.replicas == 1]
     assert not row.ok and row.times is None
     assert reason_code(row.reasons[-1]) == "load" and "no request completes" in row.reasons[-1]
+
+
+def test_a_step_prefilling_several_prompts_reads_the_weights_once() -> None:
+    """A chunk within one prompt costs its share of T_p(1); a chunk spanning k prompts costs T_p(k), the prompts
+    batched in one pass (exact at powers of two, linear between), not k passes over the weights."""
+    batched = {1: 0.003, 2: 0.004, 4: 0.006, 8: 0.010}
+    calls: list[int] = []
+
+    def prefill_of(b: int) -> float:
+        calls.append(b)
+        return batched[b]
+
+    cost = StepCost.build(lambda n: 0.002, 0.003, 128, 64, batched=prefill_of)
+    assert cost.share(64) == pytest.approx(0.0015) and cost.share(128) == pytest.approx(0.003)
+    assert cost.share(512) == pytest.approx(0.006) and cost.share(384) == pytest.approx(0.005)
+    assert cost.share(768) == pytest.approx(0.006 + 0.004 * 2 / 4)
+    assert sorted(set(calls)) == [2, 4, 8] and len(calls) == 3  # each batch asked once
+    assert StepCost.build(lambda n: 0.002, 0.003, 128, 64).share(512) == pytest.approx(
+        0.012
+    )  # no batched: k · T_p
+
+
+def test_the_batched_prefill_is_analyzes_prefill_at_that_batch() -> None:
+    """plan's step cost on llama-3.1-8b, 128-token prompts on an H100: 16 prompts in one step cost analyze's
+    prefill_s at batch 16, far below 16 × its prefill at batch 1 (one pass over the weights, not sixteen)."""
+    from embedcalc.analysis.plan.rows import Layout
+    from embedcalc.analysis.plan.serving import ServingRequest, Unit, build_unit
+
+    config = load_target("llama-3.1-8b").config
+    h100 = load_device("h100-sxm")
+    w = Workload(seq_len=128, gen_tokens=128, dtype="fp8")
+    request = ServingRequest(w, concurrency=64, kv_dtype="fp8")
+    unit = build_unit(config, h100, Layout("h100-sxm"), request, None)
+    assert isinstance(unit, Unit)
+    analyze = estimate_time(
+        config, replace(w, batch_size=16, gen_tokens=0), TimeRequest(device=h100, kv_dtype="fp8")
+    )
+    assert unit.cost.share(16 * 128) == analyze.prefill_s
+    assert analyze.prefill_s is not None and analyze.prefill_s < 16 * unit.cost.prefill_s / 2

@@ -56,7 +56,8 @@ def kv_transfer_s(u: Unit, replicas: int, kv_dtype: str | None) -> float:
 def _decode_load(u: Unit, request: ServingRequest, workers: int) -> Load | None:
     """One decode worker's load at its share (None: its KV does not hold the share)."""
     g = max(u.w.gen_tokens, 1)
-    cost = replace(u.cost, prefill_s=0.0, prompt_tokens=1)  # the same decode steps (and their cache)
+    # the same decode steps (and their cache); no prefill on a decode worker
+    cost = replace(u.cost, prefill_s=0.0, prompt_tokens=1, batched=None)
     if request.concurrency is not None:
         c = -(-request.concurrency // workers)
         if u.most is not None and c > u.most:

@@ -186,6 +186,7 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
     prompt = computed_prompt(w.seq_len, request.prefix_hit)
     timed = replace(w, seq_len=prompt) if prompt != w.seq_len else w
     estimate = _estimate(config, device, request.kv_dtype, memo)
+    batched: Callable[[int], float] | None = None
     if layout.ep > 1:
         decode, prefill = rank_times(config, timed, device, layout.dp, estimate)
     else:
@@ -193,9 +194,14 @@ def build_unit(config: ResolvedShape, device: Device, layout: Layout, request: S
         def decode(n: int) -> float:  # analyze's mean decode step at batch n over the generation
             return estimate(replace(w, batch_size=n)).decode_s_per_token_mean or 0.0
 
-        prefill = estimate(replace(timed, batch_size=1, gen_tokens=0)).prefill_s or 0.0
+        def prefill_of(b: int) -> float:  # analyze's prefill of b prompts in one batch
+            return estimate(replace(timed, batch_size=b, gen_tokens=0)).prefill_s or 0.0
+
+        batched, prefill = prefill_of, prefill_of(1)
     cap = engine.max_num_seqs if most is None else min(most, engine.max_num_seqs)
-    cost = StepCost.build(decode, prefill, prompt, max(cap, 1), request.speculation, engine.host_step_s)
+    cost = StepCost.build(
+        decode, prefill, prompt, max(cap, 1), request.speculation, engine.host_step_s, batched
+    )
     probe = serving_memory(
         config, w, 1, device.memory, request.utilization, request.kv_dtype, most=most, memo=memo
     )

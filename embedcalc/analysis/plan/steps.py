@@ -10,9 +10,14 @@ Conventions, stated once:
   affine functions of n, and the routed experts a batch reaches grow concavely: the interpolation is within a few
   per cent, tested; a grid of powers of four errs 11% on Mixtral). This grid is much of ``plan``'s cost (its
   traffic, the same on every device, is computed once per search: :mod:`embedcalc.analysis.memo`).
-- **Prefill**: T_p = ``analyze``'s ``prefill_s`` of one prompt at batch 1, of the prompt tokens a prefix cache
-  does not hold (``prefix_hit`` of them are held: ceil((1 − hit) · P) tokens are computed; vLLM's automatic
-  prefix caching, SGLang's radix cache). A chunk of c of those tokens costs its share c / P_c of T_p.
+- **Prefill**: T_p(b) = ``analyze``'s ``prefill_s`` of b prompts in one batch, of the prompt tokens a prefix
+  cache does not hold (``prefix_hit`` of them are held: ceil((1 − hit) · P) tokens are computed; vLLM's automatic
+  prefix caching, SGLang's radix cache). A chunk of c of those tokens spans k = c / P_c prompts: within one prompt
+  (k ≤ 1) it costs its share k · T_p(1); across several it costs T_p(k), the prompts batched in one pass that reads
+  the weights once, evaluated exactly at the powers of two a simulation reaches and interpolated between, as the
+  decode step is. (Charging k · T_p(1) instead counted one pass over the weights per prompt: a step prefilling 16
+  prompts of 128 tokens on an H100 cost 16 weight reads, and TensorRT-LLM's maximum throughput at 128 in / 128
+  out came out half the published figure.)
 - **A mixed step** (Sarathi-Serve, Agrawal et al. 2024, §4: chunked prefills ride along with the decodes) of n
   decodes and c prompt tokens reads the weights once: T(n, c) = T_d(n) + max(0, share(c) − T_d(1)), i.e. the
   decode step plus the chunk's prefill less the one pass over the weights and the launch overheads the chunk
@@ -83,18 +88,20 @@ class StepCost:
 
     source: Callable[[int], float]  # T_d(n): the time model's decode step
     most: int  # the grid's last batch: the most sequences the engine runs
-    prefill_s: float  # T_p of the computed prompt tokens (after the prefix cache)
+    prefill_s: float  # T_p(1) of the computed prompt tokens (after the prefix cache)
     prompt_tokens: int  # P_c: the prompt tokens computed
     speculation: Speculation | None = None
     host_s: float = 0.0  # the engine's host work per step (module docstring)
+    batched: Callable[[int], float] | None = None  # T_p(b): b prompts in one pass; None: b · T_p(1)
     cache: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    prefills: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(
         cls, decode: Callable[[int], float], prefill_s: float, prompt_tokens: int, most: int,
-        speculation: Speculation | None = None, host_s: float = 0.0,
+        speculation: Speculation | None = None, host_s: float = 0.0, batched: Callable[[int], float] | None = None,
     ) -> StepCost:  # fmt: skip
-        return cls(decode, max(most, 1), prefill_s, max(prompt_tokens, 1), speculation, host_s)
+        return cls(decode, max(most, 1), prefill_s, max(prompt_tokens, 1), speculation, host_s, batched)
 
     def exact(self, n: int) -> float:
         """T_d(n) from the time model (computed once)."""
@@ -113,9 +120,23 @@ class StepCost:
         a, b = self.exact(lo), self.exact(hi)
         return a + (b - a) * (n - lo) / (hi - lo)
 
+    def _prefill(self, b: int) -> float:
+        """T_p(b) from the time model (computed once; b = 1 is ``prefill_s``)."""
+        if b == 1 or self.batched is None:
+            return self.prefill_s * b
+        if b not in self.prefills:
+            self.prefills[b] = self.batched(b)
+        return self.prefills[b]
+
     def share(self, tokens: int) -> float:
-        """A chunk of ``tokens`` prompt tokens: its share of T_p."""
-        return self.prefill_s * tokens / self.prompt_tokens
+        """A chunk of ``tokens`` prompt tokens (module docstring): k · T_p(1) within one prompt, T_p(k) across
+        k prompts, interpolated between the powers of two."""
+        k = tokens / self.prompt_tokens
+        if k <= 1 or self.batched is None:
+            return self.prefill_s * k
+        lo = 1 << (int(k).bit_length() - 1)  # the largest power of two at most k
+        a = self._prefill(lo)
+        return a if k == lo else a + (self._prefill(2 * lo) - a) * (k - lo) / lo
 
     def step(self, decodes: int, prompt_tokens: int) -> float:
         """Seconds of one engine step running ``decodes`` sequences and ``prompt_tokens`` tokens of prefill, the
