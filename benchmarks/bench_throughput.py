@@ -7,8 +7,9 @@ a local client feeding requests at an infinite rate (no delay between them), uni
 standard deviation 0), 1,000 to 30,000 requests per length pair, CUDA graphs padded up to batch 8,192, the KV cache
 at 0.90–0.95 of the memory left by the weights; ModelOpt's FP8 checkpoints on H100 SXM 80GB and H200 SXM 141GB, its
 NVFP4 checkpoints on B200 180GB and GB200; the figure is the total output tokens per second of the deployment. The
-rows here are the dense Llama tables (3.1 8B, 3.3 70B = the llama-3.1-70b shape, 3.1 405B); the MoE tables are left
-out: their commands add ``--ep`` and attention data parallelism with degrees the tables do not state.
+rows here are the dense Llama tables (3.1 8B, 3.3 70B = the llama-3.1-70b shape, 3.1 405B) and the one MoE table
+on a single GPU (Qwen3-30B-A3B on B200 and GB200, TP 1); the other MoE tables are left out: their commands add
+``--ep`` and attention data parallelism with degrees the tables do not state.
 
 Each row is the ``plan`` row of its layout (TP over the table's GPUs, one replica) at a closed loop of 2,048
 requests in flight (more than any engine here runs at once: the queue never empties, as at an infinite rate) with
@@ -46,7 +47,10 @@ TABLES: dict[tuple[str, str, int, str], tuple[int | None, ...]] = {
     (LLAMA_405B, "gb200", 4, "nvfp4"): (6740, 8151, 6608, 6540, 5389, 5135, 797, 4407, 1112, 739),
     (LLAMA_405B, "h200", 8, "fp8"): (3814, 5348, 4741, 4724, 3330, 3722, 456, 2948, 650, 505),
     (LLAMA_405B, "h100-sxm", 8, "fp8"): (3627, 4340, 3116, 3994, 2919, 2895, 453, 2296, 610, 345),
+    ("qwen3-30b-a3b", "b200", 1, "nvfp4"): (39827, 37844, 24953, 27817, 25828, 22051, 6251, 17554, 6142, 2944),
+    ("qwen3-30b-a3b", "gb200", 1, "nvfp4"): (24107, 31311, 26337, 20604, 17481, 17177, 6595, 14719, 5908, 3203),
 }  # fmt: skip
+MOE = {"qwen3-30b-a3b"}
 IN_FLIGHT = 2048
 
 
@@ -83,13 +87,15 @@ def main() -> None:
             prompt, output = map(int, lengths.split("/"))
             predicted = predict(model, device, tp, dtype, prompt, output)
             ratio = published / predicted
-            by_device.setdefault(device, []).append(ratio)
+            by_device.setdefault(f"{device} MoE" if model in MOE else device, []).append(ratio)
             name = Path(model).stem if model.endswith(".yaml") else model
             print(f"{name:<14} {device:<9} {tp:>2} {dtype:<6} {lengths:<11} {published:>10,} {predicted:>10,.0f} "
                   f"{ratio:>10.3f}")  # fmt: skip
     for device, ratios in by_device.items():
         print(_summary(device, ratios))
+    dense = [r for device, ratios in by_device.items() if not device.endswith("MoE") for r in ratios]
     everything = [r for ratios in by_device.values() for r in ratios]
+    print(_summary("dense", dense))
     print(_summary("all", everything) + f"; planned in {time.perf_counter() - started:.1f} s")
 
 
