@@ -14,7 +14,7 @@ Each row becomes ``embedcalc analyze CONFIG --hardware H --mode training --dtype
 --zero 3|2 --batch-size MICRO --global-batch GLOBAL [--recompute full]``; the prediction is global × S /
 (step_s × G). Prints each row's published and predicted tokens/s/GPU and predicted / published as a time ratio
 (> 1: the prediction is slower than the run), then per table and overall: the median |error|, the worst ratio and
-how many rows are within 1.5×.
+how many rows are within 1.5×; and any row whose lower bound (the roofline at peak) is slower than the run.
 
     python benchmarks/bench_training.py            # the summary
     python benchmarks/bench_training.py --rows     # every row
