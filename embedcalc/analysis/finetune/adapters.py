@@ -1,6 +1,6 @@
 """Trainable and total parameters of a fine-tune, as peft counts them (``get_nb_trainable_parameters``).
 
-Conventions (peft 0.21, ``peft/tuners/lora/layer.py``, ``peft/tuners/tuners_utils.py``):
+Conventions (peft 0.22, ``peft/tuners/lora/layer.py``, ``peft/tuners/tuners_utils.py``):
 
 - **Targets**: a name in ``target_modules`` selects a module whose full name equals it or ends with ``.`` + it
   (``q_proj`` matches ``model.layers.0.self_attn.q_proj``, ``output.dense`` BERT's ``attention.output.dense`` too);
@@ -150,7 +150,13 @@ class _Targets:
 
 
 def _convert_moe(targets: tuple[str, ...], mods: ModelModules) -> _Targets:
-    """peft's rewrite of transformers-4 MoE names for a transformers-5 model (:data:`naming.MOE_V4_NAMES`)."""
+    """peft's rewrite of transformers-4 MoE names for a transformers-5 model (:data:`naming.MOE_V4_NAMES`), as
+    peft 0.22 does it (``_convert_peft_config_moe``): a target carrying a v4 name stays a module target where every
+    module it names is an ``nn.Linear`` (DeepSeek-V3's dense MLPs and shared experts keep their ``gate_proj``,
+    ``up_proj``, ``down_proj``), and becomes the renamed parameter target too where a non-linear module's parameter
+    carries the new name (the routed experts' ``gate_up_proj`` beside them); a target naming a non-linear module or
+    nothing (the router ``gate``; Qwen3-MoE's expert names) becomes the parameter target only. (peft 0.21 turned
+    every such name into the parameter target alone, leaving the dense and shared linears without an adapter.)"""
     base = MOE_CONVERTED.get(mods.family or "")
     if base is None:
         return _Targets(targets, targets)
@@ -158,6 +164,7 @@ def _convert_moe(targets: tuple[str, ...], mods: ModelModules) -> _Targets:
     if targets == (ALL_LINEAR,):  # every linear's leaf name, the LM head excepted, and the v4 expert names
         leaves = {m.name.rsplit(".", 1)[-1] for m in mods.linears if m.key != "head/lm"}
         targets = tuple(sorted(leaves | v4.keys()))
+    containers = {p.name.rsplit(".", 1)[0] for p in mods.experts}  # the non-linear modules holding parameters
     modules: list[str] = []
     params: list[str] = []
     named: set[str] = set()
@@ -166,7 +173,13 @@ def _convert_moe(targets: tuple[str, ...], mods: ModelModules) -> _Targets:
         if old is None:
             modules.append(t)
             continue
-        params.append(v4[old])
+        renamed = t[: len(t) - len(old)] + v4[old]  # the last occurrence of the v4 name, renamed
+        linear = any(_matches(m.name, (t,)) for m in mods.linears)
+        if linear and not any(_matches(c, (t,)) for c in containers):
+            modules.append(t)
+            if not any(_matches(p.name, (renamed,)) for p in mods.experts):
+                continue
+        params.append(renamed)
         named.add(old)
     fused = MOE_FUSED[base]
     present = named & set(fused)

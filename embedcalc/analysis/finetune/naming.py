@@ -15,7 +15,7 @@ parameter of a router module, not ``nn.Linear``: ``target_modules`` (``all-linea
 peft's ``target_parameters`` does (:mod:`embedcalc.analysis.finetune.modules`).
 
 :data:`DEFAULT_TARGETS` is peft's ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``
-(``peft/utils/constants.py``, peft 0.21) for the families named here: what ``LoraConfig()`` targets when no
+(``peft/utils/constants.py``, peft 0.22) for the families named here: what ``LoraConfig()`` targets when no
 ``target_modules`` is given.
 """
 
@@ -318,11 +318,11 @@ DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 """peft's default ``target_modules`` by model_type (peft/utils/constants.py); other families name theirs."""
 
 
-# peft 0.21 rewrites transformers-4 MoE target names for transformers-5 models whose experts became 3-D parameters
+# peft 0.22 rewrites transformers-4 MoE target names for transformers-5 models whose experts became 3-D parameters
 # (peft/utils/transformers_weight_conversion.py: _MOE_TARGET_MODULE_MAPPING, _MOE_FUSED_TARGETS; the families are
 # those transformers' conversion_mapping._MODEL_TO_CONVERSION_PATTERN maps to mixtral or qwen2_moe and that have a
-# checkpoint conversion): a v4 name becomes a target parameter, and targeting both halves of a fused weight gives it
-# rank 2 r.
+# checkpoint conversion): a v4 name becomes a target parameter (and stays a module target where it names only
+# nn.Linear modules: adapters._convert_moe), and targeting both halves of a fused weight gives it rank 2 r.
 MOE_V4_NAMES: dict[str, dict[str, str]] = {
     "mixtral": {"gate": "gate.weight", "w1": "gate_up_proj", "w3": "gate_up_proj", "w2": "down_proj"},
     "qwen2_moe": {
