@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from judge import median_error, tp_row, within, worst
+
 import embedcalc
 
 NIM = "NVIDIA NIM 1.8.0 benchmarking guide, Performance page"
@@ -125,8 +127,7 @@ def predict(case: Case, budget: int | None = None) -> dict[str, float]:
     result = embedcalc.plan(case.model, hardware="h100-sxm", dtype="fp8", kv_dtype="fp8", seq_len=case.prompt,
                             gen_tokens=case.output, concurrency=case.concurrency, max_devices=case.devices,
                             kv_admission="reserve", max_num_batched_tokens=budget)  # fmt: skip
-    [row] = [r for r in result.rows if r.layout.tp == case.devices and r.layout.replicas == 1 and r.layout.pp == 1
-             and r.layout.ep == 1]  # fmt: skip
+    row = tp_row(result, case.devices)
     t = row.times
     assert t is not None, row.reasons
     return {"ttft_s": t.ttft_s, "tpot_s": t.tpot_s, "tokens_per_s": t.tokens_per_s}
@@ -181,7 +182,7 @@ METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("tokens_per_s", "tokens/s"))
 
 
 def _median_error(ratios: list[float]) -> str:
-    return f"{100 * statistics.median(abs(r - 1) for r in ratios):.1f}%"
+    return f"{100 * median_error(ratios):.1f}%"
 
 
 def _peer_summary(paired: dict[str, list[tuple[float, float]]]) -> None:
@@ -192,7 +193,7 @@ def _peer_summary(paired: dict[str, list[tuple[float, float]]]) -> None:
                       for name, v in paired.items())  # fmt: skip
     print(f"    peer: {len(pairs)} held-out figures both predict: median |error| embedcalc {_median_error(mine)} vs "
           f"aiconfigurator {_median_error(theirs)} ({parts}); within 1.5x: "
-          f"{sum(1 / 1.5 <= r <= 1.5 for r in mine)} vs {sum(1 / 1.5 <= r <= 1.5 for r in theirs)}")  # fmt: skip
+          f"{within(mine)} vs {within(theirs)}")  # fmt: skip
 
 
 def main() -> None:
@@ -235,13 +236,12 @@ def main() -> None:
         parts = [f"{name} {100 * statistics.median(errors[(role, name)]):.1f}%" for _, name in METRICS
                  if (role, name) in errors]  # fmt: skip
         if (role, "all") in errors:
-            worst = max(max(r, 1 / r) for r in ratios_of[role])
             print(f"{role:>8}: median |error| {100 * statistics.median(errors[(role, 'all')]):.1f}% "
-                  f"({', '.join(parts)}); worst {worst:.2f}x; {len(errors[(role, 'all')])} figures")  # fmt: skip
+                  f"({', '.join(parts)}); worst {worst(ratios_of[role]):.2f}x; {len(errors[(role, 'all')])} "
+                  "figures")  # fmt: skip
     if paired:
         _peer_summary(paired)
-    within = sum(1 / 1.5 <= r <= 1.5 for r in ratios)
-    print(f"within 1.5x: {within} of {len(ratios)}; {len(selected)} runs planned in {elapsed:.1f} s")
+    print(f"within 1.5x: {within(ratios)} of {len(ratios)}; {len(selected)} runs planned in {elapsed:.1f} s")
 
 
 if __name__ == "__main__":

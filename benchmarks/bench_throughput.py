@@ -24,9 +24,10 @@ are within 1.5×.
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
+
+from judge import summary, tp_row
 
 import embedcalc
 
@@ -59,19 +60,9 @@ def predict(model: str, device: str, tp: int, dtype: str, prompt: int, output: i
     result = embedcalc.plan(model, hardware=device, dtype=dtype, kv_dtype="fp8", seq_len=prompt, gen_tokens=output,
                             concurrency=IN_FLIGHT, max_devices=tp, kv_admission="reserve", max_num_seqs=IN_FLIGHT,
                             max_num_batched_tokens=8192)  # fmt: skip
-    rows = [r for r in result.rows if r.layout.tp == tp and r.layout.replicas == 1 and r.layout.pp == 1
-            and r.layout.ep == 1 and r.layout.disaggregated is None]  # fmt: skip
-    [row] = rows
+    row = tp_row(result, tp)
     assert row.times is not None, row.reasons
     return row.times.tokens_per_s
-
-
-def _summary(name: str, ratios: list[float]) -> str:
-    median = statistics.median(abs(r - 1) for r in ratios)
-    within = sum(1 / 1.5 <= r <= 1.5 for r in ratios)
-    worst = max(max(r, 1 / r) for r in ratios)
-    return f"{name:<10} {len(ratios):>3} rows  median |error| {100 * median:5.1f}%  worst {worst:.2f}x  " \
-           f"within 1.5x {within}/{len(ratios)}"  # fmt: skip
 
 
 def main() -> None:
@@ -92,11 +83,11 @@ def main() -> None:
             print(f"{name:<14} {device:<9} {tp:>2} {dtype:<6} {lengths:<11} {published:>10,} {predicted:>10,.0f} "
                   f"{ratio:>10.3f}")  # fmt: skip
     for device, ratios in by_device.items():
-        print(_summary(device, ratios))
+        print(summary(device, ratios, 10))
     dense = [r for device, ratios in by_device.items() if not device.endswith("MoE") for r in ratios]
     everything = [r for ratios in by_device.values() for r in ratios]
-    print(_summary("dense", dense))
-    print(_summary("all", everything) + f"; planned in {time.perf_counter() - started:.1f} s")
+    print(summary("dense", dense, 10))
+    print(summary("all", everything, 10) + f"; planned in {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":

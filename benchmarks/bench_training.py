@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from judge import summary
 from typer.testing import CliRunner
 
 from embedcalc.cli.app import app
@@ -111,14 +111,6 @@ def predict(row: Row, workdir: Path) -> tuple[float, int, float]:
     return per_gpu / float(data["time"]["step_s"]), int(data["params"]["total"]), per_gpu / bound_s
 
 
-def _summary(name: str, ratios: list[float]) -> str:
-    median = statistics.median(abs(r - 1) for r in ratios)
-    worst = max(max(r, 1 / r) for r in ratios)
-    within = sum(1 / 1.5 <= r <= 1.5 for r in ratios)
-    return (f"{name:<16} {len(ratios):>4} rows  median |error| {100 * median:5.1f}%  worst {worst:.2f}x  "
-            f"within 1.5x {within}/{len(ratios)}")  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", action="store_true", help="print every row, not only the summary")
@@ -138,8 +130,8 @@ def main() -> None:
         for row, predicted, r in results:
             print(f"{row.label:<44} {row.published:>10,.0f} {predicted:>10,.0f} {r:>10.3f}")
     for table in dict.fromkeys(row.table for row, _, _ in results):
-        print(_summary(table, [r for row, _, r in results if row.table == table]))
-    print(_summary("all", [r for *_, r in results]))
+        print(summary(table, [r for row, _, r in results if row.table == table]))
+    print(summary("all", [r for *_, r in results]))
     print(f"parameter counts: {len(results) - len(miscounts)} of {len(results)} equal the table's NumParams")
     print(f"lower bound (the roofline at peak) never slower than the run: {len(results) - len(beaten)} of "
           f"{len(results)}")  # fmt: skip

@@ -25,6 +25,9 @@ DOCS = ROOT / "docs"
 def load_script(stem: str, folder: Path = SCRIPTS) -> ModuleType:
     """``scripts/STEM.py`` (or ``FOLDER/STEM.py``) imported as module ``STEM`` (the scripts are not a package;
     registered in ``sys.modules`` so that its dataclasses and pickles resolve their module)."""
+    # as when it runs: its siblings import by their bare names (benchmarks/judge.py)
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(stem, folder / f"{stem}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

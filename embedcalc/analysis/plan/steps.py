@@ -115,10 +115,7 @@ class StepCost:
             return self.exact(1) if n <= 1 else self.exact(1) * n
         lo = 1 << ((min(n, self.most) - 1).bit_length() - 1)  # the largest power of two below min(n, most)
         hi = min(2 * lo, self.most)
-        if n in (lo, hi):
-            return self.exact(n)
-        a, b = self.exact(lo), self.exact(hi)
-        return a + (b - a) * (n - lo) / (hi - lo)
+        return self.exact(n) if n in (lo, hi) else _between(self.exact, n, lo, hi)
 
     def _prefill(self, b: int) -> float:
         """T_p(b) from the time model (computed once; b = 1 is ``prefill_s``)."""
@@ -135,8 +132,7 @@ class StepCost:
         if k <= 1 or self.batched is None:
             return self.prefill_s * k
         lo = 1 << (int(k).bit_length() - 1)  # the largest power of two at most k
-        a = self._prefill(lo)
-        return a if k == lo else a + (self._prefill(2 * lo) - a) * (k - lo) / lo
+        return self._prefill(lo) if k == lo else _between(self._prefill, k, lo, 2 * lo)
 
     def step(self, decodes: int, prompt_tokens: int) -> float:
         """Seconds of one engine step running ``decodes`` sequences and ``prompt_tokens`` tokens of prefill, the
@@ -154,6 +150,12 @@ class StepCost:
     @property
     def tokens_per_step(self) -> float:
         return 1.0 if self.speculation is None else self.speculation.tokens_per_step
+
+
+def _between(at: Callable[[int], float], x: float, lo: int, hi: int) -> float:
+    """``at`` at ``x``, linear between its exact values at the grid points ``lo`` and ``hi``."""
+    a = at(lo)
+    return a + (at(hi) - a) * (x - lo) / (hi - lo)
 
 
 def computed_prompt(prompt: int, prefix_hit: float) -> int:
