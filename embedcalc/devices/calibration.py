@@ -69,6 +69,7 @@ class TimeConstants:
     hop_latency_s: float
     gemv_max_rows: float
     dequant_ops_per_weight: float
+    reference_matmul_fraction: float
 
 
 @dataclass(frozen=True)

@@ -151,11 +151,13 @@ class Device(BaseModel):
         "--peak` for local); the expected time of a GEMV of that dtype reads its bytes at this rate. None for a "
         "dtype: the calibration's memory_fraction of the bandwidth.",
     )
-    matrix_clock_fraction: FractionFigure | None = Field(
+    matmul_fraction: FractionFigure | None = Field(
         default=None,
-        description="The clock the matrix units hold under sustained dense GEMM load as a fraction of the clock "
-        "the datasheet peak is quoted at (the vendor's own measurement), where the two differ; the expected "
-        "time's GEMM and attention fractions are of the peak at that clock. None: the peak's clock is held.",
+        description="The maximum achievable matmul rate (the best large BF16 GEMM a benchmark finds under "
+        "sustained load: the clock the matrix units hold and their tile efficiency) as a fraction of the datasheet "
+        "BF16 peak, measured. The expected time's GEMM and attention fractions, fitted on a device of the "
+        "calibration's reference_matmul_fraction, are scaled by this over that, for every dtype. None: as the "
+        "fit's device.",
     )
     interconnect: Link | None = Field(
         default=None,
@@ -229,7 +231,7 @@ class Device(BaseModel):
             for name, figure in (
                 ("kernel_overhead_s", self.kernel_overhead_s),
                 ("gemm_half_rows", self.gemm_half_rows),
-                ("matrix_clock_fraction", self.matrix_clock_fraction),
+                ("matmul_fraction", self.matmul_fraction),
             )
             if figure is not None
         ]

@@ -81,10 +81,10 @@ def device_table(device: Device) -> Table:
     )
     for dtype, rate in device.gemv_bytes_per_s.items():
         _figure_row(table, device, f"GEMV {dtype} (one row, weights from memory)", _rate(rate.value), rate)
-    clock = device.matrix_clock_fraction
-    if clock is not None:
-        _figure_row(table, device, "matrix clock under dense load (of the peak's)", units.percent(clock.value),
-                    clock)  # fmt: skip
+    matmul = device.matmul_fraction
+    if matmul is not None:
+        _figure_row(table, device, "max achievable matmul (of the BF16 peak)", units.percent(matmul.value),
+                    matmul)  # fmt: skip
     for label, link in (("interconnect", device.interconnect), ("network", device.network),
                         ("host link", device.host_link)):  # fmt: skip
         if link is not None:

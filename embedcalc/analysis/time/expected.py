@@ -76,9 +76,9 @@ class ExpectedModel:
 
 def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
     """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
-    records local's) in place of the calibration's, never added to them; where the device's matrix units hold a
-    lower clock under dense load than its datasheet peak is quoted at (``matrix_clock_fraction``: MI300X), the
-    GEMM and attention fractions are of the peak at that clock."""
+    records local's) in place of the calibration's, never added to them; where the device's maximum achievable
+    matmul rate was measured (``matmul_fraction``), the GEMM and attention fractions scaled by its ratio to the
+    fit's device's (``reference_matmul_fraction``: they were fitted on that device's clock and tile efficiency)."""
     own = {
         name: figure.value
         for name, figure in (
@@ -87,10 +87,10 @@ def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
         )
         if figure is not None
     }
-    if device.matrix_clock_fraction is not None:
-        clock = device.matrix_clock_fraction.value
-        own["gemm_fraction"] = constants.gemm_fraction * clock
-        own["attention_fraction"] = constants.attention_fraction * clock
+    if device.matmul_fraction is not None:
+        scale = device.matmul_fraction.value / constants.reference_matmul_fraction
+        own["gemm_fraction"] = min(1.0, constants.gemm_fraction * scale)
+        own["attention_fraction"] = min(1.0, constants.attention_fraction * scale)
     return replace(constants, **own)
 
 
