@@ -41,6 +41,13 @@ Optimizer = Literal["adamw", "sgd", "adafactor", "adamw_8bit", "paged_adamw", "p
 Logits = Literal["last", "all"]
 
 
+def logit_rows(logits: Logits, batch: Any, positions: Any) -> Any:
+    """Rows the LM head computes logits for in an inference forward of ``batch`` sequences of ``positions`` tokens
+    (numbers or numpy arrays of them): each sequence's last (``logits="last"``: the one a server or ``generate``
+    samples from) or all of them."""
+    return batch * positions if logits == "all" else batch
+
+
 def bounded(default: int | None, minimum: int, maximum: int | None = None) -> Any:
     """A field with its bounds beside its default: checked by :func:`check_bounds` on every construction, and
     read by the CLI for its option's ``min``/``max`` (one place for both)."""

@@ -5,8 +5,9 @@ no allocation happens inside the timed steps. Prefill runs the prompt (an encode
 the encoder, once, and the decoder prompt through the decoder, which fills the cross-attention caches) and picks
 the first token from the last position's logits: the time to first token. Each decode step then feeds the last
 token, one per sequence, and picks the next: G decode steps after a prompt of P tokens run at KV lengths
-P+1 … P+G, leaving P+G tokens in the cache (the analytic convention, analysis/roofline/estimate.py). The logits of every
-prompt position are computed at prefill, as the analytic prefill counts the LM head on every token.
+P+1 … P+G, leaving P+G tokens in the cache (the analytic convention, analysis/roofline/estimate.py). The prefill
+computes the logits of each prompt's last position only, as servers and transformers' ``generate`` do and as the
+analytic prefill counts the LM head (``logits="last"``).
 
 Timing: :class:`embedcalc.modeling.timing.Clock` around each step (the argmax makes each step's result
 concrete). Memory: :func:`embedcalc.modeling.device.peak_memory`, paged in by a few tokens of a miniature.
@@ -36,7 +37,9 @@ from embedcalc.modeling.ssm import allocate_state
 from embedcalc.modeling.steps import make_inputs
 from embedcalc.modeling.timing import Clock, StepCallback, timed_call
 
-Forward = Callable[[Tensor, KVCache, Tensor | None], Tensor]  # (ids, cache, memory) -> logits
+Forward = Callable[
+    [Tensor, KVCache, Tensor | None, int | None], Tensor
+]  # (ids, cache, memory, keep) -> logits
 
 
 def allocate_cache(
@@ -127,11 +130,11 @@ def greedy_generate(
 
     def prefill() -> None:
         memory[0] = model.encode(source) if source is not None else None  # (B, S, d)
-        logits = step(prompt, cache, memory[0])  # (B, P, vocab)
+        logits = step(prompt, cache, memory[0], 1)  # (B, 1, vocab): the last position's
         out.append(logits[:, -1].argmax(dim=-1, keepdim=True))  # (B, 1)
 
     def decode() -> None:
-        logits = step(out[-1], cache, None)  # (B, 1, vocab)
+        logits = step(out[-1], cache, None, None)  # (B, 1, vocab)
         out.append(logits[:, -1].argmax(dim=-1, keepdim=True))  # (B, 1)
 
     with torch.inference_mode():

@@ -68,9 +68,9 @@ def eager_launches(
             return _counted(lambda: model(ids))[0], 0
         cache = allocate_cache(model, batch_size, seq_len + 1)
 
-        def step(tokens: torch.Tensor) -> torch.Tensor:  # greedy_generate's step: logits, then the next token
-            return model.decode_step(tokens, cache, None)[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+        def step(tokens: torch.Tensor, keep: int | None) -> torch.Tensor:  # greedy_generate's step
+            return model.decode_step(tokens, cache, None, keep)[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
 
-        prefill, token = _counted(lambda: step(ids))
-        decode, _ = _counted(lambda: step(token))
+        prefill, token = _counted(lambda: step(ids, 1))
+        decode, _ = _counted(lambda: step(token, None))
     return prefill, decode

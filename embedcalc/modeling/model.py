@@ -278,10 +278,13 @@ class TransformerModel(nn.Module):
         memory: Tensor = self.encoder(self.embedding(src_ids, "encoder", token_type_ids))  # (B, S, d)
         return memory
 
-    def decode_step(self, ids: Tensor, cache: KVCache, memory: Tensor | None = None) -> Tensor:
+    def decode_step(
+        self, ids: Tensor, cache: KVCache, memory: Tensor | None = None, keep: int | None = None
+    ) -> Tensor:
         """Logits of ``ids`` (B, T), the next T tokens of the decoder from ``cache.position`` on, through the KV
-        cache (which they are written to; the position then advances by T): (B, T, vocab). ``memory`` (the
-        encoder output) is needed until the cross-attention caches are filled, at prefill."""
+        cache (which they are written to; the position then advances by T): (B, T, vocab), or of the last ``keep``
+        positions only (B, keep, vocab), as a server's prefill computes them (transformers' ``logits_to_keep``).
+        ``memory`` (the encoder output) is needed until the cross-attention caches are filled, at prefill."""
         if self.decoder is None or self.head is None:
             raise ValueError("generation needs a decoder with an LM head")
         if memory is None and cache.position == 0 and self.encoder is None:  # prefill fills the cross caches
@@ -290,7 +293,9 @@ class TransformerModel(nn.Module):
         per_layer = self.embedding.layer_inputs(ids, x)  # (B, T, L, p) or None
         hidden = self.decoder(self.embedding.streams(x), memory=memory, cache=cache, per_layer=per_layer)
         cache.position += ids.shape[1]
-        logits: Tensor = self.head(hidden)  # (B, T, vocab)
+        if keep is not None:
+            hidden = hidden[:, -keep:]  # (B, keep, d)
+        logits: Tensor = self.head(hidden)  # (B, T or keep, vocab)
         return logits
 
 

@@ -73,9 +73,20 @@ def test_prefill_at_4096_tokens_is_compute_bound() -> None:
         "decoder/attention/out",
         "decoder/ffn/in",
         "decoder/ffn/out",
-        "head/lm",
     ):
         assert prefill[key]["bound"] == "compute", key
+    # the LM head computes the last position's logits only (--logits last, as servers and generate do): one row
+    # of d x vocab, a GEMV bound by the bytes of its weights; with --logits all, every position's
+    assert prefill["head/lm"]["flops"] == 2 * 4096 * 32000 and prefill["head/lm"]["bound"] == "memory"
+    every = _json("analyze", "llama-2-7b", "--hardware", "h100-sxm", "--dtype", "bfloat16", "--seq-len", "4096",
+                  "--logits", "all")["time"]["breakdown"]["prefill"]  # fmt: skip
+    assert (
+        every["head/lm"]["flops"] == 4096 * prefill["head/lm"]["flops"]
+        and every["head/lm"]["bound"] == "compute"
+    )
+    assert {k: v for k, v in every.items() if k != "head/lm"} == {
+        k: v for k, v in prefill.items() if k != "head/lm"
+    }
     _, est = _estimate("llama-2-7b", seq_len=4096, dtype="bf16")
     for c in est.lower_bound.phases["prefill"].components:
         if c.key in prefill and c.bound == "compute":

@@ -53,7 +53,7 @@ def test_the_meta_count_is_the_profilers_on_a_real_run(name: str) -> None:
             return
         cache = allocate_cache(model, batch, prompt + 1)
         prefill, logits = _profiled(
-            lambda: model.decode_step(ids, cache, None)[:, -1].argmax(dim=-1, keepdim=True)
+            lambda: model.decode_step(ids, cache, None, 1)[:, -1].argmax(dim=-1, keepdim=True)
         )
         decode, _ = _profiled(
             lambda: model.decode_step(logits, cache, None)[:, -1].argmax(dim=-1, keepdim=True)

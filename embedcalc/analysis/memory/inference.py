@@ -74,7 +74,7 @@ from embedcalc.analysis.structure import (
     q_heads,
     v_width,
 )
-from embedcalc.analysis.workload import DTYPE_BYTES, Workload
+from embedcalc.analysis.workload import DTYPE_BYTES, Workload, logit_rows
 from embedcalc.config.dtypes import BLOCK_FORMATS
 from embedcalc.config.layer_plan import Attention, Block
 from embedcalc.config.resolved import ResolvedShape
@@ -339,8 +339,7 @@ def peak_candidates(config: ResolvedShape, workload: Workload, x: Dims, tp: int 
     if config.resolved_lm_head and x.last:
         n_last, _ = x.tokens(config, x.stacks[-1].stack)
         vocab_rank = -(-config.vocab_size // tp)
-        rows = b * n_last if workload.logits == "all" else b  # the positions whose logits are computed
-        keep("head/lm", rows * (e * (x.d_tok + vocab_rank)))
+        keep("head/lm", logit_rows(workload.logits, b, n_last) * (e * (x.d_tok + vocab_rank)))
     return out
 
 

@@ -20,6 +20,7 @@ from embedcalc.analysis.roofline.traffic import (
     experts_reached,
     matmul_flops,
     phase_traffic,
+    prefill_flops,
     weights_of,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "experts_reached",
     "matmul_flops",
     "phase_traffic",
+    "prefill_flops",
     "prefill_lengths",
     "weights_of",
 ]

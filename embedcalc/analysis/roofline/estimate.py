@@ -20,7 +20,8 @@ the matmul of key K (a tied LM head reads the token table). Conventions, stated 
   of its own. This, and efficiency 1 by default, make every time a **lower bound**.
 - **Prefill** (time to first token) is one forward over the prompt (encoder-decoder: the source through the
   encoder and the target prompt through the decoder); with ``sdpa`` its attention FLOPs are the causal ones
-  (flash kernels skip masked blocks), with ``eager`` the full n × n.
+  (flash kernels skip masked blocks), with ``eager`` the full n × n. Its LM head runs on the positions whose
+  logits are computed (the workload's ``logits``: each prompt's last by default, as servers sample from).
 - **Decode** at KV length n is the marginal cost of the n-th token: causal forward FLOPs at length n minus those at
   n − 1, component by component. For self-attention that is 2·b·h·min(n, window)·head_dim per layer for each of
   Q·Kᵀ and A·V (one query against every cached key); for cross-attention 2·b·h·src_len·head_dim; every projection

@@ -18,7 +18,7 @@ from embedcalc.analysis.mixers import decode_step_terms, ssm_state_bytes
 from embedcalc.analysis.params import param_tensors
 from embedcalc.analysis.roofline.lengths import Lengths, at_kv_len, cache_bytes, prompt_len
 from embedcalc.analysis.structure import Dims, cross_attention, stacks
-from embedcalc.analysis.workload import Workload
+from embedcalc.analysis.workload import Workload, logit_rows
 from embedcalc.config.layer_plan import Attention
 from embedcalc.config.resolved import ResolvedShape
 
@@ -297,6 +297,21 @@ def matmul_flops(config: ResolvedShape, w: Workload, causal: bool) -> dict[str, 
         estimate.causal_breakdown if causal and estimate.causal_breakdown is not None else estimate.breakdown
     )
     return chosen.as_dict()
+
+
+def prefill_flops(config: ResolvedShape, w: Workload, causal: bool) -> dict[str, int]:
+    """Matmul FLOPs of an inference prefill: the forward's, with the LM head (every ``head/`` matmul) through the
+    rows whose logits are computed (``logit_rows``: by default each sequence's last position, as vLLM's
+    ``LogitsProcessor``, TensorRT-LLM without ``gather_context_logits`` and transformers' ``generate``
+    (``logits_to_keep=1``) run it). An encoder's forward and a training step compute every position's."""
+    flops = matmul_flops(config, w, causal)
+    if w.mode != "inference" or config.architecture == "encoder":
+        return flops
+    positions = w.decoder_len
+    kept = logit_rows(w.logits, w.batch_size, positions)
+    return {
+        k: v * kept // (w.batch_size * positions) if k.startswith("head/") else v for k, v in flops.items()
+    }
 
 
 def decode_step_flops(config: ResolvedShape, w: Workload, kv_len: int) -> dict[str, int]:

@@ -32,6 +32,7 @@ from embedcalc.analysis.roofline.traffic import (
     matmul_flops,
     per_device,
     phase_traffic,
+    prefill_flops,
     weights_of,
 )  # fmt: skip
 from embedcalc.analysis.time.expected import (
@@ -280,7 +281,7 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
     base = RooflineEstimate(device.name, roof.peak_dtype, request.kv_dtype, roof.peak_flops_per_s,
                             roof.bandwidth_bytes_per_s, Efficiency(), batch_size=w.batch_size)  # fmt: skip
     prefill: dict[str, Traffic] = kept(("prefill",), lambda: _traffic(
-        config, w, matmul_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes, weights,
+        config, w, prefill_flops(config, w, causal), prefill_lengths(config, w), False, kv_bytes, weights,
         par.tp if w.mode == "inference" else par.tp * par.pp))  # fmt: skip
     if w.mode == "training":
         if par.cp > 1:
