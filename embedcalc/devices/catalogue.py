@@ -159,6 +159,13 @@ class Device(BaseModel):
         "calibration's reference_matmul_fraction, are scaled by this over that, for every dtype. None: as the "
         "fit's device.",
     )
+    inference_attention_fraction: FractionFigure | None = Field(
+        default=None,
+        description="The fraction of the datasheet BF16 peak the fused causal attention kernel that serving engines "
+        "run on this device reaches at long prompts, measured (FlashAttention-3 on Hopper); the expected time of an "
+        "inference phase's attention cores uses it in place of the calibration's attention_fraction (a training "
+        "step keeps the calibration's). None: the calibration's.",
+    )
     interconnect: Link | None = Field(
         default=None,
         description="The device-to-device link (NVLink, xGMI, ICI); none: devices talk over PCIe.",
@@ -232,6 +239,7 @@ class Device(BaseModel):
                 ("kernel_overhead_s", self.kernel_overhead_s),
                 ("gemm_half_rows", self.gemm_half_rows),
                 ("matmul_fraction", self.matmul_fraction),
+                ("inference_attention_fraction", self.inference_attention_fraction),
             )
             if figure is not None
         ]

@@ -85,6 +85,10 @@ def device_table(device: Device) -> Table:
     if matmul is not None:
         _figure_row(table, device, "max achievable matmul (of the BF16 peak)", units.percent(matmul.value),
                     matmul)  # fmt: skip
+    attention = device.inference_attention_fraction
+    if attention is not None:
+        _figure_row(table, device, "serving attention kernel (of the BF16 peak)", units.percent(attention.value),
+                    attention)  # fmt: skip
     for label, link in (("interconnect", device.interconnect), ("network", device.network),
                         ("host link", device.host_link)):  # fmt: skip
         if link is not None:

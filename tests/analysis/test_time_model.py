@@ -4,6 +4,7 @@ vanishes where it should; the schedule's integers are exact. No speed is asserte
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -308,6 +309,30 @@ def test_a_devices_achievable_matmul_scales_the_matrix_fractions_not_the_bound(t
     data["matmul_fraction"] = {"value": 1.2, "source": "test"}
     with pytest.raises(ConfigError, match="matmul_fraction"):
         parse_device(data, "test.yaml")
+
+
+def test_inference_attention_runs_at_the_serving_kernels_fraction_training_at_the_calibrations() -> None:
+    """Serving engines on Hopper run FlashAttention-3-class attention (FA3, causal, head dim 128, 8k tokens: 602 of
+    989.4 TFLOPS, 0.608); the calibration's attention fraction (FlashAttention-2-era runs) stays for training."""
+    from embedcalc.analysis.time.expected import device_constants
+
+    cal = load_calibration().constants
+    h100 = load_device("h100-sxm")
+    assert h100.inference_attention_fraction is not None and h100.inference_attention_fraction.value == 0.608
+    assert device_constants(cal, h100, inference=True).attention_fraction == 0.608
+    training = device_constants(cal, h100)
+    assert training.attention_fraction == pytest.approx(cal.attention_fraction * 0.803 / 0.869)
+    assert device_constants(cal, h100, inference=True) == replace(training, attention_fraction=0.608)
+    assert (
+        device_constants(cal, load_device("a100-80gb"), inference=True) == cal
+    )  # none measured: the calibration's
+
+    prefill = _time(
+        "analyze", "llama-3.1-8b", "--hardware", "h100-sxm", "--dtype", "bf16", "--seq-len", "16384"
+    )
+    scores = prefill["time"]["breakdown"]["prefill"]["decoder/attention/scores"]
+    assert scores["bound"] == "compute"
+    assert scores["time_s"] == pytest.approx(scores["flops"] / (989.4e12 * 0.608))
 
 
 def test_every_fit_run_ran_on_the_reference_device() -> None:

@@ -255,7 +255,7 @@ def estimate_time(
     eff = request.efficiency
     override = None if eff is None else Override(eff.compute, eff.memory)
     bound = _estimate(config, w, request, optimizer_bytes, None, memo) if lower_bound else None
-    model_on = ExpectedModel(device_constants(cal.constants, device), device, override)
+    model_on = ExpectedModel(device_constants(cal.constants, device, w.mode == "inference"), device, override)
     expected = _estimate(config, w, request, optimizer_bytes, model_on, memo)
     model = TimeModel(cal.name, cal.fitted_on, cal.held_out, cal.held_out_median_error, cal.held_out_max_ratio,
                       None if eff is None else eff.source)  # fmt: skip

@@ -74,11 +74,13 @@ class ExpectedModel:
         return collectives_s(collectives, self.device, w.parallel, self.constants)
 
 
-def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
+def device_constants(constants: TimeConstants, device: Device, inference: bool = False) -> TimeConstants:
     """The constants on ``device``: its own measured per-kernel overhead and GEMM half-rate rows (``bench --peak``
     records local's) in place of the calibration's, never added to them; where the device's maximum achievable
     matmul rate was measured (``matmul_fraction``), the GEMM and attention fractions scaled by its ratio to the
-    fit's device's (``reference_matmul_fraction``: they were fitted on that device's clock and tile efficiency)."""
+    fit's device's (``reference_matmul_fraction``: they were fitted on that device's clock and tile efficiency);
+    for an ``inference`` phase, the attention fraction the serving engines' kernel reaches on the device where it
+    was measured (``inference_attention_fraction``)."""
     own = {
         name: figure.value
         for name, figure in (
@@ -91,6 +93,8 @@ def device_constants(constants: TimeConstants, device: Device) -> TimeConstants:
         scale = device.matmul_fraction.value / constants.reference_matmul_fraction
         own["gemm_fraction"] = min(1.0, constants.gemm_fraction * scale)
         own["attention_fraction"] = min(1.0, constants.attention_fraction * scale)
+    if inference and device.inference_attention_fraction is not None:
+        own["attention_fraction"] = device.inference_attention_fraction.value
     return replace(constants, **own)
 
 
