@@ -299,7 +299,7 @@ def plan(
         w = _serving_dtype(analysis.workload)
         from embedcalc.analysis.plan.search import plan_serving_kv
         from embedcalc.analysis.plan.serving import ServingRequest
-        from embedcalc.analysis.time.estimate import kv_refusal
+        from embedcalc.analysis.time.capability import kv_refusal
 
         _check_choice("kv_admission", kv_admission, Literal["on-demand", "reserve"])
         engine = _engine_options(loaded.config, max_num_seqs, max_num_batched_tokens, spec_tokens,

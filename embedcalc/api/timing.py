@@ -208,7 +208,8 @@ def apply_time(
         return analysis, None
     from embedcalc.analysis.memory.capacity_search import capacity, with_kv_dtype
     from embedcalc.analysis.roofline import Efficiency
-    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, kv_refusal, small_step_warning
+    from embedcalc.analysis.time.capability import kv_refusal
+    from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, small_step_warning
     from embedcalc.devices.resolve import load_device
 
     if (refused := kv_refusal(analysis.config, None, kv)) is not None:

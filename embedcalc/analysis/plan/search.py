@@ -23,7 +23,7 @@ from embedcalc.analysis.plan.serving import (
     tp_degrees,
 )
 from embedcalc.analysis.structure import stacks
-from embedcalc.analysis.time.estimate import kv_device_problem
+from embedcalc.analysis.time.capability import kv_device_problem
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
 

@@ -36,7 +36,8 @@ from embedcalc.analysis.plan.rows import (
 from embedcalc.analysis.plan.scheduler import simulate
 from embedcalc.analysis.plan.steps import KvAdmission, Speculation, StepCost, computed_prompt
 from embedcalc.analysis.roofline import RooflineEstimate
-from embedcalc.analysis.time.estimate import TimeRequest, estimate_time, gemm_peak_dtype
+from embedcalc.analysis.time.capability import gemm_peak_dtype
+from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
 from embedcalc.analysis.workload import Parallelism, Workload
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.devices.catalogue import Device
