@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from embedcalc.analysis.checked import analyze_loaded
@@ -181,7 +181,7 @@ def _bench(
             f"the benchmark failed on {dev}: {exc}", ExitCode.RUNTIME, code="bench_failed"
         ) from None
     peak = matmul_peak(dev, run.dtype, options)
-    estimate, note = local_estimate(analysis, dev, options, peak)
+    estimate, note = local_estimate(analysis, dev, options, peak, every_position=True)
     measured = measurement(analysis, timed, peak, dev.type == "cuda", run.dtype, estimate, note)
     if tuned is None:
         return BenchResult(analysis, measured)
@@ -191,12 +191,15 @@ def _bench(
 
 
 def local_estimate(
-    analysis: Analysis, dev: Any, options: RunOptions, peak: Any = None
+    analysis: Analysis, dev: Any, options: RunOptions, peak: Any = None, every_position: bool = False
 ) -> tuple[RooflineEstimate | None, str]:
     """The default prediction a measurement is put beside: the expected time for ``local`` (measured first, as
     ``bench --peak`` measures it, when this machine has not been measured yet), and a note on where it came from
     (or why there is none). ``peak``: the matmul peak this run has just measured on ``dev`` in the workload's
-    dtype, which a first measurement of ``local`` takes rather than timing the same GEMMs a second time."""
+    dtype, which a first measurement of ``local`` takes rather than timing the same GEMMs a second time.
+    ``every_position``: the run's forward computes every position's logits (``bench``'s forward, ``model(ids)``),
+    so its time is predicted with ``logits="all"``; ``bench --mode generate`` computes the last position's, as the
+    workload's default says."""
     from embedcalc.analysis.time.estimate import TimeRequest, estimate_time
     from embedcalc.devices.catalogue import LOCAL
     from embedcalc.devices.resolve import load_device
@@ -214,11 +217,10 @@ def local_estimate(
         )
     from embedcalc.api.timing import local_launches
 
-    request = TimeRequest(device=device, launches=local_launches(analysis.config, analysis.workload, device))
+    timed = replace(analysis.workload, logits="all") if every_position else analysis.workload
+    request = TimeRequest(device=device, launches=local_launches(analysis.config, timed, device))
     try:
-        estimate = estimate_time(
-            analysis.config, analysis.workload, request, analysis.memory.model_state_bytes
-        )
+        estimate = estimate_time(analysis.config, timed, request, analysis.memory.model_state_bytes)
     except EmbedcalcError as exc:  # e.g. no measured peak for this dtype on local
         return None, f"no prediction: {exc.message}; run `embedcalc bench --peak --dtype {dtype}`"
     other = "" if device.title == name else f"; measured on {device.title}, this run is on {name}"

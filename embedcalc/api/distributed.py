@@ -289,6 +289,6 @@ def bench_ranks(
     from embedcalc.devices.local import previous_local
 
     one = base[0] if isinstance(base, list) else None
-    estimate, note = local_estimate(analysis, dev, options)
+    estimate, note = local_estimate(analysis, dev, options, every_position=True)
     prediction = (estimate, previous_local(), note)
     return DistributedReport(analysis, distributed_bench(analysis, strategy, world, ranks, one, prediction))

@@ -90,8 +90,8 @@ LogitsOption = Annotated[
     Logits,
     typer.Option(
         "--logits",
-        help="Inference memory: LM-head logits of the last position of each sequence (what vLLM and generate "
-        "compute) or of all positions (scoring a text).",
+        help="Inference: the LM head computes the logits of the last position of each sequence (what vLLM and "
+        "generate compute) or of all positions (scoring a text): its memory and its prefill time.",
     ),
 ]
 

@@ -220,10 +220,26 @@ def test_bench_tiny_inference(cli: Any, tiny: str, small_peak: None) -> None:
     per_layer = 2 * t * d * 3 * d + 2 * t * d * d + 2 * (2 * t * d * f) + 2 * (2 * b * n * n * d)
     assert result["flops"]["forward"] == 2 * per_layer + 2 * t * d * 512  # 2 layers + the LM head
     assert m["flops_per_step"] == result["flops"]["forward"]
-    # the prediction is analyze's expected time on the local device bench measured (and cached) for it
-    time = run_json(cli, "analyze", tiny, "--batch-size", "2", "--seq-len", "32", "--dtype", "fp32",
-                    "--hardware", "local", "--format", "json")["results"][0]["time"]  # fmt: skip
-    assert m["predicted"]["median_s"] == pytest.approx(time["forward_s"], rel=1e-12)
+
+    # the prediction is analyze's expected time on the local device bench measured (and cached) for it, with every
+    # position's logits (bench's forward computes them all; a server's prefill, analyze's default, the last one's)
+    def forward_s(*logits: str) -> float:
+        args = (
+            "analyze",
+            tiny,
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "32",
+            "--dtype",
+            "fp32",
+            "--hardware",
+            "local",
+        )
+        return float(run_json(cli, *args, "--format", "json", *logits)["results"][0]["time"]["forward_s"])
+
+    assert m["predicted"]["median_s"] == pytest.approx(forward_s("--logits", "all"), rel=1e-12)
+    assert forward_s() < forward_s("--logits", "all")
 
 
 @pytest.mark.torch
