@@ -81,14 +81,10 @@ def device_table(device: Device) -> Table:
     )
     for dtype, rate in device.gemv_bytes_per_s.items():
         _figure_row(table, device, f"GEMV {dtype} (one row, weights from memory)", _rate(rate.value), rate)
-    matmul = device.matmul_fraction
-    if matmul is not None:
-        _figure_row(table, device, "max achievable matmul (of the BF16 peak)", units.percent(matmul.value),
-                    matmul)  # fmt: skip
-    attention = device.inference_attention_fraction
-    if attention is not None:
-        _figure_row(table, device, "serving attention kernel (of the BF16 peak)", units.percent(attention.value),
-                    attention)  # fmt: skip
+    for label, fraction in (("max achievable matmul", device.matmul_fraction),
+                            ("serving attention kernel", device.inference_attention_fraction)):  # fmt: skip
+        if fraction is not None:
+            _figure_row(table, device, f"{label} (of the BF16 peak)", units.percent(fraction.value), fraction)
     for label, link in (("interconnect", device.interconnect), ("network", device.network),
                         ("host link", device.host_link)):  # fmt: skip
         if link is not None:
