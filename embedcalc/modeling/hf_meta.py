@@ -6,8 +6,9 @@ No weights are allocated (``torch.device("meta")``): every parameter is a shape.
 - **parameters**: ``named_parameters()`` (a tied weight once, under its first name), each with its shape; the
   routed-expert modules with their expert count (a fused ``(num_experts, ...)`` parameter or a list of expert
   modules) and top-k (the router's ``top_k`` / ``num_experts_per_tok`` attribute, else the config's);
-- **FLOPs**: ``torch.utils.flop_counter.FlopCounterMode`` over one meta forward of ``batch x seq_len`` tokens, per
-  module (exclusive of its children), with eager attention (FlopCounterMode counts SDPA as 0 on some backends,
+- **FLOPs**: ``torch.utils.flop_counter.FlopCounterMode``'s count (:mod:`embedcalc.modeling.meta_flops`, the same
+  count with meta results memoised) over one meta forward of ``batch x seq_len`` tokens, per module (exclusive of
+  its children), with eager attention (FlopCounterMode counts SDPA as 0 on some backends,
   PyTorch issue 195460) and, where transformers offers it, the ``batched_mm`` experts implementation, which runs
   exactly ``top_k`` experts per token as gathered batched matmuls (routing on meta tensors is data-dependent and
   cannot run the per-expert loop);
@@ -29,7 +30,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from embedcalc.modeling.hf_cache import CacheTensor, cache_tensors
 from embedcalc.modeling.hf_classes import (
@@ -40,6 +40,7 @@ from embedcalc.modeling.hf_classes import (
     hf_config,
     quiet,
 )
+from embedcalc.modeling.meta_flops import MetaFlopCounter
 
 __all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model"]
 
@@ -186,11 +187,11 @@ def _inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[s
     return {"input_ids": ids}
 
 
-def _run(model: nn.Module, inputs: dict[str, Any], fake: bool) -> tuple[Any, FlopCounterMode]:
-    """One forward under FlopCounterMode: on the meta inputs, or (``fake``) on FakeTensors of them, the mode
+def _run(model: nn.Module, inputs: dict[str, Any], fake: bool) -> tuple[Any, MetaFlopCounter]:
+    """One forward under the FLOP counter: on the meta inputs, or (``fake``) on FakeTensors of them, the mode
     transformers itself recognises as tracing (``is_fake_tensor``), where it skips the checks that read a tensor's
     values (a padding mask's ``.all()``, which a meta tensor cannot answer) and takes its trace-safe path."""
-    counter = FlopCounterMode(display=False)
+    counter = MetaFlopCounter(memo=not fake)
     if not fake:
         with counter, quiet():  # no no_grad: some families' meta paths assert autograd
             return model(**inputs), counter
