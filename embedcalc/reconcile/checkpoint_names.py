@@ -117,6 +117,7 @@ _CROSS = "encoder_attn"
 _T5_CROSS = "EncDecAttention"
 # T5Gemma's decoder layer: cross_attn.{q,k,v,o}_proj between pre_cross_attn_layernorm and post_cross_attn_layernorm
 _T5GEMMA_CROSS = "cross_attn"
+_FFN_BLOCKS = ("mlp", "feed_forward", "ffn", "feedforward")
 _CROSS_NORMS = ("pre_cross_attn_layernorm", "post_cross_attn_layernorm")
 # DeepSeek-V3.2's lightning indexer, self_attn.indexer (DeepseekV32Indexer): its parts -> analysis/params.py's keys
 _INDEXER = "indexer"
@@ -344,6 +345,10 @@ def _layer_key(inside: list[str], stack: str, sandwich: bool) -> str | None:
     t5_norm = _t5_norm(inside, stack)
     if t5_norm is not None:
         return f"{stack}/{t5_norm}"
+    if inside[-1:] in (["key"], ["value"]) and any(s in _FFN_BLOCKS for s in inside[:-1]):
+        # an FFN written as a key-value memory (RWKV's channel mixing, RwkvFeedForward: key d -> 4d, value back),
+        # not attention's projections of the same names
+        return f"{stack}/ffn/{'in' if inside[-1] == 'key' else 'out'}"
     for names, component in _IN_LAYER:
         if any(segment in names for segment in inside):
             return f"{stack}/{component}"

@@ -554,3 +554,17 @@ def test_an_image_to_text_encoder_decoder_without_a_text_encoder_counts_its_deco
     count = read_general(json.loads(config.to_json_string()), run=RUN)
     assert count.params.total == decoder
     assert count.architecture == "decoder" and count.flops is None
+
+
+def test_rwkv_channel_mixing_is_the_ffn_not_attention() -> None:
+    """RWKV's feed_forward (RwkvFeedForward) names its two matmuls ``key`` (d -> f) and ``value`` (f -> d), as its
+    time mixing (RwkvSelfAttention) names attention's: under an FFN block they are ``ffn/in`` and ``ffn/out``."""
+    from embedcalc.api.general import read_general
+
+    d, a, f, layers = 64, 64, 128, 2
+    raw = {"model_type": "rwkv", "hidden_size": d, "attention_hidden_size": a, "intermediate_size": f,
+           "num_hidden_layers": layers, "vocab_size": 100, "context_length": 64}  # fmt: skip
+    params = read_general(raw, run=Workload(seq_len=8)).params
+    assert params["decoder/ffn/in"] == layers * d * f
+    assert params["decoder/ffn/out"] == layers * f * d
+    assert params["decoder/attention/qkv"] == layers * 2 * d * a  # key and value; receptance is its own
