@@ -70,6 +70,7 @@ class TimeConstants:
     gemv_max_rows: float
     dequant_ops_per_weight: float
     reference_matmul_fraction: float
+    moe_dispatch_bytes: float
 
 
 @dataclass(frozen=True)

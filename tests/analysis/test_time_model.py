@@ -348,3 +348,33 @@ def test_every_fit_run_ran_on_the_reference_device() -> None:
     for run in fit:
         device = load_device(run.args[run.args.index("--hardware") + 1])
         assert device.matmul_fraction is not None and device.matmul_fraction.value == reference, run.id
+
+
+DISPATCH = "MoE token dispatch"
+
+
+def test_moe_dispatch_is_per_token_expert_pair_and_does_not_shrink_with_tp() -> None:
+    """A routed-expert layer's dispatch and combine move moe_dispatch_bytes per (token, chosen expert, hidden
+    element) on every TP rank (each holds a slice of every expert): the term is exact, the same at TP 1 and TP 8
+    while the expert GEMMs' share shrinks, in the training step's passes too, and absent from a dense model."""
+    cal = load_calibration().constants
+    config = load_target("qwen3-30b-a3b").config
+    moe = next(b.ffn for b in config.named_blocks.values() if b.ffn is not None and b.ffn.moe)
+    layers, d, k = config.num_layers, config.embed_dim, moe.top_k
+    args = ("analyze", "qwen3-30b-a3b", "--hardware", "h200", "--dtype", "fp8", "--seq-len", "2048",
+            "--batch-size", "2", "--gen-tokens", "4")  # fmt: skip
+    one, eight = (_time(*args, "--tp", str(tp))["time"] for tp in (1, 8))
+    stream = 4.8e12 * cal.memory_fraction  # h200's bandwidth at the streaming fraction
+    for t in (one, eight):
+        assert t["terms"]["prefill"][DISPATCH] == pytest.approx(
+            layers * 2 * 2048 * k * d * cal.moe_dispatch_bytes / stream
+        )
+        assert t["terms"]["decode"][DISPATCH] == pytest.approx(
+            layers * 2 * k * d * cal.moe_dispatch_bytes / stream
+        )
+    experts = [t["breakdown"]["prefill"]["decoder/moe/experts"]["time_s"] for t in (one, eight)]
+    assert experts[1] < experts[0] / 4  # the GEMMs split over the ranks; the dispatch does not
+    training = _time(*args[:-2], "--mode", "training")["time"]["terms"]["training_step"][DISPATCH]
+    assert training == pytest.approx(3 * layers * 2 * 2048 * k * d * cal.moe_dispatch_bytes / stream)
+    dense = _time("analyze", "llama-3.1-8b", "--hardware", "h200", "--dtype", "fp8", "--gen-tokens", "4")
+    assert DISPATCH not in dense["time"]["terms"]["prefill"]

@@ -18,6 +18,7 @@ from embedcalc.analysis.time.model import (
     component_fractions,
     elementwise_bytes,
     kernels_per_forward,
+    moe_dispatch_elements,
 )  # fmt: skip
 from embedcalc.analysis.workload import Workload
 from embedcalc.config.dtypes import canonical_dtype
@@ -66,6 +67,11 @@ class ExpectedModel:
         (:func:`embedcalc.analysis.time.model.dequant_elements`); 0 where the catalogue has no fp32 rate."""
         fp32 = self.device.peak("fp32")
         return 0.0 if not fp32 else elements * self.constants.dequant_ops_per_weight / fp32
+
+    def dispatch_s(self, elements: float) -> float:
+        """Seconds of the MoE token dispatch and combine for ``elements`` (token, expert, hidden element) triples
+        (:func:`embedcalc.analysis.time.model.moe_dispatch_elements`), streamed at the achieved bandwidth."""
+        return self.stream_s(elements * self.constants.moe_dispatch_bytes)
 
     def kernels_s(self, kernels: float) -> float:
         return kernels * self.constants.kernel_overhead_s
@@ -123,12 +129,14 @@ def pipeline_sends(config: ResolvedShape, w: Workload, tokens: int) -> list[Coll
 @dataclass(frozen=True)
 class Volumes:
     """What the extra terms of one inference phase time, the same on every device: element-wise bytes, kernels
-    launched, the TP/EP collectives on the critical path and the pipeline sends."""
+    launched, the TP/EP collectives on the critical path, the pipeline sends and the MoE layers' dispatched
+    (token, expert, hidden element) triples."""
 
     elementwise_bytes: float
     kernels: float
     collectives: list[Collective]
     sends: list[Collective]
+    dispatch_elements: float = 0.0
 
 
 def inference_volumes(
@@ -147,7 +155,7 @@ def inference_volumes(
         kernels = launches.decode if decode else launches.prefill
     collectives = critical_collectives(config, at, ("tp", "ep"))
     sends = pipeline_sends(config, at, 1 if decode else w.seq_len)
-    return Volumes(elementwise, kernels, collectives, sends)
+    return Volumes(elementwise, kernels, collectives, sends, moe_dispatch_elements(config, tokens))
 
 
 def inference_terms(
@@ -157,8 +165,10 @@ def inference_terms(
     """The extra terms of one inference phase on one device: its :func:`inference_volumes` (``volumes`` when the
     caller has them already) timed on the model's device."""
     v = volumes if volumes is not None else inference_volumes(config, w, decode, launches)
+    dispatch = (("MoE token dispatch", model.dispatch_s(v.dispatch_elements)),) if v.dispatch_elements else ()
     return (
         ("element-wise traffic", model.stream_s(v.elementwise_bytes)),
+        *dispatch,
         ("kernel overhead", model.kernels_s(v.kernels)),
         ("tensor/expert-parallel communication", model.comm_s(v.collectives, w)),
         ("pipeline sends", model.comm_s(v.sends, w)),

@@ -28,6 +28,12 @@ bytes (the same traffic, from the same layer model) and adds, each in its own fu
   1,397: the fewer bytes are not read as fast).
 - **element-wise traffic** (:func:`elementwise_bytes`): the norms, activation, residual adds and rotary embedding
   each read and write their b × n × width tensors (the roofline assumes them fused away; common kernels are not).
+- **MoE token dispatch** (:func:`moe_dispatch_elements`): a routed-expert layer permutes each token to its
+  experts' order, runs the grouped GEMMs on the gathered copies and combines the per-expert outputs back; that
+  traffic is per (token, chosen expert, hidden element), ``moe_dispatch_bytes`` of it, and it does not shrink with
+  tensor parallelism (every TP rank holds a slice of every expert, so it gathers and combines every pair) while
+  the GEMMs' FLOPs do: TensorRT-LLM's measured MoE layers reach less of the peak the thinner each rank's expert
+  slice (Qwen3-235B's experts on 8 H200s, fp8, 8,192 tokens: 262 TFLOPS per GPU at TP 8, 1,012 at TP 1).
 - **per-kernel overhead** (:func:`kernels_per_token_step`): ``kernel_overhead_s`` × the kernels a forward
   launches (per layer from the layer model, plus embedding, final norm and head); it is what makes small models
   and batch-1 decode slower than their bytes (launch, prologue and tail of each kernel; CUDA graphs shrink, not
@@ -189,6 +195,20 @@ def elementwise_bytes(config: ResolvedShape, w: Workload, tokens: int, tp: int =
             if stack.cross_attention:
                 per_token += 2 * d + 3 * d  # its norm and residual add
             total += layers * tokens * per_token * e
+    return total
+
+
+def moe_dispatch_elements(config: ResolvedShape, tokens: int) -> int:
+    """(token, chosen expert, hidden element) triples of one forward's routed-expert layers for ``tokens`` tokens
+    per stack, on one tensor-parallel rank: all of them (module docstring); an expert-parallel rank's are its own
+    tokens' (balanced routing: the pairs it receives are as many as it sends). A pair is the experts' input width
+    wide: the hidden size, or Nemotron-3's latent (the experts run between its latent projections)."""
+    total = 0
+    for stack in stacks(config):
+        for block, layers in config.stack_plan(stack.name).counts():
+            ffn = block.ffn
+            if ffn is not None and ffn.moe:
+                total += layers * tokens * ffn.top_k * (ffn.latent_dim or config.embed_dim)
     return total
 
 

@@ -42,7 +42,7 @@ from embedcalc.analysis.comm.volumes import Collective, communication
 from embedcalc.analysis.roofline import ComponentTime, Phase, Schedule
 from embedcalc.analysis.roofline.traffic import Traffic, Weights
 from embedcalc.analysis.time.expected import ExpectedModel
-from embedcalc.analysis.time.model import elementwise_bytes, kernels_per_forward
+from embedcalc.analysis.time.model import elementwise_bytes, kernels_per_forward, moe_dispatch_elements
 from embedcalc.analysis.workload import Workload, context_local
 from embedcalc.config.resolved import ResolvedShape
 from embedcalc.errors import EmbedcalcError, ExitCode, Problem
@@ -151,6 +151,7 @@ def _micro_batch_terms(
     passes = 1 + full + 2  # forward, recomputed forward, backward (about twice a forward's kernels and bytes)
     tokens = local.batch_size * local.seq_len
     elementwise = elementwise_bytes(config, local, tokens, par.tp) / par.pp
+    dispatch = moe_dispatch_elements(config, tokens) / par.pp
     kernels = kernels_per_forward(config, local, False, 1 / par.pp)
     collectives = communication(config, w).collectives
     critical = [c for c in collectives if c.group in ("tp", "ep")]
@@ -166,6 +167,7 @@ def _micro_batch_terms(
         ]
     return [
         ("element-wise traffic", passes * model.stream_s(elementwise)),
+        *([("MoE token dispatch", passes * model.dispatch_s(dispatch))] if dispatch else []),
         ("kernel overhead", passes * model.kernels_s(kernels)),
         ("tensor/expert-parallel communication", model.comm_s(critical + again, w)),
         ("pipeline sends", model.comm_s(sends, w)),
