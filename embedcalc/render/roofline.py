@@ -16,8 +16,8 @@ from embedcalc.render.units import seconds
 
 CAPTION = (
     "Expected: per component max(FLOPs / (peak × achieved fraction), bytes / (bandwidth × achieved fraction)), "
-    "summed, plus kernel overhead, element-wise traffic, communication and the pipeline bubble (time.terms). "
-    "Bound: the same components at peak, element-wise ops fused, nothing else."
+    "summed, plus kernel overhead, element-wise traffic, an MoE layer's token dispatch, communication and the "
+    "pipeline bubble (time.terms). Bound: the same components at peak, element-wise ops fused, nothing else."
 )
 
 
