@@ -115,7 +115,9 @@ class _Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return outs if is_tuple else outs[0]
         out = func(*args, **kwargs)
         outs = out if isinstance(out, tuple) else (out,)
-        if all(type(o) is torch.Tensor and o.device.type == "meta" for o in outs):
+        if all(
+            type(o) is torch.Tensor and o.device.type == "meta" and o.layout == torch.strided for o in outs
+        ):
             self.layouts[key] = (
                 isinstance(out, tuple),
                 tuple((tuple(o.shape), o.stride(), o.dtype) for o in outs),
