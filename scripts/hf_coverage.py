@@ -7,6 +7,7 @@
     python scripts/hf_coverage.py --shard 1/2 --json a.json & python scripts/hf_coverage.py --shard 2/2 --json b.json
     python scripts/hf_coverage.py --rows a.json b.json   # the summary of rows written before
     python scripts/hf_coverage.py --files DIR --cross-check   # config.json files of your own (published ones)
+    python scripts/hf_coverage.py --counter-check --only rwkv,xlstm --seq-len 128   # FLOP counters side by side
 
 The files are transformers' own default configs: for every ``model_type`` of ``CONFIG_MAPPING``, the ``to_dict()``
 of its config class (what ``save_pretrained`` writes). In scope are the text models and text backbones:
@@ -25,6 +26,10 @@ reason. ``--cross-check`` builds every natively read file with transformers too 
 ``--files`` reads given ``config.json`` files (or every ``*.json`` of a folder) instead of transformers' defaults:
 published files a reader was never shown (docs/concepts/huggingface.md: aiconfigurator's model list). A native read
 is the API's (``embedcalc.load``); where it refuses, the general reader's count is what ``analyze`` would give.
+
+``--counter-check`` also runs each file's meta forward (transformers' class, batch 1 x ``--seq-len`` tokens) under
+torch's ``FlopCounterMode`` and under the general reader's ``MetaFlopCounter`` (embedcalc/modeling/meta_flops.py),
+one after the other in this process: whether their per-module counts are equal, and each one's seconds.
 """
 
 from __future__ import annotations
@@ -130,6 +135,59 @@ def _read(raw: dict[str, Any], seq_len: int, cross_check: bool) -> dict[str, Any
     return row | counted | {"path": "general", "params": general.params.total}
 
 
+def _counter_check(raw: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """The file's meta forward under FlopCounterMode and under MetaFlopCounter: equal counts, and each one's time."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from embedcalc.modeling.hf_classes import build_meta_class, choose_class, hf_config, quiet
+    from embedcalc.modeling.hf_meta import forward_inputs
+    from embedcalc.modeling.meta_flops import MetaFlopCounter
+
+    try:
+        with quiet():
+            config = hf_config(raw)
+        class_name, _, architecture, build_from, _ = choose_class(config)
+        model = build_meta_class(class_name, build_from).eval()
+    except Exception:  # a file transformers does not build: no forward to compare
+        return {"counter": "no forward"}
+    counts, seconds = [], []
+    for counter in (FlopCounterMode(display=False), MetaFlopCounter()):
+        started = time.perf_counter()
+        try:
+            with counter, quiet():  # no no_grad: the reader runs without it (hf_meta)
+                model(**forward_inputs(architecture, 1, seq_len, seq_len))
+        except (
+            Exception
+        ):  # a forward that wants more than token ids, or values (the reader's FakeTensor path)
+            return {"counter": "no forward"}
+        seconds.append(time.perf_counter() - started)
+        counts.append(counter.get_flop_counts())
+    return {"counter": "equal" if counts[0] == counts[1] else "differ", "flop_counter_mode_s": seconds[0],
+            "meta_flop_counter_s": seconds[1]}  # fmt: skip
+
+
+def _counter_summary(rows: list[dict[str, Any]]) -> None:
+    checked = [r for r in rows if "counter" in r]
+    if not checked:
+        return
+    verdicts = Counter(r["counter"] for r in checked)
+    print(
+        "  counters: "
+        + ", ".join(f"{k} {v}" for k, v in verdicts.most_common())
+        + "".join(
+            f"\n    differ: {r['model_type']} ({r['file']})" for r in checked if r["counter"] == "differ"
+        )
+    )
+    timed = sorted(
+        (r for r in checked if "meta_flop_counter_s" in r), key=lambda r: -r["flop_counter_mode_s"]
+    )
+    for r in timed[:5]:  # the slowest forwards: where the memo matters
+        print(
+            f"    {r['model_type']} ({r['file']}): FlopCounterMode {r['flop_counter_mode_s']:.2f} s, "
+            f"MetaFlopCounter {r['meta_flop_counter_s']:.2f} s"
+        )
+
+
 def _cause(message: str) -> str:
     """A refusal's cause without the file it is about: the exception transformers raised, or the message's head."""
     tail = message.split("config: ", 1)[-1] if "refuses to build" in message else message
@@ -187,6 +245,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--files", type=Path, nargs="+", help="config.json files or folders of them, not defaults"
     )
+    parser.add_argument(
+        "--counter-check", action="store_true", help="time and compare the two FLOP counters per file"
+    )
     parser.add_argument("--seq-len", type=int, default=16)
     parser.add_argument("--timeout", type=int, default=120, help="seconds per file")
     args = parser.parse_args(argv)
@@ -214,6 +275,8 @@ def main(argv: list[str]) -> int:
             if raw is None:
                 continue
             row |= _read(raw, args.seq_len, args.cross_check)
+            if args.counter_check:
+                row |= _counter_check(raw, args.seq_len)
         except _Timeout:
             row |= {"path": "refused", "general_refusal": "timeout"}
         except Exception as exc:  # transformers' default config itself fails: out of reach of both paths
@@ -229,6 +292,7 @@ def main(argv: list[str]) -> int:
         if args.json:  # as it goes: a run cut short keeps what it read
             args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     _summary(rows, transformers.__version__, args.cross_check)
+    _counter_summary(rows)
     print(f"  ({time.monotonic() - start:.0f} s)")
     return 0
 

@@ -42,7 +42,7 @@ from embedcalc.modeling.hf_classes import (
 )
 from embedcalc.modeling.meta_flops import MetaFlopCounter
 
-__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model"]
+__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model", "forward_inputs"]
 
 _TOP_K_ATTRS = ("top_k", "num_experts_per_tok", "moe_top_k", "num_selected_experts", "experts_per_token",
                 "num_experts_per_token", "moe_k", "router_top_k")  # fmt: skip
@@ -177,7 +177,8 @@ def _exclusive_flops(counts: Mapping[str, Mapping[Any, int]], root: str) -> dict
     return out
 
 
-def _inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[str, Any]:
+def forward_inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[str, Any]:
+    """The meta token ids a forward of the counted architecture takes (an encoder-decoder's decoder ids too)."""
     ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
     if architecture == "encoder-decoder":
         dec = torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
@@ -206,7 +207,7 @@ def _run(model: nn.Module, inputs: dict[str, Any], fake: bool) -> tuple[Any, Met
 def _forward(
     model: nn.Module, architecture: str, batch: int, seq_len: int, tgt_len: int
 ) -> tuple[dict[str, int] | None, str | None, Any]:
-    inputs = _inputs(architecture, batch, seq_len, tgt_len)
+    inputs = forward_inputs(architecture, batch, seq_len, tgt_len)
     try:
         out, counter = _run(model, inputs, fake=False)
     except Exception as exc:  # a family's forward on meta tensors: any failure is reported

@@ -86,3 +86,16 @@ def test_on_fake_tensors_too() -> None:
             model(input_ids=ids, decoder_input_ids=ids)
         counts.append(counter.get_flop_counts())
     assert counts[0] == counts[1] and sum(counts[0]["Global"].values()) > 0
+
+
+def test_the_coverage_scripts_counter_check_runs_both_counters() -> None:
+    """scripts/hf_coverage.py --counter-check: the docs' claim that the counters agree is that script's output."""
+    from paths import load_script
+
+    coverage = load_script("hf_coverage")
+    row = coverage._counter_check({"model_type": "rwkv", **FAMILIES["rwkv"]}, 8)
+    assert row["counter"] == "equal"
+    assert row["flop_counter_mode_s"] > 0 and row["meta_flop_counter_s"] > 0
+    assert coverage._counter_check(
+        {"model_type": "llama", "hidden_size": 63, "num_attention_heads": 4}, 8
+    ) == {"counter": "no forward"}
