@@ -136,7 +136,7 @@ class Volumes:
     kernels: float
     collectives: list[Collective]
     sends: list[Collective]
-    dispatch_elements: float = 0.0
+    dispatch_elements: float
 
 
 def inference_volumes(
