@@ -18,9 +18,35 @@ Each row is the ``plan`` row of its layout (TP over the table's GPUs, one replic
 requests in flight (more than any engine here runs at once: the queue never empties, as at an infinite rate) with
 TensorRT-LLM's scheduler defaults: 8,192 tokens per step, its capacity scheduler's KV reservation
 (GUARANTEED_NO_EVICT: ``kv_admission="reserve"``), at most 2,048 sequences; an FP8 KV cache (ModelOpt's checkpoints
-quantize it). Prints each row's published and predicted tokens/s and published / predicted as a time ratio
-(> 1: the prediction is slower than the run), then per device and overall the median |error| and how many rows
-are within 1.5×.
+quantize it).
+
+DP x EP (``DP_EP``): DeepSeek-R1's maximum-throughput runs with attention data parallelism and expert parallelism 8
+on one node, from TensorRT-LLM's ``docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md`` (commit
+01c4ece9; f0c873f5 has the same commands and figures): ``trtllm-bench throughput`` with ``--tp 8 --ep 8`` and
+``enable_attention_dp: true`` (every rank the whole attention, dense layers and shared expert, its own requests and
+KV cache, 32 of the 256 routed experts), no MTP (the blog: "max-throughput ... does not use MTP"), CUDA graphs,
+``--concurrency`` requests kept in flight over the 8 ranks, ``--max_batch_size`` and ``--max_num_tokens`` per rank.
+Three runs: 8 B200 with nvidia/DeepSeek-R1-0528-FP4 (``kv_cache_dtype: fp8``), 8 B200 with nvidia/DeepSeek-R1-FP4
+("FP16 KV cache", here bf16: the same bytes), both TensorRT-LLM commit b6261862, and 8 H200 with
+deepseek-ai/DeepSeek-R1 (DeepSeek's block FP8); the figure is the run's "Total Output Throughput" (its "Per GPU
+Output Throughput" × 8). Each is the ``plan`` row DP 8 · EP 8 (:func:`judge.ep_row`;
+``embedcalc/analysis/plan/expert_parallel.py``) of the ``deepseek-v3`` preset (DeepSeek-R1 has V3's shape; the MTP
+module is not counted, as the runs do not use it) at a closed loop of the run's concurrency, its per-rank batch and
+token limits, KV reserved. Where the page is silent: the H200 run's KV dtype (its command sets none and DeepSeek's
+checkpoint quantizes no KV cache: the engine's ``auto`` is the model's bf16); the R1-0528 run's lengths (its section
+names no dataset: 1,042 input and 2,048 output tokens are what its own report gives, (total token − output
+throughput) / request throughput and output / request throughput; the other two runs' reports give exactly 1,024
+and 2,048, their stated ISL/OSL); the FP4 checkpoints quantize the MoE layers to FP4 (tech blog 3, "Precision
+strategy") while the plan runs one dtype (nvfp4) throughout; the plan measures the steady state, the runs count
+their ramp and tail too (16 waves of the concurrency on B200, 5 on H200: their mean request latency × the waves is
+within 2.2% of their total time, so this moves little). The blog's min-latency runs are left out: their layout is
+TP 8 with EP 2 or 4 (no attention DP), at batch 1 with MTP whose acceptance on the blog's real dataset is not
+stated. Tech blog 3's "4600 TPS/GPU on ISL/OSL 1K/2K" is the rounded FP16-KV run above, not another figure; the
+perf overview (commit 00f37686) has no DeepSeek table (it links the blog).
+
+Prints each row's published and predicted tokens/s and published / predicted as a time ratio (> 1: the prediction
+is slower than the run), then per device and for the perf-overview tables the median |error| and how many rows are
+within 1.5×, and the DP x EP rows on a line of their own (not in "all": another source, another layout).
 
     python benchmarks/bench_throughput.py
 """
@@ -29,8 +55,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import NamedTuple
 
-from judge import summary, tp_row
+from judge import ep_row, summary, tp_row
 
 import embedcalc
 
@@ -70,6 +97,34 @@ TABLES: dict[tuple[str, str, int, str], tuple[int | None, ...]] = {
 MOE = {"qwen3-30b-a3b", QWEN3_235B, SCOUT, MAVERICK}
 IN_FLIGHT = 2048
 
+EP_SOURCE = ("TensorRT-LLM docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md (commit 01c4ece9), "
+             "trtllm-bench throughput, attention DP 8 + EP 8, no MTP")  # fmt: skip
+
+
+class EpRun(NamedTuple):
+    """One published attention-DP + EP run (module docstring): its GPUs, dtypes, lengths and engine limits, and its
+    total output tokens/s."""
+
+    name: str
+    device: str
+    ranks: int  # --tp N --ep N with enable_attention_dp: N attention-DP ranks, the experts over N
+    dtype: str
+    kv_dtype: str
+    prompt: int
+    output: int
+    concurrency: int  # --concurrency: requests in flight over all ranks
+    max_batch_size: int  # --max_batch_size, per rank
+    max_num_tokens: int  # --max_num_tokens, per rank
+    published: float  # Total Output Throughput (tokens/sec)
+
+
+DP_EP: tuple[EpRun, ...] = (
+    EpRun("DeepSeek-R1-0528", "b200", 8, "nvfp4", "fp8", 1042, 2048, 7168, 896, 2048, 43146.2042),
+    EpRun("DeepSeek-R1", "b200", 8, "nvfp4", "bf16", 1024, 2048, 3072, 384, 1536, 36384.0838),
+    EpRun("DeepSeek-R1", "h200", 8, "fp8", "bf16", 1024, 2048, 1024, 128, 1151, 11489.2671),
+)  # fmt: skip
+DEEPSEEK = "deepseek-v3"  # the preset: DeepSeek-R1 (and R1-0528) have V3's shape
+
 
 def predict(model: str, device: str, tp: int, dtype: str, prompt: int, output: int) -> float:
     """The plan row's output tokens/s for TP ``tp`` on ``device`` (module docstring)."""
@@ -79,6 +134,33 @@ def predict(model: str, device: str, tp: int, dtype: str, prompt: int, output: i
     row = tp_row(result, tp)
     assert row.times is not None, row.reasons
     return row.times.tokens_per_s
+
+
+def predict_dp_ep(run: EpRun) -> float:
+    """The plan row DP ``run.ranks`` · EP ``run.ranks``'s total output tokens/s under the run's load and limits."""
+    result = embedcalc.plan(DEEPSEEK, hardware=run.device, dtype=run.dtype, kv_dtype=run.kv_dtype,
+                            seq_len=run.prompt, gen_tokens=run.output, concurrency=run.concurrency,
+                            max_devices=run.ranks, kv_admission="reserve", max_num_seqs=run.max_batch_size,
+                            max_num_batched_tokens=run.max_num_tokens)  # fmt: skip
+    row = ep_row(result, run.ranks)
+    assert row.times is not None and not row.reasons, row.reasons  # the KV holds the run's batch
+    return row.times.tokens_per_s
+
+
+def dp_ep_ratios() -> list[float]:
+    """Print each DP x EP run against its plan row; return their time ratios."""
+    print(f"Source: {EP_SOURCE}")
+    print(f"{'model':<17} {'device':<6} {'layout':<9} {'dtype':<6} {'KV':<5} {'in/out':<10} {'in flight':>9} "
+          f"{'published':>10} {'predicted':>10} {'time ratio':>10}")  # fmt: skip
+    ratios = []
+    for run in DP_EP:
+        predicted = predict_dp_ep(run)
+        ratios.append(run.published / predicted)
+        layout = f"DP{run.ranks}·EP{run.ranks}"
+        print(f"{run.name:<17} {run.device:<6} {layout:<9} {run.dtype:<6} {run.kv_dtype:<5} "
+              f"{run.prompt}/{run.output:<5} {run.concurrency:>9,} {run.published:>10,.0f} {predicted:>10,.0f} "
+              f"{ratios[-1]:>10.3f}")  # fmt: skip
+    return ratios
 
 
 def main() -> None:
@@ -104,6 +186,8 @@ def main() -> None:
     everything = [r for ratios in by_device.values() for r in ratios]
     print(summary("dense", dense, 10))
     print(summary("all", everything, 10) + f"; planned in {time.perf_counter() - started:.1f} s")
+    print()
+    print(summary("DP x EP", dp_ep_ratios(), 10))
 
 
 if __name__ == "__main__":

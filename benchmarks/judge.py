@@ -41,3 +41,11 @@ def tp_row(result: Any, tp: int) -> Any:
     [row] = [r for r in result.rows if r.layout.tp == tp and r.layout.replicas == 1 and r.layout.pp == 1
              and r.layout.ep == 1 and r.layout.disaggregated is None]  # fmt: skip
     return row
+
+
+def ep_row(result: Any, ranks: int) -> Any:
+    """The one row of a ``plan`` result that is attention DP ``ranks`` · EP ``ranks`` on a single replica (TP 1,
+    no PP or disaggregation): the layout of a run with ``enable_attention_dp`` and ``--ep ranks``."""
+    [row] = [r for r in result.rows if r.layout.dp == ranks and r.layout.ep == ranks and r.layout.tp == 1
+             and r.layout.replicas == 1 and r.layout.pp == 1 and r.layout.disaggregated is None]  # fmt: skip
+    return row
