@@ -71,6 +71,7 @@ class TimeConstants:
     dequant_ops_per_weight: float
     reference_matmul_fraction: float
     moe_dispatch_bytes: float
+    moe_expert_load_cv: float
 
 
 @dataclass(frozen=True)
