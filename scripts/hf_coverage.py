@@ -140,7 +140,7 @@ def _counter_check(raw: dict[str, Any], seq_len: int) -> dict[str, Any]:
     from torch.utils.flop_counter import FlopCounterMode
 
     from embedcalc.modeling.hf_classes import build_meta_class, choose_class, hf_config, quiet
-    from embedcalc.modeling.hf_meta import forward_inputs
+    from embedcalc.modeling.hf_forward import forward_inputs
     from embedcalc.modeling.meta_flops import MetaFlopCounter
 
     try:

@@ -234,6 +234,9 @@ def count_general(raw: Mapping[str, Any], origin: str, target: str, workload: Wo
                      "counted")  # fmt: skip
     elif meta.text_only is not None:
         notes.append(f"multimodal: only the language model ({meta.text_only}) and the LM head are counted")
+    if meta.ran_alone is not None:
+        notes.append(f"FLOPs and cache: the language model ({meta.text_only}) run alone on token ids, the vision tower "
+                     f"not run ({meta.class_name}'s own forward on token ids alone: {meta.ran_alone})")  # fmt: skip
     experts = tuple(ExpertGroup(e.path, e.params, e.num_experts, e.top_k) for e in meta.experts)
     if any(e.top_k is None for e in experts):
         notes.append("routed experts without a top-k transformers exposes: active parameters not counted")
@@ -256,6 +259,7 @@ def count_general(raw: Mapping[str, Any], origin: str, target: str, workload: Wo
         cache_error=meta.cache_error,
         weight_bytes_per_param=workload.weight_bytes_per_param,
         notes=notes,
+        ran_alone=meta.text_only if meta.ran_alone is not None else None,
     )
 
 

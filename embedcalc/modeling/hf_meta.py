@@ -16,9 +16,9 @@ No weights are allocated (``torch.device("meta")``): every parameter is a shape.
   its layer classes, ``EncoderDecoderCache``, the recurrent ``conv_states`` / ``recurrent_states`` of Mamba-like
   and linear-attention layers), per layer, as element counts.
 
-Which model class builds the file, and its build on the meta device: :mod:`embedcalc.modeling.hf_classes`. A forward
-that asks a meta tensor for a value (a padding mask's ``.all()``) runs again on FakeTensors, which transformers treats
-as tracing and answers with its trace-safe path; one that fails otherwise (a family whose code needs real values)
+Which model class builds the file, and its build on the meta device: :mod:`embedcalc.modeling.hf_classes`. The
+forward, its FakeTensor rerun and a multimodal model's language model run alone where the outer forward wants more
+than token ids: :mod:`embedcalc.modeling.hf_forward`. A forward that fails (a family whose code needs real values)
 leaves FLOPs and cache out, with the reason; the parameters stand.
 """
 
@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
 from embedcalc.modeling.hf_cache import CacheTensor, cache_tensors
@@ -40,9 +39,9 @@ from embedcalc.modeling.hf_classes import (
     hf_config,
     quiet,
 )
-from embedcalc.modeling.meta_flops import MetaFlopCounter
+from embedcalc.modeling.hf_forward import language_model_forward, meta_forward
 
-__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model", "forward_inputs"]
+__all__ = ["CacheTensor", "ExpertModule", "MetaModel", "build_meta_model"]
 
 _TOP_K_ATTRS = ("top_k", "num_experts_per_tok", "moe_top_k", "num_selected_experts", "experts_per_token",
                 "num_experts_per_token", "moe_k", "router_top_k")  # fmt: skip
@@ -75,6 +74,7 @@ class MetaModel:
     cache: tuple[CacheTensor, ...] | None
     cache_class: str | None
     cache_error: str | None
+    ran_alone: str | None  # the outer forward's error where the language model (text_only) ran alone instead
     version: str
     text_attrs: dict[
         str, Any
@@ -148,89 +148,6 @@ def _experts(model: nn.Module, config: Any, counted: Any) -> tuple[ExpertModule,
     return tuple(out)
 
 
-def _exclusive_flops(counts: Mapping[str, Mapping[Any, int]], root: str) -> dict[str, int]:
-    """Per module path (root class name stripped), its FLOPs less those of the recorded modules nearest below it
-    (a container never called, such as ``layers``, is not recorded: its layers count under the module above)."""
-    # "Global" and the trackers of autograd Functions (a family's custom kernels, named by their class) repeat
-    # FLOPs already counted under the modules that ran them
-    totals = {n: sum(ops.values()) for n, ops in counts.items() if n == root or n.startswith(root + ".")}
-
-    def parent(name: str) -> str | None:
-        head = name
-        while "." in head:
-            head = head.rpartition(".")[0]
-            if head in totals:
-                return head
-        return None
-
-    below: dict[str, int] = {}
-    for name, total in totals.items():
-        above = parent(name)
-        if above is not None:
-            below[above] = below.get(above, 0) + total
-    out: dict[str, int] = {}
-    for name, total in totals.items():
-        own = total - below.get(name, 0)
-        if own:
-            path = name[len(root) + 1 :] if name.startswith(root + ".") else ("" if name == root else name)
-            out[path] = out.get(path, 0) + own
-    return out
-
-
-def forward_inputs(architecture: str, batch: int, seq_len: int, tgt_len: int) -> dict[str, Any]:
-    """The meta token ids a forward of the counted architecture takes (an encoder-decoder's decoder ids too)."""
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-    if architecture == "encoder-decoder":
-        dec = torch.zeros(batch, tgt_len, dtype=torch.long, device="meta")
-        return {"input_ids": ids, "decoder_input_ids": dec, "use_cache": True}
-    if architecture == "decoder":
-        return {"input_ids": ids, "use_cache": True}
-    return {"input_ids": ids}
-
-
-def _run(model: nn.Module, inputs: dict[str, Any], fake: bool) -> tuple[Any, MetaFlopCounter]:
-    """One forward under the FLOP counter: on the meta inputs, or (``fake``) on FakeTensors of them, the mode
-    transformers itself recognises as tracing (``is_fake_tensor``), where it skips the checks that read a tensor's
-    values (a padding mask's ``.all()``, which a meta tensor cannot answer) and takes its trace-safe path."""
-    counter = MetaFlopCounter(memo=not fake)
-    if not fake:
-        with counter, quiet():  # no no_grad: some families' meta paths assert autograd
-            return model(**inputs), counter
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)  # the meta parameters are taken as they are
-    faked = {k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    with mode, counter, quiet():
-        return model(**faked), counter
-
-
-def _forward(
-    model: nn.Module, architecture: str, batch: int, seq_len: int, tgt_len: int
-) -> tuple[dict[str, int] | None, str | None, Any]:
-    inputs = forward_inputs(architecture, batch, seq_len, tgt_len)
-    try:
-        out, counter = _run(model, inputs, fake=False)
-    except Exception as exc:  # a family's forward on meta tensors: any failure is reported
-        first = str(exc).splitlines()[0][:200] if str(exc) else ""
-        error = f"{type(exc).__name__}: {first}"
-        if "meta tensors" not in first:  # not a value only real data has: a fake forward would fail too
-            return None, error, None
-        try:
-            out, counter = _run(model, inputs, fake=True)
-        except Exception:  # the first failure is the one to report
-            return None, error, None
-    flops = _exclusive_flops(counter.get_flop_counts(), type(model).__name__)
-    cache = None
-    with (
-        quiet()
-    ):  # the output's field is ``cache`` in transformers 5.24+, ``past_key_values`` (``cache_params``)
-        for name in ("cache", "past_key_values", "cache_params"):  # before: the old names warn as deprecated
-            cache = getattr(out, name, None) if not isinstance(out, tuple) else None
-            if cache is not None:
-                break
-    return flops, None, cache
-
-
 def build_meta_model(
     raw: Mapping[str, Any],
     batch: int = 1,
@@ -274,12 +191,16 @@ def build_meta_model(
             continue  # a frozen parameter elsewhere is a weight the checkpoint holds (ERNIE-4.5's correction bias)
         (params if counted(name) else outside).append((name, tuple(int(s) for s in p.shape)))
     flops: dict[str, int] | None = None
-    flops_error = cache_error = cache_class = None
+    flops_error = cache_error = cache_class = ran_alone = None
     cache: tuple[CacheTensor, ...] | None = None
     if forward:
         # a dual encoder's text tower runs alone (the outer model's forward wants images too)
         runner = model.get_submodule(language) if part == "text_model" else model
-        flops, flops_error, cache_obj = _forward(runner, architecture, batch, seq_len, tgt_len or seq_len)
+        run = meta_forward(runner, architecture, batch, seq_len, tgt_len or seq_len)
+        if run.flops is None and part == "language":  # the outer forward wants more than token ids
+            run = language_model_forward(model, language, kept, run, architecture, batch, seq_len)
+        flops, flops_error, cache_obj, runner = run.flops, run.error, run.cache, run.runner
+        ran_alone = run.refused
         if flops is not None and part in ("language", "seq2seq_text"):
             flops = {k: v for k, v in flops.items() if counted(k) or not k}
         if architecture == "encoder":
@@ -287,7 +208,8 @@ def build_meta_model(
         elif cache_obj is None:
             cache_error = flops_error or "the forward returned no cache"
         elif cache_len is not None and cache_len != seq_len:
-            _, cache_error, cache_obj = _forward(runner, architecture, batch, cache_len, tgt_len or seq_len)
+            again = meta_forward(runner, architecture, batch, cache_len, tgt_len or seq_len)
+            cache_error, cache_obj = again.error, again.cache
         if cache_obj is not None and architecture != "encoder":
             cache_class = type(cache_obj).__name__
             cache = cache_tensors(cache_obj)
@@ -305,6 +227,7 @@ def build_meta_model(
         cache=cache,
         cache_class=cache_class,
         cache_error=cache_error,
+        ran_alone=ran_alone,
         version=str(transformers.__version__),
         text_attrs=_text_attrs(build_from),
     )

@@ -171,6 +171,9 @@ class GeneralCount:
     cache_error: str | None
     weight_bytes_per_param: float = 4.0
     notes: list[str] = field(default_factory=list)
+    # the language model's path where it ran alone on token ids (the outer forward wants images too): the FLOPs and
+    # cache are its alone, the vision tower not run
+    ran_alone: str | None = None
 
     @property
     def counted_by(self) -> str:

@@ -52,7 +52,12 @@ def _flops(c: GeneralCount) -> Table:
     w = c.workload
     tgt = f", tgt_len {w['tgt_len']}" if w.get("tgt_len") is not None else ""
     title = f"Forward FLOPs — {escape(c.target)} (batch {w['batch_size']}, seq_len {w['seq_len']}{tgt})"
-    table = FitTable(title=title, caption=_FLOPS, title_justify="left")
+    alone = (
+        f" The language model ({c.ran_alone}) run alone on token ids: the vision tower is not run."
+        if c.ran_alone
+        else ""
+    )
+    table = FitTable(title=title, caption=escape(_FLOPS + alone), title_justify="left")
     table.add_column("component")
     table.add_column("FLOPs", justify="right", whole=True)
     table.add_column("share", justify="right", whole=True)
