@@ -55,3 +55,37 @@ def test_routed_experts_read_are_the_expected_distinct_experts_of_the_tokens() -
     assert experts_reached(256, 8, 1) == 8
     assert experts_reached(256, 8, 10_000) == pytest.approx(256)
     assert experts_reached(8, 2, 2) == pytest.approx(8 * (1 - 0.75**2))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("kind", ["mla", "sparse"])
+def test_a_latent_decode_step_counts_what_the_torch_model_runs(kind: str) -> None:
+    """The time model's decode step (decode_step_flops) of latent attention is the absorbed form embedcalc's torch
+    model decodes with (modeling/latent_attention._absorbed): FlopCounterMode over one decode step of the built
+    model, against a cache of 11 tokens, counts exactly the analytic step's FLOPs at KV length 12."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from embedcalc.analysis.roofline import decode_step_flops
+    from embedcalc.config.schema import ModelConfig
+    from embedcalc.modeling import build_model
+    from embedcalc.modeling.generate import allocate_cache
+
+    attention = {"kind": kind, "q_lora_rank": 16, "kv_lora_rank": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+                 "v_head_dim": 8} | ({"index_heads": 2, "index_head_dim": 8, "index_topk": 5} if kind == "sparse"
+                                     else {})  # fmt: skip
+    config = ModelConfig.model_validate({
+        "name": f"tiny-{kind}", "architecture": "decoder", "vocab_size": 64, "max_seq_len": 32, "embed_dim": 32,
+        "num_heads": 4, "num_layers": 2, "ffn_dim": 48, "activation": "swiglu", "norm": "rmsnorm",
+        "norm_placement": "pre", "position": "rope", "bias": False, "tie_embeddings": False, "lm_head": True,
+        "attention": attention,
+    })  # fmt: skip
+    model = build_model(config, device="cpu", dtype=torch.float32)
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        cache = allocate_cache(model, batch_size=2, total_tokens=12)
+        model.decode_step(ids[:, :11], cache)
+        with FlopCounterMode(display=False) as counter:
+            model.decode_step(ids[:, 11:], cache)
+    analytic = decode_step_flops(config, Workload(batch_size=2, seq_len=11), 12)
+    assert counter.get_total_flops() == sum(analytic.values())

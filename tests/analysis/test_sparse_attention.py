@@ -56,10 +56,12 @@ def test_decode_step_core_is_constant_past_topk_and_reads_k_latents() -> None:
     config = ModelConfig.model_validate(TINY)
     w = Workload(batch_size=2, seq_len=30)
     step = {n: decode_step_flops(config, w, n) for n in (3, 20, 40)}
+    # absorbed (analysis/roofline/traffic._absorbed): scores over kv_lora_rank + rope = 16, the context over 12
     assert (
-        step[20]["decoder/attention/scores"] == step[40]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 5 * 12
+        step[20]["decoder/attention/scores"] == step[40]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 5 * 16
     )
-    assert step[3]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 3 * 12
+    assert step[3]["decoder/attention/scores"] == 3 * 2 * 2 * 4 * 3 * 16
+    assert step[40]["decoder/attention/context"] == 3 * 2 * 2 * 4 * 5 * 12
     assert step[40]["decoder/attention/index_scores"] == 2 * 2 * 2 * 40 * 2 * 9  # linear in the context
     lengths = decode_lengths(config, Workload(batch_size=2, seq_len=30, dtype="bf16"), 40)
     assert lengths.self_cache_bytes == 2 * 3 * 5 * (12 + 4) * 2  # the k selected latents of every layer

@@ -315,9 +315,37 @@ def prefill_flops(config: ResolvedShape, w: Workload, causal: bool) -> dict[str,
 
 
 def decode_step_flops(config: ResolvedShape, w: Workload, kv_len: int) -> dict[str, int]:
-    """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key; a
-    recurrent mixer's, one step of its recurrence (analysis/mixers.py)."""
+    """Matmul FLOPs of the decode step at KV length ``kv_len``: causal forward(n) − forward(n − 1) by key, latent
+    attention's cores absorbed (:func:`_absorbed`); a recurrent mixer's, one step of its recurrence
+    (analysis/mixers.py)."""
     now = matmul_flops(config, at_kv_len(config, w, kv_len), True)
     before = matmul_flops(config, at_kv_len(config, w, kv_len - 1), True)
     out = {k: v - before.get(k, 0) for k, v in now.items() if v - before.get(k, 0) and "/mixer/" not in k}
-    return out | decode_step_terms(config, Dims.of(config, w.batch_size, 1))  # recurrent mixers: one step
+    return _absorbed(config, out) | decode_step_terms(config, Dims.of(config, w.batch_size, 1))
+
+
+def _absorbed(config: ResolvedShape, step: dict[str, int]) -> dict[str, int]:
+    """A decode step's latent-attention cores as engines and embedcalc's torch model run them: against the
+    compressed cache, W_UK absorbed into the query and W_UV applied after the context (DeepSeek-V2 §2.1.2;
+    FlashMLA, vLLM's and TensorRT-LLM's MLA decode kernels, ``modeling/latent_attention._absorbed``). Each head's
+    score is then a dot product over the latent and the rope key (kv_lora_rank + qk_rope_head_dim wide, not
+    qk_nope + qk_rope) and its context a sum of latents (kv_lora_rank wide, not v_head_dim): DeepSeek-V3's cores
+    cost 3× and 4× the decompressed form's per cached position, while the cache is read once either way (the
+    decompressed form would also expand every cached position through kv_b, which no engine does in decode). The
+    new token's W_UK and W_UV products cost what its kv_b does (kv_lora_rank × heads × (qk_nope + v) MACs), so
+    kv_b stays as counted. A stack whose latent layers differ in widths, or mix with other attention, keeps the
+    decompressed count (no such model is known)."""
+    out = dict(step)
+    for stack in stacks(config):
+        layers = [a for a, _ in _attention_layers(config, stack.name, False)]
+        widths = {(a.kv_lora_rank, a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim) for a in layers}
+        if not layers or not all(a.latent for a in layers) or len(widths) != 1:
+            continue
+        rank, nope, rope, value = widths.pop()
+        if rank is None or nope is None or rope is None or value is None:
+            continue
+        for core, latent, decompressed in (("scores", rank + rope, nope + rope), ("context", rank, value)):
+            key = f"{stack.name}/attention/{core}"
+            if key in out:  # exact: the count is a multiple of the decompressed width
+                out[key] = out[key] * latent // decompressed
+    return out
