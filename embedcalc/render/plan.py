@@ -144,10 +144,13 @@ def _caption(result: PlanResult) -> str:
     w = s["workload"]
     load = (f"{s['concurrency']} in flight" if s.get("concurrency") else f"{s['rate']:g} requests/s"
             if s.get("rate") else _default_load(s))  # fmt: skip
+    routed = (" DP · EP rows: every rank waits for the one its router sends the most token-expert pairs (routing "
+              "as measured, not balanced; no redundant experts)." if any(r.layout.ep > 1 for r in result.rows)
+              else "")  # fmt: skip
     return (f"Prompt {w['seq_len']:,} + {w['gen_tokens']:,} output tokens, {load}; continuous batching (prefills "
             f"interleaved with decode steps of the running batch); memory: {s['memory_utilization']:.0%} of the "
             "device (runtime reserve), paged KV in 16-token blocks, activation workspace. Cheapest per million "
-            "output tokens first. Times: analyze's prefill and decode step on the device.")  # fmt: skip
+            f"output tokens first. Times: analyze's prefill and decode step on the device.{routed}")  # fmt: skip
 
 
 def _shown(result: PlanResult, top: int) -> tuple[list[Any], list[tuple[Any, str]]]:
