@@ -44,9 +44,39 @@ TP 8 with EP 2 or 4 (no attention DP), at batch 1 with MTP whose acceptance on t
 stated. Tech blog 3's "4600 TPS/GPU on ISL/OSL 1K/2K" is the rounded FP16-KV run above, not another figure; the
 perf overview (commit 00f37686) has no DeepSeek table (it links the blog).
 
+Stated layouts (``STATED``, held out: printed after the rest with summary lines of its own): a later revision of the
+same page (its "Performance Summary - All Networks": output tokens/s PER GPU, the ``Per GPU Output Throughput`` of
+``trtllm-bench``, each column naming its layout). Its commit is unknown here (the repository's snapshot is too large
+to fetch; the text was read from a stored copy of the file): it is the revision with ``--config $llm_options``,
+per-model ``llm_options.yml`` (DeepSeek R1: ``kv_cache_config: dtype: fp8``; GPT-OSS: ``dtype: fp8  # Hopper: use
+auto``), Llama 3.3 70B on H200 at TP 2 and Maverick and H100 columns still present (an earlier revision had Llama
+3.3 at TP 1 on H200 and no KV settings; a later one, release/1.2, adds B300/GB300 and drops Maverick, H100 and
+1000/1000). Lengths 1000/1000, 1024/1024, 1024/8192, 1024/32768, 8192/1024, 32768/1024; FP4 checkpoints
+nvidia/DeepSeek-R1-0528-NVFP4-v2, Qwen3-235B-A22B-FP4, Qwen3-30B-A3B-FP4, Llama-3.3-70B-Instruct-FP4,
+Llama-4-Maverick-17B-128E-Instruct-NVFP4 (``nvfp4``); FP8 deepseek-ai/DeepSeek-R1-0528 (DeepSeek's block FP8),
+nvidia/Qwen3-235B-A22B-FP8, Llama-3.3-70B-Instruct-FP8, Llama-4-Maverick-17B-128E-Instruct-FP8 (``fp8``); GPT-OSS
+is OpenAI's own checkpoint (MXFP4 experts; the page names no other), run as the model's own dtype: at the FP4 peak
+on Blackwell, weight-only at the bf16 peak on Hopper (``embedcalc.analysis.time.capability.gemm_peak_dtype``; the
+page labels those columns FP8). Models: the ``deepseek-v3`` preset (R1-0528 has V3's shape), the ``gpt-oss-20b``
+preset, ``configs/gpt-oss-120b.json`` (openai/gpt-oss-120b's config.json, the copy aiconfigurator 0.12.0 ships; its
+gpt-oss-20b copy has the same keys and values as our published fixture), ``llama-3.1-70b`` (Llama 3.3 70B's shape),
+``qwen3-30b-a3b``, and the Qwen3-235B and Maverick configs above. A "DEPn" column is ``enable_attention_dp`` with
+``--ep n``: the ``plan`` row DP n · EP n (:func:`judge.ep_row`, one replica); "TPn" the TP n row. Same closed loop
+and engine defaults as the tables above (2,048 sequences and 8,192 tokens a step per engine, KV reserved; a DEP
+row's 2,048 per rank: 2,048 × n in flight); the prediction is the row's total output tokens/s / its GPUs.
+KV cache dtype (the page's MoE and dense commands set none except where said: ``trtllm-bench``'s ``auto`` takes
+the checkpoint's own, hf_quant_config.json ``kv_cache_quant_algo``): DeepSeek R1 fp8 on every device (the page's
+own ``dtype: fp8``); GPT-OSS fp8 on Blackwell (stated) and bf16 on Hopper ("use auto", and OpenAI's checkpoint
+quantizes no KV: its quantization_config is MXFP4 weights only); Qwen3-235B, Qwen3-30B-A3B, Maverick and Llama 3.3
+fp8 (NVIDIA's ModelOpt checkpoints: their hf_quant_config.json quantizes the KV cache to FP8, as the copies
+aiconfigurator ships of nvidia/Qwen3-235B-A22B-NVFP4 and nvidia/Llama-3.1-70B-Instruct-FP8 show; the exact
+checkpoints' files were not at hand). The choice moves Hopper rows most, so the Hopper (FP8-column) rows are also
+printed, for information only, with the other KV dtype (fp8 <-> bf16): a what-if line per summary.
+
 Prints each row's published and predicted tokens/s and published / predicted as a time ratio (> 1: the prediction
 is slower than the run), then per device and for the perf-overview tables the median |error| and how many rows are
-within 1.5×, and the DP x EP rows on a line of their own (not in "all": another source, another layout).
+within 1.5×, and the DP x EP rows on a line of their own (not in "all": another source, another layout); then
+the stated-layout table with its DEP, TP and overall lines and their what-if lines.
 
     python benchmarks/bench_throughput.py
 """
@@ -163,6 +193,99 @@ def dp_ep_ratios() -> list[float]:
     return ratios
 
 
+STATED_SOURCE = ("TensorRT-LLM perf-overview.md, per-GPU revision with stated layouts (commit unknown), trtllm-bench "
+                 "throughput, PyTorch backend")  # fmt: skip
+GPT_OSS_120B = str(HERE / "configs" / "gpt-oss-120b.json")
+GPT_OSS = {"gpt-oss-20b", GPT_OSS_120B}  # OpenAI's checkpoint: the model's own dtype (mxfp4), not a --dtype
+HOPPER = {"h100-sxm", "h200"}  # the page's FP8 columns: the what-if swaps their KV dtype
+STATED_LENGTHS = ("1000/1000", "1024/1024", "1024/8192", "1024/32768", "8192/1024", "32768/1024")
+# (model, device, stated layout, dtype, KV dtype) -> output tokens/s per GPU for each of STATED_LENGTHS
+STATED: dict[tuple[str, str, str, str, str], tuple[int | None, ...]] = {
+    (DEEPSEEK, "b200", "DEP4", "nvfp4", "fp8"): (6463, 6430, 3862, 1451, 1168, None),
+    (DEEPSEEK, "gb200", "DEP4", "nvfp4", "fp8"): (6939, 6924, 4379, 1465, 1192, None),
+    (DEEPSEEK, "h200", "DEP8", "fp8", "fp8"): (1627, 1620, 1218, 438, None, None),
+    (GPT_OSS_120B, "b200", "DEP2", "mxfp4", "fp8"): (25943, 25870, 17289, 6279, 6111, 1392),
+    (GPT_OSS_120B, "gb200", "TP1", "mxfp4", "fp8"): (27198, 26609, 14800, 5556, 6835, 1645),
+    (GPT_OSS_120B, "h200", "TP1", "mxfp4", "bf16"): (6868, 6798, 3543, None, 1828, 519),
+    (GPT_OSS_120B, "h100-sxm", "DEP4", "mxfp4", "bf16"): (4685, 4715, None, 1177, 1169, 333),
+    ("gpt-oss-20b", "b200", "TP1", "mxfp4", "fp8"): (53812, 53491, 34702, 14589, 11904, 2645),
+    ("gpt-oss-20b", "gb200", "TP1", "mxfp4", "fp8"): (55823, 56528, 38100, 16463, 12941, 2905),
+    ("gpt-oss-20b", "h200", "TP1", "mxfp4", "bf16"): (13858, 13890, 12743, None, 4015, 915),
+    ("gpt-oss-20b", "h100-sxm", "TP1", "mxfp4", "bf16"): (11557, 11403, 8617, None, 3366, 785),
+    ("llama-3.1-70b", "b200", "TP1", "nvfp4", "fp8"): (6920, 6842, 3242, None, 1362, 274),
+    ("llama-3.1-70b", "gb200", "TP1", "nvfp4", "fp8"): (7769, 7751, 3805, None, 1491, 302),
+    ("llama-3.1-70b", "h200", "TP2", "fp8", "fp8"): (2587, 2582, 2009, None, 537, 120),
+    ("llama-3.1-70b", "h100-sxm", "TP2", "fp8", "fp8"): (2209, None, None, None, 398, None),
+    (MAVERICK, "b200", "DEP4", "nvfp4", "fp8"): (11337, 11227, 5174, 2204, 3279, 859),
+    (MAVERICK, "gb200", "DEP4", "nvfp4", "fp8"): (11828, 11905, 5508, 2300, 3444, 963),
+    (MAVERICK, "h200", "DEP8", "fp8", "fp8"): (4146, 4180, 1157, 679, 1276, None),
+    (QWEN3_235B, "b200", "DEP4", "nvfp4", "fp8"): (5764, 5756, 3389, 1255, 1410, 319),
+    (QWEN3_235B, "gb200", "DEP4", "nvfp4", "fp8"): (6172, 5862, 3423, None, 1464, 333),
+    (QWEN3_235B, "h200", "DEP4", "fp8", "fp8"): (3288, 3268, 1417, None, 627, 134),
+    (QWEN3_235B, "h100-sxm", "DEP8", "fp8", "fp8"): (1932, 1935, 873, None, None, None),
+    ("qwen3-30b-a3b", "b200", "TP1", "nvfp4", "fp8"): (26971, 26611, 13497, 4494, 5735, 1265),
+    ("qwen3-30b-a3b", "gb200", "TP1", "nvfp4", "fp8"): (22856, 22201, 14272, 4925, 6201, 1380),
+}  # fmt: skip
+
+
+def stated_layout(layout: str) -> tuple[str, int]:
+    """``"DEP4"`` -> ``("DEP", 4)``, ``"TP2"`` -> ``("TP", 2)``."""
+    kind = layout.rstrip("0123456789")
+    assert kind in ("DEP", "TP"), layout
+    return kind, int(layout[len(kind) :])
+
+
+def predict_stated(
+    model: str, device: str, layout: str, dtype: str, kv_dtype: str, prompt: int, output: int
+) -> float:
+    """The stated layout's plan row: output tokens/s per GPU (module docstring)."""
+    kind, n = stated_layout(layout)
+    in_flight = IN_FLIGHT * n if kind == "DEP" else IN_FLIGHT  # every attention-DP rank its own 2,048
+    result = embedcalc.plan(model, hardware=device, dtype=None if model in GPT_OSS else dtype, kv_dtype=kv_dtype,
+                            seq_len=prompt, gen_tokens=output, concurrency=in_flight, max_devices=n,
+                            kv_admission="reserve", max_num_seqs=IN_FLIGHT, max_num_batched_tokens=8192)  # fmt: skip
+    row = ep_row(result, n) if kind == "DEP" else tp_row(result, n)
+    assert row.times is not None, row.reasons
+    return float(row.times.tokens_per_s) / n
+
+
+def other_kv(kv_dtype: str) -> str:
+    """The what-if's KV dtype: fp8 <-> bf16."""
+    return "bf16" if kv_dtype == "fp8" else "fp8"
+
+
+def stated_ratios() -> None:
+    """Print every stated-layout row against its plan row, then the DEP, TP and overall summaries, each with its
+    what-if (the Hopper rows with the other KV dtype)."""
+    print(f"Source: {STATED_SOURCE}")
+    print(f"{'model':<14} {'device':<9} {'layout':<6} {'dtype':<6} {'KV':<5} {'in/out':<11} {'published':>10} "
+          f"{'predicted':>10} {'time ratio':>10} {'what-if':>8}")  # fmt: skip
+    chosen: dict[str, list[float]] = {"DEP": [], "TP": []}
+    what_if: dict[str, list[float]] = {"DEP": [], "TP": []}
+    for (model, device, layout, dtype, kv), figures in STATED.items():
+        kind, _ = stated_layout(layout)
+        for lengths, published in zip(STATED_LENGTHS, figures, strict=True):
+            if published is None:
+                continue
+            prompt, output = map(int, lengths.split("/"))
+            ratio = published / predict_stated(model, device, layout, dtype, kv, prompt, output)
+            other = ratio
+            if device in HOPPER:
+                other = published / predict_stated(model, device, layout, dtype, other_kv(kv), prompt, output)
+            chosen[kind].append(ratio)
+            what_if[kind].append(other)
+            name = Path(model).stem[:14] if model.endswith((".yaml", ".json")) else model
+            swapped = f"{other:>8.3f}" if device in HOPPER else f"{'':>8}"
+            print(f"{name:<14} {device:<9} {layout:<6} {dtype:<6} {kv:<5} {lengths:<11} {published:>10,} "
+                  f"{published / ratio:>10,.0f} {ratio:>10.3f} {swapped}")  # fmt: skip
+    for label, ratios in (("DEP rows", chosen["DEP"]), ("TP rows", chosen["TP"]),
+                          ("stated, all", chosen["DEP"] + chosen["TP"])):  # fmt: skip
+        print(summary(label, ratios, 22))
+    for label, ratios in (("DEP rows, what-if KV", what_if["DEP"]), ("TP rows, what-if KV", what_if["TP"]),
+                          ("stated, what-if KV", what_if["DEP"] + what_if["TP"])):  # fmt: skip
+        print(summary(label, ratios, 22) + "  (Hopper rows: the other KV dtype; information only)")
+
+
 def main() -> None:
     print(f"Source: {SOURCE}")
     print(f"{'model':<14} {'device':<9} {'TP':>2} {'dtype':<6} {'in/out':<11} {'published':>10} {'predicted':>10} "
@@ -188,6 +311,8 @@ def main() -> None:
     print(summary("all", everything, 10) + f"; planned in {time.perf_counter() - started:.1f} s")
     print()
     print(summary("DP x EP", dp_ep_ratios(), 10))
+    print()
+    stated_ratios()
 
 
 if __name__ == "__main__":
