@@ -68,9 +68,12 @@ KV cache dtype (the page's MoE and dense commands set none except where said: ``
 the checkpoint's own, hf_quant_config.json ``kv_cache_quant_algo``): DeepSeek R1 fp8 on every device (the page's
 own ``dtype: fp8``); GPT-OSS fp8 on Blackwell (stated) and bf16 on Hopper ("use auto", and OpenAI's checkpoint
 quantizes no KV: its quantization_config is MXFP4 weights only); Qwen3-235B, Qwen3-30B-A3B, Maverick and Llama 3.3
-fp8 (NVIDIA's ModelOpt checkpoints: their hf_quant_config.json quantizes the KV cache to FP8, as the copies
-aiconfigurator ships of nvidia/Qwen3-235B-A22B-NVFP4 and nvidia/Llama-3.1-70B-Instruct-FP8 show; the exact
-checkpoints' files were not at hand). The choice moves Hopper rows most, so the Hopper (FP8-column) rows are also
+fp8 (NVIDIA's ModelOpt checkpoints quantize the KV cache to FP8: TensorRT-LLM's accuracy references,
+``tests/integration/defs/accuracy/references/gsm8k.yaml`` at commit 0120c5c2, list these models' NVFP4 and FP8
+checkpoints with ``kv_cache_quant_algo: FP8`` (Qwen3-235B-A22B and Qwen3-30B-A3B NVFP4 and FP8, Maverick FP8,
+Llama-3.3-70B NVFP4 and FP8, the last also without), and the hf_quant_config.json of nvidia/Qwen3-235B-A22B-NVFP4
+and nvidia/Llama-3.1-70B-Instruct-FP8 that aiconfigurator ships say FP8; the exact checkpoints' files were not at
+hand). The choice moves Hopper rows most, so the Hopper (FP8-column) rows are also
 printed, for information only, with the other KV dtype (fp8 <-> bf16): a what-if line per summary.
 
 Prints each row's published and predicted tokens/s and published / predicted as a time ratio (> 1: the prediction
