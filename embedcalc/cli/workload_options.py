@@ -109,8 +109,9 @@ class WorkloadFlags:
         dtype_option(
             "Default: the model's own (a preset's published dtype, a config's dtype, torch_dtype or "
             "quantization_config), else fp32. fp8: linear-layer GEMMs at the FP8 peak, weights 1 byte, the rest "
-            "bf16; mxfp4/nvfp4: 4-bit weights with a scale per 32/16 values at the FP4 peak (a device without "
-            "FP4 refuses them), inference only; int8/int4: weight-only with an fp16 scale and zero per "
+            "bf16; mxfp4/nvfp4: 4-bit weights with a scale per 32/16 values on FP4 tensor cores (nvfp4 at the FP4 "
+            "peak, mxfp4 with FP8 activations at the FP8 peak; a device without FP4 refuses them), inference "
+            "only; int8/int4: weight-only with an fp16 scale and zero per "
             "--quant-group-size inputs, inference only. analyze --dtype all: every dtype in one table (weights, "
             "largest layer, inference and training memory)."
         ),

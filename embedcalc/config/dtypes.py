@@ -29,11 +29,15 @@ What each name means for the cost (stated once; memory and the roofline read it 
     plus per matrix an fp32 second-level weight scale (``weight_scale_2``) and the fp32 scale of its input
     activations (``input_scale``): 8 bytes a stored matrix.
 
-  On a device with an FP4 peak in the catalogue (Blackwell: B200, GB200) the quantized GEMMs run at it (the
-  activations quantized on the fly, W4A4 as TensorRT-LLM runs NVFP4 and the MX spec's dot product); elsewhere a
-  model's own FP4 weights (a preset's or a config.json's ``quantization_config``) run weight-only, dequantized
-  to bf16 and multiplied at the bf16 peak (vLLM's Marlin and Triton MXFP4 kernels on Hopper and Ampere), and an
-  FP4 ``--dtype`` asked for explicitly is refused naming the device (exit 3). Inference only.
+  On a device with an FP4 peak in the catalogue (Blackwell: B200, GB200) the quantized GEMMs run on its FP4
+  tensor cores: ``nvfp4`` as W4A4 at the FP4 peak (the activations quantized to NVFP4 on the fly, as TensorRT-LLM
+  runs ModelOpt's NVFP4 checkpoints), ``mxfp4`` as W4A8 at the FP8 peak (the activations quantized to MXFP8: the
+  engines' MXFP4 MoE kernels on Blackwell, TensorRT-LLM's gpt-oss support matrix, examples/models/core/gpt_oss/
+  README.md: "Blackwell | mxfp8 | mxfp4", and vLLM's FlashInfer MXFP4 x MXFP8 path; Blackwell's mixed FP4 x FP8
+  MMA runs at the FP8 rate). Elsewhere a model's own FP4 weights (a preset's or a config.json's
+  ``quantization_config``) run weight-only, dequantized to bf16 and multiplied at the bf16 peak (the same support
+  matrix: "Hopper | bf16 | mxfp4"; vLLM's Marlin and Triton MXFP4 kernels on Hopper and Ampere), and an FP4
+  ``--dtype`` asked for explicitly is refused naming the device (exit 3). Inference only.
 
 The KV cache (``--kv-dtype``, apart from the weights; default the activations' dtype) takes ``fp32``, ``bf16``,
 ``fp16``, ``fp8``, ``int8`` (a byte a value) and ``nvfp4`` (:data:`KV_ELEMENT_BYTES`: 9 bytes per 16 values, only on a

@@ -107,9 +107,11 @@ def summary_table(a: Analysis, estimate: RooflineEstimate) -> Table:
     lower = " (expected; bound beside)" if estimate.hardware else ""
     w = a.workload
     dtype = f"{w.dtype} ({w.dtype_source})"
-    # FP4 weights on a device without FP4: run weight-only
+    # MXFP4 weights on a device with FP4 run W4A8; FP4 weights on a device without FP4 run weight-only
     if estimate.dtype is not None and peak_dtype(w.dtype) != estimate.dtype:
-        dtype += f", weight-only: dequantized to {estimate.dtype} (no {peak_dtype(w.dtype)} on {estimate.hardware})"
+        dtype += (", activations in MXFP8 (W4A8, at the fp8 peak)" if w.dtype == "mxfp4" and estimate.dtype == "fp8"
+                  else f", weight-only: dequantized to {estimate.dtype} (no {peak_dtype(w.dtype)} on "
+                  f"{estimate.hardware})")  # fmt: skip
     table = FitTable(title=escape(f"Time — {a.target}{lower}: batch {w.batch_size}, seq_len {w.seq_len}, "
                                f"--gen-tokens {w.gen_tokens}, {dtype}"),
                   caption=model_note(estimate.model) + CAPTION if estimate.hardware else None,

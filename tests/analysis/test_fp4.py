@@ -1,5 +1,6 @@
 """FP4 weights (issue 35, item 4): mxfp4 / nvfp4 block scales counted exactly, which matrices a checkpoint's
-``quantization_config`` covers, the FP4 peak where a device has one, weight-only elsewhere, and a refusal (exit 3,
+``quantization_config`` covers, the FP4 tensor cores where a device has them (NVFP4 at the FP4 peak, MXFP4 as W4A8 at
+the FP8 peak), weight-only elsewhere, and a refusal (exit 3,
 naming the device) for an FP4 ``--dtype`` asked of a device without FP4."""
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def test_fp4_runs_at_the_fp4_peak_where_the_device_has_one() -> None:
         0
     ]["time"]
     assert time["dtype"] == "fp4"
+
+
+def test_mxfp4_runs_w4a8_at_the_fp8_peak_where_the_device_has_fp4() -> None:
+    """MXFP4 weights on Blackwell multiply MXFP8 activations (TensorRT-LLM's gpt-oss support matrix: "Blackwell |
+    mxfp8 | mxfp4"): the FP8 peak, not the FP4 one NVFP4's W4A4 reaches; the output says so."""
+    for args in (("gpt-oss-20b",), ("llama-2-7b", "--dtype", "mxfp4")):
+        time = _analyze(*args, "--hardware", "b200", "--gen-tokens", "4")["results"][0]["time"]
+        assert time["dtype"] == "fp8"
+        assert time["peak_flops_per_s"] == 4.5e15  # B200's dense FP8, half its FP4
+    text = runner.invoke(app, ["analyze", "gpt-oss-20b", "--hardware", "b200", "--gen-tokens", "4"]).stdout
+    assert "activations in MXFP8 (W4A8" in text and "weight-only" not in text
 
 
 def test_an_fp4_dtype_asked_of_a_device_without_fp4_exits_3_naming_it() -> None:

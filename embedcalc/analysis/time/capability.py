@@ -85,11 +85,14 @@ def kv_refusal(config: ResolvedShape, device: Device | None, kv_dtype: str | Non
 
 
 def gemm_peak_dtype(device: Device, w: Workload) -> PeakDtype:
-    """The catalogue peak the workload's linear-layer GEMMs run at on ``device``: its dtype's, or bf16's for a
-    model's own FP4 weights on a device without FP4 (weight-only, dequantized: :mod:`embedcalc.config.dtypes`)."""
+    """The catalogue peak the workload's linear-layer GEMMs run at on ``device``: its dtype's; FP8's for MXFP4
+    weights on a device with FP4 (W4A8: the activations in MXFP8); bf16's for a model's own FP4 weights on a device
+    without FP4 (weight-only, dequantized). :mod:`embedcalc.config.dtypes` states the conventions."""
     gemm = peak_dtype(w.dtype)
     if device.peak(gemm) is None and w.dtype in FP4_DTYPES and w.dtype_source != "flag":
         return peak_dtype(ACTIVATION_DTYPE[w.dtype])
+    if w.dtype == "mxfp4" and device.peak("fp8") is not None:
+        return "fp8"
     return gemm
 
 
