@@ -72,6 +72,7 @@ class TimeConstants:
     reference_matmul_fraction: float
     moe_dispatch_bytes: float
     moe_expert_load_cv: float
+    fp4_gemm_fraction: float
 
 
 @dataclass(frozen=True)

@@ -117,3 +117,34 @@ def test_a_models_own_fp4_runs_weight_only_on_a_device_without_fp4() -> None:
 def test_fp4_is_not_trained() -> None:
     result = runner.invoke(app, ["analyze", "llama-2-7b", "--dtype", "mxfp4", "--mode", "training"])
     assert result.exit_code == 3 and "FP4 inference format" in result.stderr
+
+
+def test_fp4_gemms_reach_their_share_of_the_gemm_fraction() -> None:
+    """A GEMM on FP4 tensor cores (W4A4: nvfp4 on B200) reaches ``fp4_gemm_fraction`` of the GEMM fraction the
+    calibration fitted on bf16 GEMMs (TensorRT-LLM's measured NVFP4 GEMMs: 0.58 of bf16's share of peak); the
+    matmuls that stay in bf16 (attention's cores, the LM head), MXFP4's W4A8 at the FP8 peak and weight-only FP4
+    on a device without FP4 keep the plain fractions."""
+    from embedcalc.analysis.roofline import weights_of
+    from embedcalc.analysis.time.expected import ExpectedModel, device_constants
+    from embedcalc.analysis.time.model import component_fractions
+    from embedcalc.devices.calibration import load_calibration
+    from embedcalc.devices.resolve import load_device
+
+    config = load_target("llama-2-7b").config
+    for device, dtype, scaled in (
+        ("b200", "nvfp4", True),
+        ("b200", "mxfp4", False),
+        ("h100-sxm", "bf16", False),
+    ):
+        w = Workload(batch_size=64, seq_len=128, dtype=dtype)  # type: ignore[arg-type]
+        hw = load_device(device)
+        c = device_constants(load_calibration().constants, hw, True)
+        weights = weights_of(config, w)
+        model = ExpectedModel(c, hw).fractions(config, w, weights, False)
+        plain = component_fractions(config, w, weights, False, c, None)
+        share = c.fp4_gemm_fraction if scaled else 1.0
+        for key in ("decoder/ffn/in", "decoder/attention/qkv"):
+            assert model(key) == (plain(key)[0] * share, plain(key)[1])
+        for key in ("head/lm", "decoder/attention/scores"):
+            assert model(key) == plain(key)
+    assert load_calibration().constants.fp4_gemm_fraction == 0.58

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from embedcalc.analysis.comm.volumes import Collective, communication
+from embedcalc.analysis.memory.inference import low_precision
 from embedcalc.analysis.roofline.traffic import Weights
+from embedcalc.analysis.time.capability import gemm_peak_dtype
 from embedcalc.analysis.time.comm import collectives_s
 from embedcalc.analysis.time.model import (
     Fractions,
@@ -42,9 +44,21 @@ class ExpectedModel:
         return self.override.memory if self.override is not None else self.constants.memory_fraction
 
     def fractions(self, config: ResolvedShape, w: Workload, weights: Weights, decode: bool) -> Fractions:
-        return component_fractions(
+        """Each component's achieved (compute, memory) fractions; a GEMM on FP4 tensor cores (W4A4: the
+        quantized matrices when the GEMMs run at the FP4 peak) reaches ``fp4_gemm_fraction`` of the GEMM fraction
+        (time_calibration.json: FP4 GEMMs reach a smaller share of their peak than the bf16 ones it was fitted on)."""
+        base = component_fractions(
             config, w, weights, decode, self.constants, self.override, self.gemv_memory(w)
         )
+        if self.override is not None or gemm_peak_dtype(self.device, w) != "fp4":
+            return base
+        share, parts = self.constants.fp4_gemm_fraction, config.quantized
+
+        def on_fp4(key: str) -> tuple[float, float]:
+            compute, memory = base(key)
+            return (compute * share, memory) if low_precision(key, parts=parts) else (compute, memory)
+
+        return on_fp4
 
     def gemv_memory(self, w: Workload) -> Callable[[float], float] | None:
         """rows -> the fraction of the bandwidth the device's measured GEMV rate through that many rows is for the
