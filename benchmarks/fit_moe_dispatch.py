@@ -7,7 +7,8 @@ The measurements are NVIDIA aiconfigurator's kernel database (``pip install aico
 used: balanced routing, 16 tokens or more, every expert count divisible by EP.
 
 The model of one such layer on one rank, from the calibration and the catalogue device: the expert GEMMs at
-max(FLOPs / (peak × ``gemm_fraction`` at the rows each reached expert receives), reached experts' weight bytes /
+max(FLOPs / (peak × ``gemm_fraction`` at the rows each reached expert receives; on FP4 tensor cores also
+× ``fp4_gemm_fraction``), reached experts' weight bytes /
 (bandwidth × ``memory_fraction``)), with FLOPs 6 × pairs × hidden × width / TP and pairs = tokens × top-k / EP, plus
 the layer's seven kernels at ``kernel_overhead_s`` (router, top-k, two permutations, three expert kernels), plus the
 dispatch: ``beta`` × pairs × hidden bytes at the streaming rate. ``beta`` is fitted by least squares on the rows of
@@ -55,6 +56,10 @@ def _rows(system: str, dtype: str) -> list[tuple[float, float, float, int]]:
     c = device_constants(load_calibration().constants, device, inference=True)
     peak = device.peak(peak_dtype)  # type: ignore[arg-type]
     assert peak is not None, f"{device_name} has no {peak_dtype} peak"
+    if (
+        peak_dtype == "fp4"
+    ):  # GEMMs on FP4 tensor cores reach fp4_gemm_fraction of the GEMM fraction (as the model)
+        peak *= c.fp4_gemm_fraction
     bandwidth = device.bandwidth * c.memory_fraction
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / system / "moe" / "trtllm"
     frames = [pd.read_parquet(p) for p in sorted(root.glob("*/moe_perf.parquet"))]
