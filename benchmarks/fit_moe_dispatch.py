@@ -56,9 +56,7 @@ def _rows(system: str, dtype: str) -> list[tuple[float, float, float, int]]:
     c = device_constants(load_calibration().constants, device, inference=True)
     peak = device.peak(peak_dtype)  # type: ignore[arg-type]
     assert peak is not None, f"{device_name} has no {peak_dtype} peak"
-    if (
-        peak_dtype == "fp4"
-    ):  # GEMMs on FP4 tensor cores reach fp4_gemm_fraction of the GEMM fraction (as the model)
+    if peak_dtype == "fp4":  # FP4 tensor cores: fp4_gemm_fraction of the GEMM fraction, as the time model
         peak *= c.fp4_gemm_fraction
     bandwidth = device.bandwidth * c.memory_fraction
     root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / system / "moe" / "trtllm"
