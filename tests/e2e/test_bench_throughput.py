@@ -5,6 +5,7 @@ a test)."""
 
 from __future__ import annotations
 
+import pytest
 from paths import BENCHMARKS, load_script
 
 bench = load_script("bench_throughput", BENCHMARKS)
@@ -56,6 +57,7 @@ def test_stated_dtypes_and_kv_dtypes_follow_the_page_and_the_checkpoints() -> No
         assert bench.other_kv(kv) != kv
 
 
+@pytest.mark.slow  # 7 s: plans all 25 columns twice (the default suite stays under its 5 minutes)
 def test_every_stated_column_plans_as_its_layout() -> None:
     """Each column's model, device and dtype plan the row of the layout it states (DEPn: DP n · EP n, one replica,
     TP 1; TPn: TP n), every model read (the gpt-oss-120b config among them) and the what-if KV dtype too on Hopper."""
