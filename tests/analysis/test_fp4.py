@@ -96,6 +96,12 @@ def test_mxfp4_runs_w4a8_at_the_fp8_peak_where_the_device_has_fp4() -> None:
         assert time["peak_flops_per_s"] == 4.5e15  # B200's dense FP8, half its FP4
     text = runner.invoke(app, ["analyze", "gpt-oss-20b", "--hardware", "b200", "--gen-tokens", "4"]).stdout
     assert "activations in MXFP8 (W4A8" in text and "weight-only" not in text
+    # the MMA applies the block scales itself: no dequantization term, as there is weight-only on Hopper
+    b200 = _analyze("gpt-oss-20b", "--hardware", "b200", "--gen-tokens", "4")["results"][0]["time"]["terms"]
+    h100 = _analyze("gpt-oss-20b", "--hardware", "h100-sxm", "--gen-tokens", "4")["results"][0]["time"][
+        "terms"
+    ]
+    assert "dequantization" not in b200["decode"] and h100["decode"]["dequantization"] > 0
 
 
 def test_an_fp4_dtype_asked_of_a_device_without_fp4_exits_3_naming_it() -> None:

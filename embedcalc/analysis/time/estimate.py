@@ -196,7 +196,11 @@ def _estimate(config: ResolvedShape, w: Workload, request: TimeRequest, optimize
         run = _training_run(config, w, request, step, m)
         return replace(base, phases=phases, training=run, schedule=schedule)
 
-    weight_only = w.dtype in WEIGHT_ONLY_DTYPES or (w.dtype in FP4_DTYPES and roof.peak_dtype != "fp4")
+    # dequantized before the multiply: int8/int4, and FP4 weights where the GEMMs run at bf16 (no FP4 tensor cores);
+    # on FP4 tensor cores (NVFP4's W4A4, MXFP4's W4A8 at the FP8 peak) the MMA applies the block scales itself
+    weight_only = w.dtype in WEIGHT_ONLY_DTYPES or (
+        w.dtype in FP4_DTYPES and roof.peak_dtype not in ("fp4", "fp8")
+    )
 
     def quantized(key: str) -> bool:
         return low_precision(key, key in weights.shape, config.quantized)
